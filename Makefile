@@ -1,0 +1,47 @@
+# Sleipnir. `make run` starts the whole system; `make test` runs every test. Everything `make` needs comes from the
+# Go module proxy (and, for later parts, Debian packages and npm); nothing is assumed installed by hand but Go.
+GO       ?= go
+PIPELINE ?= traffic
+ARGS     ?=
+BENCH    ?= .
+BENCHCOUNT ?= 6
+
+.PHONY: all build run test bench vet fmt nats-cli clean
+
+all: build
+
+build:
+	$(GO) build -o bin/sleipnir ./services/sleipnir
+	$(GO) build -o bin/loadgen ./loadgen
+
+# The whole system on an embedded NATS server, serving examples/$(PIPELINE).yaml. Ctrl-C stops it.
+run: build
+	bin/sleipnir up --pipeline examples/$(PIPELINE).yaml $(ARGS)
+
+test:
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 15m ./...
+
+# Benchmarks, repeated for a spread; compare runs with benchstat.
+bench:
+	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count $(BENCHCOUNT) -timeout 30m ./... | tee bench.out
+
+vet:
+	$(GO) vet ./...
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+# The standard `nats` command-line client, built from the Go module proxy into bin/nats (about 2 minutes once).
+NATSCLI_VERSION ?= v0.3.0
+nats-cli: bin/nats
+bin/nats:
+	@mkdir -p bin
+	@tmp=$$(mktemp -d) && cd $$tmp && \
+	  printf 'module natscli-build\n\ngo 1.26\n' > go.mod && \
+	  printf 'package main\n\nimport _ "github.com/nats-io/natscli/nats"\n\nfunc main() {}\n' > main.go && \
+	  $(GO) get github.com/nats-io/natscli@$(NATSCLI_VERSION) && $(GO) mod tidy && \
+	  $(GO) build -o $(CURDIR)/bin/nats github.com/nats-io/natscli/nats && rm -rf $$tmp
+
+clean:
+	rm -rf bin bench.out

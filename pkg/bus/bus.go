@@ -1,0 +1,226 @@
+// Package bus is the NATS plumbing every service shares: the embedded server, connections, the task streams and
+// variant consumers, the KV bucket, and KV watches that survive reconnects. It makes no decisions.
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
+
+// ServerConfig configures an embedded NATS server with JetStream.
+type ServerConfig struct {
+	// StoreDir holds JetStream's files.
+	StoreDir string
+	Host     string
+	// Port for clients: 0 does not listen (in-process connections only), -1 picks a free port.
+	Port int
+	// MaxPayload is the largest message, in bytes (default 8 MiB).
+	MaxPayload int32
+}
+
+// StartServer starts an embedded NATS server with JetStream and waits until it accepts connections.
+func StartServer(cfg ServerConfig) (*server.Server, error) {
+	if cfg.StoreDir == "" {
+		return nil, errors.New("embedded NATS server: no JetStream store directory")
+	}
+	if cfg.MaxPayload == 0 {
+		cfg.MaxPayload = 8 << 20
+	}
+	opts := &server.Options{
+		ServerName: "sleipnir", JetStream: true, StoreDir: cfg.StoreDir,
+		Host: cfg.Host, Port: cfg.Port, DontListen: cfg.Port == 0,
+		MaxPayload: cfg.MaxPayload, NoLog: true, NoSigs: true,
+	}
+	if opts.Host == "" {
+		opts.Host = "127.0.0.1"
+	}
+	s, err := server.NewServer(opts)
+	if err != nil {
+		return nil, err
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		s.Shutdown()
+		if cfg.Port > 0 {
+			return nil, fmt.Errorf("embedded NATS server not ready after 10s (is %s:%d already in use?)", opts.Host, cfg.Port)
+		}
+		return nil, errors.New("embedded NATS server not ready after 10s")
+	}
+	return s, nil
+}
+
+// Connect dials a NATS server, reconnecting forever if the connection is lost.
+func Connect(url, name string, opts ...nats.Option) (*nats.Conn, error) {
+	nc, err := nats.Connect(url, append(connOptions(name), opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
+	}
+	return nc, nil
+}
+
+// ConnectInProcess connects to an embedded server without a socket.
+func ConnectInProcess(s *server.Server, name string, opts ...nats.Option) (*nats.Conn, error) {
+	nc, err := nats.Connect("", append(connOptions(name), append(opts, nats.InProcessServer(s))...)...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to the embedded NATS server: %w", err)
+	}
+	return nc, nil
+}
+
+func connOptions(name string) []nats.Option {
+	return []nats.Option{
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.ReconnectBufSize(64 << 20),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				slog.Warn("NATS disconnected", "conn", name, "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) { slog.Info("NATS reconnected", "conn", name, "url", nc.ConnectedUrl()) }),
+	}
+}
+
+// EnsureTaskStream creates or updates the work-queue stream holding a pipeline's variant subjects.
+func EnsureTaskStream(ctx context.Context, js jetstream.JetStream, pipeline string, storage jetstream.StorageType) (jetstream.Stream, error) {
+	return js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        wire.TaskStream(pipeline),
+		Description: "Sleipnir task queues of pipeline " + pipeline + ", one subject per model variant",
+		Subjects:    []string{wire.TaskSubjects(pipeline)},
+		Retention:   jetstream.WorkQueuePolicy,
+		Storage:     storage,
+		Discard:     jetstream.DiscardOld,
+		// Items are useless after their deadline; this only bounds what a stopped variant leaves behind.
+		MaxAge:     10 * time.Minute,
+		Duplicates: 2 * time.Minute,
+	})
+}
+
+// EnsureVariantConsumer creates or updates the durable pull consumer that all replicas of a variant share.
+func EnsureVariantConsumer(ctx context.Context, js jetstream.JetStream, pipeline, task, variant string, ackWait time.Duration) (jetstream.Consumer, error) {
+	if ackWait == 0 {
+		ackWait = 30 * time.Second
+	}
+	return js.CreateOrUpdateConsumer(ctx, wire.TaskStream(pipeline), jetstream.ConsumerConfig{
+		Durable:       wire.Consumer(task, variant),
+		FilterSubject: wire.TaskSubject(pipeline, task, variant),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       ackWait,
+		// The default (1000) silently stops delivery once reached.
+		MaxAckPending: 100000,
+		MaxDeliver:    -1,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+}
+
+// OpenBucket creates or opens the KV bucket of specs, plans, assignments and registrations.
+func OpenBucket(ctx context.Context, js jetstream.JetStream, storage jetstream.StorageType) (jetstream.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, wire.Bucket)
+	if err == nil {
+		return kv, nil
+	}
+	if !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, err
+	}
+	kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: wire.Bucket, History: 1, Storage: storage,
+		Description: "Sleipnir pipelines, plans, assignments and worker registrations"})
+	if errors.Is(err, jetstream.ErrBucketExists) {
+		return js.KeyValue(ctx, wire.Bucket)
+	}
+	return kv, err
+}
+
+// WatchKV calls fn for every current value of the keys matching keys, then for every change, in revision order,
+// from one goroutine, until ctx is done. ready, if not nil, is called once, after the initial values. A watch's
+// channel closes when the connection is lost and does not recover by itself; WatchKV then watches again from the
+// revision after the last one it delivered, so nothing is missed and nothing is delivered twice.
+func WatchKV(ctx context.Context, kv jetstream.KeyValue, keys string, fn func(jetstream.KeyValueEntry), ready func()) error {
+	var last uint64
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		var opts []jetstream.WatchOpt
+		if last > 0 {
+			opts = append(opts, jetstream.ResumeFromRevision(last+1))
+		}
+		w, err := kv.Watch(ctx, keys, opts...)
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			slog.Debug("KV watch failed; retrying", "keys", keys, "err", err)
+			if !sleep(ctx, backoff) {
+				break
+			}
+			backoff = min(2*backoff, 2*time.Second)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+		for e := range w.Updates() {
+			if e == nil {
+				if ready != nil {
+					ready()
+					ready = nil
+				}
+				continue
+			}
+			if e.Revision() <= last {
+				continue
+			}
+			last = e.Revision()
+			fn(e)
+		}
+		_ = w.Stop()
+		if ctx.Err() == nil {
+			slog.Debug("KV watch closed; watching again", "keys", keys, "after_revision", last)
+			if !sleep(ctx, backoff) {
+				break
+			}
+		}
+	}
+	return ctx.Err()
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// HeaderCarrier lets OpenTelemetry propagators read and write trace context in NATS headers. Set keeps the key's
+// case, so "traceparent" stays lower case as other languages expect.
+type HeaderCarrier nats.Header
+
+// Get returns the first value of key.
+func (h HeaderCarrier) Get(key string) string {
+	if v := h[key]; len(v) > 0 {
+		return v[0]
+	}
+	return nats.Header(h).Get(key)
+}
+
+// Set sets key to value, keeping the key's case.
+func (h HeaderCarrier) Set(key, value string) { h[key] = []string{value} }
+
+// Keys lists the header keys.
+func (h HeaderCarrier) Keys() []string {
+	out := make([]string, 0, len(h))
+	for k := range h {
+		out = append(out, k)
+	}
+	return out
+}

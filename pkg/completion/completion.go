@@ -1,0 +1,80 @@
+// Package completion decides when a request is complete, with no central counter: every item carries a weight 1/Den
+// of its request (the root 1; a parent of weight w that emits k sub-requests gives each w/k), and the leaves the
+// workers report sum to exactly 1 once every one has finished or was dropped, whatever order they arrive in. Item ids
+// make a report that arrives twice (a redelivered message) count once. Pure: used by the frontend and the simulator.
+package completion
+
+import (
+	"fmt"
+	"math/big"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
+
+// Tracker collects the leaf reports of one request. It is not safe for concurrent use.
+type Tracker struct {
+	seen    map[string]struct{}
+	sum     big.Rat
+	term    big.Rat // scratch, to avoid an allocation per report
+	results []wire.ItemResult
+	ok      int
+	dropped int
+	failed  int
+}
+
+// New returns an empty tracker.
+func New() *Tracker { return &Tracker{seen: make(map[string]struct{}, 4)} }
+
+// Add records one leaf report and says whether the request is now complete. A report for an item already seen is
+// ignored (duplicate true). A report whose weight would push the total past 1 means ids or weights are inconsistent:
+// it is refused with an error and not recorded.
+func (t *Tracker) Add(r wire.ItemResult) (done, duplicate bool, err error) {
+	if r.Den == 0 {
+		return false, false, fmt.Errorf("item %q: weight denominator 0", r.ID)
+	}
+	if _, ok := t.seen[r.ID]; ok {
+		return t.Done(), true, nil
+	}
+	t.term.SetFrac64(1, 1)
+	t.term.Quo(&t.term, new(big.Rat).SetUint64(r.Den))
+	next := new(big.Rat).Add(&t.sum, &t.term)
+	if next.Cmp(one) > 0 {
+		return t.Done(), false, fmt.Errorf("item %q: weight 1/%d exceeds what is left of the request", r.ID, r.Den)
+	}
+	t.sum.Set(next)
+	t.seen[r.ID] = struct{}{}
+	t.results = append(t.results, r)
+	switch r.Status {
+	case wire.ItemOK:
+		t.ok++
+	case wire.ItemDropped:
+		t.dropped++
+	default:
+		t.failed++
+	}
+	return t.Done(), false, nil
+}
+
+var one = big.NewRat(1, 1)
+
+// Done reports whether every leaf of the request has been reported.
+func (t *Tracker) Done() bool { return t.sum.Cmp(one) == 0 }
+
+// Results returns the leaf reports received so far, in arrival order.
+func (t *Tracker) Results() []wire.ItemResult { return t.results }
+
+// Status is the reply status for the reports received so far; late says the deadline passed first.
+func (t *Tracker) Status(late bool) string {
+	switch {
+	case late:
+		return wire.StatusLate
+	case t.ok > 0 && t.dropped == 0 && t.failed == 0:
+		return wire.StatusOK
+	case t.ok > 0:
+		return wire.StatusPartial
+	case t.failed > 0:
+		return wire.StatusError
+	default:
+		return wire.StatusDropped
+	}
+}

@@ -1,0 +1,139 @@
+package executor
+
+import (
+	"context"
+	"hash/fnv"
+	"math"
+	"math/rand/v2"
+	"sort"
+	"time"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
+
+// Emulated stands in for a model: a batch takes the profiled p50 latency of its size, with log-normal jitter whose
+// 95th percentile is the profiled p95, and sleeps (never spins) so that many emulated servers share a small machine.
+// Each item emits a seeded number of sub-requests with the profiled mean, split across child tasks by the profiled
+// shares. The fan-out of an item depends only on the seed and the item's identity, so a batch executed again after
+// a redelivery emits the same sub-requests.
+type Emulated struct {
+	variant  *pipeline.Variant
+	seed     uint64
+	jitter   *rand.Rand
+	children []string  // child tasks, sorted
+	shares   []float64 // cumulative shares, aligned with children
+	sleep    func(ctx context.Context, d time.Duration) error
+}
+
+// NewEmulated returns the emulated executor of variant v of task.
+func NewEmulated(spec *pipeline.Spec, task string, v *pipeline.Variant, seed uint64) *Emulated {
+	e := &Emulated{variant: v, seed: seed, jitter: rand.New(rand.NewPCG(seed, 0x51e1)), sleep: sleepCtx}
+	if t := spec.Task(task); t != nil && v.Fanout != nil {
+		e.children = append([]string(nil), t.Children...)
+		sort.Strings(e.children)
+		acc := 0.0
+		for _, c := range e.children {
+			acc += v.Fanout.Shares[c]
+			e.shares = append(e.shares, acc)
+		}
+	}
+	return e
+}
+
+// Latency draws the duration of one batch of n items.
+func (e *Emulated) Latency(n int) time.Duration {
+	p := e.variant.LatencyFor(n)
+	ms := p.P50Ms
+	if p.P95Ms > p.P50Ms {
+		sigma := math.Log(p.P95Ms/p.P50Ms) / 1.6448536269514722
+		ms = p.P50Ms * math.Exp(sigma*e.jitter.NormFloat64())
+	}
+	return time.Duration(ms * float64(time.Millisecond))
+}
+
+// Execute sleeps for one batch and returns each item's result and sub-requests.
+func (e *Emulated) Execute(ctx context.Context, batch []Input) ([]Output, error) {
+	if err := e.sleep(ctx, e.Latency(len(batch))); err != nil {
+		return nil, err
+	}
+	out := make([]Output, len(batch))
+	for i, in := range batch {
+		out[i] = e.output(in)
+	}
+	return out, nil
+}
+
+func (e *Emulated) output(in Input) Output {
+	rng := rand.New(rand.NewPCG(e.seed, itemHash(in.RequestID, in.ItemID)))
+	o := Output{Tensors: []wire.Tensor{wire.NewFP32("score", []int64{1}, []float32{float32(rng.Float64())})}}
+	if len(e.children) == 0 {
+		return o
+	}
+	k := e.count(rng)
+	if k == 0 {
+		return o
+	}
+	o.Children = make(map[string][][]wire.Tensor, len(e.children))
+	for j := 0; j < k; j++ {
+		u := rng.Float64()
+		c := sort.SearchFloat64s(e.shares, u)
+		if c >= len(e.children) {
+			c = len(e.children) - 1
+		}
+		// A crop box, as a detector would pass on: x, y, w, h in [0, 1).
+		crop := wire.NewFP32("crop", []int64{1, 4}, []float32{
+			float32(rng.Float64()), float32(rng.Float64()), float32(rng.Float64()), float32(rng.Float64())})
+		o.Children[e.children[c]] = append(o.Children[e.children[c]], []wire.Tensor{crop})
+	}
+	return o
+}
+
+// count draws the number of sub-requests of one item.
+func (e *Emulated) count(rng *rand.Rand) int {
+	f := e.variant.Fanout
+	if f.Distribution == pipeline.FanoutFixed {
+		return int(math.Round(f.Mean))
+	}
+	return poisson(rng, f.Mean)
+}
+
+// poisson draws from a Poisson distribution: Knuth's method for small means, a rounded normal for large ones.
+func poisson(rng *rand.Rand, mean float64) int {
+	if mean <= 0 {
+		return 0
+	}
+	if mean > 30 {
+		return max(0, int(math.Round(mean+math.Sqrt(mean)*rng.NormFloat64())))
+	}
+	limit, p, k := math.Exp(-mean), 1.0, 0
+	for {
+		p *= rng.Float64()
+		if p <= limit {
+			return k
+		}
+		k++
+	}
+}
+
+func itemHash(requestID, itemID string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(requestID))
+	h.Write([]byte{0})
+	h.Write([]byte(itemID))
+	return h.Sum64()
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Close releases nothing: the emulated executor holds no resources.
+func (e *Emulated) Close() error { return nil }

@@ -1,0 +1,160 @@
+package executor
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+)
+
+const treeSpec = `
+name: t
+slo_ms: 500
+batch_sizes: [1, 4]
+tasks:
+  - name: detect
+    children: [cars, faces]
+    variants:
+      - name: big
+        accuracy: 0.9
+        executor: {kind: emulated}
+        fanout: {mean: 3, shares: {cars: 0.7, faces: 0.3}}
+        profile:
+          - {batch: 1, p50_ms: 20, p95_ms: 30}
+          - {batch: 4, p50_ms: 50, p95_ms: 60}
+      - name: fixed
+        accuracy: 0.8
+        executor: {kind: emulated}
+        fanout: {mean: 2, distribution: fixed, shares: {cars: 0.5, faces: 0.5}}
+        profile:
+          - {batch: 1, p50_ms: 10, p95_ms: 12}
+          - {batch: 4, p50_ms: 30, p95_ms: 36}
+  - name: cars
+    variants:
+      - name: c
+        accuracy: 0.9
+        executor: {kind: emulated}
+        profile:
+          - {batch: 1, p50_ms: 5, p95_ms: 6}
+          - {batch: 4, p50_ms: 10, p95_ms: 12}
+  - name: faces
+    variants:
+      - name: f
+        accuracy: 0.9
+        executor: {kind: emulated}
+        profile:
+          - {batch: 1, p50_ms: 5, p95_ms: 6}
+          - {batch: 4, p50_ms: 10, p95_ms: 12}
+`
+
+func loadTree(t *testing.T) *pipeline.Spec {
+	t.Helper()
+	spec, err := pipeline.Parse([]byte(treeSpec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spec
+}
+
+// TestEmulatedLatency checks the jitter: the sampled latencies have the profiled p50 and p95.
+func TestEmulatedLatency(t *testing.T) {
+	spec := loadTree(t)
+	tests := []struct {
+		batch            int
+		wantP50, wantP95 float64
+	}{
+		{1, 20, 30},
+		{3, 50, 60}, // a batch of 3 takes the time of the next profiled size, 4
+		{4, 50, 60},
+	}
+	for _, tc := range tests {
+		t.Run(fmt.Sprint(tc.batch), func(t *testing.T) {
+			e := NewEmulated(spec, "detect", spec.Variant("detect", "big"), 7)
+			const n = 20000
+			ms := make([]float64, n)
+			for i := range ms {
+				ms[i] = float64(e.Latency(tc.batch)) / float64(time.Millisecond)
+			}
+			sort.Float64s(ms)
+			p50, p95 := ms[n/2], ms[n*95/100]
+			if math.Abs(p50-tc.wantP50)/tc.wantP50 > 0.03 || math.Abs(p95-tc.wantP95)/tc.wantP95 > 0.03 {
+				t.Errorf("p50 %.2f p95 %.2f, want %.0f and %.0f (within 3%%)", p50, p95, tc.wantP50, tc.wantP95)
+			}
+		})
+	}
+}
+
+// TestEmulatedFanout checks the sub-requests: the profiled mean, split by the shares, the same for the same item.
+func TestEmulatedFanout(t *testing.T) {
+	spec := loadTree(t)
+	tests := []struct {
+		variant         string
+		mean, carsShare float64
+		fixed           bool
+	}{
+		{"big", 3, 0.7, false},
+		{"fixed", 2, 0.5, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.variant, func(t *testing.T) {
+			e := NewEmulated(spec, "detect", spec.Variant("detect", tc.variant), 11)
+			e.sleep = func(context.Context, time.Duration) error { return nil }
+			const n = 20000
+			batch := make([]Input, n)
+			for i := range batch {
+				batch[i] = Input{RequestID: fmt.Sprint("r", i), ItemID: "0"}
+			}
+			outs, err := e.Execute(context.Background(), batch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			total, cars := 0, 0
+			for _, o := range outs {
+				if tc.fixed && o.NumChildren() != int(tc.mean) {
+					t.Fatalf("fixed fan-out emitted %d, want %v", o.NumChildren(), tc.mean)
+				}
+				total += o.NumChildren()
+				cars += len(o.Children["cars"])
+				if len(o.Tensors) == 0 {
+					t.Fatal("an item has no output tensor")
+				}
+			}
+			mean := float64(total) / n
+			if math.Abs(mean-tc.mean) > 0.05 {
+				t.Errorf("mean fan-out %.3f, want %v", mean, tc.mean)
+			}
+			if share := float64(cars) / float64(total); math.Abs(share-tc.carsShare) > 0.02 {
+				t.Errorf("cars share %.3f, want %v", share, tc.carsShare)
+			}
+			// Deterministic per item, whatever the batch: a redelivered item emits the same sub-requests.
+			again, _ := e.Execute(context.Background(), batch[5:6])
+			if again[0].NumChildren() != outs[5].NumChildren() || len(again[0].Children["cars"]) != len(outs[5].Children["cars"]) {
+				t.Error("the same item emitted different sub-requests when executed again")
+			}
+		})
+	}
+}
+
+func TestEmulatedSleepsAndStops(t *testing.T) {
+	spec := loadTree(t)
+	e := NewEmulated(spec, "cars", spec.Variant("cars", "c"), 1)
+	start := time.Now()
+	if _, err := e.Execute(context.Background(), []Input{{RequestID: "r", ItemID: "0"}}); err != nil {
+		t.Fatal(err)
+	}
+	if time.Since(start) < 2*time.Millisecond {
+		t.Errorf("a 5 ms batch returned after %v", time.Since(start))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := e.Execute(ctx, []Input{{RequestID: "r", ItemID: "0"}}); err == nil {
+		t.Error("a cancelled batch did not fail")
+	}
+	if _, err := New(spec, "cars", "nope", Options{}); err == nil {
+		t.Error("an unknown variant was accepted")
+	}
+}

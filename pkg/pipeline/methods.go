@@ -1,0 +1,166 @@
+package pipeline
+
+import "strings"
+
+// Root is the task no other task lists as a child.
+func (s *Spec) Root() *Task {
+	child := map[string]bool{}
+	for _, t := range s.Tasks {
+		for _, c := range t.Children {
+			child[c] = true
+		}
+	}
+	for i := range s.Tasks {
+		if !child[s.Tasks[i].Name] {
+			return &s.Tasks[i]
+		}
+	}
+	return nil
+}
+
+// Task returns the named task, or nil.
+func (s *Spec) Task(name string) *Task {
+	for i := range s.Tasks {
+		if s.Tasks[i].Name == name {
+			return &s.Tasks[i]
+		}
+	}
+	return nil
+}
+
+// Variant returns a task's named variant, or nil.
+func (s *Spec) Variant(task, variant string) *Variant {
+	t := s.Task(task)
+	if t == nil {
+		return nil
+	}
+	for i := range t.Variants {
+		if t.Variants[i].Name == variant {
+			return &t.Variants[i]
+		}
+	}
+	return nil
+}
+
+// IsLeaf reports whether a task has no children.
+func (s *Spec) IsLeaf(task string) bool {
+	t := s.Task(task)
+	return t != nil && len(t.Children) == 0
+}
+
+// Parent returns the parent of a task ("" for the root).
+func (s *Spec) Parent(task string) string {
+	for _, t := range s.Tasks {
+		for _, c := range t.Children {
+			if c == task {
+				return t.Name
+			}
+		}
+	}
+	return ""
+}
+
+// Chains lists every root-to-leaf chain of task names.
+func (s *Spec) Chains() [][]string {
+	var out [][]string
+	var walk func(t *Task, prefix []string)
+	walk = func(t *Task, prefix []string) {
+		chain := append(append([]string(nil), prefix...), t.Name)
+		if len(t.Children) == 0 {
+			out = append(out, chain)
+			return
+		}
+		for _, c := range t.Children {
+			walk(s.Task(c), chain)
+		}
+	}
+	if r := s.Root(); r != nil {
+		walk(r, nil)
+	}
+	return out
+}
+
+// Paths lists every root-to-leaf path of "task/variant" hops, over all chains.
+func (s *Spec) Paths() [][]string {
+	var out [][]string
+	for _, chain := range s.Chains() {
+		paths := [][]string{nil}
+		for _, task := range chain {
+			var next [][]string
+			for _, p := range paths {
+				for _, v := range s.Task(task).Variants {
+					next = append(next, append(append([]string(nil), p...), task+"/"+v.Name))
+				}
+			}
+			paths = next
+		}
+		out = append(out, paths...)
+	}
+	return out
+}
+
+// PathAccuracyOf is the end-to-end accuracy of a root-to-leaf path: its path_accuracy entry if listed, else the
+// product of its variants' accuracies.
+func (s *Spec) PathAccuracyOf(path []string) float64 {
+	key := strings.Join(path, ",")
+	for _, pa := range s.PathAccuracy {
+		if strings.Join(pa.Path, ",") == key {
+			return pa.Accuracy
+		}
+	}
+	acc := 1.0
+	for _, hop := range path {
+		task, variant, _ := strings.Cut(hop, "/")
+		v := s.Variant(task, variant)
+		if v == nil {
+			return 0
+		}
+		acc *= v.Accuracy
+	}
+	return acc
+}
+
+// MostAccurate is the task's most accurate variant (ties: lower p50 at the smallest batch, then name).
+func (t *Task) MostAccurate() *Variant {
+	best := &t.Variants[0]
+	for i := 1; i < len(t.Variants); i++ {
+		v := &t.Variants[i]
+		switch {
+		case v.Accuracy > best.Accuracy:
+			best = v
+		case v.Accuracy == best.Accuracy:
+			if v.Profile[0].P50Ms < best.Profile[0].P50Ms ||
+				v.Profile[0].P50Ms == best.Profile[0].P50Ms && v.Name < best.Name {
+				best = v
+			}
+		}
+	}
+	return best
+}
+
+// Point returns the profile point of exactly this batch size.
+func (v *Variant) Point(batch int) (ProfilePoint, bool) {
+	for _, p := range v.Profile {
+		if p.Batch == batch {
+			return p, true
+		}
+	}
+	return ProfilePoint{}, false
+}
+
+// LatencyFor is the profile point a batch of n items runs at: the smallest profiled batch of at least n, or the
+// largest one when n exceeds them all.
+func (v *Variant) LatencyFor(n int) ProfilePoint {
+	for _, p := range v.Profile {
+		if p.Batch >= n {
+			return p
+		}
+	}
+	return v.Profile[len(v.Profile)-1]
+}
+
+// Throughput is the items per second one replica serves with full batches of the given size, from the p50 latency.
+func (v *Variant) Throughput(batch int) float64 {
+	p := v.LatencyFor(batch)
+	return float64(p.Batch) / (p.P50Ms / 1000)
+}

@@ -1,0 +1,92 @@
+// Package pipeline defines the pipeline specification: a rooted tree of tasks, the model variants of each task with
+// their profiles, the end-to-end SLO, and an optional static allocation. It is pure: no NATS, no I/O beyond reading
+// the spec file.
+package pipeline
+
+// Spec is a pipeline specification as written in a YAML file (see schemas/pipeline.schema.json).
+type Spec struct {
+	// Name identifies the pipeline in subjects and KV keys: [a-z0-9_-], at most 32 characters.
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+	// SLOMs is the end-to-end latency objective in milliseconds.
+	SLOMs float64 `json:"slo_ms"`
+	// CommLatencyMs is the communication latency of one hop, subtracted from the SLO per hop by the planner.
+	CommLatencyMs float64 `json:"comm_latency_ms,omitempty"`
+	// BatchSizes are the allowed maximum batch sizes; every profile lists exactly these. Default [1].
+	BatchSizes []int `json:"batch_sizes,omitempty"`
+	// Tasks form a rooted tree through Children; the root is the one task no other task lists as a child.
+	Tasks []Task `json:"tasks"`
+	// PathAccuracy optionally overrides the end-to-end accuracy of a root-to-leaf path of variants; a path not
+	// listed defaults to the product of its variants' accuracies.
+	PathAccuracy []PathAccuracy `json:"path_accuracy,omitempty"`
+	// Allocation is an optional static plan: which variants to host, with how many replicas and which max batch.
+	Allocation []Allocation `json:"allocation,omitempty"`
+}
+
+// Task is one node of the pipeline tree.
+type Task struct {
+	Name     string    `json:"name"`
+	Children []string  `json:"children,omitempty"`
+	Variants []Variant `json:"variants"`
+}
+
+// Variant is one model that can perform a task.
+type Variant struct {
+	Name string `json:"name"`
+	// Accuracy is the variant's profiled single-model accuracy, in [0, 1].
+	Accuracy float64  `json:"accuracy"`
+	Executor Executor `json:"executor"`
+	// Fanout is the multiplicative factor: sub-requests emitted per input, and their split across child tasks.
+	// Required for tasks with children, absent for leaf tasks.
+	Fanout *Fanout `json:"fanout,omitempty"`
+	// Profile has one point per allowed batch size, in increasing batch order.
+	Profile []ProfilePoint `json:"profile"`
+}
+
+// Executor says how a variant computes.
+type Executor struct {
+	// Kind is "emulated" (sleep for the profiled latency, emit the profiled fan-out).
+	Kind string `json:"kind"`
+}
+
+// ExecutorEmulated is the only executor kind for now.
+const ExecutorEmulated = "emulated"
+
+// Fanout describes the sub-requests a variant emits for its child tasks.
+type Fanout struct {
+	// Mean is the mean number of sub-requests emitted per input item, over all child tasks.
+	Mean float64 `json:"mean"`
+	// Shares is the share of those sub-requests going to each child task; the shares sum to 1. It may be omitted
+	// when the task has exactly one child.
+	Shares map[string]float64 `json:"shares,omitempty"`
+	// Distribution of the per-item count: "poisson" (default) or "fixed" (round(mean) every time).
+	Distribution string `json:"distribution,omitempty"`
+}
+
+// Fan-out distributions.
+const (
+	FanoutPoisson = "poisson"
+	FanoutFixed   = "fixed"
+)
+
+// ProfilePoint is the measured latency of one batch of a given size.
+type ProfilePoint struct {
+	Batch int     `json:"batch"`
+	P50Ms float64 `json:"p50_ms"`
+	P95Ms float64 `json:"p95_ms"`
+	P99Ms float64 `json:"p99_ms,omitempty"`
+}
+
+// PathAccuracy is the end-to-end accuracy of one root-to-leaf path, written as "task/variant" hops from the root.
+type PathAccuracy struct {
+	Path     []string `json:"path"`
+	Accuracy float64  `json:"accuracy"`
+}
+
+// Allocation hosts Replicas workers of one variant with a maximum batch size.
+type Allocation struct {
+	Task     string `json:"task"`
+	Variant  string `json:"variant"`
+	Replicas int    `json:"replicas"`
+	MaxBatch int    `json:"max_batch"`
+}

@@ -1,0 +1,228 @@
+// Package plan holds the allocation plan the planner publishes and the workers and frontends follow: which variants
+// are hosted, with how many replicas and which maximum batch size, each task's latency budget, the routing tables,
+// and which worker runs which variant. Pure: no NATS.
+package plan
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
+
+// Modes of a plan.
+const (
+	ModeStatic = "static" // taken from the spec's allocation section
+)
+
+// Plan is the value of wire.PlanKey(pipeline) in the KV bucket (JSON).
+type Plan struct {
+	Pipeline string `json:"pipeline"`
+	// Epoch increases with every plan the planner publishes for the pipeline.
+	Epoch    uint64        `json:"epoch"`
+	Mode     string        `json:"mode"`
+	Variants []VariantPlan `json:"variants"`
+	Routing  Routing       `json:"routing"`
+}
+
+// VariantPlan is one hosted variant.
+type VariantPlan struct {
+	Task     string `json:"task"`
+	Variant  string `json:"variant"`
+	Replicas int    `json:"replicas"`
+	MaxBatch int    `json:"max_batch"`
+	// BudgetMs is the task's latency budget on this variant: its profiled p50 latency at MaxBatch.
+	BudgetMs float64 `json:"budget_ms"`
+	// CapacityQPS is the items per second its replicas serve at MaxBatch.
+	CapacityQPS float64 `json:"capacity_qps"`
+}
+
+// Routing says where sub-requests go: Root for the frontend, Downstream per hosted upstream variant
+// ("task/variant") and child task.
+type Routing struct {
+	Root       []Route                       `json:"root"`
+	Downstream map[string]map[string][]Route `json:"downstream"`
+}
+
+// Route sends a share Prob of a task's traffic to one of its variants.
+type Route struct {
+	Variant string  `json:"variant"`
+	Prob    float64 `json:"prob"`
+}
+
+// Pick returns the variant whose cumulative probability first exceeds u in [0, 1); "" when routes is empty.
+func Pick(routes []Route, u float64) string {
+	acc := 0.0
+	for _, r := range routes {
+		acc += r.Prob
+		if u < acc {
+			return r.Variant
+		}
+	}
+	if len(routes) == 0 {
+		return ""
+	}
+	return routes[len(routes)-1].Variant
+}
+
+// Servers is the number of workers the plan keeps busy.
+func (p *Plan) Servers() int {
+	n := 0
+	for _, v := range p.Variants {
+		n += v.Replicas
+	}
+	return n
+}
+
+// Find returns the plan of one variant, or nil when it is not hosted.
+func (p *Plan) Find(task, variant string) *VariantPlan {
+	for i := range p.Variants {
+		if p.Variants[i].Task == task && p.Variants[i].Variant == variant {
+			return &p.Variants[i]
+		}
+	}
+	return nil
+}
+
+// Hosted returns the hosted variants of one task, most accurate first.
+func (p *Plan) Hosted(spec *pipeline.Spec, task string) []VariantPlan {
+	var out []VariantPlan
+	for _, v := range p.Variants {
+		if v.Task == task {
+			out = append(out, v)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		return spec.Variant(task, out[i].Variant).Accuracy > spec.Variant(task, out[j].Variant).Accuracy
+	})
+	return out
+}
+
+// NewVariantPlan fills in the budget and capacity of hosting replicas of v at maxBatch.
+func NewVariantPlan(task string, v *pipeline.Variant, replicas, maxBatch int) VariantPlan {
+	return VariantPlan{
+		Task: task, Variant: v.Name, Replicas: replicas, MaxBatch: maxBatch,
+		BudgetMs:    v.LatencyFor(maxBatch).P50Ms,
+		CapacityQPS: float64(replicas) * v.Throughput(maxBatch),
+	}
+}
+
+// Static builds the plan of the spec's allocation section. Without one, each task gets one replica of its most
+// accurate variant at the largest batch size whose latencies along every chain fit half the SLO (batch 1 if none).
+func Static(spec *pipeline.Spec) (*Plan, error) {
+	p := &Plan{Pipeline: spec.Name, Mode: ModeStatic}
+	if len(spec.Allocation) > 0 {
+		for _, a := range spec.Allocation {
+			v := spec.Variant(a.Task, a.Variant)
+			if v == nil {
+				return nil, fmt.Errorf("allocation names %s/%s, which the pipeline does not have", a.Task, a.Variant)
+			}
+			p.Variants = append(p.Variants, NewVariantPlan(a.Task, v, a.Replicas, a.MaxBatch))
+		}
+	} else {
+		batch := largestBatchWithinHalfSLO(spec)
+		for _, t := range spec.Tasks {
+			p.Variants = append(p.Variants, NewVariantPlan(t.Name, t.MostAccurate(), 1, batch))
+		}
+	}
+	for _, t := range spec.Tasks {
+		if len(p.Hosted(spec, t.Name)) == 0 {
+			return nil, fmt.Errorf("allocation hosts no variant of task %s", t.Name)
+		}
+	}
+	return p, nil
+}
+
+// largestBatchWithinHalfSLO is the largest allowed batch size at which every chain of most accurate variants takes
+// at most half the SLO (the other half is left for queueing, as Loki does).
+func largestBatchWithinHalfSLO(spec *pipeline.Spec) int {
+	best := spec.BatchSizes[0]
+	for _, b := range spec.BatchSizes {
+		fits := true
+		for _, chain := range spec.Chains() {
+			total := 0.0
+			for _, task := range chain {
+				total += spec.Task(task).MostAccurate().LatencyFor(b).P50Ms + spec.CommLatencyMs
+			}
+			if total > spec.SLOMs/2 {
+				fits = false
+			}
+		}
+		if fits {
+			best = b
+		}
+	}
+	return best
+}
+
+// Assignment is the value of wire.AssignKey(worker): the variant a worker runs. A worker with no assignment key, or
+// an assignment with an empty Variant, is idle.
+type Assignment struct {
+	Worker   string  `json:"worker"`
+	Pipeline string  `json:"pipeline"`
+	Task     string  `json:"task"`
+	Variant  string  `json:"variant"`
+	MaxBatch int     `json:"max_batch"`
+	BudgetMs float64 `json:"budget_ms"`
+	Epoch    uint64  `json:"epoch"`
+}
+
+// Idle reports whether the assignment leaves the worker without work.
+func (a Assignment) Idle() bool { return a.Variant == "" }
+
+// Hop is the assignment's "task/variant".
+func (a Assignment) Hop() string { return wire.Hop(a.Task, a.Variant) }
+
+// Assign gives the replicas of the plans to workers, changing as few assignments as possible: a worker keeps its
+// variant while its plan still hosts enough replicas of it; the replicas left are filled, in plan order, from idle
+// or surplus workers in name order. It returns the assignment of every worker (idle ones included) and how many
+// replicas it could not place for lack of workers.
+func Assign(plans []*Plan, workers []string, prev map[string]Assignment) (next map[string]Assignment, unplaced int) {
+	workers = append([]string(nil), workers...)
+	sort.Strings(workers)
+	type key struct{ pipeline, hop string }
+	want := map[key]int{} // replicas still to place
+	byKey := map[key]*Plan{}
+	for _, p := range plans {
+		for _, v := range p.Variants {
+			k := key{p.Pipeline, wire.Hop(v.Task, v.Variant)}
+			want[k] += v.Replicas
+			byKey[k] = p
+		}
+	}
+	next = make(map[string]Assignment, len(workers))
+	var free []string
+	for _, w := range workers {
+		old, ok := prev[w]
+		k := key{old.Pipeline, old.Hop()}
+		if ok && !old.Idle() && want[k] > 0 {
+			want[k]--
+			p := byKey[k]
+			next[w] = assignmentFor(p, w, p.Find(old.Task, old.Variant))
+			continue
+		}
+		free = append(free, w)
+	}
+	for _, p := range plans {
+		for _, v := range p.Variants {
+			k := key{p.Pipeline, wire.Hop(v.Task, v.Variant)}
+			for want[k] > 0 && len(free) > 0 {
+				next[free[0]] = assignmentFor(p, free[0], p.Find(v.Task, v.Variant))
+				free = free[1:]
+				want[k]--
+			}
+			unplaced += want[k]
+			want[k] = 0
+		}
+	}
+	for _, w := range free {
+		next[w] = Assignment{Worker: w}
+	}
+	return next, unplaced
+}
+
+func assignmentFor(p *Plan, worker string, v *VariantPlan) Assignment {
+	return Assignment{Worker: worker, Pipeline: p.Pipeline, Task: v.Task, Variant: v.Variant,
+		MaxBatch: v.MaxBatch, BudgetMs: v.BudgetMs, Epoch: p.Epoch}
+}

@@ -1,0 +1,59 @@
+package wire
+
+// Payloads are msgpack (github.com/vmihailenco/msgpack/v5). Tensors carry their data as raw little-endian bytes.
+
+// Tensor is one named input or output. Data holds the elements in row-major order, little-endian; for BYTES, each
+// element is a 4-byte little-endian length followed by that many bytes (as in the KServe v2 binary extension).
+type Tensor struct {
+	Name     string  `msgpack:"name" json:"name"`
+	Datatype string  `msgpack:"datatype" json:"datatype"`
+	Shape    []int64 `msgpack:"shape" json:"shape"`
+	Data     []byte  `msgpack:"data" json:"-"`
+}
+
+// InferRequest is what a client sends to InferSubject (msgpack, or JSON in the KServe v2 shape).
+type InferRequest struct {
+	ID     string   `msgpack:"id,omitempty" json:"id,omitempty"`
+	Inputs []Tensor `msgpack:"inputs" json:"inputs"`
+}
+
+// InferReply is the frontend's one reply to a request.
+type InferReply struct {
+	ID        string       `msgpack:"id,omitempty" json:"id,omitempty"` // the client's id, echoed
+	RequestID string       `msgpack:"request_id" json:"request_id"`
+	Pipeline  string       `msgpack:"pipeline" json:"pipeline"`
+	Status    string       `msgpack:"status" json:"status"`
+	Error     string       `msgpack:"error,omitempty" json:"error,omitempty"`
+	LatencyMs float64      `msgpack:"latency_ms" json:"latency_ms"`
+	Results   []ItemResult `msgpack:"results" json:"results"`
+}
+
+// TaskMessage is the payload on a variant subject: items of one parent item going to one variant.
+type TaskMessage struct {
+	Items []Item `msgpack:"items"`
+}
+
+// Item is one unit of work. Weight is 1/Den of its request: the root has Den 1 and a parent of Den d that emits k
+// sub-requests gives each Den d*k, so the frontend knows a request is complete when the weights of its reported
+// leaves sum to 1, whatever order they arrive in.
+type Item struct {
+	ID     string   `msgpack:"id"`
+	Den    uint64   `msgpack:"den"`
+	Inputs []Tensor `msgpack:"inputs"`
+}
+
+// ResultMessage is what a worker sends to a frontend's ResultSubject: leaves that finished, were dropped or failed.
+type ResultMessage struct {
+	RequestID string       `msgpack:"request_id"`
+	Items     []ItemResult `msgpack:"items"`
+}
+
+// ItemResult is one leaf of a request's tree of items.
+type ItemResult struct {
+	ID      string   `msgpack:"id" json:"id"`
+	Den     uint64   `msgpack:"den" json:"-"`
+	Path    []string `msgpack:"path" json:"path"` // "task/variant" hops this item went through
+	Status  string   `msgpack:"status" json:"status"`
+	Reason  string   `msgpack:"reason,omitempty" json:"reason,omitempty"`
+	Outputs []Tensor `msgpack:"outputs,omitempty" json:"outputs,omitempty"`
+}

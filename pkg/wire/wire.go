@@ -1,0 +1,154 @@
+// Package wire names everything that crosses the data plane: subjects, stream and consumer names, headers, KV keys
+// and payloads. schemas/README.md documents the same names; keep the two in step. The package is pure (no NATS).
+package wire
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Subjects and streams.
+const (
+	// InferPrefix + pipeline is where clients send requests (NATS request-reply); frontends share QueueFrontend.
+	InferPrefix   = "sleipnir.infer."
+	QueueFrontend = "sleipnir-frontend"
+	// TaskPrefix + pipeline.task.variant is a variant's work subject, stored in the pipeline's TaskStream.
+	TaskPrefix = "sleipnir.task."
+	// ResultPrefix + frontend id is where workers send finished and dropped items (core NATS).
+	ResultPrefix = "sleipnir.result."
+	// Bucket is the JetStream KV bucket holding specs, plans, assignments and worker registrations.
+	Bucket = "sleipnir"
+)
+
+// InferSubject is the request subject of a pipeline.
+func InferSubject(pipeline string) string { return InferPrefix + pipeline }
+
+// TaskSubject is the work subject of one model variant.
+func TaskSubject(pipeline, task, variant string) string {
+	return TaskPrefix + pipeline + "." + task + "." + variant
+}
+
+// TaskSubjects is the wildcard covering every variant subject of a pipeline.
+func TaskSubjects(pipeline string) string { return TaskPrefix + pipeline + ".>" }
+
+// TaskStream is the JetStream stream (work-queue retention) holding a pipeline's variant subjects.
+func TaskStream(pipeline string) string { return "SLEIPNIR_" + pipeline }
+
+// Consumer is the durable pull consumer shared by all replicas of a variant.
+func Consumer(task, variant string) string { return task + "_" + variant }
+
+// ResultSubject is where items of requests accepted by one frontend are reported.
+func ResultSubject(frontendID string) string { return ResultPrefix + frontendID }
+
+// KV keys in Bucket.
+func SpecKey(pipeline string) string { return "spec." + pipeline }
+func PlanKey(pipeline string) string { return "plan." + pipeline }
+func AssignKey(worker string) string { return "assign." + worker }
+func WorkerKey(worker string) string { return "worker." + worker }
+
+// KV key prefixes, for watches.
+const (
+	WorkerKeys = "worker.*"
+)
+
+// Headers. Clients set HeaderDeadline or HeaderTimeout (optional) and HeaderContentType; the frontend sets the others
+// on every task message.
+const (
+	HeaderRequestID   = "Sleipnir-Request-Id"
+	HeaderDeadline    = "Sleipnir-Deadline" // absolute, decimal Unix nanoseconds
+	HeaderTimeout     = "Sleipnir-Timeout"  // relative, Go duration ("250ms"); clients only
+	HeaderPath        = "Sleipnir-Path"     // hops so far: "task/variant,task/variant"
+	HeaderReplyTo     = "Sleipnir-Reply-To" // result subject of the frontend that owns the request
+	HeaderContentType = "Content-Type"
+	HeaderError       = "Sleipnir-Error" // set on error replies, with the reply's error text
+	HeaderMsgID       = "Nats-Msg-Id"    // JetStream de-duplication
+	HeaderTraceParent = "traceparent"
+)
+
+// Content types of client requests and replies.
+const (
+	ContentJSON    = "application/json"
+	ContentMsgpack = "application/msgpack"
+)
+
+// Reply statuses.
+const (
+	StatusOK      = "ok"      // every item finished in time
+	StatusPartial = "partial" // some items finished, others were dropped or failed
+	StatusDropped = "dropped" // every item was dropped
+	StatusLate    = "late"    // the deadline passed first; the reply holds what had finished
+	StatusError   = "error"   // the request was refused or every item failed
+)
+
+// Item statuses, in ItemResult.Status.
+const (
+	ItemOK      = "ok"
+	ItemDropped = "dropped"
+	ItemError   = "error"
+)
+
+// Drop reasons.
+const (
+	DropDeadline = "deadline" // the deadline had passed before the item was executed
+	DropUnrouted = "unrouted" // the plan hosts no variant of the item's task
+)
+
+// FormatDeadline encodes an absolute deadline for HeaderDeadline.
+func FormatDeadline(t time.Time) string { return strconv.FormatInt(t.UnixNano(), 10) }
+
+// ParseDeadline decodes HeaderDeadline.
+func ParseDeadline(s string) (time.Time, error) {
+	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	if err != nil || n <= 0 {
+		return time.Time{}, fmt.Errorf("%s %q: want decimal Unix nanoseconds", HeaderDeadline, s)
+	}
+	return time.Unix(0, n), nil
+}
+
+// Hop names one variant on a path: "task/variant".
+func Hop(task, variant string) string { return task + "/" + variant }
+
+// AppendHop extends a HeaderPath value by one hop.
+func AppendHop(path, task, variant string) string {
+	if path == "" {
+		return Hop(task, variant)
+	}
+	return path + "," + Hop(task, variant)
+}
+
+// SplitPath decodes a HeaderPath value.
+func SplitPath(path string) []string {
+	if path == "" {
+		return nil
+	}
+	return strings.Split(path, ",")
+}
+
+// TaskMsgID is the JetStream de-duplication id of the message carrying parent's sub-requests to one variant, so that
+// a parent executed twice (after a redelivery) does not enqueue its sub-requests twice. The frontend's root message
+// uses parent "".
+func TaskMsgID(requestID, parent, task, variant string) string {
+	return requestID + "/" + parent + ">" + task + "/" + variant
+}
+
+// RootItemID is the id of the single item a request starts with; a child of item P is P.i.
+const RootItemID = "0"
+
+// ChildItemID names the i-th sub-request of parent.
+func ChildItemID(parent string, i int) string { return parent + "." + strconv.Itoa(i) }
+
+// ValidName reports whether s may be used as a pipeline, task, variant or worker name: it becomes a subject token
+// and part of stream, consumer and KV key names.
+func ValidName(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,236 @@
+// Package planner is the planner service: it publishes each pipeline's spec and plan to the KV bucket, creates the
+// streams and consumers the plan needs, and assigns the live workers to the plan's variant replicas, changing as few
+// assignments as possible when workers come and go.
+package planner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/bus"
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/routing"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
+
+// Config is the planner's configuration.
+type Config struct {
+	// Pipelines to serve.
+	Pipelines []*pipeline.Spec
+	// Storage of the task streams and the KV bucket.
+	Storage jetstream.StorageType
+	// WorkerTimeout is how long a worker may go without refreshing its registration before it is treated as gone.
+	WorkerTimeout time.Duration
+	// AckWait of the variant consumers.
+	AckWait time.Duration
+	Logger  *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.WorkerTimeout == 0 {
+		c.WorkerTimeout = 5 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	c.Logger = c.Logger.With("service", "planner")
+}
+
+// Planner keeps the plans in the KV bucket and the workers assigned.
+type Planner struct {
+	cfg Config
+	js  jetstream.JetStream
+	kv  jetstream.KeyValue
+	log *slog.Logger
+
+	mu      sync.Mutex
+	plans   []*plan.Plan
+	seen    map[string]time.Time // worker -> last registration refresh
+	assign  map[string]plan.Assignment
+	changed chan struct{}
+}
+
+// New prepares a planner on a connection; Run serves.
+func New(nc *nats.Conn, cfg Config) (*Planner, error) {
+	cfg.setDefaults()
+	if len(cfg.Pipelines) == 0 {
+		return nil, errors.New("planner: no pipeline to serve")
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	return &Planner{cfg: cfg, js: js, log: cfg.Logger, seen: map[string]time.Time{},
+		assign: map[string]plan.Assignment{}, changed: make(chan struct{}, 1)}, nil
+}
+
+// Run publishes the plans and assigns workers until ctx is done.
+func (p *Planner) Run(ctx context.Context) error {
+	kv, err := bus.OpenBucket(ctx, p.js, p.cfg.Storage)
+	if err != nil {
+		return fmt.Errorf("planner: open KV bucket: %w", err)
+	}
+	p.kv = kv
+	for _, spec := range p.cfg.Pipelines {
+		pl, err := p.publish(ctx, spec)
+		if err != nil {
+			return err
+		}
+		p.plans = append(p.plans, pl)
+	}
+	if err := p.loadAssignments(ctx); err != nil {
+		return err
+	}
+	go bus.WatchKV(ctx, kv, wire.WorkerKeys, p.onWorker, nil)
+
+	tick := time.NewTicker(p.cfg.WorkerTimeout / 5)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-p.changed:
+		case <-tick.C:
+		}
+		if err := p.reassign(ctx); err != nil && ctx.Err() == nil {
+			p.log.Warn("assigning workers failed; will retry", "err", err)
+		}
+	}
+}
+
+// publish writes a pipeline's spec and static plan, after the stream and consumers the plan needs.
+func (p *Planner) publish(ctx context.Context, spec *pipeline.Spec) (*plan.Plan, error) {
+	pl, err := plan.Static(spec)
+	if err != nil {
+		return nil, fmt.Errorf("pipeline %s: %w", spec.Name, err)
+	}
+	pl.Routing = routing.CapacityProportional(spec, pl)
+	if _, err := bus.EnsureTaskStream(ctx, p.js, spec.Name, p.cfg.Storage); err != nil {
+		return nil, fmt.Errorf("pipeline %s: task stream: %w", spec.Name, err)
+	}
+	for _, v := range pl.Variants {
+		if _, err := bus.EnsureVariantConsumer(ctx, p.js, spec.Name, v.Task, v.Variant, p.cfg.AckWait); err != nil {
+			return nil, fmt.Errorf("pipeline %s: consumer of %s/%s: %w", spec.Name, v.Task, v.Variant, err)
+		}
+	}
+	specJSON, err := json.Marshal(spec)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := p.kv.Put(ctx, wire.SpecKey(spec.Name), specJSON); err != nil {
+		return nil, fmt.Errorf("pipeline %s: publish spec: %w", spec.Name, err)
+	}
+	// The epoch continues from the plan already in the bucket, so workers can tell a new plan from an old one
+	// across planner restarts.
+	if e, err := p.kv.Get(ctx, wire.PlanKey(spec.Name)); err == nil {
+		var old plan.Plan
+		if json.Unmarshal(e.Value(), &old) == nil {
+			pl.Epoch = old.Epoch
+		}
+	}
+	pl.Epoch++
+	planJSON, err := json.Marshal(pl)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := p.kv.Put(ctx, wire.PlanKey(spec.Name), planJSON); err != nil {
+		return nil, fmt.Errorf("pipeline %s: publish plan: %w", spec.Name, err)
+	}
+	p.log.Info("plan published", "pipeline", spec.Name, "epoch", pl.Epoch, "mode", pl.Mode, "servers", pl.Servers())
+	return pl, nil
+}
+
+// loadAssignments reads the assignments already in the bucket, so a restarted planner moves no worker needlessly.
+func (p *Planner) loadAssignments(ctx context.Context) error {
+	lister, err := p.kv.ListKeysFiltered(ctx, "assign.*")
+	if err != nil {
+		return err
+	}
+	for key := range lister.Keys() {
+		e, err := p.kv.Get(ctx, key)
+		if err != nil {
+			continue
+		}
+		var a plan.Assignment
+		if json.Unmarshal(e.Value(), &a) == nil {
+			p.assign[strings.TrimPrefix(key, "assign.")] = a
+		}
+	}
+	return nil
+}
+
+func (p *Planner) onWorker(e jetstream.KeyValueEntry) {
+	id := strings.TrimPrefix(e.Key(), "worker.")
+	p.mu.Lock()
+	_, known := p.seen[id]
+	if e.Operation() == jetstream.KeyValuePut {
+		p.seen[id] = e.Created()
+	} else {
+		delete(p.seen, id)
+	}
+	p.mu.Unlock()
+	if known != (e.Operation() == jetstream.KeyValuePut) {
+		select {
+		case p.changed <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// reassign recomputes the assignments for the live workers and writes the ones that changed.
+func (p *Planner) reassign(ctx context.Context) error {
+	now := time.Now()
+	p.mu.Lock()
+	var live []string
+	for id, t := range p.seen {
+		if now.Sub(t) <= p.cfg.WorkerTimeout {
+			live = append(live, id)
+		}
+	}
+	sort.Strings(live)
+	prev := p.assign
+	p.mu.Unlock()
+
+	next, unplaced := plan.Assign(p.plans, live, prev)
+	for id, a := range next {
+		if old, ok := prev[id]; ok && old == a {
+			continue
+		}
+		data, _ := json.Marshal(a)
+		if _, err := p.kv.Put(ctx, wire.AssignKey(id), data); err != nil {
+			return err
+		}
+		if a.Idle() {
+			p.log.Info("worker idle", "worker", id)
+		} else {
+			p.log.Info("worker assigned", "worker", id, "pipeline", a.Pipeline, "variant", a.Hop(), "max_batch", a.MaxBatch)
+		}
+	}
+	for id := range prev {
+		if _, ok := next[id]; !ok {
+			// Gone: remove its assignment so a returning worker starts idle until assigned again.
+			if err := p.kv.Delete(ctx, wire.AssignKey(id)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+				return err
+			}
+			p.log.Info("worker gone", "worker", id, "was", prev[id].Hop())
+		}
+	}
+	p.mu.Lock()
+	p.assign = next
+	p.mu.Unlock()
+	if unplaced > 0 {
+		p.log.Warn("not enough workers for the plan", "replicas_unplaced", unplaced, "workers", len(live))
+	}
+	return nil
+}

@@ -1,0 +1,295 @@
+// Command sleipnir runs any Sleipnir service, or all of them in one process (up).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/bus"
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/telemetry"
+	"github.com/sleipnir-serving/sleipnir/services/frontend"
+	"github.com/sleipnir-serving/sleipnir/services/planner"
+	"github.com/sleipnir-serving/sleipnir/services/up"
+	"github.com/sleipnir-serving/sleipnir/services/worker"
+)
+
+const usage = `usage: sleipnir <command> [flags]
+
+commands:
+  up        the whole system in one process: embedded NATS + JetStream, planner, frontend, workers
+  frontend  accept requests on NATS (sleipnir.infer.<pipeline>) and HTTP (KServe v2)
+  worker    serve the model variant the planner assigns
+  planner   publish pipelines and plans, assign workers
+  version   print the version
+
+Run 'sleipnir <command> -h' for the flags of a command.
+`
+
+var version = "dev"
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	cmd, args := os.Args[1], os.Args[2:]
+	var err error
+	switch cmd {
+	case "up":
+		err = runUp(args)
+	case "frontend":
+		err = runFrontend(args)
+	case "worker":
+		err = runWorker(args)
+	case "planner":
+		err = runPlanner(args)
+	case "version":
+		fmt.Println("sleipnir", version)
+	case "-h", "--help", "help":
+		fmt.Print(usage)
+	default:
+		fmt.Fprintf(os.Stderr, "sleipnir: unknown command %q\n\n%s", cmd, usage)
+		os.Exit(2)
+	}
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintln(os.Stderr, "sleipnir "+cmd+":", err)
+		os.Exit(1)
+	}
+}
+
+// common holds the flags every service has.
+type common struct {
+	natsURL  string
+	logLevel string
+	logJSON  bool
+}
+
+func (c *common) register(fs *flag.FlagSet, natsHelp string) {
+	fs.StringVar(&c.natsURL, "nats", envOr("SLEIPNIR_NATS", ""), natsHelp+" (env SLEIPNIR_NATS)")
+	fs.StringVar(&c.logLevel, "log-level", envOr("SLEIPNIR_LOG_LEVEL", "info"), "debug, info, warn or error (env SLEIPNIR_LOG_LEVEL)")
+	fs.BoolVar(&c.logJSON, "log-json", false, "log as JSON lines")
+}
+
+// start sets up logging, tracing and signal handling, once, for whichever service runs.
+func (c *common) start(service string) (context.Context, *slog.Logger, func(), error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
+		return nil, nil, nil, fmt.Errorf("--log-level %q: %w", c.logLevel, err)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler = slog.NewTextHandler(os.Stderr, opts)
+	if c.logJSON {
+		h = slog.NewJSONHandler(os.Stderr, opts)
+	}
+	log := slog.New(h)
+	slog.SetDefault(log)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	shutdown, err := telemetry.Setup(ctx, "sleipnir-"+service)
+	if err != nil {
+		stop()
+		return nil, nil, nil, err
+	}
+	return ctx, log, func() { _ = shutdown(context.Background()); stop() }, nil
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+// pipelineFiles is a repeatable --pipeline flag.
+type pipelineFiles []string
+
+func (p *pipelineFiles) String() string     { return strings.Join(*p, ",") }
+func (p *pipelineFiles) Set(v string) error { *p = append(*p, v); return nil }
+
+func loadPipelines(files []string) ([]*pipeline.Spec, error) {
+	var specs []*pipeline.Spec
+	seen := map[string]string{}
+	for _, f := range files {
+		s, err := pipeline.Load(f)
+		if err != nil {
+			return nil, err
+		}
+		if other, dup := seen[s.Name]; dup {
+			return nil, fmt.Errorf("%s and %s both define pipeline %q", other, f, s.Name)
+		}
+		seen[s.Name] = f
+		specs = append(specs, s)
+	}
+	return specs, nil
+}
+
+func storageFlag(fs *flag.FlagSet) *string {
+	return fs.String("storage", "file", "JetStream storage of task streams and the KV bucket: file or memory")
+}
+
+func parseStorage(s string) (jetstream.StorageType, error) {
+	switch s {
+	case "file":
+		return jetstream.FileStorage, nil
+	case "memory":
+		return jetstream.MemoryStorage, nil
+	}
+	return 0, fmt.Errorf("--storage %q: want file or memory", s)
+}
+
+func runUp(args []string) error {
+	fs := flag.NewFlagSet("up", flag.ContinueOnError)
+	var c common
+	c.register(fs, "an external NATS server URL; empty starts an embedded server")
+	var files pipelineFiles
+	fs.Var(&files, "pipeline", "pipeline spec YAML file, repeatable (default examples/traffic.yaml)")
+	workers := fs.Int("workers", 20, "number of workers")
+	port := fs.Int("nats-port", 4222, "client port of the embedded NATS server (0: in-process only)")
+	host := fs.String("nats-host", "127.0.0.1", "address the embedded NATS server listens on")
+	dataDir := fs.String("data-dir", envOr("SLEIPNIR_DATA_DIR", "data"), "directory of the embedded server's JetStream files (env SLEIPNIR_DATA_DIR)")
+	httpAddr := fs.String("http", "127.0.0.1:8080", "KServe v2 HTTP address of the frontend (empty disables it)")
+	maxReq := fs.Int("max-request-bytes", frontend.DefaultMaxRequestBytes, "largest request payload accepted")
+	storage := storageFlag(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if len(files) == 0 {
+		files = pipelineFiles{"examples/traffic.yaml"}
+	}
+	st, err := parseStorage(*storage)
+	if err != nil {
+		return err
+	}
+	specs, err := loadPipelines(files)
+	if err != nil {
+		return err
+	}
+	if *workers < 1 {
+		return fmt.Errorf("--workers %d: want at least 1", *workers)
+	}
+	ctx, log, stop, err := c.start("up")
+	if err != nil {
+		return err
+	}
+	defer stop()
+	// The server's payload limit leaves room for headers above the largest request.
+	maxPayload := int32(*maxReq + 64<<10)
+	return up.Run(ctx, up.Config{NATSURL: c.natsURL, DataDir: *dataDir, NATSHost: *host, NATSPort: *port,
+		MaxPayload: maxPayload, Pipelines: specs, Workers: *workers, HTTPAddr: *httpAddr, MaxRequestBytes: *maxReq,
+		Storage: st, Logger: log,
+		Started: func(url string) {
+			names := make([]string, len(specs))
+			for i, s := range specs {
+				names[i] = s.Name
+			}
+			log.Info("sleipnir is up", "nats", url, "http", *httpAddr, "pipelines", strings.Join(names, ","),
+				"workers", *workers, "requests", "sleipnir.infer.<pipeline>")
+		}})
+}
+
+func runFrontend(args []string) error {
+	fs := flag.NewFlagSet("frontend", flag.ContinueOnError)
+	var c common
+	c.register(fs, "NATS server URL")
+	id := fs.String("id", "", "frontend id (default hostname-pid)")
+	httpAddr := fs.String("http", ":8080", "KServe v2 HTTP address (empty disables it)")
+	maxReq := fs.Int("max-request-bytes", frontend.DefaultMaxRequestBytes, "largest request payload accepted")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	ctx, log, stop, err := c.start("frontend")
+	if err != nil {
+		return err
+	}
+	defer stop()
+	nc, err := bus.Connect(orDefaultURL(c.natsURL), "sleipnir-frontend")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	f, err := frontend.New(nc, frontend.Config{ID: *id, HTTPAddr: *httpAddr, MaxRequestBytes: *maxReq, Logger: log})
+	if err != nil {
+		return err
+	}
+	return f.Run(ctx)
+}
+
+func runWorker(args []string) error {
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	var c common
+	c.register(fs, "NATS server URL")
+	id := fs.String("id", "", "worker id (default hostname-pid)")
+	ackWait := fs.Duration("ack-wait", 0, "how long a fetched message may stay unacknowledged (default 30s)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	ctx, log, stop, err := c.start("worker")
+	if err != nil {
+		return err
+	}
+	defer stop()
+	nc, err := bus.Connect(orDefaultURL(c.natsURL), "sleipnir-worker")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	w, err := worker.New(nc, worker.Config{ID: *id, AckWait: *ackWait, Logger: log})
+	if err != nil {
+		return err
+	}
+	return w.Run(ctx)
+}
+
+func runPlanner(args []string) error {
+	fs := flag.NewFlagSet("planner", flag.ContinueOnError)
+	var c common
+	c.register(fs, "NATS server URL")
+	var files pipelineFiles
+	fs.Var(&files, "pipeline", "pipeline spec YAML file, repeatable (required)")
+	storage := storageFlag(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if len(files) == 0 {
+		return errors.New("--pipeline is required")
+	}
+	st, err := parseStorage(*storage)
+	if err != nil {
+		return err
+	}
+	specs, err := loadPipelines(files)
+	if err != nil {
+		return err
+	}
+	ctx, log, stop, err := c.start("planner")
+	if err != nil {
+		return err
+	}
+	defer stop()
+	nc, err := bus.Connect(orDefaultURL(c.natsURL), "sleipnir-planner")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	p, err := planner.New(nc, planner.Config{Pipelines: specs, Storage: st, Logger: log})
+	if err != nil {
+		return err
+	}
+	return p.Run(ctx)
+}
+
+func orDefaultURL(u string) string {
+	if u == "" {
+		return "nats://127.0.0.1:4222"
+	}
+	return u
+}

@@ -1,0 +1,175 @@
+package up
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
+
+// TestBadInputOverNATS sends every kind of bad request: each gets exactly one clear error reply, and a good request
+// afterwards is still served.
+func TestBadInputOverNATS(t *testing.T) {
+	sys, spec := startSystemWith(t, "../../examples/ocr-chain.yaml", Config{Workers: 20, MaxRequestBytes: 64 << 10})
+	c := newClient(t, sys)
+	good := inputRequest(t)
+	badTensor, _ := msgpack.Marshal(&wire.InferRequest{Inputs: []wire.Tensor{{Name: "x", Datatype: "FP32", Shape: []int64{2, 2}, Data: []byte{1, 2, 3}}}})
+	noInputs, _ := msgpack.Marshal(&wire.InferRequest{})
+	hdr := func(kv ...string) nats.Header {
+		h := nats.Header{}
+		for i := 0; i < len(kv); i += 2 {
+			h.Set(kv[i], kv[i+1])
+		}
+		return h
+	}
+	past := wire.FormatDeadline(time.Now().Add(-time.Second))
+	tests := []struct {
+		name     string
+		pipeline string
+		data     []byte
+		hdr      nats.Header
+		want     string
+	}{
+		{"garbage msgpack", spec.Name, []byte{0xc1, 0xff, 0x00}, nil, "not a msgpack InferRequest"},
+		{"invalid JSON", spec.Name, []byte(`{"inputs": [`), hdr(wire.HeaderContentType, wire.ContentJSON), "not valid JSON"},
+		{"unknown pipeline", "nope", good, nil, `unknown pipeline "nope"`},
+		{"past deadline", spec.Name, good, hdr(wire.HeaderDeadline, past), "has already passed"},
+		{"malformed deadline", spec.Name, good, hdr(wire.HeaderDeadline, "soon"), "want decimal Unix nanoseconds"},
+		{"malformed timeout", spec.Name, good, hdr(wire.HeaderTimeout, "fast"), "want a duration"},
+		{"negative timeout", spec.Name, good, hdr(wire.HeaderTimeout, "-5ms"), "has already passed"},
+		{"oversized", spec.Name, make([]byte, 65<<10), nil, "exceeds the limit"},
+		{"no inputs", spec.Name, noInputs, nil, "no inputs"},
+		{"tensor data does not match shape", spec.Name, badTensor, nil, "inputs[0]"},
+	}
+	var subjects []string
+	for i, tc := range tests {
+		subjects = append(subjects, c.send(t, tc.pipeline, i, tc.data, tc.hdr))
+	}
+	// A request without a reply subject cannot be answered: it is counted and dropped, and nothing breaks.
+	if err := c.nc.Publish(wire.InferSubject(spec.Name), good); err != nil {
+		t.Fatal(err)
+	}
+	goodSubject := c.send(t, spec.Name, len(tests), good, nil)
+	replies := c.wait(t, append(subjects, goodSubject), 10*time.Second)
+	time.Sleep(100 * time.Millisecond)
+	for i, tc := range tests {
+		msgs := replies[subjects[i]]
+		if len(msgs) != 1 {
+			t.Errorf("%s: %d replies, want 1", tc.name, len(msgs))
+			continue
+		}
+		var rep wire.InferReply
+		if strings.HasPrefix(msgs[0].Header.Get(wire.HeaderContentType), wire.ContentJSON) {
+			if err := json.Unmarshal(msgs[0].Data, &rep); err != nil {
+				t.Fatalf("%s: undecodable JSON reply: %v", tc.name, err)
+			}
+		} else {
+			rep = decodeReply(t, msgs[0])
+		}
+		if rep.Status != wire.StatusError || !strings.Contains(rep.Error, tc.want) {
+			t.Errorf("%s: reply %q %q, want an error containing %q", tc.name, rep.Status, rep.Error, tc.want)
+		}
+		if msgs[0].Header.Get(wire.HeaderError) != rep.Error {
+			t.Errorf("%s: %s header %q differs from the reply's error", tc.name, wire.HeaderError, msgs[0].Header.Get(wire.HeaderError))
+		}
+	}
+	if rep := decodeReply(t, replies[goodSubject][0]); rep.Status != wire.StatusOK {
+		t.Errorf("a good request after the bad ones: status %q %q", rep.Status, rep.Error)
+	}
+	if st := sys.Frontend.Stats(); st.Refused != uint64(len(tests)+1) {
+		t.Errorf("refused %d, want %d", st.Refused, len(tests)+1)
+	}
+}
+
+// TestJSONAndDeadlines: a JSON request gets a JSON reply; a request whose deadline is shorter than the pipeline can
+// possibly take gets its reply, late, at the deadline.
+func TestJSONAndDeadlines(t *testing.T) {
+	sys, spec := startSystem(t, "../../examples/ocr-chain.yaml", 20)
+	c := newClient(t, sys)
+	body := []byte(`{"id": "j1", "inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 2], "data": [0.5, 1.5]}]}`)
+	js := c.send(t, spec.Name, 1, body, nil)
+	start := time.Now()
+	late := c.send(t, spec.Name, 2, inputRequest(t), nats.Header{wire.HeaderTimeout: []string{"1ms"}})
+	replies := c.wait(t, []string{js, late}, 10*time.Second)
+
+	var rep wire.InferReply
+	if err := json.Unmarshal(replies[js][0].Data, &rep); err != nil {
+		t.Fatalf("JSON request got a non-JSON reply: %v", err)
+	}
+	if rep.Status != wire.StatusOK || rep.ID != "j1" || len(rep.Results) == 0 {
+		t.Errorf("JSON reply %+v", rep)
+	}
+	lr := decodeReply(t, replies[late][0])
+	if lr.Status != wire.StatusLate {
+		t.Errorf("a 1 ms deadline got status %q, want late", lr.Status)
+	}
+	if el := time.Since(start); el > time.Second {
+		t.Errorf("the late reply came after %v; it is due at the deadline", el)
+	}
+}
+
+func TestHTTPv2(t *testing.T) {
+	sys, spec := startSystem(t, "../../examples/ocr-chain.yaml", 20)
+	srv := httptest.NewServer(sys.Frontend.Handler())
+	defer srv.Close()
+	get := func(path string) int {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for path, want := range map[string]int{
+		"/v2/health/live": 200, "/v2/health/ready": 200, "/v2/models/" + spec.Name: 200,
+		"/v2/models/" + spec.Name + "/ready": 200, "/v2/models/nope": 404,
+	} {
+		if got := get(path); got != want {
+			t.Errorf("GET %s: %d, want %d", path, got, want)
+		}
+	}
+	post := func(model, body string) (int, map[string]any) {
+		resp, err := http.Post(srv.URL+"/v2/models/"+model+"/infer", wire.ContentJSON, bytes.NewBufferString(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(resp.Body)
+		var out map[string]any
+		if err := json.Unmarshal(data, &out); err != nil {
+			t.Fatalf("POST %s: non-JSON response %q", model, data)
+		}
+		return resp.StatusCode, out
+	}
+	good := `{"id": "h1", "inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 2], "data": [0.5, 1.5]}]}`
+	code, out := post(spec.Name, good)
+	if code != 200 || out["status"] != wire.StatusOK || out["id"] != "h1" || out["model_name"] != spec.Name {
+		t.Errorf("good request: %d %v", code, out)
+	}
+	if outs, _ := out["outputs"].([]any); len(outs) == 0 {
+		t.Errorf("good request: no outputs in %v", out)
+	}
+	for _, tc := range []struct {
+		model, body string
+		code        int
+		want        string
+	}{
+		{"nope", good, 404, "unknown pipeline"},
+		{spec.Name, `{"inputs": `, 400, "not a KServe v2 JSON request"},
+		{spec.Name, `{"inputs": [{"name": "x", "datatype": "FP32", "shape": [3], "data": [1]}]}`, 400, "x"},
+	} {
+		code, out := post(tc.model, tc.body)
+		if msg, _ := out["error"].(string); code != tc.code || !strings.Contains(msg, tc.want) {
+			t.Errorf("POST %s %q: %d %v, want %d with %q", tc.model, tc.body, code, out, tc.code, tc.want)
+		}
+	}
+}

@@ -1,0 +1,203 @@
+// Package up runs the whole system in one process: an embedded NATS server with JetStream (unless an external one is
+// given), the planner, a frontend and N workers, each on its own connection as if they were separate processes.
+package up
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/bus"
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/services/frontend"
+	"github.com/sleipnir-serving/sleipnir/services/planner"
+	"github.com/sleipnir-serving/sleipnir/services/worker"
+)
+
+// Config is the configuration of the all-in-one process.
+type Config struct {
+	// NATSURL points at an external server; empty starts an embedded one.
+	NATSURL string
+	// DataDir holds the embedded server's JetStream files.
+	DataDir string
+	// NATSHost and NATSPort are where the embedded server listens for clients (port 0: in-process only).
+	NATSHost string
+	NATSPort int
+	// MaxPayload of the embedded server, in bytes.
+	MaxPayload int32
+	Pipelines  []*pipeline.Spec
+	Workers    int
+	// HTTPAddr is the frontend's KServe v2 HTTP address ("" disables it).
+	HTTPAddr        string
+	MaxRequestBytes int
+	Storage         jetstream.StorageType
+	Logger          *slog.Logger
+	// Started, if set, is called once every service is running, with the client URL of the NATS server.
+	Started func(natsURL string)
+}
+
+// System is a running all-in-one process.
+type System struct {
+	Server   *server.Server // nil with an external server
+	URL      string         // client URL of the NATS server ("" when the embedded one only serves in-process)
+	Frontend *frontend.Frontend
+	Workers  []*worker.Worker
+
+	cfg    Config
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	errs   chan error
+	conns  []*nats.Conn
+	mu     sync.Mutex
+}
+
+// Run starts everything and serves until ctx is done, then stops it all.
+func Run(ctx context.Context, cfg Config) error {
+	sys, err := Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if cfg.Started != nil {
+		select {
+		case <-sys.Frontend.Ready():
+			url := sys.URL
+			if url == "" {
+				url = "in-process only"
+			}
+			cfg.Started(url)
+		case <-ctx.Done():
+		}
+	}
+	return sys.Wait()
+}
+
+// Start starts the server (unless external) and every service. Stop them by cancelling ctx, then Wait.
+func Start(ctx context.Context, cfg Config) (_ *System, err error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if len(cfg.Pipelines) == 0 {
+		return nil, errors.New("up: no pipeline to serve")
+	}
+	sys := &System{cfg: cfg, URL: cfg.NATSURL, errs: make(chan error, cfg.Workers+2)}
+	ctx, sys.cancel = context.WithCancel(ctx)
+	defer func() {
+		if err != nil {
+			sys.cancel()
+			sys.wg.Wait()
+			sys.close()
+		}
+	}()
+	if cfg.NATSURL == "" {
+		s, err := bus.StartServer(bus.ServerConfig{StoreDir: filepath.Join(cfg.DataDir, "jetstream"),
+			Host: cfg.NATSHost, Port: cfg.NATSPort, MaxPayload: cfg.MaxPayload})
+		if err != nil {
+			return nil, fmt.Errorf("up: embedded NATS server: %w", err)
+		}
+		sys.Server = s
+		if cfg.NATSPort != 0 {
+			sys.URL = s.ClientURL()
+		}
+		cfg.Logger.Info("embedded NATS server with JetStream", "url", sys.URL, "data", cfg.DataDir)
+	}
+
+	nc, err := sys.Connect("sleipnir-planner")
+	if err != nil {
+		return nil, err
+	}
+	pl, err := planner.New(nc, planner.Config{Pipelines: cfg.Pipelines, Storage: cfg.Storage, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	sys.run(ctx, "planner", pl.Run)
+
+	if nc, err = sys.Connect("sleipnir-frontend"); err != nil {
+		return nil, err
+	}
+	fe, err := frontend.New(nc, frontend.Config{ID: "up-frontend", HTTPAddr: cfg.HTTPAddr,
+		MaxRequestBytes: cfg.MaxRequestBytes, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	sys.Frontend = fe
+	sys.run(ctx, "frontend", fe.Run)
+
+	for i := 0; i < cfg.Workers; i++ {
+		id := fmt.Sprintf("up-w%02d", i)
+		nc, err := sys.Connect("sleipnir-worker-" + id)
+		if err != nil {
+			return nil, err
+		}
+		w, err := worker.New(nc, worker.Config{ID: id, Logger: cfg.Logger})
+		if err != nil {
+			return nil, err
+		}
+		sys.Workers = append(sys.Workers, w)
+		sys.run(ctx, "worker "+id, w.Run)
+	}
+	return sys, nil
+}
+
+// Connect opens a client connection to the system's NATS server (in-process for the embedded one).
+func (s *System) Connect(name string) (*nats.Conn, error) {
+	var nc *nats.Conn
+	var err error
+	if s.Server != nil {
+		nc, err = bus.ConnectInProcess(s.Server, name)
+	} else {
+		nc, err = bus.Connect(s.cfg.NATSURL, name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.conns = append(s.conns, nc)
+	s.mu.Unlock()
+	return nc, nil
+}
+
+func (s *System) run(ctx context.Context, name string, f func(context.Context) error) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := f(ctx); err != nil {
+			s.errs <- fmt.Errorf("%s: %w", name, err)
+			s.cancel()
+		}
+	}()
+}
+
+// Stop cancels every service; Wait returns once they have stopped.
+func (s *System) Stop() { s.cancel() }
+
+// Wait waits for every service to stop, then closes the connections and shuts the embedded server down.
+func (s *System) Wait() error {
+	s.wg.Wait()
+	s.close()
+	close(s.errs)
+	var errs []error
+	for err := range s.errs {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func (s *System) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, nc := range s.conns {
+		nc.Close()
+	}
+	s.conns = nil
+	if s.Server != nil {
+		s.Server.Shutdown()
+		s.Server.WaitForShutdown()
+	}
+}

@@ -1,0 +1,216 @@
+package up
+
+import (
+	"context"
+	"fmt"
+	"math/big"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
+
+// startSystem runs the whole system on an in-process embedded server, and waits until every planned replica is
+// served by a worker.
+func startSystem(t testing.TB, specFile string, workers int) (*System, *pipeline.Spec) {
+	return startSystemWith(t, specFile, Config{Workers: workers})
+}
+
+func startSystemWith(t testing.TB, specFile string, cfg Config) (*System, *pipeline.Spec) {
+	t.Helper()
+	workers := cfg.Workers
+	spec, err := pipeline.Load(specFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cfg.DataDir, cfg.Pipelines, cfg.Storage, cfg.MaxPayload = t.TempDir(), []*pipeline.Spec{spec}, jetstream.MemoryStorage, 8<<20
+	sys, err := Start(ctx, cfg)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := sys.Wait(); err != nil {
+			t.Errorf("system stopped with: %v", err)
+		}
+	})
+	p, err := plan.Static(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := min(p.Servers(), workers)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		serving := 0
+		for _, w := range sys.Workers {
+			if w.Serving() != "" {
+				serving++
+			}
+		}
+		select {
+		case <-sys.Frontend.Ready():
+			if serving == want {
+				return sys, spec
+			}
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10s, %d of %d planned replicas are served", serving, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// client sends requests with their own reply subjects on one wildcard subscription and records every reply, so a
+// test can check that each request got exactly one.
+type client struct {
+	nc      *nats.Conn
+	prefix  string
+	mu      sync.Mutex
+	replies map[string][]*nats.Msg
+}
+
+func newClient(t testing.TB, sys *System) *client {
+	nc, err := sys.Connect("test-client")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &client{nc: nc, prefix: nats.NewInbox(), replies: map[string][]*nats.Msg{}}
+	if _, err := nc.Subscribe(c.prefix+".*", func(m *nats.Msg) {
+		c.mu.Lock()
+		c.replies[m.Subject] = append(c.replies[m.Subject], m)
+		c.mu.Unlock()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// send publishes one request and returns its reply subject.
+func (c *client) send(t testing.TB, pipelineName string, i int, data []byte, hdr nats.Header) string {
+	m := nats.NewMsg(wire.InferSubject(pipelineName))
+	m.Reply = fmt.Sprintf("%s.%d", c.prefix, i)
+	m.Data = data
+	for k, v := range hdr {
+		m.Header[k] = v
+	}
+	if err := c.nc.PublishMsg(m); err != nil {
+		t.Fatal(err)
+	}
+	return m.Reply
+}
+
+// wait returns the replies of the given subjects once each has at least one, failing after timeout.
+func (c *client) wait(t testing.TB, subjects []string, timeout time.Duration) map[string][]*nats.Msg {
+	t.Helper()
+	end := time.Now().Add(timeout)
+	for {
+		c.mu.Lock()
+		missing := 0
+		for _, s := range subjects {
+			if len(c.replies[s]) == 0 {
+				missing++
+			}
+		}
+		if missing == 0 {
+			out := make(map[string][]*nats.Msg, len(subjects))
+			for _, s := range subjects {
+				out[s] = c.replies[s]
+			}
+			c.mu.Unlock()
+			return out
+		}
+		c.mu.Unlock()
+		if time.Now().After(end) {
+			t.Fatalf("%d of %d requests got no reply within %v", missing, len(subjects), timeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func inputRequest(t testing.TB) []byte {
+	data, err := msgpack.Marshal(&wire.InferRequest{Inputs: []wire.Tensor{
+		wire.NewFP32("image", []int64{1, 3, 8, 8}, make([]float32, 3*8*8))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+func decodeReply(t testing.TB, m *nats.Msg) wire.InferReply {
+	t.Helper()
+	var rep wire.InferReply
+	if err := msgpack.Unmarshal(m.Data, &rep); err != nil {
+		t.Fatalf("undecodable reply %q: %v", m.Data, err)
+	}
+	return rep
+}
+
+// TestTreeEndToEnd drives the 3-task example tree: every request gets exactly one reply, every reply is complete
+// (its leaves' weights sum to 1, checked here independently of the frontend), leaves go through both branches, and
+// each leaf's path is a root-to-leaf path of hosted variants.
+func TestTreeEndToEnd(t *testing.T) {
+	sys, spec := startSystem(t, "../../examples/traffic.yaml", 20)
+	c := newClient(t, sys)
+	const n = 200
+	var subjects []string
+	data := inputRequest(t)
+	for i := 0; i < n; i++ {
+		subjects = append(subjects, c.send(t, spec.Name, i, data, nats.Header{wire.HeaderTimeout: []string{"5s"}}))
+		time.Sleep(2 * time.Millisecond) // about 500 QPS
+	}
+	replies := c.wait(t, subjects, 15*time.Second)
+	time.Sleep(200 * time.Millisecond) // a second reply, if any, would arrive by now
+
+	branches := map[string]int{}
+	for _, s := range subjects {
+		msgs := replies[s]
+		if len(msgs) != 1 {
+			t.Fatalf("request %s got %d replies, want exactly 1", s, len(msgs))
+		}
+		rep := decodeReply(t, msgs[0])
+		if rep.Status != wire.StatusOK {
+			t.Fatalf("request %s: status %q (%s), want ok", s, rep.Status, rep.Error)
+		}
+		sum := new(big.Rat)
+		for _, leaf := range rep.Results {
+			// The weights are summed here again, independently of the frontend's tracker.
+			sum.Add(sum, big.NewRat(1, int64(leaf.Den)))
+			if len(leaf.Path) == 0 || !strings.HasPrefix(leaf.Path[0], spec.Root().Name+"/") {
+				t.Fatalf("leaf %s path %v does not start at the root task", leaf.ID, leaf.Path)
+			}
+			last := strings.SplitN(leaf.Path[len(leaf.Path)-1], "/", 2)[0]
+			if len(leaf.Path) > 1 {
+				branches[last]++
+			}
+			if len(leaf.Path) == 1 && strings.Count(leaf.ID, ".") != 0 {
+				t.Fatalf("leaf %s stopped at the root but is a sub-request", leaf.ID)
+			}
+			if len(leaf.Path) > 1 && !spec.IsLeaf(last) {
+				t.Fatalf("leaf %s ended at %s, which is not a leaf task", leaf.ID, last)
+			}
+		}
+		if sum.Cmp(big.NewRat(1, 1)) != 0 {
+			t.Fatalf("request %s: leaf weights sum to %s, want 1", s, sum)
+		}
+	}
+	for _, child := range spec.Root().Children {
+		if branches[child] == 0 {
+			t.Errorf("no leaf went through branch %s (leaves per branch: %v)", child, branches)
+		}
+	}
+	st := sys.Frontend.Stats()
+	if st.Accepted != n || st.Replied != n || st.StrayLeaves != 0 || st.BadReports != 0 {
+		t.Errorf("frontend stats %+v", st)
+	}
+}

@@ -1,0 +1,155 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/bus"
+	"github.com/sleipnir-serving/sleipnir/pkg/executor"
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
+
+const chainSpec = `
+name: hop
+slo_ms: 1000
+tasks:
+  - name: a
+    children: [b]
+    variants:
+      - name: x
+        accuracy: 0.9
+        executor: {kind: emulated}
+        fanout: {mean: 1, distribution: fixed}
+        profile: [{batch: 1, p50_ms: 1, p95_ms: 1}]
+  - name: b
+    variants:
+      - name: y
+        accuracy: 0.9
+        executor: {kind: emulated}
+        profile: [{batch: 1, p50_ms: 1, p95_ms: 1}]
+allocation:
+  - {task: a, variant: x, replicas: 1, max_batch: 1}
+  - {task: b, variant: y, replicas: 1, max_batch: 1}
+`
+
+// passThrough is an executor that takes no time and passes each item's inputs to one sub-request of each child task,
+// so the benchmark measures Sleipnir's per-hop work, not a model.
+type passThrough struct{ children []string }
+
+func (p passThrough) Execute(_ context.Context, batch []executor.Input) ([]executor.Output, error) {
+	out := make([]executor.Output, len(batch))
+	for i, in := range batch {
+		out[i].Children = map[string][][]wire.Tensor{}
+		for _, c := range p.children {
+			out[i].Children[c] = [][]wire.Tensor{in.Tensors}
+		}
+	}
+	return out, nil
+}
+func (passThrough) Close() error { return nil }
+
+// BenchmarkHop compares one Sleipnir hop with the same JetStream operations done bare, interleaved so that both see
+// the same machine load. Both paths: publish to a variant subject, fetch it with a durable pull consumer, publish to
+// the next subject and wait for its ack, ack, and the next subject's consumer fetches it. Sleipnir's hop adds header
+// and msgpack decoding, deadline check, the executor call, routing, item weights, tracing and encoding. Reported:
+// p50 and p95 of each, in microseconds, and the ratio of the p50s (the target is at most 1.5).
+func BenchmarkHop(b *testing.B) {
+	r := newRigWith(b, chainSpec)
+	ctx := context.Background()
+	w := r.startWorkerWith(Config{ID: "hop", FetchWait: time.Second,
+		NewExecutor: func(spec *pipeline.Spec, task, _ string, _ executor.Options) (executor.Executor, error) {
+			return passThrough{children: spec.Task(task).Children}, nil
+		}})
+	r.assignTask("hop", "a", "x")
+	r.waitServingTask(w, "a", "x")
+	next, err := bus.EnsureVariantConsumer(ctx, r.js, "hop", "b", "y", 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+
+	// The bare path: its own stream and two consumers, and a forwarder goroutine doing fetch, publish, ack.
+	if _, err := r.js.CreateStream(ctx, jetstream.StreamConfig{Name: "RAW", Subjects: []string{"raw.>"},
+		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.MemoryStorage}); err != nil {
+		b.Fatal(err)
+	}
+	rawIn, _ := r.js.CreateOrUpdateConsumer(ctx, "RAW", jetstream.ConsumerConfig{Durable: "in", FilterSubject: "raw.in", AckPolicy: jetstream.AckExplicitPolicy})
+	rawOut, _ := r.js.CreateOrUpdateConsumer(ctx, "RAW", jetstream.ConsumerConfig{Durable: "out", FilterSubject: "raw.out", AckPolicy: jetstream.AckExplicitPolicy})
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			batch, err := rawIn.Fetch(1, jetstream.FetchMaxWait(time.Second))
+			if err != nil {
+				continue
+			}
+			for m := range batch.Messages() {
+				f, err := r.js.PublishMsgAsync(&nats.Msg{Subject: "raw.out", Data: m.Data(), Header: m.Headers()})
+				if err == nil {
+					<-f.Ok()
+				}
+				m.Ack()
+			}
+		}
+	}()
+	fetchOne := func(c jetstream.Consumer) jetstream.Msg {
+		batch, err := c.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for m := range batch.Messages() {
+			m.Ack()
+			return m
+		}
+		b.Fatal("no message came through")
+		return nil
+	}
+
+	input := wire.NewFP32("x", []int64{1, 64}, make([]float32, 64)) // 256 B, as the stack notes measured
+	payload, _ := msgpack.Marshal(&wire.TaskMessage{Items: []wire.Item{{ID: "0", Den: 1, Inputs: []wire.Tensor{input}}}})
+	deadline := wire.FormatDeadline(time.Now().Add(time.Hour))
+	var raw, hop []time.Duration
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		t0 := time.Now()
+		if _, err := r.js.PublishMsgAsync(&nats.Msg{Subject: "raw.in", Data: payload}); err != nil {
+			b.Fatal(err)
+		}
+		fetchOne(rawOut)
+		raw = append(raw, time.Since(t0))
+
+		m := nats.NewMsg(wire.TaskSubject("hop", "a", "x"))
+		m.Data = payload
+		m.Header.Set(wire.HeaderRequestID, fmt.Sprint("r", i))
+		m.Header.Set(wire.HeaderDeadline, deadline)
+		m.Header.Set(wire.HeaderReplyTo, r.reply)
+		t0 = time.Now()
+		if _, err := r.js.PublishMsgAsync(m); err != nil {
+			b.Fatal(err)
+		}
+		fetchOne(next)
+		hop = append(hop, time.Since(t0))
+	}
+	b.StopTimer()
+	p := func(d []time.Duration, q float64) float64 {
+		slices.Sort(d)
+		return float64(d[int(q*float64(len(d)-1))].Nanoseconds()) / 1000
+	}
+	b.ReportMetric(p(raw, 0.5), "raw-p50-us")
+	b.ReportMetric(p(raw, 0.95), "raw-p95-us")
+	b.ReportMetric(p(hop, 0.5), "hop-p50-us")
+	b.ReportMetric(p(hop, 0.95), "hop-p95-us")
+	b.ReportMetric(p(hop, 0.5)/p(raw, 0.5), "p50-ratio")
+}

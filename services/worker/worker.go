@@ -1,0 +1,641 @@
+// Package worker is the worker service: it registers itself, waits for an assignment in the KV bucket, and serves
+// the assigned variant's subject in batches, forwarding sub-requests to the child tasks' variants and reporting
+// finished, dropped and failed leaves to the frontend that owns each request.
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/vmihailenco/msgpack/v5"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/bus"
+	"github.com/sleipnir-serving/sleipnir/pkg/deadline"
+	"github.com/sleipnir-serving/sleipnir/pkg/executor"
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
+
+// Config is the worker's configuration.
+type Config struct {
+	// ID names the worker in KV keys; default: hostname-pid.
+	ID string
+	// Seed makes emulated latencies and fan-out reproducible; 0 derives one from the ID.
+	Seed uint64
+	// AckWait is how long a fetched message may stay unacknowledged before JetStream delivers it to another replica.
+	AckWait time.Duration
+	// FetchWait bounds one wait for work, and so how long an assignment change waits for an idle worker.
+	FetchWait time.Duration
+	// RegisterEvery is the period of the worker's registration refresh, by which the planner knows it is alive.
+	RegisterEvery time.Duration
+	// NewExecutor builds the executor of an assigned variant; default executor.New.
+	NewExecutor func(spec *pipeline.Spec, task, variant string, opts executor.Options) (executor.Executor, error)
+	Logger      *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.ID == "" {
+		host, _ := os.Hostname()
+		c.ID = fmt.Sprintf("%s-%d", sanitize(host), os.Getpid())
+	}
+	if c.Seed == 0 {
+		c.Seed = seedOf(c.ID)
+	}
+	if c.AckWait == 0 {
+		c.AckWait = 30 * time.Second
+	}
+	if c.FetchWait == 0 {
+		c.FetchWait = 500 * time.Millisecond
+	}
+	if c.RegisterEvery == 0 {
+		c.RegisterEvery = time.Second
+	}
+	if c.NewExecutor == nil {
+		c.NewExecutor = executor.New
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	c.Logger = c.Logger.With("worker", c.ID)
+}
+
+// Registration is the value of wire.WorkerKey(id): the worker's liveness and counters.
+type Registration struct {
+	ID        string    `json:"id"`
+	Started   time.Time `json:"started"`
+	Updated   time.Time `json:"updated"`
+	Variant   string    `json:"variant,omitempty"` // "pipeline:task/variant" it serves now
+	Stats     Stats     `json:"stats"`
+	SwapMs    float64   `json:"swap_ms,omitempty"` // time of the last variant switch
+	Heartbeat int64     `json:"heartbeat"`
+}
+
+// Stats counts what a worker did since it started.
+type Stats struct {
+	Messages  uint64 `json:"messages"`
+	Items     uint64 `json:"items"`
+	Batches   uint64 `json:"batches"`
+	Dropped   uint64 `json:"dropped"`
+	Failed    uint64 `json:"failed"`
+	Discarded uint64 `json:"discarded"` // messages on its subject that were not valid task messages
+}
+
+// Worker serves one variant at a time.
+type Worker struct {
+	cfg    Config
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	kv     jetstream.KeyValue
+	log    *slog.Logger
+	tracer trace.Tracer
+
+	mu       sync.Mutex
+	assigned plan.Assignment
+	specs    map[string]*pipeline.Spec
+	plans    map[string]*plan.Plan
+	changed  chan struct{} // signalled when assignment, spec or plan changes
+
+	messages, items, batches, dropped, failed, discarded atomic.Uint64
+	swapMs                                               atomic.Uint64 // float64 bits
+	serving                                              atomic.Pointer[string]
+	rng                                                  *rand.Rand // routing; used only by the serving goroutine
+}
+
+// Serving is what the worker serves now, "pipeline:task/variant", or "" when idle.
+func (w *Worker) Serving() string {
+	if s := w.serving.Load(); s != nil {
+		return *s
+	}
+	return ""
+}
+
+// New prepares a worker on a connection; Run serves.
+func New(nc *nats.Conn, cfg Config) (*Worker, error) {
+	cfg.setDefaults()
+	if !wire.ValidName(cfg.ID) {
+		return nil, fmt.Errorf("worker id %q: use letters, digits, '_' and '-' only", cfg.ID)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	return &Worker{
+		cfg: cfg, nc: nc, js: js, log: cfg.Logger, tracer: otel.Tracer("sleipnir/worker"),
+		specs: map[string]*pipeline.Spec{}, plans: map[string]*plan.Plan{},
+		changed: make(chan struct{}, 1),
+		rng:     rand.New(rand.NewPCG(cfg.Seed, 0x707e)),
+	}, nil
+}
+
+// ID is the worker's name.
+func (w *Worker) ID() string { return w.cfg.ID }
+
+// Stats returns the worker's counters.
+func (w *Worker) Stats() Stats {
+	return Stats{Messages: w.messages.Load(), Items: w.items.Load(), Batches: w.batches.Load(),
+		Dropped: w.dropped.Load(), Failed: w.failed.Load(), Discarded: w.discarded.Load()}
+}
+
+// Run serves until ctx is done; the batch in hand when it ends is finished and acknowledged first.
+func (w *Worker) Run(ctx context.Context) error {
+	kv, err := bus.OpenBucket(ctx, w.js, jetstream.FileStorage)
+	if err != nil {
+		return fmt.Errorf("worker %s: open KV bucket: %w", w.cfg.ID, err)
+	}
+	w.kv = kv
+	watchCtx, stopWatches := context.WithCancel(ctx)
+	defer stopWatches()
+	go bus.WatchKV(watchCtx, kv, wire.AssignKey(w.cfg.ID), w.onAssignment, nil)
+	go bus.WatchKV(watchCtx, kv, "spec.*", w.onSpec, nil)
+	go bus.WatchKV(watchCtx, kv, "plan.*", w.onPlan, nil)
+	go w.register(watchCtx)
+
+	var cur *serving
+	defer func() {
+		if cur != nil {
+			cur.exec.Close()
+		}
+		// Deregister so the planner gives the replica to another worker at once.
+		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = kv.Delete(dctx, wire.WorkerKey(w.cfg.ID))
+	}()
+	for ctx.Err() == nil {
+		next := w.want()
+		if cur == nil || !cur.same(next) {
+			if cur != nil {
+				cur.exec.Close()
+				cur = nil
+				w.serving.Store(nil)
+			}
+			if next.a.Idle() || next.spec == nil {
+				w.wait(ctx)
+				continue
+			}
+			s, err := w.start(ctx, next)
+			if err != nil {
+				w.log.Error("cannot serve assignment", "variant", next.a.Hop(), "err", err)
+				w.wait(ctx)
+				continue
+			}
+			cur = s
+			name := next.a.Pipeline + ":" + next.a.Hop()
+			w.serving.Store(&name)
+		}
+		cur.plan = next.plan
+		w.serveOnce(ctx, cur)
+	}
+	return nil
+}
+
+// wanted is what the worker should serve now, as the KV bucket says.
+type wanted struct {
+	a    plan.Assignment
+	spec *pipeline.Spec
+	plan *plan.Plan
+}
+
+func (w *Worker) want() wanted {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return wanted{a: w.assigned, spec: w.specs[w.assigned.Pipeline], plan: w.plans[w.assigned.Pipeline]}
+}
+
+func (w *Worker) wait(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+	case <-w.changed:
+	}
+}
+
+func (w *Worker) signal() {
+	select {
+	case w.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (w *Worker) onAssignment(e jetstream.KeyValueEntry) {
+	var a plan.Assignment
+	if e.Operation() == jetstream.KeyValuePut {
+		if err := json.Unmarshal(e.Value(), &a); err != nil {
+			w.log.Error("bad assignment in KV", "key", e.Key(), "err", err)
+			return
+		}
+	}
+	w.mu.Lock()
+	w.assigned = a
+	w.mu.Unlock()
+	w.signal()
+}
+
+func (w *Worker) onSpec(e jetstream.KeyValueEntry) {
+	name := strings.TrimPrefix(e.Key(), "spec.")
+	var spec *pipeline.Spec
+	if e.Operation() == jetstream.KeyValuePut {
+		s, err := pipeline.ParseJSON(e.Value())
+		if err != nil {
+			w.log.Error("bad pipeline spec in KV", "key", e.Key(), "err", err)
+			return
+		}
+		spec = s
+	}
+	w.mu.Lock()
+	if spec == nil {
+		delete(w.specs, name)
+	} else {
+		w.specs[name] = spec
+	}
+	w.mu.Unlock()
+	w.signal()
+}
+
+func (w *Worker) onPlan(e jetstream.KeyValueEntry) {
+	name := strings.TrimPrefix(e.Key(), "plan.")
+	var p *plan.Plan
+	if e.Operation() == jetstream.KeyValuePut {
+		p = new(plan.Plan)
+		if err := json.Unmarshal(e.Value(), p); err != nil {
+			w.log.Error("bad plan in KV", "key", e.Key(), "err", err)
+			return
+		}
+	}
+	w.mu.Lock()
+	if p == nil {
+		delete(w.plans, name)
+	} else {
+		w.plans[name] = p
+	}
+	w.mu.Unlock()
+	// A new plan changes routing but not what this worker serves; serveOnce picks it up with the next batch.
+}
+
+func (w *Worker) register(ctx context.Context) {
+	started := time.Now()
+	var beat int64
+	t := time.NewTicker(w.cfg.RegisterEvery)
+	defer t.Stop()
+	for {
+		beat++
+		reg := Registration{ID: w.cfg.ID, Started: started, Updated: time.Now(), Variant: w.Serving(), Stats: w.Stats(),
+			SwapMs: float64frombits(w.swapMs.Load()), Heartbeat: beat}
+		data, _ := json.Marshal(reg)
+		if _, err := w.kv.Put(ctx, wire.WorkerKey(w.cfg.ID), data); err != nil && ctx.Err() == nil {
+			w.log.Warn("registration refresh failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// serving is the variant a worker runs now.
+type serving struct {
+	a        plan.Assignment
+	spec     *pipeline.Spec
+	plan     *plan.Plan
+	task     *pipeline.Task
+	variant  *pipeline.Variant
+	exec     executor.Executor
+	consumer jetstream.Consumer
+	hop      string
+}
+
+func (s *serving) same(n wanted) bool {
+	return s.a.Pipeline == n.a.Pipeline && s.a.Task == n.a.Task && s.a.Variant == n.a.Variant &&
+		s.a.MaxBatch == n.a.MaxBatch && s.spec == n.spec
+}
+
+func (w *Worker) start(ctx context.Context, n wanted) (*serving, error) {
+	t0 := time.Now()
+	v := n.spec.Variant(n.a.Task, n.a.Variant)
+	if v == nil {
+		return nil, fmt.Errorf("pipeline %s has no variant %s", n.a.Pipeline, n.a.Hop())
+	}
+	if n.a.MaxBatch < 1 {
+		return nil, fmt.Errorf("assignment %s: max batch %d", n.a.Hop(), n.a.MaxBatch)
+	}
+	exec, err := w.cfg.NewExecutor(n.spec, n.a.Task, n.a.Variant, executor.Options{Seed: w.cfg.Seed})
+	if err != nil {
+		return nil, err
+	}
+	cons, err := bus.EnsureVariantConsumer(ctx, w.js, n.a.Pipeline, n.a.Task, n.a.Variant, w.cfg.AckWait)
+	if err != nil {
+		exec.Close()
+		return nil, err
+	}
+	swap := time.Since(t0)
+	w.swapMs.Store(float64bits(float64(swap) / float64(time.Millisecond)))
+	w.log.Info("serving", "pipeline", n.a.Pipeline, "variant", n.a.Hop(), "max_batch", n.a.MaxBatch,
+		"epoch", n.a.Epoch, "swap", swap)
+	return &serving{a: n.a, spec: n.spec, plan: n.plan, task: n.spec.Task(n.a.Task), variant: v, exec: exec,
+		consumer: cons, hop: n.a.Hop()}, nil
+}
+
+// fetch takes the messages the worker can batch now: it waits for one, then takes, without waiting, as many of
+// those already queued as fit the free batch slots. It never holds messages it cannot start at once, so an idle
+// replica of the same variant gets them instead.
+func (w *Worker) fetch(s *serving) []jetstream.Msg {
+	first, err := s.consumer.Fetch(1, jetstream.FetchMaxWait(w.cfg.FetchWait))
+	if err != nil {
+		w.log.Debug("fetch", "err", err)
+		return nil
+	}
+	var msgs []jetstream.Msg
+	for m := range first.Messages() {
+		msgs = append(msgs, m)
+	}
+	if len(msgs) == 0 || s.a.MaxBatch <= 1 {
+		return msgs
+	}
+	meta, err := msgs[0].Metadata()
+	if err != nil || meta.NumPending == 0 {
+		return msgs
+	}
+	free := s.a.MaxBatch - len(msgs)
+	if free <= 0 {
+		return msgs
+	}
+	more, err := s.consumer.FetchNoWait(min(free, int(meta.NumPending)))
+	if err != nil {
+		return msgs
+	}
+	for m := range more.Messages() {
+		msgs = append(msgs, m)
+	}
+	return msgs
+}
+
+// inbound is one valid task message of a batch.
+type inbound struct {
+	msg       jetstream.Msg
+	requestID string
+	deadline  time.Time
+	path      string // hops before this one
+	replyTo   string
+	ctx       context.Context
+	span      trace.Span
+	items     []wire.Item
+	outputs   []executor.Output // aligned with items; nil entries for items not executed
+	status    []string          // per item: "" executed, or the item status it ends with here
+	reason    []string
+}
+
+func (w *Worker) serveOnce(ctx context.Context, s *serving) {
+	msgs := w.fetch(s)
+	if len(msgs) == 0 {
+		return
+	}
+	now := time.Now()
+	batch := make([]*inbound, 0, len(msgs))
+	var inputs []executor.Input
+	var slots []slot
+	for _, m := range msgs {
+		in, err := w.decode(ctx, m)
+		if err != nil {
+			w.discarded.Add(1)
+			w.log.Warn("discarding invalid task message", "subject", m.Subject(), "err", err)
+			_ = m.Term()
+			continue
+		}
+		w.messages.Add(1)
+		in.outputs = make([]executor.Output, len(in.items))
+		in.status = make([]string, len(in.items))
+		in.reason = make([]string, len(in.items))
+		for i, it := range in.items {
+			if deadline.Expired(now, in.deadline) {
+				in.status[i], in.reason[i] = wire.ItemDropped, wire.DropDeadline
+				continue
+			}
+			inputs = append(inputs, executor.Input{RequestID: in.requestID, ItemID: it.ID, Tensors: it.Inputs})
+			slots = append(slots, slot{in: in, i: i})
+		}
+		batch = append(batch, in)
+	}
+	// Execute in model batches of at most MaxBatch items (one message may carry several items).
+	for lo := 0; lo < len(inputs); lo += s.a.MaxBatch {
+		hi := min(lo+s.a.MaxBatch, len(inputs))
+		outs, err := s.exec.Execute(ctx, inputs[lo:hi])
+		w.batches.Add(1)
+		if err != nil && ctx.Err() != nil {
+			// Shutting down: hand the whole batch back for another replica.
+			for _, in := range batch {
+				_ = in.msg.Nak()
+				in.span.End()
+			}
+			return
+		}
+		for j := lo; j < hi; j++ {
+			sl := slots[j]
+			if err != nil {
+				sl.in.status[sl.i], sl.in.reason[sl.i] = wire.ItemError, err.Error()
+				continue
+			}
+			sl.in.outputs[sl.i] = outs[j-lo]
+		}
+	}
+	for _, in := range batch {
+		if err := w.forward(ctx, s, in); err != nil {
+			// Not acknowledged: JetStream delivers the message again; sub-requests already published are
+			// de-duplicated by their message ids.
+			w.log.Warn("forwarding failed; message will be redelivered", "request", in.requestID, "err", err)
+			_ = in.msg.NakWithDelay(100 * time.Millisecond)
+		} else {
+			_ = in.msg.Ack()
+		}
+		in.span.End()
+	}
+}
+
+type slot struct {
+	in *inbound
+	i  int
+}
+
+// decode validates one message of the variant's subject.
+func (w *Worker) decode(ctx context.Context, m jetstream.Msg) (*inbound, error) {
+	h := m.Headers()
+	in := &inbound{msg: m, requestID: h.Get(wire.HeaderRequestID), path: h.Get(wire.HeaderPath),
+		replyTo: h.Get(wire.HeaderReplyTo)}
+	if in.requestID == "" {
+		return nil, errors.New("no " + wire.HeaderRequestID + " header")
+	}
+	if !strings.HasPrefix(in.replyTo, wire.ResultPrefix) {
+		return nil, fmt.Errorf("%s header %q is not a result subject", wire.HeaderReplyTo, in.replyTo)
+	}
+	d, err := wire.ParseDeadline(h.Get(wire.HeaderDeadline))
+	if err != nil {
+		return nil, err
+	}
+	in.deadline = d
+	var tm wire.TaskMessage
+	if err := msgpack.Unmarshal(m.Data(), &tm); err != nil {
+		return nil, fmt.Errorf("payload is not a msgpack task message: %w", err)
+	}
+	if len(tm.Items) == 0 {
+		return nil, errors.New("task message has no items")
+	}
+	for _, it := range tm.Items {
+		if it.ID == "" || it.Den == 0 {
+			return nil, fmt.Errorf("item %q has no id or weight", it.ID)
+		}
+	}
+	in.items = tm.Items
+	in.ctx, in.span = w.tracer.Start(otel.GetTextMapPropagator().Extract(ctx, bus.HeaderCarrier(h)),
+		"execute "+m.Subject(), trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(attribute.String("sleipnir.request_id", in.requestID),
+			attribute.Int("sleipnir.items", len(tm.Items))))
+	return in, nil
+}
+
+// forward publishes the sub-requests of one message's items, grouped per destination variant, and reports its
+// leaves (finished, dropped or failed items) to the request's frontend.
+func (w *Worker) forward(ctx context.Context, s *serving, in *inbound) error {
+	path := wire.AppendHop(in.path, s.a.Task, s.a.Variant)
+	var routes map[string][]plan.Route
+	if s.plan != nil {
+		routes = s.plan.Routing.Downstream[s.hop]
+	}
+	var leaves []wire.ItemResult
+	var acks []jetstream.PubAckFuture
+	for i, it := range in.items {
+		st := in.status[i]
+		if st == "" {
+			w.items.Add(1)
+		}
+		out := in.outputs[i]
+		k := out.NumChildren()
+		if st != "" || k == 0 {
+			if st == "" {
+				st = wire.ItemOK
+			}
+			switch st {
+			case wire.ItemDropped:
+				w.dropped.Add(1)
+			case wire.ItemError:
+				w.failed.Add(1)
+			}
+			leaves = append(leaves, wire.ItemResult{ID: it.ID, Den: it.Den, Path: wire.SplitPath(path),
+				Status: st, Reason: in.reason[i], Outputs: out.Tensors})
+			continue
+		}
+		den := it.Den * uint64(k)
+		if den/uint64(k) != it.Den {
+			leaves = append(leaves, wire.ItemResult{ID: it.ID, Den: it.Den, Path: wire.SplitPath(path),
+				Status: wire.ItemError, Reason: "fan-out too deep: item weight overflows"})
+			w.failed.Add(1)
+			continue
+		}
+		// Children are numbered across child tasks in a fixed order, so a re-execution names them the same.
+		groups := map[string]*wire.TaskMessage{} // destination "task/variant" -> items
+		var order []string
+		n := 0
+		for _, child := range s.task.Children {
+			for _, inputs := range out.Children[child] {
+				id := wire.ChildItemID(it.ID, n)
+				n++
+				v := plan.Pick(routes[child], w.rng.Float64())
+				if v == "" {
+					leaves = append(leaves, wire.ItemResult{ID: id, Den: den, Path: wire.SplitPath(path),
+						Status: wire.ItemDropped, Reason: wire.DropUnrouted})
+					w.dropped.Add(1)
+					continue
+				}
+				dest := wire.Hop(child, v)
+				g, ok := groups[dest]
+				if !ok {
+					g = &wire.TaskMessage{}
+					groups[dest] = g
+					order = append(order, dest)
+				}
+				g.Items = append(g.Items, wire.Item{ID: id, Den: den, Inputs: inputs})
+			}
+		}
+		for _, dest := range order {
+			task, variant, _ := strings.Cut(dest, "/")
+			msg, err := w.taskMsg(in, s.a.Pipeline, task, variant, path, it.ID, groups[dest])
+			if err != nil {
+				return err
+			}
+			f, err := w.js.PublishMsgAsync(msg)
+			if err != nil {
+				return fmt.Errorf("publish to %s: %w", msg.Subject, err)
+			}
+			acks = append(acks, f)
+		}
+	}
+	if len(leaves) > 0 {
+		data, err := msgpack.Marshal(&wire.ResultMessage{RequestID: in.requestID, Items: leaves})
+		if err != nil {
+			return err
+		}
+		if err := w.nc.Publish(in.replyTo, data); err != nil {
+			return fmt.Errorf("report to %s: %w", in.replyTo, err)
+		}
+	}
+	for _, f := range acks {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return fmt.Errorf("publish to %s: %w", f.Msg().Subject, err)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+func (w *Worker) taskMsg(in *inbound, pipelineName, task, variant, path, parent string, tm *wire.TaskMessage) (*nats.Msg, error) {
+	data, err := msgpack.Marshal(tm)
+	if err != nil {
+		return nil, err
+	}
+	msg := nats.NewMsg(wire.TaskSubject(pipelineName, task, variant))
+	msg.Data = data
+	msg.Header.Set(wire.HeaderRequestID, in.requestID)
+	msg.Header.Set(wire.HeaderDeadline, wire.FormatDeadline(in.deadline))
+	msg.Header.Set(wire.HeaderPath, path)
+	msg.Header.Set(wire.HeaderReplyTo, in.replyTo)
+	msg.Header.Set(wire.HeaderMsgID, wire.TaskMsgID(in.requestID, parent, task, variant))
+	otel.GetTextMapPropagator().Inject(in.ctx, bus.HeaderCarrier(msg.Header))
+	return msg, nil
+}
+
+func float64bits(f float64) uint64     { return math.Float64bits(f) }
+func float64frombits(b uint64) float64 { return math.Float64frombits(b) }
+
+// sanitize makes a host name usable as a worker id.
+func sanitize(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			b[i] = '-'
+		}
+	}
+	return string(b)
+}
+
+func seedOf(id string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	return h.Sum64()
+}

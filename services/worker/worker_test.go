@@ -1,0 +1,297 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/bus"
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/routing"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
+
+// oneTask has a single (leaf) task with a slow and a fast variant.
+const oneTask = `
+name: one
+slo_ms: 1000
+tasks:
+  - name: a
+    variants:
+      - name: slow
+        accuracy: 0.9
+        executor: {kind: emulated}
+        profile: [{batch: 1, p50_ms: 30, p95_ms: 31}]
+      - name: fast
+        accuracy: 0.8
+        executor: {kind: emulated}
+        profile: [{batch: 1, p50_ms: 2, p95_ms: 3}]
+allocation:
+  - {task: a, variant: slow, replicas: 1, max_batch: 1}
+  - {task: a, variant: fast, replicas: 1, max_batch: 1}
+`
+
+// rig is a real embedded JetStream server with the pipeline's spec, plan and stream in place; the test plays the
+// planner (writing assignments) and the frontend (listening on a result subject).
+type rig struct {
+	t       testing.TB
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	kv      jetstream.KeyValue
+	spec    *pipeline.Spec
+	results chan wire.ResultMessage
+	reply   string
+}
+
+func newRig(t testing.TB) *rig { return newRigWith(t, oneTask) }
+
+func newRigWith(t testing.TB, specYAML string) *rig {
+	t.Helper()
+	s, err := bus.StartServer(bus.ServerConfig{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Shutdown)
+	nc, err := bus.ConnectInProcess(s, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	kv, err := bus.OpenBucket(ctx, js, jetstream.MemoryStorage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := pipeline.Parse([]byte(specYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bus.EnsureTaskStream(ctx, js, spec.Name, jetstream.MemoryStorage); err != nil {
+		t.Fatal(err)
+	}
+	p, err := plan.Static(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Routing = routing.CapacityProportional(spec, p)
+	put := func(key string, v any) {
+		data, _ := json.Marshal(v)
+		if _, err := kv.Put(ctx, key, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(wire.SpecKey(spec.Name), spec)
+	put(wire.PlanKey(spec.Name), p)
+	r := &rig{t: t, nc: nc, js: js, kv: kv, spec: spec, results: make(chan wire.ResultMessage, 1000),
+		reply: wire.ResultSubject("test")}
+	if _, err := nc.Subscribe(r.reply, func(m *nats.Msg) {
+		var rm wire.ResultMessage
+		if err := msgpack.Unmarshal(m.Data, &rm); err != nil {
+			t.Errorf("undecodable result: %v", err)
+			return
+		}
+		r.results <- rm
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func (r *rig) startWorker(id string) *Worker {
+	return r.startWorkerWith(Config{ID: id, FetchWait: 100 * time.Millisecond})
+}
+
+func (r *rig) startWorkerWith(cfg Config) *Worker {
+	r.t.Helper()
+
+	w, err := New(r.nc, cfg)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(ctx) }()
+	r.t.Cleanup(func() { cancel(); <-done })
+	return w
+}
+
+func (r *rig) assign(worker, variant string) { r.assignTask(worker, "a", variant) }
+
+func (r *rig) assignTask(worker, task, variant string) {
+	r.t.Helper()
+	a := plan.Assignment{Worker: worker, Pipeline: r.spec.Name, Task: task, Variant: variant, MaxBatch: 1}
+	data, _ := json.Marshal(a)
+	if _, err := r.kv.Put(context.Background(), wire.AssignKey(worker), data); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+func (r *rig) waitServing(w *Worker, variant string) { r.waitServingTask(w, "a", variant) }
+
+func (r *rig) waitServingTask(w *Worker, task, variant string) {
+	r.t.Helper()
+	want := r.spec.Name + ":" + task + "/" + variant
+	for end := time.Now().Add(5 * time.Second); w.Serving() != want; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(end) {
+			r.t.Fatalf("worker %s serves %q, want %q", w.ID(), w.Serving(), want)
+		}
+	}
+}
+
+// publish enqueues a task message for variant with the given headers (nil: valid ones) and payload (nil: valid).
+func (r *rig) publish(variant, requestID string, deadline time.Time, hdr nats.Header, data []byte) {
+	r.t.Helper()
+	m := nats.NewMsg(wire.TaskSubject(r.spec.Name, "a", variant))
+	if hdr == nil {
+		hdr = nats.Header{}
+		hdr.Set(wire.HeaderRequestID, requestID)
+		hdr.Set(wire.HeaderDeadline, wire.FormatDeadline(deadline))
+		hdr.Set(wire.HeaderReplyTo, r.reply)
+	}
+	m.Header = hdr
+	if data == nil {
+		data, _ = msgpack.Marshal(&wire.TaskMessage{Items: []wire.Item{{ID: "0", Den: 1}}})
+	}
+	m.Data = data
+	if _, err := r.js.PublishMsg(context.Background(), m); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+func (r *rig) next(timeout time.Duration) wire.ResultMessage {
+	r.t.Helper()
+	select {
+	case rm := <-r.results:
+		return rm
+	case <-time.After(timeout):
+		r.t.Fatal("no result message")
+		return wire.ResultMessage{}
+	}
+}
+
+func TestWorkerDropsExpiredItems(t *testing.T) {
+	r := newRig(t)
+	w := r.startWorker("w1")
+	r.assign("w1", "fast")
+	r.waitServing(w, "fast")
+	r.publish("fast", "late-1", time.Now().Add(-time.Millisecond), nil, nil)
+	rm := r.next(5 * time.Second)
+	if rm.RequestID != "late-1" || len(rm.Items) != 1 {
+		t.Fatalf("result %+v", rm)
+	}
+	if it := rm.Items[0]; it.Status != wire.ItemDropped || it.Reason != wire.DropDeadline || it.Den != 1 {
+		t.Fatalf("expired item reported as %+v, want dropped for deadline", it)
+	}
+	if st := w.Stats(); st.Dropped != 1 || st.Items != 0 {
+		t.Fatalf("stats %+v: want 1 dropped, 0 executed", st)
+	}
+}
+
+// TestWorkerDiscardsGarbage puts invalid messages on a variant subject: each is discarded and counted, and the
+// worker goes on serving.
+func TestWorkerDiscardsGarbage(t *testing.T) {
+	r := newRig(t)
+	w := r.startWorker("w1")
+	r.assign("w1", "fast")
+	r.waitServing(w, "fast")
+	soon := time.Now().Add(time.Minute)
+	valid := func() nats.Header {
+		h := nats.Header{}
+		h.Set(wire.HeaderRequestID, "g")
+		h.Set(wire.HeaderDeadline, wire.FormatDeadline(soon))
+		h.Set(wire.HeaderReplyTo, r.reply)
+		return h
+	}
+	without := func(key string) nats.Header { h := valid(); h.Del(key); return h }
+	with := func(key, v string) nats.Header { h := valid(); h.Set(key, v); return h }
+	emptyItems, _ := msgpack.Marshal(&wire.TaskMessage{})
+	noWeight, _ := msgpack.Marshal(&wire.TaskMessage{Items: []wire.Item{{ID: "0"}}})
+	garbage := []struct {
+		name string
+		hdr  nats.Header
+		data []byte
+	}{
+		{"not msgpack", valid(), []byte("hello")},
+		{"no items", valid(), emptyItems},
+		{"item without weight", valid(), noWeight},
+		{"no request id", without(wire.HeaderRequestID), nil},
+		{"no deadline", without(wire.HeaderDeadline), nil},
+		{"bad deadline", with(wire.HeaderDeadline, "tomorrow"), nil},
+		{"reply-to not a result subject", with(wire.HeaderReplyTo, "sleipnir.infer.one"), nil},
+	}
+	for _, g := range garbage {
+		r.publish("fast", "", time.Time{}, g.hdr, g.data)
+	}
+	r.publish("fast", "good", soon, nil, nil)
+	rm := r.next(5 * time.Second)
+	if rm.RequestID != "good" || rm.Items[0].Status != wire.ItemOK {
+		t.Fatalf("after garbage, the valid request got %+v", rm)
+	}
+	if st := w.Stats(); st.Discarded != uint64(len(garbage)) {
+		t.Fatalf("discarded %d, want %d", st.Discarded, len(garbage))
+	}
+	select {
+	case rm := <-r.results:
+		t.Fatalf("garbage produced a result: %+v", rm)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+// TestWorkerSwitchLosesNothing moves a worker to another variant while its queue is full: the message in hand is
+// finished, the rest wait in the stream for the next replica, and every message is served exactly once.
+func TestWorkerSwitchLosesNothing(t *testing.T) {
+	r := newRig(t)
+	w1 := r.startWorker("w1")
+	r.assign("w1", "slow")
+	r.waitServing(w1, "slow")
+	const n = 20
+	soon := time.Now().Add(time.Minute)
+	for i := 0; i < n; i++ {
+		r.publish("slow", fmt.Sprint("s", i), soon, nil, nil)
+	}
+	seen := map[string]int{}
+	var mu sync.Mutex
+	record := func(rm wire.ResultMessage) {
+		mu.Lock()
+		seen[rm.RequestID]++
+		mu.Unlock()
+	}
+	record(r.next(5 * time.Second))
+	r.assign("w1", "fast") // while the slow queue still holds most messages
+	r.waitServing(w1, "fast")
+	r.publish("fast", "f0", soon, nil, nil)
+	for {
+		rm := r.next(5 * time.Second)
+		record(rm)
+		if rm.RequestID == "f0" {
+			break
+		}
+	}
+	if len(seen) >= n+1 {
+		t.Fatalf("the whole slow queue was served before the switch; the test proves nothing")
+	}
+	w2 := r.startWorker("w2")
+	r.assign("w2", "slow")
+	r.waitServing(w2, "slow")
+	for len(seen) < n+1 {
+		record(r.next(5 * time.Second))
+	}
+	time.Sleep(100 * time.Millisecond)
+	for id, c := range seen {
+		if c != 1 {
+			t.Errorf("request %s served %d times", id, c)
+		}
+	}
+	if w2.Stats().Items == 0 {
+		t.Error("the second replica served nothing")
+	}
+}
