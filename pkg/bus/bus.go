@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -35,14 +37,20 @@ func StartServer(cfg ServerConfig) (*server.Server, error) {
 	if cfg.MaxPayload == 0 {
 		cfg.MaxPayload = 8 << 20
 	}
+	if cfg.Port > 0 {
+		// Fail at once, and clearly, when the port is taken (the server itself would only log it).
+		l, err := net.Listen("tcp", net.JoinHostPort(hostOr(cfg.Host), strconv.Itoa(cfg.Port)))
+		if err != nil {
+			return nil, fmt.Errorf("embedded NATS server cannot listen on port %d: %w", cfg.Port, err)
+		}
+		l.Close()
+	}
 	opts := &server.Options{
 		ServerName: "sleipnir", JetStream: true, StoreDir: cfg.StoreDir,
 		Host: cfg.Host, Port: cfg.Port, DontListen: cfg.Port == 0,
 		MaxPayload: cfg.MaxPayload, NoLog: true, NoSigs: true,
 	}
-	if opts.Host == "" {
-		opts.Host = "127.0.0.1"
-	}
+	opts.Host = hostOr(opts.Host)
 	s, err := server.NewServer(opts)
 	if err != nil {
 		return nil, err
@@ -50,12 +58,16 @@ func StartServer(cfg ServerConfig) (*server.Server, error) {
 	go s.Start()
 	if !s.ReadyForConnections(10 * time.Second) {
 		s.Shutdown()
-		if cfg.Port > 0 {
-			return nil, fmt.Errorf("embedded NATS server not ready after 10s (is %s:%d already in use?)", opts.Host, cfg.Port)
-		}
 		return nil, errors.New("embedded NATS server not ready after 10s")
 	}
 	return s, nil
+}
+
+func hostOr(h string) string {
+	if h == "" {
+		return "127.0.0.1"
+	}
+	return h
 }
 
 // Connect dials a NATS server, reconnecting forever if the connection is lost.
@@ -141,22 +153,23 @@ func OpenBucket(ctx context.Context, js jetstream.JetStream, storage jetstream.S
 }
 
 // WatchKV calls fn for every current value of the keys matching keys, then for every change, in revision order,
-// from one goroutine, until ctx is done. ready, if not nil, is called once, after the initial values. A watch's
-// channel closes when the connection is lost and does not recover by itself; WatchKV then watches again from the
-// revision after the last one it delivered, so nothing is missed and nothing is delivered twice.
-func WatchKV(ctx context.Context, kv jetstream.KeyValue, keys string, fn func(jetstream.KeyValueEntry), ready func()) error {
+// from one goroutine, until ctx is done. ready, if not nil, is called once, after the initial values. A watch does
+// not survive a lost connection by itself: after a server restart its channel may stay open and silent. So WatchKV
+// watches again, from the revision after the last one it delivered, whenever nc has reconnected or the channel
+// closed: nothing is missed and nothing is delivered twice.
+func WatchKV(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, keys string, fn func(jetstream.KeyValueEntry), ready func()) error {
 	var last uint64
 	backoff := 100 * time.Millisecond
+	check := time.NewTicker(250 * time.Millisecond)
+	defer check.Stop()
 	for ctx.Err() == nil {
 		var opts []jetstream.WatchOpt
 		if last > 0 {
 			opts = append(opts, jetstream.ResumeFromRevision(last+1))
 		}
+		reconnects := nc.Stats().Reconnects
 		w, err := kv.Watch(ctx, keys, opts...)
 		if err != nil {
-			if ctx.Err() != nil {
-				break
-			}
 			slog.Debug("KV watch failed; retrying", "keys", keys, "err", err)
 			if !sleep(ctx, backoff) {
 				break
@@ -165,27 +178,39 @@ func WatchKV(ctx context.Context, kv jetstream.KeyValue, keys string, fn func(je
 			continue
 		}
 		backoff = 100 * time.Millisecond
-		for e := range w.Updates() {
-			if e == nil {
-				if ready != nil {
-					ready()
-					ready = nil
+	watch:
+		for {
+			select {
+			case <-ctx.Done():
+				break watch
+			case <-check.C:
+				if nc.Stats().Reconnects != reconnects {
+					slog.Debug("connection re-established; watching again", "keys", keys, "after_revision", last)
+					break watch
 				}
-				continue
+			case e, ok := <-w.Updates():
+				if !ok {
+					slog.Debug("KV watch closed; watching again", "keys", keys, "after_revision", last)
+					if !sleep(ctx, backoff) {
+						break watch
+					}
+					break watch
+				}
+				if e == nil {
+					if ready != nil {
+						ready()
+						ready = nil
+					}
+					continue
+				}
+				if e.Revision() <= last {
+					continue
+				}
+				last = e.Revision()
+				fn(e)
 			}
-			if e.Revision() <= last {
-				continue
-			}
-			last = e.Revision()
-			fn(e)
 		}
 		_ = w.Stop()
-		if ctx.Err() == nil {
-			slog.Debug("KV watch closed; watching again", "keys", keys, "after_revision", last)
-			if !sleep(ctx, backoff) {
-				break
-			}
-		}
 	}
 	return ctx.Err()
 }

@@ -135,8 +135,8 @@ func (f *Frontend) Run(ctx context.Context) error {
 	}
 	var loaded sync.WaitGroup
 	loaded.Add(2)
-	go bus.WatchKV(ctx, kv, "spec.*", f.onSpec, loaded.Done)
-	go bus.WatchKV(ctx, kv, "plan.*", f.onPlan, loaded.Done)
+	go bus.WatchKV(ctx, f.nc, kv, "spec.*", f.onSpec, loaded.Done)
+	go bus.WatchKV(ctx, f.nc, kv, "plan.*", f.onPlan, loaded.Done)
 	go func() { loaded.Wait(); close(f.ready) }()
 
 	results, err := f.nc.Subscribe(f.result, f.onResult)

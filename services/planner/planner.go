@@ -50,6 +50,7 @@ func (c *Config) setDefaults() {
 // Planner keeps the plans in the KV bucket and the workers assigned.
 type Planner struct {
 	cfg Config
+	nc  *nats.Conn
 	js  jetstream.JetStream
 	kv  jetstream.KeyValue
 	log *slog.Logger
@@ -59,6 +60,9 @@ type Planner struct {
 	seen    map[string]time.Time // worker -> last registration refresh
 	assign  map[string]plan.Assignment
 	changed chan struct{}
+	// quietUntil suppresses the shortage warning while workers are still registering.
+	quietUntil time.Time
+	unplaced   int // replicas without a worker at the last assignment
 }
 
 // New prepares a planner on a connection; Run serves.
@@ -71,7 +75,7 @@ func New(nc *nats.Conn, cfg Config) (*Planner, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Planner{cfg: cfg, js: js, log: cfg.Logger, seen: map[string]time.Time{},
+	return &Planner{cfg: cfg, nc: nc, js: js, log: cfg.Logger, seen: map[string]time.Time{},
 		assign: map[string]plan.Assignment{}, changed: make(chan struct{}, 1)}, nil
 }
 
@@ -92,7 +96,9 @@ func (p *Planner) Run(ctx context.Context) error {
 	if err := p.loadAssignments(ctx); err != nil {
 		return err
 	}
-	go bus.WatchKV(ctx, kv, wire.WorkerKeys, p.onWorker, nil)
+	go bus.WatchKV(ctx, p.nc, kv, wire.WorkerKeys, p.onWorker, nil)
+	// Workers register within a refresh period of the planner's start; a shortage before that is no news.
+	p.quietUntil = time.Now().Add(p.cfg.WorkerTimeout)
 
 	tick := time.NewTicker(p.cfg.WorkerTimeout / 5)
 	defer tick.Stop()
@@ -229,8 +235,13 @@ func (p *Planner) reassign(ctx context.Context) error {
 	p.mu.Lock()
 	p.assign = next
 	p.mu.Unlock()
-	if unplaced > 0 {
-		p.log.Warn("not enough workers for the plan", "replicas_unplaced", unplaced, "workers", len(live))
+	if unplaced != p.unplaced && time.Now().After(p.quietUntil) {
+		if unplaced > 0 {
+			p.log.Warn("not enough workers for the plan", "replicas_unplaced", unplaced, "workers", len(live))
+		} else {
+			p.log.Info("every planned replica has a worker", "workers", len(live))
+		}
+		p.unplaced = unplaced
 	}
 	return nil
 }

@@ -162,9 +162,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.kv = kv
 	watchCtx, stopWatches := context.WithCancel(ctx)
 	defer stopWatches()
-	go bus.WatchKV(watchCtx, kv, wire.AssignKey(w.cfg.ID), w.onAssignment, nil)
-	go bus.WatchKV(watchCtx, kv, "spec.*", w.onSpec, nil)
-	go bus.WatchKV(watchCtx, kv, "plan.*", w.onPlan, nil)
+	go bus.WatchKV(watchCtx, w.nc, kv, wire.AssignKey(w.cfg.ID), w.onAssignment, nil)
+	go bus.WatchKV(watchCtx, w.nc, kv, "spec.*", w.onSpec, nil)
+	go bus.WatchKV(watchCtx, w.nc, kv, "plan.*", w.onPlan, nil)
 	go w.register(watchCtx)
 
 	var cur *serving
@@ -178,6 +178,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		_ = kv.Delete(dctx, wire.WorkerKey(w.cfg.ID))
 	}()
 	for ctx.Err() == nil {
+		if w.nc.IsClosed() {
+			return errors.New("worker " + w.cfg.ID + ": NATS connection closed")
+		}
 		next := w.want()
 		if cur == nil || !cur.same(next) {
 			if cur != nil {
@@ -357,7 +360,9 @@ func (w *Worker) start(ctx context.Context, n wanted) (*serving, error) {
 func (w *Worker) fetch(s *serving) []jetstream.Msg {
 	first, err := s.consumer.Fetch(1, jetstream.FetchMaxWait(w.cfg.FetchWait))
 	if err != nil {
-		w.log.Debug("fetch", "err", err)
+		// Disconnected, or the server is restarting: back off instead of spinning.
+		w.log.Debug("fetch failed", "err", err)
+		time.Sleep(100 * time.Millisecond)
 		return nil
 	}
 	var msgs []jetstream.Msg

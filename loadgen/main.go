@@ -1,0 +1,75 @@
+// Command loadgen sends open-loop Poisson load to a Sleipnir pipeline over NATS and reports what came back.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+func main() {
+	var cfg Config
+	var shape string
+	url := flag.String("nats", envOr("SLEIPNIR_NATS", "nats://127.0.0.1:4222"), "NATS server URL (env SLEIPNIR_NATS)")
+	asJSON := flag.Bool("json", false, "print the summary as one JSON object on the last line")
+	flag.StringVar(&cfg.Pipeline, "pipeline", "", "pipeline name (required)")
+	flag.Float64Var(&cfg.QPS, "qps", 100, "mean arrival rate, requests per second")
+	flag.DurationVar(&cfg.Duration, "duration", 10*time.Second, "how long to send")
+	flag.DurationVar(&cfg.Timeout, "timeout", 0, "relative deadline of each request (default: the pipeline's SLO)")
+	flag.DurationVar(&cfg.Grace, "grace", 5*time.Second, "how long past its deadline a request may go unanswered before it counts as lost")
+	flag.StringVar(&shape, "input-shape", "1,3,64,64", "shape of the FP32 input tensor")
+	flag.Uint64Var(&cfg.Seed, "seed", 1, "seed of arrivals and input values")
+	flag.Parse()
+	if cfg.Pipeline == "" {
+		fmt.Fprintln(os.Stderr, "loadgen: --pipeline is required")
+		flag.Usage()
+		os.Exit(2)
+	}
+	var err error
+	if cfg.InputShape, err = parseShape(shape); err != nil {
+		fmt.Fprintln(os.Stderr, "loadgen:", err)
+		os.Exit(2)
+	}
+	nc, err := nats.Connect(*url, nats.Name("sleipnir-loadgen"))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "loadgen: cannot connect to NATS at %s: %v (is `make run` running?)\n", *url, err)
+		os.Exit(1)
+	}
+	defer nc.Close()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	sum, err := Run(ctx, nc, cfg, os.Stderr)
+	printSummary(sum)
+	if *asJSON {
+		line, _ := json.Marshal(sum)
+		fmt.Println(string(line))
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "loadgen:", err)
+		os.Exit(1)
+	}
+}
+
+func printSummary(s Summary) {
+	fmt.Printf("pipeline %s: %d sent in %.1fs (%.1f/s of %.1f/s asked)\n", s.Pipeline, s.Sent, s.DurationS, s.AchievedQPS, s.QPS)
+	fmt.Printf("  ok %d  partial %d  dropped %d  late %d  errors %d  lost %d\n", s.OK, s.Partial, s.Dropped, s.Late, s.Errors, s.Lost)
+	fmt.Printf("  latency p50 %.1f ms  p95 %.1f ms  p99 %.1f ms  mean %.1f ms\n", s.P50Ms, s.P95Ms, s.P99Ms, s.MeanLatencyMs)
+	fmt.Printf("  SLO violations %.2f%% (every reply that is not ok, and every lost request)\n", 100*s.SLOViolationRatio)
+	if s.FirstError != "" {
+		fmt.Printf("  first error: %s\n", s.FirstError)
+	}
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
