@@ -188,7 +188,8 @@ func (w *Worker) Run(ctx context.Context) error {
 				cur = nil
 				w.serving.Store(nil)
 			}
-			if next.a.Idle() || next.spec == nil {
+			// Without its pipeline's spec and plan a worker cannot execute or route: it waits for both.
+			if next.a.Idle() || next.spec == nil || next.plan == nil {
 				w.wait(ctx)
 				continue
 			}
@@ -287,7 +288,8 @@ func (w *Worker) onPlan(e jetstream.KeyValueEntry) {
 		w.plans[name] = p
 	}
 	w.mu.Unlock()
-	// A new plan changes routing but not what this worker serves; serveOnce picks it up with the next batch.
+	// A new plan changes routing, picked up with the next batch; a worker waiting for its first plan wakes up.
+	w.signal()
 }
 
 func (w *Worker) register(ctx context.Context) {

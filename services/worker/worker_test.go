@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -112,6 +113,7 @@ func (r *rig) startWorker(id string) *Worker {
 
 func (r *rig) startWorkerWith(cfg Config) *Worker {
 	r.t.Helper()
+	cfg.Logger = slog.New(slog.DiscardHandler)
 
 	w, err := New(r.nc, cfg)
 	if err != nil {
