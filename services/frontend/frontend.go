@@ -5,7 +5,6 @@ package frontend
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -31,6 +30,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+	"github.com/sleipnir-serving/sleipnir/services/catalog"
 )
 
 // Config is the frontend's configuration.
@@ -88,10 +88,8 @@ type Frontend struct {
 	result string // this frontend's result subject
 	seq    atomic.Uint64
 
-	cmu   sync.RWMutex
-	specs map[string]*pipeline.Spec
-	plans map[string]*plan.Plan
-	ready chan struct{} // closed when the KV's initial specs and plans are loaded
+	catalog *catalog.Catalog
+	ready   chan struct{} // closed when the KV's initial specs and plans are loaded
 
 	mu      sync.Mutex
 	pending map[string]*request
@@ -112,8 +110,7 @@ func New(nc *nats.Conn, cfg Config) (*Frontend, error) {
 	}
 	return &Frontend{
 		cfg: cfg, nc: nc, js: js, log: cfg.Logger, tracer: otel.Tracer("sleipnir/frontend"),
-		result: wire.ResultSubject(cfg.ID), specs: map[string]*pipeline.Spec{}, plans: map[string]*plan.Plan{},
-		ready: make(chan struct{}), pending: map[string]*request{},
+		result: wire.ResultSubject(cfg.ID), ready: make(chan struct{}), pending: map[string]*request{},
 		rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0xf00d)),
 	}, nil
 }
@@ -133,11 +130,14 @@ func (f *Frontend) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("frontend: open KV bucket: %w", err)
 	}
-	var loaded sync.WaitGroup
-	loaded.Add(2)
-	go bus.WatchKV(ctx, f.nc, kv, "spec.*", f.onSpec, loaded.Done)
-	go bus.WatchKV(ctx, f.nc, kv, "plan.*", f.onPlan, loaded.Done)
-	go func() { loaded.Wait(); close(f.ready) }()
+	f.catalog = catalog.Watch(ctx, f.nc, kv, f.log, nil)
+	go func() {
+		select {
+		case <-f.catalog.Ready():
+			close(f.ready)
+		case <-ctx.Done():
+		}
+	}()
 
 	results, err := f.nc.Subscribe(f.result, f.onResult)
 	if err != nil {
@@ -175,56 +175,10 @@ func (f *Frontend) Run(ctx context.Context) error {
 	return nil
 }
 
-func (f *Frontend) onSpec(e jetstream.KeyValueEntry) {
-	name := strings.TrimPrefix(e.Key(), "spec.")
-	f.cmu.Lock()
-	defer f.cmu.Unlock()
-	if e.Operation() != jetstream.KeyValuePut {
-		delete(f.specs, name)
-		return
-	}
-	s, err := pipeline.ParseJSON(e.Value())
-	if err != nil {
-		f.log.Error("bad pipeline spec in KV", "key", e.Key(), "err", err)
-		return
-	}
-	f.specs[name] = s
-}
-
-func (f *Frontend) onPlan(e jetstream.KeyValueEntry) {
-	name := strings.TrimPrefix(e.Key(), "plan.")
-	f.cmu.Lock()
-	defer f.cmu.Unlock()
-	if e.Operation() != jetstream.KeyValuePut {
-		delete(f.plans, name)
-		return
-	}
-	p := new(plan.Plan)
-	if err := json.Unmarshal(e.Value(), p); err != nil {
-		f.log.Error("bad plan in KV", "key", e.Key(), "err", err)
-		return
-	}
-	f.plans[name] = p
-}
-
 // Pipelines lists the pipelines this frontend can serve now.
-func (f *Frontend) Pipelines() []string {
-	f.cmu.RLock()
-	defer f.cmu.RUnlock()
-	var out []string
-	for name := range f.specs {
-		if f.plans[name] != nil {
-			out = append(out, name)
-		}
-	}
-	return out
-}
+func (f *Frontend) Pipelines() []string { return f.catalog.Pipelines() }
 
-func (f *Frontend) lookup(name string) (*pipeline.Spec, *plan.Plan) {
-	f.cmu.RLock()
-	defer f.cmu.RUnlock()
-	return f.specs[name], f.plans[name]
-}
+func (f *Frontend) lookup(name string) (*pipeline.Spec, *plan.Plan) { return f.catalog.Lookup(name) }
 
 // request is one accepted request, pending until complete or due.
 type request struct {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
@@ -173,8 +174,8 @@ func runUp(args []string) error {
 	if err != nil {
 		return err
 	}
-	if *workers < 1 {
-		return fmt.Errorf("--workers %d: want at least 1", *workers)
+	if *workers < 0 {
+		return fmt.Errorf("--workers %d: want 0 or more (0 runs the server, planner and frontend only)", *workers)
 	}
 	ctx, log, stop, err := c.start("up")
 	if err != nil {
@@ -206,21 +207,13 @@ func runFrontend(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	ctx, log, stop, err := c.start("frontend")
-	if err != nil {
-		return err
-	}
-	defer stop()
-	nc, err := bus.Connect(orDefaultURL(c.natsURL), "sleipnir-frontend")
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	f, err := frontend.New(nc, frontend.Config{ID: *id, HTTPAddr: *httpAddr, MaxRequestBytes: *maxReq, Logger: log})
-	if err != nil {
-		return err
-	}
-	return f.Run(ctx)
+	return c.serve("frontend", func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
+		f, err := frontend.New(nc, frontend.Config{ID: *id, HTTPAddr: *httpAddr, MaxRequestBytes: *maxReq, Logger: log})
+		if err != nil {
+			return err
+		}
+		return f.Run(ctx)
+	})
 }
 
 func runWorker(args []string) error {
@@ -232,21 +225,13 @@ func runWorker(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	ctx, log, stop, err := c.start("worker")
-	if err != nil {
-		return err
-	}
-	defer stop()
-	nc, err := bus.Connect(orDefaultURL(c.natsURL), "sleipnir-worker")
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	w, err := worker.New(nc, worker.Config{ID: *id, AckWait: *ackWait, Logger: log})
-	if err != nil {
-		return err
-	}
-	return w.Run(ctx)
+	return c.serve("worker", func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
+		w, err := worker.New(nc, worker.Config{ID: *id, AckWait: *ackWait, Logger: log})
+		if err != nil {
+			return err
+		}
+		return w.Run(ctx)
+	})
 }
 
 func runPlanner(args []string) error {
@@ -270,26 +255,30 @@ func runPlanner(args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, log, stop, err := c.start("planner")
+	return c.serve("planner", func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
+		p, err := planner.New(nc, planner.Config{Pipelines: specs, Storage: st, Logger: log})
+		if err != nil {
+			return err
+		}
+		return p.Run(ctx)
+	})
+}
+
+// serve runs one service against the NATS server of --nats (default the local one).
+func (c *common) serve(service string, run func(context.Context, *nats.Conn, *slog.Logger) error) error {
+	ctx, log, stop, err := c.start(service)
 	if err != nil {
 		return err
 	}
 	defer stop()
-	nc, err := bus.Connect(orDefaultURL(c.natsURL), "sleipnir-planner")
+	url := c.natsURL
+	if url == "" {
+		url = nats.DefaultURL
+	}
+	nc, err := bus.Connect(url, "sleipnir-"+service)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	p, err := planner.New(nc, planner.Config{Pipelines: specs, Storage: st, Logger: log})
-	if err != nil {
-		return err
-	}
-	return p.Run(ctx)
-}
-
-func orDefaultURL(u string) string {
-	if u == "" {
-		return "nats://127.0.0.1:4222"
-	}
-	return u
+	return run(ctx, nc, log)
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+	"github.com/sleipnir-serving/sleipnir/services/catalog"
 )
 
 // Config is the worker's configuration.
@@ -108,9 +109,8 @@ type Worker struct {
 
 	mu       sync.Mutex
 	assigned plan.Assignment
-	specs    map[string]*pipeline.Spec
-	plans    map[string]*plan.Plan
-	changed  chan struct{} // signalled when assignment, spec or plan changes
+	catalog  *catalog.Catalog
+	changed  chan struct{} // signalled when the assignment, a spec or a plan changes
 
 	messages, items, batches, dropped, failed, discarded atomic.Uint64
 	swapMs                                               atomic.Uint64 // float64 bits
@@ -138,7 +138,6 @@ func New(nc *nats.Conn, cfg Config) (*Worker, error) {
 	}
 	return &Worker{
 		cfg: cfg, nc: nc, js: js, log: cfg.Logger, tracer: otel.Tracer("sleipnir/worker"),
-		specs: map[string]*pipeline.Spec{}, plans: map[string]*plan.Plan{},
 		changed: make(chan struct{}, 1),
 		rng:     rand.New(rand.NewPCG(cfg.Seed, 0x707e)),
 	}, nil
@@ -163,8 +162,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	watchCtx, stopWatches := context.WithCancel(ctx)
 	defer stopWatches()
 	go bus.WatchKV(watchCtx, w.nc, kv, wire.AssignKey(w.cfg.ID), w.onAssignment, nil)
-	go bus.WatchKV(watchCtx, w.nc, kv, "spec.*", w.onSpec, nil)
-	go bus.WatchKV(watchCtx, w.nc, kv, "plan.*", w.onPlan, nil)
+	// A new plan changes routing, picked up with the next batch; a worker waiting for its first plan wakes up.
+	cat := catalog.Watch(watchCtx, w.nc, kv, w.log, w.signal)
+	w.mu.Lock()
+	w.catalog = cat
+	w.mu.Unlock()
 	go w.register(watchCtx)
 
 	var cur *serving
@@ -218,8 +220,10 @@ type wanted struct {
 
 func (w *Worker) want() wanted {
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	return wanted{a: w.assigned, spec: w.specs[w.assigned.Pipeline], plan: w.plans[w.assigned.Pipeline]}
+	a, cat := w.assigned, w.catalog
+	w.mu.Unlock()
+	spec, p := cat.Lookup(a.Pipeline)
+	return wanted{a: a, spec: spec, plan: p}
 }
 
 func (w *Worker) wait(ctx context.Context) {
@@ -247,48 +251,6 @@ func (w *Worker) onAssignment(e jetstream.KeyValueEntry) {
 	w.mu.Lock()
 	w.assigned = a
 	w.mu.Unlock()
-	w.signal()
-}
-
-func (w *Worker) onSpec(e jetstream.KeyValueEntry) {
-	name := strings.TrimPrefix(e.Key(), "spec.")
-	var spec *pipeline.Spec
-	if e.Operation() == jetstream.KeyValuePut {
-		s, err := pipeline.ParseJSON(e.Value())
-		if err != nil {
-			w.log.Error("bad pipeline spec in KV", "key", e.Key(), "err", err)
-			return
-		}
-		spec = s
-	}
-	w.mu.Lock()
-	if spec == nil {
-		delete(w.specs, name)
-	} else {
-		w.specs[name] = spec
-	}
-	w.mu.Unlock()
-	w.signal()
-}
-
-func (w *Worker) onPlan(e jetstream.KeyValueEntry) {
-	name := strings.TrimPrefix(e.Key(), "plan.")
-	var p *plan.Plan
-	if e.Operation() == jetstream.KeyValuePut {
-		p = new(plan.Plan)
-		if err := json.Unmarshal(e.Value(), p); err != nil {
-			w.log.Error("bad plan in KV", "key", e.Key(), "err", err)
-			return
-		}
-	}
-	w.mu.Lock()
-	if p == nil {
-		delete(w.plans, name)
-	} else {
-		w.plans[name] = p
-	}
-	w.mu.Unlock()
-	// A new plan changes routing, picked up with the next batch; a worker waiting for its first plan wakes up.
 	w.signal()
 }
 
