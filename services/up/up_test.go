@@ -209,6 +209,18 @@ func TestTreeEndToEnd(t *testing.T) {
 			t.Errorf("no leaf went through branch %s (leaves per branch: %v)", child, branches)
 		}
 	}
+	// Sub-requests travel grouped: one message per (parent item, destination variant), so the child tasks see at
+	// most one message per request and child task here (one hosted variant each), however many items.
+	var childMsgs, childItems uint64
+	for _, w := range sys.Workers {
+		if s := w.Serving(); s != "" && !strings.Contains(s, ":"+spec.Root().Name+"/") {
+			childMsgs += w.Stats().Messages
+			childItems += w.Stats().Items
+		}
+	}
+	if childMsgs > uint64(n*len(spec.Root().Children)) || childItems <= childMsgs {
+		t.Errorf("child tasks got %d messages for %d items from %d requests: sub-requests are not grouped", childMsgs, childItems, n)
+	}
 	st := sys.Frontend.Stats()
 	if st.Accepted != n || st.Replied != n || st.StrayLeaves != 0 || st.BadReports != 0 {
 		t.Errorf("frontend stats %+v", st)

@@ -68,7 +68,7 @@ func BenchmarkHop(b *testing.B) {
 		NewExecutor: func(spec *pipeline.Spec, task, _ string, _ executor.Options) (executor.Executor, error) {
 			return passThrough{children: spec.Task(task).Children}, nil
 		}})
-	r.assignTask("hop", "a", "x")
+	r.assignTask("hop", "a", "x", 1)
 	r.waitServingTask(w, "a", "x")
 	next, err := bus.EnsureVariantConsumer(ctx, r.js, "hop", "b", "y", 0)
 	if err != nil {

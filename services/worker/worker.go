@@ -109,7 +109,6 @@ type Worker struct {
 
 	mu       sync.Mutex
 	assigned plan.Assignment
-	catalog  *catalog.Catalog
 	changed  chan struct{} // signalled when the assignment, a spec or a plan changes
 
 	messages, items, batches, dropped, failed, discarded atomic.Uint64
@@ -152,7 +151,8 @@ func (w *Worker) Stats() Stats {
 		Dropped: w.dropped.Load(), Failed: w.failed.Load(), Discarded: w.discarded.Load()}
 }
 
-// Run serves until ctx is done; the batch in hand when it ends is finished and acknowledged first.
+// Run serves until ctx is done. A batch in hand then is handed back (negatively acknowledged) so that another replica
+// takes it at once; a batch in hand when the assignment changes is finished first.
 func (w *Worker) Run(ctx context.Context) error {
 	kv, err := bus.OpenBucket(ctx, w.js, jetstream.FileStorage)
 	if err != nil {
@@ -164,9 +164,6 @@ func (w *Worker) Run(ctx context.Context) error {
 	go bus.WatchKV(watchCtx, w.nc, kv, wire.AssignKey(w.cfg.ID), w.onAssignment, nil)
 	// A new plan changes routing, picked up with the next batch; a worker waiting for its first plan wakes up.
 	cat := catalog.Watch(watchCtx, w.nc, kv, w.log, w.signal)
-	w.mu.Lock()
-	w.catalog = cat
-	w.mu.Unlock()
 	go w.register(watchCtx)
 
 	var cur *serving
@@ -183,7 +180,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		if w.nc.IsClosed() {
 			return errors.New("worker " + w.cfg.ID + ": NATS connection closed")
 		}
-		next := w.want()
+		next := w.want(cat)
 		if cur == nil || !cur.same(next) {
 			if cur != nil {
 				cur.exec.Close()
@@ -218,9 +215,9 @@ type wanted struct {
 	plan *plan.Plan
 }
 
-func (w *Worker) want() wanted {
+func (w *Worker) want(cat *catalog.Catalog) wanted {
 	w.mu.Lock()
-	a, cat := w.assigned, w.catalog
+	a := w.assigned
 	w.mu.Unlock()
 	spec, p := cat.Lookup(a.Pipeline)
 	return wanted{a: a, spec: spec, plan: p}
@@ -318,37 +315,39 @@ func (w *Worker) start(ctx context.Context, n wanted) (*serving, error) {
 		consumer: cons, hop: n.a.Hop()}, nil
 }
 
-// fetch takes the messages the worker can batch now: it waits for one, then takes, without waiting, as many of
-// those already queued as fit the free batch slots. It never holds messages it cannot start at once, so an idle
-// replica of the same variant gets them instead.
-func (w *Worker) fetch(s *serving) []jetstream.Msg {
-	first, err := s.consumer.Fetch(1, jetstream.FetchMaxWait(w.cfg.FetchWait))
+// fetchFirst waits (up to FetchWait) for one message of the variant's queue.
+func (w *Worker) fetchFirst(s *serving) jetstream.Msg {
+	batch, err := s.consumer.Fetch(1, jetstream.FetchMaxWait(w.cfg.FetchWait))
 	if err != nil {
 		// Disconnected, or the server is restarting: back off instead of spinning.
 		w.log.Debug("fetch failed", "err", err)
 		time.Sleep(100 * time.Millisecond)
 		return nil
 	}
-	var msgs []jetstream.Msg
-	for m := range first.Messages() {
-		msgs = append(msgs, m)
+	var first jetstream.Msg
+	for m := range batch.Messages() {
+		first = m
 	}
-	if len(msgs) == 0 || s.a.MaxBatch <= 1 {
-		return msgs
-	}
-	meta, err := msgs[0].Metadata()
-	if err != nil || meta.NumPending == 0 {
-		return msgs
-	}
-	free := s.a.MaxBatch - len(msgs)
+	return first
+}
+
+// fetchMore takes, without waiting, up to free more messages if the queue holds any (the first message's
+// NumPending says so without a round trip). A worker never holds messages it cannot start at once, so an idle
+// replica of the same variant gets them instead.
+func (w *Worker) fetchMore(s *serving, first jetstream.Msg, free int) []jetstream.Msg {
 	if free <= 0 {
-		return msgs
+		return nil
 	}
-	more, err := s.consumer.FetchNoWait(min(free, int(meta.NumPending)))
+	meta, err := first.Metadata()
+	if err != nil || meta.NumPending == 0 {
+		return nil
+	}
+	batch, err := s.consumer.FetchNoWait(min(free, int(meta.NumPending)))
 	if err != nil {
-		return msgs
+		return nil
 	}
-	for m := range more.Messages() {
+	var msgs []jetstream.Msg
+	for m := range batch.Messages() {
 		msgs = append(msgs, m)
 	}
 	return msgs
@@ -370,21 +369,21 @@ type inbound struct {
 }
 
 func (w *Worker) serveOnce(ctx context.Context, s *serving) {
-	msgs := w.fetch(s)
-	if len(msgs) == 0 {
+	first := w.fetchFirst(s)
+	if first == nil {
 		return
 	}
-	now := time.Now()
-	batch := make([]*inbound, 0, len(msgs))
+	var batch []*inbound
 	var inputs []executor.Input
 	var slots []slot
-	for _, m := range msgs {
+	now := time.Now()
+	take := func(m jetstream.Msg) {
 		in, err := w.decode(ctx, m)
 		if err != nil {
 			w.discarded.Add(1)
 			w.log.Warn("discarding invalid task message", "subject", m.Subject(), "err", err)
 			_ = m.Term()
-			continue
+			return
 		}
 		w.messages.Add(1)
 		in.outputs = make([]executor.Output, len(in.items))
@@ -400,11 +399,19 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 		}
 		batch = append(batch, in)
 	}
+	// Batch slots count items, and one message may carry several (a parent's items for one variant).
+	take(first)
+	for _, m := range w.fetchMore(s, first, s.a.MaxBatch-len(inputs)) {
+		take(m)
+	}
 	// Execute in model batches of at most MaxBatch items (one message may carry several items).
 	for lo := 0; lo < len(inputs); lo += s.a.MaxBatch {
 		hi := min(lo+s.a.MaxBatch, len(inputs))
 		outs, err := s.exec.Execute(ctx, inputs[lo:hi])
 		w.batches.Add(1)
+		if err == nil && len(outs) != hi-lo {
+			err = fmt.Errorf("executor returned %d outputs for %d inputs", len(outs), hi-lo)
+		}
 		if err != nil && ctx.Err() != nil {
 			// Shutting down: hand the whole batch back for another replica.
 			for _, in := range batch {

@@ -14,6 +14,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
+	"github.com/sleipnir-serving/sleipnir/pkg/executor"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/routing"
@@ -126,11 +127,11 @@ func (r *rig) startWorkerWith(cfg Config) *Worker {
 	return w
 }
 
-func (r *rig) assign(worker, variant string) { r.assignTask(worker, "a", variant) }
+func (r *rig) assign(worker, variant string) { r.assignTask(worker, "a", variant, 1) }
 
-func (r *rig) assignTask(worker, task, variant string) {
+func (r *rig) assignTask(worker, task, variant string, maxBatch int) {
 	r.t.Helper()
-	a := plan.Assignment{Worker: worker, Pipeline: r.spec.Name, Task: task, Variant: variant, MaxBatch: 1}
+	a := plan.Assignment{Worker: worker, Pipeline: r.spec.Name, Task: task, Variant: variant, MaxBatch: maxBatch}
 	data, _ := json.Marshal(a)
 	if _, err := r.kv.Put(context.Background(), wire.AssignKey(worker), data); err != nil {
 		r.t.Fatal(err)
@@ -296,4 +297,50 @@ func TestWorkerSwitchLosesNothing(t *testing.T) {
 	if w2.Stats().Items == 0 {
 		t.Error("the second replica served nothing")
 	}
+}
+
+// TestWorkerBatchesWhatIsQueued: with messages waiting, a worker takes up to its max batch at once (counting items,
+// not messages), and never more than that in one model batch.
+func TestWorkerBatchesWhatIsQueued(t *testing.T) {
+	r := newRig(t)
+	var sizes []int
+	var mu sync.Mutex
+	w := r.startWorkerWith(Config{ID: "w1", FetchWait: 100 * time.Millisecond,
+		NewExecutor: func(spec *pipeline.Spec, task, variant string, opts executor.Options) (executor.Executor, error) {
+			e, err := executor.New(spec, task, variant, opts)
+			return recordSizes{e, func(n int) { mu.Lock(); sizes = append(sizes, n); mu.Unlock() }}, err
+		}})
+	r.assignTask("w1", "a", "slow", 4)
+	r.waitServing(w, "slow")
+	soon := time.Now().Add(time.Minute)
+	two, _ := msgpack.Marshal(&wire.TaskMessage{Items: []wire.Item{{ID: "0.0", Den: 2}, {ID: "0.1", Den: 2}}})
+	for i := 0; i < 6; i++ {
+		r.publish("slow", fmt.Sprint("r", i), soon, nil, two) // 12 items in 6 messages
+	}
+	items := 0
+	for items < 12 {
+		items += len(r.next(5 * time.Second).Items)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	total := 0
+	for _, n := range sizes {
+		if n > 4 {
+			t.Errorf("a model batch of %d items exceeds the max batch of 4", n)
+		}
+		total += n
+	}
+	if total != 12 || len(sizes) > 5 {
+		t.Errorf("batches %v: want 12 items in at most 5 batches (the queue was full)", sizes)
+	}
+}
+
+type recordSizes struct {
+	executor.Executor
+	record func(int)
+}
+
+func (r recordSizes) Execute(ctx context.Context, batch []executor.Input) ([]executor.Output, error) {
+	r.record(len(batch))
+	return r.Executor.Execute(ctx, batch)
 }
