@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
+
+func connect(t *testing.T) *nats.Conn {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{Port: -1, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(5 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	t.Cleanup(s.Shutdown)
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// respond answers requests on the pipeline's subject with the status status(i) returns for the i-th request;
+// "" leaves it unanswered. delay postpones each reply without holding up the next request.
+func respond(t *testing.T, nc *nats.Conn, status func(i int64) string, delay time.Duration) {
+	var n atomic.Int64
+	_, err := nc.Subscribe(wire.InferSubject("p"), func(m *nats.Msg) {
+		st := status(n.Add(1) - 1)
+		if st == "" {
+			return
+		}
+		data, _ := msgpack.Marshal(&wire.InferReply{RequestID: "x", Pipeline: "p", Status: st})
+		go func() {
+			time.Sleep(delay)
+			m.Respond(data)
+		}()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCountsEveryOutcome(t *testing.T) {
+	nc := connect(t)
+	statuses := []string{wire.StatusOK, wire.StatusOK, wire.StatusLate, wire.StatusPartial, wire.StatusDropped, wire.StatusError, ""}
+	respond(t, nc, func(i int64) string { return statuses[i%int64(len(statuses))] }, 0)
+	s, err := Run(context.Background(), nc, Config{Pipeline: "p", QPS: 300, Duration: time.Second,
+		Timeout: 100 * time.Millisecond, Grace: 200 * time.Millisecond}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Sent == 0 || s.OK+s.Late+s.Partial+s.Dropped+s.Errors+s.Lost != s.Sent {
+		t.Fatalf("outcomes do not add up to sent: %+v", s)
+	}
+	if s.Lost == 0 || s.Late == 0 || s.Errors == 0 || s.Partial == 0 || s.Dropped == 0 {
+		t.Errorf("an outcome was not counted: %+v", s)
+	}
+	if want := float64(s.Sent-s.OK) / float64(s.Sent); s.SLOViolationRatio != want {
+		t.Errorf("violation ratio %v, want %v", s.SLOViolationRatio, want)
+	}
+	if s.P50Ms <= 0 || s.P99Ms < s.P50Ms {
+		t.Errorf("latency percentiles %v %v", s.P50Ms, s.P99Ms)
+	}
+}
+
+// TestOpenLoopPoisson: the arrival count is Poisson-plausible, and slow replies do not slow the sending.
+func TestOpenLoopPoisson(t *testing.T) {
+	nc := connect(t)
+	respond(t, nc, func(int64) string { return wire.StatusOK }, 500*time.Millisecond)
+	s, err := Run(context.Background(), nc, Config{Pipeline: "p", QPS: 200, Duration: 2 * time.Second, Grace: time.Second}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 400 expected; 3.5 standard deviations either side.
+	if s.Sent < 330 || s.Sent > 470 {
+		t.Errorf("sent %d in 2 s at 200 QPS", s.Sent)
+	}
+	if s.AchievedQPS < 165 || s.OK != s.Sent {
+		t.Errorf("500 ms replies held the sender back or were lost: %+v", s)
+	}
+	if s.P50Ms < 500 {
+		t.Errorf("p50 %v ms, but every reply took 500 ms", s.P50Ms)
+	}
+}
+
+func TestNoResponders(t *testing.T) {
+	nc := connect(t)
+	s, err := Run(context.Background(), nc, Config{Pipeline: "p", QPS: 50, Duration: 200 * time.Millisecond}, nil)
+	if err == nil || !strings.Contains(err.Error(), "no responders") {
+		t.Fatalf("err %v, want no responders", err)
+	}
+	if s.Errors != s.Sent || s.Sent == 0 {
+		t.Errorf("summary %+v", s)
+	}
+}
+
+func TestSummaryJSONKeys(t *testing.T) {
+	data, _ := json.Marshal(Summary{})
+	var m map[string]any
+	json.Unmarshal(data, &m)
+	for _, k := range []string{"sent", "ok", "partial", "dropped", "late", "errors", "lost", "p50_ms", "p95_ms", "p99_ms",
+		"mean_latency_ms", "slo_violation_ratio", "achieved_qps", "duration_s", "qps", "pipeline"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("summary JSON lacks %q", k)
+		}
+	}
+}
+
+func TestParseShape(t *testing.T) {
+	if s, err := parseShape("1,3,8,8"); err != nil || len(s) != 4 {
+		t.Errorf("parseShape: %v %v", s, err)
+	}
+	for _, bad := range []string{"1,x", "0", ""} {
+		if _, err := parseShape(bad); err == nil {
+			t.Errorf("parseShape(%q) accepted", bad)
+		}
+	}
+}
