@@ -131,13 +131,13 @@ func (f *Frontend) Run(ctx context.Context) error {
 		return fmt.Errorf("frontend: open KV bucket: %w", err)
 	}
 	f.catalog = catalog.Watch(ctx, f.nc, kv, f.log, nil)
-	go func() {
-		select {
-		case <-f.catalog.Ready():
-			close(f.ready)
-		case <-ctx.Done():
-		}
-	}()
+	// Take requests only once the pipelines are known, or early ones would be refused as unknown.
+	select {
+	case <-f.catalog.Ready():
+		close(f.ready)
+	case <-ctx.Done():
+		return nil
+	}
 
 	results, err := f.nc.Subscribe(f.result, f.onResult)
 	if err != nil {
@@ -170,7 +170,12 @@ func (f *Frontend) Run(ctx context.Context) error {
 			return fmt.Errorf("HTTP API on %s: %w", f.cfg.HTTPAddr, err)
 		}
 	}
-	requests.Drain()
+	// Stop taking requests, answer those already taken in, then fail what is still pending: each gets its reply.
+	if err := requests.Drain(); err == nil {
+		for end := time.Now().Add(5 * time.Second); requests.IsValid() && time.Now().Before(end); {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 	f.failAll("the frontend is shutting down")
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/sleipnir-serving/sleipnir/pkg/bus"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
@@ -172,4 +173,49 @@ func TestHTTPv2(t *testing.T) {
 			t.Errorf("POST %s %q: %d %v, want %d with %q", tc.model, tc.body, code, out, tc.code, tc.want)
 		}
 	}
+}
+
+// TestShutdownAnswersEveryRequest stops the system while requests are in flight: each still gets exactly one reply,
+// finished or an error saying the frontend is shutting down.
+func TestShutdownAnswersEveryRequest(t *testing.T) {
+	sys, spec := startSystem(t, "../../examples/ocr-chain.yaml", 20)
+	nc, err := bus.ConnectInProcess(sys.Server, "client") // not closed by the system, so it hears every reply
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	c := &client{nc: nc, prefix: nats.NewInbox(), replies: map[string][]*nats.Msg{}}
+	if _, err := nc.Subscribe(c.prefix+".*", func(m *nats.Msg) {
+		c.mu.Lock()
+		c.replies[m.Subject] = append(c.replies[m.Subject], m)
+		c.mu.Unlock()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var subjects []string
+	for i := 0; i < 50; i++ {
+		subjects = append(subjects, c.send(t, spec.Name, i, inputRequest(t), nats.Header{wire.HeaderTimeout: []string{"10s"}}))
+	}
+	nc.Flush()
+	time.Sleep(20 * time.Millisecond)
+	sys.Stop()
+	if err := sys.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	replies := c.wait(t, subjects, 5*time.Second)
+	shut := 0
+	for _, s := range subjects {
+		if len(replies[s]) != 1 {
+			t.Fatalf("request %s got %d replies", s, len(replies[s]))
+		}
+		rep := decodeReply(t, replies[s][0])
+		switch {
+		case rep.Status == wire.StatusOK:
+		case rep.Status == wire.StatusError && strings.Contains(rep.Error, "shutting down"):
+			shut++
+		default:
+			t.Errorf("request %s: %q %q", s, rep.Status, rep.Error)
+		}
+	}
+	t.Logf("%d of %d requests were cut short by the shutdown", shut, len(subjects))
 }

@@ -56,6 +56,9 @@ type System struct {
 	errs   chan error
 	conns  []*nats.Conn
 	mu     sync.Mutex
+
+	waitOnce sync.Once
+	waitErr  error
 }
 
 // Run starts everything and serves until ctx is done, then stops it all.
@@ -177,16 +180,20 @@ func (s *System) run(ctx context.Context, name string, f func(context.Context) e
 // Stop cancels every service; Wait returns once they have stopped.
 func (s *System) Stop() { s.cancel() }
 
-// Wait waits for every service to stop, then closes the connections and shuts the embedded server down.
+// Wait waits for every service to stop, then closes the connections and shuts the embedded server down. It may be
+// called more than once.
 func (s *System) Wait() error {
-	s.wg.Wait()
-	s.close()
-	close(s.errs)
-	var errs []error
-	for err := range s.errs {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
+	s.waitOnce.Do(func() {
+		s.wg.Wait()
+		s.close()
+		close(s.errs)
+		var errs []error
+		for err := range s.errs {
+			errs = append(errs, err)
+		}
+		s.waitErr = errors.Join(errs...)
+	})
+	return s.waitErr
 }
 
 func (s *System) close() {
