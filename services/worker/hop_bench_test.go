@@ -10,10 +10,13 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
 	"github.com/sleipnir-serving/sleipnir/pkg/executor"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/telemetry"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
@@ -62,6 +65,22 @@ func (passThrough) Close() error { return nil }
 // and msgpack decoding, deadline check, the executor call, routing, item weights, tracing and encoding. Reported:
 // p50 and p95 of each, in microseconds, and the ratio of the p50s (the target is at most 1.5).
 func BenchmarkHop(b *testing.B) {
+	b.Run("tracer=none", func(b *testing.B) { benchmarkHop(b) })
+	// What a service runs by default: the SDK tracer sampling every request, exporting nowhere.
+	b.Run("tracer=sdk", func(b *testing.B) {
+		shutdown, err := telemetry.Setup(context.Background(), "bench")
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer func() {
+			shutdown(context.Background())
+			otel.SetTracerProvider(noop.NewTracerProvider())
+		}()
+		benchmarkHop(b)
+	})
+}
+
+func benchmarkHop(b *testing.B) {
 	r := newRigWith(b, chainSpec)
 	ctx := context.Background()
 	w := r.startWorkerWith(Config{ID: "hop", FetchWait: time.Second,
