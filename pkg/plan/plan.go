@@ -39,10 +39,21 @@ type VariantPlan struct {
 }
 
 // Routing says where sub-requests go: Root for the frontend, Downstream per hosted upstream variant
-// ("task/variant") and child task.
+// ("task/variant") and child task. Backup lists, per task, the hosted variants with capacity left over after the
+// routing, for workers to reroute late items to.
 type Routing struct {
 	Root       []Route                       `json:"root"`
 	Downstream map[string]map[string][]Route `json:"downstream"`
+	Backup     map[string][]Backup           `json:"backup,omitempty"`
+}
+
+// Backup is a hosted variant with spare capacity.
+type Backup struct {
+	Variant     string  `json:"variant"`
+	LeftoverQPS float64 `json:"leftover_qps"`
+	// LatencyMs is its profiled latency at the plan's max batch (its budget).
+	LatencyMs float64 `json:"latency_ms"`
+	Accuracy  float64 `json:"accuracy"`
 }
 
 // Route sends a share Prob of a task's traffic to one of its variants.
