@@ -23,7 +23,7 @@ func TestReadmeNamesTheWire(t *testing.T) {
 	must := []string{
 		wire.InferSubject("<pipeline>"), wire.QueueFrontend,
 		wire.TaskSubject("<pipeline>", "<task>", "<variant>"), wire.TaskStream("<pipeline>"),
-		wire.Consumer("<task>", "<variant>"), wire.ResultSubject("<frontend-id>"),
+		wire.Consumer("<task>", "<variant>"), wire.ResultSubject("<frontend-id>"), wire.DemandSubject("<pipeline>"),
 		"KV bucket `" + wire.Bucket + "`",
 		wire.SpecKey("<pipeline>"), wire.PlanKey("<pipeline>"), wire.AssignKey("<worker>"), wire.WorkerKey("<worker>"),
 		wire.HeaderRequestID, wire.HeaderDeadline, wire.HeaderTimeout, wire.HeaderPath, wire.HeaderReplyTo,
@@ -40,7 +40,7 @@ func TestReadmeNamesTheWire(t *testing.T) {
 	}
 	// The payload types' msgpack field names, as the README lists them.
 	for _, typ := range []any{wire.Tensor{}, wire.InferRequest{}, wire.InferReply{}, wire.TaskMessage{}, wire.Item{},
-		wire.ResultMessage{}, wire.ItemResult{}} {
+		wire.ResultMessage{}, wire.ItemResult{}, wire.DemandReport{}} {
 		rt := reflect.TypeOf(typ)
 		line := lineStarting(text, rt.Name()+" ")
 		if line == "" {

@@ -57,3 +57,10 @@ type ItemResult struct {
 	Reason  string   `msgpack:"reason,omitempty" json:"reason,omitempty"`
 	Outputs []Tensor `msgpack:"outputs,omitempty" json:"outputs,omitempty"`
 }
+
+// DemandReport is what a frontend sends to DemandSubject every interval: requests it accepted in that interval.
+type DemandReport struct {
+	Frontend   string  `msgpack:"frontend"`
+	Count      int     `msgpack:"count"`
+	IntervalMs float64 `msgpack:"interval_ms"`
+}

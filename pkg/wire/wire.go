@@ -18,6 +18,8 @@ const (
 	TaskPrefix = "sleipnir.task."
 	// ResultPrefix + frontend id is where workers send finished and dropped items (core NATS).
 	ResultPrefix = "sleipnir.result."
+	// DemandPrefix + pipeline is where frontends report, every second, how many requests they accepted (core NATS).
+	DemandPrefix = "sleipnir.demand."
 	// Bucket is the JetStream KV bucket holding specs, plans, assignments and worker registrations.
 	Bucket = "sleipnir"
 )
@@ -38,6 +40,9 @@ func TaskStream(pipeline string) string { return "SLEIPNIR_" + pipeline }
 
 // Consumer is the durable pull consumer shared by all replicas of a variant.
 func Consumer(task, variant string) string { return task + "_" + variant }
+
+// DemandSubject is where frontends report a pipeline's demand.
+func DemandSubject(pipeline string) string { return DemandPrefix + pipeline }
 
 // ResultSubject is where items of requests accepted by one frontend are reported.
 func ResultSubject(frontendID string) string { return ResultPrefix + frontendID }

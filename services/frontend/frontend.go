@@ -41,7 +41,9 @@ type Config struct {
 	HTTPAddr string
 	// MaxRequestBytes refuses larger request payloads with an error reply.
 	MaxRequestBytes int
-	Logger          *slog.Logger
+	// DemandEvery is how often the frontend reports its accepted requests to the planner (default 1 s).
+	DemandEvery time.Duration
+	Logger      *slog.Logger
 }
 
 // DefaultMaxRequestBytes is the default request size limit: an 8 MiB image or tensor.
@@ -54,6 +56,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxRequestBytes == 0 {
 		c.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if c.DemandEvery == 0 {
+		c.DemandEvery = time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -93,7 +98,8 @@ type Frontend struct {
 
 	mu      sync.Mutex
 	pending map[string]*request
-	rng     *rand.Rand // routing, under mu
+	rng     *rand.Rand     // routing, under mu
+	demand  map[string]int // requests accepted per pipeline since the last report, under mu
 
 	accepted, refused, replied, late, stray, badReports atomic.Uint64
 }
@@ -110,7 +116,7 @@ func New(nc *nats.Conn, cfg Config) (*Frontend, error) {
 	}
 	return &Frontend{
 		cfg: cfg, nc: nc, js: js, log: cfg.Logger, tracer: otel.Tracer("sleipnir/frontend"),
-		result: wire.ResultSubject(cfg.ID), ready: make(chan struct{}), pending: map[string]*request{},
+		result: wire.ResultSubject(cfg.ID), ready: make(chan struct{}), pending: map[string]*request{}, demand: map[string]int{},
 		rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0xf00d)),
 	}, nil
 }
@@ -161,6 +167,7 @@ func (f *Frontend) Run(ctx context.Context) error {
 		defer srv.Shutdown(context.Background())
 		f.log.Info("HTTP API listening", "addr", f.cfg.HTTPAddr)
 	}
+	go f.reportDemand(ctx)
 	f.log.Info("frontend serving", "subject", wire.InferPrefix+"*", "results", f.result)
 	select {
 	case <-ctx.Done():
@@ -303,6 +310,7 @@ func (f *Frontend) submit(ctx context.Context, sub *submission) error {
 
 	// Register before publishing: a fast worker may report before the publish returns.
 	f.mu.Lock()
+	f.demand[sub.pipeline]++
 	f.pending[r.id] = r
 	r.timer = time.AfterFunc(time.Until(r.deadline), func() { f.expire(r.id) })
 	f.mu.Unlock()
@@ -320,6 +328,34 @@ func (f *Frontend) submit(ctx context.Context, sub *submission) error {
 	}
 	f.accepted.Add(1)
 	return nil
+}
+
+// reportDemand tells the planner, every DemandEvery, how many requests each pipeline received (zero included, so
+// the estimate falls when traffic stops).
+func (f *Frontend) reportDemand(ctx context.Context) {
+	t := time.NewTicker(f.cfg.DemandEvery)
+	defer t.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			f.mu.Lock()
+			counts := f.demand
+			f.demand = make(map[string]int, len(counts))
+			f.mu.Unlock()
+			interval := now.Sub(last)
+			last = now
+			for _, name := range f.Pipelines() {
+				data, _ := msgpack.Marshal(&wire.DemandReport{Frontend: f.cfg.ID, Count: counts[name],
+					IntervalMs: float64(interval) / float64(time.Millisecond)})
+				if err := f.nc.Publish(wire.DemandSubject(name), data); err != nil {
+					f.log.Debug("demand report failed", "err", err)
+				}
+			}
+		}
+	}
 }
 
 // onResult records leaf reports and replies to requests they complete.

@@ -16,8 +16,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
+	"github.com/sleipnir-serving/sleipnir/pkg/demand"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/routing"
@@ -34,12 +36,24 @@ type Config struct {
 	WorkerTimeout time.Duration
 	// AckWait of the variant consumers.
 	AckWait time.Duration
-	Logger  *slog.Logger
+	// RouteEvery is the longest the routing tables go without being recomputed from the demand estimate (default
+	// 10 s); they are recomputed at once when the estimate moves by more than RouteThreshold (default 10%).
+	RouteEvery     time.Duration
+	RouteThreshold float64
+	// DemandAlpha is the weight of the newest demand report in the moving average (default 0.3).
+	DemandAlpha float64
+	Logger      *slog.Logger
 }
 
 func (c *Config) setDefaults() {
 	if c.WorkerTimeout == 0 {
 		c.WorkerTimeout = 5 * time.Second
+	}
+	if c.RouteEvery == 0 {
+		c.RouteEvery = 10 * time.Second
+	}
+	if c.RouteThreshold == 0 {
+		c.RouteThreshold = 0.1
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -56,8 +70,11 @@ type Planner struct {
 	log *slog.Logger
 
 	mu      sync.Mutex
+	specs   []*pipeline.Spec
 	plans   []*plan.Plan
-	seen    map[string]time.Time // worker -> last registration refresh
+	demand  map[string]*demand.Estimator // per pipeline, under mu
+	routed  map[string]routedAt          // the estimate and time of each pipeline's current routing
+	seen    map[string]time.Time         // worker -> last registration refresh
 	assign  map[string]plan.Assignment
 	changed chan struct{}
 	// quietUntil suppresses the shortage warning while workers are still registering.
@@ -75,7 +92,12 @@ func New(nc *nats.Conn, cfg Config) (*Planner, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Planner{cfg: cfg, nc: nc, js: js, log: cfg.Logger, seen: map[string]time.Time{},
+	est := map[string]*demand.Estimator{}
+	for _, s := range cfg.Pipelines {
+		est[s.Name] = demand.New(cfg.DemandAlpha, 0)
+	}
+	return &Planner{cfg: cfg, nc: nc, js: js, log: cfg.Logger, seen: map[string]time.Time{}, demand: est,
+		routed: map[string]routedAt{},
 		assign: map[string]plan.Assignment{}, changed: make(chan struct{}, 1)}, nil
 }
 
@@ -91,8 +113,14 @@ func (p *Planner) Run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		p.specs = append(p.specs, spec)
 		p.plans = append(p.plans, pl)
 	}
+	reports, err := p.nc.Subscribe(wire.DemandPrefix+"*", p.onDemand)
+	if err != nil {
+		return err
+	}
+	defer reports.Unsubscribe()
 	if err := p.loadAssignments(ctx); err != nil {
 		return err
 	}
@@ -102,12 +130,17 @@ func (p *Planner) Run(ctx context.Context) error {
 
 	tick := time.NewTicker(p.cfg.WorkerTimeout / 5)
 	defer tick.Stop()
+	demandTick := time.NewTicker(time.Second)
+	defer demandTick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-p.changed:
 		case <-tick.C:
+		case now := <-demandTick.C:
+			p.reroute(ctx, now)
+			continue
 		}
 		if err := p.reassign(ctx); err != nil && ctx.Err() == nil {
 			p.log.Warn("assigning workers failed; will retry", "err", err)
@@ -115,13 +148,67 @@ func (p *Planner) Run(ctx context.Context) error {
 	}
 }
 
-// publish writes a pipeline's spec and static plan, after the stream and consumers the plan needs.
+type routedAt struct {
+	demand float64
+	at     time.Time
+}
+
+func (p *Planner) onDemand(m *nats.Msg) {
+	var r wire.DemandReport
+	if err := msgpack.Unmarshal(m.Data, &r); err != nil {
+		p.log.Warn("discarding undecodable demand report", "subject", m.Subject, "err", err)
+		return
+	}
+	name := strings.TrimPrefix(m.Subject, wire.DemandPrefix)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if e := p.demand[name]; e != nil {
+		e.Observe(r.Frontend, r.Count, time.Duration(r.IntervalMs*float64(time.Millisecond)), time.Now())
+	}
+}
+
+// reroute folds the latest demand reports into each pipeline's estimate and publishes new routing tables when the
+// estimate has moved, or has not been routed for RouteEvery. The allocation, its epoch and the assignments stay.
+func (p *Planner) reroute(ctx context.Context, now time.Time) {
+	for i, spec := range p.specs {
+		p.mu.Lock()
+		est := p.demand[spec.Name].Tick(now)
+		last := p.routed[spec.Name]
+		p.mu.Unlock()
+		if !demand.Moved(last.demand, est, p.cfg.RouteThreshold) && now.Sub(last.at) < p.cfg.RouteEvery {
+			continue
+		}
+		pl := *p.plans[i]
+		pl.Routing = routing.MostAccurateFirst(routing.Input{Spec: spec, Plan: &pl, Demand: est})
+		if err := p.putPlan(ctx, &pl); err != nil {
+			p.log.Warn("publishing routing failed; will retry", "pipeline", spec.Name, "err", err)
+			continue
+		}
+		p.plans[i] = &pl
+		p.mu.Lock()
+		p.routed[spec.Name] = routedAt{demand: est, at: now}
+		p.mu.Unlock()
+		p.log.Debug("routing published", "pipeline", spec.Name, "demand_qps", est)
+	}
+}
+
+func (p *Planner) putPlan(ctx context.Context, pl *plan.Plan) error {
+	data, err := json.Marshal(pl)
+	if err != nil {
+		return err
+	}
+	_, err = p.kv.Put(ctx, wire.PlanKey(pl.Pipeline), data)
+	return err
+}
+
+// publish writes a pipeline's spec and static plan, after the stream and consumers the plan needs. Until demand is
+// reported, the routing assumes none: every table sends to the most accurate variant.
 func (p *Planner) publish(ctx context.Context, spec *pipeline.Spec) (*plan.Plan, error) {
 	pl, err := plan.Static(spec)
 	if err != nil {
 		return nil, fmt.Errorf("pipeline %s: %w", spec.Name, err)
 	}
-	pl.Routing = routing.CapacityProportional(spec, pl)
+	pl.Routing = routing.MostAccurateFirst(routing.Input{Spec: spec, Plan: pl})
 	if _, err := bus.EnsureTaskStream(ctx, p.js, spec.Name, p.cfg.Storage); err != nil {
 		return nil, fmt.Errorf("pipeline %s: task stream: %w", spec.Name, err)
 	}
@@ -146,11 +233,7 @@ func (p *Planner) publish(ctx context.Context, spec *pipeline.Spec) (*plan.Plan,
 		}
 	}
 	pl.Epoch++
-	planJSON, err := json.Marshal(pl)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := p.kv.Put(ctx, wire.PlanKey(spec.Name), planJSON); err != nil {
+	if err := p.putPlan(ctx, pl); err != nil {
 		return nil, fmt.Errorf("pipeline %s: publish plan: %w", spec.Name, err)
 	}
 	p.log.Info("plan published", "pipeline", spec.Name, "epoch", pl.Epoch, "mode", pl.Mode, "servers", pl.Servers())

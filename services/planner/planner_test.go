@@ -3,12 +3,14 @@ package planner
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
@@ -163,5 +165,85 @@ func TestPlannerAssignsLiveWorkers(t *testing.T) {
 		if !after[id] {
 			t.Errorf("planner restart moved worker %s", id)
 		}
+	}
+}
+
+const twoVariants = `
+name: dem
+slo_ms: 1000
+tasks:
+  - name: a
+    variants:
+      - {name: x, accuracy: 0.9, executor: {kind: emulated}, profile: [{batch: 1, p50_ms: 20, p95_ms: 21}]}
+      - {name: y, accuracy: 0.8, executor: {kind: emulated}, profile: [{batch: 1, p50_ms: 5, p95_ms: 6}]}
+allocation:
+  - {task: a, variant: x, replicas: 1, max_batch: 1}
+  - {task: a, variant: y, replicas: 1, max_batch: 1}
+`
+
+// TestPlannerRoutesByReportedDemand: with no demand everything goes to the most accurate variant (x, 50 QPS); when
+// frontends report 100 QPS, the routing sends the half x cannot take to y, without changing the plan's epoch.
+func TestPlannerRoutesByReportedDemand(t *testing.T) {
+	s, err := bus.StartServer(bus.ServerConfig{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown()
+	sp, err := pipeline.Parse([]byte(twoVariants))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, _ := bus.ConnectInProcess(s, "planner")
+	defer nc.Close()
+	p, err := New(nc, Config{Pipelines: []*pipeline.Spec{sp}, Storage: jetstream.MemoryStorage, DemandAlpha: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go p.Run(ctx)
+
+	js, _ := jetstream.New(nc)
+	var kv jetstream.KeyValue
+	current := func() plan.Plan {
+		var pl plan.Plan
+		if kv == nil {
+			kv, _ = bus.OpenBucket(ctx, js, jetstream.MemoryStorage)
+		}
+		if e, err := kv.Get(ctx, wire.PlanKey("dem")); err == nil {
+			json.Unmarshal(e.Value(), &pl)
+		}
+		return pl
+	}
+	waitFor(t, "the first plan", func() bool { return len(current().Routing.Root) == 1 })
+	if r := current().Routing.Root[0]; r.Variant != "x" || r.Prob != 1 {
+		t.Fatalf("with no demand the root routes %+v, want all to x", r)
+	}
+	epoch := current().Epoch
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() { // two frontends, 50 QPS each
+		for {
+			for _, f := range []string{"f1", "f2"} {
+				data, _ := msgpack.Marshal(&wire.DemandReport{Frontend: f, Count: 25, IntervalMs: 500})
+				nc.Publish(wire.DemandSubject("dem"), data)
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}()
+	waitFor(t, "routing for 100 QPS", func() bool { return len(current().Routing.Root) == 2 })
+	pl := current()
+	if r := pl.Routing.Root; r[0].Variant != "x" || math.Abs(r[0].Prob-0.5) > 1e-9 || r[1].Variant != "y" {
+		t.Errorf("at 100 QPS the root routes %+v, want half to x (its capacity, 50) and half to y", r)
+	}
+	if b := pl.Routing.Backup["a"]; len(b) != 1 || b[0].Variant != "y" || math.Abs(b[0].LeftoverQPS-150) > 1e-6 {
+		t.Errorf("backup %+v, want y with 150 QPS left", b)
+	}
+	if pl.Epoch != epoch {
+		t.Errorf("new routing changed the epoch from %d to %d", epoch, pl.Epoch)
 	}
 }

@@ -84,7 +84,7 @@ func newRigWith(t testing.TB, specYAML string) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.Routing = routing.CapacityProportional(spec, p)
+	p.Routing = routing.MostAccurateFirst(routing.Input{Spec: spec, Plan: p})
 	put := func(key string, v any) {
 		data, _ := json.Marshal(v)
 		if _, err := kv.Put(ctx, key, data); err != nil {
