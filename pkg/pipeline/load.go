@@ -440,6 +440,9 @@ func contains(list []string, s string) bool {
 }
 
 func (s *Spec) applyDefaults() {
+	if s.DeadlinePolicy == "" {
+		s.DeadlinePolicy = "reroute"
+	}
 	if len(s.BatchSizes) == 0 {
 		s.BatchSizes = []int{1}
 	}

@@ -12,6 +12,8 @@ type Spec struct {
 	SLOMs float64 `json:"slo_ms"`
 	// CommLatencyMs is the communication latency of one hop, subtracted from the SLO per hop by the planner.
 	CommLatencyMs float64 `json:"comm_latency_ms,omitempty"`
+	// DeadlinePolicy is how workers treat items running late: none, last-task, per-task or reroute (default).
+	DeadlinePolicy string `json:"deadline_policy,omitempty"`
 	// BatchSizes are the allowed maximum batch sizes; every profile lists exactly these. Default [1].
 	BatchSizes []int `json:"batch_sizes,omitempty"`
 	// Tasks form a rooted tree through Children; the root is the one task no other task lists as a child.

@@ -237,3 +237,32 @@ func assignmentFor(p *Plan, worker string, v *VariantPlan) Assignment {
 	return Assignment{Worker: worker, Pipeline: p.Pipeline, Task: v.Task, Variant: v.Variant,
 		MaxBatch: v.MaxBatch, BudgetMs: v.BudgetMs, Epoch: p.Epoch}
 }
+
+// BudgetScale is the factor by which workers stretch the plan's latency budgets into the time an item may spend at a
+// task (queueing plus processing). The budgets are execution times, and the plan keeps every chain's execution
+// within half the SLO to leave room for queueing; taken literally, any queueing at all would make an item "late".
+// Loki divides the SLO into per-task budgets, so the budgets are scaled until the tightest chain (each task at its
+// slowest hosted variant, plus the communication latency of its hops) fills the SLO. Never below 1.
+func (p *Plan) BudgetScale(spec *pipeline.Spec) float64 {
+	scale := 0.0
+	for _, chain := range spec.Chains() {
+		sum := 0.0
+		for _, task := range chain {
+			slowest := 0.0
+			for _, v := range p.Variants {
+				if v.Task == task {
+					slowest = max(slowest, v.BudgetMs)
+				}
+			}
+			sum += slowest
+		}
+		if sum <= 0 {
+			continue
+		}
+		s := (spec.SLOMs - spec.CommLatencyMs*float64(len(chain))) / sum
+		if scale == 0 || s < scale {
+			scale = s
+		}
+	}
+	return max(scale, 1)
+}

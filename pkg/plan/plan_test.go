@@ -2,7 +2,10 @@ package plan
 
 import (
 	"fmt"
+	"math"
 	"testing"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 )
 
 func testPlan(name string, replicas map[string]int) *Plan {
@@ -115,5 +118,33 @@ func TestPick(t *testing.T) {
 	}
 	if Pick(nil, 0.5) != "" {
 		t.Error("Pick on no routes should be empty")
+	}
+}
+
+func TestBudgetScale(t *testing.T) {
+	// A tree: a -> {b, c}. Chains a-b and a-c.
+	spec := &pipeline.Spec{SLOMs: 400, CommLatencyMs: 10, Tasks: []pipeline.Task{
+		{Name: "a", Children: []string{"b", "c"}}, {Name: "b"}, {Name: "c"},
+	}}
+	vp := func(task, variant string, budget float64) VariantPlan {
+		return VariantPlan{Task: task, Variant: variant, Replicas: 1, BudgetMs: budget}
+	}
+	tests := []struct {
+		name string
+		vars []VariantPlan
+		want float64
+	}{
+		// a-b: (400-20)/(50+40) = 4.22; a-c: (400-20)/(50+140) = 2: the tighter chain sets the scale.
+		{"tightest chain", []VariantPlan{vp("a", "x", 50), vp("b", "y", 40), vp("c", "z", 140)}, 2},
+		// The slowest hosted variant of a task counts: a at 90 makes a-c (380)/(90+100) = 2.
+		{"slowest hosted variant", []VariantPlan{vp("a", "x", 50), vp("a", "w", 90), vp("b", "y", 10), vp("c", "z", 100)}, 2},
+		{"never below 1", []VariantPlan{vp("a", "x", 300), vp("b", "y", 100), vp("c", "z", 100)}, 1},
+		{"no budgets", nil, 1},
+	}
+	for _, tc := range tests {
+		p := &Plan{Variants: tc.vars}
+		if got := p.BudgetScale(spec); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

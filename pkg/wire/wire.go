@@ -96,9 +96,15 @@ const (
 
 // Drop reasons.
 const (
-	DropDeadline = "deadline" // the deadline had passed before the item was executed
-	DropUnrouted = "unrouted" // the plan hosts no variant of the item's task
+	DropDeadline = "deadline"          // the deadline had passed before the item was executed
+	DropUnrouted = "unrouted"          // the plan hosts no variant of the item's task
+	DropLastTask = "no-time-for-last"  // last-task policy: less time left than the last task takes
+	DropBudget   = "over-budget"       // per-task policy: the item spent more than its task's latency budget
+	DropNoFaster = "no-faster-variant" // reroute policy: late, and no downstream variant fast enough has room
 )
+
+// DropReasons lists every drop reason.
+var DropReasons = []string{DropDeadline, DropUnrouted, DropLastTask, DropBudget, DropNoFaster}
 
 // FormatDeadline encodes an absolute deadline for HeaderDeadline.
 func FormatDeadline(t time.Time) string { return strconv.FormatInt(t.UnixNano(), 10) }

@@ -96,6 +96,10 @@ type Stats struct {
 	Dropped   uint64 `json:"dropped"`
 	Failed    uint64 `json:"failed"`
 	Discarded uint64 `json:"discarded"` // messages on its subject that were not valid task messages
+	// Rerouted counts sub-requests sent to a backup variant instead of the routing table's choice.
+	Rerouted uint64 `json:"rerouted"`
+	// DropReasons counts dropped items by reason (wire.Drop*).
+	DropReasons map[string]uint64 `json:"drop_reasons"`
 }
 
 // Worker serves one variant at a time.
@@ -111,10 +115,11 @@ type Worker struct {
 	assigned plan.Assignment
 	changed  chan struct{} // signalled when the assignment, a spec or a plan changes
 
-	messages, items, batches, dropped, failed, discarded atomic.Uint64
-	swapMs                                               atomic.Uint64 // float64 bits
-	serving                                              atomic.Pointer[string]
-	rng                                                  *rand.Rand // routing; used only by the serving goroutine
+	messages, items, batches, dropped, failed, discarded, rerouted atomic.Uint64
+	drops                                                          map[string]*atomic.Uint64 // by reason; the map is fixed at New
+	swapMs                                                         atomic.Uint64             // float64 bits
+	serving                                                        atomic.Pointer[string]
+	rng                                                            *rand.Rand // routing; used only by the serving goroutine
 }
 
 // Serving is what the worker serves now, "pipeline:task/variant", or "" when idle.
@@ -135,11 +140,23 @@ func New(nc *nats.Conn, cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Worker{
+	w := &Worker{
 		cfg: cfg, nc: nc, js: js, log: cfg.Logger, tracer: otel.Tracer("sleipnir/worker"),
-		changed: make(chan struct{}, 1),
-		rng:     rand.New(rand.NewPCG(cfg.Seed, 0x707e)),
-	}, nil
+		changed: make(chan struct{}, 1), drops: map[string]*atomic.Uint64{},
+		rng: rand.New(rand.NewPCG(cfg.Seed, 0x707e)),
+	}
+	for _, r := range wire.DropReasons {
+		w.drops[r] = new(atomic.Uint64)
+	}
+	return w, nil
+}
+
+// countDrop counts one dropped item and its reason.
+func (w *Worker) countDrop(reason string) {
+	w.dropped.Add(1)
+	if c := w.drops[reason]; c != nil {
+		c.Add(1)
+	}
 }
 
 // ID is the worker's name.
@@ -147,8 +164,15 @@ func (w *Worker) ID() string { return w.cfg.ID }
 
 // Stats returns the worker's counters.
 func (w *Worker) Stats() Stats {
-	return Stats{Messages: w.messages.Load(), Items: w.items.Load(), Batches: w.batches.Load(),
-		Dropped: w.dropped.Load(), Failed: w.failed.Load(), Discarded: w.discarded.Load()}
+	st := Stats{Messages: w.messages.Load(), Items: w.items.Load(), Batches: w.batches.Load(),
+		Dropped: w.dropped.Load(), Failed: w.failed.Load(), Discarded: w.discarded.Load(),
+		Rerouted: w.rerouted.Load(), DropReasons: map[string]uint64{}}
+	for r, c := range w.drops {
+		if n := c.Load(); n > 0 {
+			st.DropReasons[r] = n
+		}
+	}
+	return st
 }
 
 // Run serves until ctx is done. A batch in hand then is handed back (negatively acknowledged) so that another replica
@@ -282,6 +306,51 @@ type serving struct {
 	exec     executor.Executor
 	consumer jetstream.Consumer
 	hop      string
+	policy   deadline.Policy
+	budget   time.Duration // the task's latency budget on this variant: its profiled time at the max batch
+	// allowance is the time an item may spend at this task (queueing plus processing): the budget stretched by the
+	// plan's budget scale.
+	allowance time.Duration
+	lastTask bool
+	// options are, per child task, the hosted variants as the deadline policy sees them, from plan.
+	options     map[string]childOptions
+	optionsPlan *plan.Plan
+}
+
+// childOptions are a child task's hosted variants and its backups (variants with spare capacity).
+type childOptions struct {
+	hosted  map[string]deadline.Option
+	backups []deadline.Option
+}
+
+// refreshOptions recomputes the options when the plan has changed.
+func (s *serving) refreshOptions() {
+	if s.plan == nil || s.plan == s.optionsPlan {
+		return
+	}
+	s.optionsPlan = s.plan
+	s.allowance = time.Duration(float64(s.budget) * s.plan.BudgetScale(s.spec))
+	s.options = make(map[string]childOptions, len(s.task.Children))
+	for _, child := range s.task.Children {
+		co := childOptions{hosted: map[string]deadline.Option{}}
+		for _, vp := range s.plan.Variants {
+			if vp.Task == child {
+				co.hosted[vp.Variant] = option(s.spec, child, vp.Variant, vp.BudgetMs)
+			}
+		}
+		for _, b := range s.plan.Routing.Backup[child] {
+			co.backups = append(co.backups, option(s.spec, child, b.Variant, b.LatencyMs))
+		}
+		s.options[child] = co
+	}
+}
+
+func option(spec *pipeline.Spec, task, variant string, latencyMs float64) deadline.Option {
+	o := deadline.Option{Variant: variant, Latency: time.Duration(latencyMs * float64(time.Millisecond))}
+	if v := spec.Variant(task, variant); v != nil {
+		o.Accuracy = v.Accuracy
+	}
+	return o
 }
 
 func (s *serving) same(n wanted) bool {
@@ -311,8 +380,15 @@ func (w *Worker) start(ctx context.Context, n wanted) (*serving, error) {
 	w.swapMs.Store(float64bits(float64(swap) / float64(time.Millisecond)))
 	w.log.Info("serving", "pipeline", n.a.Pipeline, "variant", n.a.Hop(), "max_batch", n.a.MaxBatch,
 		"epoch", n.a.Epoch, "swap", swap)
+	policy, err := deadline.ParsePolicy(n.spec.DeadlinePolicy)
+	if err != nil {
+		exec.Close()
+		return nil, err
+	}
+	budget := time.Duration(n.a.BudgetMs * float64(time.Millisecond))
 	return &serving{a: n.a, spec: n.spec, plan: n.plan, task: n.spec.Task(n.a.Task), variant: v, exec: exec,
-		consumer: cons, hop: n.a.Hop()}, nil
+		consumer: cons, hop: n.a.Hop(), policy: policy, lastTask: n.spec.IsLeaf(n.a.Task),
+		budget: budget, allowance: budget}, nil
 }
 
 // fetchFirst waits (up to FetchWait) for one message of the variant's queue.
@@ -360,6 +436,7 @@ type inbound struct {
 	deadline  time.Time
 	path      string // hops before this one
 	replyTo   string
+	enqueued  time.Time // when it reached this variant's queue: the start of its time at this task
 	ctx       context.Context
 	span      trace.Span
 	items     []wire.Item
@@ -389,9 +466,10 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 		in.outputs = make([]executor.Output, len(in.items))
 		in.status = make([]string, len(in.items))
 		in.reason = make([]string, len(in.items))
+		drop := deadline.BeforeExecute(s.policy, now, in.deadline, s.lastTask, s.budget)
 		for i, it := range in.items {
-			if deadline.Expired(now, in.deadline) {
-				in.status[i], in.reason[i] = wire.ItemDropped, wire.DropDeadline
+			if drop != "" {
+				in.status[i], in.reason[i] = wire.ItemDropped, drop
 				continue
 			}
 			inputs = append(inputs, executor.Input{RequestID: in.requestID, ItemID: it.ID, Tensors: it.Inputs})
@@ -463,6 +541,10 @@ func (w *Worker) decode(ctx context.Context, m jetstream.Msg) (*inbound, error) 
 		return nil, err
 	}
 	in.deadline = d
+	in.enqueued = time.Now()
+	if meta, err := m.Metadata(); err == nil {
+		in.enqueued = meta.Timestamp
+	}
 	var tm wire.TaskMessage
 	if err := msgpack.Unmarshal(m.Data(), &tm); err != nil {
 		return nil, fmt.Errorf("payload is not a msgpack task message: %w", err)
@@ -493,6 +575,8 @@ func (w *Worker) forward(ctx context.Context, s *serving, in *inbound) error {
 	}
 	var leaves []wire.ItemResult
 	var acks []jetstream.PubAckFuture
+	atTask := time.Since(in.enqueued)
+	s.refreshOptions()
 	for i, it := range in.items {
 		st := in.status[i]
 		if st == "" {
@@ -506,7 +590,7 @@ func (w *Worker) forward(ctx context.Context, s *serving, in *inbound) error {
 			}
 			switch st {
 			case wire.ItemDropped:
-				w.dropped.Add(1)
+				w.countDrop(in.reason[i])
 			case wire.ItemError:
 				w.failed.Add(1)
 			}
@@ -529,11 +613,19 @@ func (w *Worker) forward(ctx context.Context, s *serving, in *inbound) error {
 			for _, inputs := range out.Children[child] {
 				id := wire.ChildItemID(it.ID, n)
 				n++
-				v := plan.Pick(routes[child], w.rng.Float64())
+				v, reason := plan.Pick(routes[child], w.rng.Float64()), wire.DropUnrouted
+				if v != "" {
+					co := s.options[child]
+					d := deadline.AfterTask(s.policy, atTask, s.allowance, co.hosted[v], co.backups, w.rng.Float64())
+					v, reason = d.Variant, d.Reason
+					if d.Rerouted {
+						w.rerouted.Add(1)
+					}
+				}
 				if v == "" {
 					leaves = append(leaves, wire.ItemResult{ID: id, Den: den, Path: wire.SplitPath(path),
-						Status: wire.ItemDropped, Reason: wire.DropUnrouted})
-					w.dropped.Add(1)
+						Status: wire.ItemDropped, Reason: reason})
+					w.countDrop(reason)
 					continue
 				}
 				dest := wire.Hop(child, v)
