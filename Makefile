@@ -6,11 +6,22 @@ ARGS     ?=
 BENCH    ?= .
 BENCHCOUNT ?= 6
 
-.PHONY: all build run test bench vet fmt nats-cli clean
+.PHONY: all deps build run test bench vet fmt nats-cli clean
 
 all: build
 
-build:
+# Debian packages the build and tests need: Clp (the LP solver under the planner's branch-and-bound, through cgo)
+# and CBC (the independent MILP solver the tests check it against). Installed only when missing.
+DEB_PACKAGES = coinor-libclp-dev coinor-cbc pkg-config
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+deps:
+	@if ! pkg-config --exists clp 2>/dev/null || ! command -v cbc >/dev/null; then \
+	  echo "installing $(DEB_PACKAGES)"; \
+	  $(SUDO) apt-get install -y -q $(DEB_PACKAGES) >/dev/null || \
+	  { $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q $(DEB_PACKAGES) >/dev/null; }; \
+	fi
+
+build: deps
 	$(GO) build -o bin/sleipnir ./services/sleipnir
 	$(GO) build -o bin/loadgen ./loadgen
 
@@ -18,15 +29,15 @@ build:
 run: build
 	bin/sleipnir up --pipeline examples/$(PIPELINE).yaml $(ARGS)
 
-test:
+test: deps
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 15m ./...
 
 # Benchmarks, repeated for a spread; compare runs with benchstat.
-bench:
+bench: deps
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count $(BENCHCOUNT) -timeout 30m ./... | tee bench.out
 
-vet:
+vet: deps
 	$(GO) vet ./...
 
 fmt:

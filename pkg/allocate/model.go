@@ -1,0 +1,500 @@
+// Package allocate is Loki's resource manager (section 4.1 of the paper): which model variants to host, with how
+// many replicas and which maximum batch size, so that the cluster serves the demand with the fewest servers at full
+// accuracy (hardware scaling) or, when it cannot, with the highest system accuracy (accuracy scaling). It builds the
+// MILP and solves it with pkg/milp. Pure: no NATS; the planner service and the plan command call it.
+package allocate
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/milp"
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+)
+
+// Input is one allocation problem.
+type Input struct {
+	Spec *pipeline.Spec
+	// Demand is the request rate at the root task, in requests per second.
+	Demand float64
+	// Servers is the cluster size: how many workers (one variant replica each) there are.
+	Servers int
+	// SLOMs overrides the spec's SLO when positive.
+	SLOMs float64
+	// Fanout optionally overrides multiplicative factors ("task/variant" -> factor), e.g. with what workers
+	// measure; the profile's factor is the prior.
+	Fanout map[string]pipeline.Fanout
+	// MinAccuracy is an optional floor on the system accuracy in accuracy scaling.
+	MinAccuracy float64
+}
+
+// step is which of the MILPs a model is.
+type step int
+
+const (
+	stepHardware step = iota // most accurate variants only; minimise servers
+	stepAccuracy             // every variant; maximise system accuracy
+	stepMaxDemand            // every variant; maximise the demand served
+)
+
+// variant is a variant kept by presolve, with its allowed batch sizes.
+type variant struct {
+	task    string
+	v       *pipeline.Variant
+	batches []int     // allowed maximum batch sizes after presolve
+	lat     []float64 // p50 latency (ms) per allowed batch
+	q       []float64 // throughput (items/s of one replica) per allowed batch
+	// columns
+	z, n []int
+}
+
+// path is a root-to-leaf path of variants through one chain.
+type path struct {
+	chain    int
+	hops     []int     // indexes into model.variants, one per task of the chain
+	mult     []float64 // items reaching hop i per request entering the path
+	accuracy float64
+	col      int
+	maxLat   float64 // the chain's latency budget
+	// ok[i] are the batch indexes of hop i that can fit the budget with the other hops at their fastest.
+	ok [][]int
+}
+
+// model is the MILP of one step, with what is needed to read its solution back.
+type model struct {
+	in       Input
+	step     step
+	prob     *milp.Problem
+	variants []*variant
+	paths    []*path
+	chains   [][]string
+	weights  []float64 // per chain: its share of the leaf traffic
+	refChain map[string]int
+	demand   int // the column of the demand served
+	budget   []float64
+}
+
+// fanout is the multiplicative factor from a variant of task to one child task.
+func (in Input) fanout(task string, v *pipeline.Variant, child string) float64 {
+	f := v.Fanout
+	if o, ok := in.Fanout[task+"/"+v.Name]; ok {
+		f = &o
+	}
+	if f == nil {
+		return 0
+	}
+	if len(f.Shares) == 0 {
+		return f.Mean
+	}
+	return f.Mean * f.Shares[child]
+}
+
+// chainBudget is the execution time a chain's variants may take: half the SLO (the other half is left for queueing,
+// as Loki does) minus the communication latency of its hops.
+func (in Input) chainBudget(chain []string) float64 {
+	slo := in.Spec.SLOMs
+	if in.SLOMs > 0 {
+		slo = in.SLOMs
+	}
+	return slo/2 - in.Spec.CommLatencyMs*float64(len(chain))
+}
+
+// build writes the MILP of one step. demandUB bounds the demand column in stepMaxDemand.
+func build(in Input, st step) (*model, error) {
+	spec := in.Spec
+	m := &model{in: in, step: st, prob: &milp.Problem{}, chains: spec.Chains(), refChain: map[string]int{}}
+	for ci, chain := range m.chains {
+		m.budget = append(m.budget, in.chainBudget(chain))
+		for _, t := range chain {
+			if _, ok := m.refChain[t]; !ok {
+				m.refChain[t] = ci
+			}
+		}
+	}
+	m.weights = chainWeights(in, m.chains)
+
+	// Presolve, per variant: the fastest latency of each task bounds what the others may take.
+	fastest := map[string]float64{}
+	for _, t := range spec.Tasks {
+		best := math.Inf(1)
+		for vi := range t.Variants {
+			for _, p := range t.Variants[vi].Profile {
+				best = min(best, p.P50Ms)
+			}
+		}
+		fastest[t.Name] = best
+	}
+	byHop := map[string]int{}
+	for ti := range spec.Tasks {
+		t := &spec.Tasks[ti]
+		top := t.MostAccurate().Accuracy
+		for vi := range t.Variants {
+			v := &t.Variants[vi]
+			if st == stepHardware && v.Accuracy < top {
+				continue // constraint 10: only the most accurate variants in hardware scaling
+			}
+			kv := &variant{task: t.Name, v: v}
+			for _, b := range spec.BatchSizes {
+				p, ok := v.Point(b)
+				if !ok || !fitsSomeChain(m, t.Name, p.P50Ms, fastest) {
+					continue
+				}
+				kv.batches = append(kv.batches, b)
+				kv.lat = append(kv.lat, p.P50Ms)
+				kv.q = append(kv.q, float64(b)/(p.P50Ms/1000))
+			}
+			dropDominatedBatches(kv)
+			if len(kv.batches) == 0 {
+				continue
+			}
+			byHop[t.Name+"/"+v.Name] = len(m.variants)
+			m.variants = append(m.variants, kv)
+		}
+	}
+
+	// Paths: every combination of kept variants along each chain whose fastest latency fits the chain's budget.
+	for ci, chain := range m.chains {
+		var rec func(i int, hops []int)
+		rec = func(i int, hops []int) {
+			if i == len(chain) {
+				m.addPath(ci, append([]int(nil), hops...))
+				return
+			}
+			for k, kv := range m.variants {
+				if kv.task == chain[i] {
+					rec(i+1, append(hops, k))
+				}
+			}
+		}
+		rec(0, nil)
+	}
+	// A variant on no path cannot be used.
+	used := make([]bool, len(m.variants))
+	for _, p := range m.paths {
+		for _, h := range p.hops {
+			used[h] = true
+		}
+	}
+	for ci := range m.chains {
+		has := false
+		for _, p := range m.paths {
+			has = has || p.chain == ci
+		}
+		if !has {
+			return nil, fmt.Errorf("no path of variants of chain %s fits its latency budget of %.1f ms (half the SLO, "+
+				"less %.1f ms per hop)", strings.Join(m.chains[ci], "->"), m.budget[ci], spec.CommLatencyMs)
+		}
+	}
+
+	// Columns.
+	p := m.prob
+	demandUB := in.Demand
+	if st == stepMaxDemand {
+		p.Sense = milp.Maximize
+		demandUB = m.demandBound()
+		m.demand = p.AddCol("demand", 1, 0, demandUB, false, 0)
+	} else {
+		m.demand = p.AddCol("demand", 0, in.Demand, in.Demand, false, 0)
+	}
+	if st == stepAccuracy {
+		p.Sense = milp.Maximize
+	}
+	loadUB := m.loadBounds(demandUB)
+	for k, kv := range m.variants {
+		if !used[k] {
+			continue
+		}
+		for bi, b := range kv.batches {
+			name := fmt.Sprintf("%s/%s@%d", kv.task, kv.v.Name, b)
+			kv.z = append(kv.z, p.AddCol("use "+name, 0, 0, 1, true, 2))
+			ub := float64(in.Servers)
+			if st != stepMaxDemand {
+				ub = min(ub, math.Ceil(loadUB[k]/kv.q[bi]-1e-9))
+			}
+			obj := 0.0
+			if st == stepHardware {
+				obj = 1
+			}
+			kv.n = append(kv.n, p.AddCol("replicas "+name, obj, 0, max(ub, 0), true, 1))
+		}
+	}
+	for _, pa := range m.paths {
+		obj := 0.0
+		if st == stepAccuracy {
+			obj = m.weights[pa.chain] * pa.accuracy / in.Demand
+		}
+		pa.col = p.AddCol("flow "+m.pathName(pa), obj, 0, milp.Inf, false, 0)
+	}
+
+	// Rows.
+	for ci := range m.chains {
+		terms := []milp.Term{{Col: m.demand, Coef: -1}}
+		for _, pa := range m.paths {
+			if pa.chain == ci {
+				terms = append(terms, milp.Term{Col: pa.col, Coef: 1})
+			}
+		}
+		p.AddRow("demand of chain "+strings.Join(m.chains[ci], "->"), 0, 0, terms...)
+	}
+	m.addPrefixAgreement()
+	var servers []milp.Term
+	for k, kv := range m.variants {
+		if len(kv.z) == 0 {
+			continue
+		}
+		// Constraint 2: the traffic reaching the variant (through its task's reference chain) fits its capacity.
+		var capTerms []milp.Term
+		for _, pa := range m.paths {
+			if pa.chain != m.refChain[kv.task] {
+				continue
+			}
+			for i, h := range pa.hops {
+				if h == k {
+					capTerms = append(capTerms, milp.Term{Col: pa.col, Coef: pa.mult[i]})
+				}
+			}
+		}
+		var one []milp.Term
+		for bi := range kv.batches {
+			capTerms = append(capTerms, milp.Term{Col: kv.n[bi], Coef: -kv.q[bi]})
+			one = append(one, milp.Term{Col: kv.z[bi], Coef: 1})
+			// Replicas only at the chosen batch size.
+			p.AddRow("replicas at the chosen batch", math.Inf(-1), 0,
+				milp.Term{Col: kv.n[bi], Coef: 1}, milp.Term{Col: kv.z[bi], Coef: -p.Upper[kv.n[bi]]})
+			servers = append(servers, milp.Term{Col: kv.n[bi], Coef: 1})
+		}
+		p.AddRow("capacity of "+kv.task+"/"+kv.v.Name, math.Inf(-1), 0, capTerms...)
+		p.AddRow("one batch size of "+kv.task+"/"+kv.v.Name, math.Inf(-1), 1, one...)
+	}
+	p.AddRow("servers", math.Inf(-1), float64(in.Servers), servers...)
+	// A path carries traffic only through variants running at a batch size that can fit its latency budget.
+	for _, pa := range m.paths {
+		for i, h := range pa.hops {
+			terms := []milp.Term{{Col: pa.col, Coef: 1}}
+			for _, bi := range pa.ok[i] {
+				terms = append(terms, milp.Term{Col: m.variants[h].z[bi], Coef: -demandUB})
+			}
+			p.AddRow("latency of "+m.pathName(pa), math.Inf(-1), 0, terms...)
+		}
+	}
+	if in.MinAccuracy > 0 && st == stepAccuracy {
+		terms := []milp.Term{{Col: m.demand, Coef: -in.MinAccuracy}}
+		for _, pa := range m.paths {
+			terms = append(terms, milp.Term{Col: pa.col, Coef: m.weights[pa.chain] * pa.accuracy})
+		}
+		p.AddRow("minimum accuracy", 0, math.Inf(1), terms...)
+	}
+	return m, nil
+}
+
+// fitsSomeChain says a variant of task running at latency lat leaves a chain through the task within its budget
+// with every other task at its fastest.
+func fitsSomeChain(m *model, task string, lat float64, fastest map[string]float64) bool {
+	for ci, chain := range m.chains {
+		total, on := 0.0, false
+		for _, t := range chain {
+			if t == task {
+				on = true
+				total += lat
+			} else {
+				total += fastest[t]
+			}
+		}
+		if on && total <= m.budget[ci]+1e-9 {
+			return true
+		}
+	}
+	return false
+}
+
+// dropDominatedBatches removes batch sizes another batch size beats on both latency and throughput: a solution
+// using one could use the other and stay feasible.
+func dropDominatedBatches(kv *variant) {
+	keep := kv.batches[:0:0]
+	var lat, q []float64
+	for i := range kv.batches {
+		dominated := false
+		for j := range kv.batches {
+			if j == i {
+				continue
+			}
+			better := kv.lat[j] <= kv.lat[i] && kv.q[j] >= kv.q[i]
+			strictly := kv.lat[j] < kv.lat[i] || kv.q[j] > kv.q[i] || j < i
+			if better && strictly {
+				dominated = true
+				break
+			}
+		}
+		if !dominated {
+			keep = append(keep, kv.batches[i])
+			lat = append(lat, kv.lat[i])
+			q = append(q, kv.q[i])
+		}
+	}
+	kv.batches, kv.lat, kv.q = keep, lat, q
+}
+
+// addPath adds the path of variants hops along chain ci if its fastest latency fits the chain's budget.
+func (m *model) addPath(ci int, hops []int) {
+	chain := m.chains[ci]
+	pa := &path{chain: ci, hops: hops, maxLat: m.budget[ci], ok: make([][]int, len(hops))}
+	minLat := make([]float64, len(hops))
+	sum := 0.0
+	for i, h := range hops {
+		minLat[i] = slicesMin(m.variants[h].lat)
+		sum += minLat[i]
+	}
+	if sum > pa.maxLat+1e-9 {
+		return
+	}
+	for i, h := range hops {
+		for bi, l := range m.variants[h].lat {
+			if sum-minLat[i]+l <= pa.maxLat+1e-9 {
+				pa.ok[i] = append(pa.ok[i], bi)
+			}
+		}
+	}
+	mult := 1.0
+	names := make([]string, len(hops))
+	for i, h := range hops {
+		pa.mult = append(pa.mult, mult)
+		kv := m.variants[h]
+		names[i] = kv.task + "/" + kv.v.Name
+		if i+1 < len(hops) {
+			mult *= m.in.fanout(kv.task, kv.v, chain[i+1])
+		}
+	}
+	pa.accuracy = m.in.Spec.PathAccuracyOf(names)
+	m.paths = append(m.paths, pa)
+}
+
+// addPrefixAgreement makes chains that share a prefix of tasks split the shared tasks' traffic alike: for every
+// task with several children, every chain through it routes the same traffic through each assignment of variants to
+// the tasks from the root to it as the first chain through it does.
+func (m *model) addPrefixAgreement() {
+	for _, t := range m.in.Spec.Tasks {
+		if len(t.Children) < 2 {
+			continue
+		}
+		var through []int
+		depth := -1
+		for ci, chain := range m.chains {
+			for i, name := range chain {
+				if name == t.Name {
+					through = append(through, ci)
+					depth = i + 1
+				}
+			}
+		}
+		groups := map[string]map[int][]int{} // prefix key -> chain -> path columns
+		var keys []string
+		for _, pa := range m.paths {
+			if !contains(through, pa.chain) {
+				continue
+			}
+			key := fmt.Sprint(pa.hops[:depth])
+			if groups[key] == nil {
+				groups[key] = map[int][]int{}
+				keys = append(keys, key)
+			}
+			groups[key][pa.chain] = append(groups[key][pa.chain], pa.col)
+		}
+		sort.Strings(keys)
+		ref := through[0]
+		for _, key := range keys {
+			for _, ci := range through[1:] {
+				var terms []milp.Term
+				for _, c := range groups[key][ref] {
+					terms = append(terms, milp.Term{Col: c, Coef: 1})
+				}
+				for _, c := range groups[key][ci] {
+					terms = append(terms, milp.Term{Col: c, Coef: -1})
+				}
+				m.prob.AddRow("shared prefix "+t.Name, 0, 0, terms...)
+			}
+		}
+	}
+}
+
+// loadBounds is, per variant, the most traffic that can reach it when the root demand is d.
+func (m *model) loadBounds(d float64) []float64 {
+	ub := make([]float64, len(m.variants))
+	for _, pa := range m.paths {
+		for i, h := range pa.hops {
+			ub[h] = max(ub[h], d*pa.mult[i])
+		}
+	}
+	return ub
+}
+
+// demandBound bounds the demand the whole cluster could serve: every server on the root task at its best
+// throughput.
+func (m *model) demandBound() float64 {
+	best := 0.0
+	root := m.in.Spec.Root().Name
+	for _, kv := range m.variants {
+		if kv.task == root {
+			best = max(best, slicesMax(kv.q))
+		}
+	}
+	return best * float64(m.in.Servers)
+}
+
+func (m *model) pathName(pa *path) string {
+	names := make([]string, len(pa.hops))
+	for i, h := range pa.hops {
+		names[i] = m.variants[h].task + "/" + m.variants[h].v.Name
+	}
+	return strings.Join(names, ",")
+}
+
+// chainWeights is each chain's share of the leaf traffic, from the multiplicative factors of the most accurate
+// variants (the traffic a request sends down each chain at full accuracy).
+func chainWeights(in Input, chains [][]string) []float64 {
+	w := make([]float64, len(chains))
+	total := 0.0
+	for ci, chain := range chains {
+		f := 1.0
+		for i := 0; i+1 < len(chain); i++ {
+			t := in.Spec.Task(chain[i])
+			f *= in.fanout(t.Name, t.MostAccurate(), chain[i+1])
+		}
+		w[ci] = f
+		total += f
+	}
+	for ci := range w {
+		if total > 0 {
+			w[ci] /= total
+		} else {
+			w[ci] = 1 / float64(len(w))
+		}
+	}
+	return w
+}
+
+func contains(list []int, x int) bool {
+	for _, v := range list {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+func slicesMin(s []float64) float64 {
+	m := math.Inf(1)
+	for _, v := range s {
+		m = min(m, v)
+	}
+	return m
+}
+
+func slicesMax(s []float64) float64 {
+	m := math.Inf(-1)
+	for _, v := range s {
+		m = max(m, v)
+	}
+	return m
+}

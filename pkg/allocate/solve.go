@@ -1,0 +1,401 @@
+package allocate
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"time"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/milp"
+	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+)
+
+// Modes of an allocation.
+const (
+	ModeHardware   = "hardware"   // the most accurate variants serve the demand on the fewest servers
+	ModeAccuracy   = "accuracy"   // the cluster is full: some tasks run faster, less accurate variants
+	ModeOverloaded = "overloaded" // not even the fastest variants serve the demand: the plan serves MaxServableQPS
+)
+
+// Options tune the solver.
+type Options struct {
+	// TimeLimit bounds each MILP solve (0: none); a solve that hits it reports Optimal false and its Gap.
+	TimeLimit time.Duration
+	// MaxServable also computes MaxServableQPS when the demand is servable (it always is when it is not).
+	MaxServable bool
+}
+
+// Hosted is one hosted variant of an allocation.
+type Hosted struct {
+	Task        string  `json:"task"`
+	Variant     string  `json:"variant"`
+	Replicas    int     `json:"replicas"`
+	BatchSize   int     `json:"batch_size"`
+	LatencyMs   float64 `json:"latency_ms"`
+	CapacityQPS float64 `json:"capacity_qps"`
+	LoadQPS     float64 `json:"load_qps"`
+}
+
+// Result is an allocation.
+type Result struct {
+	Mode           string  `json:"mode"`
+	Demand         float64 `json:"demand_qps"`
+	Servers        int     `json:"servers"`
+	ServersUsed    int     `json:"servers_used"`
+	SystemAccuracy float64 `json:"system_accuracy"`
+	// MaxServableQPS is the largest demand these servers can serve (0 when not computed).
+	MaxServableQPS float64 `json:"max_servable_qps,omitempty"`
+	// ServedQPS is the demand the allocation serves: Demand, or MaxServableQPS when overloaded.
+	ServedQPS float64  `json:"served_qps"`
+	Optimal   bool     `json:"optimal"`
+	Gap       float64  `json:"gap"`
+	SolveMs   float64  `json:"solve_ms"`
+	Nodes     int      `json:"nodes"`
+	Variants  []Hosted `json:"variants"`
+}
+
+// ErrNoServers says the cluster has no servers to allocate.
+var ErrNoServers = errors.New("allocate: the cluster has no servers")
+
+// Solve allocates the cluster: hardware scaling if the most accurate variants can serve the demand, accuracy scaling
+// otherwise, and when not even that can serve it, the allocation of the largest demand it can serve.
+func Solve(in Input, opt Options) (*Result, error) {
+	start := time.Now()
+	if in.Spec == nil {
+		return nil, errors.New("allocate: no pipeline spec")
+	}
+	if in.Servers <= 0 {
+		return nil, ErrNoServers
+	}
+	if in.Demand < 0 || math.IsNaN(in.Demand) || math.IsInf(in.Demand, 0) {
+		return nil, fmt.Errorf("allocate: demand %v QPS: want a finite number >= 0", in.Demand)
+	}
+	res := &Result{Demand: in.Demand, Servers: in.Servers, ServedQPS: in.Demand, Optimal: true}
+	nodes := 0
+	finish := func(r *Result) (*Result, error) {
+		r.SolveMs = float64(time.Since(start).Microseconds()) / 1000
+		r.Nodes = nodes
+		return r, nil
+	}
+	maxServable := func() (float64, error) {
+		m, err := build(in, stepMaxDemand)
+		if err != nil {
+			return 0, err
+		}
+		sol, err := m.solve(opt)
+		nodes += sol.Nodes
+		if err != nil {
+			return 0, err
+		}
+		if sol.Status == milp.Infeasible || sol.X == nil {
+			return 0, nil
+		}
+		res.Optimal = res.Optimal && sol.Status == milp.Optimal
+		res.Gap = max(res.Gap, sol.Gap)
+		return sol.Objective, nil
+	}
+
+	// Step 1: hardware scaling.
+	if m, err := build(in, stepHardware); err == nil {
+		sol, err := m.solve(opt)
+		nodes += sol.Nodes
+		if err != nil {
+			return nil, err
+		}
+		if sol.X != nil {
+			m.read(sol, res)
+			res.Mode = ModeHardware
+			if opt.MaxServable {
+				if res.MaxServableQPS, err = maxServable(); err != nil {
+					return nil, err
+				}
+			}
+			return finish(res)
+		}
+	}
+	// Step 2: accuracy scaling.
+	m, err := build(in, stepAccuracy)
+	if err != nil {
+		return nil, err
+	}
+	sol, err := m.solve(opt)
+	nodes += sol.Nodes
+	if err != nil {
+		return nil, err
+	}
+	if sol.X != nil {
+		m.read(sol, res)
+		res.Mode = ModeAccuracy
+		if opt.MaxServable {
+			if res.MaxServableQPS, err = maxServable(); err != nil {
+				return nil, err
+			}
+		}
+		return finish(res)
+	}
+	// Overloaded: allocate for the most these servers can serve.
+	dmax, err := maxServable()
+	if err != nil {
+		return nil, err
+	}
+	res.MaxServableQPS = dmax
+	res.Mode = ModeOverloaded
+	if dmax <= 0 {
+		return finish(res)
+	}
+	at := in
+	at.Demand = dmax * (1 - 1e-7) // just inside, so that tolerances do not make it infeasible
+	m, err = build(at, stepAccuracy)
+	if err != nil {
+		return nil, err
+	}
+	sol, err = m.solve(opt)
+	nodes += sol.Nodes
+	if err != nil {
+		return nil, err
+	}
+	if sol.X == nil {
+		return nil, fmt.Errorf("allocate: no allocation for %.3f QPS, the largest demand found servable", at.Demand)
+	}
+	m.read(sol, res)
+	res.ServedQPS = at.Demand
+	return finish(res)
+}
+
+// solve runs branch-and-bound with the model's propagation and latency check.
+func (m *model) solve(opt Options) (milp.Result, error) {
+	o := milp.Options{TimeLimit: opt.TimeLimit, Propagate: m.propagate, Lazy: m.lazy}
+	if m.step == stepHardware {
+		o.IntegralObjective = true
+		o.Incumbent = m.hardwareIncumbent()
+	}
+	return milp.Solve(m.prob, o)
+}
+
+// pathLatency is the least latency a path can have under the bounds: fixed batch choices count, the others at their
+// fastest allowed. ok is false when a hop has no allowed batch left.
+func (m *model) pathLatency(pa *path, lo, up []float64) (float64, bool) {
+	sum := 0.0
+	for _, h := range pa.hops {
+		kv := m.variants[h]
+		best := math.Inf(1)
+		for bi, z := range kv.z {
+			if lo[z] > 0.5 {
+				best = kv.lat[bi]
+				break
+			}
+			if up[z] > 0.5 {
+				best = min(best, kv.lat[bi])
+			}
+		}
+		if math.IsInf(best, 1) {
+			return 0, false
+		}
+		sum += best
+	}
+	return sum, true
+}
+
+// propagate closes the paths that can no longer fit their latency budget under the node's batch choices.
+func (m *model) propagate(lo, up []float64) bool {
+	for _, pa := range m.paths {
+		if up[pa.col] == 0 {
+			continue
+		}
+		if l, ok := m.pathLatency(pa, lo, up); !ok || l > pa.maxLat+1e-9 {
+			if lo[pa.col] > 0 {
+				return false
+			}
+			up[pa.col] = 0
+		}
+	}
+	return true
+}
+
+// lazy accepts an integral point only if every path carrying traffic fits its latency budget with the chosen batch
+// sizes; otherwise it names a batch choice on the offending path to branch on.
+func (m *model) lazy(x, lo, up []float64) int {
+	for _, pa := range m.paths {
+		if x[pa.col] <= 1e-9 {
+			continue
+		}
+		sum, free := 0.0, -1
+		for _, h := range pa.hops {
+			kv := m.variants[h]
+			chosen := -1
+			for bi, z := range kv.z {
+				if x[z] > 0.5 {
+					chosen = bi
+				}
+				if lo[z] != up[z] && (free < 0 || x[z] > 0.5) {
+					free = z
+				}
+			}
+			if chosen < 0 {
+				sum = math.Inf(1)
+				continue
+			}
+			sum += kv.lat[chosen]
+		}
+		if sum > pa.maxLat+1e-9 && free >= 0 {
+			return free
+		}
+	}
+	return -1
+}
+
+// hardwareIncumbent is a first feasible point of step 1: every most accurate variant at the largest batch size
+// (one for all) at which every chain fits, with just enough replicas. nil when it does not fit the cluster.
+func (m *model) hardwareIncumbent() []float64 {
+	p := m.prob
+	var batches []int
+	seen := map[int]bool{}
+	for _, kv := range m.variants {
+		for _, b := range kv.batches {
+			if !seen[b] {
+				seen[b] = true
+				batches = append(batches, b)
+			}
+		}
+	}
+	sort.Sort(sort.Reverse(sort.IntSlice(batches)))
+	// One variant per task (the first kept), all paths through them.
+	pick := map[string]int{}
+	for k, kv := range m.variants {
+		if _, ok := pick[kv.task]; !ok && len(kv.z) > 0 {
+			pick[kv.task] = k
+		}
+	}
+	for _, b := range batches {
+		x := make([]float64, p.NumCols())
+		copy(x, p.Lower)
+		choice := map[int]int{}
+		okAll := true
+		for _, k := range pick {
+			kv := m.variants[k]
+			bi := -1
+			for i, kb := range kv.batches {
+				if kb <= b {
+					bi = i // the largest allowed batch not above b
+				}
+			}
+			if bi < 0 {
+				okAll = false
+				break
+			}
+			choice[k] = bi
+		}
+		if !okAll {
+			continue
+		}
+		for ci := range m.chains {
+			var found *path
+			for _, pa := range m.paths {
+				if pa.chain != ci {
+					continue
+				}
+				all := true
+				for _, h := range pa.hops {
+					_, in := choice[h]
+					all = all && in
+				}
+				if all {
+					found = pa
+					break
+				}
+			}
+			if found == nil {
+				okAll = false
+				break
+			}
+			x[found.col] = m.in.Demand
+		}
+		if !okAll {
+			continue
+		}
+		loads := m.loads(x)
+		for k, bi := range choice {
+			kv := m.variants[k]
+			x[kv.z[bi]] = 1
+			x[kv.n[bi]] = math.Ceil(loads[k]/kv.q[bi] - 1e-9)
+		}
+		if p.Violation(x) <= 1e-6 && m.lazy(x, p.Lower, p.Upper) < 0 {
+			return x
+		}
+	}
+	return nil
+}
+
+// loads is the traffic (items/s) reaching each variant under the flows of x.
+func (m *model) loads(x []float64) []float64 {
+	out := make([]float64, len(m.variants))
+	for _, pa := range m.paths {
+		for i, h := range pa.hops {
+			if pa.chain == m.refChain[m.variants[h].task] {
+				out[h] += pa.mult[i] * x[pa.col]
+			}
+		}
+	}
+	return out
+}
+
+// read fills res from a solution.
+func (m *model) read(sol milp.Result, res *Result) {
+	x := sol.X
+	res.Optimal = res.Optimal && sol.Status == milp.Optimal
+	res.Gap = max(res.Gap, sol.Gap)
+	d := x[m.demand]
+	loads := m.loads(x)
+	res.Variants = nil
+	res.ServersUsed = 0
+	for k, kv := range m.variants {
+		for bi := range kv.z {
+			n := int(math.Round(x[kv.n[bi]]))
+			if x[kv.z[bi]] < 0.5 || n == 0 {
+				continue
+			}
+			res.Variants = append(res.Variants, Hosted{Task: kv.task, Variant: kv.v.Name, Replicas: n,
+				BatchSize: kv.batches[bi], LatencyMs: kv.lat[bi], CapacityQPS: float64(n) * kv.q[bi],
+				LoadQPS: loads[k]})
+			res.ServersUsed += n
+		}
+	}
+	acc := 0.0
+	if d > 0 {
+		for _, pa := range m.paths {
+			acc += m.weights[pa.chain] * pa.accuracy * x[pa.col] / d
+		}
+	} else {
+		// No traffic: the accuracy of the most accurate variants, which a hardware plan hosts.
+		for ci, chain := range m.chains {
+			names := make([]string, len(chain))
+			for i, t := range chain {
+				names[i] = t + "/" + m.in.Spec.Task(t).MostAccurate().Name
+			}
+			acc += m.weights[ci] * m.in.Spec.PathAccuracyOf(names)
+		}
+	}
+	res.SystemAccuracy = acc
+	order := map[string]int{}
+	for i, t := range m.in.Spec.Tasks {
+		order[t.Name] = i
+	}
+	sort.SliceStable(res.Variants, func(i, j int) bool {
+		a, b := res.Variants[i], res.Variants[j]
+		if order[a.Task] != order[b.Task] {
+			return order[a.Task] < order[b.Task]
+		}
+		return a.Variant < b.Variant
+	})
+}
+
+// Plan turns an allocation into the plan workers follow (routing is computed separately).
+func (r *Result) Plan(pipelineName string, epoch uint64) *plan.Plan {
+	p := &plan.Plan{Pipeline: pipelineName, Epoch: epoch, Mode: r.Mode}
+	for _, h := range r.Variants {
+		p.Variants = append(p.Variants, plan.VariantPlan{Task: h.Task, Variant: h.Variant, Replicas: h.Replicas,
+			MaxBatch: h.BatchSize, BudgetMs: h.LatencyMs, CapacityQPS: h.CapacityQPS})
+	}
+	return p
+}

@@ -1,0 +1,285 @@
+package milp
+
+import (
+	"container/heap"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Status is how a solve ended.
+type Status string
+
+// Statuses.
+const (
+	// Optimal: X is optimal within the gap tolerances.
+	Optimal Status = "optimal"
+	// Infeasible: no point satisfies the constraints.
+	Infeasible Status = "infeasible"
+	// Limit: the solve stopped at a node or time limit (or an LP Clp could not solve); X, if any, is the best point
+	// found, and Gap says how far from optimal it may be.
+	Limit Status = "limit"
+)
+
+// Options tune a solve. The zero value is usable.
+type Options struct {
+	// RelGap and AbsGap are the optimality tolerances: the solve stops when the best bound is within
+	// max(AbsGap, RelGap*|incumbent|) of the incumbent. Defaults 1e-6 and 1e-9.
+	RelGap, AbsGap float64
+	// IntegralObjective says the objective takes integer values at every feasible point (e.g. a count of servers),
+	// so a node whose bound cannot improve the incumbent by a whole unit is pruned.
+	IntegralObjective bool
+	// MaxNodes bounds the nodes explored (default 200000); TimeLimit the wall time (0: none).
+	MaxNodes  int
+	TimeLimit time.Duration
+	// Incumbent is a known feasible point, a first solution to prune against; ignored if it is not feasible.
+	Incumbent []float64
+	// Propagate may tighten a node's bounds in place before its LP is solved; false says the node is infeasible.
+	Propagate func(lo, up []float64) bool
+	// Lazy checks a point that satisfies the rows and integrality: -1 accepts it; otherwise it returns a column
+	// not yet fixed by lo, up to branch on, whose fixing will eventually make Propagate cut the point off.
+	Lazy func(x, lo, up []float64) int
+}
+
+// Result is the outcome of a solve.
+type Result struct {
+	Status Status
+	// X is the best point found (nil if none) and Objective its value.
+	X         []float64
+	Objective float64
+	// Bound is the best bound on the optimum when the solve ended; Gap the relative distance between Objective
+	// and Bound (0 when proven optimal).
+	Bound float64
+	Gap   float64
+	Nodes int
+	LPs   int
+	// Unsolved counts LPs Clp could not solve; when non-zero the result is not proven optimal.
+	Unsolved int
+}
+
+type node struct {
+	lo, up []float64
+	bound  float64 // the parent's LP value (minimisation form): a lower bound on the node's optimum
+	depth  int
+}
+
+// openNodes is a min-heap on bound, used once an incumbent exists (best-bound search).
+type openNodes []*node
+
+func (h openNodes) Len() int           { return len(h) }
+func (h openNodes) Less(i, j int) bool { return h[i].bound < h[j].bound }
+func (h openNodes) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *openNodes) Push(x any)        { *h = append(*h, x.(*node)) }
+func (h *openNodes) Pop() any {
+	old := *h
+	n := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return n
+}
+
+const intTol = 1e-6
+
+// Solve finds an optimal point of p by branch-and-bound: depth-first until a first incumbent exists, best-bound
+// afterwards; branching on the fractional integer column of the highest priority, the most fractional among them.
+func Solve(p *Problem, opt Options) (Result, error) {
+	if err := p.Validate(); err != nil {
+		return Result{}, err
+	}
+	if opt.RelGap == 0 {
+		opt.RelGap = 1e-6
+	}
+	if opt.AbsGap == 0 {
+		opt.AbsGap = 1e-9
+	}
+	if opt.MaxNodes == 0 {
+		opt.MaxNodes = 200000
+	}
+	sign := 1.0
+	if p.Sense == Maximize {
+		sign = -1
+	}
+	s := &search{p: p, opt: opt, lp: newRelaxation(p), inc: math.Inf(1)}
+	if opt.Incumbent != nil && len(opt.Incumbent) == p.NumCols() && p.Violation(opt.Incumbent) <= 1e-6 &&
+		(opt.Lazy == nil || opt.Lazy(opt.Incumbent, p.Lower, p.Upper) < 0) {
+		s.accept(opt.Incumbent)
+	}
+	start := time.Now()
+	root := &node{lo: append([]float64(nil), p.Lower...), up: append([]float64(nil), p.Upper...), bound: math.Inf(-1)}
+	open := openNodes{root}
+	best := s.incX != nil // best-bound order (a heap) once an incumbent exists
+	limited := false
+	for len(open) > 0 {
+		if s.nodes >= opt.MaxNodes || (opt.TimeLimit > 0 && time.Since(start) > opt.TimeLimit) {
+			limited = true
+			break
+		}
+		var n *node
+		if best {
+			n = heap.Pop(&open).(*node)
+		} else {
+			n = open[len(open)-1]
+			open = open[:len(open)-1]
+		}
+		hadInc := s.incX != nil
+		for _, c := range s.process(n) {
+			if best {
+				heap.Push(&open, c)
+			} else {
+				open = append(open, c)
+			}
+		}
+		if !hadInc && s.incX != nil && !best {
+			best = true
+			heap.Init(&open)
+		}
+	}
+	res := Result{Nodes: s.nodes, LPs: s.lp.solves, Unsolved: s.unsolved}
+	bound := s.inc
+	for _, n := range open {
+		if !s.prunable(n.bound) {
+			bound = min(bound, n.bound)
+		}
+	}
+	switch {
+	case s.incX == nil && !limited && s.unsolved == 0:
+		res.Status = Infeasible
+		return res, nil
+	case s.incX == nil:
+		res.Status = Limit
+		res.Bound, res.Gap = sign*bound, math.Inf(1)
+		return res, nil
+	}
+	res.X, res.Objective, res.Bound = s.incX, sign*s.inc, sign*bound
+	res.Gap = max(0, (s.inc-bound)/max(math.Abs(s.inc), 1e-9))
+	res.Status = Optimal
+	if limited || s.unsolved > 0 {
+		if s.prunable(bound) {
+			res.Gap = 0
+		}
+		if res.Gap > 0 || s.unsolved > 0 {
+			res.Status = Limit
+		}
+	}
+	if res.Status == Optimal {
+		res.Bound, res.Gap = res.Objective, 0
+	}
+	return res, nil
+}
+
+type search struct {
+	p        *Problem
+	opt      Options
+	lp       *relaxation
+	inc      float64 // incumbent value, minimisation form
+	incX     []float64
+	nodes    int
+	unsolved int
+}
+
+// prunable says a node whose bound is b cannot improve the incumbent beyond the tolerances.
+func (s *search) prunable(b float64) bool {
+	if s.incX == nil {
+		return false
+	}
+	if s.opt.IntegralObjective {
+		return b > s.inc-1+intTol
+	}
+	return b >= s.inc-max(s.opt.AbsGap, s.opt.RelGap*math.Abs(s.inc))
+}
+
+func (s *search) accept(x []float64) {
+	x = append([]float64(nil), x...)
+	for j, integer := range s.p.Integer {
+		if integer {
+			x[j] = math.Round(x[j])
+		}
+	}
+	v := s.p.Value(x)
+	if s.p.Sense == Maximize {
+		v = -v
+	}
+	if v < s.inc {
+		s.inc, s.incX = v, x
+	}
+}
+
+// process solves one node and returns its children.
+func (s *search) process(n *node) []*node {
+	if s.prunable(n.bound) {
+		return nil
+	}
+	s.nodes++
+	if s.opt.Propagate != nil && !s.opt.Propagate(n.lo, n.up) {
+		return nil
+	}
+	st, obj, x := s.lp.solve(n.lo, n.up)
+	switch st {
+	case lpInfeasible:
+		return nil
+	case lpFailed:
+		s.unsolved++
+		return nil
+	}
+	if s.prunable(obj) {
+		return nil
+	}
+	col := s.branchColumn(x)
+	if col < 0 {
+		if s.opt.Lazy != nil {
+			col = s.opt.Lazy(x, n.lo, n.up)
+		}
+		if col < 0 {
+			s.accept(x)
+			return nil
+		}
+		if n.lo[col] == n.up[col] {
+			panic(fmt.Sprintf("milp: Lazy returned column %s, which is already fixed", s.p.Names[col]))
+		}
+	}
+	return split(n, col, x[col], obj)
+}
+
+// branchColumn is the fractional integer column to branch on, or -1 if x is integral.
+func (s *search) branchColumn(x []float64) int {
+	col, prio, frac := -1, math.MinInt, 0.0
+	for j, integer := range s.p.Integer {
+		if !integer {
+			continue
+		}
+		f := x[j] - math.Floor(x[j])
+		if f < intTol || f > 1-intTol {
+			continue
+		}
+		d := math.Min(f, 1-f) // how fractional
+		if s.p.Priority[j] > prio || (s.p.Priority[j] == prio && d > frac) {
+			col, prio, frac = j, s.p.Priority[j], d
+		}
+	}
+	return col
+}
+
+// split makes the children of n on column col at value v; the child to explore first comes last.
+func split(n *node, col int, v, obj float64) []*node {
+	child := func(lo, up float64) *node {
+		c := &node{lo: append([]float64(nil), n.lo...), up: append([]float64(nil), n.up...), bound: obj, depth: n.depth + 1}
+		c.lo[col], c.up[col] = lo, up
+		return c
+	}
+	lo, up := n.lo[col], n.up[col]
+	r := math.Round(v)
+	if math.Abs(v-r) < intTol { // integral: fix it at v, or move it away on either side
+		var out []*node
+		if r-1 >= lo {
+			out = append(out, child(lo, r-1))
+		}
+		if r+1 <= up {
+			out = append(out, child(r+1, up))
+		}
+		return append(out, child(r, r))
+	}
+	down, upc := child(lo, math.Floor(v)), child(math.Ceil(v), up)
+	if v-math.Floor(v) >= 0.5 {
+		return []*node{down, upc}
+	}
+	return []*node{upc, down}
+}

@@ -1,0 +1,124 @@
+// Package milp solves small mixed-integer linear programs exactly, by branch-and-bound over LP relaxations solved
+// with Clp (github.com/lanl/clp). It is generic; the allocation model of pkg/allocate gives it problem-specific
+// help through Options: a first incumbent, branching priorities, bound propagation and a lazy feasibility check.
+package milp
+
+import (
+	"errors"
+	"fmt"
+	"math"
+)
+
+// Sense is the direction of optimisation.
+type Sense int
+
+// Senses.
+const (
+	Minimize Sense = iota
+	Maximize
+)
+
+// Inf is an infinite bound.
+var Inf = math.Inf(1)
+
+// Term is one coefficient of a row.
+type Term struct {
+	Col  int
+	Coef float64
+}
+
+// Row is a linear constraint Lo <= sum(Coef*x[Col]) <= Hi (either bound may be infinite).
+type Row struct {
+	Name   string
+	Terms  []Term
+	Lo, Hi float64
+}
+
+// Problem is a MILP. Columns are indexed 0..len(Obj)-1.
+type Problem struct {
+	Sense Sense
+	// Obj, Lower, Upper, Integer and Names have one entry per column.
+	Obj          []float64
+	Lower, Upper []float64
+	Integer      []bool
+	Names        []string
+	// Priority orders branching: among fractional integer columns, those of the highest priority are branched on
+	// first (e.g. batch choices before replica counts).
+	Priority []int
+	Rows     []Row
+}
+
+// AddCol appends a column and returns its index.
+func (p *Problem) AddCol(name string, obj, lo, hi float64, integer bool, priority int) int {
+	p.Names = append(p.Names, name)
+	p.Obj = append(p.Obj, obj)
+	p.Lower = append(p.Lower, lo)
+	p.Upper = append(p.Upper, hi)
+	p.Integer = append(p.Integer, integer)
+	p.Priority = append(p.Priority, priority)
+	return len(p.Obj) - 1
+}
+
+// AddRow appends a row and returns its index. Terms with a zero coefficient are left out.
+func (p *Problem) AddRow(name string, lo, hi float64, terms ...Term) int {
+	kept := terms[:0:0]
+	for _, t := range terms {
+		if t.Coef != 0 {
+			kept = append(kept, t)
+		}
+	}
+	p.Rows = append(p.Rows, Row{Name: name, Terms: kept, Lo: lo, Hi: hi})
+	return len(p.Rows) - 1
+}
+
+// NumCols is the number of columns.
+func (p *Problem) NumCols() int { return len(p.Obj) }
+
+// Validate checks the problem's shape.
+func (p *Problem) Validate() error {
+	n := len(p.Obj)
+	if len(p.Lower) != n || len(p.Upper) != n || len(p.Integer) != n || len(p.Names) != n || len(p.Priority) != n {
+		return errors.New("milp: column arrays differ in length")
+	}
+	for j := 0; j < n; j++ {
+		if p.Lower[j] > p.Upper[j] {
+			return fmt.Errorf("milp: column %s: lower bound %g above upper bound %g", p.Names[j], p.Lower[j], p.Upper[j])
+		}
+	}
+	for i, r := range p.Rows {
+		for _, t := range r.Terms {
+			if t.Col < 0 || t.Col >= n {
+				return fmt.Errorf("milp: row %d (%s) names column %d of %d", i, r.Name, t.Col, n)
+			}
+		}
+	}
+	return nil
+}
+
+// Value is the objective value of x.
+func (p *Problem) Value(x []float64) float64 {
+	v := 0.0
+	for j, c := range p.Obj {
+		v += c * x[j]
+	}
+	return v
+}
+
+// Violation is the largest amount by which x breaks a row or a bound, or is fractional in an integer column.
+func (p *Problem) Violation(x []float64) float64 {
+	worst := 0.0
+	for j := range p.Obj {
+		worst = max(worst, p.Lower[j]-x[j], x[j]-p.Upper[j])
+		if p.Integer[j] {
+			worst = max(worst, math.Abs(x[j]-math.Round(x[j])))
+		}
+	}
+	for _, r := range p.Rows {
+		s := 0.0
+		for _, t := range r.Terms {
+			s += t.Coef * x[t.Col]
+		}
+		worst = max(worst, r.Lo-s, s-r.Hi)
+	}
+	return worst
+}
