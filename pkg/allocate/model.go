@@ -34,9 +34,9 @@ type Input struct {
 type step int
 
 const (
-	stepHardware step = iota // most accurate variants only; minimise servers
-	stepAccuracy             // every variant; maximise system accuracy
-	stepMaxDemand            // every variant; maximise the demand served
+	stepHardware  step = iota // most accurate variants only; minimise servers
+	stepAccuracy              // every variant; maximise system accuracy
+	stepMaxDemand             // every variant; maximise the demand served
 )
 
 // variant is a variant kept by presolve, with its allowed batch sizes.

@@ -311,7 +311,7 @@ type serving struct {
 	// allowance is the time an item may spend at this task (queueing plus processing): the budget stretched by the
 	// plan's budget scale.
 	allowance time.Duration
-	lastTask bool
+	lastTask  bool
 	// options are, per child task, the hosted variants as the deadline policy sees them, from plan.
 	options     map[string]childOptions
 	optionsPlan *plan.Plan
