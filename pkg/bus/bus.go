@@ -118,10 +118,15 @@ func EnsureTaskStream(ctx context.Context, js jetstream.JetStream, pipeline stri
 	})
 }
 
+// DefaultAckWait is how long a variant's message may stay unacknowledged before JetStream delivers it to another
+// replica: short, because requests have deadlines of about a second, so that the work of a replica that died goes to
+// another in time. Workers mark batches that run longer as in progress.
+const DefaultAckWait = 2 * time.Second
+
 // EnsureVariantConsumer creates or updates the durable pull consumer that all replicas of a variant share.
 func EnsureVariantConsumer(ctx context.Context, js jetstream.JetStream, pipeline, task, variant string, ackWait time.Duration) (jetstream.Consumer, error) {
 	if ackWait == 0 {
-		ackWait = 30 * time.Second
+		ackWait = DefaultAckWait
 	}
 	return js.CreateOrUpdateConsumer(ctx, wire.TaskStream(pipeline), jetstream.ConsumerConfig{
 		Durable:       wire.Consumer(task, variant),

@@ -4,6 +4,9 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
 func TestEstimator(t *testing.T) {
@@ -51,5 +54,41 @@ func TestMoved(t *testing.T) {
 		if got := Moved(tc.prev, tc.cur, tc.th); got != tc.want {
 			t.Errorf("Moved(%v, %v, %v) = %v", tc.prev, tc.cur, tc.th, got)
 		}
+	}
+}
+
+func TestFanoutEstimator(t *testing.T) {
+	spec := &pipeline.Spec{Tasks: []pipeline.Task{
+		{Name: "detect", Children: []string{"car", "face"}}, {Name: "car"}, {Name: "face"},
+	}}
+	e := NewFanoutEstimator(0.5, 10)
+	// Too few items: the profile's factor stands.
+	e.Observe("detect/x", wire.FanoutCounts{Items: 5, Children: map[string]uint64{"car": 10, "face": 5}})
+	e.Tick()
+	if got := e.Estimate(spec); len(got) != 0 {
+		t.Fatalf("estimate after 5 items: %v, want none", got)
+	}
+	// Two workers of the same variant in one interval add up (20 items), smoothed with the first interval.
+	e.Observe("detect/x", wire.FanoutCounts{Items: 10, Children: map[string]uint64{"car": 21, "face": 9}})
+	e.Observe("detect/x", wire.FanoutCounts{Items: 10, Children: map[string]uint64{"car": 21, "face": 9}})
+	e.Tick()
+	// items 0.5*20+0.5*5 = 12.5; car 0.5*42+0.5*10 = 26; face 0.5*18+0.5*5 = 11.5.
+	f, ok := e.Estimate(spec)["detect/x"]
+	if !ok {
+		t.Fatal("no estimate after 25 items")
+	}
+	if math.Abs(f.Mean-37.5/12.5) > 1e-9 || math.Abs(f.Shares["car"]-26/37.5) > 1e-9 {
+		t.Fatalf("estimate %+v, want mean 3 and car share %.4f", f, 26/37.5)
+	}
+	// An idle interval changes nothing.
+	e.Tick()
+	if g := e.Estimate(spec)["detect/x"]; g.Mean != f.Mean {
+		t.Fatalf("idle interval moved the estimate: %v -> %v", f.Mean, g.Mean)
+	}
+	// Leaf tasks have no factor.
+	e.Observe("car/y", wire.FanoutCounts{Items: 100})
+	e.Tick()
+	if _, ok := e.Estimate(spec)["car/y"]; ok {
+		t.Fatal("estimate for a leaf task")
 	}
 }

@@ -24,6 +24,9 @@ type Plan struct {
 	Mode     string        `json:"mode"`
 	Variants []VariantPlan `json:"variants"`
 	Routing  Routing       `json:"routing"`
+	// Fanout holds the multiplicative factors ("task/variant" -> factor) that workers measured and the planner used
+	// in place of the profile's; variants not listed use their profile's.
+	Fanout map[string]pipeline.Fanout `json:"fanout,omitempty"`
 }
 
 // VariantPlan is one hosted variant.

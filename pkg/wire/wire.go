@@ -163,3 +163,50 @@ func ValidName(s string) bool {
 	}
 	return true
 }
+
+// Registration is the value of wire.WorkerKey(id): the worker's liveness and counters.
+type Registration struct {
+	ID        string      `json:"id"`
+	Started   time.Time   `json:"started"`
+	Updated   time.Time   `json:"updated"`
+	Variant   string      `json:"variant,omitempty"` // "pipeline:task/variant" it serves now
+	Stats     WorkerStats `json:"stats"`
+	SwapMs    float64     `json:"swap_ms,omitempty"` // time of the last variant switch
+	Heartbeat int64       `json:"heartbeat"`
+	// Observed is, per variant served since the worker started ("pipeline:task/variant"), what it measured
+	// (cumulative): the planner folds the differences between heartbeats into its estimates of the multiplicative
+	// factors.
+	Observed map[string]Observed `json:"observed,omitempty"`
+}
+
+// Observed are a worker's cumulative measurements of one variant.
+type Observed struct {
+	// Items executed and the sub-requests they emitted per child task: the observed multiplicative factor.
+	FanoutCounts
+	Batches uint64 `json:"batches"`
+	// QueueWaitMs is the total time the executed items waited in the variant's queue (mean: divide by Items).
+	QueueWaitMs float64 `json:"queue_wait_ms"`
+	// Dropped counts items dropped at this variant, by reason.
+	Dropped map[string]uint64 `json:"dropped,omitempty"`
+}
+
+// WorkerStats counts what a worker did since it started.
+type WorkerStats struct {
+	Messages  uint64 `json:"messages"`
+	Items     uint64 `json:"items"`
+	Batches   uint64 `json:"batches"`
+	Dropped   uint64 `json:"dropped"`
+	Failed    uint64 `json:"failed"`
+	Discarded uint64 `json:"discarded"` // messages on its subject that were not valid task messages
+	// Rerouted counts sub-requests sent to a backup variant instead of the routing table's choice.
+	Rerouted uint64 `json:"rerouted"`
+	// DropReasons counts dropped items by reason (wire.Drop*).
+	DropReasons map[string]uint64 `json:"drop_reasons"`
+}
+
+// FanoutCounts are what the replicas of one variant did: items executed and the sub-requests they emitted per child
+// task (cumulative in heartbeats; the planner folds in the differences).
+type FanoutCounts struct {
+	Items    uint64            `json:"items"`
+	Children map[string]uint64 `json:"children,omitempty"`
+}

@@ -69,14 +69,17 @@ type Planner struct {
 	kv  jetstream.KeyValue
 	log *slog.Logger
 
-	mu      sync.Mutex
-	specs   []*pipeline.Spec
-	plans   []*plan.Plan
-	demand  map[string]*demand.Estimator // per pipeline, under mu
-	routed  map[string]routedAt          // the estimate and time of each pipeline's current routing
-	seen    map[string]time.Time         // worker -> last registration refresh
-	assign  map[string]plan.Assignment
-	changed chan struct{}
+	mu     sync.Mutex
+	specs  []*pipeline.Spec
+	plans  []*plan.Plan
+	demand map[string]*demand.Estimator       // per pipeline, under mu
+	fanout map[string]*demand.FanoutEstimator // per pipeline, under mu
+	// observed is each worker's last heartbeat measurements, to fold in only what is new; under mu.
+	observed map[string]wire.Registration
+	routed   map[string]routedAt  // the estimate and time of each pipeline's current routing
+	seen     map[string]time.Time // worker -> last registration refresh
+	assign   map[string]plan.Assignment
+	changed  chan struct{}
 	// quietUntil suppresses the shortage warning while workers are still registering.
 	quietUntil time.Time
 	unplaced   int // replicas without a worker at the last assignment
@@ -93,11 +96,13 @@ func New(nc *nats.Conn, cfg Config) (*Planner, error) {
 		return nil, err
 	}
 	est := map[string]*demand.Estimator{}
+	fan := map[string]*demand.FanoutEstimator{}
 	for _, s := range cfg.Pipelines {
 		est[s.Name] = demand.New(cfg.DemandAlpha, 0)
+		fan[s.Name] = demand.NewFanoutEstimator(cfg.DemandAlpha, 0)
 	}
 	return &Planner{cfg: cfg, nc: nc, js: js, log: cfg.Logger, seen: map[string]time.Time{}, demand: est,
-		routed: map[string]routedAt{},
+		fanout: fan, observed: map[string]wire.Registration{}, routed: map[string]routedAt{},
 		assign: map[string]plan.Assignment{}, changed: make(chan struct{}, 1)}, nil
 }
 
@@ -173,13 +178,18 @@ func (p *Planner) reroute(ctx context.Context, now time.Time) {
 	for i, spec := range p.specs {
 		p.mu.Lock()
 		est := p.demand[spec.Name].Tick(now)
+		fe := p.fanout[spec.Name]
+		fe.Tick()
+		fan := fe.Estimate(spec)
 		last := p.routed[spec.Name]
 		p.mu.Unlock()
-		if !demand.Moved(last.demand, est, p.cfg.RouteThreshold) && now.Sub(last.at) < p.cfg.RouteEvery {
+		if !demand.Moved(last.demand, est, p.cfg.RouteThreshold) && now.Sub(last.at) < p.cfg.RouteEvery &&
+			!demand.FanoutMoved(p.plans[i].Fanout, fan, p.cfg.RouteThreshold) {
 			continue
 		}
 		pl := *p.plans[i]
-		pl.Routing = routing.MostAccurateFirst(routing.Input{Spec: spec, Plan: &pl, Demand: est})
+		pl.Fanout = fan
+		pl.Routing = routing.MostAccurateFirst(routing.Input{Spec: spec, Plan: &pl, Demand: est, Fanout: fan})
 		if err := p.putPlan(ctx, &pl); err != nil {
 			p.log.Warn("publishing routing failed; will retry", "pipeline", spec.Name, "err", err)
 			continue
@@ -265,8 +275,13 @@ func (p *Planner) onWorker(e jetstream.KeyValueEntry) {
 	_, known := p.seen[id]
 	if e.Operation() == jetstream.KeyValuePut {
 		p.seen[id] = e.Created()
+		var reg wire.Registration
+		if err := json.Unmarshal(e.Value(), &reg); err == nil {
+			p.foldObservations(id, reg)
+		}
 	} else {
 		delete(p.seen, id)
+		delete(p.observed, id)
 	}
 	p.mu.Unlock()
 	if known != (e.Operation() == jetstream.KeyValuePut) {
@@ -274,6 +289,34 @@ func (p *Planner) onWorker(e jetstream.KeyValueEntry) {
 		case p.changed <- struct{}{}:
 		default:
 		}
+	}
+}
+
+// foldObservations adds what a worker measured since its previous heartbeat to the multiplicative-factor estimates.
+// Called with mu held.
+func (p *Planner) foldObservations(id string, reg wire.Registration) {
+	prev, ok := p.observed[id]
+	if !ok || !prev.Started.Equal(reg.Started) {
+		prev = wire.Registration{} // a new or restarted worker: its counters start from zero
+	}
+	p.observed[id] = reg
+	for key, cur := range reg.Observed {
+		name, hop, found := strings.Cut(key, ":")
+		fe := p.fanout[name]
+		if !found || fe == nil {
+			continue
+		}
+		old := prev.Observed[key]
+		if cur.Items < old.Items {
+			old = wire.Observed{}
+		}
+		delta := wire.FanoutCounts{Items: cur.Items - old.Items, Children: map[string]uint64{}}
+		for c, n := range cur.Children {
+			if n >= old.Children[c] {
+				delta.Children[c] = n - old.Children[c]
+			}
+		}
+		fe.Observe(hop, delta)
 	}
 }
 

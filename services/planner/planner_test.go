@@ -247,3 +247,87 @@ func TestPlannerRoutesByReportedDemand(t *testing.T) {
 		t.Errorf("new routing changed the epoch from %d to %d", epoch, pl.Epoch)
 	}
 }
+
+const measuredFanout = `
+name: fan
+slo_ms: 1000
+tasks:
+  - name: a
+    children: [b]
+    variants:
+      - {name: x, accuracy: 0.9, executor: {kind: emulated}, fanout: {mean: 1}, profile: [{batch: 1, p50_ms: 5, p95_ms: 6}]}
+  - name: b
+    variants:
+      - {name: p, accuracy: 0.9, executor: {kind: emulated}, profile: [{batch: 1, p50_ms: 20, p95_ms: 21}]}
+      - {name: q, accuracy: 0.8, executor: {kind: emulated}, profile: [{batch: 1, p50_ms: 5, p95_ms: 6}]}
+allocation:
+  - {task: a, variant: x, replicas: 1, max_batch: 1}
+  - {task: b, variant: p, replicas: 1, max_batch: 1}
+  - {task: b, variant: q, replicas: 1, max_batch: 1}
+`
+
+// TestPlannerUsesMeasuredFanout: the profile says a/x emits 1 sub-request per item, so 20 QPS fit b/p (50 QPS);
+// when a worker's heartbeats say it emits 4, the planner routes the 80 QPS reaching b as 50 to p and 30 to q.
+func TestPlannerUsesMeasuredFanout(t *testing.T) {
+	s, err := bus.StartServer(bus.ServerConfig{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown()
+	sp, err := pipeline.Parse([]byte(measuredFanout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, _ := bus.ConnectInProcess(s, "planner")
+	defer nc.Close()
+	p, err := New(nc, Config{Pipelines: []*pipeline.Spec{sp}, Storage: jetstream.MemoryStorage, DemandAlpha: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go p.Run(ctx)
+	js, _ := jetstream.New(nc)
+	var kv jetstream.KeyValue
+	current := func() plan.Plan {
+		var pl plan.Plan
+		if kv == nil {
+			kv, _ = bus.OpenBucket(ctx, js, jetstream.MemoryStorage)
+		}
+		if e, err := kv.Get(ctx, wire.PlanKey("fan")); err == nil {
+			json.Unmarshal(e.Value(), &pl)
+		}
+		return pl
+	}
+	waitFor(t, "the first plan", func() bool { return current().Epoch > 0 })
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() { // 20 QPS of demand, and a worker of a/x whose items emit 4 sub-requests each
+		started := time.Now()
+		var items uint64
+		for beat := int64(1); ; beat++ {
+			data, _ := msgpack.Marshal(&wire.DemandReport{Frontend: "f", Count: 10, IntervalMs: 500})
+			nc.Publish(wire.DemandSubject("fan"), data)
+			items += 10
+			reg, _ := json.Marshal(wire.Registration{ID: "meter", Started: started, Updated: time.Now(), Heartbeat: beat,
+				Observed: map[string]wire.Observed{"fan:a/x": {FanoutCounts: wire.FanoutCounts{Items: items,
+					Children: map[string]uint64{"b": 4 * items}}}}})
+			if kv != nil {
+				kv.Put(ctx, wire.WorkerKey("meter"), reg)
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}()
+	waitFor(t, "routing by the measured factor", func() bool {
+		f, ok := current().Fanout["a/x"]
+		return ok && math.Abs(f.Mean-4) < 1e-9 && len(current().Routing.Downstream["a/x"]["b"]) == 2
+	})
+	r := current().Routing.Downstream["a/x"]["b"]
+	if r[0].Variant != "p" || math.Abs(r[0].Prob-50.0/80) > 0.02 || r[1].Variant != "q" {
+		t.Errorf("a/x routes b as %+v, want 5/8 to p and the rest to q", r)
+	}
+}

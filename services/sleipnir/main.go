@@ -221,7 +221,7 @@ func runWorker(args []string) error {
 	var c common
 	c.register(fs, "NATS server URL")
 	id := fs.String("id", "", "worker id (default hostname-pid)")
-	ackWait := fs.Duration("ack-wait", 0, "how long a fetched message may stay unacknowledged (default 30s)")
+	ackWait := fs.Duration("ack-wait", 0, "how long a fetched message may stay unacknowledged (default 2s; batches that run longer are marked in progress)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

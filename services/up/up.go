@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -49,6 +50,8 @@ type System struct {
 	URL      string         // client URL of the NATS server ("" when the embedded one only serves in-process)
 	Frontend *frontend.Frontend
 	Workers  []*worker.Worker
+
+	workerConns []*nats.Conn
 
 	cfg    Config
 	cancel context.CancelFunc
@@ -143,6 +146,7 @@ func Start(ctx context.Context, cfg Config) (_ *System, err error) {
 			return nil, err
 		}
 		sys.Workers = append(sys.Workers, w)
+		sys.workerConns = append(sys.workerConns, nc)
 		sys.run(ctx, "worker "+id, w.Run)
 	}
 	return sys, nil
@@ -171,11 +175,20 @@ func (s *System) run(ctx context.Context, name string, f func(context.Context) e
 	go func() {
 		defer s.wg.Done()
 		if err := f(ctx); err != nil {
+			if strings.HasPrefix(name, "worker ") && ctx.Err() == nil {
+				// One dead worker is a smaller cluster, not a dead system: the planner gives its replicas to others.
+				s.cfg.Logger.Error("worker stopped", "worker", name, "err", err)
+				return
+			}
 			s.errs <- fmt.Errorf("%s: %w", name, err)
 			s.cancel()
 		}
 	}()
 }
+
+// KillWorker makes worker i crash: its connection closes at once, so it can neither acknowledge nor hand back what it
+// holds, as when its process dies. For failure tests and drills.
+func (s *System) KillWorker(i int) { s.workerConns[i].Close() }
 
 // Stop cancels every service; Wait returns once they have stopped.
 func (s *System) Stop() { s.cancel() }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -60,7 +61,7 @@ func (c *Config) setDefaults() {
 		c.Seed = seedOf(c.ID)
 	}
 	if c.AckWait == 0 {
-		c.AckWait = 30 * time.Second
+		c.AckWait = bus.DefaultAckWait
 	}
 	if c.FetchWait == 0 {
 		c.FetchWait = 500 * time.Millisecond
@@ -77,30 +78,12 @@ func (c *Config) setDefaults() {
 	c.Logger = c.Logger.With("worker", c.ID)
 }
 
-// Registration is the value of wire.WorkerKey(id): the worker's liveness and counters.
-type Registration struct {
-	ID        string    `json:"id"`
-	Started   time.Time `json:"started"`
-	Updated   time.Time `json:"updated"`
-	Variant   string    `json:"variant,omitempty"` // "pipeline:task/variant" it serves now
-	Stats     Stats     `json:"stats"`
-	SwapMs    float64   `json:"swap_ms,omitempty"` // time of the last variant switch
-	Heartbeat int64     `json:"heartbeat"`
-}
-
-// Stats counts what a worker did since it started.
-type Stats struct {
-	Messages  uint64 `json:"messages"`
-	Items     uint64 `json:"items"`
-	Batches   uint64 `json:"batches"`
-	Dropped   uint64 `json:"dropped"`
-	Failed    uint64 `json:"failed"`
-	Discarded uint64 `json:"discarded"` // messages on its subject that were not valid task messages
-	// Rerouted counts sub-requests sent to a backup variant instead of the routing table's choice.
-	Rerouted uint64 `json:"rerouted"`
-	// DropReasons counts dropped items by reason (wire.Drop*).
-	DropReasons map[string]uint64 `json:"drop_reasons"`
-}
+// Registration, Stats and Observed are the worker's heartbeat, written down in pkg/wire.
+type (
+	Registration = wire.Registration
+	Stats        = wire.WorkerStats
+	Observed     = wire.Observed
+)
 
 // Worker serves one variant at a time.
 type Worker struct {
@@ -120,6 +103,9 @@ type Worker struct {
 	swapMs                                                         atomic.Uint64             // float64 bits
 	serving                                                        atomic.Pointer[string]
 	rng                                                            *rand.Rand // routing; used only by the serving goroutine
+
+	obsMu    sync.Mutex
+	observed map[string]*Observed // by "pipeline:task/variant"
 }
 
 // Serving is what the worker serves now, "pipeline:task/variant", or "" when idle.
@@ -142,7 +128,7 @@ func New(nc *nats.Conn, cfg Config) (*Worker, error) {
 	}
 	w := &Worker{
 		cfg: cfg, nc: nc, js: js, log: cfg.Logger, tracer: otel.Tracer("sleipnir/worker"),
-		changed: make(chan struct{}, 1), drops: map[string]*atomic.Uint64{},
+		changed: make(chan struct{}, 1), drops: map[string]*atomic.Uint64{}, observed: map[string]*Observed{},
 		rng: rand.New(rand.NewPCG(cfg.Seed, 0x707e)),
 	}
 	for _, r := range wire.DropReasons {
@@ -151,12 +137,40 @@ func New(nc *nats.Conn, cfg Config) (*Worker, error) {
 	return w, nil
 }
 
-// countDrop counts one dropped item and its reason.
-func (w *Worker) countDrop(reason string) {
+// countDrop counts one item dropped at variant s for reason.
+func (w *Worker) countDrop(s *serving, reason string) {
 	w.dropped.Add(1)
 	if c := w.drops[reason]; c != nil {
 		c.Add(1)
 	}
+	w.observe(s, func(o *Observed) { o.Dropped[reason]++ })
+}
+
+// observe updates the measurements of the variant s serves.
+func (w *Worker) observe(s *serving, f func(*Observed)) {
+	key := s.a.Pipeline + ":" + s.hop
+	w.obsMu.Lock()
+	defer w.obsMu.Unlock()
+	o := w.observed[key]
+	if o == nil {
+		o = &Observed{FanoutCounts: wire.FanoutCounts{Children: map[string]uint64{}}, Dropped: map[string]uint64{}}
+		w.observed[key] = o
+	}
+	f(o)
+}
+
+// Observations returns a copy of the worker's cumulative measurements.
+func (w *Worker) Observations() map[string]Observed {
+	w.obsMu.Lock()
+	defer w.obsMu.Unlock()
+	out := make(map[string]Observed, len(w.observed))
+	for k, o := range w.observed {
+		c := *o
+		c.Children = maps.Clone(o.Children)
+		c.Dropped = maps.Clone(o.Dropped)
+		out[k] = c
+	}
+	return out
 }
 
 // ID is the worker's name.
@@ -283,7 +297,7 @@ func (w *Worker) register(ctx context.Context) {
 	for {
 		beat++
 		reg := Registration{ID: w.cfg.ID, Started: started, Updated: time.Now(), Variant: w.Serving(), Stats: w.Stats(),
-			SwapMs: float64frombits(w.swapMs.Load()), Heartbeat: beat}
+			SwapMs: float64frombits(w.swapMs.Load()), Heartbeat: beat, Observed: w.Observations()}
 		data, _ := json.Marshal(reg)
 		if _, err := w.kv.Put(ctx, wire.WorkerKey(w.cfg.ID), data); err != nil && ctx.Err() == nil {
 			w.log.Warn("registration refresh failed", "err", err)
@@ -482,6 +496,11 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 	for _, m := range w.fetchMore(s, first, s.a.MaxBatch-len(inputs)) {
 		take(m)
 	}
+	// A batch that runs longer than a third of the ack wait is marked in progress, so that JetStream does not hand
+	// it to another replica while this one is alive.
+	done := make(chan struct{})
+	defer close(done)
+	go w.keepInProgress(s, batch, done)
 	// Execute in model batches of at most MaxBatch items (one message may carry several items).
 	for lo := 0; lo < len(inputs); lo += s.a.MaxBatch {
 		hi := min(lo+s.a.MaxBatch, len(inputs))
@@ -507,6 +526,19 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 			sl.in.outputs[sl.i] = outs[j-lo]
 		}
 	}
+	w.observe(s, func(o *Observed) {
+		o.Batches += uint64((len(inputs) + s.a.MaxBatch - 1) / s.a.MaxBatch)
+		for _, sl := range slots {
+			if sl.in.status[sl.i] != "" {
+				continue // failed
+			}
+			o.Items++
+			o.QueueWaitMs += float64(now.Sub(sl.in.enqueued)) / float64(time.Millisecond)
+			for child, subs := range sl.in.outputs[sl.i].Children {
+				o.Children[child] += uint64(len(subs))
+			}
+		}
+	})
 	for _, in := range batch {
 		if err := w.forward(ctx, s, in); err != nil {
 			// Not acknowledged: JetStream delivers the message again; sub-requests already published are
@@ -517,6 +549,26 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 			_ = in.msg.Ack()
 		}
 		in.span.End()
+	}
+}
+
+// keepInProgress tells JetStream the batch's messages are being worked on, every third of the ack wait, until done.
+func (w *Worker) keepInProgress(s *serving, batch []*inbound, done <-chan struct{}) {
+	wait := w.cfg.AckWait
+	if info := s.consumer.CachedInfo(); info != nil && info.Config.AckWait > 0 {
+		wait = info.Config.AckWait
+	}
+	t := time.NewTicker(wait / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+			for _, in := range batch {
+				_ = in.msg.InProgress()
+			}
+		}
 	}
 }
 
@@ -590,7 +642,7 @@ func (w *Worker) forward(ctx context.Context, s *serving, in *inbound) error {
 			}
 			switch st {
 			case wire.ItemDropped:
-				w.countDrop(in.reason[i])
+				w.countDrop(s, in.reason[i])
 			case wire.ItemError:
 				w.failed.Add(1)
 			}
@@ -625,7 +677,7 @@ func (w *Worker) forward(ctx context.Context, s *serving, in *inbound) error {
 				if v == "" {
 					leaves = append(leaves, wire.ItemResult{ID: id, Den: den, Path: wire.SplitPath(path),
 						Status: wire.ItemDropped, Reason: reason})
-					w.countDrop(reason)
+					w.countDrop(s, reason)
 					continue
 				}
 				dest := wire.Hop(child, v)

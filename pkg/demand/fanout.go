@@ -1,0 +1,143 @@
+package demand
+
+import (
+	"sort"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
+
+// FanoutEstimator smooths the multiplicative factors workers observe, per variant ("task/variant"), with an
+// exponentially weighted moving average of the item and sub-request counts of each reporting interval. Not safe for
+// concurrent use.
+type FanoutEstimator struct {
+	// Alpha is the weight of the newest interval, in (0, 1].
+	Alpha float64
+	// MinItems is how many (smoothed) items a variant must have executed before its observed factor replaces the
+	// profile's.
+	MinItems float64
+
+	smoothed map[string]*smoothedCounts
+	pending  map[string]*wire.FanoutCounts
+}
+
+type smoothedCounts struct {
+	items    float64
+	children map[string]float64
+}
+
+// NewFanoutEstimator returns an estimator; alpha 0 means 0.3, minItems 0 means 20.
+func NewFanoutEstimator(alpha, minItems float64) *FanoutEstimator {
+	if alpha <= 0 || alpha > 1 {
+		alpha = 0.3
+	}
+	if minItems <= 0 {
+		minItems = 20
+	}
+	return &FanoutEstimator{Alpha: alpha, MinItems: minItems, smoothed: map[string]*smoothedCounts{},
+		pending: map[string]*wire.FanoutCounts{}}
+}
+
+// Observe adds what a worker did since its previous heartbeat (a difference of its cumulative counters).
+func (e *FanoutEstimator) Observe(hop string, delta wire.FanoutCounts) {
+	p := e.pending[hop]
+	if p == nil {
+		p = &wire.FanoutCounts{Children: map[string]uint64{}}
+		e.pending[hop] = p
+	}
+	p.Items += delta.Items
+	for c, n := range delta.Children {
+		p.Children[c] += n
+	}
+}
+
+// Tick folds the interval's counts into the averages; call it once per heartbeat interval. Variants that executed
+// nothing in the interval keep their average (no traffic says nothing about the factor).
+func (e *FanoutEstimator) Tick() {
+	for hop, p := range e.pending {
+		if p.Items == 0 {
+			continue
+		}
+		s := e.smoothed[hop]
+		if s == nil {
+			s = &smoothedCounts{items: float64(p.Items), children: map[string]float64{}}
+			for c, n := range p.Children {
+				s.children[c] = float64(n)
+			}
+			e.smoothed[hop] = s
+			continue
+		}
+		a := e.Alpha
+		s.items = a*float64(p.Items) + (1-a)*s.items
+		for c := range s.children {
+			s.children[c] *= 1 - a
+		}
+		for c, n := range p.Children {
+			s.children[c] += a * float64(n)
+		}
+	}
+	e.pending = map[string]*wire.FanoutCounts{}
+}
+
+// Estimate returns the observed factor of every variant seen often enough, as overrides of the profile's
+// ("task/variant" -> factor): the mean sub-requests per item and each child task's share.
+func (e *FanoutEstimator) Estimate(spec *pipeline.Spec) map[string]pipeline.Fanout {
+	out := map[string]pipeline.Fanout{}
+	hops := make([]string, 0, len(e.smoothed))
+	for hop := range e.smoothed {
+		hops = append(hops, hop)
+	}
+	sort.Strings(hops)
+	for _, hop := range hops {
+		s := e.smoothed[hop]
+		task := hopTask(hop)
+		t := spec.Task(task)
+		if t == nil || len(t.Children) == 0 || s.items < e.MinItems {
+			continue
+		}
+		total := 0.0
+		for _, c := range t.Children {
+			total += s.children[c]
+		}
+		f := pipeline.Fanout{Mean: total / s.items, Shares: map[string]float64{}}
+		for _, c := range t.Children {
+			if total > 0 {
+				f.Shares[c] = s.children[c] / total
+			} else {
+				f.Shares[c] = 1 / float64(len(t.Children))
+			}
+		}
+		out[hop] = f
+	}
+	return out
+}
+
+func hopTask(hop string) string {
+	for i := 0; i < len(hop); i++ {
+		if hop[i] == '/' {
+			return hop[:i]
+		}
+	}
+	return hop
+}
+
+// FanoutMoved reports whether any variant's factor differs between two estimates by more than the relative
+// threshold, or is in one and not the other.
+func FanoutMoved(previous, current map[string]pipeline.Fanout, threshold float64) bool {
+	if len(previous) != len(current) {
+		return true
+	}
+	for hop, c := range current {
+		p, ok := previous[hop]
+		if !ok {
+			return true
+		}
+		for child, share := range c.Shares {
+			a, b := c.Mean*share, p.Mean*p.Shares[child]
+			if d := a - b; d > threshold*b || -d > threshold*b {
+				return true
+			}
+		}
+	}
+	return false
+}
