@@ -6,7 +6,7 @@ ARGS     ?=
 BENCH    ?= .
 BENCHCOUNT ?= 6
 
-.PHONY: all deps build run test bench vet fmt nats-cli clean
+.PHONY: all deps build ablation run test bench vet fmt nats-cli clean
 
 all: build
 
@@ -36,6 +36,26 @@ test: deps
 # Benchmarks, repeated for a spread; compare runs with benchstat.
 bench: deps
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count $(BENCHCOUNT) -timeout 30m ./... | tee bench.out
+
+# Loki's figure-7 ablation: the whole system once per deadline policy, under the same load (QPS, default near the
+# example's capacity; measured after WARMUP, once the routing follows the demand), printing each policy's
+# SLO-violation ratio and mean accuracy.
+QPS ?= 300
+DURATION ?= 30s
+WARMUP ?= 15s
+ablation: build
+	@for p in none last-task per-task reroute; do \
+	  dir=$$(mktemp -d); \
+	  bin/sleipnir up --pipeline examples/$(PIPELINE).yaml --deadline-policy $$p --data-dir $$dir --storage memory \
+	    --nats-port 4333 --http "" --log-level warn >$$dir/up.log 2>&1 & pid=$$!; \
+	  sleep 3; \
+	  bin/loadgen --nats nats://127.0.0.1:4333 --pipeline $(PIPELINE) --qps $(QPS) --warmup $(WARMUP) --duration $(DURATION) --json \
+	    2>/dev/null | tail -1 > $$dir/summary.json; \
+	  kill $$pid; wait $$pid 2>/dev/null; \
+	  printf '%-10s ' $$p; \
+	  sed -E 's/.*"sent":([0-9]+).*"lost":([0-9]+).*"slo_violation_ratio":([0-9.e-]+).*"mean_accuracy":([0-9.e-]+).*/sent \1  lost \2  SLO violations \3  mean accuracy \4/' $$dir/summary.json; \
+	  rm -rf $$dir; \
+	done
 
 vet: deps
 	$(GO) vet ./...

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -113,7 +114,7 @@ func TestSummaryJSONKeys(t *testing.T) {
 	var m map[string]any
 	json.Unmarshal(data, &m)
 	for _, k := range []string{"sent", "ok", "partial", "dropped", "late", "errors", "lost", "p50_ms", "p95_ms", "p99_ms",
-		"mean_latency_ms", "slo_violation_ratio", "achieved_qps", "duration_s", "qps", "pipeline"} {
+		"mean_latency_ms", "slo_violation_ratio", "mean_accuracy", "achieved_qps", "duration_s", "qps", "pipeline"} {
 		if _, ok := m[k]; !ok {
 			t.Errorf("summary JSON lacks %q", k)
 		}
@@ -128,5 +129,34 @@ func TestParseShape(t *testing.T) {
 		if _, err := parseShape(bad); err == nil {
 			t.Errorf("parseShape(%q) accepted", bad)
 		}
+	}
+}
+
+// TestWarmupIsNotCounted: the first requests are errors, but they fall in the warmup; what is measured is all ok.
+func TestWarmupIsNotCounted(t *testing.T) {
+	nc := connect(t)
+	var first time.Time
+	var mu sync.Mutex
+	respond(t, nc, func(int64) string {
+		mu.Lock()
+		defer mu.Unlock()
+		if first.IsZero() {
+			first = time.Now()
+		}
+		if time.Since(first) < 300*time.Millisecond {
+			return wire.StatusError
+		}
+		return wire.StatusOK
+	}, 0)
+	s, err := Run(context.Background(), nc, Config{Pipeline: "p", QPS: 200, Warmup: 600 * time.Millisecond,
+		Duration: time.Second, Grace: time.Second}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Sent < 100 || s.OK != s.Sent || s.Errors != 0 {
+		t.Fatalf("errors of the warmup were counted, or too little was measured: %+v", s)
+	}
+	if s.DurationS < 0.8 || s.DurationS > 1.1 {
+		t.Errorf("measured for %.2f s, want about the 1 s after the warmup", s.DurationS)
 	}
 }

@@ -21,7 +21,8 @@ func main() {
 	asJSON := flag.Bool("json", false, "print the summary as one JSON object on the last line")
 	flag.StringVar(&cfg.Pipeline, "pipeline", "", "pipeline name (required)")
 	flag.Float64Var(&cfg.QPS, "qps", 100, "mean arrival rate, requests per second")
-	flag.DurationVar(&cfg.Duration, "duration", 10*time.Second, "how long to send")
+	flag.DurationVar(&cfg.Duration, "duration", 10*time.Second, "how long to send (and measure)")
+	flag.DurationVar(&cfg.Warmup, "warmup", 0, "how long to send before measuring (the routing settles on the demand)")
 	flag.DurationVar(&cfg.Timeout, "timeout", 0, "relative deadline of each request (default: the pipeline's SLO)")
 	flag.DurationVar(&cfg.Grace, "grace", 5*time.Second, "how long past its deadline a request may go unanswered before it counts as lost")
 	flag.StringVar(&shape, "input-shape", "1,3,64,64", "shape of the FP32 input tensor")
@@ -62,6 +63,7 @@ func printSummary(s Summary) {
 	fmt.Printf("  ok %d  partial %d  dropped %d  late %d  errors %d  lost %d\n", s.OK, s.Partial, s.Dropped, s.Late, s.Errors, s.Lost)
 	fmt.Printf("  latency p50 %.1f ms  p95 %.1f ms  p99 %.1f ms  mean %.1f ms\n", s.P50Ms, s.P95Ms, s.P99Ms, s.MeanLatencyMs)
 	fmt.Printf("  SLO violations %.2f%% (every reply that is not ok, and every lost request)\n", 100*s.SLOViolationRatio)
+	fmt.Printf("  mean accuracy %.4f (of the ok and partial replies)\n", s.MeanAccuracy)
 	if s.FirstError != "" {
 		fmt.Printf("  first error: %s\n", s.FirstError)
 	}

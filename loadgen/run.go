@@ -27,7 +27,10 @@ type Config struct {
 	// Timeout, if set, is sent as each request's relative deadline; otherwise the frontend applies the SLO.
 	Timeout time.Duration
 	// Grace is how long past its deadline a request may go unanswered before it counts as lost.
-	Grace      time.Duration
+	Grace time.Duration
+	// Warmup is sent at the same rate before Duration, but not counted: it lets the demand estimate and the routing
+	// settle, as measurements of a steady state need.
+	Warmup     time.Duration
 	InputShape []int64
 	Seed       uint64
 }
@@ -50,15 +53,18 @@ type Summary struct {
 	MeanLatencyMs     float64 `json:"mean_latency_ms"`
 	SLOViolationRatio float64 `json:"slo_violation_ratio"`
 	AchievedQPS       float64 `json:"achieved_qps"`
-	FirstError        string  `json:"first_error,omitempty"`
+	// MeanAccuracy is the mean profiled end-to-end accuracy of the ok and partial replies (the reply's accuracy).
+	MeanAccuracy float64 `json:"mean_accuracy"`
+	FirstError   string  `json:"first_error,omitempty"`
 }
 
 // noDeadlineWait is how long a request without a known deadline may take before its grace starts.
 const noDeadlineWait = 30 * time.Second
 
 type pendingReq struct {
-	sent time.Time
-	due  time.Time // lost after this
+	sent   time.Time
+	due    time.Time // lost after this
+	warmup bool      // sent during the warmup: not counted
 }
 
 type run struct {
@@ -67,6 +73,8 @@ type run struct {
 	latencies []float64
 	sum       Summary
 	noResp    int // "no responders" transport errors
+	accSum    float64
+	accN      int
 }
 
 // Run sends open-loop Poisson arrivals for cfg.Duration, then waits for every reply or its loss.
@@ -114,10 +122,10 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, progress io.Writer) (Su
 
 	subject := wire.InferSubject(cfg.Pipeline)
 	next := start
-	var sendEnd time.Time
+	var sendEnd, measureStart time.Time
 	for i := 0; ; i++ {
 		next = next.Add(time.Duration(rng.ExpFloat64() / cfg.QPS * float64(time.Second)))
-		if next.Sub(start) >= cfg.Duration {
+		if next.Sub(start) >= cfg.Warmup+cfg.Duration {
 			break
 		}
 		if d := time.Until(next); d > 0 {
@@ -139,16 +147,24 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, progress io.Writer) (Su
 			wait = cfg.Timeout
 		}
 		now := time.Now()
+		warm := now.Sub(start) < cfg.Warmup
+		if !warm && measureStart.IsZero() {
+			measureStart = now
+		}
 		r.mu.Lock()
-		r.pending[m.Reply] = pendingReq{sent: now, due: now.Add(wait + cfg.Grace)}
-		r.sum.Sent++
+		r.pending[m.Reply] = pendingReq{sent: now, due: now.Add(wait + cfg.Grace), warmup: warm}
+		if !warm {
+			r.sum.Sent++
+		}
 		r.mu.Unlock()
 		if err := nc.PublishMsg(m); err != nil {
 			r.mu.Lock()
 			delete(r.pending, m.Reply)
-			r.sum.Errors++
-			if r.sum.FirstError == "" {
-				r.sum.FirstError = err.Error()
+			if !warm {
+				r.sum.Errors++
+				if r.sum.FirstError == "" {
+					r.sum.FirstError = err.Error()
+				}
 			}
 			r.mu.Unlock()
 		}
@@ -164,7 +180,9 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, progress io.Writer) (Su
 		for subj, p := range r.pending {
 			if now.After(p.due) {
 				delete(r.pending, subj)
-				r.sum.Lost++
+				if !p.warmup {
+					r.sum.Lost++
+				}
 			} else {
 				left++
 			}
@@ -181,12 +199,18 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, progress io.Writer) (Su
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := r.sum
-	s.DurationS = sendEnd.Sub(start).Seconds()
+	if measureStart.IsZero() {
+		measureStart = start
+	}
+	s.DurationS = sendEnd.Sub(measureStart).Seconds()
 	if s.DurationS > 0 {
 		s.AchievedQPS = float64(s.Sent) / s.DurationS
 	}
 	if s.Sent > 0 {
 		s.SLOViolationRatio = float64(s.Sent-s.OK) / float64(s.Sent)
+	}
+	if r.accN > 0 {
+		s.MeanAccuracy = r.accSum / float64(r.accN)
 	}
 	slices.Sort(r.latencies)
 	s.P50Ms, s.P95Ms, s.P99Ms = quantile(r.latencies, 0.5), quantile(r.latencies, 0.95), quantile(r.latencies, 0.99)
@@ -217,6 +241,9 @@ func (r *run) onReply(m *nats.Msg) {
 		return
 	}
 	delete(r.pending, m.Subject)
+	if p.warmup {
+		return
+	}
 	if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
 		r.noResp++
 		r.sum.Errors++
@@ -237,8 +264,10 @@ func (r *run) onReply(m *nats.Msg) {
 	switch rep.Status {
 	case wire.StatusOK:
 		r.sum.OK++
+		r.accSum, r.accN = r.accSum+rep.Accuracy, r.accN+1
 	case wire.StatusPartial:
 		r.sum.Partial++
+		r.accSum, r.accN = r.accSum+rep.Accuracy, r.accN+1
 	case wire.StatusDropped:
 		r.sum.Dropped++
 	case wire.StatusLate:

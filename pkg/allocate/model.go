@@ -269,14 +269,73 @@ func build(in Input, st step) (*model, error) {
 		p.AddRow("one batch size of "+kv.task+"/"+kv.v.Name, math.Inf(-1), 1, one...)
 	}
 	p.AddRow("servers", math.Inf(-1), float64(in.Servers), servers...)
-	// A path carries traffic only through variants running at a batch size that can fit its latency budget.
+	// A positive demand needs a replica of every task its requests reach (a valid cut: it closes the LP bound of
+	// allocations that spread fractions of servers over every task).
+	if st != stepMaxDemand && in.Demand > 0 {
+		for _, t := range spec.Tasks {
+			var terms []milp.Term
+			reached := true
+			for _, pa := range m.paths {
+				for i, h := range pa.hops {
+					if m.variants[h].task == t.Name && pa.chain == m.refChain[t.Name] && pa.mult[i] <= 0 {
+						reached = false
+					}
+				}
+			}
+			for _, kv := range m.variants {
+				if kv.task == t.Name {
+					for _, n := range kv.n {
+						terms = append(terms, milp.Term{Col: n, Coef: 1})
+					}
+				}
+			}
+			if reached && len(terms) > 0 {
+				p.AddRow("a replica of "+t.Name, 1, math.Inf(1), terms...)
+			}
+		}
+	}
+	// A path carries traffic only through variants running at a batch size that can fit its latency budget, so the
+	// traffic of the paths that fit only the smaller batches of a variant must fit the capacity of its replicas at
+	// those batches. Batches left after presolve are in increasing order of latency, so the batches a path can use
+	// at a hop are a prefix of them: one row per path and hop, and, per variant and prefix, one row over the paths
+	// of its reference chain (these cuts make the LP bound tight without big-M coefficients).
 	for _, pa := range m.paths {
 		for i, h := range pa.hops {
-			terms := []milp.Term{{Col: pa.col, Coef: 1}}
-			for _, bi := range pa.ok[i] {
-				terms = append(terms, milp.Term{Col: m.variants[h].z[bi], Coef: -demandUB})
+			kv := m.variants[h]
+			if len(pa.ok[i]) == len(kv.batches) {
+				continue // every batch fits: the capacity row covers it
 			}
-			p.AddRow("latency of "+m.pathName(pa), math.Inf(-1), 0, terms...)
+			terms := []milp.Term{{Col: pa.col, Coef: pa.mult[i]}}
+			for _, bi := range pa.ok[i] {
+				terms = append(terms, milp.Term{Col: kv.n[bi], Coef: -kv.q[bi]})
+			}
+			p.AddRow("latency of "+m.pathName(pa)+" at "+kv.task, math.Inf(-1), 0, terms...)
+		}
+	}
+	for k, kv := range m.variants {
+		if len(kv.z) == 0 {
+			continue
+		}
+		for cut := 0; cut+1 < len(kv.batches); cut++ {
+			var terms []milp.Term
+			for _, pa := range m.paths {
+				if pa.chain != m.refChain[kv.task] {
+					continue
+				}
+				for i, h := range pa.hops {
+					if h == k && len(pa.ok[i]) > 0 && pa.ok[i][len(pa.ok[i])-1] <= cut {
+						terms = append(terms, milp.Term{Col: pa.col, Coef: pa.mult[i]})
+					}
+				}
+			}
+			if len(terms) < 2 {
+				continue // none, or one path: its own row says it
+			}
+			for bi := 0; bi <= cut; bi++ {
+				terms = append(terms, milp.Term{Col: kv.n[bi], Coef: -kv.q[bi]})
+			}
+			p.AddRow(fmt.Sprintf("capacity of %s/%s at batch <= %d", kv.task, kv.v.Name, kv.batches[cut]),
+				math.Inf(-1), 0, terms...)
 		}
 	}
 	if in.MinAccuracy > 0 && st == stepAccuracy {

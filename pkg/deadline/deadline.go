@@ -49,16 +49,23 @@ func ParsePolicy(s string) (Policy, error) {
 func Expired(now, deadline time.Time) bool { return !now.Before(deadline) }
 
 // BeforeExecute decides whether to drop an item before executing it: "" keeps it, otherwise the reason (a
-// wire.Drop* value).
-// lastTask says the item is at a leaf task; expected is the task's profiled processing time (its budget).
-func BeforeExecute(p Policy, now, deadline time.Time, lastTask bool, expected time.Duration) string {
+// wire.Drop* value). lastTask says the item is at a leaf task; expected is the task's profiled processing time (its
+// budget); waited is how long the item has been queued at the task, and allowance the time the task is allotted.
+//   - none runs everything, even past its deadline;
+//   - every other policy drops an item whose deadline has passed;
+//   - last-task, and reroute (which is deadline-aware throughout), drop an item at the last task with less time left
+//     than the task takes;
+//   - per-task drops an item that has already spent more than its allotment at the task, queueing.
+func BeforeExecute(p Policy, now, deadline time.Time, lastTask bool, expected, waited, allowance time.Duration) string {
 	switch {
 	case p == None:
 		return ""
 	case Expired(now, deadline):
 		return wire.DropDeadline
-	case p == LastTask && lastTask && deadline.Sub(now) < expected:
+	case (p == LastTask || p == Reroute) && lastTask && deadline.Sub(now) < expected:
 		return wire.DropLastTask
+	case p == PerTask && waited > allowance:
+		return wire.DropBudget
 	}
 	return ""
 }
@@ -79,19 +86,44 @@ type Decision struct {
 	Rerouted bool
 }
 
-// AfterTask decides where the sub-requests of an item that spent atTask at a task with latency budget budget go,
-// when the routing table chose chosen. backups are the child task's variants with spare capacity; u in [0, 1)
-// breaks ties between equally accurate ones.
-func AfterTask(p Policy, atTask, budget time.Duration, chosen Option, backups []Option, u float64) Decision {
-	late := atTask - budget
-	if late <= 0 || p == None || p == LastTask {
+// Progress is where an item stands when it has finished a task.
+type Progress struct {
+	// AtTask is the time it spent at the task (queueing and processing); Allowance the time the task was allotted.
+	AtTask, Allowance time.Duration
+	// Remaining is the time left until its deadline.
+	Remaining time.Duration
+	// Rest is the time allotted to the tasks after the child task (0 when the child is a leaf).
+	Rest time.Duration
+	// Scale turns a profiled latency into allotted time (the plan's budget scale, at least 1).
+	Scale float64
+}
+
+// AfterTask decides where an item's sub-requests for one child task go, when the routing table chose chosen.
+// backups are the child task's variants with spare capacity; u in [0, 1) breaks ties between equally accurate ones.
+//
+// Per-task drops the item when it overran its allowance at the task. Reroute measures how late the item is against
+// its deadline: x is how much the time left falls short of what the rest of its path is allotted (the chosen
+// variant's allotment plus Rest). On track (x <= 0), it goes where the table says; otherwise to the most accurate
+// backup whose allotment is at most the chosen one's less x, that is whose profiled time is at most y - x/Scale
+// (y: the chosen one's profiled time; with Scale 1 this is the paper's y - x); with none, it is dropped. Measuring
+// against the deadline rather than the task's own budget lets an item that gained time upstream spend it.
+func AfterTask(p Policy, pr Progress, chosen Option, backups []Option, u float64) Decision {
+	switch p {
+	case None, LastTask:
+		return Decision{Variant: chosen.Variant}
+	case PerTask:
+		if pr.AtTask > pr.Allowance {
+			return Decision{Reason: wire.DropBudget}
+		}
 		return Decision{Variant: chosen.Variant}
 	}
-	if p == PerTask {
-		return Decision{Reason: wire.DropBudget}
+	scale := max(pr.Scale, 1)
+	need := time.Duration(float64(chosen.Latency)*scale) + pr.Rest
+	late := need - pr.Remaining
+	if late <= 0 {
+		return Decision{Variant: chosen.Variant}
 	}
-	// Reroute: the most accurate backup that makes up the time, ties broken by u.
-	limit := chosen.Latency - late
+	limit := chosen.Latency - time.Duration(float64(late)/scale)
 	var best []Option
 	for _, b := range backups {
 		if b.Latency > limit {

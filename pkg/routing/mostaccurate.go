@@ -17,6 +17,10 @@ type Input struct {
 	// Fanout optionally overrides a variant's multiplicative factor ("task/variant" -> factor), e.g. with what its
 	// workers observe; variants not listed use the spec's.
 	Fanout map[string]pipeline.Fanout
+	// Utilization is the share of each variant's capacity the routing fills before it moves on to the next most
+	// accurate one; 0 means 1 (the paper's "up to their capacity"). Below 1 leaves room for bursts: a queue fed at
+	// its full service rate grows without bound.
+	Utilization float64
 }
 
 // MostAccurateFirst is Loki's routing (algorithm 1): from the root down, each task's demand fills its hosted variants
@@ -30,6 +34,10 @@ type Input struct {
 //
 // Backup lists, per task, the variants with capacity left over, most accurate first, for opportunistic rerouting.
 func MostAccurateFirst(in Input) plan.Routing {
+	util := in.Utilization
+	if util <= 0 || util > 1 {
+		util = 1
+	}
 	spec := in.Spec
 	hosted := make(map[string][]candidate, len(spec.Tasks)) // task -> hosted variants, most accurate first
 	left := make(map[string]float64, len(in.Plan.Variants)) // hop -> capacity not yet routed to
@@ -40,7 +48,7 @@ func MostAccurateFirst(in Input) plan.Routing {
 		}
 		hop := wire.Hop(vp.Task, vp.Variant)
 		hosted[vp.Task] = append(hosted[vp.Task], candidate{hop: hop, name: vp.Variant, variant: v, plan: vp})
-		left[hop] += vp.CapacityQPS
+		left[hop] += vp.CapacityQPS * util
 	}
 	for _, cs := range hosted {
 		sort.Slice(cs, func(i, j int) bool {

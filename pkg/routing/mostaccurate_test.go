@@ -71,6 +71,7 @@ func TestMostAccurateFirst(t *testing.T) {
 		plan   *plan.Plan
 		demand float64
 		fanout map[string]pipeline.Fanout
+		util   float64
 		want   map[string]string // "root", "a/x>b", ..., "backup b"
 	}{
 		{
@@ -80,6 +81,11 @@ func TestMostAccurateFirst(t *testing.T) {
 		{
 			name: "fills in order of accuracy", plan: hosting("a/x=100", "a/y=200", "b/p=1000", "c/s=1000"), demand: 150,
 			want: map[string]string{"root": "x:0.667 y:0.333", "backup a": "y:150"},
+		},
+		{
+			// At 80% utilisation x takes 80 of the 150, y the rest; y's backup room is 160 - 70.
+			name: "filled to a utilisation below 1", plan: hosting("a/x=100", "a/y=200", "b/p=1000", "c/s=1000"), demand: 150,
+			util: 0.8, want: map[string]string{"root": "x:0.533 y:0.467", "backup a": "y:90"},
 		},
 		{
 			name: "overload spreads the excess by capacity", plan: hosting("a/x=100", "a/y=200", "b/p=1000", "c/s=1000"), demand: 600,
@@ -112,7 +118,8 @@ func TestMostAccurateFirst(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			r := MostAccurateFirst(Input{Spec: spec, Plan: tc.plan, Demand: tc.demand, Fanout: tc.fanout})
+			r := MostAccurateFirst(Input{Spec: spec, Plan: tc.plan, Demand: tc.demand, Fanout: tc.fanout,
+				Utilization: tc.util})
 			got := map[string]string{"root": routes(r.Root)}
 			for hop, tables := range r.Downstream {
 				for child, rs := range tables {

@@ -19,13 +19,16 @@ type InferRequest struct {
 
 // InferReply is the frontend's one reply to a request.
 type InferReply struct {
-	ID        string       `msgpack:"id,omitempty" json:"id,omitempty"` // the client's id, echoed
-	RequestID string       `msgpack:"request_id" json:"request_id"`
-	Pipeline  string       `msgpack:"pipeline" json:"pipeline"`
-	Status    string       `msgpack:"status" json:"status"`
-	Error     string       `msgpack:"error,omitempty" json:"error,omitempty"`
-	LatencyMs float64      `msgpack:"latency_ms" json:"latency_ms"`
-	Results   []ItemResult `msgpack:"results" json:"results"`
+	ID        string  `msgpack:"id,omitempty" json:"id,omitempty"` // the client's id, echoed
+	RequestID string  `msgpack:"request_id" json:"request_id"`
+	Pipeline  string  `msgpack:"pipeline" json:"pipeline"`
+	Status    string  `msgpack:"status" json:"status"`
+	Error     string  `msgpack:"error,omitempty" json:"error,omitempty"`
+	LatencyMs float64 `msgpack:"latency_ms" json:"latency_ms"`
+	// Accuracy is the profiled end-to-end accuracy of what was served: the mean, weighted by item weight, of the
+	// path accuracies of the leaves that finished (0 when none did).
+	Accuracy float64      `msgpack:"accuracy" json:"accuracy"`
+	Results  []ItemResult `msgpack:"results" json:"results"`
 }
 
 // TaskMessage is the payload on a variant subject: items of one parent item going to one variant.

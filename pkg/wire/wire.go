@@ -188,6 +188,8 @@ type Observed struct {
 	QueueWaitMs float64 `json:"queue_wait_ms"`
 	// Dropped counts items dropped at this variant, by reason.
 	Dropped map[string]uint64 `json:"dropped,omitempty"`
+	// Rerouted counts sub-requests this variant sent to a backup variant instead of the routing table's choice.
+	Rerouted uint64 `json:"rerouted,omitempty"`
 }
 
 // WorkerStats counts what a worker did since it started.

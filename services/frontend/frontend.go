@@ -427,6 +427,9 @@ func (f *Frontend) finish(r *request, late bool, failure string) {
 	if rep.Results == nil {
 		rep.Results = []wire.ItemResult{}
 	}
+	if spec, _ := f.lookup(r.pipeline); spec != nil {
+		rep.Accuracy = servedAccuracy(spec, rep.Results)
+	}
 	r.span.SetAttributes(attribute.String("sleipnir.status", rep.Status))
 	if rep.Status != wire.StatusOK {
 		r.span.SetStatus(codes.Error, rep.Status)
@@ -434,4 +437,21 @@ func (f *Frontend) finish(r *request, late bool, failure string) {
 	r.span.End()
 	f.replied.Add(1)
 	r.reply(rep)
+}
+
+// servedAccuracy is the weighted mean of the path accuracies of the finished leaves.
+func servedAccuracy(spec *pipeline.Spec, results []wire.ItemResult) float64 {
+	sum, weight := 0.0, 0.0
+	for _, it := range results {
+		if it.Status != wire.ItemOK || it.Den == 0 {
+			continue
+		}
+		w := 1 / float64(it.Den)
+		sum += w * spec.PathAccuracyOf(it.Path)
+		weight += w
+	}
+	if weight == 0 {
+		return 0
+	}
+	return sum / weight
 }

@@ -40,6 +40,9 @@ type Config struct {
 	// 10 s); they are recomputed at once when the estimate moves by more than RouteThreshold (default 10%).
 	RouteEvery     time.Duration
 	RouteThreshold float64
+	// RouteUtilization is the share of each variant's capacity the routing fills before overflowing to the next
+	// most accurate variant (default 0.85): a variant fed at its full service rate has an unbounded queue.
+	RouteUtilization float64
 	// DemandAlpha is the weight of the newest demand report in the moving average (default 0.3).
 	DemandAlpha float64
 	Logger      *slog.Logger
@@ -51,6 +54,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.RouteEvery == 0 {
 		c.RouteEvery = 10 * time.Second
+	}
+	if c.RouteUtilization == 0 {
+		c.RouteUtilization = 0.85
 	}
 	if c.RouteThreshold == 0 {
 		c.RouteThreshold = 0.1
@@ -189,7 +195,8 @@ func (p *Planner) reroute(ctx context.Context, now time.Time) {
 		}
 		pl := *p.plans[i]
 		pl.Fanout = fan
-		pl.Routing = routing.MostAccurateFirst(routing.Input{Spec: spec, Plan: &pl, Demand: est, Fanout: fan})
+		pl.Routing = routing.MostAccurateFirst(routing.Input{Spec: spec, Plan: &pl, Demand: est, Fanout: fan,
+			Utilization: p.cfg.RouteUtilization})
 		if err := p.putPlan(ctx, &pl); err != nil {
 			p.log.Warn("publishing routing failed; will retry", "pipeline", spec.Name, "err", err)
 			continue

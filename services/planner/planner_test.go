@@ -195,7 +195,8 @@ func TestPlannerRoutesByReportedDemand(t *testing.T) {
 	}
 	nc, _ := bus.ConnectInProcess(s, "planner")
 	defer nc.Close()
-	p, err := New(nc, Config{Pipelines: []*pipeline.Spec{sp}, Storage: jetstream.MemoryStorage, DemandAlpha: 1})
+	p, err := New(nc, Config{Pipelines: []*pipeline.Spec{sp}, Storage: jetstream.MemoryStorage, DemandAlpha: 1,
+		RouteUtilization: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +281,8 @@ func TestPlannerUsesMeasuredFanout(t *testing.T) {
 	}
 	nc, _ := bus.ConnectInProcess(s, "planner")
 	defer nc.Close()
-	p, err := New(nc, Config{Pipelines: []*pipeline.Spec{sp}, Storage: jetstream.MemoryStorage, DemandAlpha: 1})
+	p, err := New(nc, Config{Pipelines: []*pipeline.Spec{sp}, Storage: jetstream.MemoryStorage, DemandAlpha: 1,
+		RouteUtilization: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
+	"github.com/sleipnir-serving/sleipnir/pkg/deadline"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/telemetry"
 	"github.com/sleipnir-serving/sleipnir/services/frontend"
@@ -31,6 +32,7 @@ commands:
   frontend  accept requests on NATS (sleipnir.infer.<pipeline>) and HTTP (KServe v2)
   worker    serve the model variant the planner assigns
   planner   publish pipelines and plans, assign workers
+  plan      solve the allocation MILP for a demand (or a sweep of demands) and print the plan
   version   print the version
 
 Run 'sleipnir <command> -h' for the flags of a command.
@@ -54,6 +56,8 @@ func main() {
 		err = runWorker(args)
 	case "planner":
 		err = runPlanner(args)
+	case "plan":
+		err = runPlan(args)
 	case "version":
 		fmt.Println("sleipnir", version)
 	case "-h", "--help", "help":
@@ -116,7 +120,15 @@ type pipelineFiles []string
 func (p *pipelineFiles) String() string     { return strings.Join(*p, ",") }
 func (p *pipelineFiles) Set(v string) error { *p = append(*p, v); return nil }
 
-func loadPipelines(files []string) ([]*pipeline.Spec, error) {
+// policyFlag overrides the deadline policy of every pipeline loaded.
+func policyFlag(fs *flag.FlagSet) *string {
+	return fs.String("deadline-policy", "", "override every pipeline's deadline_policy: none, last-task, per-task or reroute")
+}
+
+func loadPipelines(files []string, policy string) ([]*pipeline.Spec, error) {
+	if _, err := deadline.ParsePolicy(policy); err != nil {
+		return nil, fmt.Errorf("--deadline-policy: %w", err)
+	}
 	var specs []*pipeline.Spec
 	seen := map[string]string{}
 	for _, f := range files {
@@ -128,6 +140,9 @@ func loadPipelines(files []string) ([]*pipeline.Spec, error) {
 			return nil, fmt.Errorf("%s and %s both define pipeline %q", other, f, s.Name)
 		}
 		seen[s.Name] = f
+		if policy != "" {
+			s.DeadlinePolicy = policy
+		}
 		specs = append(specs, s)
 	}
 	return specs, nil
@@ -160,6 +175,7 @@ func runUp(args []string) error {
 	httpAddr := fs.String("http", "127.0.0.1:8080", "KServe v2 HTTP address of the frontend (empty disables it)")
 	maxReq := fs.Int("max-request-bytes", frontend.DefaultMaxRequestBytes, "largest request payload accepted")
 	storage := storageFlag(fs)
+	policy := policyFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -170,7 +186,7 @@ func runUp(args []string) error {
 	if err != nil {
 		return err
 	}
-	specs, err := loadPipelines(files)
+	specs, err := loadPipelines(files, *policy)
 	if err != nil {
 		return err
 	}
@@ -241,6 +257,7 @@ func runPlanner(args []string) error {
 	var files pipelineFiles
 	fs.Var(&files, "pipeline", "pipeline spec YAML file, repeatable (required)")
 	storage := storageFlag(fs)
+	policy := policyFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -251,7 +268,7 @@ func runPlanner(args []string) error {
 	if err != nil {
 		return err
 	}
-	specs, err := loadPipelines(files)
+	specs, err := loadPipelines(files, *policy)
 	if err != nil {
 		return err
 	}

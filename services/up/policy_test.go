@@ -1,6 +1,7 @@
 package up
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -34,13 +35,15 @@ allocation:
   - {task: b, variant: fast, replicas: 1, max_batch: 1}
 `
 
-// TestDeadlinePoliciesOnABurst sends a burst of 5 requests with a 550 ms timeout. Request k leaves a at k*100 ms, so
-// from the second on it is late at a (by 50, 150, 250, 350 ms). The routing table sends b to slow; fast has room.
+// TestDeadlinePoliciesOnABurst sends a burst of 5 requests with a 550 ms timeout. Request k leaves a at k*100 ms,
+// so from the second on it overran a's allotment (150 ms). The routing table sends b to slow (allotted 300 ms); fast
+// has room.
 //   - none: slow finishes request 1 at 300 ms, 2 at 500, 3 at 700: requests 3-5 are late.
-//   - per-task: requests 2-5 overran a's budget: dropped.
-//   - reroute: 2 and 3 can make up the time on fast (10 <= 200-50, 10 <= 200-150) and are served; 4 and 5 cannot.
+//   - per-task: requests 2-5 overran a's allotment: dropped.
+//   - reroute: request k has 550 - 100k ms left for slow's 300: 1 and 2 are on track and go to slow (done at 300
+//     and 500 ms); 3, 4 and 5 are late by 50, 150 and 250 ms, which fast makes up (10 <= 200 - x/1.5).
 //
-// So reroute serves requests (2 and 3) that per-task drops and that none delivers late (3).
+// So reroute serves every request, where per-task drops four and none delivers three late.
 func TestDeadlinePoliciesOnABurst(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "late.yaml")
 	if err := os.WriteFile(file, []byte(lateChain), 0o644); err != nil {
@@ -64,6 +67,12 @@ func TestDeadlinePoliciesOnABurst(t *testing.T) {
 		for _, s := range subjects {
 			rep := decodeReply(t, replies[s][0])
 			o := outcome{status: rep.Status}
+			wantAcc := map[string]float64{"b/slow": 0.9 * 0.9, "b/fast": 0.9 * 0.7}
+			if rep.Status == wire.StatusOK && len(rep.Results) == 1 && len(rep.Results[0].Path) == 2 {
+				if w := wantAcc[rep.Results[0].Path[1]]; math.Abs(rep.Accuracy-w) > 1e-9 {
+					t.Errorf("%s: reply accuracy %v, want %v", policy, rep.Accuracy, w)
+				}
+			}
 			if len(rep.Results) == 1 {
 				o.leaf = rep.Results[0].Reason
 				if p := rep.Results[0].Path; rep.Results[0].Status == wire.ItemOK && len(p) == 2 {
@@ -73,16 +82,27 @@ func TestDeadlinePoliciesOnABurst(t *testing.T) {
 			out = append(out, o)
 		}
 		t.Logf("%-8s %v", policy, out)
+		// What the worker of a/x counted for its variant.
+		for _, w := range sys.Workers {
+			if w.Serving() != "late:a/x" {
+				continue
+			}
+			o := w.Observations()["late:a/x"]
+			want := map[string][2]uint64{"none": {0, 0}, "per-task": {0, 4}, "reroute": {3, 0}}[policy]
+			if o.Rerouted != want[0] || o.Dropped[wire.DropBudget] != want[1] {
+				t.Errorf("%s: a/x counted %d reroutes and %d over-budget drops, want %d and %d", policy, o.Rerouted,
+					o.Dropped[wire.DropBudget], want[0], want[1])
+			}
+		}
 		return out
 	}
 	ok := func(variant string) outcome { return outcome{wire.StatusOK, variant} }
 	late := outcome{wire.StatusLate, ""}
 	overBudget := outcome{wire.StatusDropped, wire.DropBudget}
-	noFaster := outcome{wire.StatusDropped, wire.DropNoFaster}
 	want := map[string][]outcome{
 		"none":     {ok("b/slow"), ok("b/slow"), late, late, late},
 		"per-task": {ok("b/slow"), overBudget, overBudget, overBudget, overBudget},
-		"reroute":  {ok("b/slow"), ok("b/fast"), ok("b/fast"), noFaster, noFaster},
+		"reroute":  {ok("b/slow"), ok("b/slow"), ok("b/fast"), ok("b/fast"), ok("b/fast")},
 	}
 	for _, policy := range []string{"none", "per-task", "reroute"} {
 		got := run(policy)

@@ -325,6 +325,7 @@ type serving struct {
 	// allowance is the time an item may spend at this task (queueing plus processing): the budget stretched by the
 	// plan's budget scale.
 	allowance time.Duration
+	scale     float64 // the plan's budget scale
 	lastTask  bool
 	// options are, per child task, the hosted variants as the deadline policy sees them, from plan.
 	options     map[string]childOptions
@@ -335,6 +336,7 @@ type serving struct {
 type childOptions struct {
 	hosted  map[string]deadline.Option
 	backups []deadline.Option
+	rest    time.Duration // allotted to the tasks below the child
 }
 
 // refreshOptions recomputes the options when the plan has changed.
@@ -343,10 +345,11 @@ func (s *serving) refreshOptions() {
 		return
 	}
 	s.optionsPlan = s.plan
-	s.allowance = time.Duration(float64(s.budget) * s.plan.BudgetScale(s.spec))
+	s.scale = s.plan.BudgetScale(s.spec)
+	s.allowance = time.Duration(float64(s.budget) * s.scale)
 	s.options = make(map[string]childOptions, len(s.task.Children))
 	for _, child := range s.task.Children {
-		co := childOptions{hosted: map[string]deadline.Option{}}
+		co := childOptions{hosted: map[string]deadline.Option{}, rest: allottedBelow(s.spec, s.plan, child, s.scale)}
 		for _, vp := range s.plan.Variants {
 			if vp.Task == child {
 				co.hosted[vp.Variant] = option(s.spec, child, vp.Variant, vp.BudgetMs)
@@ -357,6 +360,22 @@ func (s *serving) refreshOptions() {
 		}
 		s.options[child] = co
 	}
+}
+
+// allottedBelow is the time allotted to the tasks under task: the longest chain of their slowest hosted variants.
+func allottedBelow(spec *pipeline.Spec, p *plan.Plan, task string, scale float64) time.Duration {
+	var longest time.Duration
+	for _, child := range spec.Task(task).Children {
+		slowest := 0.0
+		for _, v := range p.Variants {
+			if v.Task == child {
+				slowest = max(slowest, v.BudgetMs)
+			}
+		}
+		d := time.Duration(slowest*scale*float64(time.Millisecond)) + allottedBelow(spec, p, child, scale)
+		longest = max(longest, d)
+	}
+	return longest
 }
 
 func option(spec *pipeline.Spec, task, variant string, latencyMs float64) deadline.Option {
@@ -402,7 +421,7 @@ func (w *Worker) start(ctx context.Context, n wanted) (*serving, error) {
 	budget := time.Duration(n.a.BudgetMs * float64(time.Millisecond))
 	return &serving{a: n.a, spec: n.spec, plan: n.plan, task: n.spec.Task(n.a.Task), variant: v, exec: exec,
 		consumer: cons, hop: n.a.Hop(), policy: policy, lastTask: n.spec.IsLeaf(n.a.Task),
-		budget: budget, allowance: budget}, nil
+		budget: budget, allowance: budget, scale: 1}, nil
 }
 
 // fetchFirst waits (up to FetchWait) for one message of the variant's queue.
@@ -467,6 +486,7 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 	var batch []*inbound
 	var inputs []executor.Input
 	var slots []slot
+	s.refreshOptions()
 	now := time.Now()
 	take := func(m jetstream.Msg) {
 		in, err := w.decode(ctx, m)
@@ -480,7 +500,8 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 		in.outputs = make([]executor.Output, len(in.items))
 		in.status = make([]string, len(in.items))
 		in.reason = make([]string, len(in.items))
-		drop := deadline.BeforeExecute(s.policy, now, in.deadline, s.lastTask, s.budget)
+		drop := deadline.BeforeExecute(s.policy, now, in.deadline, s.lastTask, s.budget, now.Sub(in.enqueued),
+			s.allowance)
 		for i, it := range in.items {
 			if drop != "" {
 				in.status[i], in.reason[i] = wire.ItemDropped, drop
@@ -668,10 +689,13 @@ func (w *Worker) forward(ctx context.Context, s *serving, in *inbound) error {
 				v, reason := plan.Pick(routes[child], w.rng.Float64()), wire.DropUnrouted
 				if v != "" {
 					co := s.options[child]
-					d := deadline.AfterTask(s.policy, atTask, s.allowance, co.hosted[v], co.backups, w.rng.Float64())
+					pr := deadline.Progress{AtTask: atTask, Allowance: s.allowance, Remaining: time.Until(in.deadline),
+						Rest: co.rest, Scale: s.scale}
+					d := deadline.AfterTask(s.policy, pr, co.hosted[v], co.backups, w.rng.Float64())
 					v, reason = d.Variant, d.Reason
 					if d.Rerouted {
 						w.rerouted.Add(1)
+						w.observe(s, func(o *Observed) { o.Rerouted++ })
 					}
 				}
 				if v == "" {

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/allocate"
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+)
+
+// runPlan solves the allocation MILP for one demand, or a sweep of demands, and prints it.
+func runPlan(args []string) error {
+	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
+	file := fs.String("pipeline", "", "pipeline spec YAML file (required)")
+	servers := fs.Int("servers", 20, "cluster size: how many workers")
+	demand := fs.Float64("demand", 0, "demand at the root task, requests per second")
+	slo := fs.Duration("slo", 0, "end-to-end SLO (default: the pipeline's)")
+	sweep := fs.String("sweep", "", "FROM:TO:STEP demands (QPS) to solve for, printing mode, servers and accuracy for each")
+	asJSON := fs.Bool("json", false, "print JSON (one object, or one per line with --sweep)")
+	limit := fs.Duration("time-limit", 30*time.Second, "bound on each MILP solve; a solve that reaches it reports its gap")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *file == "" {
+		return errors.New("--pipeline is required")
+	}
+	spec, err := pipeline.Load(*file)
+	if err != nil {
+		return err
+	}
+	in := allocate.Input{Spec: spec, Servers: *servers, SLOMs: float64(*slo) / float64(time.Millisecond)}
+	opt := allocate.Options{TimeLimit: *limit}
+	if *sweep == "" {
+		in.Demand = *demand
+		opt.MaxServable = true
+		r, err := allocate.Solve(in, opt)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return json.NewEncoder(os.Stdout).Encode(r)
+		}
+		printPlan(r)
+		return nil
+	}
+	from, to, step, err := parseSweep(*sweep)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	if !*asJSON {
+		fmt.Fprintln(tw, "demand_qps\tmode\tservers\taccuracy\toptimal\tsolve_ms\tvariants")
+	}
+	for d := from; d <= to+1e-9; d += step {
+		in.Demand = d
+		r, err := allocate.Solve(in, opt)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			if err := json.NewEncoder(os.Stdout).Encode(r); err != nil {
+				return err
+			}
+			continue
+		}
+		var hosted []string
+		for _, v := range r.Variants {
+			hosted = append(hosted, fmt.Sprintf("%s/%s x%d@%d", v.Task, v.Variant, v.Replicas, v.BatchSize))
+		}
+		fmt.Fprintf(tw, "%g\t%s\t%d\t%.4f\t%v\t%.1f\t%s\n", d, r.Mode, r.ServersUsed, r.SystemAccuracy, r.Optimal,
+			r.SolveMs, strings.Join(hosted, " "))
+	}
+	return tw.Flush()
+}
+
+func parseSweep(s string) (from, to, step float64, err error) {
+	parts := strings.Split(s, ":")
+	if len(parts) != 3 {
+		return 0, 0, 0, fmt.Errorf("--sweep %q: want FROM:TO:STEP", s)
+	}
+	var v [3]float64
+	for i, p := range parts {
+		if v[i], err = strconv.ParseFloat(p, 64); err != nil {
+			return 0, 0, 0, fmt.Errorf("--sweep %q: %w", s, err)
+		}
+	}
+	if v[2] <= 0 || v[0] < 0 || v[1] < v[0] {
+		return 0, 0, 0, fmt.Errorf("--sweep %q: want 0 <= FROM <= TO and STEP > 0", s)
+	}
+	return v[0], v[1], v[2], nil
+}
+
+func printPlan(r *allocate.Result) {
+	fmt.Printf("mode %s: %d of %d servers, system accuracy %.4f, serves %.1f QPS (at most %.1f with these servers)\n",
+		r.Mode, r.ServersUsed, r.Servers, r.SystemAccuracy, r.ServedQPS, r.MaxServableQPS)
+	if r.Optimal {
+		fmt.Printf("optimal, solved in %.1f ms (%d nodes)\n", r.SolveMs, r.Nodes)
+	} else {
+		fmt.Printf("NOT proven optimal: stopped at the time limit with a gap of %.2g, after %.1f ms (%d nodes)\n",
+			r.Gap, r.SolveMs, r.Nodes)
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "task\tvariant\treplicas\tbatch\tlatency_ms\tcapacity_qps\tload_qps")
+	for _, v := range r.Variants {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.1f\t%.1f\t%.1f\n", v.Task, v.Variant, v.Replicas, v.BatchSize, v.LatencyMs,
+			v.CapacityQPS, v.LoadQPS)
+	}
+	tw.Flush()
+}
