@@ -48,24 +48,57 @@ func ParsePolicy(s string) (Policy, error) {
 // Expired reports whether an item whose request is due at deadline can no longer be served at now.
 func Expired(now, deadline time.Time) bool { return !now.Before(deadline) }
 
+// Queued is where an item stands when a worker takes it from its variant's queue.
+type Queued struct {
+	Now, Deadline time.Time
+	// LastTask says the item is at a leaf task.
+	LastTask bool
+	// Expected is the task's profiled processing time (its budget); Allowance the time the task is allotted
+	// (queueing and processing); Waited how long the item has been queued.
+	Expected, Allowance, Waited time.Duration
+	// FastestRest is the profiled time of the fastest hosted variants of the tasks below (0 at a leaf).
+	FastestRest time.Duration
+	// MakeUp is the most allotted time a reroute after this task can make up: the child task's slowest hosted
+	// variant's allotment less its fastest backup's (0 at a leaf, or without backups).
+	MakeUp time.Duration
+}
+
 // BeforeExecute decides whether to drop an item before executing it: "" keeps it, otherwise the reason (a
-// wire.Drop* value). lastTask says the item is at a leaf task; expected is the task's profiled processing time (its
-// budget); waited is how long the item has been queued at the task, and allowance the time the task is allotted.
+// wire.Drop* value). Dropping before a task rather than after it frees the task's capacity for items that can
+// still make it.
 //   - none runs everything, even past its deadline;
 //   - every other policy drops an item whose deadline has passed;
-//   - last-task, and reroute (which is deadline-aware throughout), drop an item at the last task with less time left
-//     than the task takes;
-//   - per-task drops an item that has already spent more than its allotment at the task, queueing.
-func BeforeExecute(p Policy, now, deadline time.Time, lastTask bool, expected, waited, allowance time.Duration) string {
+//   - last-task drops an item at the last task with less time left than the task takes;
+//   - per-task drops an item that will overrun its allotment at the task (it waited so long that waiting plus
+//     processing exceeds it);
+//   - reroute drops an item that will overrun its allotment by more than a reroute after the task can make up,
+//     and, like last-task, one at the last task with less time left than the task takes, and one that cannot make
+//     its deadline even through the fastest hosted variants below.
+func BeforeExecute(p Policy, q Queued) string {
+	left := q.Deadline.Sub(q.Now)
+	over := q.Waited + q.Expected - q.Allowance
 	switch {
 	case p == None:
 		return ""
-	case Expired(now, deadline):
+	case Expired(q.Now, q.Deadline):
 		return wire.DropDeadline
-	case (p == LastTask || p == Reroute) && lastTask && deadline.Sub(now) < expected:
-		return wire.DropLastTask
-	case p == PerTask && waited > allowance:
-		return wire.DropBudget
+	case p == LastTask:
+		if q.LastTask && left < q.Expected {
+			return wire.DropLastTask
+		}
+	case p == PerTask:
+		if over > 0 {
+			return wire.DropBudget
+		}
+	case p == Reroute:
+		switch {
+		case q.LastTask && left < q.Expected:
+			return wire.DropLastTask
+		case !q.LastTask && left < q.Expected+q.FastestRest:
+			return wire.DropNoFaster
+		case over > q.MakeUp:
+			return wire.DropNoFaster
+		}
 	}
 	return ""
 }
@@ -88,42 +121,27 @@ type Decision struct {
 
 // Progress is where an item stands when it has finished a task.
 type Progress struct {
-	// AtTask is the time it spent at the task (queueing and processing); Allowance the time the task was allotted.
+	// AtTask is the time it spent at the task (queueing and processing); Allowance the time the task is allotted.
 	AtTask, Allowance time.Duration
-	// Remaining is the time left until its deadline.
-	Remaining time.Duration
-	// Rest is the time allotted to the tasks after the child task (0 when the child is a leaf).
-	Rest time.Duration
 	// Scale turns a profiled latency into allotted time (the plan's budget scale, at least 1).
 	Scale float64
 }
 
 // AfterTask decides where an item's sub-requests for one child task go, when the routing table chose chosen.
 // backups are the child task's variants with spare capacity; u in [0, 1) breaks ties between equally accurate ones.
-//
-// Per-task drops the item when it overran its allowance at the task. Reroute measures how late the item is against
-// its deadline: x is how much the time left falls short of what the rest of its path is allotted (the chosen
-// variant's allotment plus Rest). On track (x <= 0), it goes where the table says; otherwise to the most accurate
-// backup whose allotment is at most the chosen one's less x, that is whose profiled time is at most y - x/Scale
-// (y: the chosen one's profiled time; with Scale 1 this is the paper's y - x); with none, it is dropped. Measuring
-// against the deadline rather than the task's own budget lets an item that gained time upstream spend it.
+// An item is late by x when its time at the task exceeded the task's allotment by x. Per-task drops late items.
+// Reroute sends a late item to the most accurate backup whose allotment is at most the chosen variant's less x, that
+// is whose profiled time is at most y - x/Scale (y: the chosen one's profiled time; with Scale 1 this is the
+// paper's y - x), and drops it only when there is none.
 func AfterTask(p Policy, pr Progress, chosen Option, backups []Option, u float64) Decision {
-	switch p {
-	case None, LastTask:
+	late := pr.AtTask - pr.Allowance
+	switch {
+	case p == None || p == LastTask || late <= 0:
 		return Decision{Variant: chosen.Variant}
-	case PerTask:
-		if pr.AtTask > pr.Allowance {
-			return Decision{Reason: wire.DropBudget}
-		}
-		return Decision{Variant: chosen.Variant}
+	case p == PerTask:
+		return Decision{Reason: wire.DropBudget}
 	}
-	scale := max(pr.Scale, 1)
-	need := time.Duration(float64(chosen.Latency)*scale) + pr.Rest
-	late := need - pr.Remaining
-	if late <= 0 {
-		return Decision{Variant: chosen.Variant}
-	}
-	limit := chosen.Latency - time.Duration(float64(late)/scale)
+	limit := chosen.Latency - time.Duration(float64(late)/max(pr.Scale, 1))
 	var best []Option
 	for _, b := range backups {
 		if b.Latency > limit {

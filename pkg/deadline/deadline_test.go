@@ -27,29 +27,41 @@ func TestExpired(t *testing.T) {
 
 func TestBeforeExecute(t *testing.T) {
 	now := time.Unix(100, 0)
+	// The task takes 20 ms and is allotted 40; the fastest variants below take 30 ms; a reroute after it can make up
+	// 15 ms of allotted time.
+	q := func(left time.Duration, lastTask bool, waited time.Duration) Queued {
+		makeUp := 15 * ms
+		if lastTask {
+			makeUp = 0
+		}
+		return Queued{Now: now, Deadline: now.Add(left), LastTask: lastTask, Expected: 20 * ms, Allowance: 40 * ms,
+			Waited: waited, FastestRest: 30 * ms, MakeUp: makeUp}
+	}
 	tests := []struct {
-		name     string
-		policy   Policy
-		left     time.Duration // deadline - now
-		lastTask bool
-		waited   time.Duration // the allotment is 40 ms, the expected processing time 20 ms
-		want     string
+		name   string
+		policy Policy
+		q      Queued
+		want   string
 	}{
-		{"none runs even expired items", None, -ms, true, time.Second, ""},
-		{"per-task drops expired", PerTask, -ms, false, 0, wire.DropDeadline},
-		{"reroute drops expired", Reroute, 0, false, 0, wire.DropDeadline},
-		{"last-task: enough time", LastTask, 30 * ms, true, 0, ""},
-		{"last-task: too little time at the last task", LastTask, 10 * ms, true, 0, wire.DropLastTask},
-		{"last-task: too little time, but not the last task", LastTask, 10 * ms, false, 0, ""},
-		{"last-task: waiting long is no reason", LastTask, time.Second, false, time.Second, ""},
-		{"reroute: too little time at the last task", Reroute, 10 * ms, true, 0, wire.DropLastTask},
-		{"reroute: too little time, but not the last task", Reroute, 10 * ms, false, 0, ""},
-		{"per-task does not look ahead", PerTask, 10 * ms, true, 0, ""},
-		{"per-task: queued past the allotment", PerTask, time.Second, false, 41 * ms, wire.DropBudget},
-		{"per-task: queued within the allotment", PerTask, time.Second, false, 40 * ms, ""},
+		{"none runs even expired items", None, q(-ms, true, time.Second), ""},
+		{"per-task drops expired", PerTask, q(-ms, false, 0), wire.DropDeadline},
+		{"reroute drops expired", Reroute, q(0, false, 0), wire.DropDeadline},
+		{"last-task: enough time", LastTask, q(30*ms, true, 0), ""},
+		{"last-task: too little time at the last task", LastTask, q(10*ms, true, 0), wire.DropLastTask},
+		{"last-task: too little time, but not the last task", LastTask, q(10*ms, false, 0), ""},
+		{"last-task: waiting long is no reason", LastTask, q(time.Second, false, time.Second), ""},
+		{"per-task does not look ahead", PerTask, q(10*ms, true, 0), ""},
+		{"per-task: will overrun its allotment", PerTask, q(time.Second, false, 21*ms), wire.DropBudget},
+		{"per-task: will just make its allotment", PerTask, q(time.Second, false, 20*ms), ""},
+		{"reroute: too little time at the last task", Reroute, q(10*ms, true, 0), wire.DropLastTask},
+		{"reroute: time for this task and the fastest rest", Reroute, q(50*ms, false, 0), ""},
+		{"reroute: no time even on the fastest rest", Reroute, q(49*ms, false, 0), wire.DropNoFaster},
+		{"reroute: overrun a reroute can make up", Reroute, q(time.Second, false, 35*ms), ""},
+		{"reroute: overrun no reroute can make up", Reroute, q(time.Second, false, 36*ms), wire.DropNoFaster},
+		{"reroute: at the last task, any overrun", Reroute, q(time.Second, true, 21*ms), wire.DropNoFaster},
 	}
 	for _, tc := range tests {
-		if got := BeforeExecute(tc.policy, now, now.Add(tc.left), tc.lastTask, 20*ms, tc.waited, 40*ms); got != tc.want {
+		if got := BeforeExecute(tc.policy, tc.q); got != tc.want {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
 		}
 	}
@@ -62,10 +74,8 @@ func TestAfterTask(t *testing.T) {
 		{Variant: "fast", Latency: 10 * ms, Accuracy: 0.6},
 		{Variant: "fast2", Latency: 10 * ms, Accuracy: 0.6},
 	}
-	// paper: scale 1, nothing after the child, so the item is late by x when 100 ms - x are left.
-	paper := func(atTask, left time.Duration) Progress {
-		return Progress{AtTask: atTask, Allowance: 20 * ms, Remaining: left, Scale: 1}
-	}
+	// paper: allotment 20 ms, scale 1; the item is late by atTask - 20 ms.
+	paper := func(atTask time.Duration) Progress { return Progress{AtTask: atTask, Allowance: 20 * ms, Scale: 1} }
 	tests := []struct {
 		name         string
 		policy       Policy
@@ -75,27 +85,22 @@ func TestAfterTask(t *testing.T) {
 		want, reason string
 		rerouted     bool
 	}{
-		{"on time: the table's choice", Reroute, paper(20*ms, 100*ms), backups, 0, "slow", "", false},
-		{"none forwards late items", None, paper(200*ms, 0), backups, 0, "slow", "", false},
-		{"last-task forwards late items", LastTask, paper(200*ms, 0), backups, 0, "slow", "", false},
-		{"per-task drops items over their allowance", PerTask, paper(21*ms, time.Second), backups, 0, "", wire.DropBudget, false},
-		{"per-task keeps items within it", PerTask, paper(20*ms, 0), backups, 0, "slow", "", false},
-		// Over its allowance at this task, but with time in hand from upstream: still on track.
-		{"reroute: time gained upstream is spent", Reroute, paper(50*ms, 100*ms), backups, 0, "slow", "", false},
+		{"on time: the table's choice", Reroute, paper(20 * ms), backups, 0, "slow", "", false},
+		{"none forwards late items", None, paper(200 * ms), backups, 0, "slow", "", false},
+		{"last-task forwards late items", LastTask, paper(200 * ms), backups, 0, "slow", "", false},
+		{"per-task drops late items", PerTask, paper(21 * ms), backups, 0, "", wire.DropBudget, false},
+		{"per-task keeps items on time", PerTask, paper(20 * ms), backups, 0, "slow", "", false},
 		// late by 30: y - x = 70 admits mid (60), the most accurate that fits.
-		{"reroute: most accurate that makes up the time", Reroute, paper(50*ms, 70*ms), backups, 0, "mid", "", true},
+		{"reroute: most accurate that makes up the time", Reroute, paper(50 * ms), backups, 0, "mid", "", true},
 		// late by 60: y - x = 40 admits only the two fast ones; u breaks the tie.
-		{"reroute: tie broken by u (low)", Reroute, paper(80*ms, 40*ms), backups, 0.2, "fast", "", true},
-		{"reroute: tie broken by u (high)", Reroute, paper(80*ms, 40*ms), backups, 0.7, "fast2", "", true},
-		{"reroute: exactly y - x fits", Reroute, paper(110*ms, 10*ms), backups, 0, "fast", "", true},
-		{"reroute: nothing fast enough", Reroute, paper(111*ms, 9*ms), backups, 0, "", wire.DropNoFaster, false},
-		{"reroute: no backups", Reroute, paper(50*ms, 70*ms), nil, 0, "", wire.DropNoFaster, false},
-		// Scale 2, 50 ms allotted after the child: slow needs 200 + 50; with 230 left it is late by 20, which a
-		// backup makes up with a profiled time of at most 100 - 20/2 = 90: mid.
-		{"reroute: allotments scaled, tasks after the child", Reroute,
-			Progress{AtTask: 30 * ms, Allowance: 40 * ms, Remaining: 230 * ms, Rest: 50 * ms, Scale: 2}, backups, 0, "mid", "", true},
-		{"reroute: scaled, on track", Reroute,
-			Progress{AtTask: 60 * ms, Allowance: 40 * ms, Remaining: 250 * ms, Rest: 50 * ms, Scale: 2}, backups, 0, "slow", "", false},
+		{"reroute: tie broken by u (low)", Reroute, paper(80 * ms), backups, 0.2, "fast", "", true},
+		{"reroute: tie broken by u (high)", Reroute, paper(80 * ms), backups, 0.7, "fast2", "", true},
+		{"reroute: exactly y - x fits", Reroute, paper(110 * ms), backups, 0, "fast", "", true},
+		{"reroute: nothing fast enough", Reroute, paper(111 * ms), backups, 0, "", wire.DropNoFaster, false},
+		{"reroute: no backups", Reroute, paper(50 * ms), nil, 0, "", wire.DropNoFaster, false},
+		// Scale 2: late by 80 ms of allotted time is 40 ms of profiled time: y - 40 = 60 admits mid.
+		{"reroute: allotments scaled", Reroute, Progress{AtTask: 120 * ms, Allowance: 40 * ms, Scale: 2}, backups, 0,
+			"mid", "", true},
 	}
 	for _, tc := range tests {
 		d := AfterTask(tc.policy, tc.pr, chosen, tc.backups, tc.u)

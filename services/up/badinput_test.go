@@ -92,7 +92,8 @@ func TestBadInputOverNATS(t *testing.T) {
 }
 
 // TestJSONAndDeadlines: a JSON request gets a JSON reply; a request whose deadline is shorter than the pipeline can
-// possibly take gets its reply, late, at the deadline.
+// possibly take gets one reply by its deadline: late (the frontend's timer fired first) or dropped (a worker saw, under
+// the default reroute policy, that it could not make it).
 func TestJSONAndDeadlines(t *testing.T) {
 	sys, spec := startSystem(t, "../../examples/ocr-chain.yaml", 20)
 	c := newClient(t, sys)
@@ -110,8 +111,8 @@ func TestJSONAndDeadlines(t *testing.T) {
 		t.Errorf("JSON reply %+v", rep)
 	}
 	lr := decodeReply(t, replies[late][0])
-	if lr.Status != wire.StatusLate {
-		t.Errorf("a 1 ms deadline got status %q, want late", lr.Status)
+	if lr.Status != wire.StatusLate && lr.Status != wire.StatusDropped {
+		t.Errorf("a 1 ms deadline got status %q, want late or dropped", lr.Status)
 	}
 	if el := time.Since(start); el > time.Second {
 		t.Errorf("the late reply came after %v; it is due at the deadline", el)

@@ -326,7 +326,11 @@ type serving struct {
 	// plan's budget scale.
 	allowance time.Duration
 	scale     float64 // the plan's budget scale
-	lastTask  bool
+	// fastestRest is the profiled time of the fastest hosted variants of the tasks below this one.
+	fastestRest time.Duration
+	// makeUp is the most allotted time a reroute after this task can make up (see deadline.Queued).
+	makeUp   time.Duration
+	lastTask bool
 	// options are, per child task, the hosted variants as the deadline policy sees them, from plan.
 	options     map[string]childOptions
 	optionsPlan *plan.Plan
@@ -336,7 +340,6 @@ type serving struct {
 type childOptions struct {
 	hosted  map[string]deadline.Option
 	backups []deadline.Option
-	rest    time.Duration // allotted to the tasks below the child
 }
 
 // refreshOptions recomputes the options when the plan has changed.
@@ -346,10 +349,12 @@ func (s *serving) refreshOptions() {
 	}
 	s.optionsPlan = s.plan
 	s.scale = s.plan.BudgetScale(s.spec)
+	s.fastestRest = fastestBelow(s.spec, s.plan, s.a.Task)
+	s.makeUp = 0
 	s.allowance = time.Duration(float64(s.budget) * s.scale)
 	s.options = make(map[string]childOptions, len(s.task.Children))
 	for _, child := range s.task.Children {
-		co := childOptions{hosted: map[string]deadline.Option{}, rest: allottedBelow(s.spec, s.plan, child, s.scale)}
+		co := childOptions{hosted: map[string]deadline.Option{}}
 		for _, vp := range s.plan.Variants {
 			if vp.Task == child {
 				co.hosted[vp.Variant] = option(s.spec, child, vp.Variant, vp.BudgetMs)
@@ -359,21 +364,31 @@ func (s *serving) refreshOptions() {
 			co.backups = append(co.backups, option(s.spec, child, b.Variant, b.LatencyMs))
 		}
 		s.options[child] = co
+		// The most a reroute to this child can make up: from its slowest hosted variant to its fastest backup.
+		var slowest time.Duration
+		for _, o := range co.hosted {
+			slowest = max(slowest, o.Latency)
+		}
+		for _, b := range co.backups {
+			s.makeUp = max(s.makeUp, time.Duration(float64(slowest-b.Latency)*s.scale))
+		}
 	}
 }
 
-// allottedBelow is the time allotted to the tasks under task: the longest chain of their slowest hosted variants.
-func allottedBelow(spec *pipeline.Spec, p *plan.Plan, task string, scale float64) time.Duration {
+// fastestBelow is the profiled time of the longest chain below task, each task at its fastest hosted variant.
+func fastestBelow(spec *pipeline.Spec, p *plan.Plan, task string) time.Duration {
 	var longest time.Duration
 	for _, child := range spec.Task(task).Children {
-		slowest := 0.0
+		fastest := math.Inf(1)
 		for _, v := range p.Variants {
 			if v.Task == child {
-				slowest = max(slowest, v.BudgetMs)
+				fastest = min(fastest, v.BudgetMs)
 			}
 		}
-		d := time.Duration(slowest*scale*float64(time.Millisecond)) + allottedBelow(spec, p, child, scale)
-		longest = max(longest, d)
+		if math.IsInf(fastest, 1) {
+			continue // nothing hosted: the item will be dropped as unrouted anyway
+		}
+		longest = max(longest, time.Duration(fastest*float64(time.Millisecond))+fastestBelow(spec, p, child))
 	}
 	return longest
 }
@@ -500,8 +515,9 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 		in.outputs = make([]executor.Output, len(in.items))
 		in.status = make([]string, len(in.items))
 		in.reason = make([]string, len(in.items))
-		drop := deadline.BeforeExecute(s.policy, now, in.deadline, s.lastTask, s.budget, now.Sub(in.enqueued),
-			s.allowance)
+		drop := deadline.BeforeExecute(s.policy, deadline.Queued{Now: now, Deadline: in.deadline,
+			LastTask: s.lastTask, Expected: s.budget, Allowance: s.allowance, Waited: now.Sub(in.enqueued),
+			FastestRest: s.fastestRest, MakeUp: s.makeUp})
 		for i, it := range in.items {
 			if drop != "" {
 				in.status[i], in.reason[i] = wire.ItemDropped, drop
@@ -689,8 +705,7 @@ func (w *Worker) forward(ctx context.Context, s *serving, in *inbound) error {
 				v, reason := plan.Pick(routes[child], w.rng.Float64()), wire.DropUnrouted
 				if v != "" {
 					co := s.options[child]
-					pr := deadline.Progress{AtTask: atTask, Allowance: s.allowance, Remaining: time.Until(in.deadline),
-						Rest: co.rest, Scale: s.scale}
+					pr := deadline.Progress{AtTask: atTask, Allowance: s.allowance, Scale: s.scale}
 					d := deadline.AfterTask(s.policy, pr, co.hosted[v], co.backups, w.rng.Float64())
 					v, reason = d.Variant, d.Reason
 					if d.Rerouted {
