@@ -27,6 +27,8 @@ func main() {
 	flag.DurationVar(&cfg.Grace, "grace", 5*time.Second, "how long past its deadline a request may go unanswered before it counts as lost")
 	flag.StringVar(&shape, "input-shape", "1,3,64,64", "shape of the FP32 input tensor")
 	flag.Uint64Var(&cfg.Seed, "seed", 1, "seed of arrivals and input values")
+	stepsFlag := flag.String("steps", "", "step the demand: QPS:DURATION,... (each after --warmup at its rate); "+
+		"prints a line per step with the plan the planner published by its end")
 	flag.Parse()
 	if cfg.Pipeline == "" {
 		fmt.Fprintln(os.Stderr, "loadgen: --pipeline is required")
@@ -46,6 +48,17 @@ func main() {
 	defer nc.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *stepsFlag != "" {
+		steps, err := parseSteps(*stepsFlag)
+		if err == nil {
+			err = runSteps(ctx, nc, cfg, steps, *asJSON)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "loadgen:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	sum, err := Run(ctx, nc, cfg, os.Stderr)
 	printSummary(sum)
 	if *asJSON {

@@ -28,6 +28,18 @@ type Input struct {
 	Fanout map[string]pipeline.Fanout
 	// MinAccuracy is an optional floor on the system accuracy in accuracy scaling.
 	MinAccuracy float64
+	// Utilization is the share of each replica's profiled throughput the plan may use (0 means 1, the paper's
+	// formulation). The planner passes its routing's utilization, so that the plan leaves the headroom the routing
+	// keeps: a replica fed at its full service rate has an unbounded queue.
+	Utilization float64
+}
+
+// utilization is the share of throughput a plan may use.
+func (in Input) utilization() float64 {
+	if in.Utilization <= 0 || in.Utilization > 1 {
+		return 1
+	}
+	return in.Utilization
 }
 
 // step is which of the MILPs a model is.
@@ -143,7 +155,7 @@ func build(in Input, st step) (*model, error) {
 				}
 				kv.batches = append(kv.batches, b)
 				kv.lat = append(kv.lat, p.P50Ms)
-				kv.q = append(kv.q, float64(b)/(p.P50Ms/1000))
+				kv.q = append(kv.q, in.utilization()*float64(b)/(p.P50Ms/1000))
 			}
 			dropDominatedBatches(kv)
 			if len(kv.batches) == 0 {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"time"
 
@@ -11,11 +12,11 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 )
 
-// Modes of an allocation.
+// Modes of an allocation (the plan's).
 const (
-	ModeHardware   = "hardware"   // the most accurate variants serve the demand on the fewest servers
-	ModeAccuracy   = "accuracy"   // the cluster is full: some tasks run faster, less accurate variants
-	ModeOverloaded = "overloaded" // not even the fastest variants serve the demand: the plan serves MaxServableQPS
+	ModeHardware   = plan.ModeHardware
+	ModeAccuracy   = plan.ModeAccuracy
+	ModeOverloaded = plan.ModeOverloaded
 )
 
 // Options tune the solver.
@@ -165,12 +166,127 @@ func Solve(in Input, opt Options) (*Result, error) {
 
 // solve runs branch-and-bound with the model's propagation and latency check.
 func (m *model) solve(opt Options) (milp.Result, error) {
+	if m.step == stepHardware {
+		if res, ok := m.enumerateHardware(); ok {
+			if res.X == nil || (m.prob.Violation(res.X) <= 1e-6 && m.lazy(res.X, m.prob.Lower, m.prob.Upper) < 0) {
+				return res, nil
+			}
+			// Not expected: the enumeration's point breaks the model. The MILP decides.
+		}
+	}
 	o := milp.Options{TimeLimit: opt.TimeLimit, Propagate: m.propagate, Lazy: m.lazy}
 	if m.step == stepHardware {
 		o.IntegralObjective = true
 		o.Incumbent = m.hardwareIncumbent()
+	} else {
+		o.Incumbent = m.fixedBatchIncumbent(opt)
 	}
 	return milp.Solve(m.prob, o)
+}
+
+// fixedBatchIncumbent is a first point for steps 2 and 3, found the way an experienced operator would: solve the LP
+// relaxation; give each variant it uses the batch size where it gives that variant the most capacity, and every
+// other variant the largest batch size that still fits some path through it; then solve the much smaller MILP left
+// (replica counts and flows only: with every batch size fixed, the latency of every path is known) with a node
+// limit. nil when that restricted problem has no point within its limit; the search then starts without one.
+func (m *model) fixedBatchIncumbent(opt Options) []float64 {
+	p := m.prob
+	x, _, ok := milp.Relax(p)
+	if !ok {
+		return nil
+	}
+	fixed := make([]int, len(m.variants)) // batch index per variant, -1 while undecided
+	// fits says path pa fits its budget with variant k at batch bi, the hops decided at theirs, the rest at their
+	// fastest.
+	fits := func(pa *path, k, bi int) bool {
+		lat := 0.0
+		for _, h := range pa.hops {
+			switch {
+			case h == k:
+				lat += m.variants[k].lat[bi]
+			case fixed[h] >= 0:
+				lat += m.variants[h].lat[fixed[h]]
+			default:
+				lat += slicesMin(m.variants[h].lat)
+			}
+		}
+		return lat <= pa.maxLat+1e-9
+	}
+	through := func(pa *path, k int) bool { return slices.Contains(pa.hops, k) }
+	// The variants the LP gives capacity, the most replicas first: the batch where it gives the most, or the largest
+	// below it at which every path through the variant that the LP sends traffic on still fits (the LP does not
+	// see the joint latency of a path).
+	pick := make([]int, len(m.variants))
+	weight := make([]float64, len(m.variants))
+	var order []int
+	for k, kv := range m.variants {
+		fixed[k], pick[k] = -1, -1
+		for bi, n := range kv.n {
+			weight[k] += x[n]
+			if x[n] > 1e-9 && (pick[k] < 0 || x[n] > x[kv.n[pick[k]]]) {
+				pick[k] = bi
+			}
+		}
+		if pick[k] >= 0 {
+			order = append(order, k)
+		}
+	}
+	sort.SliceStable(order, func(i, j int) bool { return weight[order[i]] > weight[order[j]] })
+	for _, k := range order {
+		for bi := pick[k]; bi >= 0 && fixed[k] < 0; bi-- {
+			ok := true
+			for _, pa := range m.paths {
+				if x[pa.col] > 1e-9 && through(pa, k) && !fits(pa, k, bi) {
+					ok = false
+					break
+				}
+			}
+			if ok || bi == 0 {
+				fixed[k] = bi
+			}
+		}
+	}
+	// The others, most accurate first: the largest batch at which some path through the variant fits.
+	order = order[:0]
+	for k := range m.variants {
+		if fixed[k] < 0 && len(m.variants[k].z) > 0 {
+			order = append(order, k)
+		}
+	}
+	sort.SliceStable(order, func(i, j int) bool {
+		return m.variants[order[i]].v.Accuracy > m.variants[order[j]].v.Accuracy
+	})
+	for _, k := range order {
+		for bi := len(m.variants[k].batches) - 1; bi >= 0 && fixed[k] < 0; bi-- {
+			for _, pa := range m.paths {
+				if through(pa, k) && fits(pa, k, bi) {
+					fixed[k] = bi
+					break
+				}
+			}
+		}
+	}
+	sub := *p
+	sub.Lower = append([]float64(nil), p.Lower...)
+	sub.Upper = append([]float64(nil), p.Upper...)
+	for k, kv := range m.variants {
+		for bi := range kv.z {
+			if bi == fixed[k] {
+				sub.Lower[kv.z[bi]], sub.Upper[kv.z[bi]] = 1, 1
+				continue
+			}
+			sub.Upper[kv.z[bi]], sub.Upper[kv.n[bi]] = 0, 0
+		}
+	}
+	o := milp.Options{MaxNodes: 2000, Propagate: m.propagate, Lazy: m.lazy}
+	if opt.TimeLimit > 0 {
+		o.TimeLimit = opt.TimeLimit / 4
+	}
+	res, err := milp.Solve(&sub, o)
+	if err != nil {
+		return nil
+	}
+	return res.X
 }
 
 // pathLatency is the least latency a path can have under the bounds: fixed batch choices count, the others at their
@@ -356,7 +472,7 @@ func (m *model) read(sol milp.Result, res *Result) {
 				continue
 			}
 			res.Variants = append(res.Variants, Hosted{Task: kv.task, Variant: kv.v.Name, Replicas: n,
-				BatchSize: kv.batches[bi], LatencyMs: kv.lat[bi], CapacityQPS: float64(n) * kv.q[bi],
+				BatchSize: kv.batches[bi], LatencyMs: kv.lat[bi], CapacityQPS: float64(n) * kv.q[bi] / m.in.utilization(),
 				LoadQPS: loads[k]})
 			res.ServersUsed += n
 		}
@@ -392,7 +508,9 @@ func (m *model) read(sol milp.Result, res *Result) {
 
 // Plan turns an allocation into the plan workers follow (routing is computed separately).
 func (r *Result) Plan(pipelineName string, epoch uint64) *plan.Plan {
-	p := &plan.Plan{Pipeline: pipelineName, Epoch: epoch, Mode: r.Mode}
+	p := &plan.Plan{Pipeline: pipelineName, Epoch: epoch, Mode: r.Mode, Allocation: &plan.Allocation{
+		DemandQPS: r.Demand, ServedQPS: r.ServedQPS, ClusterServers: r.Servers, ActiveServers: r.ServersUsed,
+		SystemAccuracy: r.SystemAccuracy, Optimal: r.Optimal, Gap: r.Gap, SolveMs: r.SolveMs}}
 	for _, h := range r.Variants {
 		p.Variants = append(p.Variants, plan.VariantPlan{Task: h.Task, Variant: h.Variant, Replicas: h.Replicas,
 			MaxBatch: h.BatchSize, BudgetMs: h.LatencyMs, CapacityQPS: h.CapacityQPS})

@@ -71,9 +71,9 @@ type Queued struct {
 //   - last-task drops an item at the last task with less time left than the task takes;
 //   - per-task drops an item that will overrun its allotment at the task (it waited so long that waiting plus
 //     processing exceeds it);
-//   - reroute drops an item that will overrun its allotment by more than a reroute after the task can make up,
-//     and, like last-task, one at the last task with less time left than the task takes, and one that cannot make
-//     its deadline even through the fastest hosted variants below.
+//   - reroute drops an item before a task that is not the last when it will overrun its allotment by more than a
+//     reroute after the task can make up, or cannot make its deadline even through the fastest hosted variants
+//     below; and, like last-task, one at the last task with less time left than the task takes.
 func BeforeExecute(p Policy, q Queued) string {
 	left := q.Deadline.Sub(q.Now)
 	over := q.Waited + q.Expected - q.Allowance
@@ -96,7 +96,7 @@ func BeforeExecute(p Policy, q Queued) string {
 			return wire.DropLastTask
 		case !q.LastTask && left < q.Expected+q.FastestRest:
 			return wire.DropNoFaster
-		case over > q.MakeUp:
+		case !q.LastTask && over > q.MakeUp:
 			return wire.DropNoFaster
 		}
 	}

@@ -58,7 +58,7 @@ func TestBeforeExecute(t *testing.T) {
 		{"reroute: no time even on the fastest rest", Reroute, q(49*ms, false, 0), wire.DropNoFaster},
 		{"reroute: overrun a reroute can make up", Reroute, q(time.Second, false, 35*ms), ""},
 		{"reroute: overrun no reroute can make up", Reroute, q(time.Second, false, 36*ms), wire.DropNoFaster},
-		{"reroute: at the last task, any overrun", Reroute, q(time.Second, true, 21*ms), wire.DropNoFaster},
+		{"reroute: at the last task, an overrun with time left runs", Reroute, q(time.Second, true, 500*ms), ""},
 	}
 	for _, tc := range tests {
 		if got := BeforeExecute(tc.policy, tc.q); got != tc.want {

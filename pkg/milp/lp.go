@@ -79,3 +79,19 @@ func (r *relaxation) solve(lo, up []float64) (lpStatus, float64, []float64) {
 	x := r.simplex.PrimalColumnSolution()
 	return lpOptimal, r.simplex.ObjectiveValue(), x
 }
+
+// Relax solves the LP relaxation of p under its own bounds: the solution and its objective value, or ok false when
+// the relaxation is infeasible or Clp cannot solve it. Heuristics start from it.
+func Relax(p *Problem) (x []float64, obj float64, ok bool) {
+	if p.Validate() != nil {
+		return nil, 0, false
+	}
+	st, v, x := newRelaxation(p).solve(p.Lower, p.Upper)
+	if st != lpOptimal {
+		return nil, 0, false
+	}
+	if p.Sense == Maximize {
+		v = -v
+	}
+	return x, v, true
+}

@@ -14,6 +14,10 @@ import (
 // Modes of a plan.
 const (
 	ModeStatic = "static" // taken from the spec's allocation section
+	// The allocation MILP's modes (pkg/allocate).
+	ModeHardware   = "hardware"   // the most accurate variants on the fewest servers
+	ModeAccuracy   = "accuracy"   // the cluster is full: some tasks run faster, less accurate variants
+	ModeOverloaded = "overloaded" // not even the fastest variants serve the demand: the plan serves what it can
 )
 
 // Plan is the value of wire.PlanKey(pipeline) in the KV bucket (JSON).
@@ -27,6 +31,26 @@ type Plan struct {
 	// Fanout holds the multiplicative factors ("task/variant" -> factor) that workers measured and the planner used
 	// in place of the profile's; variants not listed use their profile's.
 	Fanout map[string]pipeline.Fanout `json:"fanout,omitempty"`
+	// Allocation says what the allocation MILP was solved for and what it found; absent from static plans.
+	Allocation *Allocation `json:"allocation,omitempty"`
+}
+
+// Allocation describes how a plan's variants were chosen by the allocation MILP (pkg/allocate).
+type Allocation struct {
+	// DemandQPS is the demand planned for; ServedQPS what the plan serves (less when overloaded).
+	DemandQPS float64 `json:"demand_qps"`
+	ServedQPS float64 `json:"served_qps"`
+	// ClusterServers is how many workers the planner could use; ActiveServers how many the plan uses (the others
+	// idle).
+	ClusterServers int `json:"cluster_servers"`
+	ActiveServers  int `json:"active_servers"`
+	// SystemAccuracy is the end-to-end accuracy the plan expects at DemandQPS.
+	SystemAccuracy float64 `json:"system_accuracy"`
+	// Optimal says the solver proved the plan optimal; otherwise it stopped at its time limit and Gap bounds how
+	// far from optimal the plan may be.
+	Optimal bool    `json:"optimal"`
+	Gap     float64 `json:"gap"`
+	SolveMs float64 `json:"solve_ms"`
 }
 
 // VariantPlan is one hosted variant.

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sort"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/sleipnir-serving/sleipnir/pkg/allocate"
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
 	"github.com/sleipnir-serving/sleipnir/pkg/demand"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
@@ -45,8 +47,29 @@ type Config struct {
 	RouteUtilization float64
 	// DemandAlpha is the weight of the newest demand report in the moving average (default 0.3).
 	DemandAlpha float64
-	Logger      *slog.Logger
+	// Allocator says where the plans come from: AllocatorMILP (the default) solves the allocation MILP for the
+	// demand estimate and the live workers; AllocatorStatic publishes the spec's allocation section once.
+	Allocator string
+	// ReplanEvery is how often the MILP is solved again (default 10 s); it is solved at once when the demand
+	// estimate moves by more than ReplanThreshold (default 20%) or the number of live workers changes. A due
+	// re-plan whose inputs have barely changed (demand within 5%, same workers, same multiplicative factors) is
+	// skipped: it would find the same plan, or move workers for nothing.
+	ReplanEvery     time.Duration
+	ReplanThreshold float64
+	// SolveTimeLimit bounds each MILP solve (default 1 s); a solve stopped by it publishes its best plan with its
+	// gap.
+	SolveTimeLimit time.Duration
+	// MinDemandQPS is the least demand planned for (default 1), so that every task has a replica before the
+	// first request arrives.
+	MinDemandQPS float64
+	Logger       *slog.Logger
 }
+
+// Allocators.
+const (
+	AllocatorMILP   = "milp"
+	AllocatorStatic = "static"
+)
 
 func (c *Config) setDefaults() {
 	if c.WorkerTimeout == 0 {
@@ -60,6 +83,21 @@ func (c *Config) setDefaults() {
 	}
 	if c.RouteThreshold == 0 {
 		c.RouteThreshold = 0.1
+	}
+	if c.Allocator == "" {
+		c.Allocator = AllocatorMILP
+	}
+	if c.ReplanEvery == 0 {
+		c.ReplanEvery = 10 * time.Second
+	}
+	if c.ReplanThreshold == 0 {
+		c.ReplanThreshold = 0.2
+	}
+	if c.SolveTimeLimit == 0 {
+		c.SolveTimeLimit = time.Second
+	}
+	if c.MinDemandQPS == 0 {
+		c.MinDemandQPS = 1
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -83,6 +121,7 @@ type Planner struct {
 	// observed is each worker's last heartbeat measurements, to fold in only what is new; under mu.
 	observed map[string]wire.Registration
 	routed   map[string]routedAt  // the estimate and time of each pipeline's current routing
+	planned  map[string]plannedAt // the inputs and time of each pipeline's current MILP plan
 	seen     map[string]time.Time // worker -> last registration refresh
 	assign   map[string]plan.Assignment
 	changed  chan struct{}
@@ -97,6 +136,9 @@ func New(nc *nats.Conn, cfg Config) (*Planner, error) {
 	if len(cfg.Pipelines) == 0 {
 		return nil, errors.New("planner: no pipeline to serve")
 	}
+	if cfg.Allocator != AllocatorMILP && cfg.Allocator != AllocatorStatic {
+		return nil, fmt.Errorf("planner: allocator %q: want %s or %s", cfg.Allocator, AllocatorMILP, AllocatorStatic)
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
@@ -108,7 +150,7 @@ func New(nc *nats.Conn, cfg Config) (*Planner, error) {
 		fan[s.Name] = demand.NewFanoutEstimator(cfg.DemandAlpha, 0)
 	}
 	return &Planner{cfg: cfg, nc: nc, js: js, log: cfg.Logger, seen: map[string]time.Time{}, demand: est,
-		fanout: fan, observed: map[string]wire.Registration{}, routed: map[string]routedAt{},
+		fanout: fan, observed: map[string]wire.Registration{}, routed: map[string]routedAt{}, planned: map[string]plannedAt{},
 		assign: map[string]plan.Assignment{}, changed: make(chan struct{}, 1)}, nil
 }
 
@@ -150,7 +192,11 @@ func (p *Planner) Run(ctx context.Context) error {
 		case <-p.changed:
 		case <-tick.C:
 		case now := <-demandTick.C:
-			p.reroute(ctx, now)
+			est := p.estimate(now)
+			if p.cfg.Allocator == AllocatorMILP {
+				p.replan(ctx, now, est)
+			}
+			p.reroute(ctx, now, est)
 			continue
 		}
 		if err := p.reassign(ctx); err != nil && ctx.Err() == nil {
@@ -162,6 +208,149 @@ func (p *Planner) Run(ctx context.Context) error {
 type routedAt struct {
 	demand float64
 	at     time.Time
+}
+
+// replanMinChange is how far the demand must have moved for a due re-plan to be solved: the estimate of a steady
+// Poisson load wanders by a few percent, and each new plan may move workers.
+const replanMinChange = 0.05
+
+type plannedAt struct {
+	demand  float64
+	servers int
+	fanout  map[string]pipeline.Fanout
+	at      time.Time
+}
+
+// estimates are a pipeline's demand and multiplicative factors as of the latest tick.
+type estimates struct {
+	demand float64
+	fanout map[string]pipeline.Fanout
+}
+
+// estimate folds the reports since the last tick into each pipeline's estimates.
+func (p *Planner) estimate(now time.Time) []estimates {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]estimates, len(p.specs))
+	for i, spec := range p.specs {
+		fe := p.fanout[spec.Name]
+		fe.Tick()
+		out[i] = estimates{demand: p.demand[spec.Name].Tick(now), fanout: fe.Estimate(spec)}
+	}
+	return out
+}
+
+// liveWorkers are the workers whose registration is fresh, in name order.
+func (p *Planner) liveWorkers(now time.Time) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var live []string
+	for id, t := range p.seen {
+		if now.Sub(t) <= p.cfg.WorkerTimeout {
+			live = append(live, id)
+		}
+	}
+	sort.Strings(live)
+	return live
+}
+
+// serversFor is the share of the live workers pipeline i may use: an even split, the first pipelines taking the
+// remainder.
+func (p *Planner) serversFor(i, live int) int {
+	n := len(p.specs)
+	share := live / n
+	if i < live%n {
+		share++
+	}
+	return share
+}
+
+// replan solves the allocation MILP of each pipeline whose demand estimate moved by more than ReplanThreshold,
+// whose share of the live workers changed, or whose last plan is ReplanEvery old, and publishes the new plan
+// (with its routing) under a new epoch; the workers are then reassigned, moving as few as possible.
+func (p *Planner) replan(ctx context.Context, now time.Time, ests []estimates) {
+	live := len(p.liveWorkers(now))
+	for i, spec := range p.specs {
+		servers := p.serversFor(i, live)
+		if servers == 0 {
+			continue // no worker yet (or none left): the current plan stays until one registers
+		}
+		est, fan := ests[i].demand, ests[i].fanout
+		p.mu.Lock()
+		last, ok := p.planned[spec.Name]
+		p.mu.Unlock()
+		target := max(est, p.cfg.MinDemandQPS)
+		due := now.Sub(last.at) >= p.cfg.ReplanEvery
+		if ok && servers == last.servers && !demand.Moved(last.demand, target, p.cfg.ReplanThreshold) {
+			if !due {
+				continue
+			}
+			if !demand.Moved(last.demand, target, replanMinChange) &&
+				!demand.FanoutMoved(last.fanout, fan, p.cfg.RouteThreshold) {
+				p.mu.Lock()
+				last.at = now
+				p.planned[spec.Name] = last
+				p.mu.Unlock()
+				continue
+			}
+		}
+		res, err := allocate.Solve(allocate.Input{Spec: spec, Demand: target, Servers: servers, Fanout: fan,
+			Utilization: p.cfg.RouteUtilization}, allocate.Options{TimeLimit: p.cfg.SolveTimeLimit})
+		if err != nil {
+			p.log.Warn("allocation failed; the current plan stays", "pipeline", spec.Name, "demand_qps", target,
+				"servers", servers, "err", err)
+			p.notePlanned(spec.Name, target, servers, fan, now)
+			continue
+		}
+		if len(res.Variants) == 0 {
+			p.log.Warn("the workers cannot serve the pipeline at all; the current plan stays", "pipeline", spec.Name,
+				"demand_qps", target, "servers", servers, "mode", res.Mode)
+			p.notePlanned(spec.Name, target, servers, fan, now)
+			continue
+		}
+		pl := res.Plan(spec.Name, p.plans[i].Epoch+1)
+		pl.Fanout = fan
+		pl.Routing = routing.MostAccurateFirst(routing.Input{Spec: spec, Plan: pl, Demand: est, Fanout: fan,
+			Utilization: p.cfg.RouteUtilization})
+		if err := p.ensureConsumers(ctx, spec, pl); err != nil {
+			p.log.Warn("creating consumers for a new plan failed; will retry", "pipeline", spec.Name, "err", err)
+			continue
+		}
+		if err := p.putPlan(ctx, pl); err != nil {
+			p.log.Warn("publishing a new plan failed; will retry", "pipeline", spec.Name, "err", err)
+			continue
+		}
+		p.plans[i] = pl
+		p.notePlanned(spec.Name, target, servers, fan, now)
+		p.mu.Lock()
+		p.routed[spec.Name] = routedAt{demand: est, at: now}
+		p.mu.Unlock()
+		p.log.Info("plan published", "pipeline", spec.Name, "epoch", pl.Epoch, "mode", pl.Mode,
+			"demand_qps", round(target), "active_servers", res.ServersUsed, "servers", servers,
+			"system_accuracy", round(res.SystemAccuracy), "optimal", res.Optimal, "gap", round(res.Gap),
+			"solve_ms", res.SolveMs)
+		if err := p.reassign(ctx); err != nil && ctx.Err() == nil {
+			p.log.Warn("assigning workers failed; will retry", "err", err)
+		}
+	}
+}
+
+func (p *Planner) notePlanned(name string, demand float64, servers int, fan map[string]pipeline.Fanout, now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.planned[name] = plannedAt{demand: demand, servers: servers, fanout: fan, at: now}
+}
+
+func round(v float64) float64 { return math.Round(v*1000) / 1000 }
+
+// ensureConsumers creates the durable consumer of every variant a plan hosts.
+func (p *Planner) ensureConsumers(ctx context.Context, spec *pipeline.Spec, pl *plan.Plan) error {
+	for _, v := range pl.Variants {
+		if _, err := bus.EnsureVariantConsumer(ctx, p.js, spec.Name, v.Task, v.Variant, p.cfg.AckWait); err != nil {
+			return fmt.Errorf("consumer of %s/%s: %w", v.Task, v.Variant, err)
+		}
+	}
+	return nil
 }
 
 func (p *Planner) onDemand(m *nats.Msg) {
@@ -180,13 +369,10 @@ func (p *Planner) onDemand(m *nats.Msg) {
 
 // reroute folds the latest demand reports into each pipeline's estimate and publishes new routing tables when the
 // estimate has moved, or has not been routed for RouteEvery. The allocation, its epoch and the assignments stay.
-func (p *Planner) reroute(ctx context.Context, now time.Time) {
+func (p *Planner) reroute(ctx context.Context, now time.Time, ests []estimates) {
 	for i, spec := range p.specs {
+		est, fan := ests[i].demand, ests[i].fanout
 		p.mu.Lock()
-		est := p.demand[spec.Name].Tick(now)
-		fe := p.fanout[spec.Name]
-		fe.Tick()
-		fan := fe.Estimate(spec)
 		last := p.routed[spec.Name]
 		p.mu.Unlock()
 		if !demand.Moved(last.demand, est, p.cfg.RouteThreshold) && now.Sub(last.at) < p.cfg.RouteEvery &&
@@ -229,10 +415,8 @@ func (p *Planner) publish(ctx context.Context, spec *pipeline.Spec) (*plan.Plan,
 	if _, err := bus.EnsureTaskStream(ctx, p.js, spec.Name, p.cfg.Storage); err != nil {
 		return nil, fmt.Errorf("pipeline %s: task stream: %w", spec.Name, err)
 	}
-	for _, v := range pl.Variants {
-		if _, err := bus.EnsureVariantConsumer(ctx, p.js, spec.Name, v.Task, v.Variant, p.cfg.AckWait); err != nil {
-			return nil, fmt.Errorf("pipeline %s: consumer of %s/%s: %w", spec.Name, v.Task, v.Variant, err)
-		}
+	if err := p.ensureConsumers(ctx, spec, pl); err != nil {
+		return nil, fmt.Errorf("pipeline %s: %w", spec.Name, err)
 	}
 	specJSON, err := json.Marshal(spec)
 	if err != nil {
@@ -329,15 +513,8 @@ func (p *Planner) foldObservations(id string, reg wire.Registration) {
 
 // reassign recomputes the assignments for the live workers and writes the ones that changed.
 func (p *Planner) reassign(ctx context.Context) error {
-	now := time.Now()
+	live := p.liveWorkers(time.Now())
 	p.mu.Lock()
-	var live []string
-	for id, t := range p.seen {
-		if now.Sub(t) <= p.cfg.WorkerTimeout {
-			live = append(live, id)
-		}
-	}
-	sort.Strings(live)
 	prev := p.assign
 	p.mu.Unlock()
 

@@ -3,7 +3,9 @@ package planner
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/sleipnir-serving/sleipnir/pkg/allocate"
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
@@ -93,7 +96,8 @@ func TestPlannerAssignsLiveWorkers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p, err := New(nc, Config{Pipelines: []*pipeline.Spec{sp}, Storage: jetstream.MemoryStorage, WorkerTimeout: time.Second})
+		p, err := New(nc, Config{Pipelines: []*pipeline.Spec{sp}, Storage: jetstream.MemoryStorage, WorkerTimeout: time.Second,
+			Allocator: AllocatorStatic})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -196,7 +200,7 @@ func TestPlannerRoutesByReportedDemand(t *testing.T) {
 	nc, _ := bus.ConnectInProcess(s, "planner")
 	defer nc.Close()
 	p, err := New(nc, Config{Pipelines: []*pipeline.Spec{sp}, Storage: jetstream.MemoryStorage, DemandAlpha: 1,
-		RouteUtilization: 1})
+		RouteUtilization: 1, Allocator: AllocatorStatic})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,7 +286,7 @@ func TestPlannerUsesMeasuredFanout(t *testing.T) {
 	nc, _ := bus.ConnectInProcess(s, "planner")
 	defer nc.Close()
 	p, err := New(nc, Config{Pipelines: []*pipeline.Spec{sp}, Storage: jetstream.MemoryStorage, DemandAlpha: 1,
-		RouteUtilization: 1})
+		RouteUtilization: 1, Allocator: AllocatorStatic})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,3 +337,105 @@ func TestPlannerUsesMeasuredFanout(t *testing.T) {
 		t.Errorf("a/x routes b as %+v, want 5/8 to p and the rest to q", r)
 	}
 }
+
+// TestPlannerReplansForDemand: with the MILP allocator, the planner plans for the demand the frontends report on the
+// live workers: few servers at low demand (the rest idle), more as it rises (hardware scaling), then all of them
+// with faster variants and a lower expected accuracy (accuracy scaling), each plan under a new epoch.
+func TestPlannerReplansForDemand(t *testing.T) {
+	s, err := bus.StartServer(bus.ServerConfig{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Shutdown) // after the workers' cleanups
+	sp, err := pipeline.Load("../../examples/ocr-chain.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, _ := bus.ConnectInProcess(s, "planner")
+	defer nc.Close()
+	p, err := New(nc, Config{Pipelines: []*pipeline.Spec{sp}, Storage: jetstream.MemoryStorage, DemandAlpha: 1,
+		WorkerTimeout: 2 * time.Second, SolveTimeLimit: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go p.Run(ctx)
+	ws := map[string]*runningWorker{}
+	for i := 1; i <= 6; i++ {
+		id := fmt.Sprintf("w%d", i)
+		ws[id] = startWorker(t, s, id)
+	}
+
+	js, _ := jetstream.New(nc)
+	kv, err := bus.OpenBucket(ctx, js, jetstream.MemoryStorage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	current := func() plan.Plan {
+		var pl plan.Plan
+		if e, err := kv.Get(ctx, wire.PlanKey(sp.Name)); err == nil {
+			json.Unmarshal(e.Value(), &pl)
+		}
+		return pl
+	}
+	var qps atomicFloat
+	go func() { // one frontend reporting every 500 ms
+		for ctx.Err() == nil {
+			data, _ := msgpack.Marshal(&wire.DemandReport{Frontend: "f", Count: int(qps.load() / 2), IntervalMs: 500})
+			nc.Publish(wire.DemandSubject(sp.Name), data)
+			time.Sleep(500 * time.Millisecond)
+		}
+	}()
+
+	var lastEpoch uint64
+	var lastAccuracy float64
+	lastServers := 0
+	for _, step := range []struct {
+		qps  float64
+		mode string
+	}{
+		{40, plan.ModeHardware},
+		{140, plan.ModeHardware},
+		{300, plan.ModeAccuracy},
+	} {
+		want, err := allocate.Solve(allocate.Input{Spec: sp, Demand: step.qps, Servers: 6,
+			Utilization: p.cfg.RouteUtilization}, allocate.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		servers := want.ServersUsed
+		if want.Mode != step.mode || step.mode == plan.ModeHardware && servers <= lastServers {
+			t.Fatalf("the example no longer shows the curve: at %v QPS the solver says %s on %d servers", step.qps,
+				want.Mode, servers)
+		}
+		qps.store(step.qps)
+		var pl plan.Plan
+		waitFor(t, fmt.Sprintf("a plan for %v QPS", step.qps), func() bool {
+			pl = current()
+			return pl.Allocation != nil && pl.Allocation.DemandQPS == step.qps && pl.Allocation.ClusterServers == 6
+		})
+		a := pl.Allocation
+		if pl.Mode != step.mode || a.ActiveServers != servers || pl.Servers() != servers {
+			t.Errorf("%v QPS: mode %s with %d active servers (%d replicas), want %s with %d", step.qps, pl.Mode,
+				a.ActiveServers, pl.Servers(), step.mode, servers)
+		}
+		if pl.Epoch <= lastEpoch {
+			t.Errorf("%v QPS: epoch %d after %d", step.qps, pl.Epoch, lastEpoch)
+		}
+		if step.mode == plan.ModeAccuracy && a.SystemAccuracy >= lastAccuracy {
+			t.Errorf("%v QPS: accuracy scaling expects %.3f, not below hardware scaling's %.3f", step.qps,
+				a.SystemAccuracy, lastAccuracy)
+		}
+		waitFor(t, fmt.Sprintf("%d workers serving at %v QPS", servers, step.qps), func() bool {
+			return len(serving(ws)) == servers
+		})
+		lastEpoch, lastAccuracy, lastServers = pl.Epoch, a.SystemAccuracy, servers
+	}
+}
+
+// atomicFloat is a float64 shared between goroutines.
+type atomicFloat struct{ bits atomic.Uint64 }
+
+func (f *atomicFloat) load() float64   { return math.Float64frombits(f.bits.Load()) }
+func (f *atomicFloat) store(v float64) { f.bits.Store(math.Float64bits(v)) }

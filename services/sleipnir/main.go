@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -148,6 +149,11 @@ func loadPipelines(files []string, policy string) ([]*pipeline.Spec, error) {
 	return specs, nil
 }
 
+func allocatorFlag(fs *flag.FlagSet) *string {
+	return fs.String("allocator", planner.AllocatorMILP, "where plans come from: milp (solve the allocation MILP for "+
+		"the demand and the live workers, re-planning as they change) or static (each spec's allocation section)")
+}
+
 func storageFlag(fs *flag.FlagSet) *string {
 	return fs.String("storage", "file", "JetStream storage of task streams and the KV bucket: file or memory")
 }
@@ -176,6 +182,7 @@ func runUp(args []string) error {
 	maxReq := fs.Int("max-request-bytes", frontend.DefaultMaxRequestBytes, "largest request payload accepted")
 	storage := storageFlag(fs)
 	policy := policyFlag(fs)
+	allocator := allocatorFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -202,7 +209,7 @@ func runUp(args []string) error {
 	maxPayload := int32(*maxReq + 64<<10)
 	return up.Run(ctx, up.Config{NATSURL: c.natsURL, DataDir: *dataDir, NATSHost: *host, NATSPort: *port,
 		MaxPayload: maxPayload, Pipelines: specs, Workers: *workers, HTTPAddr: *httpAddr, MaxRequestBytes: *maxReq,
-		Storage: st, Logger: log,
+		Storage: st, Allocator: *allocator, Logger: log,
 		Started: func(url string) {
 			names := make([]string, len(specs))
 			for i, s := range specs {
@@ -258,6 +265,9 @@ func runPlanner(args []string) error {
 	fs.Var(&files, "pipeline", "pipeline spec YAML file, repeatable (required)")
 	storage := storageFlag(fs)
 	policy := policyFlag(fs)
+	allocator := allocatorFlag(fs)
+	replanEvery := fs.Duration("replan-every", 10*time.Second, "how often the allocation MILP is solved again")
+	solveLimit := fs.Duration("solve-time-limit", time.Second, "time limit of each MILP solve")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -273,7 +283,8 @@ func runPlanner(args []string) error {
 		return err
 	}
 	return c.serve("planner", func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
-		p, err := planner.New(nc, planner.Config{Pipelines: specs, Storage: st, Logger: log})
+		p, err := planner.New(nc, planner.Config{Pipelines: specs, Storage: st, Allocator: *allocator,
+			ReplanEvery: *replanEvery, SolveTimeLimit: *solveLimit, Logger: log})
 		if err != nil {
 			return err
 		}

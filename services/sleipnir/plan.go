@@ -25,6 +25,8 @@ func runPlan(args []string) error {
 	sweep := fs.String("sweep", "", "FROM:TO:STEP demands (QPS) to solve for, printing mode, servers and accuracy for each")
 	asJSON := fs.Bool("json", false, "print JSON (one object, or one per line with --sweep)")
 	limit := fs.Duration("time-limit", 30*time.Second, "bound on each MILP solve; a solve that reaches it reports its gap")
+	util := fs.Float64("utilization", 1, "share of each replica's profiled throughput a plan may use (the live planner "+
+		"uses its routing's, 0.85; 1 is the paper's formulation)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -35,7 +37,11 @@ func runPlan(args []string) error {
 	if err != nil {
 		return err
 	}
-	in := allocate.Input{Spec: spec, Servers: *servers, SLOMs: float64(*slo) / float64(time.Millisecond)}
+	if *util <= 0 || *util > 1 {
+		return fmt.Errorf("--utilization %v: want a share in (0, 1]", *util)
+	}
+	in := allocate.Input{Spec: spec, Servers: *servers, SLOMs: float64(*slo) / float64(time.Millisecond),
+		Utilization: *util}
 	opt := allocate.Options{TimeLimit: *limit}
 	if *sweep == "" {
 		in.Demand = *demand

@@ -35,6 +35,8 @@ type Config struct {
 	MaxPayload int32
 	Pipelines  []*pipeline.Spec
 	Workers    int
+	// Allocator is the planner's (planner.AllocatorMILP, the default, or planner.AllocatorStatic).
+	Allocator string
 	// HTTPAddr is the frontend's KServe v2 HTTP address ("" disables it).
 	HTTPAddr        string
 	MaxRequestBytes int
@@ -118,7 +120,8 @@ func Start(ctx context.Context, cfg Config) (_ *System, err error) {
 	if err != nil {
 		return nil, err
 	}
-	pl, err := planner.New(nc, planner.Config{Pipelines: cfg.Pipelines, Storage: cfg.Storage, Logger: cfg.Logger})
+	pl, err := planner.New(nc, planner.Config{Pipelines: cfg.Pipelines, Storage: cfg.Storage, Allocator: cfg.Allocator,
+		Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+	"github.com/sleipnir-serving/sleipnir/services/planner"
 )
 
 // startSystem runs the whole system on an in-process embedded server, and waits until every planned replica is
@@ -24,10 +25,14 @@ func startSystem(t testing.TB, specFile string, workers int) (*System, *pipeline
 	return startSystemWith(t, specFile, Config{Workers: workers})
 }
 
-// startSystemWith starts the system with cfg, after applying edits to the loaded spec.
+// startSystemWith starts the system with cfg, after applying edits to the loaded spec. Unless cfg says otherwise, the
+// planner serves the spec's static allocation, so that what a test sees does not move with the demand.
 func startSystemWith(t testing.TB, specFile string, cfg Config, edits ...func(*pipeline.Spec)) (*System, *pipeline.Spec) {
 	t.Helper()
 	workers := cfg.Workers
+	if cfg.Allocator == "" {
+		cfg.Allocator = planner.AllocatorStatic
+	}
 	spec, err := pipeline.Load(specFile)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
+
+// step is one constant rate of a stepped run.
+type step struct {
+	QPS      float64
+	Duration time.Duration
+}
+
+// parseSteps reads "QPS:DURATION,QPS:DURATION,...".
+func parseSteps(s string) ([]step, error) {
+	var out []step
+	for _, part := range strings.Split(s, ",") {
+		q, d, ok := strings.Cut(strings.TrimSpace(part), ":")
+		if !ok {
+			return nil, fmt.Errorf("--steps %q: want QPS:DURATION,... (e.g. 100:30s,200:30s)", s)
+		}
+		qps, err := strconv.ParseFloat(q, 64)
+		if err != nil || qps <= 0 {
+			return nil, fmt.Errorf("--steps: rate %q: want a positive number", q)
+		}
+		dur, err := time.ParseDuration(d)
+		if err != nil || dur <= 0 {
+			return nil, fmt.Errorf("--steps: duration %q: want a positive duration such as 30s", d)
+		}
+		out = append(out, step{QPS: qps, Duration: dur})
+	}
+	return out, nil
+}
+
+// StepResult is one step's summary with the plan in force at its end.
+type StepResult struct {
+	Summary
+	PlanEpoch      uint64  `json:"plan_epoch"`
+	PlanMode       string  `json:"plan_mode"`
+	ActiveServers  int     `json:"active_servers"`
+	PlanAccuracy   float64 `json:"plan_accuracy"`
+	PlannedForQPS  float64 `json:"planned_for_qps"`
+	ClusterServers int     `json:"cluster_servers"`
+}
+
+// runSteps runs each step in turn (warmup, then measurement) and prints a table row per step, or with asJSON one
+// JSON object per step.
+func runSteps(ctx context.Context, nc *nats.Conn, cfg Config, steps []step, asJSON bool) error {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	if !asJSON {
+		fmt.Printf("%-8s %-7s %-6s %-5s %-9s %-8s %-10s %-7s %-9s %s\n", "qps", "sent", "ok", "lost", "slo_viol",
+			"accuracy", "plan_mode", "active", "plan_acc", "planned_qps")
+	}
+	for _, st := range steps {
+		c := cfg
+		c.QPS, c.Duration = st.QPS, st.Duration
+		sum, err := Run(ctx, nc, c, os.Stderr)
+		if err != nil {
+			return err
+		}
+		res := StepResult{Summary: sum}
+		if pl, err := currentPlan(ctx, js, cfg.Pipeline); err != nil {
+			fmt.Fprintf(os.Stderr, "loadgen: reading the plan: %v\n", err)
+		} else {
+			res.PlanEpoch, res.PlanMode, res.ActiveServers = pl.Epoch, pl.Mode, pl.Servers()
+			if a := pl.Allocation; a != nil {
+				res.PlanAccuracy, res.PlannedForQPS, res.ClusterServers = a.SystemAccuracy, a.DemandQPS, a.ClusterServers
+			}
+		}
+		if asJSON {
+			line, _ := json.Marshal(res)
+			fmt.Println(string(line))
+			continue
+		}
+		fmt.Printf("%-8.0f %-7d %-6d %-5d %-9.4f %-8.4f %-10s %-7d %-9.4f %.1f\n", st.QPS, sum.Sent, sum.OK, sum.Lost,
+			sum.SLOViolationRatio, sum.MeanAccuracy, res.PlanMode, res.ActiveServers, res.PlanAccuracy, res.PlannedForQPS)
+	}
+	return nil
+}
+
+func currentPlan(ctx context.Context, js jetstream.JetStream, pipeline string) (*plan.Plan, error) {
+	kv, err := js.KeyValue(ctx, wire.Bucket)
+	if err != nil {
+		return nil, err
+	}
+	e, err := kv.Get(ctx, wire.PlanKey(pipeline))
+	if err != nil {
+		return nil, err
+	}
+	var pl plan.Plan
+	if err := json.Unmarshal(e.Value(), &pl); err != nil {
+		return nil, err
+	}
+	return &pl, nil
+}

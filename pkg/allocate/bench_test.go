@@ -1,0 +1,92 @@
+package allocate
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+)
+
+// benchLimit bounds each MILP solve of the benchmarks, so that a demand the solver cannot prove in time reports the
+// limit (and its gap, as the "gap" metric) instead of running for minutes.
+const benchLimit = 2 * time.Second
+
+// BenchmarkSolve solves the examples across a sweep of demands: hardware scaling at low demand, accuracy scaling
+// past the switch point. Metrics: "gap" (0 when proven optimal) and "accuracy" of the plan.
+func BenchmarkSolve(b *testing.B) {
+	for _, c := range []struct {
+		file    string
+		servers int
+		demands []float64
+	}{
+		{"../../examples/ocr-chain.yaml", 6, []float64{50, 150, 200, 250, 300, 400}},
+		{"../../examples/traffic.yaml", 20, []float64{100, 300, 400, 450, 600, 900}},
+	} {
+		spec, err := pipeline.Load(c.file)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, d := range c.demands {
+			in := Input{Spec: spec, Demand: d, Servers: c.servers}
+			b.Run(fmt.Sprintf("%s/qps=%v", spec.Name, d), func(b *testing.B) { benchSolve(b, in) })
+		}
+	}
+	chain := chainSpec(4, 6)
+	for _, d := range []float64{20, 60, 120} {
+		in := Input{Spec: chain, Demand: d, Servers: 16}
+		b.Run(fmt.Sprintf("%s/qps=%v", chain.Name, d), func(b *testing.B) { benchSolve(b, in) })
+	}
+}
+
+func benchSolve(b *testing.B, in Input) {
+	var res *Result
+	for i := 0; i < b.N; i++ {
+		var err error
+		if res, err = Solve(in, Options{TimeLimit: benchLimit}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(res.Gap, "gap")
+	b.ReportMetric(res.SystemAccuracy, "accuracy")
+}
+
+// chainSpec is a chain of tasks with variants per task, shaped like the examples: the k-th variant of a task is
+// more accurate and slower than the (k-1)-th, latency a + c*batch, and each task but the last emits 1.5 items per
+// item.
+func chainSpec(tasks, variants int) *pipeline.Spec {
+	spec := &pipeline.Spec{Name: fmt.Sprintf("chain%dx%d", tasks, variants), SLOMs: 800, CommLatencyMs: 1,
+		BatchSizes: []int{1, 2, 4, 8, 16, 32, 64}}
+	for t := 0; t < tasks; t++ {
+		task := pipeline.Task{Name: fmt.Sprintf("t%d", t)}
+		if t+1 < tasks {
+			task.Children = []string{fmt.Sprintf("t%d", t+1)}
+		}
+		for v := 0; v < variants; v++ {
+			a, c := 4+3*float64(v)+float64(t), 2+1.5*float64(v)
+			variant := pipeline.Variant{Name: fmt.Sprintf("v%d", v),
+				Accuracy: math.Round((0.7+0.05*float64(v)-0.01*float64(t))*1000) / 1000,
+				Executor: pipeline.Executor{Kind: pipeline.ExecutorEmulated}}
+			for _, bs := range spec.BatchSizes {
+				l := a + c*float64(bs)
+				variant.Profile = append(variant.Profile, pipeline.ProfilePoint{Batch: bs, P50Ms: l, P95Ms: 1.2 * l})
+			}
+			if len(task.Children) > 0 {
+				variant.Fanout = &pipeline.Fanout{Mean: 1.5}
+			}
+			task.Variants = append(task.Variants, variant)
+		}
+		spec.Tasks = append(spec.Tasks, task)
+	}
+	// Through the parser, which validates the spec and completes it as it does a file.
+	data, err := json.Marshal(spec)
+	if err != nil {
+		panic(err)
+	}
+	if spec, err = pipeline.ParseJSON(data); err != nil {
+		panic(err)
+	}
+	return spec
+}

@@ -1,0 +1,106 @@
+package allocate
+
+import (
+	"math"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/milp"
+)
+
+// enumerateHardware solves step 1 exactly without branch-and-bound when every task keeps a single variant (its most
+// accurate one, the usual case): then each chain has one path, the traffic reaching every variant is fixed by the
+// demand, and a batch size per variant decides everything else. The fewest replicas that carry a variant's load at
+// batch b are ceil(load/q(b)), so the optimum is the batch vector whose paths fit their latency budgets with the
+// fewest servers: at most |B|^tasks vectors (7^4 = 2401 for a 4-task chain with 7 batch sizes), each checked in
+// microseconds. Ties go to the vector with the most headroom (the largest least ratio of a variant's capacity to its
+// load): workers batch dynamically, so a larger maximum batch costs no latency at low load and absorbs bursts.
+// ok is false when the model is not of that shape (several variants of a task tie for the top accuracy) and the
+// MILP must be solved instead.
+func (m *model) enumerateHardware() (res milp.Result, ok bool) {
+	seen := map[string]bool{}
+	var vars []int // indexes into m.variants of the variants on some path
+	for k, kv := range m.variants {
+		if len(kv.z) == 0 {
+			continue
+		}
+		if seen[kv.task] {
+			return milp.Result{}, false
+		}
+		seen[kv.task] = true
+		vars = append(vars, k)
+	}
+	d := m.in.Demand
+	x := make([]float64, m.prob.NumCols())
+	x[m.demand] = d
+	for ci := range m.chains {
+		for _, pa := range m.paths {
+			if pa.chain == ci {
+				x[pa.col] = d // one path per chain: it carries the whole demand
+			}
+		}
+	}
+	loads := m.loads(x)
+	// A positive demand needs a replica of every task it reaches (the model's "a replica of" rows).
+	minReplicas := func(k int) int {
+		if d > 0 && loads[k] > 0 {
+			return 1
+		}
+		return 0
+	}
+
+	choice := make([]int, len(vars)) // batch index per entry of vars
+	best := make([]int, len(vars))
+	bestServers, bestHeadroom := math.MaxInt, 0.0
+	replicas := func(k, bi int) int {
+		kv := m.variants[k]
+		return max(minReplicas(k), int(math.Ceil(loads[k]/kv.q[bi]-1e-9)))
+	}
+	pos := map[int]int{} // variant -> index into vars
+	for i, k := range vars {
+		pos[k] = i
+	}
+	var rec func(i, servers int)
+	rec = func(i, servers int) {
+		if servers > m.in.Servers || servers > bestServers {
+			return
+		}
+		if i == len(vars) {
+			for _, pa := range m.paths {
+				lat := 0.0
+				for _, h := range pa.hops {
+					lat += m.variants[h].lat[choice[pos[h]]]
+				}
+				if lat > pa.maxLat+1e-9 {
+					return
+				}
+			}
+			headroom := math.Inf(1)
+			for j, k := range vars {
+				if loads[k] > 0 {
+					kv := m.variants[k]
+					headroom = min(headroom, float64(replicas(k, choice[j]))*kv.q[choice[j]]/loads[k])
+				}
+			}
+			if servers < bestServers || headroom > bestHeadroom {
+				bestServers, bestHeadroom = servers, headroom
+				copy(best, choice)
+			}
+			return
+		}
+		k := vars[i]
+		for bi := range m.variants[k].batches {
+			choice[i] = bi
+			rec(i+1, servers+replicas(k, bi))
+		}
+	}
+	rec(0, 0)
+	if bestServers == math.MaxInt {
+		return milp.Result{Status: milp.Infeasible}, true
+	}
+	for i, k := range vars {
+		kv := m.variants[k]
+		x[kv.z[best[i]]] = 1
+		x[kv.n[best[i]]] = float64(replicas(k, best[i]))
+	}
+	v := float64(bestServers)
+	return milp.Result{Status: milp.Optimal, X: x, Objective: v, Bound: v}, true
+}
