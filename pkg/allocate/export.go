@@ -1,31 +1,144 @@
 package allocate
 
 import (
+	"fmt"
 	"math"
+	"slices"
+	"strings"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/milp"
 )
 
-// Complete is the model with constraint 7 of the paper written out, for solvers without Sleipnir's latency
-// propagation (CBC, in the cross-check): a binary I(p) per path says it carries traffic, and then its latency at the
-// chosen batch sizes must fit its budget (a big-M row), and every variant on it must be hosted.
-func (m *model) complete() *milp.Problem {
+// complete is the allocation MILP as the paper writes it, for an independent check by CBC: one flow column per path
+// (where the model has one per combination of batch sizes that fits), capacity per variant over its batch sizes, and
+// constraint 7 with a binary I(p) per path: a path that carries traffic has every variant on it hosted and its
+// latency at the chosen batch sizes within its budget (a big-M row). Its first columns are the model's demand,
+// batch-choice and replica columns, at the same indexes; point maps a point of the model onto it.
+func (m *model) complete() (p *milp.Problem, point func(x []float64) []float64) {
 	src := m.prob
-	p := &milp.Problem{Sense: src.Sense,
-		Obj: append([]float64(nil), src.Obj...), Lower: append([]float64(nil), src.Lower...),
-		Upper: append([]float64(nil), src.Upper...), Integer: append([]bool(nil), src.Integer...),
-		Names: append([]string(nil), src.Names...), Priority: append([]int(nil), src.Priority...),
-		Rows: append([]milp.Row(nil), src.Rows...)}
+	base := src.NumCols()
+	if len(m.combos) > 0 {
+		base = m.combos[0].col // the combination columns come last
+	}
+	p = &milp.Problem{Sense: src.Sense}
+	for j := 0; j < base; j++ {
+		p.AddCol(src.Names[j], src.Obj[j], src.Lower[j], src.Upper[j], src.Integer[j], src.Priority[j])
+	}
+	flow := make(map[*path]int, len(m.paths))
+	used := make(map[*path]int, len(m.paths))
+	for _, pa := range m.paths {
+		obj := 0.0
+		if m.step == stepAccuracy {
+			obj = m.weights[pa.chain] * pa.accuracy / m.in.Demand
+		}
+		flow[pa] = p.AddCol("flow "+m.pathName(pa), obj, 0, milp.Inf, false, 0)
+		used[pa] = p.AddCol("carries "+m.pathName(pa), 0, 0, 1, true, 0)
+	}
+
+	for ci := range m.chains {
+		terms := []milp.Term{{Col: m.demand, Coef: -1}}
+		for _, pa := range m.paths {
+			if pa.chain == ci {
+				terms = append(terms, milp.Term{Col: flow[pa], Coef: 1})
+			}
+		}
+		p.AddRow("demand of chain "+strings.Join(m.chains[ci], "->"), 0, 0, terms...)
+	}
+	// Shared prefixes: per task with several children, the same traffic through each assignment of variants.
+	for _, t := range m.in.Spec.Tasks {
+		if len(t.Children) < 2 {
+			continue
+		}
+		var through []int
+		depth := -1
+		for ci, chain := range m.chains {
+			for i, name := range chain {
+				if name == t.Name {
+					through = append(through, ci)
+					depth = i + 1
+				}
+			}
+		}
+		type key struct {
+			prefix string
+			chain  int
+		}
+		groups := map[key][]milp.Term{}
+		var prefixes []string
+		seen := map[string]bool{}
+		for _, pa := range m.paths {
+			if !slices.Contains(through, pa.chain) {
+				continue
+			}
+			k := key{fmt.Sprint(pa.hops[:depth]), pa.chain}
+			groups[k] = append(groups[k], milp.Term{Col: flow[pa], Coef: 1})
+			if !seen[k.prefix] {
+				seen[k.prefix] = true
+				prefixes = append(prefixes, k.prefix)
+			}
+		}
+		for _, pre := range prefixes {
+			for _, ci := range through[1:] {
+				terms := append([]milp.Term(nil), groups[key{pre, through[0]}]...)
+				for _, tm := range groups[key{pre, ci}] {
+					terms = append(terms, milp.Term{Col: tm.Col, Coef: -1})
+				}
+				p.AddRow("shared prefix "+t.Name, 0, 0, terms...)
+			}
+		}
+	}
+	var servers []milp.Term
+	for k, kv := range m.variants {
+		if len(kv.z) == 0 {
+			continue
+		}
+		var capTerms, one []milp.Term
+		for _, pa := range m.paths {
+			for i, h := range pa.hops {
+				if h == k && pa.chain == m.refChain[kv.task] {
+					capTerms = append(capTerms, milp.Term{Col: flow[pa], Coef: pa.mult[i]})
+				}
+			}
+		}
+		for bi := range kv.batches {
+			capTerms = append(capTerms, milp.Term{Col: kv.n[bi], Coef: -kv.q[bi]})
+			p.AddRow("replicas at the chosen batch", math.Inf(-1), 0,
+				milp.Term{Col: kv.n[bi], Coef: 1}, milp.Term{Col: kv.z[bi], Coef: -p.Upper[kv.n[bi]]})
+			one = append(one, milp.Term{Col: kv.z[bi], Coef: 1})
+			servers = append(servers, milp.Term{Col: kv.n[bi], Coef: 1})
+		}
+		p.AddRow("capacity of "+kv.task+"/"+kv.v.Name, math.Inf(-1), 0, capTerms...)
+		p.AddRow("one batch size of "+kv.task+"/"+kv.v.Name, math.Inf(-1), 1, one...)
+	}
+	p.AddRow("servers", math.Inf(-1), float64(m.in.Servers), servers...)
+	if m.step != stepMaxDemand && m.in.Demand > 0 {
+		for _, t := range m.in.Spec.Tasks {
+			if !m.reached(t.Name) {
+				continue
+			}
+			var terms []milp.Term
+			for _, kv := range m.variants {
+				if kv.task == t.Name {
+					for _, n := range kv.n {
+						terms = append(terms, milp.Term{Col: n, Coef: 1})
+					}
+				}
+			}
+			if len(terms) > 0 {
+				p.AddRow("a replica of "+t.Name, 1, math.Inf(1), terms...)
+			}
+		}
+	}
+	// Constraint 7.
 	flowUB := p.Upper[m.demand]
 	for _, pa := range m.paths {
-		used := p.AddCol("carries "+m.pathName(pa), 0, 0, 1, true, 0)
-		p.AddRow("I(p) of "+m.pathName(pa), math.Inf(-1), 0, milp.Term{Col: pa.col, Coef: 1},
-			milp.Term{Col: used, Coef: -flowUB})
+		p.AddRow("I(p) of "+m.pathName(pa), math.Inf(-1), 0, milp.Term{Col: flow[pa], Coef: 1},
+			milp.Term{Col: used[pa], Coef: -flowUB})
 		worst := 0.0
 		var lat []milp.Term
 		for _, h := range pa.hops {
 			kv := m.variants[h]
-			hosted := []milp.Term{{Col: used, Coef: 1}}
+			hosted := []milp.Term{{Col: used[pa], Coef: 1}}
 			for bi, z := range kv.z {
 				lat = append(lat, milp.Term{Col: z, Coef: kv.lat[bi]})
 				hosted = append(hosted, milp.Term{Col: z, Coef: -1})
@@ -34,9 +147,27 @@ func (m *model) complete() *milp.Problem {
 			p.AddRow("hosted on "+m.pathName(pa), math.Inf(-1), 0, hosted...)
 		}
 		if bigM := worst - pa.maxLat; bigM > 0 {
-			lat = append(lat, milp.Term{Col: used, Coef: bigM})
+			lat = append(lat, milp.Term{Col: used[pa], Coef: bigM})
 			p.AddRow("latency of "+m.pathName(pa), math.Inf(-1), pa.maxLat+bigM, lat...)
 		}
 	}
-	return p
+	if m.in.MinAccuracy > 0 && m.step == stepAccuracy {
+		terms := []milp.Term{{Col: m.demand, Coef: -m.in.MinAccuracy}}
+		for _, pa := range m.paths {
+			terms = append(terms, milp.Term{Col: flow[pa], Coef: m.weights[pa.chain] * pa.accuracy})
+		}
+		p.AddRow("minimum accuracy", 0, math.Inf(1), terms...)
+	}
+	point = func(x []float64) []float64 {
+		out := make([]float64, p.NumCols())
+		copy(out, x[:base])
+		for pa, f := range m.pathFlows(x) {
+			out[flow[pa]] = f
+			if f > 1e-9 {
+				out[used[pa]] = 1
+			}
+		}
+		return out
+	}
+	return p, point
 }

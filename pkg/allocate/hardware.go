@@ -29,16 +29,15 @@ func (m *model) enumerateHardware() (res milp.Result, ok bool) {
 		vars = append(vars, k)
 	}
 	d := m.in.Demand
-	x := make([]float64, m.prob.NumCols())
-	x[m.demand] = d
-	for ci := range m.chains {
-		for _, pa := range m.paths {
-			if pa.chain == ci {
-				x[pa.col] = d // one path per chain: it carries the whole demand
+	// One path per chain, which carries the whole demand.
+	loads := make([]float64, len(m.variants))
+	for _, pa := range m.paths {
+		for i, h := range pa.hops {
+			if pa.chain == m.refChain[m.variants[h].task] {
+				loads[h] += pa.mult[i] * d
 			}
 		}
 	}
-	loads := m.loads(x)
 	// A positive demand needs a replica of every task it reaches (the model's "a replica of" rows).
 	minReplicas := func(k int) int {
 		if d > 0 && loads[k] > 0 {
@@ -96,10 +95,21 @@ func (m *model) enumerateHardware() (res milp.Result, ok bool) {
 	if bestServers == math.MaxInt {
 		return milp.Result{Status: milp.Infeasible}, true
 	}
+	x := make([]float64, m.prob.NumCols())
+	x[m.demand] = d
 	for i, k := range vars {
 		kv := m.variants[k]
 		x[kv.z[best[i]]] = 1
 		x[kv.n[best[i]]] = float64(replicas(k, best[i]))
+	}
+	for _, c := range m.combos {
+		match := true
+		for i, h := range c.path.hops {
+			match = match && c.batches[i] == best[pos[h]]
+		}
+		if match {
+			x[c.col] = d
+		}
 	}
 	v := float64(bestServers)
 	return milp.Result{Status: milp.Optimal, X: x, Objective: v, Bound: v}, true

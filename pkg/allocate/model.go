@@ -7,6 +7,7 @@ package allocate
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 
@@ -68,10 +69,16 @@ type path struct {
 	hops     []int     // indexes into model.variants, one per task of the chain
 	mult     []float64 // items reaching hop i per request entering the path
 	accuracy float64
-	col      int
 	maxLat   float64 // the chain's latency budget
-	// ok[i] are the batch indexes of hop i that can fit the budget with the other hops at their fastest.
-	ok [][]int
+	// fastestAfter[i] is the least latency of the hops after hop i.
+	fastestAfter []float64
+}
+
+// combo is a path with a batch size per hop whose latencies fit the path's budget together: a flow column.
+type combo struct {
+	path    *path
+	batches []int // batch index (into the hop variant's batches) per hop
+	col     int
 }
 
 // model is the MILP of one step, with what is needed to read its solution back.
@@ -86,6 +93,8 @@ type model struct {
 	refChain map[string]int
 	demand   int // the column of the demand served
 	budget   []float64
+	combos   []*combo
+	loadUB   []float64 // per variant: the most traffic that can reach it
 }
 
 // fanout is the multiplicative factor from a variant of task to one child task.
@@ -213,7 +222,7 @@ func build(in Input, st step) (*model, error) {
 	if st == stepAccuracy {
 		p.Sense = milp.Maximize
 	}
-	loadUB := m.loadBounds(demandUB)
+	m.loadUB = m.loadBounds(demandUB)
 	for k, kv := range m.variants {
 		if !used[k] {
 			continue
@@ -221,31 +230,46 @@ func build(in Input, st step) (*model, error) {
 		for bi, b := range kv.batches {
 			name := fmt.Sprintf("%s/%s@%d", kv.task, kv.v.Name, b)
 			kv.z = append(kv.z, p.AddCol("use "+name, 0, 0, 1, true, 2))
-			ub := float64(in.Servers)
-			if st != stepMaxDemand {
-				ub = min(ub, math.Ceil(loadUB[k]/kv.q[bi]-1e-9))
-			}
-			obj := 0.0
+			// Batch choices and replica counts are branched on alike, by pseudo-cost: on the examples that closes
+			// the gap in fewer nodes than taking every batch choice first.
+			kv.n = append(kv.n, p.AddCol("replicas "+name, 0, 0, m.replicaBound(k, bi), true, 2))
 			if st == stepHardware {
-				obj = 1
+				p.Obj[kv.n[bi]] = 1
 			}
-			kv.n = append(kv.n, p.AddCol("replicas "+name, obj, 0, max(ub, 0), true, 1))
 		}
 	}
+	// Constraint 7, exactly: a path carries traffic only at batch sizes whose latencies fit its budget together, so
+	// its flow is split over the combinations of batch sizes (one per hop) that fit.
 	for _, pa := range m.paths {
 		obj := 0.0
 		if st == stepAccuracy {
 			obj = m.weights[pa.chain] * pa.accuracy / in.Demand
 		}
-		pa.col = p.AddCol("flow "+m.pathName(pa), obj, 0, milp.Inf, false, 0)
+		batches := make([]int, len(pa.hops))
+		var rec func(i int, lat float64)
+		rec = func(i int, lat float64) {
+			if i == len(pa.hops) {
+				c := &combo{path: pa, batches: append([]int(nil), batches...)}
+				c.col = p.AddCol("flow "+m.comboName(c), obj, 0, milp.Inf, false, 0)
+				m.combos = append(m.combos, c)
+				return
+			}
+			for bi, l := range m.variants[pa.hops[i]].lat {
+				if lat+l+pa.fastestAfter[i] <= pa.maxLat+1e-9 {
+					batches[i] = bi
+					rec(i+1, lat+l)
+				}
+			}
+		}
+		rec(0, 0)
 	}
 
 	// Rows.
 	for ci := range m.chains {
 		terms := []milp.Term{{Col: m.demand, Coef: -1}}
-		for _, pa := range m.paths {
-			if pa.chain == ci {
-				terms = append(terms, milp.Term{Col: pa.col, Coef: 1})
+		for _, c := range m.combos {
+			if c.path.chain == ci {
+				terms = append(terms, milp.Term{Col: c.col, Coef: 1})
 			}
 		}
 		p.AddRow("demand of chain "+strings.Join(m.chains[ci], "->"), 0, 0, terms...)
@@ -256,28 +280,24 @@ func build(in Input, st step) (*model, error) {
 		if len(kv.z) == 0 {
 			continue
 		}
-		// Constraint 2: the traffic reaching the variant (through its task's reference chain) fits its capacity.
-		var capTerms []milp.Term
-		for _, pa := range m.paths {
-			if pa.chain != m.refChain[kv.task] {
-				continue
-			}
-			for i, h := range pa.hops {
-				if h == k {
-					capTerms = append(capTerms, milp.Term{Col: pa.col, Coef: pa.mult[i]})
-				}
-			}
-		}
 		var one []milp.Term
 		for bi := range kv.batches {
-			capTerms = append(capTerms, milp.Term{Col: kv.n[bi], Coef: -kv.q[bi]})
-			one = append(one, milp.Term{Col: kv.z[bi], Coef: 1})
+			// Constraint 2 at the chosen batch size: the traffic reaching the variant (through its task's reference
+			// chain) at this batch size fits its replicas there.
+			capTerms := []milp.Term{{Col: kv.n[bi], Coef: -kv.q[bi]}}
+			for _, c := range m.combos {
+				if i := c.hop(k); i >= 0 && c.batches[i] == bi && c.path.chain == m.refChain[kv.task] {
+					capTerms = append(capTerms, milp.Term{Col: c.col, Coef: c.path.mult[i]})
+				}
+			}
+			p.AddRow(fmt.Sprintf("capacity of %s/%s@%d", kv.task, kv.v.Name, kv.batches[bi]), math.Inf(-1), 0,
+				capTerms...)
 			// Replicas only at the chosen batch size.
 			p.AddRow("replicas at the chosen batch", math.Inf(-1), 0,
 				milp.Term{Col: kv.n[bi], Coef: 1}, milp.Term{Col: kv.z[bi], Coef: -p.Upper[kv.n[bi]]})
+			one = append(one, milp.Term{Col: kv.z[bi], Coef: 1})
 			servers = append(servers, milp.Term{Col: kv.n[bi], Coef: 1})
 		}
-		p.AddRow("capacity of "+kv.task+"/"+kv.v.Name, math.Inf(-1), 0, capTerms...)
 		p.AddRow("one batch size of "+kv.task+"/"+kv.v.Name, math.Inf(-1), 1, one...)
 	}
 	p.AddRow("servers", math.Inf(-1), float64(in.Servers), servers...)
@@ -285,15 +305,10 @@ func build(in Input, st step) (*model, error) {
 	// allocations that spread fractions of servers over every task).
 	if st != stepMaxDemand && in.Demand > 0 {
 		for _, t := range spec.Tasks {
-			var terms []milp.Term
-			reached := true
-			for _, pa := range m.paths {
-				for i, h := range pa.hops {
-					if m.variants[h].task == t.Name && pa.chain == m.refChain[t.Name] && pa.mult[i] <= 0 {
-						reached = false
-					}
-				}
+			if !m.reached(t.Name) {
+				continue
 			}
+			var terms []milp.Term
 			for _, kv := range m.variants {
 				if kv.task == t.Name {
 					for _, n := range kv.n {
@@ -301,63 +316,54 @@ func build(in Input, st step) (*model, error) {
 					}
 				}
 			}
-			if reached && len(terms) > 0 {
+			if len(terms) > 0 {
 				p.AddRow("a replica of "+t.Name, 1, math.Inf(1), terms...)
 			}
 		}
 	}
-	// A path carries traffic only through variants running at a batch size that can fit its latency budget, so the
-	// traffic of the paths that fit only the smaller batches of a variant must fit the capacity of its replicas at
-	// those batches. Batches left after presolve are in increasing order of latency, so the batches a path can use
-	// at a hop are a prefix of them: one row per path and hop, and, per variant and prefix, one row over the paths
-	// of its reference chain (these cuts make the LP bound tight without big-M coefficients).
-	for _, pa := range m.paths {
-		for i, h := range pa.hops {
-			kv := m.variants[h]
-			if len(pa.ok[i]) == len(kv.batches) {
-				continue // every batch fits: the capacity row covers it
-			}
-			terms := []milp.Term{{Col: pa.col, Coef: pa.mult[i]}}
-			for _, bi := range pa.ok[i] {
-				terms = append(terms, milp.Term{Col: kv.n[bi], Coef: -kv.q[bi]})
-			}
-			p.AddRow("latency of "+m.pathName(pa)+" at "+kv.task, math.Inf(-1), 0, terms...)
-		}
-	}
-	for k, kv := range m.variants {
-		if len(kv.z) == 0 {
-			continue
-		}
-		for cut := 0; cut+1 < len(kv.batches); cut++ {
-			var terms []milp.Term
-			for _, pa := range m.paths {
-				if pa.chain != m.refChain[kv.task] {
-					continue
-				}
-				for i, h := range pa.hops {
-					if h == k && len(pa.ok[i]) > 0 && pa.ok[i][len(pa.ok[i])-1] <= cut {
-						terms = append(terms, milp.Term{Col: pa.col, Coef: pa.mult[i]})
-					}
-				}
-			}
-			if len(terms) < 2 {
-				continue // none, or one path: its own row says it
-			}
-			for bi := 0; bi <= cut; bi++ {
-				terms = append(terms, milp.Term{Col: kv.n[bi], Coef: -kv.q[bi]})
-			}
-			p.AddRow(fmt.Sprintf("capacity of %s/%s at batch <= %d", kv.task, kv.v.Name, kv.batches[cut]),
-				math.Inf(-1), 0, terms...)
-		}
-	}
 	if in.MinAccuracy > 0 && st == stepAccuracy {
 		terms := []milp.Term{{Col: m.demand, Coef: -in.MinAccuracy}}
-		for _, pa := range m.paths {
-			terms = append(terms, milp.Term{Col: pa.col, Coef: m.weights[pa.chain] * pa.accuracy})
+		for _, c := range m.combos {
+			terms = append(terms, milp.Term{Col: c.col, Coef: m.weights[c.path.chain] * c.path.accuracy})
 		}
 		p.AddRow("minimum accuracy", 0, math.Inf(1), terms...)
 	}
 	return m, nil
+}
+
+// reached says every path of the task's reference chain brings it traffic (no variant above it emits nothing).
+func (m *model) reached(task string) bool {
+	for _, pa := range m.paths {
+		if pa.chain != m.refChain[task] {
+			continue
+		}
+		for i, h := range pa.hops {
+			if m.variants[h].task == task && pa.mult[i] <= 0 {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// replicaBound is the most replicas variant k can use at batch index bi: enough for the most traffic that can reach
+// it, and never more than the cluster (a tight bound keeps the LP's "replicas at the chosen batch" rows strong).
+func (m *model) replicaBound(k, bi int) float64 {
+	ub := float64(m.in.Servers)
+	if m.step != stepMaxDemand {
+		ub = min(ub, math.Ceil(m.loadUB[k]/m.variants[k].q[bi]-1e-9))
+	}
+	return max(ub, 0)
+}
+
+// hop is the index of variant k on the combination's path, or -1.
+func (c *combo) hop(k int) int {
+	for i, h := range c.path.hops {
+		if h == k {
+			return i
+		}
+	}
+	return -1
 }
 
 // fitsSomeChain says a variant of task running at latency lat leaves a chain through the task within its budget
@@ -410,22 +416,12 @@ func dropDominatedBatches(kv *variant) {
 // addPath adds the path of variants hops along chain ci if its fastest latency fits the chain's budget.
 func (m *model) addPath(ci int, hops []int) {
 	chain := m.chains[ci]
-	pa := &path{chain: ci, hops: hops, maxLat: m.budget[ci], ok: make([][]int, len(hops))}
-	minLat := make([]float64, len(hops))
-	sum := 0.0
-	for i, h := range hops {
-		minLat[i] = slicesMin(m.variants[h].lat)
-		sum += minLat[i]
+	pa := &path{chain: ci, hops: hops, maxLat: m.budget[ci], fastestAfter: make([]float64, len(hops))}
+	for i := len(hops) - 2; i >= 0; i-- {
+		pa.fastestAfter[i] = pa.fastestAfter[i+1] + slicesMin(m.variants[hops[i+1]].lat)
 	}
-	if sum > pa.maxLat+1e-9 {
+	if slicesMin(m.variants[hops[0]].lat)+pa.fastestAfter[0] > pa.maxLat+1e-9 {
 		return
-	}
-	for i, h := range hops {
-		for bi, l := range m.variants[h].lat {
-			if sum-minLat[i]+l <= pa.maxLat+1e-9 {
-				pa.ok[i] = append(pa.ok[i], bi)
-			}
-		}
 	}
 	mult := 1.0
 	names := make([]string, len(hops))
@@ -442,8 +438,8 @@ func (m *model) addPath(ci int, hops []int) {
 }
 
 // addPrefixAgreement makes chains that share a prefix of tasks split the shared tasks' traffic alike: for every
-// task with several children, every chain through it routes the same traffic through each assignment of variants to
-// the tasks from the root to it as the first chain through it does.
+// task with several children, every chain through it routes the same traffic through each assignment of variants
+// and batch sizes to the tasks from the root to it as the first chain through it does.
 func (m *model) addPrefixAgreement() {
 	for _, t := range m.in.Spec.Tasks {
 		if len(t.Children) < 2 {
@@ -459,18 +455,18 @@ func (m *model) addPrefixAgreement() {
 				}
 			}
 		}
-		groups := map[string]map[int][]int{} // prefix key -> chain -> path columns
+		groups := map[string]map[int][]int{} // prefix key -> chain -> flow columns
 		var keys []string
-		for _, pa := range m.paths {
-			if !contains(through, pa.chain) {
+		for _, c := range m.combos {
+			if !slices.Contains(through, c.path.chain) {
 				continue
 			}
-			key := fmt.Sprint(pa.hops[:depth])
+			key := fmt.Sprint(c.path.hops[:depth], c.batches[:depth])
 			if groups[key] == nil {
 				groups[key] = map[int][]int{}
 				keys = append(keys, key)
 			}
-			groups[key][pa.chain] = append(groups[key][pa.chain], pa.col)
+			groups[key][c.path.chain] = append(groups[key][c.path.chain], c.col)
 		}
 		sort.Strings(keys)
 		ref := through[0]
@@ -513,6 +509,15 @@ func (m *model) demandBound() float64 {
 	return best * float64(m.in.Servers)
 }
 
+func (m *model) comboName(c *combo) string {
+	names := make([]string, len(c.path.hops))
+	for i, h := range c.path.hops {
+		kv := m.variants[h]
+		names[i] = fmt.Sprintf("%s/%s@%d", kv.task, kv.v.Name, kv.batches[c.batches[i]])
+	}
+	return strings.Join(names, ",")
+}
+
 func (m *model) pathName(pa *path) string {
 	names := make([]string, len(pa.hops))
 	for i, h := range pa.hops {
@@ -543,15 +548,6 @@ func chainWeights(in Input, chains [][]string) []float64 {
 		}
 	}
 	return w
-}
-
-func contains(list []int, x int) bool {
-	for _, v := range list {
-		if v == x {
-			return true
-		}
-	}
-	return false
 }
 
 func slicesMin(s []float64) float64 {

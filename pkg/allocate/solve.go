@@ -164,17 +164,17 @@ func Solve(in Input, opt Options) (*Result, error) {
 	return finish(res)
 }
 
-// solve runs branch-and-bound with the model's propagation and latency check.
+// solve runs branch-and-bound on the model, from a first point found by a heuristic.
 func (m *model) solve(opt Options) (milp.Result, error) {
 	if m.step == stepHardware {
 		if res, ok := m.enumerateHardware(); ok {
-			if res.X == nil || (m.prob.Violation(res.X) <= 1e-6 && m.lazy(res.X, m.prob.Lower, m.prob.Upper) < 0) {
+			if res.X == nil || m.prob.Violation(res.X) <= 1e-6 {
 				return res, nil
 			}
 			// Not expected: the enumeration's point breaks the model. The MILP decides.
 		}
 	}
-	o := milp.Options{TimeLimit: opt.TimeLimit, Propagate: m.propagate, Lazy: m.lazy}
+	o := milp.Options{TimeLimit: opt.TimeLimit}
 	if m.step == stepHardware {
 		o.IntegralObjective = true
 		o.Incumbent = m.hardwareIncumbent()
@@ -184,17 +184,28 @@ func (m *model) solve(opt Options) (milp.Result, error) {
 	return milp.Solve(m.prob, o)
 }
 
+// pathFlows is the traffic of each path under x (the sum over its combinations of batch sizes).
+func (m *model) pathFlows(x []float64) map[*path]float64 {
+	out := map[*path]float64{}
+	for _, c := range m.combos {
+		out[c.path] += x[c.col]
+	}
+	return out
+}
+
 // fixedBatchIncumbent is a first point for steps 2 and 3, found the way an experienced operator would: solve the LP
-// relaxation; give each variant it uses the batch size where it gives that variant the most capacity, and every
-// other variant the largest batch size that still fits some path through it; then solve the much smaller MILP left
-// (replica counts and flows only: with every batch size fixed, the latency of every path is known) with a node
-// limit. nil when that restricted problem has no point within its limit; the search then starts without one.
+// relaxation; give each variant it uses the batch size where it gives that variant the most capacity (or the
+// largest below it at which the paths the LP sends traffic on still fit), and every other variant the largest batch
+// size that still fits some path through it; then solve the much smaller MILP left (replica counts and flows only)
+// with a node limit. nil when that restricted problem has no point within its limit; the search then starts
+// without one.
 func (m *model) fixedBatchIncumbent(opt Options) []float64 {
 	p := m.prob
 	x, _, ok := milp.Relax(p)
 	if !ok {
 		return nil
 	}
+	flows := m.pathFlows(x)
 	fixed := make([]int, len(m.variants)) // batch index per variant, -1 while undecided
 	// fits says path pa fits its budget with variant k at batch bi, the hops decided at theirs, the rest at their
 	// fastest.
@@ -212,10 +223,7 @@ func (m *model) fixedBatchIncumbent(opt Options) []float64 {
 		}
 		return lat <= pa.maxLat+1e-9
 	}
-	through := func(pa *path, k int) bool { return slices.Contains(pa.hops, k) }
-	// The variants the LP gives capacity, the most replicas first: the batch where it gives the most, or the largest
-	// below it at which every path through the variant that the LP sends traffic on still fits (the LP does not
-	// see the joint latency of a path).
+	// The variants the LP gives capacity, the most replicas first.
 	pick := make([]int, len(m.variants))
 	weight := make([]float64, len(m.variants))
 	var order []int
@@ -236,7 +244,7 @@ func (m *model) fixedBatchIncumbent(opt Options) []float64 {
 		for bi := pick[k]; bi >= 0 && fixed[k] < 0; bi-- {
 			ok := true
 			for _, pa := range m.paths {
-				if x[pa.col] > 1e-9 && through(pa, k) && !fits(pa, k, bi) {
+				if flows[pa] > 1e-9 && slices.Contains(pa.hops, k) && !fits(pa, k, bi) {
 					ok = false
 					break
 				}
@@ -246,7 +254,12 @@ func (m *model) fixedBatchIncumbent(opt Options) []float64 {
 			}
 		}
 	}
-	// The others, most accurate first: the largest batch at which some path through the variant fits.
+	// The others, most accurate first: the largest batch at which some path through the variant and variants the
+	// LP uses fits (so that the restricted problem can move traffic onto it), else some path at all.
+	lpUsed := make([]bool, len(m.variants))
+	for _, k := range order {
+		lpUsed[k] = true
+	}
 	order = order[:0]
 	for k := range m.variants {
 		if fixed[k] < 0 && len(m.variants[k].z) > 0 {
@@ -256,12 +269,22 @@ func (m *model) fixedBatchIncumbent(opt Options) []float64 {
 	sort.SliceStable(order, func(i, j int) bool {
 		return m.variants[order[i]].v.Accuracy > m.variants[order[j]].v.Accuracy
 	})
+	withUsed := func(pa *path, k int) bool {
+		for _, h := range pa.hops {
+			if h != k && !lpUsed[h] {
+				return false
+			}
+		}
+		return true
+	}
 	for _, k := range order {
-		for bi := len(m.variants[k].batches) - 1; bi >= 0 && fixed[k] < 0; bi-- {
-			for _, pa := range m.paths {
-				if through(pa, k) && fits(pa, k, bi) {
-					fixed[k] = bi
-					break
+		for _, strict := range []bool{true, false} {
+			for bi := len(m.variants[k].batches) - 1; bi >= 0 && fixed[k] < 0; bi-- {
+				for _, pa := range m.paths {
+					if slices.Contains(pa.hops, k) && (!strict || withUsed(pa, k)) && fits(pa, k, bi) {
+						fixed[k] = bi
+						break
+					}
 				}
 			}
 		}
@@ -278,7 +301,14 @@ func (m *model) fixedBatchIncumbent(opt Options) []float64 {
 			sub.Upper[kv.z[bi]], sub.Upper[kv.n[bi]] = 0, 0
 		}
 	}
-	o := milp.Options{MaxNodes: 2000, Propagate: m.propagate, Lazy: m.lazy}
+	for _, c := range m.combos {
+		for i, h := range c.path.hops {
+			if c.batches[i] != fixed[h] {
+				sub.Upper[c.col] = 0
+			}
+		}
+	}
+	o := milp.Options{MaxNodes: 2000}
 	if opt.TimeLimit > 0 {
 		o.TimeLimit = opt.TimeLimit / 4
 	}
@@ -287,78 +317,6 @@ func (m *model) fixedBatchIncumbent(opt Options) []float64 {
 		return nil
 	}
 	return res.X
-}
-
-// pathLatency is the least latency a path can have under the bounds: fixed batch choices count, the others at their
-// fastest allowed. ok is false when a hop has no allowed batch left.
-func (m *model) pathLatency(pa *path, lo, up []float64) (float64, bool) {
-	sum := 0.0
-	for _, h := range pa.hops {
-		kv := m.variants[h]
-		best := math.Inf(1)
-		for bi, z := range kv.z {
-			if lo[z] > 0.5 {
-				best = kv.lat[bi]
-				break
-			}
-			if up[z] > 0.5 {
-				best = min(best, kv.lat[bi])
-			}
-		}
-		if math.IsInf(best, 1) {
-			return 0, false
-		}
-		sum += best
-	}
-	return sum, true
-}
-
-// propagate closes the paths that can no longer fit their latency budget under the node's batch choices.
-func (m *model) propagate(lo, up []float64) bool {
-	for _, pa := range m.paths {
-		if up[pa.col] == 0 {
-			continue
-		}
-		if l, ok := m.pathLatency(pa, lo, up); !ok || l > pa.maxLat+1e-9 {
-			if lo[pa.col] > 0 {
-				return false
-			}
-			up[pa.col] = 0
-		}
-	}
-	return true
-}
-
-// lazy accepts an integral point only if every path carrying traffic fits its latency budget with the chosen batch
-// sizes; otherwise it names a batch choice on the offending path to branch on.
-func (m *model) lazy(x, lo, up []float64) int {
-	for _, pa := range m.paths {
-		if x[pa.col] <= 1e-9 {
-			continue
-		}
-		sum, free := 0.0, -1
-		for _, h := range pa.hops {
-			kv := m.variants[h]
-			chosen := -1
-			for bi, z := range kv.z {
-				if x[z] > 0.5 {
-					chosen = bi
-				}
-				if lo[z] != up[z] && (free < 0 || x[z] > 0.5) {
-					free = z
-				}
-			}
-			if chosen < 0 {
-				sum = math.Inf(1)
-				continue
-			}
-			sum += kv.lat[chosen]
-		}
-		if sum > pa.maxLat+1e-9 && free >= 0 {
-			return free
-		}
-	}
-	return -1
 }
 
 // hardwareIncumbent is a first feasible point of step 1: every most accurate variant at the largest batch size
@@ -406,18 +364,18 @@ func (m *model) hardwareIncumbent() []float64 {
 			continue
 		}
 		for ci := range m.chains {
-			var found *path
-			for _, pa := range m.paths {
-				if pa.chain != ci {
+			var found *combo
+			for _, c := range m.combos {
+				if c.path.chain != ci {
 					continue
 				}
 				all := true
-				for _, h := range pa.hops {
-					_, in := choice[h]
-					all = all && in
+				for i, h := range c.path.hops {
+					bi, in := choice[h]
+					all = all && in && c.batches[i] == bi
 				}
 				if all {
-					found = pa
+					found = c
 					break
 				}
 			}
@@ -436,7 +394,7 @@ func (m *model) hardwareIncumbent() []float64 {
 			x[kv.z[bi]] = 1
 			x[kv.n[bi]] = math.Ceil(loads[k]/kv.q[bi] - 1e-9)
 		}
-		if p.Violation(x) <= 1e-6 && m.lazy(x, p.Lower, p.Upper) < 0 {
+		if p.Violation(x) <= 1e-6 {
 			return x
 		}
 	}
@@ -446,10 +404,10 @@ func (m *model) hardwareIncumbent() []float64 {
 // loads is the traffic (items/s) reaching each variant under the flows of x.
 func (m *model) loads(x []float64) []float64 {
 	out := make([]float64, len(m.variants))
-	for _, pa := range m.paths {
-		for i, h := range pa.hops {
-			if pa.chain == m.refChain[m.variants[h].task] {
-				out[h] += pa.mult[i] * x[pa.col]
+	for _, c := range m.combos {
+		for i, h := range c.path.hops {
+			if c.path.chain == m.refChain[m.variants[h].task] {
+				out[h] += c.path.mult[i] * x[c.col]
 			}
 		}
 	}
@@ -479,8 +437,8 @@ func (m *model) read(sol milp.Result, res *Result) {
 	}
 	acc := 0.0
 	if d > 0 {
-		for _, pa := range m.paths {
-			acc += m.weights[pa.chain] * pa.accuracy * x[pa.col] / d
+		for pa, f := range m.pathFlows(x) {
+			acc += m.weights[pa.chain] * pa.accuracy * f / d
 		}
 	} else {
 		// No traffic: the accuracy of the most accurate variants, which a hardware plan hosts.

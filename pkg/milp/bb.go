@@ -53,6 +53,8 @@ type Result struct {
 	Gap   float64
 	Nodes int
 	LPs   int
+	// Iterations counts the simplex iterations of every LP.
+	Iterations int
 	// Unsolved counts LPs Clp could not solve; when non-zero the result is not proven optimal.
 	Unsolved int
 }
@@ -61,6 +63,13 @@ type node struct {
 	lo, up []float64
 	bound  float64 // the parent's LP value (minimisation form): a lower bound on the node's optimum
 	depth  int
+	// The branching that made the node: column, direction and how far it moved the parent's value (for the
+	// pseudo-costs); col < 0 at the root.
+	col  int
+	up1  bool
+	dist float64
+	// basis is the parent's optimal basis, the start of the node's LP.
+	basis []byte
 }
 
 // openNodes is a min-heap on bound, used once an incumbent exists (best-bound search).
@@ -98,13 +107,14 @@ func Solve(p *Problem, opt Options) (Result, error) {
 	if p.Sense == Maximize {
 		sign = -1
 	}
-	s := &search{p: p, opt: opt, lp: newRelaxation(p), inc: math.Inf(1)}
+	s := &search{p: p, opt: opt, lp: newRelaxation(p), inc: math.Inf(1), pc: newPseudoCosts(p.NumCols())}
 	if opt.Incumbent != nil && len(opt.Incumbent) == p.NumCols() && p.Violation(opt.Incumbent) <= 1e-6 &&
 		(opt.Lazy == nil || opt.Lazy(opt.Incumbent, p.Lower, p.Upper) < 0) {
 		s.accept(opt.Incumbent)
 	}
 	start := time.Now()
-	root := &node{lo: append([]float64(nil), p.Lower...), up: append([]float64(nil), p.Upper...), bound: math.Inf(-1)}
+	root := &node{lo: append([]float64(nil), p.Lower...), up: append([]float64(nil), p.Upper...), bound: math.Inf(-1),
+		col: -1}
 	open := openNodes{root}
 	best := s.incX != nil // best-bound order (a heap) once an incumbent exists
 	limited := false
@@ -133,7 +143,7 @@ func Solve(p *Problem, opt Options) (Result, error) {
 			heap.Init(&open)
 		}
 	}
-	res := Result{Nodes: s.nodes, LPs: s.lp.solves, Unsolved: s.unsolved}
+	res := Result{Nodes: s.nodes, LPs: s.lp.solves, Iterations: s.lp.iters, Unsolved: s.unsolved}
 	bound := s.inc
 	for _, n := range open {
 		if !s.prunable(n.bound) {
@@ -174,6 +184,46 @@ type search struct {
 	incX     []float64
 	nodes    int
 	unsolved int
+	pc       *pseudoCosts
+}
+
+// pseudoCosts are, per column, the average increase of the LP value per unit of distance a branch moved the column,
+// down and up: a cheap forecast of what branching on it would gain (Benichou et al. 1971), learnt as the search goes.
+type pseudoCosts struct {
+	sum [2][]float64
+	n   [2][]int
+	// all are the sums and counts over every column, the forecast for a column never branched on yet.
+	allSum [2]float64
+	allN   [2]int
+}
+
+func newPseudoCosts(n int) *pseudoCosts {
+	return &pseudoCosts{sum: [2][]float64{make([]float64, n), make([]float64, n)}, n: [2][]int{make([]int, n), make([]int, n)}}
+}
+
+func (pc *pseudoCosts) record(col int, up bool, gain float64) {
+	d := 0
+	if up {
+		d = 1
+	}
+	pc.sum[d][col] += gain
+	pc.n[d][col]++
+	pc.allSum[d] += gain
+	pc.allN[d]++
+}
+
+func (pc *pseudoCosts) forecast(col int, up bool) float64 {
+	d := 0
+	if up {
+		d = 1
+	}
+	switch {
+	case pc.n[d][col] > 0:
+		return pc.sum[d][col] / float64(pc.n[d][col])
+	case pc.allN[d] > 0:
+		return pc.allSum[d] / float64(pc.allN[d])
+	}
+	return 1
 }
 
 // prunable says a node whose bound is b cannot improve the incumbent beyond the tolerances.
@@ -212,13 +262,17 @@ func (s *search) process(n *node) []*node {
 	if s.opt.Propagate != nil && !s.opt.Propagate(n.lo, n.up) {
 		return nil
 	}
-	st, obj, x := s.lp.solve(n.lo, n.up)
+	st, obj, x := s.lp.solve(n.lo, n.up, n.basis)
+	n.basis = nil // the children get this node's
 	switch st {
 	case lpInfeasible:
 		return nil
 	case lpFailed:
 		s.unsolved++
 		return nil
+	}
+	if n.col >= 0 && n.dist > 0 && !math.IsInf(n.bound, -1) {
+		s.pc.record(n.col, n.up1, max(0, obj-n.bound)/n.dist)
 	}
 	if s.prunable(obj) {
 		return nil
@@ -236,12 +290,19 @@ func (s *search) process(n *node) []*node {
 			panic(fmt.Sprintf("milp: Lazy returned column %s, which is already fixed", s.p.Names[col]))
 		}
 	}
-	return split(n, col, x[col], obj)
+	children := split(n, col, x[col], obj)
+	b := s.lp.basis()
+	for _, c := range children {
+		c.basis = b // shared, read-only
+	}
+	return children
 }
 
-// branchColumn is the fractional integer column to branch on, or -1 if x is integral.
+// branchColumn is the fractional integer column to branch on, or -1 if x is integral: among those of the highest
+// priority, the one whose branches the pseudo-costs forecast to move the bound most (the product of the two
+// forecasts, so that both children gain).
 func (s *search) branchColumn(x []float64) int {
-	col, prio, frac := -1, math.MinInt, 0.0
+	col, prio, best := -1, math.MinInt, -1.0
 	for j, integer := range s.p.Integer {
 		if !integer {
 			continue
@@ -250,9 +311,9 @@ func (s *search) branchColumn(x []float64) int {
 		if f < intTol || f > 1-intTol {
 			continue
 		}
-		d := math.Min(f, 1-f) // how fractional
-		if s.p.Priority[j] > prio || (s.p.Priority[j] == prio && d > frac) {
-			col, prio, frac = j, s.p.Priority[j], d
+		score := max(f*s.pc.forecast(j, false), 1e-6) * max((1-f)*s.pc.forecast(j, true), 1e-6)
+		if s.p.Priority[j] > prio || (s.p.Priority[j] == prio && score > best) {
+			col, prio, best = j, s.p.Priority[j], score
 		}
 	}
 	return col
@@ -261,8 +322,16 @@ func (s *search) branchColumn(x []float64) int {
 // split makes the children of n on column col at value v; the child to explore first comes last.
 func split(n *node, col int, v, obj float64) []*node {
 	child := func(lo, up float64) *node {
-		c := &node{lo: append([]float64(nil), n.lo...), up: append([]float64(nil), n.up...), bound: obj, depth: n.depth + 1}
+		c := &node{lo: append([]float64(nil), n.lo...), up: append([]float64(nil), n.up...), bound: obj, depth: n.depth + 1,
+			col: col}
 		c.lo[col], c.up[col] = lo, up
+		// The distance the branch moves the column from v, for the pseudo-costs.
+		switch {
+		case up < v:
+			c.dist = v - up
+		case lo > v:
+			c.up1, c.dist = true, lo-v
+		}
 		return c
 	}
 	lo, up := n.lo[col], n.up[col]

@@ -10,6 +10,35 @@ extern "C" void sleipnir_clp_set_col_bounds(void *model, const double *lo, const
     l[j] = lo[j];
     u[j] = up[j];
   }
+  // Tell a solve that keeps its work areas (startFinishOptions) to reload the column bounds.
+  m->setWhatsChanged(m->whatsChanged() & ~(COLUMN_LOWER_SAME | COLUMN_UPPER_SAME));
 }
 
 extern "C" void sleipnir_clp_quiet(void *model) { static_cast<ClpSimplex *>(model)->setLogLevel(0); }
+
+// The basis (one status byte per column, then per row) of the last solve, and setting it as the start of the next:
+// each branch-and-bound node starts from its parent's optimal basis, a few dual pivots away from its own.
+extern "C" int sleipnir_clp_basis_len(void *model) {
+  ClpSimplex *m = static_cast<ClpSimplex *>(model);
+  return m->numberColumns() + m->numberRows();
+}
+
+extern "C" int sleipnir_clp_get_basis(void *model, unsigned char *out) {
+  ClpSimplex *m = static_cast<ClpSimplex *>(model);
+  const unsigned char *st = m->statusArray();
+  if (!st) return 0;
+  int n = m->numberColumns() + m->numberRows();
+  for (int i = 0; i < n; i++) out[i] = st[i];
+  return 1;
+}
+
+extern "C" void sleipnir_clp_set_basis(void *model, const unsigned char *in) {
+  ClpSimplex *m = static_cast<ClpSimplex *>(model);
+  unsigned char *st = m->statusArray();
+  if (!st) return;
+  int n = m->numberColumns() + m->numberRows();
+  for (int i = 0; i < n; i++) st[i] = in[i];
+  m->setWhatsChanged(m->whatsChanged() & ~BASIS_SAME);
+}
+
+extern "C" int sleipnir_clp_iterations(void *model) { return static_cast<ClpSimplex *>(model)->numberIterations(); }

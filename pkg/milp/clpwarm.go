@@ -4,6 +4,10 @@ package milp
 // #include <stdlib.h>
 // void sleipnir_clp_set_col_bounds(void *model, const double *lo, const double *up, int n);
 // void sleipnir_clp_quiet(void *model);
+// int sleipnir_clp_basis_len(void *model);
+// int sleipnir_clp_get_basis(void *model, unsigned char *out);
+// void sleipnir_clp_set_basis(void *model, const unsigned char *in);
+// int sleipnir_clp_iterations(void *model);
 import "C"
 
 import (
@@ -30,3 +34,32 @@ func setColumnBounds(s *clp.Simplex, lo, up []float64) {
 }
 
 func quiet(s *clp.Simplex) { C.sleipnir_clp_quiet(clpModel(s)) }
+
+// basis is the basis of the last solve (nil if there is none).
+func basis(s *clp.Simplex) []byte {
+	n := int(C.sleipnir_clp_basis_len(clpModel(s)))
+	buf := (*[1 << 28]C.uchar)(C.malloc(C.size_t(n)))[:n:n]
+	defer C.free(unsafe.Pointer(&buf[0]))
+	if C.sleipnir_clp_get_basis(clpModel(s), &buf[0]) == 0 {
+		return nil
+	}
+	out := make([]byte, n)
+	for i := range out {
+		out[i] = byte(buf[i])
+	}
+	return out
+}
+
+// setBasis makes b the starting basis of the next solve.
+func setBasis(s *clp.Simplex, b []byte) {
+	n := len(b)
+	buf := (*[1 << 28]C.uchar)(C.malloc(C.size_t(n)))[:n:n]
+	defer C.free(unsafe.Pointer(&buf[0]))
+	for i := range b {
+		buf[i] = C.uchar(b[i])
+	}
+	C.sleipnir_clp_set_basis(clpModel(s), &buf[0])
+}
+
+// iterations is the number of simplex iterations of the last solve.
+func iterations(s *clp.Simplex) int { return int(C.sleipnir_clp_iterations(clpModel(s))) }

@@ -26,6 +26,7 @@ type relaxation struct {
 	simplex *clp.Simplex
 	cols    []clp.Bounds
 	solves  int
+	iters   int // simplex iterations over every solve
 }
 
 func newRelaxation(p *Problem) *relaxation {
@@ -55,8 +56,9 @@ func newRelaxation(p *Problem) *relaxation {
 	return &relaxation{p: p, matrix: m, rows: rows, obj: obj, cols: make([]clp.Bounds, n)}
 }
 
-// solve returns the status, the minimisation-form objective and the solution under bounds lo, up.
-func (r *relaxation) solve(lo, up []float64) (lpStatus, float64, []float64) {
+// solve returns the status, the minimisation-form objective and the solution under bounds lo, up, starting from
+// basis start when it is not nil (otherwise from the last solve's).
+func (r *relaxation) solve(lo, up []float64, start []byte) (lpStatus, float64, []float64) {
 	r.solves++
 	if r.simplex == nil {
 		for j := range r.cols {
@@ -68,14 +70,20 @@ func (r *relaxation) solve(lo, up []float64) (lpStatus, float64, []float64) {
 		r.simplex.SetOptimizationDirection(clp.Minimize)
 	} else {
 		setColumnBounds(r.simplex, lo, up)
+		if start != nil {
+			setBasis(r.simplex, start)
+		}
 	}
-	switch r.simplex.Dual(clp.NoValuesPass, clp.NoStartFinishOptions) {
+	// Keep Clp's work areas and factorization between solves, and skip what the bound changes leave valid
+	// (clpwarm.cpp tells it which bounds and basis changed).
+	switch r.simplex.Dual(clp.NoValuesPass, clp.KeepWorkAreas|clp.OldFactorization|clp.ReduceInitialization) {
 	case clp.Optimal:
 	case clp.Infeasible:
 		return lpInfeasible, math.Inf(1), nil
 	default:
 		return lpFailed, math.Inf(1), nil
 	}
+	r.iters += iterations(r.simplex)
 	x := r.simplex.PrimalColumnSolution()
 	return lpOptimal, r.simplex.ObjectiveValue(), x
 }
@@ -86,7 +94,7 @@ func Relax(p *Problem) (x []float64, obj float64, ok bool) {
 	if p.Validate() != nil {
 		return nil, 0, false
 	}
-	st, v, x := newRelaxation(p).solve(p.Lower, p.Upper)
+	st, v, x := newRelaxation(p).solve(p.Lower, p.Upper, nil)
 	if st != lpOptimal {
 		return nil, 0, false
 	}
@@ -94,4 +102,12 @@ func Relax(p *Problem) (x []float64, obj float64, ok bool) {
 		v = -v
 	}
 	return x, v, true
+}
+
+// basis is the basis of the last solve, for the children of the node it solved.
+func (r *relaxation) basis() []byte {
+	if r.simplex == nil {
+		return nil
+	}
+	return basis(r.simplex)
 }
