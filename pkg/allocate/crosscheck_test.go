@@ -55,8 +55,8 @@ func randomInstance(seed uint64) Input {
 	return Input{Spec: spec, Demand: float64(5 + r.IntN(150)), Servers: 2 + r.IntN(7)}
 }
 
-// TestCrossCheckWithCBC solves each step's MILP of 200 random instances with the branch-and-bound, and the complete
-// model (constraint 7 written out with path indicators) with CBC: the statuses and objectives must agree, and our
+// TestCrossCheckWithCBC solves each step's MILP of 200 random instances and of the examples with the
+// branch-and-bound, and the complete model (constraint 7 written out with path indicators) with CBC: the statuses and objectives must agree, and our
 // solution must satisfy the complete model. A solve that stops at its time limit must bracket CBC's optimum between
 // its best point and its bound.
 func TestCrossCheckWithCBC(t *testing.T) {
@@ -68,11 +68,29 @@ func TestCrossCheckWithCBC(t *testing.T) {
 	if testing.Short() {
 		n = 40
 	}
-	// The example pipelines (5, 8 and 5 variants; 7 batch sizes) are out of reach for now: both this solver and CBC
-	// run for minutes on them. See the README.
 	var instances []Input
 	for seed := uint64(0); seed < uint64(n); seed++ {
 		instances = append(instances, randomInstance(seed))
+	}
+	// The example pipelines, around their switch points. CBC takes minutes on their complete (big-M) models, so it
+	// solves the same model as ours there; our solution must still satisfy the complete model.
+	examples := map[int]bool{}
+	for _, ex := range []struct {
+		file    string
+		servers int
+		demands []float64
+	}{
+		{"../../examples/traffic.yaml", 20, []float64{300, 450, 600}},
+		{"../../examples/ocr-chain.yaml", 6, []float64{150, 250}},
+	} {
+		spec, err := pipeline.Load(ex.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range ex.demands {
+			examples[len(instances)] = true
+			instances = append(instances, Input{Spec: spec, Demand: d, Servers: ex.servers})
+		}
 	}
 	compared, limited := 0, 0
 	for i, in := range instances {
@@ -87,7 +105,11 @@ func TestCrossCheckWithCBC(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			complete, point := m.complete()
-			cst, cobj, err := milp.SolveCBC(ctx, complete)
+			toCBC := complete
+			if examples[i] {
+				toCBC = m.prob
+			}
+			cst, cobj, err := milp.SolveCBC(ctx, toCBC)
 			cancel()
 			if err != nil {
 				t.Fatalf("instance %d step %d: %v", i, st, err)
@@ -134,4 +156,18 @@ func TestCrossCheckWithCBC(t *testing.T) {
 		}
 	}
 	t.Logf("%d models compared with CBC; %d stopped at the time limit", compared+limited, limited)
+}
+
+// TestModelTooLarge: a pipeline whose model would exceed MaxFlowColumns gets a clear error instead of gigabytes of
+// columns; its hardware step (one variant per task) still solves.
+func TestModelTooLarge(t *testing.T) {
+	spec := chainSpec(4, 6)
+	res, err := Solve(Input{Spec: spec, Demand: 120, Servers: 16}, Options{})
+	if err != nil || res.Mode != ModeHardware {
+		t.Fatalf("hardware step: %v, %+v", err, res)
+	}
+	_, err = Solve(Input{Spec: spec, Demand: 300, Servers: 16}, Options{})
+	if !errors.Is(err, ErrModelTooLarge) {
+		t.Fatalf("got %v, want ErrModelTooLarge", err)
+	}
 }

@@ -18,7 +18,7 @@ func (m *model) complete() (p *milp.Problem, point func(x []float64) []float64) 
 	src := m.prob
 	base := src.NumCols()
 	if len(m.combos) > 0 {
-		base = m.combos[0].col // the combination columns come last
+		base = m.combos[0].col // the columns before the combinations are the complete model's too
 	}
 	p = &milp.Problem{Sense: src.Sense}
 	for j := 0; j < base; j++ {

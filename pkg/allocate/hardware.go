@@ -111,6 +111,7 @@ func (m *model) enumerateHardware() (res milp.Result, ok bool) {
 			x[c.col] = d
 		}
 	}
+	m.fillAggregates(x)
 	v := float64(bestServers)
 	return milp.Result{Status: milp.Optimal, X: x, Objective: v, Bound: v}, true
 }

@@ -5,6 +5,7 @@
 package allocate
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -59,8 +60,10 @@ type variant struct {
 	batches []int     // allowed maximum batch sizes after presolve
 	lat     []float64 // p50 latency (ms) per allowed batch
 	q       []float64 // throughput (items/s of one replica) per allowed batch
-	// columns
-	z, n []int
+	// columns: batch choice and replicas per allowed batch; total is the replicas over every batch (-1 when
+	// the variant has no columns)
+	z, n  []int
+	total int
 }
 
 // path is a root-to-leaf path of variants through one chain.
@@ -95,6 +98,8 @@ type model struct {
 	budget   []float64
 	combos   []*combo
 	loadUB   []float64 // per variant: the most traffic that can reach it
+	// taskServers is the column of the servers of each task (see addAggregates).
+	taskServers map[string]int
 }
 
 // fanout is the multiplicative factor from a variant of task to one child task.
@@ -229,10 +234,10 @@ func build(in Input, st step) (*model, error) {
 		}
 		for bi, b := range kv.batches {
 			name := fmt.Sprintf("%s/%s@%d", kv.task, kv.v.Name, b)
-			kv.z = append(kv.z, p.AddCol("use "+name, 0, 0, 1, true, 2))
-			// Batch choices and replica counts are branched on alike, by pseudo-cost: on the examples that closes
-			// the gap in fewer nodes than taking every batch choice first.
-			kv.n = append(kv.n, p.AddCol("replicas "+name, 0, 0, m.replicaBound(k, bi), true, 2))
+			// Batch choices and replica counts are branched on alike, by pseudo-cost, after the aggregates of
+			// addAggregates: on the examples that closes the gap in fewer nodes than taking every batch choice first.
+			kv.z = append(kv.z, p.AddCol("use "+name, 0, 0, 1, true, prioBatch))
+			kv.n = append(kv.n, p.AddCol("replicas "+name, 0, 0, m.replicaBound(k, bi), true, prioBatch))
 			if st == stepHardware {
 				p.Obj[kv.n[bi]] = 1
 			}
@@ -240,6 +245,10 @@ func build(in Input, st step) (*model, error) {
 	}
 	// Constraint 7, exactly: a path carries traffic only at batch sizes whose latencies fit its budget together, so
 	// its flow is split over the combinations of batch sizes (one per hop) that fit.
+	if m.countCombos() > MaxFlowColumns {
+		return nil, fmt.Errorf("%w: its %d paths of variants have more than %d combinations of batch sizes that fit "+
+			"the SLO; allow fewer batch sizes or variants", ErrModelTooLarge, len(m.paths), MaxFlowColumns)
+	}
 	for _, pa := range m.paths {
 		obj := 0.0
 		if st == stepAccuracy {
@@ -301,6 +310,7 @@ func build(in Input, st step) (*model, error) {
 		p.AddRow("one batch size of "+kv.task+"/"+kv.v.Name, math.Inf(-1), 1, one...)
 	}
 	p.AddRow("servers", math.Inf(-1), float64(in.Servers), servers...)
+	m.addAggregates()
 	// A positive demand needs a replica of every task its requests reach (a valid cut: it closes the LP bound of
 	// allocations that spread fractions of servers over every task).
 	if st != stepMaxDemand && in.Demand > 0 {
@@ -329,6 +339,94 @@ func build(in Input, st step) (*model, error) {
 		p.AddRow("minimum accuracy", 0, math.Inf(1), terms...)
 	}
 	return m, nil
+}
+
+// Branching priorities: the servers of a task first, then the replicas of a variant, then batch choices and
+// replicas per batch size.
+const (
+	prioBatch   = 2
+	prioVariant = 3
+	prioTask    = 4
+)
+
+// addAggregates adds integer columns for the servers of each task and the replicas of each variant (over its batch
+// sizes), to branch on before the per-batch columns. Branching on a per-batch replica count barely moves the LP
+// bound, which shifts the fraction to another batch size or variant of the same task; "task t has at most 9
+// servers, or at least 10" cannot be dodged that way. On the traffic example this cuts the nodes to prove an
+// accuracy-scaling optimum by 10-100x.
+func (m *model) addAggregates() {
+	p := m.prob
+	m.taskServers = map[string]int{}
+	for _, kv := range m.variants {
+		kv.total = -1
+	}
+	for _, t := range m.in.Spec.Tasks {
+		var task []milp.Term
+		for _, kv := range m.variants {
+			if kv.task != t.Name || len(kv.n) == 0 {
+				continue
+			}
+			var replicas []milp.Term
+			for _, n := range kv.n {
+				replicas = append(replicas, milp.Term{Col: n, Coef: 1})
+			}
+			task = append(task, replicas...)
+			kv.total = p.AddCol("replicas of "+t.Name+"/"+kv.v.Name, 0, 0, float64(m.in.Servers), true, prioVariant)
+			p.AddRow("replicas of "+t.Name+"/"+kv.v.Name, 0, 0, append(replicas, milp.Term{Col: kv.total, Coef: -1})...)
+		}
+		if len(task) > 0 {
+			c := p.AddCol("servers of "+t.Name, 0, 0, float64(m.in.Servers), true, prioTask)
+			p.AddRow("servers of "+t.Name, 0, 0, append(task, milp.Term{Col: c, Coef: -1})...)
+			m.taskServers[t.Name] = c
+		}
+	}
+}
+
+// fillAggregates sets the aggregate columns of x from its replica columns.
+func (m *model) fillAggregates(x []float64) {
+	for _, c := range m.taskServers {
+		x[c] = 0
+	}
+	for _, kv := range m.variants {
+		if kv.total < 0 {
+			continue
+		}
+		x[kv.total] = 0
+		for _, n := range kv.n {
+			x[kv.total] += x[n]
+		}
+		x[m.taskServers[kv.task]] += x[kv.total]
+	}
+}
+
+// MaxFlowColumns bounds the flow columns of a model (one per path of variants and combination of batch sizes that
+// fits the path's latency budget). They grow as variants^tasks * batches^tasks: the 3-task traffic example has
+// about 1,800; a 4-task chain with 6 variants and 7 batch sizes per task would have hundreds of thousands, an LP
+// too large to branch on within a re-planning period (and gigabytes to build).
+const MaxFlowColumns = 20000
+
+// ErrModelTooLarge says a pipeline's allocation model exceeds MaxFlowColumns.
+var ErrModelTooLarge = errors.New("allocate: the allocation model is too large")
+
+// countCombos is the number of flow columns the paths need.
+func (m *model) countCombos() int {
+	total := 0
+	for _, pa := range m.paths {
+		var rec func(i int, lat float64)
+		rec = func(i int, lat float64) {
+			if i == len(pa.hops) {
+				total++
+				return
+			}
+			for _, l := range m.variants[pa.hops[i]].lat {
+				if total <= MaxFlowColumns && lat+l+pa.fastestAfter[i] <= pa.maxLat+1e-9 {
+					rec(i+1, lat+l)
+				}
+			}
+		}
+		rec(0, 0)
+	}
+	return total
 }
 
 // reached says every path of the task's reference chain brings it traffic (no variant above it emits nothing).

@@ -394,6 +394,7 @@ func (m *model) hardwareIncumbent() []float64 {
 			x[kv.z[bi]] = 1
 			x[kv.n[bi]] = math.Ceil(loads[k]/kv.q[bi] - 1e-9)
 		}
+		m.fillAggregates(x)
 		if p.Violation(x) <= 1e-6 {
 			return x
 		}

@@ -4,6 +4,10 @@ package milp
 // #include <stdlib.h>
 // void sleipnir_clp_set_col_bounds(void *model, const double *lo, const double *up, int n);
 // void sleipnir_clp_quiet(void *model);
+// void sleipnir_clp_load(void *model, int ncols, int nrows, const int *start, const int *index, const double *value,
+//                        const double *collb, const double *colub, const double *obj, const double *rowlb,
+//                        const double *rowub);
+// void sleipnir_clp_primal(void *model, double *out, int n);
 // int sleipnir_clp_basis_len(void *model);
 // int sleipnir_clp_get_basis(void *model, unsigned char *out);
 // void sleipnir_clp_set_basis(void *model, const unsigned char *in);
@@ -34,6 +38,39 @@ func setColumnBounds(s *clp.Simplex, lo, up []float64) {
 }
 
 func quiet(s *clp.Simplex) { C.sleipnir_clp_quiet(clpModel(s)) }
+
+// columnMatrix is a constraint matrix in compressed sparse column form, as Clp loads it.
+type columnMatrix struct {
+	start, index []C.int
+	value        []float64
+}
+
+// load loads the problem into s: the matrix with its column bounds lo, up, objective obj and row bounds.
+func load(s *clp.Simplex, a *columnMatrix, lo, up, obj, rowLo, rowHi []float64) {
+	ncols, nrows := len(a.start)-1, len(rowLo)
+	var index *C.int
+	var value *C.double
+	if len(a.index) > 0 {
+		index, value = &a.index[0], (*C.double)(unsafe.Pointer(&a.value[0]))
+	}
+	dbl := func(v []float64) *C.double {
+		if len(v) == 0 {
+			return nil
+		}
+		return (*C.double)(unsafe.Pointer(&v[0]))
+	}
+	C.sleipnir_clp_load(clpModel(s), C.int(ncols), C.int(nrows), &a.start[0], index, value, dbl(lo), dbl(up), dbl(obj),
+		dbl(rowLo), dbl(rowHi))
+}
+
+// primal is the primal column solution of the last solve.
+func primal(s *clp.Simplex, n int) []float64 {
+	x := make([]float64, n)
+	if n > 0 {
+		C.sleipnir_clp_primal(clpModel(s), (*C.double)(unsafe.Pointer(&x[0])), C.int(n))
+	}
+	return x
+}
 
 // basis is the basis of the last solve (nil if there is none).
 func basis(s *clp.Simplex) []byte {

@@ -1,5 +1,8 @@
 package milp
 
+// #include <stdlib.h>
+import "C"
+
 import (
 	"math"
 
@@ -19,32 +22,40 @@ const (
 // once; each solve loads it with the node's bounds into one Clp model, which keeps its last basis as the starting
 // point of the next dual simplex solve.
 type relaxation struct {
-	p       *Problem
-	matrix  *clp.PackedMatrix
-	rows    []clp.Bounds
-	obj     []float64 // minimisation form
-	simplex *clp.Simplex
-	cols    []clp.Bounds
-	solves  int
-	iters   int // simplex iterations over every solve
+	p            *Problem
+	matrix       *columnMatrix
+	rowLo, rowHi []float64
+	obj          []float64 // minimisation form
+	simplex      *clp.Simplex
+	solves       int
+	iters        int // simplex iterations over every solve
 }
 
 func newRelaxation(p *Problem) *relaxation {
 	n := p.NumCols()
-	byCol := make([][]clp.Nonzero, n)
-	for i, r := range p.Rows {
+	count := make([]int, n+1)
+	for _, r := range p.Rows {
 		for _, t := range r.Terms {
-			byCol[t.Col] = append(byCol[t.Col], clp.Nonzero{Index: i, Value: t.Coef})
+			count[t.Col+1]++
 		}
 	}
-	m := clp.NewPackedMatrix()
-	for _, col := range byCol {
-		m.AppendColumn(col)
+	a := &columnMatrix{start: make([]C.int, n+1)}
+	for j := 0; j < n; j++ {
+		count[j+1] += count[j]
+		a.start[j+1] = C.int(count[j+1])
 	}
-	m.SetDimensions(len(p.Rows), n)
-	rows := make([]clp.Bounds, len(p.Rows))
+	a.index = make([]C.int, count[n])
+	a.value = make([]float64, count[n])
+	next := count[:n]
 	for i, r := range p.Rows {
-		rows[i] = clp.Bounds{Lower: r.Lo, Upper: r.Hi}
+		for _, t := range r.Terms {
+			a.index[next[t.Col]], a.value[next[t.Col]] = C.int(i), t.Coef
+			next[t.Col]++
+		}
+	}
+	rowLo, rowHi := make([]float64, len(p.Rows)), make([]float64, len(p.Rows))
+	for i, r := range p.Rows {
+		rowLo[i], rowHi[i] = r.Lo, r.Hi
 	}
 	obj := make([]float64, n)
 	for j, c := range p.Obj {
@@ -53,7 +64,7 @@ func newRelaxation(p *Problem) *relaxation {
 		}
 		obj[j] = c
 	}
-	return &relaxation{p: p, matrix: m, rows: rows, obj: obj, cols: make([]clp.Bounds, n)}
+	return &relaxation{p: p, matrix: a, rowLo: rowLo, rowHi: rowHi, obj: obj}
 }
 
 // solve returns the status, the minimisation-form objective and the solution under bounds lo, up, starting from
@@ -61,12 +72,9 @@ func newRelaxation(p *Problem) *relaxation {
 func (r *relaxation) solve(lo, up []float64, start []byte) (lpStatus, float64, []float64) {
 	r.solves++
 	if r.simplex == nil {
-		for j := range r.cols {
-			r.cols[j] = clp.Bounds{Lower: lo[j], Upper: up[j]}
-		}
 		r.simplex = clp.NewSimplex()
 		quiet(r.simplex)
-		r.simplex.LoadProblem(r.matrix, r.cols, r.obj, r.rows, nil)
+		load(r.simplex, r.matrix, lo, up, r.obj, r.rowLo, r.rowHi)
 		r.simplex.SetOptimizationDirection(clp.Minimize)
 	} else {
 		setColumnBounds(r.simplex, lo, up)
@@ -84,8 +92,7 @@ func (r *relaxation) solve(lo, up []float64, start []byte) (lpStatus, float64, [
 		return lpFailed, math.Inf(1), nil
 	}
 	r.iters += iterations(r.simplex)
-	x := r.simplex.PrimalColumnSolution()
-	return lpOptimal, r.simplex.ObjectiveValue(), x
+	return lpOptimal, r.simplex.ObjectiveValue(), primal(r.simplex, len(r.obj))
 }
 
 // Relax solves the LP relaxation of p under its own bounds: the solution and its objective value, or ok false when
