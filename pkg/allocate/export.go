@@ -49,16 +49,7 @@ func (m *model) complete() (p *milp.Problem, point func(x []float64) []float64) 
 		if len(t.Children) < 2 {
 			continue
 		}
-		var through []int
-		depth := -1
-		for ci, chain := range m.chains {
-			for i, name := range chain {
-				if name == t.Name {
-					through = append(through, ci)
-					depth = i + 1
-				}
-			}
-		}
+		through, depth := m.chainsThrough(t.Name)
 		type key struct {
 			prefix string
 			chain  int
@@ -111,24 +102,7 @@ func (m *model) complete() (p *milp.Problem, point func(x []float64) []float64) 
 		p.AddRow("one batch size of "+kv.task+"/"+kv.v.Name, math.Inf(-1), 1, one...)
 	}
 	p.AddRow("servers", math.Inf(-1), float64(m.in.Servers), servers...)
-	if m.step != stepMaxDemand && m.in.Demand > 0 {
-		for _, t := range m.in.Spec.Tasks {
-			if !m.reached(t.Name) {
-				continue
-			}
-			var terms []milp.Term
-			for _, kv := range m.variants {
-				if kv.task == t.Name {
-					for _, n := range kv.n {
-						terms = append(terms, milp.Term{Col: n, Coef: 1})
-					}
-				}
-			}
-			if len(terms) > 0 {
-				p.AddRow("a replica of "+t.Name, 1, math.Inf(1), terms...)
-			}
-		}
-	}
+	m.addReplicaPerTask(p)
 	// Constraint 7.
 	flowUB := p.Upper[m.demand]
 	for _, pa := range m.paths {

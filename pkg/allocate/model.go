@@ -311,26 +311,7 @@ func build(in Input, st step) (*model, error) {
 	}
 	p.AddRow("servers", math.Inf(-1), float64(in.Servers), servers...)
 	m.addAggregates()
-	// A positive demand needs a replica of every task its requests reach (a valid cut: it closes the LP bound of
-	// allocations that spread fractions of servers over every task).
-	if st != stepMaxDemand && in.Demand > 0 {
-		for _, t := range spec.Tasks {
-			if !m.reached(t.Name) {
-				continue
-			}
-			var terms []milp.Term
-			for _, kv := range m.variants {
-				if kv.task == t.Name {
-					for _, n := range kv.n {
-						terms = append(terms, milp.Term{Col: n, Coef: 1})
-					}
-				}
-			}
-			if len(terms) > 0 {
-				p.AddRow("a replica of "+t.Name, 1, math.Inf(1), terms...)
-			}
-		}
-	}
+	m.addReplicaPerTask(p)
 	if in.MinAccuracy > 0 && st == stepAccuracy {
 		terms := []milp.Term{{Col: m.demand, Coef: -in.MinAccuracy}}
 		for _, c := range m.combos {
@@ -378,6 +359,30 @@ func (m *model) addAggregates() {
 			c := p.AddCol("servers of "+t.Name, 0, 0, float64(m.in.Servers), true, prioTask)
 			p.AddRow("servers of "+t.Name, 0, 0, append(task, milp.Term{Col: c, Coef: -1})...)
 			m.taskServers[t.Name] = c
+		}
+	}
+}
+
+// addReplicaPerTask adds to p, when there is demand to serve, a row per task its requests reach: at least one
+// replica (a valid cut: it closes the LP bound of allocations that spread fractions of servers over every task).
+func (m *model) addReplicaPerTask(p *milp.Problem) {
+	if m.step == stepMaxDemand || m.in.Demand <= 0 {
+		return
+	}
+	for _, t := range m.in.Spec.Tasks {
+		if !m.reached(t.Name) {
+			continue
+		}
+		var terms []milp.Term
+		for _, kv := range m.variants {
+			if kv.task == t.Name {
+				for _, n := range kv.n {
+					terms = append(terms, milp.Term{Col: n, Coef: 1})
+				}
+			}
+		}
+		if len(terms) > 0 {
+			p.AddRow("a replica of "+t.Name, 1, math.Inf(1), terms...)
 		}
 	}
 }
@@ -535,6 +540,19 @@ func (m *model) addPath(ci int, hops []int) {
 	m.paths = append(m.paths, pa)
 }
 
+// chainsThrough is the chains through task and the number of tasks from the root to it, inclusive.
+func (m *model) chainsThrough(task string) (through []int, depth int) {
+	for ci, chain := range m.chains {
+		for i, name := range chain {
+			if name == task {
+				through = append(through, ci)
+				depth = i + 1
+			}
+		}
+	}
+	return through, depth
+}
+
 // addPrefixAgreement makes chains that share a prefix of tasks split the shared tasks' traffic alike: for every
 // task with several children, every chain through it routes the same traffic through each assignment of variants
 // and batch sizes to the tasks from the root to it as the first chain through it does.
@@ -543,16 +561,7 @@ func (m *model) addPrefixAgreement() {
 		if len(t.Children) < 2 {
 			continue
 		}
-		var through []int
-		depth := -1
-		for ci, chain := range m.chains {
-			for i, name := range chain {
-				if name == t.Name {
-					through = append(through, ci)
-					depth = i + 1
-				}
-			}
-		}
+		through, depth := m.chainsThrough(t.Name)
 		groups := map[string]map[int][]int{} // prefix key -> chain -> flow columns
 		var keys []string
 		for _, c := range m.combos {
