@@ -35,7 +35,7 @@ func BenchmarkSolve(b *testing.B) {
 		}
 	}
 	chain := chainSpec(4, 6)
-	for _, d := range []float64{20, 60, 120} {
+	for _, d := range []float64{20, 120, 200, 300} {
 		in := Input{Spec: chain, Demand: d, Servers: 16}
 		b.Run(fmt.Sprintf("%s/qps=%v", chain.Name, d), func(b *testing.B) { benchSolve(b, in) })
 	}

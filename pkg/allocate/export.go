@@ -16,10 +16,7 @@ import (
 // batch-choice and replica columns, at the same indexes; point maps a point of the model onto it.
 func (m *model) complete() (p *milp.Problem, point func(x []float64) []float64) {
 	src := m.prob
-	base := src.NumCols()
-	if len(m.combos) > 0 {
-		base = m.combos[0].col // the columns before the combinations are the complete model's too
-	}
+	base := m.firstFlow // the columns before the flow columns are the complete model's too
 	p = &milp.Problem{Sense: src.Sense}
 	for j := 0; j < base; j++ {
 		p.AddCol(src.Names[j], src.Obj[j], src.Lower[j], src.Upper[j], src.Integer[j], src.Priority[j])

@@ -64,6 +64,8 @@ type variant struct {
 	// the variant has no columns)
 	z, n  []int
 	total int
+	// capRow is the capacity row per allowed batch.
+	capRow []int
 }
 
 // path is a root-to-leaf path of variants through one chain.
@@ -100,6 +102,17 @@ type model struct {
 	loadUB   []float64 // per variant: the most traffic that can reach it
 	// taskServers is the column of the servers of each task (see addAggregates).
 	taskServers map[string]int
+	// Rows that flow columns enter (see comboTerms); minAccuracyRow is -1 when there is none.
+	demandRow      []int
+	prefixes       []prefixRows
+	minAccuracyRow int
+	// firstFlow is the first flow column; comboCols the column of each combination by name.
+	firstFlow int
+	comboCols map[string]int
+	// priced says flow columns are generated as the LPs need them (see pricer); unserved are then the columns of
+	// the accuracy step's unserved demand, per chain.
+	priced   bool
+	unserved []int
 }
 
 // fanout is the multiplicative factor from a variant of task to one child task.
@@ -243,49 +256,15 @@ func build(in Input, st step) (*model, error) {
 			}
 		}
 	}
-	// Constraint 7, exactly: a path carries traffic only at batch sizes whose latencies fit its budget together, so
-	// its flow is split over the combinations of batch sizes (one per hop) that fit.
-	if m.countCombos() > MaxFlowColumns {
-		return nil, fmt.Errorf("%w: its %d paths of variants have more than %d combinations of batch sizes that fit "+
-			"the SLO; allow fewer batch sizes or variants", ErrModelTooLarge, len(m.paths), MaxFlowColumns)
-	}
-	for _, pa := range m.paths {
-		obj := 0.0
-		if st == stepAccuracy {
-			obj = m.weights[pa.chain] * pa.accuracy / in.Demand
-		}
-		batches := make([]int, len(pa.hops))
-		var rec func(i int, lat float64)
-		rec = func(i int, lat float64) {
-			if i == len(pa.hops) {
-				c := &combo{path: pa, batches: append([]int(nil), batches...)}
-				c.col = p.AddCol("flow "+m.comboName(c), obj, 0, milp.Inf, false, 0)
-				m.combos = append(m.combos, c)
-				return
-			}
-			for bi, l := range m.variants[pa.hops[i]].lat {
-				if lat+l+pa.fastestAfter[i] <= pa.maxLat+1e-9 {
-					batches[i] = bi
-					rec(i+1, lat+l)
-				}
-			}
-		}
-		rec(0, 0)
-	}
 
-	// Rows.
+	// Rows, with no flow columns yet: addCombo puts each in the rows it belongs to.
 	for ci := range m.chains {
-		terms := []milp.Term{{Col: m.demand, Coef: -1}}
-		for _, c := range m.combos {
-			if c.path.chain == ci {
-				terms = append(terms, milp.Term{Col: c.col, Coef: 1})
-			}
-		}
-		p.AddRow("demand of chain "+strings.Join(m.chains[ci], "->"), 0, 0, terms...)
+		m.demandRow = append(m.demandRow, p.AddRow("demand of chain "+strings.Join(m.chains[ci], "->"), 0, 0,
+			milp.Term{Col: m.demand, Coef: -1}))
 	}
 	m.addPrefixAgreement()
 	var servers []milp.Term
-	for k, kv := range m.variants {
+	for _, kv := range m.variants {
 		if len(kv.z) == 0 {
 			continue
 		}
@@ -293,14 +272,8 @@ func build(in Input, st step) (*model, error) {
 		for bi := range kv.batches {
 			// Constraint 2 at the chosen batch size: the traffic reaching the variant (through its task's reference
 			// chain) at this batch size fits its replicas there.
-			capTerms := []milp.Term{{Col: kv.n[bi], Coef: -kv.q[bi]}}
-			for _, c := range m.combos {
-				if i := c.hop(k); i >= 0 && c.batches[i] == bi && c.path.chain == m.refChain[kv.task] {
-					capTerms = append(capTerms, milp.Term{Col: c.col, Coef: c.path.mult[i]})
-				}
-			}
-			p.AddRow(fmt.Sprintf("capacity of %s/%s@%d", kv.task, kv.v.Name, kv.batches[bi]), math.Inf(-1), 0,
-				capTerms...)
+			kv.capRow = append(kv.capRow, p.AddRow(fmt.Sprintf("capacity of %s/%s@%d", kv.task, kv.v.Name,
+				kv.batches[bi]), math.Inf(-1), 0, milp.Term{Col: kv.n[bi], Coef: -kv.q[bi]}))
 			// Replicas only at the chosen batch size.
 			p.AddRow("replicas at the chosen batch", math.Inf(-1), 0,
 				milp.Term{Col: kv.n[bi], Coef: 1}, milp.Term{Col: kv.z[bi], Coef: -p.Upper[kv.n[bi]]})
@@ -312,14 +285,107 @@ func build(in Input, st step) (*model, error) {
 	p.AddRow("servers", math.Inf(-1), float64(in.Servers), servers...)
 	m.addAggregates()
 	m.addReplicaPerTask(p)
+	m.minAccuracyRow = -1
 	if in.MinAccuracy > 0 && st == stepAccuracy {
-		terms := []milp.Term{{Col: m.demand, Coef: -in.MinAccuracy}}
-		for _, c := range m.combos {
-			terms = append(terms, milp.Term{Col: c.col, Coef: m.weights[c.path.chain] * c.path.accuracy})
+		m.minAccuracyRow = p.AddRow("minimum accuracy", 0, math.Inf(1), milp.Term{Col: m.demand, Coef: -in.MinAccuracy})
+	}
+
+	// Constraint 7, exactly: a path carries traffic only at batch sizes whose latencies fit its budget together, so
+	// its flow is split over the combinations of batch sizes (one per hop) that fit. Below MaxFlowColumns every
+	// combination is a column; above, the accuracy and max-demand steps generate them as the LPs need them.
+	m.firstFlow = p.NumCols()
+	m.comboCols = map[string]int{}
+	if m.countCombos() <= flowColumnLimit {
+		for _, pa := range m.paths {
+			m.eachCombo(pa, func(batches []int) { m.addCombo(pa, batches) })
 		}
-		p.AddRow("minimum accuracy", 0, math.Inf(1), terms...)
+		return m, nil
+	}
+	if st == stepHardware {
+		return nil, fmt.Errorf("%w: its %d paths of variants have more than %d combinations of batch sizes that fit "+
+			"the SLO; allow fewer batch sizes or variants", ErrModelTooLarge, len(m.paths), MaxFlowColumns)
+	}
+	m.priced = true
+	for _, pa := range m.paths {
+		// A first column per path, every hop at its fastest batch size (it fits: the path exists).
+		m.addCombo(pa, make([]int, len(pa.hops)))
+	}
+	if st == stepAccuracy {
+		// Unserved demand, at a prohibitive cost: it keeps the LP feasible while the pricer has not generated the
+		// columns that serve it, and a node that still needs it when no column can help has no point.
+		for ci := range m.chains {
+			m.unserved = append(m.unserved, p.AddColumn("unserved demand of chain "+strings.Join(m.chains[ci], "->"),
+				-unservedCost, 0, milp.Inf, []milp.Term{{Col: m.demandRow[ci], Coef: 1}}))
+		}
 	}
 	return m, nil
+}
+
+// unservedCost is the objective cost of one request per second of unserved demand in a priced accuracy step: far
+// above what serving it could be worth (the system accuracy is at most 1), so the LP uses it only when it must.
+const unservedCost = 1e4
+
+// eachCombo calls f with each combination of batch indexes (one per hop) whose latencies fit the path's budget.
+func (m *model) eachCombo(pa *path, f func(batches []int)) {
+	batches := make([]int, len(pa.hops))
+	var rec func(i int, lat float64)
+	rec = func(i int, lat float64) {
+		if i == len(pa.hops) {
+			f(batches)
+			return
+		}
+		for bi, l := range m.variants[pa.hops[i]].lat {
+			if lat+l+pa.fastestAfter[i] <= pa.maxLat+1e-9 {
+				batches[i] = bi
+				rec(i+1, lat+l)
+			}
+		}
+	}
+	rec(0, 0)
+}
+
+// comboObj is the objective coefficient of a flow column of path pa.
+func (m *model) comboObj(pa *path) float64 {
+	if m.step == stepAccuracy {
+		return m.weights[pa.chain] * pa.accuracy / m.in.Demand
+	}
+	return 0
+}
+
+// comboTerms is a flow column's coefficients: in its chain's demand row, the capacity rows of its hops at their
+// batch sizes (on the reference chain of each hop's task), the prefix agreement rows and the minimum accuracy row.
+func (m *model) comboTerms(pa *path, batches []int) []milp.Term {
+	terms := []milp.Term{{Col: m.demandRow[pa.chain], Coef: 1}}
+	for i, h := range pa.hops {
+		kv := m.variants[h]
+		if pa.chain == m.refChain[kv.task] {
+			terms = append(terms, milp.Term{Col: kv.capRow[batches[i]], Coef: pa.mult[i]})
+		}
+	}
+	for _, pr := range m.prefixes {
+		if rows, ok := pr.rows[prefixKey(pa.hops[:pr.depth], batches[:pr.depth])]; ok {
+			if pa.chain == pr.ref {
+				for _, r := range rows {
+					terms = append(terms, milp.Term{Col: r, Coef: 1})
+				}
+			} else if k := slices.Index(pr.others, pa.chain); k >= 0 {
+				terms = append(terms, milp.Term{Col: rows[k], Coef: -1})
+			}
+		}
+	}
+	if m.minAccuracyRow >= 0 {
+		terms = append(terms, milp.Term{Col: m.minAccuracyRow, Coef: m.weights[pa.chain] * pa.accuracy})
+	}
+	return terms
+}
+
+// addCombo adds the flow column of path pa at batch indexes batches (copied).
+func (m *model) addCombo(pa *path, batches []int) *combo {
+	c := &combo{path: pa, batches: append([]int(nil), batches...)}
+	c.col = m.prob.AddColumn("flow "+m.comboName(c), m.comboObj(pa), 0, milp.Inf, m.comboTerms(pa, c.batches))
+	m.combos = append(m.combos, c)
+	m.comboCols[m.comboName(c)] = c.col
+	return c
 }
 
 // Branching priorities: the servers of a task first, then the replicas of a variant, then batch choices and
@@ -404,11 +470,15 @@ func (m *model) fillAggregates(x []float64) {
 	}
 }
 
-// MaxFlowColumns bounds the flow columns of a model (one per path of variants and combination of batch sizes that
-// fits the path's latency budget). They grow as variants^tasks * batches^tasks: the 3-task traffic example has
-// about 1,800; a 4-task chain with 6 variants and 7 batch sizes per task would have hundreds of thousands, an LP
-// too large to branch on within a re-planning period (and gigabytes to build).
+// MaxFlowColumns is how many flow columns (one per path of variants and combination of batch sizes that fits the
+// path's latency budget) a model lists up front. They grow as variants^tasks * batches^tasks: the 3-task traffic
+// example has about 1,800; a 4-task chain with 6 variants and 7 batch sizes per task would have hundreds of
+// thousands (gigabytes to build). Past it, the accuracy and max-demand steps generate them as the LPs need them
+// (branch-and-price), and the hardware step, one path per chain, fails with ErrModelTooLarge.
 const MaxFlowColumns = 20000
+
+// flowColumnLimit is MaxFlowColumns, lowered by tests to make small models priced.
+var flowColumnLimit = MaxFlowColumns
 
 // ErrModelTooLarge says a pipeline's allocation model exceeds MaxFlowColumns.
 var ErrModelTooLarge = errors.New("allocate: the allocation model is too large")
@@ -424,7 +494,7 @@ func (m *model) countCombos() int {
 				return
 			}
 			for _, l := range m.variants[pa.hops[i]].lat {
-				if total <= MaxFlowColumns && lat+l+pa.fastestAfter[i] <= pa.maxLat+1e-9 {
+				if total <= flowColumnLimit && lat+l+pa.fastestAfter[i] <= pa.maxLat+1e-9 {
 					rec(i+1, lat+l)
 				}
 			}
@@ -457,16 +527,6 @@ func (m *model) replicaBound(k, bi int) float64 {
 		ub = min(ub, math.Ceil(m.loadUB[k]/m.variants[k].q[bi]-1e-9))
 	}
 	return max(ub, 0)
-}
-
-// hop is the index of variant k on the combination's path, or -1.
-func (c *combo) hop(k int) int {
-	for i, h := range c.path.hops {
-		if h == k {
-			return i
-		}
-	}
-	return -1
 }
 
 // fitsSomeChain says a variant of task running at latency lat leaves a chain through the task within its budget
@@ -553,42 +613,49 @@ func (m *model) chainsThrough(task string) (through []int, depth int) {
 	return through, depth
 }
 
-// addPrefixAgreement makes chains that share a prefix of tasks split the shared tasks' traffic alike: for every
-// task with several children, every chain through it routes the same traffic through each assignment of variants
-// and batch sizes to the tasks from the root to it as the first chain through it does.
+// prefixRows are the agreement rows of one task with several children: chains that share the prefix of tasks from
+// the root to it must route the same traffic through each assignment of variants and batch sizes to that prefix as
+// the first chain through it (ref) does. rows[key][k] is the row of chain others[k] for prefix key.
+type prefixRows struct {
+	depth  int
+	ref    int
+	others []int
+	rows   map[string][]int
+}
+
+func prefixKey(hops, batches []int) string { return fmt.Sprint(hops, batches) }
+
+// addPrefixAgreement adds the rows of prefixRows, for every prefix of variants and batch sizes that fits, with no
+// flow columns yet.
 func (m *model) addPrefixAgreement() {
 	for _, t := range m.in.Spec.Tasks {
 		if len(t.Children) < 2 {
 			continue
 		}
 		through, depth := m.chainsThrough(t.Name)
-		groups := map[string]map[int][]int{} // prefix key -> chain -> flow columns
+		pr := prefixRows{depth: depth, ref: through[0], others: through[1:], rows: map[string][]int{}}
 		var keys []string
-		for _, c := range m.combos {
-			if !slices.Contains(through, c.path.chain) {
+		for _, pa := range m.paths {
+			if !slices.Contains(through, pa.chain) {
 				continue
 			}
-			key := fmt.Sprint(c.path.hops[:depth], c.batches[:depth])
-			if groups[key] == nil {
-				groups[key] = map[int][]int{}
-				keys = append(keys, key)
-			}
-			groups[key][c.path.chain] = append(groups[key][c.path.chain], c.col)
+			// The batch combinations of the prefix that some combination of the whole path extends (a prefix
+			// only another chain can take still gets its rows: they keep that chain's flow through it at 0).
+			m.eachCombo(pa, func(batches []int) {
+				key := prefixKey(pa.hops[:depth], batches[:depth])
+				if _, ok := pr.rows[key]; !ok {
+					pr.rows[key] = nil
+					keys = append(keys, key)
+				}
+			})
 		}
 		sort.Strings(keys)
-		ref := through[0]
 		for _, key := range keys {
-			for _, ci := range through[1:] {
-				var terms []milp.Term
-				for _, c := range groups[key][ref] {
-					terms = append(terms, milp.Term{Col: c, Coef: 1})
-				}
-				for _, c := range groups[key][ci] {
-					terms = append(terms, milp.Term{Col: c, Coef: -1})
-				}
-				m.prob.AddRow("shared prefix "+t.Name, 0, 0, terms...)
+			for range pr.others {
+				pr.rows[key] = append(pr.rows[key], m.prob.AddRow("shared prefix "+t.Name+" "+key, 0, 0))
 			}
 		}
+		m.prefixes = append(m.prefixes, pr)
 	}
 }
 

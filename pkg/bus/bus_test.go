@@ -63,9 +63,18 @@ func TestStreamAndConsumers(t *testing.T) {
 		}
 	}
 	for i, want := range []int{2, 1} {
-		info, err := cons[i].Info(ctx)
-		if err != nil {
-			t.Fatal(err)
+		// The server counts a consumer's pending messages shortly after it acknowledges the publish, not before:
+		// wait for the count (a busy machine made a first look see 1 of 2).
+		var info *jetstream.ConsumerInfo
+		for deadline := time.Now().Add(5 * time.Second); ; {
+			var err error
+			if info, err = cons[i].Info(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if int(info.NumPending) == want || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
 		if int(info.NumPending) != want {
 			t.Errorf("consumer %s has %d pending, want %d", info.Name, info.NumPending, want)

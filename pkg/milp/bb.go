@@ -39,6 +39,13 @@ type Options struct {
 	// Lazy checks a point that satisfies the rows and integrality: -1 accepts it; otherwise it returns a column
 	// not yet fixed by lo, up to branch on, whose fixing will eventually make Propagate cut the point off.
 	Lazy func(x, lo, up []float64) int
+	// Pricer makes the search a branch-and-price: after each LP it may append continuous columns to the problem
+	// (Problem.AddColumn) whose reduced cost is negative, given the LP's row duals in minimisation form (a column's
+	// reduced cost is its minimisation-form objective, the negated objective when maximising, less the sum of its
+	// row coefficients times the duals). The LP is solved again until it adds none; then the LP value is the bound
+	// of the node over every column the pricer could make. x is the LP's solution: infeasible true says the node
+	// has no point (e.g. it still needs an artificial column).
+	Pricer func(duals, x []float64) (added int, infeasible bool)
 }
 
 // Result is the outcome of a solve.
@@ -108,7 +115,7 @@ func Solve(p *Problem, opt Options) (Result, error) {
 		sign = -1
 	}
 	s := &search{p: p, opt: opt, lp: newRelaxation(p), inc: math.Inf(1), pc: newPseudoCosts(p.NumCols())}
-	if opt.Incumbent != nil && len(opt.Incumbent) == p.NumCols() && p.Violation(opt.Incumbent) <= 1e-6 &&
+	if opt.Incumbent != nil && len(opt.Incumbent) <= p.NumCols() && p.Violation(opt.Incumbent) <= 1e-6 &&
 		(opt.Lazy == nil || opt.Lazy(opt.Incumbent, p.Lower, p.Upper) < 0) {
 		s.accept(opt.Incumbent)
 	}
@@ -159,7 +166,7 @@ func Solve(p *Problem, opt Options) (Result, error) {
 		res.Bound, res.Gap = sign*bound, math.Inf(1)
 		return res, nil
 	}
-	res.X, res.Objective, res.Bound = s.incX, sign*s.inc, sign*bound
+	res.X, res.Objective, res.Bound = p.pad(s.incX), sign*s.inc, sign*bound
 	res.Gap = max(0, (s.inc-bound)/max(math.Abs(s.inc), 1e-9))
 	res.Status = Optimal
 	if limited || s.unsolved > 0 {
@@ -239,6 +246,7 @@ func (s *search) prunable(b float64) bool {
 
 func (s *search) accept(x []float64) {
 	x = append([]float64(nil), x...)
+	x = s.p.pad(x)
 	for j, integer := range s.p.Integer {
 		if integer {
 			x[j] = math.Round(x[j])
@@ -262,8 +270,22 @@ func (s *search) process(n *node) []*node {
 	if s.opt.Propagate != nil && !s.opt.Propagate(n.lo, n.up) {
 		return nil
 	}
+	s.extend(n)
 	st, obj, x := s.lp.solve(n.lo, n.up, n.basis)
 	n.basis = nil // the children get this node's
+	for st == lpOptimal && s.opt.Pricer != nil {
+		before := s.p.NumCols()
+		added, infeasible := s.opt.Pricer(s.lp.duals(), x)
+		if infeasible {
+			return nil
+		}
+		if added == 0 {
+			break
+		}
+		s.lp.addColumns(before)
+		s.extend(n)
+		st, obj, x = s.lp.solve(n.lo, n.up, nil)
+	}
 	switch st {
 	case lpInfeasible:
 		return nil
@@ -296,6 +318,20 @@ func (s *search) process(n *node) []*node {
 		c.basis = b // shared, read-only
 	}
 	return children
+}
+
+// extend gives node n the bounds of the columns added since it was made.
+func (s *search) extend(n *node) {
+	for j := len(n.lo); j < s.p.NumCols(); j++ {
+		n.lo, n.up = append(n.lo, s.p.Lower[j]), append(n.up, s.p.Upper[j])
+	}
+	if len(s.pc.sum[0]) < s.p.NumCols() {
+		grow := s.p.NumCols() - len(s.pc.sum[0])
+		for d := range 2 {
+			s.pc.sum[d] = append(s.pc.sum[d], make([]float64, grow)...)
+			s.pc.n[d] = append(s.pc.n[d], make([]int, grow)...)
+		}
+	}
 }
 
 // branchColumn is the fractional integer column to branch on, or -1 if x is integral: among those of the highest

@@ -8,6 +8,9 @@ package milp
 //                        const double *collb, const double *colub, const double *obj, const double *rowlb,
 //                        const double *rowub);
 // void sleipnir_clp_primal(void *model, double *out, int n);
+// void sleipnir_clp_duals(void *model, double *out, int n);
+// void sleipnir_clp_add_columns(void *model, int n, const double *lo, const double *up, const double *obj,
+//                               const int *start, const int *index, const double *value);
 // int sleipnir_clp_basis_len(void *model);
 // int sleipnir_clp_get_basis(void *model, unsigned char *out);
 // void sleipnir_clp_set_basis(void *model, const unsigned char *in);
@@ -61,6 +64,31 @@ func load(s *clp.Simplex, a *columnMatrix, lo, up, obj, rowLo, rowHi []float64) 
 	}
 	C.sleipnir_clp_load(clpModel(s), C.int(ncols), C.int(nrows), &a.start[0], index, value, dbl(lo), dbl(up), dbl(obj),
 		dbl(rowLo), dbl(rowHi))
+}
+
+// atLowerBound is Clp's status of a non-basic column at its lower bound.
+const atLowerBound = 3
+
+// addColumns appends the columns of a (rows indexed as in the loaded problem) with their bounds and
+// minimisation-form objective.
+func addColumns(s *clp.Simplex, a *columnMatrix, lo, up, obj []float64) {
+	n := len(a.start) - 1
+	var index *C.int
+	var value *C.double
+	if len(a.index) > 0 {
+		index, value = &a.index[0], (*C.double)(unsafe.Pointer(&a.value[0]))
+	}
+	C.sleipnir_clp_add_columns(clpModel(s), C.int(n), (*C.double)(unsafe.Pointer(&lo[0])),
+		(*C.double)(unsafe.Pointer(&up[0])), (*C.double)(unsafe.Pointer(&obj[0])), &a.start[0], index, value)
+}
+
+// rowDuals is the row duals of the last solve.
+func rowDuals(s *clp.Simplex, n int) []float64 {
+	y := make([]float64, n)
+	if n > 0 {
+		C.sleipnir_clp_duals(clpModel(s), (*C.double)(unsafe.Pointer(&y[0])), C.int(n))
+	}
+	return y
 }
 
 // primal is the primal column solution of the last solve.

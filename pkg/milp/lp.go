@@ -79,7 +79,7 @@ func (r *relaxation) solve(lo, up []float64, start []byte) (lpStatus, float64, [
 	} else {
 		setColumnBounds(r.simplex, lo, up)
 		if start != nil {
-			setBasis(r.simplex, start)
+			setBasis(r.simplex, r.widen(start))
 		}
 	}
 	// Keep Clp's work areas and factorization between solves, and skip what the bound changes leave valid
@@ -95,13 +95,84 @@ func (r *relaxation) solve(lo, up []float64, start []byte) (lpStatus, float64, [
 	return lpOptimal, r.simplex.ObjectiveValue(), primal(r.simplex, len(r.obj))
 }
 
-// Relax solves the LP relaxation of p under its own bounds: the solution and its objective value, or ok false when
-// the relaxation is infeasible or Clp cannot solve it. Heuristics start from it.
-func Relax(p *Problem) (x []float64, obj float64, ok bool) {
+// widen fits a basis saved before columns were added: the new columns start at their lower bound.
+func (r *relaxation) widen(b []byte) []byte {
+	rows, cols := len(r.rowLo), len(r.obj)
+	if len(b) == rows+cols {
+		return b
+	}
+	old := len(b) - rows
+	out := make([]byte, 0, rows+cols)
+	out = append(out, b[:old]...)
+	for j := old; j < cols; j++ {
+		out = append(out, atLowerBound)
+	}
+	return append(out, b[old:]...)
+}
+
+// addColumns loads the problem's columns from index from on into the LP, keeping its basis.
+func (r *relaxation) addColumns(from int) {
+	p := r.p
+	n := p.NumCols() - from
+	if n <= 0 {
+		return
+	}
+	if r.simplex == nil { // nothing loaded yet: the first solve loads every column
+		fresh := newRelaxation(p)
+		r.matrix, r.obj = fresh.matrix, fresh.obj
+		return
+	}
+	byCol := make([][]Term, n)
+	for i, row := range p.Rows {
+		for _, t := range row.Terms {
+			if t.Col >= from {
+				byCol[t.Col-from] = append(byCol[t.Col-from], Term{Col: i, Coef: t.Coef})
+			}
+		}
+	}
+	a := &columnMatrix{start: make([]C.int, n+1)}
+	for k, terms := range byCol {
+		for _, t := range terms {
+			a.index = append(a.index, C.int(t.Col))
+			a.value = append(a.value, t.Coef)
+		}
+		a.start[k+1] = C.int(len(a.index))
+	}
+	obj := make([]float64, n)
+	for k := range obj {
+		obj[k] = p.Obj[from+k]
+		if p.Sense == Maximize {
+			obj[k] = -obj[k]
+		}
+	}
+	r.obj = append(r.obj, obj...)
+	addColumns(r.simplex, a, p.Lower[from:], p.Upper[from:], obj)
+}
+
+// duals is the row duals of the last solve (minimisation form: reduced cost = cost - duals . column).
+func (r *relaxation) duals() []float64 { return rowDuals(r.simplex, len(r.rowLo)) }
+
+// Relax solves the LP relaxation of p under its own bounds, generating columns with pricer (nil: none) as Solve
+// does: the solution and its objective value, or ok false when the relaxation is infeasible or Clp cannot solve it.
+// Heuristics start from it.
+func Relax(p *Problem, pricer func(duals, x []float64) (int, bool)) (x []float64, obj float64, ok bool) {
 	if p.Validate() != nil {
 		return nil, 0, false
 	}
-	st, v, x := newRelaxation(p).solve(p.Lower, p.Upper, nil)
+	r := newRelaxation(p)
+	st, v, x := r.solve(p.Lower, p.Upper, nil)
+	for st == lpOptimal && pricer != nil {
+		before := p.NumCols()
+		added, infeasible := pricer(r.duals(), x)
+		if infeasible {
+			return nil, 0, false
+		}
+		if added == 0 {
+			break
+		}
+		r.addColumns(before)
+		st, v, x = r.solve(p.Lower, p.Upper, nil)
+	}
 	if st != lpOptimal {
 		return nil, 0, false
 	}

@@ -1,6 +1,7 @@
 // Package milp solves small mixed-integer linear programs exactly, by branch-and-bound over LP relaxations solved
 // with Clp (github.com/lanl/clp). It is generic; the allocation model of pkg/allocate gives it problem-specific
-// help through Options: a first incumbent, branching priorities, bound propagation and a lazy feasibility check.
+// help through Options: a first incumbent, branching priorities, columns generated on demand (branch-and-price),
+// bound propagation and a lazy feasibility check.
 package milp
 
 import (
@@ -71,6 +72,18 @@ func (p *Problem) AddRow(name string, lo, hi float64, terms ...Term) int {
 	return len(p.Rows) - 1
 }
 
+// AddColumn appends a continuous column with its coefficients in existing rows (row index -> coefficient), for
+// columns generated while solving (Options.Pricer), and returns its index.
+func (p *Problem) AddColumn(name string, obj, lo, hi float64, coefs []Term) int {
+	j := p.AddCol(name, obj, lo, hi, false, 0)
+	for _, c := range coefs {
+		if c.Coef != 0 {
+			p.Rows[c.Col].Terms = append(p.Rows[c.Col].Terms, Term{Col: j, Coef: c.Coef})
+		}
+	}
+	return j
+}
+
 // NumCols is the number of columns.
 func (p *Problem) NumCols() int { return len(p.Obj) }
 
@@ -95,8 +108,17 @@ func (p *Problem) Validate() error {
 	return nil
 }
 
-// Value is the objective value of x.
+// pad extends x with zeros to the problem's columns.
+func (p *Problem) pad(x []float64) []float64 {
+	if len(x) < p.NumCols() {
+		x = append(append(make([]float64, 0, p.NumCols()), x...), make([]float64, p.NumCols()-len(x))...)
+	}
+	return x
+}
+
+// Value is the objective value of x (zeros in the columns it lacks).
 func (p *Problem) Value(x []float64) float64 {
+	x = p.pad(x)
 	v := 0.0
 	for j, c := range p.Obj {
 		v += c * x[j]
@@ -104,8 +126,10 @@ func (p *Problem) Value(x []float64) float64 {
 	return v
 }
 
-// Violation is the largest amount by which x breaks a row or a bound, or is fractional in an integer column.
+// Violation is the largest amount by which x breaks a row or a bound, or is fractional in an integer column. A
+// shorter x (from before columns were added) has zeros in the new columns.
 func (p *Problem) Violation(x []float64) float64 {
+	x = p.pad(x)
 	worst := 0.0
 	for j := range p.Obj {
 		worst = max(worst, p.Lower[j]-x[j], x[j]-p.Upper[j])
