@@ -24,11 +24,7 @@ func (m *model) complete() (p *milp.Problem, point func(x []float64) []float64) 
 	flow := make(map[*path]int, len(m.paths))
 	used := make(map[*path]int, len(m.paths))
 	for _, pa := range m.paths {
-		obj := 0.0
-		if m.step == stepAccuracy {
-			obj = m.weights[pa.chain] * pa.accuracy / m.in.Demand
-		}
-		flow[pa] = p.AddCol("flow "+m.pathName(pa), obj, 0, milp.Inf, false, 0)
+		flow[pa] = p.AddCol("flow "+m.pathName(pa), m.comboObj(pa), 0, milp.Inf, false, 0)
 		used[pa] = p.AddCol("carries "+m.pathName(pa), 0, 0, 1, true, 0)
 	}
 

@@ -165,7 +165,6 @@ func build(in Input, st step) (*model, error) {
 		}
 		fastest[t.Name] = best
 	}
-	byHop := map[string]int{}
 	for ti := range spec.Tasks {
 		t := &spec.Tasks[ti]
 		top := t.MostAccurate().Accuracy
@@ -188,7 +187,6 @@ func build(in Input, st step) (*model, error) {
 			if len(kv.batches) == 0 {
 				continue
 			}
-			byHop[t.Name+"/"+v.Name] = len(m.variants)
 			m.variants = append(m.variants, kv)
 		}
 	}
@@ -297,7 +295,10 @@ func build(in Input, st step) (*model, error) {
 	m.comboCols = map[string]int{}
 	if m.countCombos() <= flowColumnLimit {
 		for _, pa := range m.paths {
-			m.eachCombo(pa, func(batches []int) { m.addCombo(pa, batches) })
+			m.eachCombo(pa, func(batches []int) bool {
+				m.addCombo(pa, batches)
+				return true
+			})
 		}
 		return m, nil
 	}
@@ -307,8 +308,7 @@ func build(in Input, st step) (*model, error) {
 	}
 	m.priced = true
 	for _, pa := range m.paths {
-		// A first column per path, every hop at its fastest batch size (it fits: the path exists).
-		m.addCombo(pa, make([]int, len(pa.hops)))
+		m.addCombo(pa, m.fastestCombo(pa)) // a first column per path
 	}
 	if st == stepAccuracy {
 		// Unserved demand, at a prohibitive cost: it keeps the LP feasible while the pricer has not generated the
@@ -325,23 +325,35 @@ func build(in Input, st step) (*model, error) {
 // above what serving it could be worth (the system accuracy is at most 1), so the LP uses it only when it must.
 const unservedCost = 1e4
 
-// eachCombo calls f with each combination of batch indexes (one per hop) whose latencies fit the path's budget.
-func (m *model) eachCombo(pa *path, f func(batches []int)) {
+// eachCombo calls f with each combination of batch indexes (one per hop) whose latencies fit the path's budget,
+// until f returns false.
+func (m *model) eachCombo(pa *path, f func(batches []int) bool) {
 	batches := make([]int, len(pa.hops))
-	var rec func(i int, lat float64)
-	rec = func(i int, lat float64) {
+	var rec func(i int, lat float64) bool
+	rec = func(i int, lat float64) bool {
 		if i == len(pa.hops) {
-			f(batches)
-			return
+			return f(batches)
 		}
 		for bi, l := range m.variants[pa.hops[i]].lat {
 			if lat+l+pa.fastestAfter[i] <= pa.maxLat+1e-9 {
 				batches[i] = bi
-				rec(i+1, lat+l)
+				if !rec(i+1, lat+l) {
+					return false
+				}
 			}
 		}
+		return true
 	}
 	rec(0, 0)
+}
+
+// fastestCombo is the combination of path pa with every hop at its fastest batch size (it fits: the path exists).
+func (m *model) fastestCombo(pa *path) []int {
+	batches := make([]int, len(pa.hops))
+	for i, h := range pa.hops {
+		batches[i] = slices.Index(m.variants[h].lat, slicesMin(m.variants[h].lat))
+	}
+	return batches
 }
 
 // comboObj is the objective coefficient of a flow column of path pa.
@@ -399,8 +411,8 @@ const (
 // addAggregates adds integer columns for the servers of each task and the replicas of each variant (over its batch
 // sizes), to branch on before the per-batch columns. Branching on a per-batch replica count barely moves the LP
 // bound, which shifts the fraction to another batch size or variant of the same task; "task t has at most 9
-// servers, or at least 10" cannot be dodged that way. On the traffic example this cuts the nodes to prove an
-// accuracy-scaling optimum by 10-100x.
+// servers, or at least 10" cannot be dodged that way. On the traffic example at 400-900 QPS this cut the nodes to
+// prove an accuracy-scaling optimum from 739 to more than 12,000 down to 43-1,292.
 func (m *model) addAggregates() {
 	p := m.prob
 	m.taskServers = map[string]int{}
@@ -487,19 +499,10 @@ var ErrModelTooLarge = errors.New("allocate: the allocation model is too large")
 func (m *model) countCombos() int {
 	total := 0
 	for _, pa := range m.paths {
-		var rec func(i int, lat float64)
-		rec = func(i int, lat float64) {
-			if i == len(pa.hops) {
-				total++
-				return
-			}
-			for _, l := range m.variants[pa.hops[i]].lat {
-				if total <= flowColumnLimit && lat+l+pa.fastestAfter[i] <= pa.maxLat+1e-9 {
-					rec(i+1, lat+l)
-				}
-			}
-		}
-		rec(0, 0)
+		m.eachCombo(pa, func([]int) bool {
+			total++
+			return total <= flowColumnLimit // past it, the count no longer matters
+		})
 	}
 	return total
 }
@@ -641,12 +644,13 @@ func (m *model) addPrefixAgreement() {
 			}
 			// The batch combinations of the prefix that some combination of the whole path extends (a prefix
 			// only another chain can take still gets its rows: they keep that chain's flow through it at 0).
-			m.eachCombo(pa, func(batches []int) {
+			m.eachCombo(pa, func(batches []int) bool {
 				key := prefixKey(pa.hops[:depth], batches[:depth])
 				if _, ok := pr.rows[key]; !ok {
 					pr.rows[key] = nil
 					keys = append(keys, key)
 				}
+				return true
 			})
 		}
 		sort.Strings(keys)

@@ -232,8 +232,8 @@ func (m *model) pricer() func(duals, x []float64) (int, bool) {
 const columnsPerRound = 50
 
 // bestCombo is the combination of batch sizes of path pa with the most negative reduced cost under duals (below
-// -1e-9) and that cost, or nil: a depth-first search over the hops' batch sizes that fit the budget, pruned by the least each
-// remaining hop (and prefix agreement) can still subtract.
+// -1e-9) and that cost, or nil: a depth-first search over the hops' batch sizes that fit the budget, pruned by the
+// least each remaining hop (and prefix agreement) can still subtract.
 func (m *model) bestCombo(pa *path, duals []float64, sign float64) (*combo, float64) {
 	n := len(pa.hops)
 	fixedPart := sign*m.comboObj(pa) - duals[m.demandRow[pa.chain]]
@@ -434,10 +434,13 @@ func (m *model) fixedBatchIncumbent(opt Options) []float64 {
 			batches := make([]int, len(pa.hops))
 			lat := 0.0
 			for i, h := range pa.hops {
-				batches[i] = fixed[h]
-				lat += m.variants[h].lat[max(fixed[h], 0)]
+				if batches[i] = fixed[h]; batches[i] < 0 {
+					lat = math.Inf(1)
+					break
+				}
+				lat += m.variants[h].lat[batches[i]]
 			}
-			if !slices.Contains(batches, -1) && lat <= pa.maxLat+1e-9 {
+			if lat <= pa.maxLat+1e-9 {
 				if _, ok := m.comboCols[m.comboName(&combo{path: pa, batches: batches})]; !ok {
 					m.addCombo(pa, batches)
 				}

@@ -2,7 +2,6 @@ package milp
 
 import (
 	"container/heap"
-	"fmt"
 	"math"
 	"time"
 )
@@ -34,11 +33,6 @@ type Options struct {
 	TimeLimit time.Duration
 	// Incumbent is a known feasible point, a first solution to prune against; ignored if it is not feasible.
 	Incumbent []float64
-	// Propagate may tighten a node's bounds in place before its LP is solved; false says the node is infeasible.
-	Propagate func(lo, up []float64) bool
-	// Lazy checks a point that satisfies the rows and integrality: -1 accepts it; otherwise it returns a column
-	// not yet fixed by lo, up to branch on, whose fixing will eventually make Propagate cut the point off.
-	Lazy func(x, lo, up []float64) int
 	// Pricer makes the search a branch-and-price: after each LP it may append continuous columns to the problem
 	// (Problem.AddColumn) whose reduced cost is negative, given the LP's row duals in minimisation form (a column's
 	// reduced cost is its minimisation-form objective, the negated objective when maximising, less the sum of its
@@ -60,8 +54,6 @@ type Result struct {
 	Gap   float64
 	Nodes int
 	LPs   int
-	// Iterations counts the simplex iterations of every LP.
-	Iterations int
 	// Unsolved counts LPs Clp could not solve; when non-zero the result is not proven optimal.
 	Unsolved int
 }
@@ -115,8 +107,7 @@ func Solve(p *Problem, opt Options) (Result, error) {
 		sign = -1
 	}
 	s := &search{p: p, opt: opt, lp: newRelaxation(p), inc: math.Inf(1), pc: newPseudoCosts(p.NumCols())}
-	if opt.Incumbent != nil && len(opt.Incumbent) <= p.NumCols() && p.Violation(opt.Incumbent) <= 1e-6 &&
-		(opt.Lazy == nil || opt.Lazy(opt.Incumbent, p.Lower, p.Upper) < 0) {
+	if opt.Incumbent != nil && len(opt.Incumbent) <= p.NumCols() && p.Violation(opt.Incumbent) <= 1e-6 {
 		s.accept(opt.Incumbent)
 	}
 	start := time.Now()
@@ -150,7 +141,7 @@ func Solve(p *Problem, opt Options) (Result, error) {
 			heap.Init(&open)
 		}
 	}
-	res := Result{Nodes: s.nodes, LPs: s.lp.solves, Iterations: s.lp.iters, Unsolved: s.unsolved}
+	res := Result{Nodes: s.nodes, LPs: s.lp.solves, Unsolved: s.unsolved}
 	bound := s.inc
 	for _, n := range open {
 		if !s.prunable(n.bound) {
@@ -245,8 +236,7 @@ func (s *search) prunable(b float64) bool {
 }
 
 func (s *search) accept(x []float64) {
-	x = append([]float64(nil), x...)
-	x = s.p.pad(x)
+	x = s.p.pad(append([]float64(nil), x...))
 	for j, integer := range s.p.Integer {
 		if integer {
 			x[j] = math.Round(x[j])
@@ -267,25 +257,11 @@ func (s *search) process(n *node) []*node {
 		return nil
 	}
 	s.nodes++
-	if s.opt.Propagate != nil && !s.opt.Propagate(n.lo, n.up) {
-		return nil
-	}
-	s.extend(n)
-	st, obj, x := s.lp.solve(n.lo, n.up, n.basis)
-	n.basis = nil // the children get this node's
-	for st == lpOptimal && s.opt.Pricer != nil {
-		before := s.p.NumCols()
-		added, infeasible := s.opt.Pricer(s.lp.duals(), x)
-		if infeasible {
-			return nil
-		}
-		if added == 0 {
-			break
-		}
-		s.lp.addColumns(before)
+	st, obj, x := s.lp.solvePriced(func() ([]float64, []float64) {
 		s.extend(n)
-		st, obj, x = s.lp.solve(n.lo, n.up, nil)
-	}
+		return n.lo, n.up
+	}, n.basis, s.opt.Pricer)
+	n.basis = nil // the children get this node's
 	switch st {
 	case lpInfeasible:
 		return nil
@@ -301,16 +277,8 @@ func (s *search) process(n *node) []*node {
 	}
 	col := s.branchColumn(x)
 	if col < 0 {
-		if s.opt.Lazy != nil {
-			col = s.opt.Lazy(x, n.lo, n.up)
-		}
-		if col < 0 {
-			s.accept(x)
-			return nil
-		}
-		if n.lo[col] == n.up[col] {
-			panic(fmt.Sprintf("milp: Lazy returned column %s, which is already fixed", s.p.Names[col]))
-		}
+		s.accept(x)
+		return nil
 	}
 	children := split(n, col, x[col], obj)
 	b := s.lp.basis()

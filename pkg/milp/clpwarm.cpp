@@ -32,6 +32,7 @@ extern "C" void sleipnir_clp_primal(void *model, double *out, int n) {
   for (int j = 0; j < n; j++) out[j] = x[j];
 }
 
+// The row duals in one copy.
 extern "C" void sleipnir_clp_duals(void *model, double *out, int n) {
   const double *y = static_cast<ClpSimplex *>(model)->dualRowSolution();
   for (int i = 0; i < n; i++) out[i] = y[i];
@@ -73,5 +74,3 @@ extern "C" void sleipnir_clp_set_basis(void *model, const unsigned char *in) {
   for (int i = 0; i < n; i++) st[i] = in[i];
   m->setWhatsChanged(m->whatsChanged() & ~BASIS_SAME);
 }
-
-extern "C" int sleipnir_clp_iterations(void *model) { return static_cast<ClpSimplex *>(model)->numberIterations(); }

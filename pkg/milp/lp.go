@@ -1,6 +1,5 @@
 package milp
 
-// #include <stdlib.h>
 import "C"
 
 import (
@@ -18,9 +17,8 @@ const (
 	lpFailed // unbounded, or Clp gave up
 )
 
-// relaxation solves the LP relaxation of a problem under changing column bounds. The constraint matrix is packed
-// once; each solve loads it with the node's bounds into one Clp model, which keeps its last basis as the starting
-// point of the next dual simplex solve.
+// relaxation solves the LP relaxation of a problem under changing column bounds in one Clp model, loaded at the
+// first solve; each later solve sets the node's bounds and starts from a given basis or the last solve's.
 type relaxation struct {
 	p            *Problem
 	matrix       *columnMatrix
@@ -28,15 +26,25 @@ type relaxation struct {
 	obj          []float64 // minimisation form
 	simplex      *clp.Simplex
 	solves       int
-	iters        int // simplex iterations over every solve
 }
 
 func newRelaxation(p *Problem) *relaxation {
-	n := p.NumCols()
+	rowLo, rowHi := make([]float64, len(p.Rows)), make([]float64, len(p.Rows))
+	for i, r := range p.Rows {
+		rowLo[i], rowHi[i] = r.Lo, r.Hi
+	}
+	return &relaxation{p: p, matrix: columnsOf(p, 0), rowLo: rowLo, rowHi: rowHi, obj: minObjective(p, 0)}
+}
+
+// columnsOf is the constraint matrix of p's columns from index from on, in compressed sparse column form.
+func columnsOf(p *Problem, from int) *columnMatrix {
+	n := p.NumCols() - from
 	count := make([]int, n+1)
 	for _, r := range p.Rows {
 		for _, t := range r.Terms {
-			count[t.Col+1]++
+			if t.Col >= from {
+				count[t.Col-from+1]++
+			}
 		}
 	}
 	a := &columnMatrix{start: make([]C.int, n+1)}
@@ -49,22 +57,24 @@ func newRelaxation(p *Problem) *relaxation {
 	next := count[:n]
 	for i, r := range p.Rows {
 		for _, t := range r.Terms {
-			a.index[next[t.Col]], a.value[next[t.Col]] = C.int(i), t.Coef
-			next[t.Col]++
+			if j := t.Col - from; j >= 0 {
+				a.index[next[j]], a.value[next[j]] = C.int(i), t.Coef
+				next[j]++
+			}
 		}
 	}
-	rowLo, rowHi := make([]float64, len(p.Rows)), make([]float64, len(p.Rows))
-	for i, r := range p.Rows {
-		rowLo[i], rowHi[i] = r.Lo, r.Hi
-	}
-	obj := make([]float64, n)
-	for j, c := range p.Obj {
-		if p.Sense == Maximize {
-			c = -c
+	return a
+}
+
+// minObjective is the objective of p's columns from index from on, in minimisation form.
+func minObjective(p *Problem, from int) []float64 {
+	obj := append([]float64(nil), p.Obj[from:]...)
+	if p.Sense == Maximize {
+		for j := range obj {
+			obj[j] = -obj[j]
 		}
-		obj[j] = c
 	}
-	return &relaxation{p: p, matrix: a, rowLo: rowLo, rowHi: rowHi, obj: obj}
+	return obj
 }
 
 // solve returns the status, the minimisation-form objective and the solution under bounds lo, up, starting from
@@ -91,7 +101,6 @@ func (r *relaxation) solve(lo, up []float64, start []byte) (lpStatus, float64, [
 	default:
 		return lpFailed, math.Inf(1), nil
 	}
-	r.iters += iterations(r.simplex)
 	return lpOptimal, r.simplex.ObjectiveValue(), primal(r.simplex, len(r.obj))
 }
 
@@ -112,41 +121,39 @@ func (r *relaxation) widen(b []byte) []byte {
 
 // addColumns loads the problem's columns from index from on into the LP, keeping its basis.
 func (r *relaxation) addColumns(from int) {
-	p := r.p
-	n := p.NumCols() - from
-	if n <= 0 {
-		return
-	}
 	if r.simplex == nil { // nothing loaded yet: the first solve loads every column
-		fresh := newRelaxation(p)
-		r.matrix, r.obj = fresh.matrix, fresh.obj
+		r.matrix, r.obj = columnsOf(r.p, 0), minObjective(r.p, 0)
 		return
 	}
-	byCol := make([][]Term, n)
-	for i, row := range p.Rows {
-		for _, t := range row.Terms {
-			if t.Col >= from {
-				byCol[t.Col-from] = append(byCol[t.Col-from], Term{Col: i, Coef: t.Coef})
-			}
-		}
+	if from >= r.p.NumCols() {
+		return
 	}
-	a := &columnMatrix{start: make([]C.int, n+1)}
-	for k, terms := range byCol {
-		for _, t := range terms {
-			a.index = append(a.index, C.int(t.Col))
-			a.value = append(a.value, t.Coef)
-		}
-		a.start[k+1] = C.int(len(a.index))
-	}
-	obj := make([]float64, n)
-	for k := range obj {
-		obj[k] = p.Obj[from+k]
-		if p.Sense == Maximize {
-			obj[k] = -obj[k]
-		}
-	}
+	obj := minObjective(r.p, from)
 	r.obj = append(r.obj, obj...)
-	addColumns(r.simplex, a, p.Lower[from:], p.Upper[from:], obj)
+	addColumns(r.simplex, columnsOf(r.p, from), r.p.Lower[from:], r.p.Upper[from:], obj)
+}
+
+// solvePriced solves the LP from basis start and, with a pricer, adds the columns it makes and solves again until
+// it makes none. bounds gives the column bounds, again after columns are added. A pricer that finds the LP has no
+// point makes it lpInfeasible.
+func (r *relaxation) solvePriced(bounds func() (lo, up []float64), start []byte,
+	pricer func(duals, x []float64) (int, bool)) (lpStatus, float64, []float64) {
+	lo, up := bounds()
+	st, obj, x := r.solve(lo, up, start)
+	for st == lpOptimal && pricer != nil {
+		before := r.p.NumCols()
+		added, infeasible := pricer(r.duals(), x)
+		if infeasible {
+			return lpInfeasible, math.Inf(1), nil
+		}
+		if added == 0 {
+			break
+		}
+		r.addColumns(before)
+		lo, up = bounds()
+		st, obj, x = r.solve(lo, up, nil)
+	}
+	return st, obj, x
 }
 
 // duals is the row duals of the last solve (minimisation form: reduced cost = cost - duals . column).
@@ -159,20 +166,7 @@ func Relax(p *Problem, pricer func(duals, x []float64) (int, bool)) (x []float64
 	if p.Validate() != nil {
 		return nil, 0, false
 	}
-	r := newRelaxation(p)
-	st, v, x := r.solve(p.Lower, p.Upper, nil)
-	for st == lpOptimal && pricer != nil {
-		before := p.NumCols()
-		added, infeasible := pricer(r.duals(), x)
-		if infeasible {
-			return nil, 0, false
-		}
-		if added == 0 {
-			break
-		}
-		r.addColumns(before)
-		st, v, x = r.solve(p.Lower, p.Upper, nil)
-	}
+	st, v, x := newRelaxation(p).solvePriced(func() ([]float64, []float64) { return p.Lower, p.Upper }, nil, pricer)
 	if st != lpOptimal {
 		return nil, 0, false
 	}

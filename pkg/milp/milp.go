@@ -1,7 +1,6 @@
 // Package milp solves small mixed-integer linear programs exactly, by branch-and-bound over LP relaxations solved
 // with Clp (github.com/lanl/clp). It is generic; the allocation model of pkg/allocate gives it problem-specific
-// help through Options: a first incumbent, branching priorities, columns generated on demand (branch-and-price),
-// bound propagation and a lazy feasibility check.
+// help through Options: a first incumbent, branching priorities and columns generated on demand (branch-and-price).
 package milp
 
 import (
