@@ -64,17 +64,39 @@ func (t *Tracker) Done() bool { return t.sum.Cmp(one) == 0 }
 func (t *Tracker) Results() []wire.ItemResult { return t.results }
 
 // Status is the reply status for the reports received so far; late says the deadline passed first.
-func (t *Tracker) Status(late bool) string {
+func (t *Tracker) Status(late bool) string { return Status(late, t.ok, t.dropped, t.failed) }
+
+// Status is the reply status of a request whose leaves ok finished, dropped were dropped and failed failed; late
+// says the deadline passed before every leaf was reported.
+func Status(late bool, ok, dropped, failed int) string {
 	switch {
 	case late:
 		return wire.StatusLate
-	case t.ok > 0 && t.dropped == 0 && t.failed == 0:
+	case ok > 0 && dropped == 0 && failed == 0:
 		return wire.StatusOK
-	case t.ok > 0:
+	case ok > 0:
 		return wire.StatusPartial
-	case t.failed > 0:
+	case failed > 0:
 		return wire.StatusError
 	default:
 		return wire.StatusDropped
 	}
+}
+
+// Accuracy is the served accuracy of a request: the mean of its finished leaves' path accuracies, each weighted by
+// its share of the request (1/Den). The zero value is empty.
+type Accuracy struct{ sum, weight float64 }
+
+// Add counts one finished leaf.
+func (a *Accuracy) Add(share, pathAccuracy float64) {
+	a.sum += share * pathAccuracy
+	a.weight += share
+}
+
+// Value is the mean; 0 when no leaf finished.
+func (a Accuracy) Value() float64 {
+	if a.weight == 0 {
+		return 0
+	}
+	return a.sum / a.weight
 }

@@ -70,17 +70,13 @@ func (e *Emulated) output(in Input) Output {
 	if len(e.children) == 0 {
 		return o
 	}
-	k := e.count(rng)
+	k := e.SubRequests(rng)
 	if k == 0 {
 		return o
 	}
 	o.Children = make(map[string][][]wire.Tensor, len(e.children))
 	for j := 0; j < k; j++ {
-		u := rng.Float64()
-		c := sort.SearchFloat64s(e.shares, u)
-		if c >= len(e.children) {
-			c = len(e.children) - 1
-		}
+		c := e.ChildOf(rng.Float64())
 		// A crop box, as a detector would pass on: x, y, w, h in [0, 1).
 		crop := wire.NewFP32("crop", []int64{1, 4}, []float32{
 			float32(rng.Float64()), float32(rng.Float64()), float32(rng.Float64()), float32(rng.Float64())})
@@ -89,9 +85,21 @@ func (e *Emulated) output(in Input) Output {
 	return o
 }
 
-// count draws the number of sub-requests of one item.
-func (e *Emulated) count(rng *rand.Rand) int {
+// Children are the child tasks the variant's sub-requests go to, in the order ChildOf numbers them.
+func (e *Emulated) Children() []string { return e.children }
+
+// ChildOf is the index in Children of the child task a sub-request drawn with u in [0, 1) goes to, by the
+// profiled shares.
+func (e *Emulated) ChildOf(u float64) int {
+	return min(sort.SearchFloat64s(e.shares, u), len(e.children)-1)
+}
+
+// SubRequests draws the number of sub-requests of one item (0 at a leaf task).
+func (e *Emulated) SubRequests(rng *rand.Rand) int {
 	f := e.variant.Fanout
+	if len(e.children) == 0 || f == nil {
+		return 0
+	}
 	if f.Distribution == pipeline.FanoutFixed {
 		return int(math.Round(f.Mean))
 	}

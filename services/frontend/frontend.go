@@ -441,17 +441,11 @@ func (f *Frontend) finish(r *request, late bool, failure string) {
 
 // servedAccuracy is the weighted mean of the path accuracies of the finished leaves.
 func servedAccuracy(spec *pipeline.Spec, results []wire.ItemResult) float64 {
-	sum, weight := 0.0, 0.0
+	var acc completion.Accuracy
 	for _, it := range results {
-		if it.Status != wire.ItemOK || it.Den == 0 {
-			continue
+		if it.Status == wire.ItemOK && it.Den != 0 {
+			acc.Add(1/float64(it.Den), spec.PathAccuracyOf(it.Path))
 		}
-		w := 1 / float64(it.Den)
-		sum += w * spec.PathAccuracyOf(it.Path)
-		weight += w
 	}
-	if weight == 0 {
-		return 0
-	}
-	return sum / weight
+	return acc.Value()
 }

@@ -19,8 +19,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
 
-	"github.com/sleipnir-serving/sleipnir/pkg/allocate"
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
+	"github.com/sleipnir-serving/sleipnir/pkg/control"
 	"github.com/sleipnir-serving/sleipnir/pkg/demand"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
@@ -38,31 +38,17 @@ type Config struct {
 	WorkerTimeout time.Duration
 	// AckWait of the variant consumers.
 	AckWait time.Duration
-	// RouteEvery is the longest the routing tables go without being recomputed from the demand estimate (default
-	// 10 s); they are recomputed at once when the estimate moves by more than RouteThreshold (default 10%).
-	RouteEvery     time.Duration
-	RouteThreshold float64
-	// RouteUtilization is the share of each variant's capacity the routing fills before overflowing to the next
-	// most accurate variant (default 0.85): a variant fed at its full service rate has an unbounded queue.
-	RouteUtilization float64
+	// Config tunes the control loop: when to re-plan and re-route (see pkg/control).
+	control.Config
 	// DemandAlpha is the weight of the newest demand report in the moving average (default 0.3).
 	DemandAlpha float64
 	// Allocator says where the plans come from: AllocatorMILP (the default) solves the allocation MILP for the
 	// demand estimate and the live workers; AllocatorStatic publishes the spec's allocation section once.
 	Allocator string
-	// ReplanEvery is how often the MILP is solved again (default 10 s); it is solved at once when the demand
-	// estimate moves by more than ReplanThreshold (default 20%) or the number of live workers changes. A due
-	// re-plan whose inputs have barely changed (demand within 5%, same workers, same multiplicative factors) is
-	// skipped: it would find the same plan, or move workers for nothing.
-	ReplanEvery     time.Duration
-	ReplanThreshold float64
 	// SolveTimeLimit bounds each MILP solve (default 1 s); a solve stopped by it publishes its best plan with its
 	// gap.
 	SolveTimeLimit time.Duration
-	// MinDemandQPS is the least demand planned for (default 1), so that every task has a replica before the
-	// first request arrives.
-	MinDemandQPS float64
-	Logger       *slog.Logger
+	Logger         *slog.Logger
 }
 
 // Allocators.
@@ -75,29 +61,12 @@ func (c *Config) setDefaults() {
 	if c.WorkerTimeout == 0 {
 		c.WorkerTimeout = 5 * time.Second
 	}
-	if c.RouteEvery == 0 {
-		c.RouteEvery = 10 * time.Second
-	}
-	if c.RouteUtilization == 0 {
-		c.RouteUtilization = 0.85
-	}
-	if c.RouteThreshold == 0 {
-		c.RouteThreshold = 0.1
-	}
+	c.Config.SetDefaults()
 	if c.Allocator == "" {
 		c.Allocator = AllocatorMILP
 	}
-	if c.ReplanEvery == 0 {
-		c.ReplanEvery = 10 * time.Second
-	}
-	if c.ReplanThreshold == 0 {
-		c.ReplanThreshold = 0.2
-	}
 	if c.SolveTimeLimit == 0 {
 		c.SolveTimeLimit = time.Second
-	}
-	if c.MinDemandQPS == 0 {
-		c.MinDemandQPS = 1
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -120,8 +89,7 @@ type Planner struct {
 	fanout map[string]*demand.FanoutEstimator // per pipeline, under mu
 	// observed is each worker's last heartbeat measurements, to fold in only what is new; under mu.
 	observed map[string]wire.Registration
-	routed   map[string]routedAt  // the estimate and time of each pipeline's current routing
-	planned  map[string]plannedAt // the inputs and time of each pipeline's current MILP plan
+	loops    []*control.Loop      // per pipeline, aligned with specs; only Run's goroutine uses them
 	seen     map[string]time.Time // worker -> last registration refresh
 	assign   map[string]plan.Assignment
 	changed  chan struct{}
@@ -150,7 +118,7 @@ func New(nc *nats.Conn, cfg Config) (*Planner, error) {
 		fan[s.Name] = demand.NewFanoutEstimator(cfg.DemandAlpha, 0)
 	}
 	return &Planner{cfg: cfg, nc: nc, js: js, log: cfg.Logger, seen: map[string]time.Time{}, demand: est,
-		fanout: fan, observed: map[string]wire.Registration{}, routed: map[string]routedAt{}, planned: map[string]plannedAt{},
+		fanout: fan, observed: map[string]wire.Registration{},
 		assign: map[string]plan.Assignment{}, changed: make(chan struct{}, 1)}, nil
 }
 
@@ -168,6 +136,11 @@ func (p *Planner) Run(ctx context.Context) error {
 		}
 		p.specs = append(p.specs, spec)
 		p.plans = append(p.plans, pl)
+		var alloc control.Allocator
+		if p.cfg.Allocator == AllocatorMILP {
+			alloc = control.MILP{Utilization: p.cfg.RouteUtilization, TimeLimit: p.cfg.SolveTimeLimit}
+		}
+		p.loops = append(p.loops, control.New(spec, p.cfg.Config, alloc, pl))
 	}
 	reports, err := p.nc.Subscribe(wire.DemandPrefix+"*", p.onDemand)
 	if err != nil {
@@ -192,33 +165,13 @@ func (p *Planner) Run(ctx context.Context) error {
 		case <-p.changed:
 		case <-tick.C:
 		case now := <-demandTick.C:
-			est := p.estimate(now)
-			if p.cfg.Allocator == AllocatorMILP {
-				p.replan(ctx, now, est)
-			}
-			p.reroute(ctx, now, est)
+			p.step(ctx, now, p.estimate(now))
 			continue
 		}
 		if err := p.reassign(ctx); err != nil && ctx.Err() == nil {
 			p.log.Warn("assigning workers failed; will retry", "err", err)
 		}
 	}
-}
-
-type routedAt struct {
-	demand float64
-	at     time.Time
-}
-
-// replanMinChange is how far the demand must have moved for a due re-plan to be solved: the estimate of a steady
-// Poisson load wanders by a few percent, and each new plan may move workers.
-const replanMinChange = 0.05
-
-type plannedAt struct {
-	demand  float64
-	servers int
-	fanout  map[string]pipeline.Fanout
-	at      time.Time
 }
 
 // estimates are a pipeline's demand and multiplicative factors as of the latest tick.
@@ -265,80 +218,47 @@ func (p *Planner) serversFor(i, live int) int {
 	return share
 }
 
-// replan solves the allocation MILP of each pipeline whose demand estimate moved by more than ReplanThreshold,
-// whose share of the live workers changed, or whose last plan is ReplanEvery old, and publishes the new plan
-// (with its routing) under a new epoch; the workers are then reassigned, moving as few as possible.
-func (p *Planner) replan(ctx context.Context, now time.Time, ests []estimates) {
+// step runs each pipeline's control loop (pkg/control) once: a new allocation when the demand estimate, the
+// multiplicative factors or the pipeline's share of the live workers moved, or new routing tables; publishes what it
+// decided, and reassigns the workers after a new allocation, moving as few as possible.
+func (p *Planner) step(ctx context.Context, now time.Time, ests []estimates) {
 	live := len(p.liveWorkers(now))
 	for i, spec := range p.specs {
-		servers := p.serversFor(i, live)
-		if servers == 0 {
-			continue // no worker yet (or none left): the current plan stays until one registers
+		o := control.Observed{Demand: ests[i].demand, Fanout: ests[i].fanout, Servers: p.serversFor(i, live)}
+		st := p.loops[i].Next(now, o)
+		if st.Err != nil {
+			p.log.Warn("allocation failed; the current plan stays", "pipeline", spec.Name, "demand_qps",
+				round(o.Demand), "servers", o.Servers, "err", st.Err)
 		}
-		est, fan := ests[i].demand, ests[i].fanout
-		p.mu.Lock()
-		last, ok := p.planned[spec.Name]
-		p.mu.Unlock()
-		target := max(est, p.cfg.MinDemandQPS)
-		due := now.Sub(last.at) >= p.cfg.ReplanEvery
-		if ok && servers == last.servers && !demand.Moved(last.demand, target, p.cfg.ReplanThreshold) {
-			if !due {
+		pl := st.Plan
+		if pl == nil {
+			continue
+		}
+		if st.Replanned {
+			if err := p.ensureConsumers(ctx, spec, pl); err != nil {
+				p.log.Warn("creating consumers for a new plan failed; will retry", "pipeline", spec.Name, "err", err)
 				continue
 			}
-			if !demand.Moved(last.demand, target, replanMinChange) &&
-				!demand.FanoutMoved(last.fanout, fan, p.cfg.RouteThreshold) {
-				p.mu.Lock()
-				last.at = now
-				p.planned[spec.Name] = last
-				p.mu.Unlock()
-				continue
-			}
-		}
-		res, err := allocate.Solve(allocate.Input{Spec: spec, Demand: target, Servers: servers, Fanout: fan,
-			Utilization: p.cfg.RouteUtilization}, allocate.Options{TimeLimit: p.cfg.SolveTimeLimit})
-		if err != nil {
-			p.log.Warn("allocation failed; the current plan stays", "pipeline", spec.Name, "demand_qps", target,
-				"servers", servers, "err", err)
-			p.notePlanned(spec.Name, target, servers, fan, now)
-			continue
-		}
-		if len(res.Variants) == 0 {
-			p.log.Warn("the workers cannot serve the pipeline at all; the current plan stays", "pipeline", spec.Name,
-				"demand_qps", target, "servers", servers, "mode", res.Mode)
-			p.notePlanned(spec.Name, target, servers, fan, now)
-			continue
-		}
-		pl := res.Plan(spec.Name, p.plans[i].Epoch+1)
-		pl.Fanout = fan
-		pl.Routing = routing.MostAccurateFirst(routing.Input{Spec: spec, Plan: pl, Demand: est, Fanout: fan,
-			Utilization: p.cfg.RouteUtilization})
-		if err := p.ensureConsumers(ctx, spec, pl); err != nil {
-			p.log.Warn("creating consumers for a new plan failed; will retry", "pipeline", spec.Name, "err", err)
-			continue
 		}
 		if err := p.putPlan(ctx, pl); err != nil {
-			p.log.Warn("publishing a new plan failed; will retry", "pipeline", spec.Name, "err", err)
+			p.log.Warn("publishing a plan failed; will retry", "pipeline", spec.Name, "err", err)
 			continue
 		}
+		p.loops[i].Published(st, o, now)
 		p.plans[i] = pl
-		p.notePlanned(spec.Name, target, servers, fan, now)
-		p.mu.Lock()
-		p.routed[spec.Name] = routedAt{demand: est, at: now}
-		p.mu.Unlock()
+		if !st.Replanned {
+			p.log.Debug("routing published", "pipeline", spec.Name, "demand_qps", round(o.Demand))
+			continue
+		}
+		a := pl.Allocation
 		p.log.Info("plan published", "pipeline", spec.Name, "epoch", pl.Epoch, "mode", pl.Mode,
-			"demand_qps", round(target), "active_servers", res.ServersUsed, "servers", servers,
-			"system_accuracy", round(res.SystemAccuracy), "optimal", res.Optimal, "gap", round(res.Gap),
-			"solve_ms", res.SolveMs)
+			"demand_qps", round(a.DemandQPS), "active_servers", a.ActiveServers, "servers", o.Servers,
+			"system_accuracy", round(a.SystemAccuracy), "optimal", a.Optimal, "gap", round(a.Gap),
+			"solve_ms", a.SolveMs)
 		if err := p.reassign(ctx); err != nil && ctx.Err() == nil {
 			p.log.Warn("assigning workers failed; will retry", "err", err)
 		}
 	}
-}
-
-func (p *Planner) notePlanned(name string, demand float64, servers int, fan map[string]pipeline.Fanout, now time.Time) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.planned[name] = plannedAt{demand: demand, servers: servers, fanout: fan, at: now}
 }
 
 func round(v float64) float64 { return math.Round(v*1000) / 1000 }
@@ -364,34 +284,6 @@ func (p *Planner) onDemand(m *nats.Msg) {
 	defer p.mu.Unlock()
 	if e := p.demand[name]; e != nil {
 		e.Observe(r.Frontend, r.Count, time.Duration(r.IntervalMs*float64(time.Millisecond)), time.Now())
-	}
-}
-
-// reroute folds the latest demand reports into each pipeline's estimate and publishes new routing tables when the
-// estimate has moved, or has not been routed for RouteEvery. The allocation, its epoch and the assignments stay.
-func (p *Planner) reroute(ctx context.Context, now time.Time, ests []estimates) {
-	for i, spec := range p.specs {
-		est, fan := ests[i].demand, ests[i].fanout
-		p.mu.Lock()
-		last := p.routed[spec.Name]
-		p.mu.Unlock()
-		if !demand.Moved(last.demand, est, p.cfg.RouteThreshold) && now.Sub(last.at) < p.cfg.RouteEvery &&
-			!demand.FanoutMoved(p.plans[i].Fanout, fan, p.cfg.RouteThreshold) {
-			continue
-		}
-		pl := *p.plans[i]
-		pl.Fanout = fan
-		pl.Routing = routing.MostAccurateFirst(routing.Input{Spec: spec, Plan: &pl, Demand: est, Fanout: fan,
-			Utilization: p.cfg.RouteUtilization})
-		if err := p.putPlan(ctx, &pl); err != nil {
-			p.log.Warn("publishing routing failed; will retry", "pipeline", spec.Name, "err", err)
-			continue
-		}
-		p.plans[i] = &pl
-		p.mu.Lock()
-		p.routed[spec.Name] = routedAt{demand: est, at: now}
-		p.mu.Unlock()
-		p.log.Debug("routing published", "pipeline", spec.Name, "demand_qps", est)
 	}
 }
 

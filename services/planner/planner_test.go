@@ -16,6 +16,7 @@ import (
 
 	"github.com/sleipnir-serving/sleipnir/pkg/allocate"
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
+	"github.com/sleipnir-serving/sleipnir/pkg/control"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
@@ -200,7 +201,7 @@ func TestPlannerRoutesByReportedDemand(t *testing.T) {
 	nc, _ := bus.ConnectInProcess(s, "planner")
 	defer nc.Close()
 	p, err := New(nc, Config{Pipelines: []*pipeline.Spec{sp}, Storage: jetstream.MemoryStorage, DemandAlpha: 1,
-		RouteUtilization: 1, Allocator: AllocatorStatic})
+		Config: control.Config{RouteUtilization: 1}, Allocator: AllocatorStatic})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,7 +287,7 @@ func TestPlannerUsesMeasuredFanout(t *testing.T) {
 	nc, _ := bus.ConnectInProcess(s, "planner")
 	defer nc.Close()
 	p, err := New(nc, Config{Pipelines: []*pipeline.Spec{sp}, Storage: jetstream.MemoryStorage, DemandAlpha: 1,
-		RouteUtilization: 1, Allocator: AllocatorStatic})
+		Config: control.Config{RouteUtilization: 1}, Allocator: AllocatorStatic})
 	if err != nil {
 		t.Fatal(err)
 	}

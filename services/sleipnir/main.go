@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
+	"github.com/sleipnir-serving/sleipnir/pkg/control"
 	"github.com/sleipnir-serving/sleipnir/pkg/deadline"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/telemetry"
@@ -284,7 +285,7 @@ func runPlanner(args []string) error {
 	}
 	return c.serve("planner", func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
 		p, err := planner.New(nc, planner.Config{Pipelines: specs, Storage: st, Allocator: *allocator,
-			ReplanEvery: *replanEvery, SolveTimeLimit: *solveLimit, Logger: log})
+			Config: control.Config{ReplanEvery: *replanEvery}, SolveTimeLimit: *solveLimit, Logger: log})
 		if err != nil {
 			return err
 		}

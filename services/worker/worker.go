@@ -26,6 +26,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sleipnir-serving/sleipnir/pkg/batching"
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
 	"github.com/sleipnir-serving/sleipnir/pkg/deadline"
 	"github.com/sleipnir-serving/sleipnir/pkg/executor"
@@ -322,83 +323,18 @@ type serving struct {
 	hop      string
 	policy   deadline.Policy
 	budget   time.Duration // the task's latency budget on this variant: its profiled time at the max batch
-	// allowance is the time an item may spend at this task (queueing plus processing): the budget stretched by the
-	// plan's budget scale.
-	allowance time.Duration
-	scale     float64 // the plan's budget scale
-	// fastestRest is the profiled time of the fastest hosted variants of the tasks below this one.
-	fastestRest time.Duration
-	// makeUp is the most allotted time a reroute after this task can make up (see deadline.Queued).
-	makeUp   time.Duration
-	lastTask bool
-	// options are, per child task, the hosted variants as the deadline policy sees them, from plan.
-	options     map[string]childOptions
-	optionsPlan *plan.Plan
+	// stage is what the deadline policy knows of this variant under stagePlan.
+	stage     *deadline.Stage
+	stagePlan *plan.Plan
 }
 
-// childOptions are a child task's hosted variants and its backups (variants with spare capacity).
-type childOptions struct {
-	hosted  map[string]deadline.Option
-	backups []deadline.Option
-}
-
-// refreshOptions recomputes the options when the plan has changed.
-func (s *serving) refreshOptions() {
-	if s.plan == nil || s.plan == s.optionsPlan {
+// refreshStage rebuilds the deadline stage when the plan has changed.
+func (s *serving) refreshStage() {
+	if s.stage != nil && s.plan == s.stagePlan {
 		return
 	}
-	s.optionsPlan = s.plan
-	s.scale = s.plan.BudgetScale(s.spec)
-	s.fastestRest = fastestBelow(s.spec, s.plan, s.a.Task)
-	s.makeUp = 0
-	s.allowance = time.Duration(float64(s.budget) * s.scale)
-	s.options = make(map[string]childOptions, len(s.task.Children))
-	for _, child := range s.task.Children {
-		co := childOptions{hosted: map[string]deadline.Option{}}
-		for _, vp := range s.plan.Variants {
-			if vp.Task == child {
-				co.hosted[vp.Variant] = option(s.spec, child, vp.Variant, vp.BudgetMs)
-			}
-		}
-		for _, b := range s.plan.Routing.Backup[child] {
-			co.backups = append(co.backups, option(s.spec, child, b.Variant, b.LatencyMs))
-		}
-		s.options[child] = co
-		// The most a reroute to this child can make up: from its slowest hosted variant to its fastest backup.
-		var slowest time.Duration
-		for _, o := range co.hosted {
-			slowest = max(slowest, o.Latency)
-		}
-		for _, b := range co.backups {
-			s.makeUp = max(s.makeUp, time.Duration(float64(slowest-b.Latency)*s.scale))
-		}
-	}
-}
-
-// fastestBelow is the profiled time of the longest chain below task, each task at its fastest hosted variant.
-func fastestBelow(spec *pipeline.Spec, p *plan.Plan, task string) time.Duration {
-	var longest time.Duration
-	for _, child := range spec.Task(task).Children {
-		fastest := math.Inf(1)
-		for _, v := range p.Variants {
-			if v.Task == child {
-				fastest = min(fastest, v.BudgetMs)
-			}
-		}
-		if math.IsInf(fastest, 1) {
-			continue // nothing hosted: the item will be dropped as unrouted anyway
-		}
-		longest = max(longest, time.Duration(fastest*float64(time.Millisecond))+fastestBelow(spec, p, child))
-	}
-	return longest
-}
-
-func option(spec *pipeline.Spec, task, variant string, latencyMs float64) deadline.Option {
-	o := deadline.Option{Variant: variant, Latency: time.Duration(latencyMs * float64(time.Millisecond))}
-	if v := spec.Variant(task, variant); v != nil {
-		o.Accuracy = v.Accuracy
-	}
-	return o
+	s.stagePlan = s.plan
+	s.stage = deadline.NewStage(s.spec, s.plan, s.policy, s.a.Task, s.budget)
 }
 
 func (s *serving) same(n wanted) bool {
@@ -435,8 +371,7 @@ func (w *Worker) start(ctx context.Context, n wanted) (*serving, error) {
 	}
 	budget := time.Duration(n.a.BudgetMs * float64(time.Millisecond))
 	return &serving{a: n.a, spec: n.spec, plan: n.plan, task: n.spec.Task(n.a.Task), variant: v, exec: exec,
-		consumer: cons, hop: n.a.Hop(), policy: policy, lastTask: n.spec.IsLeaf(n.a.Task),
-		budget: budget, allowance: budget, scale: 1}, nil
+		consumer: cons, hop: n.a.Hop(), policy: policy, budget: budget}, nil
 }
 
 // fetchFirst waits (up to FetchWait) for one message of the variant's queue.
@@ -455,18 +390,18 @@ func (w *Worker) fetchFirst(s *serving) jetstream.Msg {
 	return first
 }
 
-// fetchMore takes, without waiting, up to free more messages if the queue holds any (the first message's
-// NumPending says so without a round trip). A worker never holds messages it cannot start at once, so an idle
-// replica of the same variant gets them instead.
-func (w *Worker) fetchMore(s *serving, first jetstream.Msg, free int) []jetstream.Msg {
-	if free <= 0 {
-		return nil
-	}
+// fetchMore takes, without waiting, the messages the batching rule adds to a batch whose first message gave taken
+// items to execute (the first message's NumPending says how many wait, without a round trip).
+func (w *Worker) fetchMore(s *serving, first jetstream.Msg, taken int) []jetstream.Msg {
 	meta, err := first.Metadata()
-	if err != nil || meta.NumPending == 0 {
+	if err != nil {
 		return nil
 	}
-	batch, err := s.consumer.FetchNoWait(min(free, int(meta.NumPending)))
+	n := batching.More(s.a.MaxBatch, taken, int(meta.NumPending))
+	if n == 0 {
+		return nil
+	}
+	batch, err := s.consumer.FetchNoWait(n)
 	if err != nil {
 		return nil
 	}
@@ -501,7 +436,7 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 	var batch []*inbound
 	var inputs []executor.Input
 	var slots []slot
-	s.refreshOptions()
+	s.refreshStage()
 	now := time.Now()
 	take := func(m jetstream.Msg) {
 		in, err := w.decode(ctx, m)
@@ -515,9 +450,7 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 		in.outputs = make([]executor.Output, len(in.items))
 		in.status = make([]string, len(in.items))
 		in.reason = make([]string, len(in.items))
-		drop := deadline.BeforeExecute(s.policy, deadline.Queued{Now: now, Deadline: in.deadline,
-			LastTask: s.lastTask, Expected: s.budget, Allowance: s.allowance, Waited: now.Sub(in.enqueued),
-			FastestRest: s.fastestRest, MakeUp: s.makeUp})
+		drop := s.stage.BeforeExecute(now, in.deadline, in.enqueued)
 		for i, it := range in.items {
 			if drop != "" {
 				in.status[i], in.reason[i] = wire.ItemDropped, drop
@@ -530,7 +463,7 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 	}
 	// Batch slots count items, and one message may carry several (a parent's items for one variant).
 	take(first)
-	for _, m := range w.fetchMore(s, first, s.a.MaxBatch-len(inputs)) {
+	for _, m := range w.fetchMore(s, first, len(inputs)) {
 		take(m)
 	}
 	// A batch that runs longer than a third of the ack wait is marked in progress, so that JetStream does not hand
@@ -539,7 +472,8 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 	defer close(done)
 	go w.keepInProgress(s, batch, done)
 	// Execute in model batches of at most MaxBatch items (one message may carry several items).
-	for lo := 0; lo < len(inputs); lo += s.a.MaxBatch {
+	for c := range batching.Chunks(len(inputs), s.a.MaxBatch) {
+		lo := c * s.a.MaxBatch
 		hi := min(lo+s.a.MaxBatch, len(inputs))
 		outs, err := s.exec.Execute(ctx, inputs[lo:hi])
 		w.batches.Add(1)
@@ -564,7 +498,7 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 		}
 	}
 	w.observe(s, func(o *Observed) {
-		o.Batches += uint64((len(inputs) + s.a.MaxBatch - 1) / s.a.MaxBatch)
+		o.Batches += uint64(batching.Chunks(len(inputs), s.a.MaxBatch))
 		for _, sl := range slots {
 			if sl.in.status[sl.i] != "" {
 				continue // failed
@@ -665,7 +599,7 @@ func (w *Worker) forward(ctx context.Context, s *serving, in *inbound) error {
 	var leaves []wire.ItemResult
 	var acks []jetstream.PubAckFuture
 	atTask := time.Since(in.enqueued)
-	s.refreshOptions()
+	s.refreshStage()
 	for i, it := range in.items {
 		st := in.status[i]
 		if st == "" {
@@ -702,16 +636,11 @@ func (w *Worker) forward(ctx context.Context, s *serving, in *inbound) error {
 			for _, inputs := range out.Children[child] {
 				id := wire.ChildItemID(it.ID, n)
 				n++
-				v, reason := plan.Pick(routes[child], w.rng.Float64()), wire.DropUnrouted
-				if v != "" {
-					co := s.options[child]
-					pr := deadline.Progress{AtTask: atTask, Allowance: s.allowance, Scale: s.scale}
-					d := deadline.AfterTask(s.policy, pr, co.hosted[v], co.backups, w.rng.Float64())
-					v, reason = d.Variant, d.Reason
-					if d.Rerouted {
-						w.rerouted.Add(1)
-						w.observe(s, func(o *Observed) { o.Rerouted++ })
-					}
+				d := s.stage.Route(child, routes[child], atTask, w.rng.Float64(), w.rng.Float64())
+				v, reason := d.Variant, d.Reason
+				if d.Rerouted {
+					w.rerouted.Add(1)
+					w.observe(s, func(o *Observed) { o.Rerouted++ })
 				}
 				if v == "" {
 					leaves = append(leaves, wire.ItemResult{ID: id, Den: den, Path: wire.SplitPath(path),

@@ -1,0 +1,225 @@
+// Package control is the planner's control loop: each second it decides, from the demand estimate, the measured
+// multiplicative factors and the number of live workers, whether to solve the allocation again or only to recompute
+// the routing tables, and computes the new plan. Pure: the planner service publishes what it decides, and the
+// simulator runs the very same loop.
+package control
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/allocate"
+	"github.com/sleipnir-serving/sleipnir/pkg/demand"
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/routing"
+)
+
+// Config tunes the loop. The zero value of a field means its default.
+type Config struct {
+	// ReplanEvery is how often the allocation is solved again (default 10 s); it is solved at once when the demand
+	// estimate moves by more than ReplanThreshold (default 20%) or the number of servers changes. A due re-plan
+	// whose inputs have barely changed (demand within 5%, same servers, same multiplicative factors) is skipped: it
+	// would find the same plan, or move workers for nothing.
+	ReplanEvery     time.Duration
+	ReplanThreshold float64
+	// RouteEvery is the longest the routing tables go without being recomputed from the demand estimate (default
+	// 10 s); they are recomputed at once when the estimate moves by more than RouteThreshold (default 10%).
+	RouteEvery     time.Duration
+	RouteThreshold float64
+	// RouteUtilization is the share of each variant's capacity the routing fills before overflowing to the next
+	// most accurate variant (default 0.85): a variant fed at its full service rate has an unbounded queue.
+	RouteUtilization float64
+	// MinDemandQPS is the least demand planned for (default 1), so that every task has a replica before the first
+	// request arrives.
+	MinDemandQPS float64
+}
+
+// SetDefaults fills in the defaults.
+func (c *Config) SetDefaults() {
+	if c.ReplanEvery == 0 {
+		c.ReplanEvery = 10 * time.Second
+	}
+	if c.ReplanThreshold == 0 {
+		c.ReplanThreshold = 0.2
+	}
+	if c.RouteEvery == 0 {
+		c.RouteEvery = 10 * time.Second
+	}
+	if c.RouteThreshold == 0 {
+		c.RouteThreshold = 0.1
+	}
+	if c.RouteUtilization == 0 {
+		c.RouteUtilization = 0.85
+	}
+	if c.MinDemandQPS == 0 {
+		c.MinDemandQPS = 1
+	}
+}
+
+// replanMinChange is how far the demand must have moved for a due re-plan to be solved: the estimate of a steady
+// Poisson load wanders by a few percent, and each new plan may move workers.
+const replanMinChange = 0.05
+
+// Observed is what the planner knows at a tick.
+type Observed struct {
+	// Demand is the estimated requests per second at the root.
+	Demand float64
+	// Fanout holds the measured multiplicative factors ("task/variant" -> factor); variants not listed use the
+	// profile's.
+	Fanout map[string]pipeline.Fanout
+	// TaskDemand is the estimated items per second reaching each task, for allocators that plan each task on its
+	// own (may be nil otherwise).
+	TaskDemand map[string]float64
+	// Servers is how many workers the pipeline may use.
+	Servers int
+}
+
+// Allocator chooses the hosted variants, replicas and batch sizes for what was observed (Demand already raised to
+// the configured minimum). The plan it returns needs no epoch, multiplicative factors or routing: the loop fills
+// them in.
+type Allocator interface {
+	Allocate(spec *pipeline.Spec, o Observed) (*plan.Plan, error)
+}
+
+// ErrCannotServe says an allocator found no way to host the pipeline on the servers at all.
+var ErrCannotServe = errors.New("the servers cannot host the pipeline at all")
+
+// MILP is Loki's allocator: the two-step allocation MILP of pkg/allocate.
+type MILP struct {
+	// Utilization is the share of each replica's throughput a plan may use (the routing's, so the plan leaves the
+	// headroom the routing keeps).
+	Utilization float64
+	// TimeLimit bounds each solve; a solve stopped by it returns its best plan with its gap.
+	TimeLimit time.Duration
+}
+
+// Allocate solves the allocation MILP.
+func (a MILP) Allocate(spec *pipeline.Spec, o Observed) (*plan.Plan, error) {
+	res, err := allocate.Solve(allocate.Input{Spec: spec, Demand: o.Demand, Servers: o.Servers, Fanout: o.Fanout,
+		Utilization: a.Utilization}, allocate.Options{TimeLimit: a.TimeLimit})
+	if err != nil {
+		return nil, err
+	}
+	if len(res.Variants) == 0 {
+		return nil, fmt.Errorf("%w (mode %s)", ErrCannotServe, res.Mode)
+	}
+	return res.Plan(spec.Name, 0), nil
+}
+
+// Step is what the loop decided at one tick.
+type Step struct {
+	// Plan is the plan to publish; nil when the current one stands.
+	Plan *plan.Plan
+	// Replanned says Plan has a new allocation (a new epoch: workers are reassigned); otherwise only its routing
+	// changed.
+	Replanned bool
+	// Err says a re-plan failed: the current allocation stays, and is not solved again until its inputs move or
+	// ReplanEvery passes. Plan may still carry new routing.
+	Err error
+}
+
+// Loop is one pipeline's control loop. Not safe for concurrent use.
+type Loop struct {
+	spec    *pipeline.Spec
+	cfg     Config
+	alloc   Allocator // nil: the allocation never changes, only the routing
+	current *plan.Plan
+	planned plannedAt
+	routed  routedAt
+}
+
+type plannedAt struct {
+	ok      bool
+	demand  float64
+	servers int
+	fanout  map[string]pipeline.Fanout
+	at      time.Time
+}
+
+type routedAt struct {
+	demand float64
+	at     time.Time
+}
+
+// New starts a loop from the plan in force; alloc nil keeps its allocation for good (a static plan).
+func New(spec *pipeline.Spec, cfg Config, alloc Allocator, current *plan.Plan) *Loop {
+	cfg.SetDefaults()
+	return &Loop{spec: spec, cfg: cfg, alloc: alloc, current: current}
+}
+
+// Current is the plan in force (the last one published).
+func (l *Loop) Current() *plan.Plan { return l.current }
+
+// Next decides what to publish at now. The caller publishes Step.Plan and then calls Published; until it does,
+// the loop proposes it again.
+func (l *Loop) Next(now time.Time, o Observed) Step {
+	var st Step
+	if l.alloc != nil && o.Servers > 0 {
+		st = l.replan(now, o)
+		if st.Plan != nil {
+			return st
+		}
+	}
+	last := l.routed
+	if !demand.Moved(last.demand, o.Demand, l.cfg.RouteThreshold) && now.Sub(last.at) < l.cfg.RouteEvery &&
+		!demand.FanoutMoved(l.current.Fanout, o.Fanout, l.cfg.RouteThreshold) {
+		return st
+	}
+	p := *l.current
+	p.Fanout = o.Fanout
+	p.Routing = l.route(&p, o)
+	st.Plan = &p
+	return st
+}
+
+// replan solves the allocation when its inputs moved or it is due.
+func (l *Loop) replan(now time.Time, o Observed) Step {
+	target := max(o.Demand, l.cfg.MinDemandQPS)
+	last := l.planned
+	due := now.Sub(last.at) >= l.cfg.ReplanEvery
+	if last.ok && o.Servers == last.servers && !demand.Moved(last.demand, target, l.cfg.ReplanThreshold) {
+		if !due {
+			return Step{}
+		}
+		if !demand.Moved(last.demand, target, replanMinChange) &&
+			!demand.FanoutMoved(last.fanout, o.Fanout, l.cfg.RouteThreshold) {
+			l.planned.at = now // looked again: nothing worth a new plan
+			return Step{}
+		}
+	}
+	in := o
+	in.Demand = target
+	p, err := l.alloc.Allocate(l.spec, in)
+	if err != nil {
+		l.notePlanned(target, o, now)
+		return Step{Err: err}
+	}
+	p.Pipeline = l.spec.Name
+	p.Epoch = l.current.Epoch + 1
+	p.Fanout = o.Fanout
+	p.Routing = l.route(p, o)
+	return Step{Plan: p, Replanned: true}
+}
+
+func (l *Loop) route(p *plan.Plan, o Observed) plan.Routing {
+	return routing.MostAccurateFirst(routing.Input{Spec: l.spec, Plan: p, Demand: o.Demand, Fanout: o.Fanout,
+		Utilization: l.cfg.RouteUtilization})
+}
+
+func (l *Loop) notePlanned(target float64, o Observed, now time.Time) {
+	l.planned = plannedAt{ok: true, demand: target, servers: o.Servers, fanout: o.Fanout, at: now}
+}
+
+// Published records that st.Plan, decided from o, is now in force.
+func (l *Loop) Published(st Step, o Observed, now time.Time) {
+	if st.Plan == nil {
+		return
+	}
+	l.current = st.Plan
+	if st.Replanned {
+		l.notePlanned(max(o.Demand, l.cfg.MinDemandQPS), o, now)
+	}
+	l.routed = routedAt{demand: o.Demand, at: now}
+}

@@ -1,0 +1,114 @@
+package deadline
+
+import (
+	"math"
+	"time"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
+
+// Stage is what the deadline policy knows of one hosted variant under one plan: the time an item may spend at the
+// variant's task, how much time the tasks below need, and, per child task, the hosted variants and the backups a
+// late item may be rerouted to. The live workers and the simulator build one per variant and plan, and decide
+// with its methods.
+type Stage struct {
+	Policy   Policy
+	Task     string
+	LastTask bool
+	// Budget is the variant's profiled time at its max batch; Allowance the time an item may spend at the task
+	// (queueing plus processing): the budget stretched by the plan's budget scale Scale.
+	Budget, Allowance time.Duration
+	Scale             float64
+	// FastestRest and MakeUp are as in Queued.
+	FastestRest, MakeUp time.Duration
+	children            map[string]childOptions
+}
+
+// childOptions are a child task's hosted variants and its backups (variants with spare capacity).
+type childOptions struct {
+	hosted  map[string]Option
+	backups []Option
+}
+
+// NewStage builds the stage of a variant of task whose budget (profiled time at its max batch) is budget, under
+// plan p (nil before the first plan: no scale, no children hosted).
+func NewStage(spec *pipeline.Spec, p *plan.Plan, policy Policy, task string, budget time.Duration) *Stage {
+	s := &Stage{Policy: policy, Task: task, LastTask: spec.IsLeaf(task), Budget: budget, Allowance: budget, Scale: 1}
+	if p == nil {
+		return s
+	}
+	s.Scale = p.BudgetScale(spec)
+	s.Allowance = time.Duration(float64(budget) * s.Scale)
+	s.FastestRest = fastestBelow(spec, p, task)
+	t := spec.Task(task)
+	s.children = make(map[string]childOptions, len(t.Children))
+	for _, child := range t.Children {
+		co := childOptions{hosted: map[string]Option{}}
+		for _, vp := range p.Variants {
+			if vp.Task == child {
+				co.hosted[vp.Variant] = option(spec, child, vp.Variant, vp.BudgetMs)
+			}
+		}
+		for _, b := range p.Routing.Backup[child] {
+			co.backups = append(co.backups, option(spec, child, b.Variant, b.LatencyMs))
+		}
+		s.children[child] = co
+		// The most a reroute to this child can make up: from its slowest hosted variant to its fastest backup.
+		var slowest time.Duration
+		for _, o := range co.hosted {
+			slowest = max(slowest, o.Latency)
+		}
+		for _, b := range co.backups {
+			s.MakeUp = max(s.MakeUp, time.Duration(float64(slowest-b.Latency)*s.Scale))
+		}
+	}
+	return s
+}
+
+// BeforeExecute decides whether to drop an item taken from the variant's queue at now, due at due, that reached the
+// queue at enqueued: "" keeps it, otherwise the drop reason (see the package function BeforeExecute).
+func (s *Stage) BeforeExecute(now, due, enqueued time.Time) string {
+	return BeforeExecute(s.Policy, Queued{Now: now, Deadline: due, LastTask: s.LastTask, Expected: s.Budget,
+		Allowance: s.Allowance, Waited: now.Sub(enqueued), FastestRest: s.FastestRest, MakeUp: s.MakeUp})
+}
+
+// Route decides where one sub-request for child goes after an item spent atTask at this task: the routing table
+// routes picks a variant with u1, and the deadline policy keeps it, reroutes it (u2 breaks ties) or drops it. An
+// item with no route is dropped as unrouted.
+func (s *Stage) Route(child string, routes []plan.Route, atTask time.Duration, u1, u2 float64) Decision {
+	v := plan.Pick(routes, u1)
+	if v == "" {
+		return Decision{Reason: wire.DropUnrouted}
+	}
+	co := s.children[child]
+	return AfterTask(s.Policy, Progress{AtTask: atTask, Allowance: s.Allowance, Scale: s.Scale}, co.hosted[v],
+		co.backups, u2)
+}
+
+// fastestBelow is the profiled time of the longest chain below task, each task at its fastest hosted variant.
+func fastestBelow(spec *pipeline.Spec, p *plan.Plan, task string) time.Duration {
+	var longest time.Duration
+	for _, child := range spec.Task(task).Children {
+		fastest := math.Inf(1)
+		for _, v := range p.Variants {
+			if v.Task == child {
+				fastest = min(fastest, v.BudgetMs)
+			}
+		}
+		if math.IsInf(fastest, 1) {
+			continue // nothing hosted: the item will be dropped as unrouted anyway
+		}
+		longest = max(longest, time.Duration(fastest*float64(time.Millisecond))+fastestBelow(spec, p, child))
+	}
+	return longest
+}
+
+func option(spec *pipeline.Spec, task, variant string, latencyMs float64) Option {
+	o := Option{Variant: variant, Latency: time.Duration(latencyMs * float64(time.Millisecond))}
+	if v := spec.Variant(task, variant); v != nil {
+		o.Accuracy = v.Accuracy
+	}
+	return o
+}
