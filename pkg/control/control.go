@@ -34,6 +34,10 @@ type Config struct {
 	// MinDemandQPS is the least demand planned for (default 1), so that every task has a replica before the first
 	// request arrives.
 	MinDemandQPS float64
+	// Headroom is how much more than the demand estimate a plan is sized for (default 0.05; negative for none). A
+	// plan is solved again at once when the estimate exceeds what it was sized for: a rising demand never runs on
+	// a plan too small for it, while a falling one waits for the thresholds above.
+	Headroom float64
 }
 
 // SetDefaults fills in the defaults.
@@ -56,6 +60,10 @@ func (c *Config) SetDefaults() {
 	if c.MinDemandQPS == 0 {
 		c.MinDemandQPS = 1
 	}
+	if c.Headroom == 0 {
+		c.Headroom = 0.05
+	}
+	c.Headroom = max(c.Headroom, 0)
 }
 
 // replanMinChange is how far the demand must have moved for a due re-plan to be solved: the estimate of a steady
@@ -81,6 +89,12 @@ type Observed struct {
 // them in.
 type Allocator interface {
 	Allocate(spec *pipeline.Spec, o Observed) (*plan.Plan, error)
+}
+
+// Router is implemented by an allocator that routes its plans its own way; the loop routes the others with
+// routing.MostAccurateFirst.
+type Router interface {
+	Route(in routing.Input) plan.Routing
 }
 
 // ErrCannotServe says an allocator found no way to host the pipeline on the servers at all.
@@ -131,11 +145,12 @@ type Loop struct {
 }
 
 type plannedAt struct {
-	ok      bool
-	demand  float64
-	servers int
-	fanout  map[string]pipeline.Fanout
-	at      time.Time
+	ok         bool
+	overloaded bool
+	demand     float64
+	servers    int
+	fanout     map[string]pipeline.Fanout
+	at         time.Time
 }
 
 type routedAt struct {
@@ -176,10 +191,12 @@ func (l *Loop) Next(now time.Time, o Observed) Step {
 
 // replan solves the allocation when its inputs moved or it is due.
 func (l *Loop) replan(now time.Time, o Observed) Step {
-	target := max(o.Demand, l.cfg.MinDemandQPS)
+	target := l.target(o)
 	last := l.planned
 	due := now.Sub(last.at) >= l.cfg.ReplanEvery
-	if last.ok && o.Servers == last.servers && !demand.Moved(last.demand, target, l.cfg.ReplanThreshold) {
+	// An overloaded plan already serves all it can: a demand above it is no reason to solve again every second.
+	outgrown := !last.overloaded && o.Demand > last.demand && demand.Moved(last.demand, o.Demand, 0)
+	if last.ok && o.Servers == last.servers && !outgrown && !demand.Moved(last.demand, target, l.cfg.ReplanThreshold) {
 		if !due {
 			return Step{}
 		}
@@ -193,7 +210,7 @@ func (l *Loop) replan(now time.Time, o Observed) Step {
 	in.Demand = target
 	p, err := l.alloc.Allocate(l.spec, in)
 	if err != nil {
-		l.notePlanned(target, o, now)
+		l.notePlanned(o, now)
 		return Step{Err: err}
 	}
 	p.Pipeline = l.spec.Name
@@ -203,13 +220,21 @@ func (l *Loop) replan(now time.Time, o Observed) Step {
 	return Step{Plan: p, Replanned: true}
 }
 
-func (l *Loop) route(p *plan.Plan, o Observed) plan.Routing {
-	return routing.MostAccurateFirst(routing.Input{Spec: l.spec, Plan: p, Demand: o.Demand, Fanout: o.Fanout,
-		Utilization: l.cfg.RouteUtilization})
+// target is the demand a plan for o is sized for.
+func (l *Loop) target(o Observed) float64 {
+	return max(o.Demand, l.cfg.MinDemandQPS) * (1 + l.cfg.Headroom)
 }
 
-func (l *Loop) notePlanned(target float64, o Observed, now time.Time) {
-	l.planned = plannedAt{ok: true, demand: target, servers: o.Servers, fanout: o.Fanout, at: now}
+func (l *Loop) route(p *plan.Plan, o Observed) plan.Routing {
+	in := routing.Input{Spec: l.spec, Plan: p, Demand: o.Demand, Fanout: o.Fanout, Utilization: l.cfg.RouteUtilization}
+	if r, ok := l.alloc.(Router); ok {
+		return r.Route(in)
+	}
+	return routing.MostAccurateFirst(in)
+}
+
+func (l *Loop) notePlanned(o Observed, now time.Time) {
+	l.planned = plannedAt{ok: true, demand: l.target(o), servers: o.Servers, fanout: o.Fanout, at: now}
 }
 
 // Published records that st.Plan, decided from o, is now in force.
@@ -219,7 +244,8 @@ func (l *Loop) Published(st Step, o Observed, now time.Time) {
 	}
 	l.current = st.Plan
 	if st.Replanned {
-		l.notePlanned(max(o.Demand, l.cfg.MinDemandQPS), o, now)
+		l.notePlanned(o, now)
+		l.planned.overloaded = st.Plan.Mode == plan.ModeOverloaded
 	}
 	l.routed = routedAt{demand: o.Demand, at: now}
 }

@@ -46,13 +46,16 @@ func TestLoop(t *testing.T) {
 	}{
 		{"first tick solves", 0, Observed{Demand: 100, Servers: 20}, want{true, true}},
 		{"steady: nothing", time.Second, Observed{Demand: 102, Servers: 20}, want{false, false}},
-		{"demand +15%: routing only", 2 * time.Second, Observed{Demand: 115, Servers: 20}, want{true, false}},
-		{"demand +30%: re-plan", 3 * time.Second, Observed{Demand: 130, Servers: 20}, want{true, true}},
-		{"a worker left: re-plan", 4 * time.Second, Observed{Demand: 130, Servers: 19}, want{true, true}},
+		{"demand down 12%: routing only", 2 * time.Second, Observed{Demand: 88, Servers: 20}, want{true, false}},
+		{"demand above the plan's headroom: re-plan", 3 * time.Second, Observed{Demand: 106, Servers: 20}, want{true, true}},
+		{"demand +30%: re-plan", 4 * time.Second, Observed{Demand: 130, Servers: 20}, want{true, true}},
+		{"a worker left: re-plan", 5 * time.Second, Observed{Demand: 130, Servers: 19}, want{true, true}},
 		{"re-plan due but within 5%: routing only (due too)", 15 * time.Second, Observed{Demand: 132, Servers: 19}, want{true, false}},
 		{"just routed: nothing", 16 * time.Second, Observed{Demand: 132, Servers: 19}, want{false, false}},
-		{"due and 8% more: re-plan", 26 * time.Second, Observed{Demand: 141, Servers: 19}, want{true, true}},
+		{"due and 8% less: re-plan", 26 * time.Second, Observed{Demand: 121, Servers: 19}, want{true, true}},
 		{"overload: accuracy mode", 27 * time.Second, Observed{Demand: 600, Servers: 19}, want{true, true}},
+		{"beyond capacity: overloaded", 28 * time.Second, Observed{Demand: 5000, Servers: 19}, want{true, true}},
+		{"more demand on an overloaded plan: no solve", 29 * time.Second, Observed{Demand: 5100, Servers: 19}, want{false, false}},
 	}
 	epoch := l.Current().Epoch
 	for _, s := range steps {
@@ -73,8 +76,8 @@ func TestLoop(t *testing.T) {
 			t.Fatalf("%s: epoch %d, want %d", s.name, got, epoch)
 		}
 	}
-	if m := l.Current().Mode; m != plan.ModeAccuracy {
-		t.Fatalf("mode at 600 QPS on 19 servers: %s, want %s", m, plan.ModeAccuracy)
+	if m := l.Current().Mode; m != plan.ModeOverloaded {
+		t.Fatalf("mode at 5000 QPS on 19 servers: %s, want %s", m, plan.ModeOverloaded)
 	}
 	if len(l.Current().Routing.Root) == 0 {
 		t.Fatal("the plan has no root routing")

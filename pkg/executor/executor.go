@@ -3,6 +3,8 @@
 package executor
 
 import (
+	"time"
+
 	"context"
 	"fmt"
 
@@ -53,6 +55,7 @@ func New(spec *pipeline.Spec, task, variant string, opts Options) (Executor, err
 	}
 	switch v.Executor.Kind {
 	case pipeline.ExecutorEmulated, "":
+		time.Sleep(time.Duration(v.SwapMs * float64(time.Millisecond))) // loading the model
 		return NewEmulated(spec, task, v, opts.Seed), nil
 	default:
 		return nil, fmt.Errorf("variant %s/%s: executor kind %q is not supported", task, variant, v.Executor.Kind)

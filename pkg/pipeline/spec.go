@@ -43,6 +43,9 @@ type Variant struct {
 	Fanout *Fanout `json:"fanout,omitempty"`
 	// Profile has one point per allowed batch size, in increasing batch order.
 	Profile []ProfilePoint `json:"profile"`
+	// SwapMs is how long a worker takes to load the variant when it is assigned it (0 if not profiled): the
+	// emulated executor waits that long before serving, and the simulator keeps the server idle as long.
+	SwapMs float64 `json:"swap_ms,omitempty"`
 }
 
 // Executor says how a variant computes.

@@ -1,3 +1,58 @@
 // Package routing computes the routing tables of a plan. Pure: the planner publishes what it computes, the frontend,
 // the workers and the simulator follow it.
 package routing
+
+import (
+	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
+
+// OrphanTarget is where work waiting for a variant of task that plan p no longer hosts should go, so that it is
+// not stranded in a queue no worker serves: the task's most accurate hosted variant with capacity left over after
+// the routing (its first backup), or, when none has any, the hosted variant with the most capacity; "" when p hosts
+// no variant of the task.
+func OrphanTarget(p *plan.Plan, task string) string {
+	if b := p.Routing.Backup[task]; len(b) > 0 {
+		return b[0].Variant
+	}
+	best, most := "", -1.0
+	for _, v := range p.Variants {
+		if v.Task == task && v.CapacityQPS > most {
+			best, most = v.Variant, v.CapacityQPS
+		}
+	}
+	return best
+}
+
+// CapacityProportional is a pipeline-agnostic load balancer (Proteus's, applied per task): every task's traffic
+// is spread over its hosted variants in proportion to their capacity, whatever their accuracy and whatever the
+// demand, and no variant is kept as a backup.
+func CapacityProportional(in Input) plan.Routing {
+	hosted := map[string][]candidate{}
+	for _, vp := range in.Plan.Variants {
+		if v := in.Spec.Variant(vp.Task, vp.Variant); v != nil {
+			hosted[vp.Task] = append(hosted[vp.Task], candidate{name: vp.Variant, variant: v, plan: vp})
+		}
+	}
+	table := func(task string) []plan.Route {
+		cs := hosted[task]
+		var routes []plan.Route
+		for i, share := range capacityShares(cs) {
+			routes = append(routes, plan.Route{Variant: cs[i].name, Prob: share})
+		}
+		return routes
+	}
+	r := plan.Routing{Root: table(in.Spec.Root().Name), Downstream: map[string]map[string][]plan.Route{}}
+	for _, vp := range in.Plan.Variants {
+		t := in.Spec.Task(vp.Task)
+		if t == nil || len(t.Children) == 0 {
+			continue
+		}
+		tables := map[string][]plan.Route{}
+		for _, c := range t.Children {
+			tables[c] = table(c)
+		}
+		r.Downstream[wire.Hop(vp.Task, vp.Variant)] = tables
+	}
+	return r
+}

@@ -35,6 +35,7 @@ commands:
   worker    serve the model variant the planner assigns
   planner   publish pipelines and plans, assign workers
   plan      solve the allocation MILP for a demand (or a sweep of demands) and print the plan
+  sim       simulate a pipeline under a workload, per policy (loki, inferline, proteus), and report
   version   print the version
 
 Run 'sleipnir <command> -h' for the flags of a command.
@@ -60,6 +61,8 @@ func main() {
 		err = runPlanner(args)
 	case "plan":
 		err = runPlan(args)
+	case "sim":
+		err = runSim(args)
 	case "version":
 		fmt.Println("sleipnir", version)
 	case "-h", "--help", "help":

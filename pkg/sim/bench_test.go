@@ -1,0 +1,47 @@
+package sim
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/control"
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/workload"
+)
+
+// BenchmarkSimulate runs ten simulated minutes of the traffic example on 20 servers, the planner's loop included,
+// and reports simulated item-hops per second of wall time: hops/s overall, and hops/s-sim without the time the
+// allocation MILP took (the simulator's own speed; the solves are the planner's, and cost what they cost live).
+// At 150 QPS the plans are in hardware mode (solves well under a millisecond); at 600 in accuracy mode.
+func BenchmarkSimulate(b *testing.B) {
+	for _, qps := range []float64{150, 600} {
+		b.Run(fmt.Sprintf("traffic-%gqps", qps), func(b *testing.B) { benchmarkSimulate(b, qps) })
+	}
+}
+
+func benchmarkSimulate(b *testing.B, qps float64) {
+	spec, err := pipeline.Load("../../examples/traffic.yaml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	sys, err := ParseSystem("loki", spec, control.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var hops int64
+	var planning float64
+	start := time.Now()
+	for range b.N {
+		res, err := Run(Config{Spec: spec, Workload: workload.Constant(qps, 10*time.Minute), Servers: 20, System: sys,
+			Seed: 1, CommLatency: -1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		hops += res.Summary.ItemHops
+		planning += res.Summary.PlanSeconds
+	}
+	wall := time.Since(start).Seconds()
+	b.ReportMetric(float64(hops)/wall, "hops/s")
+	b.ReportMetric(float64(hops)/(wall-planning), "hops/s-sim")
+}

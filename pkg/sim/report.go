@@ -1,0 +1,189 @@
+package sim
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/plot"
+)
+
+// Interval aggregates consecutive seconds of a result. Requests count in the interval they arrived in; ratios
+// and means with nothing to average are NaN (empty in CSV, gaps in plots).
+type Interval struct {
+	StartS            float64
+	DemandQPS         float64 // the workload's mean rate
+	Arrivals          int
+	OK, Partial       int
+	Dropped, Late     int
+	SLOViolationRatio float64
+	Accuracy          float64 // mean served accuracy of the ok and partial replies
+	ActiveServers     float64 // mean
+	EstimateQPS       float64 // the planner's estimate at the interval's end
+	Mode              string  // the plan's mode at the interval's end
+}
+
+// Intervals aggregates the time series into intervals of width seconds (at least 1).
+func (r *Result) Intervals(width int) []Interval {
+	width = max(1, width)
+	var out []Interval
+	for lo := 0; lo < len(r.Seconds); lo += width {
+		hi := min(lo+width, len(r.Seconds))
+		iv := Interval{StartS: float64(lo)}
+		acc := 0.0
+		for _, x := range r.Seconds[lo:hi] {
+			iv.DemandQPS += x.DemandQPS
+			iv.Arrivals += x.Arrivals
+			iv.OK += x.OK
+			iv.Partial += x.Partial
+			iv.Dropped += x.Dropped
+			iv.Late += x.Late
+			acc += x.AccuracySum
+			iv.ActiveServers += float64(x.ActiveServers)
+			iv.EstimateQPS, iv.Mode = x.EstimateQPS, x.Mode
+		}
+		n := float64(hi - lo)
+		iv.DemandQPS /= n
+		iv.ActiveServers /= n
+		iv.SLOViolationRatio, iv.Accuracy = math.NaN(), math.NaN()
+		if iv.Arrivals > 0 {
+			iv.SLOViolationRatio = float64(iv.Arrivals-iv.OK) / float64(iv.Arrivals)
+		}
+		if served := iv.OK + iv.Partial; served > 0 {
+			iv.Accuracy = acc / float64(served)
+		}
+		out = append(out, iv)
+	}
+	return out
+}
+
+// IntervalFor is the report interval of a run of duration d: about 300 points, at least a second.
+func IntervalFor(d time.Duration) int { return max(1, int(math.Round(d.Seconds()/300))) }
+
+// WriteCSV writes the intervals as CSV with a header.
+func WriteCSV(w io.Writer, ivs []Interval) error {
+	cw := csv.NewWriter(w)
+	cw.Write([]string{"t_s", "demand_qps", "arrivals", "ok", "partial", "dropped", "late", "slo_violation_ratio",
+		"accuracy", "active_servers", "estimate_qps", "mode"})
+	f := func(v float64) string {
+		if math.IsNaN(v) {
+			return ""
+		}
+		return strconv.FormatFloat(v, 'f', -1, 64)
+	}
+	for _, iv := range ivs {
+		cw.Write([]string{f(iv.StartS), f(round(iv.DemandQPS, 3)), strconv.Itoa(iv.Arrivals), strconv.Itoa(iv.OK),
+			strconv.Itoa(iv.Partial), strconv.Itoa(iv.Dropped), strconv.Itoa(iv.Late),
+			f(round(iv.SLOViolationRatio, 5)), f(round(iv.Accuracy, 5)), f(round(iv.ActiveServers, 3)),
+			f(round(iv.EstimateQPS, 3)), iv.Mode})
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+func round(v float64, digits int) float64 {
+	if math.IsNaN(v) {
+		return v
+	}
+	p := math.Pow(10, float64(digits))
+	return math.Round(v*p) / p
+}
+
+// Figure is the report figure of results over the same workload: demand, system accuracy, active servers and
+// SLO-violation ratio, one panel each, one line per system (as Loki's figures 5 and 6).
+func Figure(title string, results []*Result, width int) *plot.Figure {
+	f := &plot.Figure{Title: title, XLabel: "time (s)", Panels: []plot.Panel{
+		{Title: "Demand", YLabel: "QPS"},
+		{Title: "System accuracy", YLabel: "accuracy"},
+		{Title: "Active servers", YLabel: "servers"},
+		{Title: "SLO violation ratio", YLabel: "ratio", YMin: 0, YMax: 1},
+	}}
+	for i, r := range results {
+		ivs := r.Intervals(width)
+		x := make([]float64, len(ivs))
+		var demand, est, acc, act, viol []float64
+		for k, iv := range ivs {
+			x[k] = iv.StartS
+			demand = append(demand, iv.DemandQPS)
+			est = append(est, iv.EstimateQPS)
+			acc = append(acc, iv.Accuracy)
+			act = append(act, iv.ActiveServers)
+			viol = append(viol, iv.SLOViolationRatio)
+		}
+		if i == 0 {
+			f.Panels[0].Series = append(f.Panels[0].Series, plot.Series{Name: "workload", X: x, Y: demand})
+		}
+		f.Panels[0].Series = append(f.Panels[0].Series, plot.Series{Name: r.System + " estimate", X: x, Y: est})
+		f.Panels[1].Series = append(f.Panels[1].Series, plot.Series{Name: r.System, X: x, Y: acc})
+		f.Panels[2].Series = append(f.Panels[2].Series, plot.Series{Name: r.System, X: x, Y: act})
+		f.Panels[3].Series = append(f.Panels[3].Series, plot.Series{Name: r.System, X: x, Y: viol})
+	}
+	return f
+}
+
+// fileName turns a system name into a file name ("loki:per-task" -> "loki_per-task").
+func fileName(system string) string { return strings.ReplaceAll(system, ":", "_") }
+
+// WriteReport writes, into dir, each result's time series (SYSTEM.csv), the figure (figure.svg, figure.png) and
+// the summaries (summary.json).
+func WriteReport(dir, title string, results []*Result, width int) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, r := range results {
+		if err := writeFile(filepath.Join(dir, fileName(r.System)+".csv"), func(w io.Writer) error {
+			return WriteCSV(w, r.Intervals(width))
+		}); err != nil {
+			return err
+		}
+	}
+	fig := Figure(title, results, width)
+	if err := writeFile(filepath.Join(dir, "figure.svg"), fig.WriteSVG); err != nil {
+		return err
+	}
+	if err := writeFile(filepath.Join(dir, "figure.png"), fig.WritePNG); err != nil {
+		return err
+	}
+	sums := make([]Summary, len(results))
+	for i, r := range results {
+		sums[i] = r.Summary
+	}
+	return writeFile(filepath.Join(dir, "summary.json"), func(w io.Writer) error {
+		e := json.NewEncoder(w)
+		e.SetIndent("", "  ")
+		return e.Encode(sums)
+	})
+}
+
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return f.Close()
+}
+
+// PrintSummaries prints one row per result.
+func PrintSummaries(w io.Writer, results []*Result) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "system\trequests\tSLO violations\tmean accuracy\tmean servers\tmax servers\tdropped\tlate\treplans\titem hops\twall\t")
+	for _, r := range results {
+		s := r.Summary
+		fmt.Fprintf(tw, "%s\t%d\t%.2f%%\t%.4f\t%.1f\t%d\t%d\t%d\t%d\t%d\t%.1fs\t\n", s.System, s.Requests,
+			100*s.SLOViolationRatio, s.MeanAccuracy, s.MeanActiveServers, s.MaxActiveServers, s.Dropped, s.Late,
+			s.Replans, s.ItemHops, s.WallSeconds)
+	}
+	tw.Flush()
+}

@@ -1,0 +1,701 @@
+// Package sim is Sleipnir's discrete-event simulator: frontends, one queue per model variant shared by its replicas,
+// workers that batch, execute, fan out, drop and reroute, and the planner's control loop, in simulated time. It
+// runs the production policy code of pkg/ (control loop and allocators, most-accurate-first routing, deadline
+// decisions, batching rule, demand and multiplicative-factor estimation, worker assignment, emulated latencies and
+// fan-out) and re-implements none of it; what it models itself is the data plane: queues, timing and completion.
+// Seeded and deterministic.
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/batching"
+	"github.com/sleipnir-serving/sleipnir/pkg/completion"
+	"github.com/sleipnir-serving/sleipnir/pkg/control"
+	"github.com/sleipnir-serving/sleipnir/pkg/deadline"
+	"github.com/sleipnir-serving/sleipnir/pkg/demand"
+	"github.com/sleipnir-serving/sleipnir/pkg/executor"
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/routing"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+	"github.com/sleipnir-serving/sleipnir/pkg/workload"
+)
+
+// Config is one simulation.
+type Config struct {
+	Spec     *pipeline.Spec
+	Workload *workload.Workload
+	// Servers is the cluster size.
+	Servers int
+	System  System
+	Seed    uint64
+	// Control tunes the planner's loop (pkg/control; zero values are its defaults).
+	Control control.Config
+	// DemandAlpha is the weight of the newest second in the demand and multiplicative-factor averages (default
+	// 0.3, as the planner's).
+	DemandAlpha float64
+	// CommLatency is the latency of one hop (a publish to a variant's queue, or a result to the frontend);
+	// negative means the spec's comm_latency_ms.
+	CommLatency time.Duration
+	// Warmup is left out of the summary (not of the time series): the demand estimate and the plan need a few
+	// seconds to follow a workload that starts at full rate on an idle cluster.
+	Warmup time.Duration
+	// Progress, when set, is called about every simulated minute with the simulated time done and the total.
+	Progress func(done, total time.Duration)
+}
+
+// Second is one second of a simulation's time series. Requests are counted in the second they arrived.
+type Second struct {
+	// DemandQPS is the workload's rate; Arrivals the requests that arrived.
+	DemandQPS float64 `json:"demand_qps"`
+	Arrivals  int     `json:"arrivals"`
+	// OK, Partial, Dropped and Late count the replies by status.
+	OK      int `json:"ok"`
+	Partial int `json:"partial"`
+	Dropped int `json:"dropped"`
+	Late    int `json:"late"`
+	// AccuracySum sums the served accuracy of the ok and partial replies.
+	AccuracySum float64 `json:"accuracy_sum"`
+	// ActiveServers is the number of workers assigned a variant at the end of the second.
+	ActiveServers int `json:"active_servers"`
+	// EstimateQPS is the planner's demand estimate at the end of the second.
+	EstimateQPS float64 `json:"estimate_qps"`
+	Mode        string  `json:"mode"`
+}
+
+// Result is what a simulation measured.
+type Result struct {
+	System  string   `json:"system"`
+	Seconds []Second `json:"-"`
+	Summary Summary  `json:"summary"`
+}
+
+// Summary aggregates a simulation.
+type Summary struct {
+	System            string  `json:"system"`
+	Requests          int     `json:"requests"`
+	OK                int     `json:"ok"`
+	Partial           int     `json:"partial"`
+	Dropped           int     `json:"dropped"`
+	Late              int     `json:"late"`
+	SLOViolationRatio float64 `json:"slo_violation_ratio"`
+	// MeanAccuracy is the mean served accuracy of the ok and partial replies (as loadgen reports it).
+	MeanAccuracy      float64 `json:"mean_accuracy"`
+	MeanActiveServers float64 `json:"mean_active_servers"`
+	MaxActiveServers  int     `json:"max_active_servers"`
+	// ItemHops counts items executed at a task; Replans the new allocations published.
+	ItemHops int64 `json:"item_hops"`
+	Replans  int   `json:"replans"`
+	// PlanSeconds is the wall time the allocators took (part of WallSeconds).
+	PlanSeconds float64 `json:"plan_s"`
+	SimulatedS  float64 `json:"simulated_s"`
+	WallSeconds float64 `json:"wall_s"`
+}
+
+// Run simulates cfg.Workload to its end, and then until every request in flight has been answered (or is stuck
+// where no worker serves, and counts as late).
+func Run(cfg Config) (*Result, error) {
+	s, err := newSim(cfg)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	s.run()
+	res := s.result()
+	res.Summary.WallSeconds = time.Since(start).Seconds()
+	return res, nil
+}
+
+// Event kinds.
+const (
+	evArrival = iota
+	evDeliver // a task message reaches its variant's queue
+	evBatchDone
+	evSwapDone
+	evTick // the planner's, frontends' and workers' once-a-second reports
+)
+
+type event struct {
+	at   int64 // simulated ns
+	seq  uint64
+	kind uint8
+	srv  int32
+	hop  int32
+	msg  *message
+}
+
+type request struct {
+	arrival, due int64
+	second       int32
+	pending      int // items not yet finished or dropped
+	ok, dropped  int
+	acc          completion.Accuracy
+}
+
+// message is a task message: items of one request for one variant, all from the same parent item.
+type message struct {
+	req      *request
+	items    int
+	share    float64 // of the request, per item
+	node     int32   // path of hops before this one (pathTrie)
+	enqueued int64
+	dropped  string // reason when dropped before execution
+}
+
+// hop is one variant of one task.
+type hop struct {
+	name     string
+	task     int
+	variant  *pipeline.Variant
+	exec     *executor.Emulated
+	children []string // the task's child tasks, in Emulated's order
+	childIdx []int    // index of each child task
+	queue    []*message
+	head     int
+	free     []int32 // idle servers serving this variant
+	stage    *deadline.Stage
+	budget   time.Duration
+	routes   [][]plan.Route // per child (aligned with children), from the current plan
+	// counts since the last heartbeat
+	items   uint64
+	emitted map[string]uint64
+}
+
+type server struct {
+	hop      int32 // -1 idle
+	maxBatch int
+	busy     bool
+	swapping bool
+	swapEnd  int64 // when the current swap ends
+	batch    []*message
+	next     *plan.Assignment // an assignment to take when the running batch is done
+	assigned plan.Assignment
+}
+
+type sim struct {
+	cfg     Config
+	spec    *pipeline.Spec
+	comm    int64
+	rng     *rand.Rand
+	events  eventHeap
+	seq     uint64
+	now     int64
+	hops    []*hop
+	hopIdx  map[string]int
+	tasks   []string
+	servers []server
+	names   []string // worker names, for plan.Assign
+	assign  map[string]plan.Assignment
+	loop    *control.Loop
+	plan    *plan.Plan
+	est     *demand.Estimator
+	fan     *demand.FanoutEstimator
+	taskEst []*demand.Estimator
+	trie    pathTrie
+	arr     *workload.Arrivals
+	// per-second accounting
+	seconds      []Second
+	arrivedNow   int
+	taskArrivals []int
+	inFlight     int
+	hopsDone     int64
+	replans      int
+	end          int64
+	loaded       bool          // assignments take no swap time (the start)
+	planWall     time.Duration // wall time in the control loop
+}
+
+func newSim(cfg Config) (*sim, error) {
+	switch {
+	case cfg.Spec == nil:
+		return nil, errors.New("sim: no pipeline")
+	case cfg.Workload == nil:
+		return nil, errors.New("sim: no workload")
+	case cfg.Servers <= 0:
+		return nil, fmt.Errorf("sim: %d servers: want at least 1", cfg.Servers)
+	}
+	if err := cfg.Workload.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.System.Name == "" {
+		var err error
+		if cfg.System, err = ParseSystem("loki", cfg.Spec, cfg.Control); err != nil {
+			return nil, err
+		}
+	}
+	spec := cfg.Spec
+	s := &sim{cfg: cfg, spec: spec, rng: rand.New(rand.NewPCG(cfg.Seed, 0x51a)), hopIdx: map[string]int{},
+		est: demand.New(cfg.DemandAlpha, 0), fan: demand.NewFanoutEstimator(cfg.DemandAlpha, 0),
+		assign: map[string]plan.Assignment{}}
+	s.comm = int64(cfg.CommLatency)
+	if cfg.CommLatency < 0 {
+		s.comm = int64(spec.CommLatencyMs * float64(time.Millisecond))
+	}
+	taskIdx := map[string]int{}
+	for ti, t := range spec.Tasks {
+		taskIdx[t.Name] = ti
+		s.tasks = append(s.tasks, t.Name)
+		s.taskEst = append(s.taskEst, demand.New(cfg.DemandAlpha, 0))
+	}
+	s.taskArrivals = make([]int, len(spec.Tasks))
+	for ti := range spec.Tasks {
+		t := &spec.Tasks[ti]
+		for vi := range t.Variants {
+			v := &t.Variants[vi]
+			name := wire.Hop(t.Name, v.Name)
+			e := executor.NewEmulated(spec, t.Name, v, cfg.Seed^uint64(len(s.hops)+1)*0x9e3779b97f4a7c15)
+			h := &hop{name: name, task: ti, variant: v, exec: e, children: e.Children(), emitted: map[string]uint64{}}
+			for _, c := range h.children {
+				h.childIdx = append(h.childIdx, taskIdx[c])
+			}
+			s.hopIdx[name] = len(s.hops)
+			s.hops = append(s.hops, h)
+		}
+	}
+	s.trie = newPathTrie(spec, s.hops)
+
+	// The planner's start: the static plan, routed for no demand, its replicas given to the workers.
+	initial, err := plan.Static(spec)
+	if err != nil {
+		return nil, err
+	}
+	initial.Epoch = 1
+	initial.Routing = routing.MostAccurateFirst(routing.Input{Spec: spec, Plan: initial})
+	s.loop = control.New(spec, cfg.Control, cfg.System.Allocator, initial)
+	s.servers = make([]server, cfg.Servers)
+	for i := range s.servers {
+		s.servers[i].hop = -1
+		s.names = append(s.names, fmt.Sprintf("w%04d", i))
+	}
+	s.loaded = true // the workers start with the static plan's variants loaded
+	s.applyPlan(initial, true)
+	s.loaded = false
+	s.arr = cfg.Workload.Arrivals(cfg.Seed)
+	s.end = int64(cfg.Workload.Duration())
+	s.seconds = make([]Second, (s.end+int64(time.Second)-1)/int64(time.Second))
+	if at, ok := s.arr.Next(); ok {
+		s.push(event{at: int64(at), kind: evArrival})
+	}
+	s.push(event{at: int64(time.Second), kind: evTick})
+	return s, nil
+}
+
+func (s *sim) push(e event) {
+	s.seq++
+	e.seq = s.seq
+	s.events.push(e)
+}
+
+func (s *sim) run() {
+	nextProgress := int64(time.Minute)
+	for s.events.len() > 0 {
+		e := s.events.pop()
+		s.now = e.at
+		if s.cfg.Progress != nil && s.now >= nextProgress {
+			s.cfg.Progress(time.Duration(min(s.now, s.end)), time.Duration(s.end))
+			nextProgress += int64(time.Minute)
+		}
+		switch e.kind {
+		case evArrival:
+			s.arrive()
+			if at, ok := s.arr.Next(); ok {
+				s.push(event{at: int64(at), kind: evArrival})
+			}
+		case evDeliver:
+			s.deliver(int(e.hop), e.msg)
+		case evBatchDone:
+			s.batchDone(int(e.srv))
+		case evSwapDone:
+			if sv := &s.servers[e.srv]; sv.swapping && sv.swapEnd == s.now {
+				sv.swapping = false
+				s.idle(int(e.srv))
+			}
+		case evTick:
+			s.tick()
+			// Ticks go on past the workload while requests are in flight, so the loop keeps serving them.
+			if s.now < s.end || s.inFlight > 0 && s.now < s.end+int64(time.Minute) {
+				s.push(event{at: s.now + int64(time.Second), kind: evTick})
+			}
+		}
+	}
+	if s.cfg.Progress != nil {
+		s.cfg.Progress(time.Duration(s.end), time.Duration(s.end))
+	}
+}
+
+// arrive is a frontend accepting a request: its deadline is the SLO from now, and it goes to the root variant the
+// routing picks.
+func (s *sim) arrive() {
+	sec := int32(s.now / int64(time.Second))
+	r := &request{arrival: s.now, due: s.now + int64(s.spec.SLOMs*float64(time.Millisecond)), second: sec,
+		pending: 1}
+	s.inFlight++
+	s.arrivedNow++
+	if int(sec) < len(s.seconds) {
+		s.seconds[sec].Arrivals++
+	}
+	v := plan.Pick(s.plan.Routing.Root, s.rng.Float64())
+	h, ok := s.hopIdx[wire.Hop(s.spec.Root().Name, v)]
+	if !ok { // no root variant hosted: the frontend's publish has nowhere to go
+		r.pending = 0
+		r.dropped++
+		s.finish(r, s.now)
+		return
+	}
+	s.push(event{at: s.now + s.comm, kind: evDeliver, hop: int32(h),
+		msg: &message{req: r, items: 1, share: 1, node: 0}})
+}
+
+// deliver puts a message in its variant's queue, and hands it to an idle replica if there is one.
+func (s *sim) deliver(hi int, m *message) {
+	h := s.hops[hi]
+	m.enqueued = s.now
+	h.queue = append(h.queue, m)
+	s.taskArrivals[h.task] += m.items
+	if n := len(h.free); n > 0 {
+		srv := h.free[n-1]
+		h.free = h.free[:n-1]
+		s.startBatch(int(srv))
+	}
+}
+
+func (h *hop) pending() int { return len(h.queue) - h.head }
+
+func (h *hop) pop() *message {
+	m := h.queue[h.head]
+	h.queue[h.head] = nil
+	h.head++
+	if h.head == len(h.queue) {
+		h.queue, h.head = h.queue[:0], 0
+	} else if h.head > 1024 && h.head*2 > len(h.queue) {
+		n := copy(h.queue, h.queue[h.head:])
+		h.queue, h.head = h.queue[:n], 0
+	}
+	return m
+}
+
+// idle makes a server that has nothing running take work, or wait for it.
+func (s *sim) idle(srv int) {
+	sv := &s.servers[srv]
+	if sv.hop < 0 || sv.busy || sv.swapping {
+		return
+	}
+	if s.hops[sv.hop].pending() > 0 {
+		s.startBatch(srv)
+		return
+	}
+	h := s.hops[sv.hop]
+	h.free = append(h.free, int32(srv))
+}
+
+// startBatch is the worker's serveOnce up to execution: take the first message and what the batching rule adds,
+// drop what the deadline policy drops before executing, and execute the rest in model batches.
+func (s *sim) startBatch(srv int) {
+	sv := &s.servers[srv]
+	h := s.hops[sv.hop]
+	now := s.time()
+	taken := 0
+	take := func(m *message) {
+		if reason := h.stage.BeforeExecute(now, time.Unix(0, m.req.due), time.Unix(0, m.enqueued)); reason != "" {
+			m.dropped = reason
+		} else {
+			taken += m.items
+		}
+		sv.batch = append(sv.batch, m)
+	}
+	take(h.pop())
+	for n := batching.More(sv.maxBatch, taken, h.pending()); n > 0; n-- {
+		take(h.pop())
+	}
+	var d time.Duration
+	for c := range batching.Chunks(taken, sv.maxBatch) {
+		d += h.exec.Latency(min(sv.maxBatch, taken-c*sv.maxBatch))
+	}
+	sv.busy = true
+	s.push(event{at: s.now + int64(d), kind: evBatchDone, srv: int32(srv)})
+}
+
+// batchDone is the worker's forward: each executed item's sub-requests go where the routing table and the deadline
+// policy say, grouped per destination variant; leaves and drops are reported to the frontend.
+func (s *sim) batchDone(srv int) {
+	sv := &s.servers[srv]
+	h := s.hops[sv.hop]
+	for _, m := range sv.batch {
+		r := m.req
+		if m.dropped != "" {
+			r.dropped += m.items
+			s.leaves(r, m.items)
+			continue
+		}
+		s.hopsDone += int64(m.items)
+		h.items += uint64(m.items)
+		node := s.trie.child(m.node, sv.hop)
+		atTask := time.Duration(s.now - m.enqueued)
+		for range m.items {
+			k := h.exec.SubRequests(s.rng)
+			if k == 0 {
+				r.ok++
+				r.acc.Add(m.share, s.trie.accuracy(node))
+				s.leaves(r, 1)
+				continue
+			}
+			r.pending += k - 1
+			share := m.share / float64(k)
+			var dests [8]struct {
+				hop   int32
+				items int
+			}
+			nd := 0
+			for range k {
+				c := h.exec.ChildOf(s.rng.Float64())
+				child := h.children[c]
+				h.emitted[child]++
+				d := h.stage.Route(child, h.routes[c], atTask, s.rng.Float64(), s.rng.Float64())
+				if d.Variant == "" {
+					r.dropped++
+					s.leaves(r, 1)
+					continue
+				}
+				dh := int32(s.hopIdx[wire.Hop(child, d.Variant)])
+				found := false
+				for i := range nd {
+					if dests[i].hop == dh {
+						dests[i].items++
+						found = true
+						break
+					}
+				}
+				if !found && nd < len(dests) {
+					dests[nd].hop, dests[nd].items = dh, 1
+					nd++
+				} else if !found { // more destinations than the scratch holds: send on its own
+					s.push(event{at: s.now + s.comm, kind: evDeliver, hop: dh,
+						msg: &message{req: r, items: 1, share: share, node: node}})
+				}
+			}
+			for i := range nd {
+				s.push(event{at: s.now + s.comm, kind: evDeliver, hop: dests[i].hop,
+					msg: &message{req: r, items: dests[i].items, share: share, node: node}})
+			}
+		}
+	}
+	clear(sv.batch)
+	sv.batch = sv.batch[:0]
+	sv.busy = false
+	if sv.next != nil {
+		a := *sv.next
+		sv.next = nil
+		s.take(srv, a)
+		return
+	}
+	s.idle(srv)
+}
+
+// leaves records that n items of r finished or were dropped.
+func (s *sim) leaves(r *request, n int) {
+	r.pending -= n
+	if r.pending == 0 {
+		s.finish(r, s.now+s.comm)
+	}
+}
+
+// finish records a request's reply: late when its last leaf reached the frontend after the deadline (the frontend
+// replied at the deadline with what it had).
+func (s *sim) finish(r *request, at int64) {
+	s.inFlight--
+	if int(r.second) >= len(s.seconds) {
+		return
+	}
+	sec := &s.seconds[r.second]
+	switch completion.Status(at > r.due, r.ok, r.dropped, 0) {
+	case wire.StatusOK:
+		sec.OK++
+		sec.AccuracySum += r.acc.Value()
+	case wire.StatusPartial:
+		sec.Partial++
+		sec.AccuracySum += r.acc.Value()
+	case wire.StatusLate:
+		sec.Late++
+	default:
+		sec.Dropped++
+	}
+}
+
+func (s *sim) time() time.Time { return time.Unix(0, s.now) }
+
+// tick is one second: the frontend's demand report, the workers' heartbeats, the planner's estimates and control
+// loop, and the second's sample.
+func (s *sim) tick() {
+	now := s.time()
+	s.est.Observe("frontend", s.arrivedNow, time.Second, now)
+	s.arrivedNow = 0
+	for _, h := range s.hops {
+		if h.items == 0 {
+			continue
+		}
+		s.fan.Observe(h.name, wire.FanoutCounts{Items: h.items, Children: h.emitted})
+		h.items, h.emitted = 0, map[string]uint64{}
+	}
+	taskDemand := make(map[string]float64, len(s.tasks))
+	for ti, name := range s.tasks {
+		s.taskEst[ti].Observe("frontend", s.taskArrivals[ti], time.Second, now)
+		s.taskArrivals[ti] = 0
+		taskDemand[name] = s.taskEst[ti].Tick(now)
+	}
+	s.fan.Tick()
+	o := control.Observed{Demand: s.est.Tick(now), Fanout: s.fan.Estimate(s.spec), TaskDemand: taskDemand,
+		Servers: len(s.servers)}
+	t0 := time.Now()
+	st := s.loop.Next(now, o)
+	s.planWall += time.Since(t0)
+	if st.Plan != nil {
+		s.loop.Published(st, o, now)
+		s.applyPlan(st.Plan, st.Replanned)
+		if st.Replanned {
+			s.replans++
+		}
+	}
+	s.moveOrphans()
+	if sec := s.now/int64(time.Second) - 1; sec >= 0 && int(sec) < len(s.seconds) {
+		active := 0
+		for i := range s.servers {
+			if s.servers[i].assigned.Variant != "" {
+				active++
+			}
+		}
+		x := &s.seconds[sec]
+		x.ActiveServers, x.EstimateQPS, x.Mode = active, o.Demand, s.plan.Mode
+		x.DemandQPS = s.cfg.Workload.RateAt(time.Duration(sec) * time.Second)
+	}
+}
+
+// moveOrphans is the planner moving the messages waiting for variants the plan no longer hosts to a hosted variant
+// of the same task (routing.OrphanTarget), as it does once a second.
+func (s *sim) moveOrphans() {
+	for _, h := range s.hops {
+		if h.pending() == 0 || s.plan.Find(s.tasks[h.task], h.variant.Name) != nil {
+			continue
+		}
+		to := routing.OrphanTarget(s.plan, s.tasks[h.task])
+		if to == "" {
+			continue
+		}
+		dh := int32(s.hopIdx[wire.Hop(s.tasks[h.task], to)])
+		for h.pending() > 0 {
+			s.push(event{at: s.now + s.comm, kind: evDeliver, hop: dh, msg: h.pop()})
+		}
+	}
+}
+
+// applyPlan makes a published plan the one frontends and workers follow; a new allocation also reassigns the
+// workers (plan.Assign, as the planner does).
+func (s *sim) applyPlan(p *plan.Plan, replanned bool) {
+	s.plan = p
+	for _, h := range s.hops {
+		if vp := p.Find(s.tasks[h.task], h.variant.Name); vp != nil {
+			h.budget = time.Duration(vp.BudgetMs * float64(time.Millisecond))
+		}
+		policy := s.cfg.System.Policy
+		h.stage = deadline.NewStage(s.spec, p, policy, s.tasks[h.task], h.budget)
+		down := p.Routing.Downstream[h.name]
+		h.routes = h.routes[:0]
+		for _, c := range h.children {
+			h.routes = append(h.routes, down[c])
+		}
+	}
+	if !replanned {
+		return
+	}
+	next, _ := plan.Assign([]*plan.Plan{p}, s.names, s.assign)
+	s.assign = next
+	for i, name := range s.names {
+		a := next[name]
+		sv := &s.servers[i]
+		if a == sv.assigned && sv.next == nil {
+			continue
+		}
+		if sv.busy { // the worker finishes its batch first
+			sv.next = &a
+			continue
+		}
+		s.take(i, a)
+	}
+}
+
+// take makes a server that is not running a batch serve an assignment: a new variant is loaded (its swap time)
+// before it takes work.
+func (s *sim) take(srv int, a plan.Assignment) {
+	sv := &s.servers[srv]
+	if old := sv.hop; old >= 0 { // leave the old variant's idle list
+		h := s.hops[old]
+		for i, f := range h.free {
+			if int(f) == srv {
+				h.free = append(h.free[:i], h.free[i+1:]...)
+				break
+			}
+		}
+	}
+	prev := sv.hop
+	sv.assigned = a
+	if a.Idle() {
+		sv.hop, sv.swapping = -1, false
+		return
+	}
+	sv.hop = int32(s.hopIdx[a.Hop()])
+	sv.maxBatch = a.MaxBatch
+	swap := int64(s.hops[sv.hop].variant.SwapMs * float64(time.Millisecond))
+	if sv.hop != prev && swap > 0 && !s.loaded {
+		sv.swapping, sv.swapEnd = true, s.now+swap
+		s.push(event{at: sv.swapEnd, kind: evSwapDone, srv: int32(srv)})
+		return
+	}
+	if sv.hop != prev {
+		sv.swapping = false
+	}
+	s.idle(srv)
+}
+
+func (s *sim) result() *Result {
+	// Requests still in flight are stuck where no worker serves: the frontend replied late at their deadline.
+	res := &Result{System: s.cfg.System.Name, Seconds: s.seconds}
+	sum := &res.Summary
+	sum.System = s.cfg.System.Name
+	accN := 0
+	accSum := 0.0
+	counted := 0
+	for i := range s.seconds {
+		x := &s.seconds[i]
+		x.Late += x.Arrivals - x.OK - x.Partial - x.Dropped - x.Late
+		if time.Duration(i)*time.Second < s.cfg.Warmup {
+			continue
+		}
+		counted++
+		sum.Requests += x.Arrivals
+		sum.OK += x.OK
+		sum.Partial += x.Partial
+		sum.Dropped += x.Dropped
+		sum.Late += x.Late
+		accSum += x.AccuracySum
+		accN += x.OK + x.Partial
+		sum.MeanActiveServers += float64(x.ActiveServers)
+		sum.MaxActiveServers = max(sum.MaxActiveServers, x.ActiveServers)
+	}
+	if sum.Requests > 0 {
+		sum.SLOViolationRatio = float64(sum.Requests-sum.OK) / float64(sum.Requests)
+	}
+	if accN > 0 {
+		sum.MeanAccuracy = accSum / float64(accN)
+	}
+	if counted > 0 {
+		sum.MeanActiveServers /= float64(counted)
+	}
+	sum.ItemHops = s.hopsDone
+	sum.Replans = s.replans
+	sum.PlanSeconds = s.planWall.Seconds()
+	sum.SimulatedS = float64(s.end) / float64(time.Second)
+	return res
+}

@@ -1,0 +1,193 @@
+package sim
+
+import (
+	"bytes"
+	"image/png"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/control"
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/workload"
+)
+
+func traffic(t testing.TB) *pipeline.Spec {
+	t.Helper()
+	spec, err := pipeline.Load("../../examples/traffic.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spec
+}
+
+func system(t testing.TB, name string, spec *pipeline.Spec) System {
+	t.Helper()
+	s, err := ParseSystem(name, spec, control.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestDeterministic(t *testing.T) {
+	spec := traffic(t)
+	cfg := Config{Spec: spec, Workload: workload.Constant(200, 20*time.Second), Servers: 20,
+		System: system(t, "loki", spec), Seed: 42, CommLatency: -1}
+	a, err := Run(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Run(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Summary.WallSeconds, b.Summary.WallSeconds, a.Summary.PlanSeconds, b.Summary.PlanSeconds = 0, 0, 0, 0
+	if !reflect.DeepEqual(a, b) {
+		t.Fatalf("two runs with the same seed differ:\n%+v\n%+v", a.Summary, b.Summary)
+	}
+	cfg.Seed = 43
+	c, _ := Run(cfg)
+	if c.Summary.ItemHops == a.Summary.ItemHops {
+		t.Fatal("another seed gave the same run")
+	}
+}
+
+// TestEveryRequestAnswered: on a cluster that can serve the load, every request gets exactly one reply by the end,
+// none is stuck, and the replies account for every arrival without the end-of-run fill-in.
+func TestEveryRequestAnswered(t *testing.T) {
+	spec := traffic(t)
+	for _, name := range []string{"loki", "loki:none", "loki:per-task", "loki:last-task", "inferline", "proteus"} {
+		s, err := newSim(Config{Spec: spec, Workload: workload.Constant(150, 30*time.Second), Servers: 20,
+			System: system(t, name, spec), Seed: 1, CommLatency: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.run()
+		if s.inFlight != 0 {
+			t.Errorf("%s: %d requests never answered", name, s.inFlight)
+		}
+		arrivals, replies, hopsOK := 0, 0, 0
+		for _, x := range s.seconds {
+			arrivals += x.Arrivals
+			replies += x.OK + x.Partial + x.Dropped + x.Late
+			hopsOK += x.OK
+		}
+		if arrivals == 0 || replies != arrivals {
+			t.Errorf("%s: %d arrivals, %d replies", name, arrivals, replies)
+		}
+		if float64(hopsOK) < 0.9*float64(arrivals) {
+			t.Errorf("%s: only %d of %d requests ok at a load the cluster serves", name, hopsOK, arrivals)
+		}
+	}
+}
+
+// TestSystems checks what sets the systems apart, on the traffic example with 20 servers: at low demand Loki and
+// InferLine scale hardware down while Proteus keeps every server; past InferLine's capacity, InferLine keeps the
+// most accurate variants and misses deadlines, while Loki scales accuracy and serves.
+func TestSystems(t *testing.T) {
+	spec := traffic(t)
+	run := func(name string, qps float64) Summary {
+		res, err := Run(Config{Spec: spec, Workload: workload.Constant(qps, 45*time.Second), Warmup: 15 * time.Second,
+			Servers: 20, System: system(t, name, spec), Seed: 1, CommLatency: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Summary
+	}
+	low := map[string]Summary{}
+	for _, name := range []string{"loki", "inferline", "proteus"} {
+		low[name] = run(name, 60)
+	}
+	if low["proteus"].MeanActiveServers != 20 || low["loki"].MeanActiveServers > 10 ||
+		low["inferline"].MeanActiveServers > 10 {
+		t.Errorf("active servers at 60 QPS: loki %.1f, inferline %.1f, proteus %.1f; want loki and inferline "+
+			"well under 20, proteus 20", low["loki"].MeanActiveServers, low["inferline"].MeanActiveServers,
+			low["proteus"].MeanActiveServers)
+	}
+	loki, inferline := run("loki", 700), run("inferline", 700)
+	if inferline.SLOViolationRatio < 0.3 {
+		t.Errorf("inferline at 700 QPS: %.1f%% SLO violations; want most requests missing their deadline",
+			100*inferline.SLOViolationRatio)
+	}
+	if loki.SLOViolationRatio > 0.1 || loki.MeanAccuracy >= 0.44 {
+		t.Errorf("loki at 700 QPS: %.1f%% SLO violations at accuracy %.3f; want accuracy scaling serving it",
+			100*loki.SLOViolationRatio, loki.MeanAccuracy)
+	}
+}
+
+// TestCapacity: Loki's effective capacity is at least 2.5 times InferLine's (Loki's section 6.2).
+func TestCapacity(t *testing.T) {
+	if testing.Short() {
+		t.Skip("capacity search: a few dozen simulated minutes")
+	}
+	spec := traffic(t)
+	cs := CapacitySearch{Warmup: 15 * time.Second, Measure: 30 * time.Second, Precision: 0.05}
+	capOf := func(name string) float64 {
+		q, probes, err := Capacity(Config{Spec: spec, Servers: 20, System: system(t, name, spec), Seed: 1,
+			CommLatency: -1}, cs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: %.1f QPS (%d probes)", name, q, len(probes))
+		return q
+	}
+	inferline, loki := capOf("inferline"), capOf("loki")
+	if inferline <= 0 || loki < 2.5*inferline {
+		t.Fatalf("effective capacity: loki %.1f QPS, inferline %.1f: want at least 2.5x", loki, inferline)
+	}
+}
+
+func TestParseSystem(t *testing.T) {
+	spec := traffic(t)
+	for in, want := range map[string]string{"loki": "loki:reroute", "loki:none": "loki:none",
+		"inferline": "inferline:none", "proteus": "proteus:per-task", "proteus:reroute": "proteus:reroute"} {
+		s, err := ParseSystem(in, spec, control.Config{})
+		if err != nil || s.Name != want {
+			t.Errorf("%q: %q %v, want %q", in, s.Name, err, want)
+		}
+	}
+	for _, bad := range []string{"", "clipper", "loki:", "loki:sometimes"} {
+		if _, err := ParseSystem(bad, spec, control.Config{}); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}
+
+func TestReport(t *testing.T) {
+	spec := traffic(t)
+	var results []*Result
+	for _, name := range []string{"loki", "proteus"} {
+		r, err := Run(Config{Spec: spec, Workload: workload.Diurnal(20, 200, 60*time.Second, time.Second),
+			Servers: 20, System: system(t, name, spec), Seed: 1, CommLatency: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		results = append(results, r)
+	}
+	dir := t.TempDir()
+	if err := WriteReport(dir, "test", results, 5); err != nil {
+		t.Fatal(err)
+	}
+	csvData, err := os.ReadFile(filepath.Join(dir, "loki_reroute.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Count(string(csvData), "\n"); lines != 13 { // header + 12 intervals of 5 s
+		t.Fatalf("loki_reroute.csv has %d lines", lines)
+	}
+	svg, _ := os.ReadFile(filepath.Join(dir, "figure.svg"))
+	if strings.Count(string(svg), "<polyline") != 4*2+1 { // 4 panels x 2 systems, and the workload's demand
+		t.Fatalf("figure.svg: %d lines", strings.Count(string(svg), "<polyline"))
+	}
+	pngData, _ := os.ReadFile(filepath.Join(dir, "figure.png"))
+	if _, err := png.Decode(bytes.NewReader(pngData)); err != nil {
+		t.Fatalf("figure.png: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "summary.json")); err != nil {
+		t.Fatal(err)
+	}
+}

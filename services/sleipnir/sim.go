@@ -1,0 +1,219 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/control"
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/sim"
+	"github.com/sleipnir-serving/sleipnir/pkg/workload"
+)
+
+// runSim simulates a pipeline under a workload, once per system, and reports; with --capacity it searches each
+// system's effective capacity instead.
+func runSim(args []string) error {
+	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
+	file := fs.String("pipeline", "", "pipeline spec YAML file (required)")
+	wl := fs.String("workload", "constant:300:60s", "the demand: "+workload.Syntax)
+	cv := fs.Float64("cv", 1, "coefficient of variation of inter-arrival times: 1 is Poisson, otherwise Gamma")
+	systems := fs.String("policy", "loki", "comma-separated systems to simulate: "+sim.SystemSyntax)
+	servers := fs.Int("servers", 20, "cluster size")
+	seed := fs.Uint64("seed", 1, "seed of arrivals, latencies, fan-out and routing")
+	out := fs.String("out", "", "directory for the report: SYSTEM.csv time series, figure.svg, figure.png, summary.json")
+	interval := fs.Int("interval", 0, "report interval in seconds (0: about 300 points over the run)")
+	warmup := fs.Duration("warmup", 0, "leave the first part of the run out of the summary (the time series keep it)")
+	comm := fs.Duration("comm", -1, "latency of one hop (negative: the pipeline's comm_latency_ms)")
+	replan := fs.Duration("replan-every", 0, "how often the planner re-plans (default: the planner's, 10s)")
+	util := fs.Float64("utilization", 0, "share of each variant's capacity plans and routing use (default: the planner's)")
+	capacity := fs.Bool("capacity", false, "find each system's effective capacity: the largest constant demand "+
+		"served with under 1% SLO violations (ignores --workload)")
+	capWarmup := fs.Duration("capacity-warmup", 20*time.Second, "with --capacity: warmup of each probe")
+	capMeasure := fs.Duration("capacity-measure", 60*time.Second, "with --capacity: measured part of each probe")
+	asJSON := fs.Bool("json", false, "print the summaries as JSON")
+	progress := fs.Bool("progress", isTerminal(os.Stderr), "show a progress bar on standard error (default: when it is a terminal)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *file == "" {
+		return errors.New("--pipeline is required")
+	}
+	spec, err := pipeline.Load(*file)
+	if err != nil {
+		return err
+	}
+	cc := control.Config{ReplanEvery: *replan, RouteUtilization: *util}
+	var syss []sim.System
+	for _, name := range strings.Split(*systems, ",") {
+		s, err := sim.ParseSystem(strings.TrimSpace(name), spec, cc)
+		if err != nil {
+			return fmt.Errorf("--policy: %w", err)
+		}
+		syss = append(syss, s)
+	}
+	base := sim.Config{Spec: spec, Servers: *servers, Seed: *seed, CommLatency: *comm, Warmup: *warmup,
+		Control: cc}
+	if *servers <= 0 {
+		return fmt.Errorf("--servers %d: want at least 1", *servers)
+	}
+	if *capacity {
+		return runCapacity(base, syss, sim.CapacitySearch{Warmup: *capWarmup, Measure: *capMeasure}, *out, *asJSON)
+	}
+	w, err := workload.Parse(*wl, *cv)
+	if err != nil {
+		return fmt.Errorf("--workload: %w", err)
+	}
+	base.Workload = w
+	bar := newProgressBar(*progress, len(syss))
+	results := make([]*sim.Result, len(syss))
+	errs := make([]error, len(syss))
+	var wg sync.WaitGroup
+	for i, s := range syss {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := base
+			c.System = s
+			c.Progress = func(done, total time.Duration) { bar.update(i, done, total) }
+			results[i], errs[i] = sim.Run(c)
+		}()
+	}
+	wg.Wait()
+	bar.done()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		for _, r := range results {
+			if err := enc.Encode(r.Summary); err != nil {
+				return err
+			}
+		}
+	} else {
+		fmt.Printf("%s, %s, %d servers, seed %d\n", spec.Name, w.Name, *servers, *seed)
+		sim.PrintSummaries(os.Stdout, results)
+	}
+	if *out == "" {
+		return nil
+	}
+	width := *interval
+	if width <= 0 {
+		width = sim.IntervalFor(w.Duration())
+	}
+	title := fmt.Sprintf("%s: %s on %d servers", spec.Name, w.Name, *servers)
+	if err := sim.WriteReport(*out, title, results, width); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "report written to %s\n", *out)
+	return nil
+}
+
+// capacityReport is summary.json of a capacity search.
+type capacityReport struct {
+	System      string      `json:"system"`
+	CapacityQPS float64     `json:"capacity_qps"`
+	Probes      []sim.Probe `json:"probes"`
+}
+
+func runCapacity(base sim.Config, syss []sim.System, cs sim.CapacitySearch, out string, asJSON bool) error {
+	reps := make([]capacityReport, len(syss))
+	errs := make([]error, len(syss))
+	var wg sync.WaitGroup
+	for i, s := range syss {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := base
+			c.System = s
+			q, probes, err := sim.Capacity(c, cs)
+			reps[i], errs[i] = capacityReport{System: s.Name, CapacityQPS: q, Probes: probes}, err
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		for _, r := range reps {
+			if err := enc.Encode(r); err != nil {
+				return err
+			}
+		}
+	} else {
+		fmt.Printf("effective capacity (largest constant demand with under %.0f%% SLO violations, measured over %v "+
+			"after %v), %d servers:\n", 100*0.01, cs.Measure, cs.Warmup, base.Servers)
+		for _, r := range reps {
+			ratio := ""
+			if reps[0].CapacityQPS > 0 && len(reps) > 1 {
+				ratio = fmt.Sprintf("  (%.2fx %s)", r.CapacityQPS/reps[0].CapacityQPS, reps[0].System)
+			}
+			fmt.Printf("  %-20s %7.1f QPS%s\n", r.System, r.CapacityQPS, ratio)
+		}
+	}
+	if out == "" {
+		return nil
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	data, err := json.MarshalIndent(reps, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(out, "capacity.json"), append(data, '\n'), 0o644)
+}
+
+// progressBar draws the slowest simulation's progress on standard error.
+type progressBar struct {
+	on     bool
+	mu     sync.Mutex
+	doneAt []time.Duration
+	total  time.Duration
+	last   time.Time
+}
+
+func newProgressBar(on bool, n int) *progressBar {
+	return &progressBar{on: on, doneAt: make([]time.Duration, n)}
+}
+
+func (p *progressBar) update(i int, done, total time.Duration) {
+	if !p.on {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.doneAt[i], p.total = done, total
+	if time.Since(p.last) < 200*time.Millisecond && done < total {
+		return
+	}
+	p.last = time.Now()
+	slowest := p.total
+	for _, d := range p.doneAt {
+		slowest = min(slowest, d)
+	}
+	const width = 40
+	frac := float64(slowest) / float64(max(p.total, 1))
+	n := int(frac * width)
+	fmt.Fprintf(os.Stderr, "\r[%s%s] %3.0f%%  %v of %v simulated", strings.Repeat("#", n),
+		strings.Repeat(".", width-n), 100*frac, slowest.Truncate(time.Second), p.total)
+}
+
+func (p *progressBar) done() {
+	if p.on && p.total > 0 {
+		fmt.Fprintln(os.Stderr)
+	}
+}
+
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
