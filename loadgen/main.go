@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/workload"
 )
 
 func main() {
@@ -49,7 +51,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if *stepsFlag != "" {
-		steps, err := parseSteps(*stepsFlag)
+		steps, err := workload.ParseSteps(*stepsFlag)
 		if err == nil {
 			err = runSteps(ctx, nc, cfg, steps, *asJSON)
 		}

@@ -5,43 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+	"github.com/sleipnir-serving/sleipnir/pkg/workload"
 )
-
-// step is one constant rate of a stepped run.
-type step struct {
-	QPS      float64
-	Duration time.Duration
-}
-
-// parseSteps reads "QPS:DURATION,QPS:DURATION,...".
-func parseSteps(s string) ([]step, error) {
-	var out []step
-	for _, part := range strings.Split(s, ",") {
-		q, d, ok := strings.Cut(strings.TrimSpace(part), ":")
-		if !ok {
-			return nil, fmt.Errorf("--steps %q: want QPS:DURATION,... (e.g. 100:30s,200:30s)", s)
-		}
-		qps, err := strconv.ParseFloat(q, 64)
-		if err != nil || qps <= 0 {
-			return nil, fmt.Errorf("--steps: rate %q: want a positive number", q)
-		}
-		dur, err := time.ParseDuration(d)
-		if err != nil || dur <= 0 {
-			return nil, fmt.Errorf("--steps: duration %q: want a positive duration such as 30s", d)
-		}
-		out = append(out, step{QPS: qps, Duration: dur})
-	}
-	return out, nil
-}
 
 // StepResult is one step's summary with the plan in force at its end.
 type StepResult struct {
@@ -56,7 +27,7 @@ type StepResult struct {
 
 // runSteps runs each step in turn (warmup, then measurement) and prints a table row per step, or with asJSON one
 // JSON object per step.
-func runSteps(ctx context.Context, nc *nats.Conn, cfg Config, steps []step, asJSON bool) error {
+func runSteps(ctx context.Context, nc *nats.Conn, cfg Config, steps []workload.Step, asJSON bool) error {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err

@@ -34,9 +34,10 @@ type Config struct {
 	// MinDemandQPS is the least demand planned for (default 1), so that every task has a replica before the first
 	// request arrives.
 	MinDemandQPS float64
-	// Headroom is how much more than the demand estimate a plan is sized for (default 0.05; negative for none). A
-	// plan is solved again at once when the estimate exceeds what it was sized for: a rising demand never runs on
-	// a plan too small for it, while a falling one waits for the thresholds above.
+	// Headroom, when positive, is how much more than the demand estimate a plan is sized for, and a plan is then
+	// solved again at once when the estimate exceeds what it was sized for: a rising demand never runs on a plan
+	// too small for it, while a falling one waits for the thresholds above. Default 0: plans are sized for the
+	// estimate, and a rising demand waits for the thresholds too.
 	Headroom float64
 }
 
@@ -59,9 +60,6 @@ func (c *Config) SetDefaults() {
 	}
 	if c.MinDemandQPS == 0 {
 		c.MinDemandQPS = 1
-	}
-	if c.Headroom == 0 {
-		c.Headroom = 0.05
 	}
 	c.Headroom = max(c.Headroom, 0)
 }
@@ -195,7 +193,7 @@ func (l *Loop) replan(now time.Time, o Observed) Step {
 	last := l.planned
 	due := now.Sub(last.at) >= l.cfg.ReplanEvery
 	// An overloaded plan already serves all it can: a demand above it is no reason to solve again every second.
-	outgrown := !last.overloaded && o.Demand > last.demand && demand.Moved(last.demand, o.Demand, 0)
+	outgrown := l.cfg.Headroom > 0 && !last.overloaded && o.Demand > last.demand && demand.Moved(last.demand, o.Demand, 0)
 	if last.ok && o.Servers == last.servers && !outgrown && !demand.Moved(last.demand, target, l.cfg.ReplanThreshold) {
 		if !due {
 			return Step{}

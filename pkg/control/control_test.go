@@ -33,7 +33,7 @@ func TestLoop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := New(spec, Config{}, MILP{Utilization: 0.85, TimeLimit: 5 * time.Second}, static)
+	l := New(spec, Config{Headroom: 0.05}, MILP{Utilization: 0.85, TimeLimit: 5 * time.Second}, static)
 	t0 := time.Unix(1000, 0)
 	type want struct {
 		publish, replanned bool

@@ -7,23 +7,6 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
-// OrphanTarget is where work waiting for a variant of task that plan p no longer hosts should go, so that it is
-// not stranded in a queue no worker serves: the task's most accurate hosted variant with capacity left over after
-// the routing (its first backup), or, when none has any, the hosted variant with the most capacity; "" when p hosts
-// no variant of the task.
-func OrphanTarget(p *plan.Plan, task string) string {
-	if b := p.Routing.Backup[task]; len(b) > 0 {
-		return b[0].Variant
-	}
-	best, most := "", -1.0
-	for _, v := range p.Variants {
-		if v.Task == task && v.CapacityQPS > most {
-			best, most = v.Variant, v.CapacityQPS
-		}
-	}
-	return best
-}
-
 // CapacityProportional is a pipeline-agnostic load balancer (Proteus's, applied per task): every task's traffic
 // is spread over its hosted variants in proportion to their capacity, whatever their accuracy and whatever the
 // demand, and no variant is kept as a backup.

@@ -559,7 +559,6 @@ func (s *sim) tick() {
 			s.replans++
 		}
 	}
-	s.moveOrphans()
 	if sec := s.now/int64(time.Second) - 1; sec >= 0 && int(sec) < len(s.seconds) {
 		active := 0
 		for i := range s.servers {
@@ -570,24 +569,6 @@ func (s *sim) tick() {
 		x := &s.seconds[sec]
 		x.ActiveServers, x.EstimateQPS, x.Mode = active, o.Demand, s.plan.Mode
 		x.DemandQPS = s.cfg.Workload.RateAt(time.Duration(sec) * time.Second)
-	}
-}
-
-// moveOrphans is the planner moving the messages waiting for variants the plan no longer hosts to a hosted variant
-// of the same task (routing.OrphanTarget), as it does once a second.
-func (s *sim) moveOrphans() {
-	for _, h := range s.hops {
-		if h.pending() == 0 || s.plan.Find(s.tasks[h.task], h.variant.Name) != nil {
-			continue
-		}
-		to := routing.OrphanTarget(s.plan, s.tasks[h.task])
-		if to == "" {
-			continue
-		}
-		dh := int32(s.hopIdx[wire.Hop(s.tasks[h.task], to)])
-		for h.pending() > 0 {
-			s.push(event{at: s.now + s.comm, kind: evDeliver, hop: dh, msg: h.pop()})
-		}
 	}
 }
 

@@ -32,6 +32,8 @@ func runSim(args []string) error {
 	warmup := fs.Duration("warmup", 0, "leave the first part of the run out of the summary (the time series keep it)")
 	comm := fs.Duration("comm", -1, "latency of one hop (negative: the pipeline's comm_latency_ms)")
 	replan := fs.Duration("replan-every", 0, "how often the planner re-plans (default: the planner's, 10s)")
+	headroom := fs.Float64("headroom", 0, "size plans for this much more than the demand estimate, and re-plan at "+
+		"once when the estimate outgrows them (default 0: the planner's)")
 	util := fs.Float64("utilization", 0, "share of each variant's capacity plans and routing use (default: the planner's)")
 	capacity := fs.Bool("capacity", false, "find each system's effective capacity: the largest constant demand "+
 		"served with under 1% SLO violations (ignores --workload)")
@@ -49,7 +51,7 @@ func runSim(args []string) error {
 	if err != nil {
 		return err
 	}
-	cc := control.Config{ReplanEvery: *replan, RouteUtilization: *util}
+	cc := control.Config{ReplanEvery: *replan, RouteUtilization: *util, Headroom: *headroom}
 	var syss []sim.System
 	for _, name := range strings.Split(*systems, ",") {
 		s, err := sim.ParseSystem(strings.TrimSpace(name), spec, cc)
@@ -73,21 +75,13 @@ func runSim(args []string) error {
 	base.Workload = w
 	bar := newProgressBar(*progress, len(syss))
 	results := make([]*sim.Result, len(syss))
-	errs := make([]error, len(syss))
-	var wg sync.WaitGroup
-	for i, s := range syss {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c := base
-			c.System = s
-			c.Progress = func(done, total time.Duration) { bar.update(i, done, total) }
-			results[i], errs[i] = sim.Run(c)
-		}()
-	}
-	wg.Wait()
+	err = eachSystem(base, syss, func(i int, c sim.Config) (err error) {
+		c.Progress = func(done, total time.Duration) { bar.update(i, done, total) }
+		results[i], err = sim.Run(c)
+		return err
+	})
 	bar.done()
-	if err := errors.Join(errs...); err != nil {
+	if err != nil {
 		return err
 	}
 	if *asJSON {
@@ -116,6 +110,24 @@ func runSim(args []string) error {
 	return nil
 }
 
+// eachSystem runs f for every system at once (the simulations are independent and single-threaded), each with
+// base configured for its system.
+func eachSystem(base sim.Config, syss []sim.System, f func(i int, c sim.Config) error) error {
+	errs := make([]error, len(syss))
+	var wg sync.WaitGroup
+	for i, s := range syss {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := base
+			c.System = s
+			errs[i] = f(i, c)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
 // capacityReport is summary.json of a capacity search.
 type capacityReport struct {
 	System      string      `json:"system"`
@@ -125,20 +137,12 @@ type capacityReport struct {
 
 func runCapacity(base sim.Config, syss []sim.System, cs sim.CapacitySearch, out string, asJSON bool) error {
 	reps := make([]capacityReport, len(syss))
-	errs := make([]error, len(syss))
-	var wg sync.WaitGroup
-	for i, s := range syss {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c := base
-			c.System = s
-			q, probes, err := sim.Capacity(c, cs)
-			reps[i], errs[i] = capacityReport{System: s.Name, CapacityQPS: q, Probes: probes}, err
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	err := eachSystem(base, syss, func(i int, c sim.Config) error {
+		q, probes, err := sim.Capacity(c, cs)
+		reps[i] = capacityReport{System: c.System.Name, CapacityQPS: q, Probes: probes}
+		return err
+	})
+	if err != nil {
 		return err
 	}
 	if asJSON {
