@@ -6,7 +6,7 @@ ARGS     ?=
 BENCH    ?= .
 BENCHCOUNT ?= 6
 
-.PHONY: all deps build ablation run test bench vet fmt nats-cli clean
+.PHONY: all deps build ablation fidelity run test bench vet fmt nats-cli clean
 
 all: build
 
@@ -56,6 +56,12 @@ ablation: build
 	  sed -E 's/.*"sent":([0-9]+).*"lost":([0-9]+).*"slo_violation_ratio":([0-9.e-]+).*"mean_accuracy":([0-9.e-]+).*/sent \1  lost \2  SLO violations \3  mean accuracy \4/' $$dir/summary.json; \
 	  rm -rf $$dir; \
 	done
+
+# The simulator against the live system: the same constant demand (150 and 450 QPS on the traffic example) on
+# `up` with 20 emulated workers and in `bin/sleipnir sim`; accuracy, SLO-violation ratio and active servers must
+# agree within 2% (about 2 minutes; not part of `make test`, whose race detector would slow the live side).
+fidelity: deps
+	$(GO) test -tags fidelity -run TestFidelity -count=1 -v ./loadgen
 
 vet: deps
 	$(GO) vet ./...

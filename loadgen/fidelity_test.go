@@ -1,0 +1,138 @@
+//go:build fidelity
+
+// The fidelity check (make fidelity): the same workload on the live system and in the simulator. Not part of
+// make test: it runs the whole system for about a minute at a steady load, which the race detector would distort.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/control"
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/sim"
+	"github.com/sleipnir-serving/sleipnir/pkg/workload"
+	"github.com/sleipnir-serving/sleipnir/services/up"
+)
+
+// TestFidelity runs a constant demand on the live system (embedded NATS, planner, frontend, 20 emulated workers,
+// this load generator) and in the simulator, and compares the mean accuracy (within 2%), the SLO-violation ratio
+// (within 2 points) and the mean active servers (within 2%) over the measured part.
+// 150 QPS is served by hardware scaling (about 11 workers), 450 by accuracy scaling on all 20.
+func TestFidelity(t *testing.T) {
+	for _, qps := range []float64{150, 450} {
+		t.Run(fmt.Sprintf("%gqps", qps), func(t *testing.T) { fidelity(t, qps) })
+	}
+}
+
+func fidelity(t *testing.T, qps float64) {
+	const (
+		servers = 20
+		warmup  = 20 * time.Second
+		measure = 40 * time.Second
+	)
+	spec, err := pipeline.Load("../examples/traffic.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sys, err := up.Start(ctx, up.Config{DataDir: t.TempDir(), Pipelines: []*pipeline.Spec{spec}, Workers: servers,
+		Storage: jetstream.MemoryStorage, MaxPayload: 8 << 20,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cancel()
+		sys.Wait()
+	}()
+	<-sys.Frontend.Ready()
+	nc, err := sys.Connect("loadgen")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+
+	// Sample the workers serving a variant once a second over the measured part.
+	var mu sync.Mutex
+	var samples []int
+	stop := make(chan struct{})
+	go func() {
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		start := time.Now()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				if time.Since(start) < warmup {
+					continue
+				}
+				n := 0
+				for _, w := range sys.Workers {
+					if w.Serving() != "" {
+						n++
+					}
+				}
+				mu.Lock()
+				samples = append(samples, n)
+				mu.Unlock()
+			}
+		}
+	}()
+	live, err := Run(ctx, nc, Config{Pipeline: spec.Name, QPS: qps, Duration: measure, Warmup: warmup,
+		Grace: 5 * time.Second, InputShape: []int64{1, 4}, Seed: 1}, io.Discard)
+	close(stop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	liveServers := mean(samples)
+	mu.Unlock()
+
+	sys2, err := sim.ParseSystem("loki", spec, control.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := sim.Run(sim.Config{Spec: spec, Workload: workload.Constant(qps, warmup+measure), Warmup: warmup,
+		Servers: servers, System: sys2, Seed: 1, CommLatency: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	simd := res.Summary
+	t.Logf("live:      SLO violations %.2f%%  accuracy %.4f  active servers %.2f  (%d sent, lost %d)",
+		100*live.SLOViolationRatio, live.MeanAccuracy, liveServers, live.Sent, live.Lost)
+	t.Logf("simulated: SLO violations %.2f%%  accuracy %.4f  active servers %.2f  (%d requests)",
+		100*simd.SLOViolationRatio, simd.MeanAccuracy, simd.MeanActiveServers, simd.Requests)
+	if d := math.Abs(live.MeanAccuracy-simd.MeanAccuracy) / simd.MeanAccuracy; d > 0.02 {
+		t.Errorf("accuracy differs by %.1f%%", 100*d)
+	}
+	if d := math.Abs(live.SLOViolationRatio - simd.SLOViolationRatio); d > 0.02 {
+		t.Errorf("SLO-violation ratio differs by %.1f points", 100*d)
+	}
+	if d := math.Abs(liveServers-simd.MeanActiveServers) / simd.MeanActiveServers; d > 0.02 {
+		t.Errorf("active servers differ by %.1f%%", 100*d)
+	}
+}
+
+func mean(v []int) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := 0
+	for _, x := range v {
+		s += x
+	}
+	return float64(s) / float64(len(v))
+}
