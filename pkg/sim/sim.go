@@ -153,7 +153,6 @@ type hop struct {
 	variant  *pipeline.Variant
 	exec     *executor.Emulated
 	children []string // the task's child tasks, in Emulated's order
-	childIdx []int    // index of each child task
 	queue    []*message
 	head     int
 	free     []int32 // idle servers serving this variant
@@ -235,9 +234,7 @@ func newSim(cfg Config) (*sim, error) {
 	if cfg.CommLatency < 0 {
 		s.comm = int64(spec.CommLatencyMs * float64(time.Millisecond))
 	}
-	taskIdx := map[string]int{}
-	for ti, t := range spec.Tasks {
-		taskIdx[t.Name] = ti
+	for _, t := range spec.Tasks {
 		s.tasks = append(s.tasks, t.Name)
 		s.taskEst = append(s.taskEst, demand.New(cfg.DemandAlpha, 0))
 	}
@@ -249,9 +246,6 @@ func newSim(cfg Config) (*sim, error) {
 			name := wire.Hop(t.Name, v.Name)
 			e := executor.NewEmulated(spec, t.Name, v, cfg.Seed^uint64(len(s.hops)+1)*0x9e3779b97f4a7c15)
 			h := &hop{name: name, task: ti, variant: v, exec: e, children: e.Children(), emitted: map[string]uint64{}}
-			for _, c := range h.children {
-				h.childIdx = append(h.childIdx, taskIdx[c])
-			}
 			s.hopIdx[name] = len(s.hops)
 			s.hops = append(s.hops, h)
 		}
