@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -24,8 +25,8 @@ import (
 )
 
 // TestFidelity runs a constant demand on the live system (embedded NATS, planner, frontend, 20 emulated workers,
-// this load generator) and in the simulator, and compares the mean accuracy (within 2%), the SLO-violation ratio
-// (within 2 points) and the mean active servers (within 2%) over the measured part.
+// this load generator) and in the simulator (the mean of five seeds), and compares the mean accuracy (within 2%),
+// the SLO-violation ratio (within 2 points) and the mean active servers (within 2%) over the measured part.
 // 150 QPS is served by hardware scaling (about 11 workers), 450 by accuracy scaling on all 20.
 func TestFidelity(t *testing.T) {
 	for _, qps := range []float64{150, 450} {
@@ -101,20 +102,33 @@ func fidelity(t *testing.T, qps float64) {
 	liveServers := mean(samples)
 	mu.Unlock()
 
+	// The live run is one sample of a noisy process (near a re-plan, a few seconds decide a run's violations), so
+	// it is compared with the mean of simulations over several seeds.
 	sys2, err := sim.ParseSystem("loki", spec, control.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := sim.Run(sim.Config{Spec: spec, Workload: workload.Constant(qps, warmup+measure), Warmup: warmup,
-		Servers: servers, System: sys2, Seed: 1, CommLatency: -1})
-	if err != nil {
-		t.Fatal(err)
+	var simd sim.Summary
+	var viols []float64
+	const seeds = 5
+	for seed := uint64(1); seed <= seeds; seed++ {
+		res, err := sim.Run(sim.Config{Spec: spec, Workload: workload.Constant(qps, warmup+measure), Warmup: warmup,
+			Servers: servers, System: sys2, Seed: seed, CommLatency: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := res.Summary
+		simd.SLOViolationRatio += r.SLOViolationRatio / seeds
+		simd.MeanAccuracy += r.MeanAccuracy / seeds
+		simd.MeanActiveServers += r.MeanActiveServers / seeds
+		simd.Requests += r.Requests
+		viols = append(viols, r.SLOViolationRatio)
 	}
-	simd := res.Summary
 	t.Logf("live:      SLO violations %.2f%%  accuracy %.4f  active servers %.2f  (%d sent, lost %d)",
 		100*live.SLOViolationRatio, live.MeanAccuracy, liveServers, live.Sent, live.Lost)
-	t.Logf("simulated: SLO violations %.2f%%  accuracy %.4f  active servers %.2f  (%d requests)",
-		100*simd.SLOViolationRatio, simd.MeanAccuracy, simd.MeanActiveServers, simd.Requests)
+	t.Logf("simulated: SLO violations %.2f%%  accuracy %.4f  active servers %.2f  (mean of %d seeds; violations %.2f%%-%.2f%%)",
+		100*simd.SLOViolationRatio, simd.MeanAccuracy, simd.MeanActiveServers, seeds, 100*slices.Min(viols),
+		100*slices.Max(viols))
 	if d := math.Abs(live.MeanAccuracy-simd.MeanAccuracy) / simd.MeanAccuracy; d > 0.02 {
 		t.Errorf("accuracy differs by %.1f%%", 100*d)
 	}
