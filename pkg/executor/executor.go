@@ -3,10 +3,9 @@
 package executor
 
 import (
-	"time"
-
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"

@@ -184,7 +184,7 @@ type sim struct {
 	seq     uint64
 	now     int64
 	hops    []*hop
-	hopIdx  map[string]int
+	hopIdx  map[string]map[string]int32 // task -> variant -> index in hops (no string building per item)
 	tasks   []string
 	servers []server
 	names   []string // worker names, for plan.Assign
@@ -227,7 +227,7 @@ func newSim(cfg Config) (*sim, error) {
 		}
 	}
 	spec := cfg.Spec
-	s := &sim{cfg: cfg, spec: spec, rng: rand.New(rand.NewPCG(cfg.Seed, 0x51a)), hopIdx: map[string]int{},
+	s := &sim{cfg: cfg, spec: spec, rng: rand.New(rand.NewPCG(cfg.Seed, 0x51a)), hopIdx: map[string]map[string]int32{},
 		est: demand.New(cfg.DemandAlpha, 0), fan: demand.NewFanoutEstimator(cfg.DemandAlpha, 0),
 		assign: map[string]plan.Assignment{}}
 	s.comm = int64(cfg.CommLatency)
@@ -246,7 +246,10 @@ func newSim(cfg Config) (*sim, error) {
 			name := wire.Hop(t.Name, v.Name)
 			e := executor.NewEmulated(spec, t.Name, v, cfg.Seed^uint64(len(s.hops)+1)*0x9e3779b97f4a7c15)
 			h := &hop{name: name, task: ti, variant: v, exec: e, children: e.Children(), emitted: map[string]uint64{}}
-			s.hopIdx[name] = len(s.hops)
+			if s.hopIdx[t.Name] == nil {
+				s.hopIdx[t.Name] = map[string]int32{}
+			}
+			s.hopIdx[t.Name][v.Name] = int32(len(s.hops))
 			s.hops = append(s.hops, h)
 		}
 	}
@@ -333,14 +336,14 @@ func (s *sim) arrive() {
 		s.seconds[sec].Arrivals++
 	}
 	v := plan.Pick(s.plan.Routing.Root, s.rng.Float64())
-	h, ok := s.hopIdx[wire.Hop(s.spec.Root().Name, v)]
+	h, ok := s.hopIdx[s.spec.Root().Name][v]
 	if !ok { // no root variant hosted: the frontend's publish has nowhere to go
 		r.pending = 0
 		r.dropped++
 		s.finish(r, s.now)
 		return
 	}
-	s.push(event{at: s.now + s.comm, kind: evDeliver, hop: int32(h),
+	s.push(event{at: s.now + s.comm, kind: evDeliver, hop: h,
 		msg: &message{req: r, items: 1, share: 1, node: 0}})
 }
 
@@ -454,7 +457,7 @@ func (s *sim) batchDone(srv int) {
 					s.leaves(r, 1)
 					continue
 				}
-				dh := int32(s.hopIdx[wire.Hop(child, d.Variant)])
+				dh := s.hopIdx[child][d.Variant]
 				found := false
 				for i := range nd {
 					if dests[i].hop == dh {
@@ -620,7 +623,7 @@ func (s *sim) take(srv int, a plan.Assignment) {
 		sv.hop, sv.swapping = -1, false
 		return
 	}
-	sv.hop = int32(s.hopIdx[a.Hop()])
+	sv.hop = s.hopIdx[a.Task][a.Variant]
 	sv.maxBatch = a.MaxBatch
 	swap := int64(s.hops[sv.hop].variant.SwapMs * float64(time.Millisecond))
 	if sv.hop != prev && swap > 0 && !s.loaded {

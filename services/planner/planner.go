@@ -84,7 +84,6 @@ type Planner struct {
 
 	mu     sync.Mutex
 	specs  []*pipeline.Spec
-	plans  []*plan.Plan
 	demand map[string]*demand.Estimator       // per pipeline, under mu
 	fanout map[string]*demand.FanoutEstimator // per pipeline, under mu
 	// observed is each worker's last heartbeat measurements, to fold in only what is new; under mu.
@@ -135,7 +134,6 @@ func (p *Planner) Run(ctx context.Context) error {
 			return err
 		}
 		p.specs = append(p.specs, spec)
-		p.plans = append(p.plans, pl)
 		var alloc control.Allocator
 		if p.cfg.Allocator == AllocatorMILP {
 			alloc = control.MILP{Utilization: p.cfg.RouteUtilization, TimeLimit: p.cfg.SolveTimeLimit}
@@ -245,7 +243,6 @@ func (p *Planner) step(ctx context.Context, now time.Time, ests []estimates) {
 			continue
 		}
 		p.loops[i].Published(st, o, now)
-		p.plans[i] = pl
 		if !st.Replanned {
 			p.log.Debug("routing published", "pipeline", spec.Name, "demand_qps", round(o.Demand))
 			continue
@@ -410,7 +407,11 @@ func (p *Planner) reassign(ctx context.Context) error {
 	prev := p.assign
 	p.mu.Unlock()
 
-	next, unplaced := plan.Assign(p.plans, live, prev)
+	plans := make([]*plan.Plan, len(p.loops))
+	for i, l := range p.loops {
+		plans[i] = l.Current()
+	}
+	next, unplaced := plan.Assign(plans, live, prev)
 	for id, a := range next {
 		if old, ok := prev[id]; ok && old == a {
 			continue
