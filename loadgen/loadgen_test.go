@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/sleipnir-serving/sleipnir/pkg/executor"
+	"github.com/sleipnir-serving/sleipnir/pkg/ocr"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
@@ -158,5 +162,65 @@ func TestWarmupIsNotCounted(t *testing.T) {
 	}
 	if s.DurationS < 0.8 || s.DurationS > 1.1 {
 		t.Errorf("measured for %.2f s, want about the 1 s after the warmup", s.DurationS)
+	}
+}
+
+// TestImagesAreCheckedAgainstTheirTruth: with a labelled set, each request carries one of its images, and each ok
+// reply is scored against that image's lines. The responder reads every line right except the first line of the
+// first image, and claims an accuracy of 0.8: loadgen measures a little under 1 and predicts exactly 0.8.
+func TestImagesAreCheckedAgainstTheirTruth(t *testing.T) {
+	nc := connect(t)
+	fonts, _ := ocr.LoadFonts("")
+	dir := t.TempDir()
+	if _, err := ocr.WriteSet(dir, 3, 5, fonts); err != nil {
+		t.Fatal(err)
+	}
+	set, err := ocr.ReadSet(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byImage := map[string]int{}
+	for i := range set.Documents {
+		b, _ := set.ImageBytes(i)
+		byImage[string(b)] = i
+	}
+	_, err = nc.Subscribe(wire.InferSubject("p"), func(m *nats.Msg) {
+		var req wire.InferRequest
+		msgpack.Unmarshal(m.Data, &req)
+		els, _ := req.Inputs[0].Elements()
+		doc, ok := byImage[string(els[0])]
+		rep := wire.InferReply{RequestID: "x", Pipeline: "p", Status: wire.StatusOK, Accuracy: 0.8}
+		if !ok {
+			rep.Status = wire.StatusError
+		}
+		for k, l := range set.Documents[doc].Lines {
+			text := l.Text
+			if doc == 0 && k == 0 {
+				text += "!"
+			}
+			b := l.Box
+			rep.Results = append(rep.Results, wire.ItemResult{ID: fmt.Sprint(k), Status: wire.ItemOK, Outputs: []wire.Tensor{
+				wire.NewBytes(executor.TensorText, [][]byte{[]byte(text)}),
+				wire.NewFP32(executor.TensorBox, []int64{4}, []float32{float32(b.X0), float32(b.Y0), float32(b.X1), float32(b.Y1)}),
+			}})
+		}
+		data, _ := msgpack.Marshal(&rep)
+		m.Respond(data)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Run(context.Background(), nc, Config{Pipeline: "p", QPS: 100, Duration: time.Second, Grace: time.Second, Images: set}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.OK != s.Sent || s.Sent == 0 {
+		t.Fatalf("a request did not carry one of the set's images: %+v", s)
+	}
+	if s.MeasuredAccuracy >= 1 || s.MeasuredAccuracy < 0.8 {
+		t.Errorf("measured accuracy %v, want just under 1 (one line in the set misread)", s.MeasuredAccuracy)
+	}
+	if math.Abs(s.PredictedAccuracy-0.8) > 1e-9 {
+		t.Errorf("predicted accuracy %v, want the replies' 0.8", s.PredictedAccuracy)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/sleipnir-serving/sleipnir/pkg/ocr"
 	"github.com/sleipnir-serving/sleipnir/pkg/workload"
 )
 
@@ -29,6 +30,7 @@ func main() {
 	flag.DurationVar(&cfg.Grace, "grace", 5*time.Second, "how long past its deadline a request may go unanswered before it counts as lost")
 	flag.StringVar(&shape, "input-shape", "1,3,64,64", "shape of the FP32 input tensor")
 	flag.Uint64Var(&cfg.Seed, "seed", 1, "seed of arrivals and input values")
+	images := flag.String("images", "", "a labelled OCR set (`make data`: data/ocr): send its images in turn and check the replies against their ground truth")
 	stepsFlag := flag.String("steps", "", "step the demand: QPS:DURATION,... (each after --warmup at its rate); "+
 		"prints a line per step with the plan the planner published by its end")
 	flag.Parse()
@@ -41,6 +43,12 @@ func main() {
 	if cfg.InputShape, err = parseShape(shape); err != nil {
 		fmt.Fprintln(os.Stderr, "loadgen:", err)
 		os.Exit(2)
+	}
+	if *images != "" {
+		if cfg.Images, err = ocr.ReadSet(*images); err != nil {
+			fmt.Fprintln(os.Stderr, "loadgen:", err)
+			os.Exit(2)
+		}
 	}
 	nc, err := nats.Connect(*url, nats.Name("sleipnir-loadgen"))
 	if err != nil {
@@ -79,6 +87,10 @@ func printSummary(s Summary) {
 	fmt.Printf("  latency p50 %.1f ms  p95 %.1f ms  p99 %.1f ms  mean %.1f ms\n", s.P50Ms, s.P95Ms, s.P99Ms, s.MeanLatencyMs)
 	fmt.Printf("  SLO violations %.2f%% (every reply that is not ok, and every lost request)\n", 100*s.SLOViolationRatio)
 	fmt.Printf("  mean accuracy %.4f (of the ok and partial replies)\n", s.MeanAccuracy)
+	if s.PredictedAccuracy > 0 || s.MeasuredAccuracy > 0 {
+		fmt.Printf("  lines read exactly %.4f, profile predicts %.4f (ok replies against ground truth); page character accuracy %.4f\n",
+			s.MeasuredAccuracy, s.PredictedAccuracy, s.PageCharAccuracy)
+	}
 	if s.FirstError != "" {
 		fmt.Printf("  first error: %s\n", s.FirstError)
 	}

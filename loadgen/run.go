@@ -16,6 +16,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/sleipnir-serving/sleipnir/pkg/executor"
+	"github.com/sleipnir-serving/sleipnir/pkg/ocr"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
@@ -33,6 +35,9 @@ type Config struct {
 	Warmup     time.Duration
 	InputShape []int64
 	Seed       uint64
+	// Images, if set, is a labelled OCR set: each request carries one of its images (in turn), and each ok reply is
+	// checked against the image's ground truth.
+	Images *ocr.Set
 }
 
 // Summary is the result of a run; its JSON form is loadgen's last line with --json.
@@ -55,7 +60,13 @@ type Summary struct {
 	AchievedQPS       float64 `json:"achieved_qps"`
 	// MeanAccuracy is the mean profiled end-to-end accuracy of the ok and partial replies (the reply's accuracy).
 	MeanAccuracy float64 `json:"mean_accuracy"`
-	FirstError   string  `json:"first_error,omitempty"`
+	// With a labelled set (--images), over the ok replies: the share of true lines found and read exactly (what
+	// was served), the same as the profile predicts it (each reply's profiled accuracy, weighted by its true lines),
+	// and the mean character accuracy of whole pages.
+	MeasuredAccuracy  float64 `json:"measured_accuracy,omitempty"`
+	PredictedAccuracy float64 `json:"predicted_accuracy,omitempty"`
+	PageCharAccuracy  float64 `json:"page_char_accuracy,omitempty"`
+	FirstError        string  `json:"first_error,omitempty"`
 }
 
 // noDeadlineWait is how long a request without a known deadline may take before its grace starts.
@@ -65,6 +76,7 @@ type pendingReq struct {
 	sent   time.Time
 	due    time.Time // lost after this
 	warmup bool      // sent during the warmup: not counted
+	doc    int       // the labelled image the request carries
 }
 
 type run struct {
@@ -75,6 +87,16 @@ type run struct {
 	noResp    int // "no responders" transport errors
 	accSum    float64
 	accN      int
+	images    *ocr.Set
+	truth     ocrTally
+}
+
+// ocrTally adds up how the ok replies read their labelled images.
+type ocrTally struct {
+	exact, lines int
+	predicted    float64 // profiled accuracy times true lines
+	pageChars    float64
+	pages        int
 }
 
 // Run sends open-loop Poisson arrivals for cfg.Duration, then waits for every reply or its loss.
@@ -101,8 +123,14 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, progress io.Writer) (Su
 	if err != nil {
 		return Summary{}, err
 	}
+	payloads := [][]byte{payload}
+	if cfg.Images != nil {
+		if payloads, err = imagePayloads(cfg.Images); err != nil {
+			return Summary{}, err
+		}
+	}
 
-	r := &run{pending: map[string]pendingReq{}, sum: Summary{Pipeline: cfg.Pipeline, QPS: cfg.QPS}}
+	r := &run{pending: map[string]pendingReq{}, sum: Summary{Pipeline: cfg.Pipeline, QPS: cfg.QPS}, images: cfg.Images}
 	inbox := nats.NewInbox()
 	sub, err := nc.Subscribe(inbox+".*", r.onReply)
 	if err != nil {
@@ -139,7 +167,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, progress io.Writer) (Su
 		}
 		m := nats.NewMsg(subject)
 		m.Reply = inbox + "." + strconv.Itoa(i)
-		m.Data = payload
+		m.Data = payloads[i%len(payloads)]
 		m.Header.Set(wire.HeaderContentType, wire.ContentMsgpack)
 		wait := noDeadlineWait
 		if cfg.Timeout > 0 {
@@ -152,7 +180,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, progress io.Writer) (Su
 			measureStart = now
 		}
 		r.mu.Lock()
-		r.pending[m.Reply] = pendingReq{sent: now, due: now.Add(wait + cfg.Grace), warmup: warm}
+		r.pending[m.Reply] = pendingReq{sent: now, due: now.Add(wait + cfg.Grace), warmup: warm, doc: i % len(payloads)}
 		if !warm {
 			r.sum.Sent++
 		}
@@ -212,6 +240,11 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, progress io.Writer) (Su
 	if r.accN > 0 {
 		s.MeanAccuracy = r.accSum / float64(r.accN)
 	}
+	if t := r.truth; t.lines > 0 {
+		s.MeasuredAccuracy = float64(t.exact) / float64(t.lines)
+		s.PredictedAccuracy = t.predicted / float64(t.lines)
+		s.PageCharAccuracy = t.pageChars / float64(t.pages)
+	}
 	slices.Sort(r.latencies)
 	s.P50Ms, s.P95Ms, s.P99Ms = quantile(r.latencies, 0.5), quantile(r.latencies, 0.95), quantile(r.latencies, 0.99)
 	if len(r.latencies) > 0 {
@@ -265,6 +298,15 @@ func (r *run) onReply(m *nats.Msg) {
 	case wire.StatusOK:
 		r.sum.OK++
 		r.accSum, r.accN = r.accSum+rep.Accuracy, r.accN+1
+		if r.images != nil {
+			truth := r.images.Documents[p.doc].Lines
+			sc := ocr.ScorePage(ocrReads(rep.Results), truth)
+			r.truth.exact += sc.ExactLines
+			r.truth.lines += sc.Lines
+			r.truth.predicted += rep.Accuracy * float64(sc.Lines)
+			r.truth.pageChars += sc.CharAccuracy
+			r.truth.pages++
+		}
 	case wire.StatusPartial:
 		r.sum.Partial++
 		r.accSum, r.accN = r.accSum+rep.Accuracy, r.accN+1
@@ -323,4 +365,44 @@ func parseShape(s string) ([]int64, error) {
 		out = append(out, d)
 	}
 	return out, nil
+}
+
+// imagePayloads encodes one request per image of a labelled set: the PNG as a BYTES tensor "image".
+func imagePayloads(set *ocr.Set) ([][]byte, error) {
+	out := make([][]byte, len(set.Documents))
+	for i := range set.Documents {
+		b, err := set.ImageBytes(i)
+		if err != nil {
+			return nil, err
+		}
+		if out[i], err = msgpack.Marshal(&wire.InferRequest{Inputs: []wire.Tensor{wire.NewBytes(executor.TensorImage, [][]byte{b})}}); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// ocrReads are the lines an OCR reply carries: each finished leaf's text and box.
+func ocrReads(results []wire.ItemResult) []ocr.Read {
+	var reads []ocr.Read
+	for _, it := range results {
+		var read ocr.Read
+		text, box := false, false
+		for _, t := range it.Outputs {
+			switch t.Name {
+			case executor.TensorText:
+				if s, err := t.Strings(); err == nil && len(s) == 1 {
+					read.Text, text = s[0], true
+				}
+			case executor.TensorBox:
+				if v, err := t.FP32(); err == nil && len(v) == 4 {
+					read.Box, box = ocr.Box{X0: float64(v[0]), Y0: float64(v[1]), X1: float64(v[2]), Y1: float64(v[3])}, true
+				}
+			}
+		}
+		if text && box {
+			reads = append(reads, read)
+		}
+	}
+	return reads
 }

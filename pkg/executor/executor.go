@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sleipnir-serving/sleipnir/pkg/onnx"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
@@ -22,6 +23,8 @@ type Input struct {
 type Output struct {
 	Tensors  []wire.Tensor
 	Children map[string][][]wire.Tensor
+	// Err fails this item alone (its input was unusable); the rest of the batch stands.
+	Err error
 }
 
 // NumChildren is the number of sub-requests the item emits over all child tasks.
@@ -44,6 +47,9 @@ type Executor interface {
 type Options struct {
 	// Seed makes emulated latency jitter and fan-out reproducible.
 	Seed uint64
+	// ModelsDir is where onnx variants' model files are, and the ONNX Runtime library unless
+	// $SLEIPNIR_ONNXRUNTIME_LIB says otherwise (default: onnx.ModelsDir()).
+	ModelsDir string
 }
 
 // New builds the executor a variant's spec asks for.
@@ -56,6 +62,12 @@ func New(spec *pipeline.Spec, task, variant string, opts Options) (Executor, err
 	case pipeline.ExecutorEmulated, "":
 		time.Sleep(time.Duration(v.SwapMs * float64(time.Millisecond))) // loading the model
 		return NewEmulated(spec, task, v, opts.Seed), nil
+	case pipeline.ExecutorONNX:
+		dir := opts.ModelsDir
+		if dir == "" {
+			dir = onnx.ModelsDir()
+		}
+		return NewONNX(spec, task, v, dir)
 	default:
 		return nil, fmt.Errorf("variant %s/%s: executor kind %q is not supported", task, variant, v.Executor.Kind)
 	}

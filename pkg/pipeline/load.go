@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -20,21 +21,31 @@ import (
 	"github.com/sleipnir-serving/sleipnir/schemas"
 )
 
-// Load reads, validates and completes the pipeline spec in a YAML file. Errors name the file and the field.
-func Load(path string) (*Spec, error) {
+// Load reads, validates and completes the pipeline spec in a YAML file, merging in the profile file it names, if
+// any. Errors name the file and the field.
+func Load(path string) (*Spec, error) { return load(path, false) }
+
+// LoadForProfiling is Load for the profiler, which is about to measure the variants: a missing profile file is no
+// error, and a variant without measurements gets neutral ones.
+func LoadForProfiling(path string) (*Spec, error) { return load(path, true) }
+
+func load(path string, placeholders bool) (*Spec, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("pipeline spec: %w", err)
 	}
-	s, err := Parse(data)
+	s, err := parse(data, filepath.Dir(path), placeholders)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return s, nil
 }
 
-// Parse validates and completes a YAML pipeline spec.
-func Parse(data []byte) (*Spec, error) {
+// Parse validates and completes a YAML pipeline spec. A spec that names a profile file must be read with Load,
+// which knows the directory the file is relative to.
+func Parse(data []byte) (*Spec, error) { return parse(data, "", false) }
+
+func parse(data []byte, dir string, placeholders bool) (*Spec, error) {
 	var doc any
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, fmt.Errorf("not valid YAML: %w", err)
@@ -42,6 +53,16 @@ func Parse(data []byte) (*Spec, error) {
 	doc, err := jsonValue(doc, "")
 	if err != nil {
 		return nil, err
+	}
+	if m, ok := doc.(map[string]any); ok {
+		if _, ok := m["profiles"].(string); ok {
+			if dir == "" {
+				return nil, errors.New("profiles: a profile file is relative to the spec file: load the spec with pipeline.Load")
+			}
+			if err := mergeProfiles(m, dir, placeholders); err != nil {
+				return nil, err
+			}
+		}
 	}
 	js, err := json.Marshal(doc)
 	if err != nil {
@@ -293,6 +314,7 @@ func (s *Spec) validate() error {
 				add(vp+".name", "variant %q appears twice in task %q", v.Name, t.Name)
 			}
 			variants[v.Name] = true
+			s.validateExecutor(t, v.Executor, vp+".executor", add)
 			switch {
 			case len(t.Children) > 0 && v.Fanout == nil:
 				add(vp, "fanout is required: task %q has children", t.Name)
@@ -338,6 +360,34 @@ func (s *Spec) validate() error {
 		return errorList(errs)
 	}
 	return nil
+}
+
+// validateExecutor checks what the schema cannot: which fields go with which kind and program, and which programs fit
+// where in the tree.
+func (s *Spec) validateExecutor(t Task, e Executor, path string, add func(string, string, ...any)) {
+	if e.Kind != ExecutorONNX {
+		if e.Model != "" || e.Program != "" || e.InputSize != 0 || e.Threads != 0 {
+			add(path, "model, program, input_size and threads are for kind onnx, not %q", e.Kind)
+		}
+		return
+	}
+	if e.Model == "" {
+		add(path+".model", "an onnx executor needs the model file")
+	}
+	switch e.Program {
+	case "", ProgramTensor:
+		if len(t.Children) > 0 {
+			add(path+".program", "program tensor emits no sub-requests: task %q has children", t.Name)
+		}
+	case ProgramOCRDetect:
+		if len(t.Children) != 1 {
+			add(path+".program", "program ocr-detect sends each line to one child task; task %q has %d", t.Name, len(t.Children))
+		}
+	case ProgramOCRRecognize:
+		if len(t.Children) > 0 {
+			add(path+".program", "program ocr-recognize ends a path: task %q has children", t.Name)
+		}
+	}
 }
 
 func hasVariant(t *Task, name string) bool {

@@ -16,6 +16,9 @@ type Spec struct {
 	DeadlinePolicy string `json:"deadline_policy,omitempty"`
 	// BatchSizes are the allowed maximum batch sizes; every profile lists exactly these. Default [1].
 	BatchSizes []int `json:"batch_sizes,omitempty"`
+	// Profiles names the profile file (relative to the spec file) whose measurements Load merged into the variants
+	// and PathAccuracy; see ProfileFile.
+	Profiles string `json:"profiles,omitempty"`
 	// Tasks form a rooted tree through Children; the root is the one task no other task lists as a child.
 	Tasks []Task `json:"tasks"`
 	// PathAccuracy optionally overrides the end-to-end accuracy of a root-to-leaf path of variants; a path not
@@ -50,12 +53,30 @@ type Variant struct {
 
 // Executor says how a variant computes.
 type Executor struct {
-	// Kind is "emulated" (sleep for the profiled latency, emit the profiled fan-out).
+	// Kind is "emulated" (sleep for the profiled latency, emit the profiled fan-out) or "onnx" (run a model with
+	// ONNX Runtime).
 	Kind string `json:"kind"`
+	// Model is the ONNX file, relative to the models directory (onnx only).
+	Model string `json:"model,omitempty"`
+	// Program is the code around the model (onnx only): "tensor" (default: each item's one FP32 input is stacked
+	// into a batch, each output split back per item; leaf tasks only), "ocr-detect" or "ocr-recognize".
+	Program string `json:"program,omitempty"`
+	// InputSize is, for ocr-detect, the long side of the detector's square input (default 640); for
+	// ocr-recognize, the least width of the recogniser's input (default 320).
+	InputSize int `json:"input_size,omitempty"`
+	// Threads is the number of intra-op threads of one inference (default 1: workers share the machine's cores).
+	Threads int `json:"threads,omitempty"`
 }
 
-// ExecutorEmulated is the only executor kind for now.
-const ExecutorEmulated = "emulated"
+// Executor kinds and ONNX programs.
+const (
+	ExecutorEmulated = "emulated"
+	ExecutorONNX     = "onnx"
+
+	ProgramTensor       = "tensor"
+	ProgramOCRDetect    = "ocr-detect"
+	ProgramOCRRecognize = "ocr-recognize"
+)
 
 // Fanout describes the sub-requests a variant emits for its child tasks.
 type Fanout struct {
@@ -76,16 +97,16 @@ const (
 
 // ProfilePoint is the measured latency of one batch of a given size.
 type ProfilePoint struct {
-	Batch int     `json:"batch"`
-	P50Ms float64 `json:"p50_ms"`
-	P95Ms float64 `json:"p95_ms"`
-	P99Ms float64 `json:"p99_ms,omitempty"`
+	Batch int     `json:"batch" yaml:"batch"`
+	P50Ms float64 `json:"p50_ms" yaml:"p50_ms"`
+	P95Ms float64 `json:"p95_ms" yaml:"p95_ms"`
+	P99Ms float64 `json:"p99_ms,omitempty" yaml:"p99_ms,omitempty"`
 }
 
 // PathAccuracy is the end-to-end accuracy of one root-to-leaf path, written as "task/variant" hops from the root.
 type PathAccuracy struct {
-	Path     []string `json:"path"`
-	Accuracy float64  `json:"accuracy"`
+	Path     []string `json:"path" yaml:"path,flow"`
+	Accuracy float64  `json:"accuracy" yaml:"accuracy"`
 }
 
 // Allocation hosts Replicas workers of one variant with a maximum batch size.

@@ -136,8 +136,8 @@ func NewBytes(name string, values [][]byte) Tensor {
 	return Tensor{Name: name, Datatype: DatatypeBytes, Shape: []int64{int64(len(values))}, Data: b.Bytes()}
 }
 
-// Strings decodes a BYTES tensor's elements as strings.
-func (t Tensor) Strings() ([]string, error) {
+// Elements decodes a BYTES tensor's elements; they share the tensor's memory.
+func (t Tensor) Elements() ([][]byte, error) {
 	if t.Datatype != DatatypeBytes {
 		return nil, fmt.Errorf("tensor %q is %s, not BYTES", t.Name, t.Datatype)
 	}
@@ -148,6 +148,15 @@ func (t Tensor) Strings() ([]string, error) {
 	els, err := splitBytes(t.Data, n)
 	if err != nil {
 		return nil, fmt.Errorf("tensor %q: %v", t.Name, err)
+	}
+	return els, nil
+}
+
+// Strings decodes a BYTES tensor's elements as strings.
+func (t Tensor) Strings() ([]string, error) {
+	els, err := t.Elements()
+	if err != nil {
+		return nil, err
 	}
 	out := make([]string, len(els))
 	for i, e := range els {

@@ -19,6 +19,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
 	"github.com/sleipnir-serving/sleipnir/pkg/control"
 	"github.com/sleipnir-serving/sleipnir/pkg/deadline"
+	"github.com/sleipnir-serving/sleipnir/pkg/onnx"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/telemetry"
 	"github.com/sleipnir-serving/sleipnir/services/frontend"
@@ -36,6 +37,8 @@ commands:
   planner   publish pipelines and plans, assign workers
   plan      solve the allocation MILP for a demand (or a sweep of demands) and print the plan
   sim       simulate a pipeline under a workload, per policy (loki, inferline, proteus), and report
+  profile   measure an OCR pipeline's variants (latency, swap time, fan-out, accuracy) and write its profile file
+  ocrdata   generate the labelled OCR set (document images and their ground truth)
   version   print the version
 
 Run 'sleipnir <command> -h' for the flags of a command.
@@ -63,6 +66,10 @@ func main() {
 		err = runPlan(args)
 	case "sim":
 		err = runSim(args)
+	case "profile":
+		err = runProfile(args)
+	case "ocrdata":
+		err = runOCRData(args)
 	case "version":
 		fmt.Println("sleipnir", version)
 	case "-h", "--help", "help":
@@ -172,6 +179,11 @@ func parseStorage(s string) (jetstream.StorageType, error) {
 	return 0, fmt.Errorf("--storage %q: want file or memory", s)
 }
 
+// modelsFlag is where onnx variants' model files (and the ONNX Runtime library) are.
+func modelsFlag(fs *flag.FlagSet) *string {
+	return fs.String("models", onnx.ModelsDir(), "directory of the ONNX models and runtime that `make models` fetches (env "+onnx.EnvModels+"; the library: env "+onnx.EnvLibrary+")")
+}
+
 func runUp(args []string) error {
 	fs := flag.NewFlagSet("up", flag.ContinueOnError)
 	var c common
@@ -179,6 +191,7 @@ func runUp(args []string) error {
 	var files pipelineFiles
 	fs.Var(&files, "pipeline", "pipeline spec YAML file, repeatable (default examples/traffic.yaml)")
 	workers := fs.Int("workers", 20, "number of workers")
+	models := modelsFlag(fs)
 	port := fs.Int("nats-port", 4222, "client port of the embedded NATS server (0: in-process only)")
 	host := fs.String("nats-host", "127.0.0.1", "address the embedded NATS server listens on")
 	dataDir := fs.String("data-dir", envOr("SLEIPNIR_DATA_DIR", "data"), "directory of the embedded server's JetStream files (env SLEIPNIR_DATA_DIR)")
@@ -212,7 +225,7 @@ func runUp(args []string) error {
 	// The server's payload limit leaves room for headers above the largest request.
 	maxPayload := int32(*maxReq + 64<<10)
 	return up.Run(ctx, up.Config{NATSURL: c.natsURL, DataDir: *dataDir, NATSHost: *host, NATSPort: *port,
-		MaxPayload: maxPayload, Pipelines: specs, Workers: *workers, HTTPAddr: *httpAddr, MaxRequestBytes: *maxReq,
+		MaxPayload: maxPayload, Pipelines: specs, Workers: *workers, ModelsDir: *models, HTTPAddr: *httpAddr, MaxRequestBytes: *maxReq,
 		Storage: st, Allocator: *allocator, Logger: log,
 		Started: func(url string) {
 			names := make([]string, len(specs))
@@ -249,11 +262,12 @@ func runWorker(args []string) error {
 	c.register(fs, "NATS server URL")
 	id := fs.String("id", "", "worker id (default hostname-pid)")
 	ackWait := fs.Duration("ack-wait", 0, "how long a fetched message may stay unacknowledged (default 2s; batches that run longer are marked in progress)")
+	models := modelsFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	return c.serve("worker", func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
-		w, err := worker.New(nc, worker.Config{ID: *id, AckWait: *ackWait, Logger: log})
+		w, err := worker.New(nc, worker.Config{ID: *id, AckWait: *ackWait, ModelsDir: *models, Logger: log})
 		if err != nil {
 			return err
 		}

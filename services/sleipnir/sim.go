@@ -204,11 +204,14 @@ func (p *progressBar) update(i int, done, total time.Duration) {
 	for _, d := range p.doneAt {
 		slowest = min(slowest, d)
 	}
+	drawBar(float64(slowest)/float64(max(p.total, 1)), fmt.Sprintf("%v of %v simulated", slowest.Truncate(time.Second), p.total))
+}
+
+// drawBar draws a progress bar at frac (0 to 1) with a label on standard error, over the previous one.
+func drawBar(frac float64, label string) {
 	const width = 40
-	frac := float64(slowest) / float64(max(p.total, 1))
 	n := int(frac * width)
-	fmt.Fprintf(os.Stderr, "\r[%s%s] %3.0f%%  %v of %v simulated", strings.Repeat("#", n),
-		strings.Repeat(".", width-n), 100*frac, slowest.Truncate(time.Second), p.total)
+	fmt.Fprintf(os.Stderr, "\r\033[K[%s%s] %3.0f%%  %s", strings.Repeat("#", n), strings.Repeat(".", width-n), 100*frac, label)
 }
 
 func (p *progressBar) done() {

@@ -35,6 +35,8 @@ type Config struct {
 	MaxPayload int32
 	Pipelines  []*pipeline.Spec
 	Workers    int
+	// ModelsDir is where the workers find onnx variants' model files (default $SLEIPNIR_MODELS, else models).
+	ModelsDir string
 	// Allocator is the planner's (planner.AllocatorMILP, the default, or planner.AllocatorStatic).
 	Allocator string
 	// HTTPAddr is the frontend's KServe v2 HTTP address ("" disables it).
@@ -144,7 +146,7 @@ func Start(ctx context.Context, cfg Config) (_ *System, err error) {
 		if err != nil {
 			return nil, err
 		}
-		w, err := worker.New(nc, worker.Config{ID: id, Logger: cfg.Logger})
+		w, err := worker.New(nc, worker.Config{ID: id, ModelsDir: cfg.ModelsDir, Logger: cfg.Logger})
 		if err != nil {
 			return nil, err
 		}

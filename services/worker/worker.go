@@ -48,6 +48,8 @@ type Config struct {
 	FetchWait time.Duration
 	// RegisterEvery is the period of the worker's registration refresh, by which the planner knows it is alive.
 	RegisterEvery time.Duration
+	// ModelsDir is where the model files of onnx variants are (default $SLEIPNIR_MODELS, else models).
+	ModelsDir string
 	// NewExecutor builds the executor of an assigned variant; default executor.New.
 	NewExecutor func(spec *pipeline.Spec, task, variant string, opts executor.Options) (executor.Executor, error)
 	Logger      *slog.Logger
@@ -221,6 +223,8 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		next := w.want(cat)
 		if cur == nil || !cur.same(next) {
+			// The swap time runs from releasing the old variant to serving the new one.
+			swapStart := time.Now()
 			if cur != nil {
 				cur.exec.Close()
 				cur = nil
@@ -231,7 +235,7 @@ func (w *Worker) Run(ctx context.Context) error {
 				w.wait(ctx)
 				continue
 			}
-			s, err := w.start(ctx, next)
+			s, err := w.start(ctx, next, swapStart)
 			if err != nil {
 				w.log.Error("cannot serve assignment", "variant", next.a.Hop(), "err", err)
 				w.wait(ctx)
@@ -342,8 +346,7 @@ func (s *serving) same(n wanted) bool {
 		s.a.MaxBatch == n.a.MaxBatch && s.spec == n.spec
 }
 
-func (w *Worker) start(ctx context.Context, n wanted) (*serving, error) {
-	t0 := time.Now()
+func (w *Worker) start(ctx context.Context, n wanted, t0 time.Time) (*serving, error) {
 	v := n.spec.Variant(n.a.Task, n.a.Variant)
 	if v == nil {
 		return nil, fmt.Errorf("pipeline %s has no variant %s", n.a.Pipeline, n.a.Hop())
@@ -351,7 +354,7 @@ func (w *Worker) start(ctx context.Context, n wanted) (*serving, error) {
 	if n.a.MaxBatch < 1 {
 		return nil, fmt.Errorf("assignment %s: max batch %d", n.a.Hop(), n.a.MaxBatch)
 	}
-	exec, err := w.cfg.NewExecutor(n.spec, n.a.Task, n.a.Variant, executor.Options{Seed: w.cfg.Seed})
+	exec, err := w.cfg.NewExecutor(n.spec, n.a.Task, n.a.Variant, executor.Options{Seed: w.cfg.Seed, ModelsDir: w.cfg.ModelsDir})
 	if err != nil {
 		return nil, err
 	}
@@ -490,6 +493,10 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 		}
 		for j := lo; j < hi; j++ {
 			sl := slots[j]
+			if err == nil && outs[j-lo].Err != nil {
+				sl.in.status[sl.i], sl.in.reason[sl.i] = wire.ItemError, outs[j-lo].Err.Error()
+				continue
+			}
 			if err != nil {
 				sl.in.status[sl.i], sl.in.reason[sl.i] = wire.ItemError, err.Error()
 				continue

@@ -1,0 +1,335 @@
+package executor
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"image/png"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	ort "github.com/yalue/onnxruntime_go"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/ocr"
+	"github.com/sleipnir-serving/sleipnir/pkg/onnx/onnxgen"
+	"github.com/sleipnir-serving/sleipnir/pkg/onnx/onnxtest"
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
+
+// mlpSpec writes a generated MLP into a models directory and returns a one-task pipeline serving it.
+func mlpSpec(t testing.TB, m onnxgen.MLP) (*pipeline.Spec, string) {
+	t.Helper()
+	onnxtest.Runtime(t)
+	dir := t.TempDir()
+	b, err := m.Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "mlp.onnx"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := pipeline.Parse([]byte(`
+name: mlp
+slo_ms: 100
+batch_sizes: [1, 8]
+tasks:
+  - name: score
+    variants:
+      - name: mlp
+        accuracy: 1
+        executor: {kind: onnx, model: mlp.onnx}
+        profile: [{batch: 1, p50_ms: 1, p95_ms: 1}, {batch: 8, p50_ms: 2, p95_ms: 2}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spec, dir
+}
+
+// The tensor program stacks items into one batch and splits the outputs back: each item gets what the model gives
+// for it alone; an item of the wrong shape fails alone.
+func TestONNXTensorProgram(t *testing.T) {
+	m := onnxgen.MLP{In: 8, Width: 16, Depth: 2, Out: 3, Seed: 5}
+	spec, dir := mlpSpec(t, m)
+	e, err := New(spec, "score", "mlp", Options{ModelsDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	var batch []Input
+	for i := 0; i < 4; i++ {
+		x := make([]float32, m.In)
+		for j := range x {
+			x[j] = float32(math.Cos(float64(i*m.In + j)))
+		}
+		batch = append(batch, Input{RequestID: "r", ItemID: fmt.Sprint(i), Tensors: []wire.Tensor{wire.NewFP32("x", []int64{int64(m.In)}, x)}})
+	}
+	batch = append(batch, Input{RequestID: "r", ItemID: "bad", Tensors: []wire.Tensor{wire.NewFP32("x", []int64{3}, []float32{1, 2, 3})}})
+	outs, err := e.Execute(context.Background(), batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(outs) != len(batch) {
+		t.Fatalf("%d outputs for %d inputs", len(outs), len(batch))
+	}
+	for i, o := range outs[:4] {
+		x, _ := batch[i].Tensors[0].FP32()
+		want := m.Forward(x)
+		if o.Err != nil || len(o.Tensors) != 1 {
+			t.Fatalf("item %d: %+v", i, o)
+		}
+		got, _ := o.Tensors[0].FP32()
+		for j := range want {
+			if math.Abs(float64(got[j]-want[j])) > 1e-4*(1+math.Abs(float64(want[j]))) {
+				t.Errorf("item %d output %d: %g, want %g", i, j, got[j], want[j])
+			}
+		}
+	}
+	if outs[4].Err == nil || !strings.Contains(outs[4].Err.Error(), "shape") {
+		t.Errorf("the wrongly shaped item: err %v, want a shape error", outs[4].Err)
+	}
+}
+
+func TestDecodeImageErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		in   []wire.Tensor
+		want string
+	}{
+		{"no image", []wire.Tensor{wire.NewFP32("x", []int64{1}, []float32{1})}, `no "image" input`},
+		{"not an image", []wire.Tensor{wire.NewBytes("image", [][]byte{[]byte("hello")})}, "not a PNG or JPEG"},
+		{"two images", []wire.Tensor{wire.NewBytes("image", [][]byte{{1}, {2}})}, "want one encoded image"},
+		{"pixels shape", []wire.Tensor{{Name: "image", Datatype: "UINT8", Shape: []int64{2, 2}, Data: make([]byte, 4)}}, "UINT8 [H, W, 3]"},
+		{"pixels short", []wire.Tensor{{Name: "image", Datatype: "UINT8", Shape: []int64{2, 2, 3}, Data: make([]byte, 5)}}, "5 bytes"},
+		{"fp32", []wire.Tensor{wire.NewFP32("image", []int64{1}, []float32{1})}, "want BYTES"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := DecodeImage(tc.in)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// ocrSpec is a two-task OCR pipeline on the fetched PaddleOCR models.
+func ocrSpec(t testing.TB) (*pipeline.Spec, string) {
+	t.Helper()
+	onnxtest.Model(t, "paddleocr/en_PP-OCRv3_det_infer.onnx")
+	dir := onnxtest.Model(t, "paddleocr/en_PP-OCRv3_rec_infer.onnx")
+	spec, err := pipeline.Parse([]byte(`
+name: ocr-test
+slo_ms: 5000
+batch_sizes: [1]
+tasks:
+  - name: find_text
+    children: [read_text]
+    variants:
+      - {name: det, accuracy: 1, fanout: {mean: 4}, executor: {kind: onnx, model: paddleocr/en_PP-OCRv3_det_infer.onnx, program: ocr-detect, input_size: 640}, profile: [{batch: 1, p50_ms: 50, p95_ms: 60}]}
+  - name: read_text
+    variants:
+      - {name: rec, accuracy: 1, executor: {kind: onnx, model: paddleocr/en_PP-OCRv3_rec_infer.onnx, program: ocr-recognize}, profile: [{batch: 1, p50_ms: 20, p95_ms: 25}]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spec, filepath.Dir(filepath.Dir(dir))
+}
+
+// The OCR programs with the real PaddleOCR models read rendered documents: the detector finds the lines (one
+// sub-request each, with its crop and box), the recogniser reads them, and most lines come back exactly.
+func TestONNXOCRReadsRenderedLines(t *testing.T) {
+	spec, models := ocrSpec(t)
+	det, err := New(spec, "find_text", "det", Options{ModelsDir: models})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer det.Close()
+	rec, err := New(spec, "read_text", "rec", Options{ModelsDir: models})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Close()
+	fonts, _ := ocr.LoadFonts("")
+	imgs, docs, err := ocr.Generate(4, 11, fonts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var batch []Input
+	for i, img := range imgs {
+		var buf bytes.Buffer
+		png.Encode(&buf, img)
+		batch = append(batch, Input{RequestID: fmt.Sprint(i), ItemID: "0", Tensors: []wire.Tensor{wire.NewBytes(TensorImage, [][]byte{buf.Bytes()})}})
+	}
+	batch = append(batch, Input{RequestID: "bad", ItemID: "0", Tensors: []wire.Tensor{wire.NewBytes(TensorImage, [][]byte{[]byte("not a png")})}})
+	outs, err := det.Execute(context.Background(), batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if outs[4].Err == nil {
+		t.Error("an undecodable image did not fail on its own")
+	}
+	exact, lines := 0, 0
+	for i, o := range outs[:4] {
+		if o.Err != nil {
+			t.Fatalf("image %d: %v", i, o.Err)
+		}
+		var in []Input
+		for k, ts := range o.Children["read_text"] {
+			in = append(in, Input{RequestID: fmt.Sprint(i), ItemID: fmt.Sprint(k), Tensors: ts})
+		}
+		if boxes := o.Tensors[0]; boxes.Name != TensorBoxes || boxes.Shape[0] != int64(len(in)) {
+			t.Errorf("image %d: boxes tensor %v for %d lines", i, boxes.Shape, len(in))
+		}
+		var reads []ocr.Read
+		if len(in) > 0 {
+			routs, err := rec.Execute(context.Background(), in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k, ro := range routs {
+				var r ocr.Read
+				for _, ts := range ro.Tensors {
+					switch ts.Name {
+					case TensorText:
+						s, _ := ts.Strings()
+						r.Text = s[0]
+					case TensorBox:
+						v, _ := ts.FP32()
+						r.Box = ocr.Box{X0: float64(v[0]), Y0: float64(v[1]), X1: float64(v[2]), Y1: float64(v[3])}
+					}
+				}
+				if r.Box == (ocr.Box{}) {
+					t.Errorf("image %d line %d: the box did not come through the recogniser", i, k)
+				}
+				reads = append(reads, r)
+			}
+		}
+		s := ocr.ScorePage(reads, docs[i].Lines)
+		exact += s.ExactLines
+		lines += s.Lines
+		t.Logf("image %d: %d of %d lines read exactly, page character accuracy %.3f", i, s.ExactLines, s.Lines, s.CharAccuracy)
+	}
+	if exact*2 < lines {
+		t.Errorf("%d of %d lines read exactly, want at least half", exact, lines)
+	}
+}
+
+// BenchmarkONNX measures the executor's batch 1 and batch 8 per variant of a generated model, and the same
+// inference as a bare onnxruntime_go call: the difference is Sleipnir's overhead per item (decoding the item's
+// tensor, stacking, splitting and encoding the outputs).
+func BenchmarkONNX(b *testing.B) {
+	for _, m := range []onnxgen.MLP{{In: 256, Width: 512, Depth: 3, Out: 16, Seed: 1}, {In: 1024, Width: 1024, Depth: 4, Out: 64, Seed: 2}} {
+		spec, dir := mlpSpec(b, m)
+		name := fmt.Sprintf("mlp%dx%d", m.Width, m.Depth)
+		for _, n := range []int{1, 8} {
+			x := make([]float32, n*m.In)
+			for i := range x {
+				x[i] = float32(i%7) / 7
+			}
+			b.Run(fmt.Sprintf("%s/batch%d/executor", name, n), func(b *testing.B) {
+				e, err := New(spec, "score", "mlp", Options{ModelsDir: dir})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer e.Close()
+				batch := make([]Input, n)
+				for i := range batch {
+					batch[i] = Input{Tensors: []wire.Tensor{wire.NewFP32("x", []int64{int64(m.In)}, x[i*m.In:(i+1)*m.In])}}
+				}
+				b.ResetTimer()
+				for b.Loop() {
+					if _, err := e.Execute(context.Background(), batch); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+			b.Run(fmt.Sprintf("%s/batch%d/bare", name, n), func(b *testing.B) {
+				so, _ := ort.NewSessionOptions()
+				so.SetIntraOpNumThreads(1)
+				so.SetInterOpNumThreads(1)
+				defer so.Destroy()
+				s, err := ort.NewDynamicAdvancedSession(filepath.Join(dir, "mlp.onnx"), []string{"x"}, []string{"y"}, so)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer s.Destroy()
+				in, _ := ort.NewTensor(ort.NewShape(int64(n), int64(m.In)), x)
+				defer in.Destroy()
+				out, _ := ort.NewEmptyTensor[float32](ort.NewShape(int64(n), int64(m.Out)))
+				defer out.Destroy()
+				b.ResetTimer()
+				for b.Loop() {
+					if err := s.Run([]ort.Value{in}, []ort.Value{out}); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkOCRVariants runs every variant of examples/ocr.yaml at batch 1 and 8 on rendered documents (the
+// recognisers on the lines the first detector finds): pre- and post-processing included, as a worker runs them.
+func BenchmarkOCRVariants(b *testing.B) {
+	models := onnxtest.Runtime(b)
+	spec, err := pipeline.LoadForProfiling("../../examples/ocr.yaml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	fonts, _ := ocr.LoadFonts("")
+	imgs, _, _ := ocr.Generate(8, 2, fonts)
+	var pages, lines []Input
+	for i, img := range imgs {
+		var buf bytes.Buffer
+		png.Encode(&buf, img)
+		pages = append(pages, Input{RequestID: fmt.Sprint(i), Tensors: []wire.Tensor{wire.NewBytes(TensorImage, [][]byte{buf.Bytes()})}})
+	}
+	for _, task := range spec.Tasks {
+		for _, v := range task.Variants {
+			if _, err := os.Stat(filepath.Join(models, v.Executor.Model)); err != nil {
+				b.Skipf("model %s not found: run `make models`", v.Executor.Model)
+			}
+			e, err := New(spec, task.Name, v.Name, Options{ModelsDir: models})
+			if err != nil {
+				b.Fatal(err)
+			}
+			in := pages
+			if len(task.Children) == 0 {
+				in = lines
+			}
+			for _, n := range []int{1, 8} {
+				b.Run(fmt.Sprintf("%s/batch%d", v.Name, n), func(b *testing.B) {
+					for b.Loop() {
+						if _, err := e.Execute(context.Background(), in[:n]); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+			}
+			if len(lines) == 0 && len(task.Children) > 0 {
+				outs, err := e.Execute(context.Background(), pages)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, o := range outs {
+					for _, ts := range o.Children[task.Children[0]] {
+						lines = append(lines, Input{Tensors: ts})
+					}
+				}
+				if len(lines) == 0 {
+					b.Fatal("the detector found no line to benchmark the recognisers on")
+				}
+				for len(lines) < 8 {
+					lines = append(lines, lines...)
+				}
+			}
+			e.Close()
+		}
+	}
+}

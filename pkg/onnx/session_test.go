@@ -1,0 +1,102 @@
+package onnx_test
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/onnx"
+	"github.com/sleipnir-serving/sleipnir/pkg/onnx/onnxgen"
+	"github.com/sleipnir-serving/sleipnir/pkg/onnx/onnxtest"
+)
+
+// First in the file: once a test loads the runtime, a missing library can no longer be noticed.
+func TestInitMissingLibrary(t *testing.T) {
+	if onnx.Version() != "" {
+		t.Skip("ONNX Runtime is already loaded in this process")
+	}
+	if err := onnx.Init(filepath.Join(t.TempDir(), "libonnxruntime.so.1")); err == nil {
+		t.Fatal("Init of a missing library succeeded")
+	}
+}
+
+func writeModel(t testing.TB, m interface{ Bytes() ([]byte, error) }) string {
+	t.Helper()
+	b, err := m.Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "model.onnx")
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// A generated MLP, run by ONNX Runtime in a batch, gives what the same weights give in Go, row by row.
+func TestSessionMLPMatchesGo(t *testing.T) {
+	onnxtest.Runtime(t)
+	m := onnxgen.MLP{In: 16, Width: 32, Depth: 3, Out: 5, Seed: 7}
+	s, err := onnx.Open(writeModel(t, m), onnx.SessionOptions{IntraOpThreads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const n = 4
+	x := make([]float32, n*m.In)
+	for i := range x {
+		x[i] = float32(math.Sin(float64(i)))
+	}
+	outs, err := s.Run([]int64{n, int64(m.In)}, x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(outs) != 1 || len(outs[0].Shape) != 2 || outs[0].Shape[0] != n || outs[0].Shape[1] != int64(m.Out) {
+		t.Fatalf("outputs %+v, want one [%d %d]", outs, n, m.Out)
+	}
+	for r := 0; r < n; r++ {
+		want := m.Forward(x[r*m.In : (r+1)*m.In])
+		for j, w := range want {
+			if got := outs[0].Data[r*m.Out+j]; math.Abs(float64(got-w)) > 1e-4*(1+math.Abs(float64(w))) {
+				t.Errorf("row %d output %d: ONNX Runtime %g, Go %g", r, j, got, w)
+			}
+		}
+	}
+}
+
+func TestSessionConvNet(t *testing.T) {
+	onnxtest.Runtime(t)
+	c := onnxgen.ConvNet{Channels: 3, Size: 16, Width: 8, Depth: 2, Out: 4, Seed: 1}
+	s, err := onnx.Open(writeModel(t, c), onnx.SessionOptions{IntraOpThreads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	outs, err := s.Run([]int64{2, 3, 16, 16}, make([]float32, 2*3*16*16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := outs[0].Shape; len(got) != 2 || got[0] != 2 || got[1] != 4 {
+		t.Fatalf("output shape %v, want [2 4]", got)
+	}
+}
+
+func TestOpenErrors(t *testing.T) {
+	onnxtest.Runtime(t)
+	bad := filepath.Join(t.TempDir(), "bad.onnx")
+	os.WriteFile(bad, []byte("not a model"), 0o644)
+	for _, p := range []string{bad, filepath.Join(t.TempDir(), "missing.onnx")} {
+		if _, err := onnx.Open(p, onnx.SessionOptions{}); err == nil {
+			t.Errorf("Open(%s) succeeded", p)
+		}
+	}
+	s, err := onnx.Open(writeModel(t, onnxgen.MLP{In: 4, Width: 4, Depth: 1, Out: 2}), onnx.SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Run([]int64{1, 5}, make([]float32, 5)); err == nil {
+		t.Error("a wrongly shaped input ran")
+	}
+}

@@ -1,0 +1,178 @@
+package pipeline
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// ProfileFile is what the profiler measures for a pipeline, in a file of its own that the spec names with
+// `profiles:` (relative to the spec). Loading the spec merges it in: each variant's accuracy, profile, swap time
+// and multiplicative factor, and the end-to-end accuracy of each path.
+type ProfileFile struct {
+	Pipeline     string           `json:"pipeline" yaml:"pipeline"`
+	Measured     Measurement      `json:"measured" yaml:"measured"`
+	Variants     []VariantProfile `json:"variants" yaml:"variants"`
+	PathAccuracy []PathAccuracy   `json:"path_accuracy,omitempty" yaml:"path_accuracy,omitempty"`
+}
+
+// Measurement says where and how a profile was measured.
+type Measurement struct {
+	Date        string `json:"date" yaml:"date"`
+	CPUs        int    `json:"cpus" yaml:"cpus"`
+	Runtime     string `json:"runtime" yaml:"runtime"`
+	Images      int    `json:"images" yaml:"images"`
+	Repetitions int    `json:"repetitions" yaml:"repetitions"`
+}
+
+// VariantProfile is the measurement of one variant.
+type VariantProfile struct {
+	Task     string         `json:"task" yaml:"task"`
+	Variant  string         `json:"variant" yaml:"variant"`
+	Accuracy float64        `json:"accuracy" yaml:"accuracy"`
+	SwapMs   float64        `json:"swap_ms" yaml:"swap_ms"`
+	Fanout   float64        `json:"fanout_mean,omitempty" yaml:"fanout_mean,omitempty"`
+	Profile  []ProfilePoint `json:"profile" yaml:"profile"`
+	// Metrics are the task's own accuracy measures (recall, precision, character accuracy...), for people.
+	Metrics map[string]float64 `json:"metrics,omitempty" yaml:"metrics,omitempty"`
+}
+
+// ReadProfileFile reads a profile file.
+func ReadProfileFile(path string) (*ProfileFile, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var pf ProfileFile
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&pf); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &pf, nil
+}
+
+// WriteProfileFile writes pf as YAML, with a header comment.
+func WriteProfileFile(path string, pf *ProfileFile, header string) error {
+	b, err := yaml.Marshal(pf)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append([]byte(header), b...), 0o644)
+}
+
+// mergeProfiles resolves a spec document's `profiles:` against the spec's directory and writes the measurements into
+// the document's variants. With placeholders (for the profiler, which is about to measure them), a missing file is
+// no error and a variant without measurements gets neutral ones.
+func mergeProfiles(doc map[string]any, dir string, placeholders bool) error {
+	name, _ := doc["profiles"].(string)
+	var pf *ProfileFile
+	if name != "" {
+		var err error
+		pf, err = ReadProfileFile(filepath.Join(dir, name))
+		switch {
+		case errors.Is(err, os.ErrNotExist) && placeholders:
+		case errors.Is(err, os.ErrNotExist):
+			return fmt.Errorf("profiles: %s does not exist: measure it with `bin/sleipnir profile --pipeline <this spec>`", filepath.Join(dir, name))
+		case err != nil:
+			return fmt.Errorf("profiles: %w", err)
+		}
+	}
+	tasks, _ := doc["tasks"].([]any)
+	find := func(task, variant string) (map[string]any, bool) {
+		for _, t := range tasks {
+			tm, _ := t.(map[string]any)
+			if tm["name"] != task {
+				continue
+			}
+			vs, _ := tm["variants"].([]any)
+			for _, v := range vs {
+				if vm, _ := v.(map[string]any); vm["name"] == variant {
+					return vm, len(asList(tm["children"])) > 0
+				}
+			}
+		}
+		return nil, false
+	}
+	if pf != nil {
+		if n, _ := doc["name"].(string); pf.Pipeline != n {
+			return fmt.Errorf("profiles: %s profiles pipeline %q, not %q", name, pf.Pipeline, n)
+		}
+		for _, vp := range pf.Variants {
+			vm, hasChildren := find(vp.Task, vp.Variant)
+			if vm == nil {
+				return fmt.Errorf("profiles: %s measures %s/%s, which the spec does not have", name, vp.Task, vp.Variant)
+			}
+			vm["accuracy"] = vp.Accuracy
+			vm["swap_ms"] = vp.SwapMs
+			var points []any
+			for _, p := range vp.Profile {
+				pt := map[string]any{"batch": p.Batch, "p50_ms": p.P50Ms, "p95_ms": p.P95Ms}
+				if p.P99Ms > 0 {
+					pt["p99_ms"] = p.P99Ms
+				}
+				points = append(points, pt)
+			}
+			vm["profile"] = points
+			if hasChildren {
+				f, _ := vm["fanout"].(map[string]any)
+				if f == nil {
+					f = map[string]any{}
+				}
+				f["mean"] = vp.Fanout
+				vm["fanout"] = f
+			}
+		}
+		if len(pf.PathAccuracy) > 0 && doc["path_accuracy"] == nil {
+			var pas []any
+			for _, pa := range pf.PathAccuracy {
+				pas = append(pas, map[string]any{"path": toAny(pa.Path), "accuracy": pa.Accuracy})
+			}
+			doc["path_accuracy"] = pas
+		}
+	}
+	if !placeholders {
+		return nil
+	}
+	batches := asList(doc["batch_sizes"])
+	if len(batches) == 0 {
+		batches = []any{1}
+	}
+	for _, t := range tasks {
+		tm, _ := t.(map[string]any)
+		for _, v := range asList(tm["variants"]) {
+			vm, _ := v.(map[string]any)
+			if vm == nil {
+				continue
+			}
+			if _, ok := vm["accuracy"]; !ok {
+				vm["accuracy"] = 1.0
+			}
+			if _, ok := vm["profile"]; !ok {
+				var points []any
+				for _, b := range batches {
+					points = append(points, map[string]any{"batch": b, "p50_ms": 1.0, "p95_ms": 1.0})
+				}
+				vm["profile"] = points
+			}
+			if _, ok := vm["fanout"]; !ok && len(asList(tm["children"])) > 0 {
+				vm["fanout"] = map[string]any{"mean": 1.0}
+			}
+		}
+	}
+	return nil
+}
+
+func asList(v any) []any { l, _ := v.([]any); return l }
+
+func toAny(s []string) []any {
+	out := make([]any, len(s))
+	for i, x := range s {
+		out[i] = x
+	}
+	return out
+}

@@ -1,0 +1,100 @@
+package profiler
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/ocr"
+	"github.com/sleipnir-serving/sleipnir/pkg/onnx/onnxtest"
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+)
+
+const spec = `
+name: ocr-small
+slo_ms: 3000
+batch_sizes: [1, 2]
+profiles: small.profile.yaml
+tasks:
+  - name: find_text
+    children: [read_text]
+    variants:
+      - {name: det_v3_320, executor: {kind: onnx, model: paddleocr/en_PP-OCRv3_det_infer.onnx, program: ocr-detect, input_size: 320}}
+  - name: read_text
+    variants:
+      - {name: rec_v3, executor: {kind: onnx, model: paddleocr/en_PP-OCRv3_rec_infer.onnx, program: ocr-recognize}}
+`
+
+// The profiler measures a small OCR pipeline with the real models on a few rendered images, and what it writes is
+// a profile file that the spec then loads with.
+func TestProfileSmallOCRPipeline(t *testing.T) {
+	onnxtest.Model(t, "paddleocr/en_PP-OCRv3_det_infer.onnx")
+	models := filepath.Dir(filepath.Dir(onnxtest.Model(t, "paddleocr/en_PP-OCRv3_rec_infer.onnx")))
+	dir := t.TempDir()
+	specPath := filepath.Join(dir, "small.yaml")
+	if err := os.WriteFile(specPath, []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := pipeline.LoadForProfiling(specPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fonts, _ := ocr.LoadFonts("")
+	set, err := ocr.WriteSet(filepath.Join(dir, "data"), 3, 7, fonts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := 0
+	res, err := Run(context.Background(), Config{Spec: s, Set: set, ModelsDir: models, Repetitions: 1,
+		Progress: func(done, total int, what string) { steps = done; _ = total }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if steps != 2*(1+2) {
+		t.Errorf("progress reached step %d, want 6", steps)
+	}
+	if err := pipeline.WriteProfileFile(filepath.Join(dir, s.Profiles), &res.File, Header("test")); err != nil {
+		t.Fatal(err)
+	}
+	loaded, err := pipeline.Load(specPath)
+	if err != nil {
+		t.Fatalf("the spec does not load with its new profile: %v", err)
+	}
+	det := loaded.Variant("find_text", "det_v3_320")
+	if det.Fanout.Mean <= 0 || det.Accuracy <= 0 || det.Accuracy > 1 || det.SwapMs <= 0 || len(det.Profile) != 2 {
+		t.Errorf("detector profile %+v (fanout %+v)", det, det.Fanout)
+	}
+	if p := det.Profile; p[0].P50Ms <= 0 || p[0].P95Ms < p[0].P50Ms {
+		t.Errorf("detector latency %+v", p)
+	}
+	if len(loaded.PathAccuracy) != 1 || loaded.PathAccuracy[0].Accuracy <= 0 {
+		t.Errorf("path accuracy %+v", loaded.PathAccuracy)
+	}
+	var table bytes.Buffer
+	res.WriteTable(&table)
+	for _, want := range []string{"find_text/det_v3_320", "read_text/rec_v3", "det_v3_320 -> rec_v3"} {
+		if !strings.Contains(table.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, table.String())
+		}
+	}
+}
+
+func TestProfileRejectsOtherPipelines(t *testing.T) {
+	s, err := pipeline.Parse([]byte(`
+name: one
+slo_ms: 100
+tasks:
+  - name: a
+    variants:
+      - {name: x, accuracy: 1, executor: {kind: emulated}, profile: [{batch: 1, p50_ms: 1, p95_ms: 1}]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Run(context.Background(), Config{Spec: s}); err == nil || !strings.Contains(err.Error(), "ocr-detect then ocr-recognize") {
+		t.Errorf("error %v, want it to say what the profiler measures", err)
+	}
+}

@@ -1,0 +1,116 @@
+package up
+
+import (
+	"bytes"
+	"fmt"
+	"image/png"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/executor"
+	"github.com/sleipnir-serving/sleipnir/pkg/ocr"
+	"github.com/sleipnir-serving/sleipnir/pkg/onnx/onnxtest"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
+
+const ocrSpec = `
+name: ocr-e2e
+slo_ms: 30000
+batch_sizes: [1, 2]
+tasks:
+  - name: find_text
+    children: [read_text]
+    variants:
+      - name: det
+        accuracy: 0.9
+        fanout: {mean: 4}
+        executor: {kind: onnx, model: paddleocr/en_PP-OCRv3_det_infer.onnx, program: ocr-detect, input_size: 480}
+        profile: [{batch: 1, p50_ms: 40, p95_ms: 50}, {batch: 2, p50_ms: 80, p95_ms: 90}]
+  - name: read_text
+    variants:
+      - name: rec
+        accuracy: 0.9
+        executor: {kind: onnx, model: paddleocr/en_PP-OCRv3_rec_infer.onnx, program: ocr-recognize}
+        profile: [{batch: 1, p50_ms: 15, p95_ms: 20}, {batch: 2, p50_ms: 25, p95_ms: 30}]
+path_accuracy:
+  - {path: [find_text/det, read_text/rec], accuracy: 0.75}
+allocation:
+  - {task: find_text, variant: det, replicas: 1, max_batch: 2}
+  - {task: read_text, variant: rec, replicas: 1, max_batch: 2}
+`
+
+// TestOCRPipelineServesImages runs the real OCR models through the whole system: a request carries a PNG, the
+// detector's worker sends each line it finds to the recogniser's, and the one reply has the text and the box of
+// every line, most of them read exactly.
+func TestOCRPipelineServesImages(t *testing.T) {
+	onnxtest.Model(t, "paddleocr/en_PP-OCRv3_det_infer.onnx")
+	models := filepath.Dir(filepath.Dir(onnxtest.Model(t, "paddleocr/en_PP-OCRv3_rec_infer.onnx")))
+	specFile := filepath.Join(t.TempDir(), "ocr.yaml")
+	if err := os.WriteFile(specFile, []byte(ocrSpec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sys, spec := startSystemWith(t, specFile, Config{Workers: 2, ModelsDir: models})
+	c := newClient(t, sys)
+	fonts, _ := ocr.LoadFonts("")
+	imgs, docs, err := ocr.Generate(4, 21, fonts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var subjects []string
+	for i, img := range imgs {
+		var buf bytes.Buffer
+		if err := png.Encode(&buf, img); err != nil {
+			t.Fatal(err)
+		}
+		data, _ := msgpack.Marshal(&wire.InferRequest{ID: fmt.Sprint(i), Inputs: []wire.Tensor{wire.NewBytes(executor.TensorImage, [][]byte{buf.Bytes()})}})
+		subjects = append(subjects, c.send(t, spec.Name, i, data, nats.Header{wire.HeaderContentType: {wire.ContentMsgpack}}))
+	}
+	// A request that is not an image gets an error reply of its own.
+	bad, _ := msgpack.Marshal(&wire.InferRequest{Inputs: []wire.Tensor{wire.NewBytes(executor.TensorImage, [][]byte{[]byte("no image")})}})
+	badSubject := c.send(t, spec.Name, len(imgs), bad, nats.Header{wire.HeaderContentType: {wire.ContentMsgpack}})
+	replies := c.wait(t, append(subjects, badSubject), 2*time.Minute)
+	exact, lines := 0, 0
+	for i, s := range subjects {
+		if len(replies[s]) != 1 {
+			t.Fatalf("request %d got %d replies", i, len(replies[s]))
+		}
+		rep := decodeReply(t, replies[s][0])
+		if rep.Status != wire.StatusOK {
+			t.Fatalf("request %d: %s %s", i, rep.Status, rep.Error)
+		}
+		var reads []ocr.Read
+		for _, r := range rep.Results {
+			var read ocr.Read
+			for _, ts := range r.Outputs {
+				switch ts.Name {
+				case executor.TensorText:
+					s, _ := ts.Strings()
+					read.Text = s[0]
+				case executor.TensorBox:
+					v, _ := ts.FP32()
+					read.Box = ocr.Box{X0: float64(v[0]), Y0: float64(v[1]), X1: float64(v[2]), Y1: float64(v[3])}
+				}
+			}
+			if len(r.Path) == 2 {
+				reads = append(reads, read)
+			}
+		}
+		sc := ocr.ScorePage(reads, docs[i].Lines)
+		exact, lines = exact+sc.ExactLines, lines+sc.Lines
+		if math.Abs(rep.Accuracy-0.75) > 1e-9 {
+			t.Errorf("request %d: accuracy %g, want the path's 0.75", i, rep.Accuracy)
+		}
+	}
+	if exact*2 < lines {
+		t.Errorf("%d of %d lines read exactly through the system, want at least half", exact, lines)
+	}
+	if rep := decodeReply(t, replies[badSubject][0]); rep.Status != wire.StatusError || rep.Results[0].Reason == "" {
+		t.Errorf("the request without an image: status %s, results %+v", rep.Status, rep.Results)
+	}
+}
