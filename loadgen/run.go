@@ -386,21 +386,7 @@ func imagePayloads(set *ocr.Set) ([][]byte, error) {
 func ocrReads(results []wire.ItemResult) []ocr.Read {
 	var reads []ocr.Read
 	for _, it := range results {
-		var read ocr.Read
-		text, box := false, false
-		for _, t := range it.Outputs {
-			switch t.Name {
-			case executor.TensorText:
-				if s, err := t.Strings(); err == nil && len(s) == 1 {
-					read.Text, text = s[0], true
-				}
-			case executor.TensorBox:
-				if v, err := t.FP32(); err == nil && len(v) == 4 {
-					read.Box, box = ocr.Box{X0: float64(v[0]), Y0: float64(v[1]), X1: float64(v[2]), Y1: float64(v[3])}, true
-				}
-			}
-		}
-		if text && box {
+		if read, ok := executor.ReadOCR(it.Outputs); ok {
 			reads = append(reads, read)
 		}
 	}

@@ -108,10 +108,10 @@ func (e *ONNX) Execute(ctx context.Context, batch []Input) ([]Output, error) {
 // Close releases the model.
 func (e *ONNX) Close() error { return e.sess.Close() }
 
-func (e *ONNX) detect(batch []Input) ([]Output, error) {
-	out := make([]Output, len(batch))
-	imgs := make([]image.Image, 0, len(batch))
-	idx := make([]int, 0, len(batch))
+// decodeImages decodes every item's image; an item without a usable one fails in out, and idx maps the images
+// back to their items.
+func decodeImages(batch []Input) (out []Output, imgs []image.Image, idx []int) {
+	out = make([]Output, len(batch))
 	for i, in := range batch {
 		img, err := DecodeImage(in.Tensors)
 		if err != nil {
@@ -120,6 +120,11 @@ func (e *ONNX) detect(batch []Input) ([]Output, error) {
 		}
 		imgs, idx = append(imgs, img), append(idx, i)
 	}
+	return out, imgs, idx
+}
+
+func (e *ONNX) detect(batch []Input) ([]Output, error) {
+	out, imgs, idx := decodeImages(batch)
 	if len(imgs) == 0 {
 		return out, nil
 	}
@@ -154,17 +159,7 @@ func (e *ONNX) detect(batch []Input) ([]Output, error) {
 }
 
 func (e *ONNX) recognize(batch []Input) ([]Output, error) {
-	out := make([]Output, len(batch))
-	crops := make([]image.Image, 0, len(batch))
-	idx := make([]int, 0, len(batch))
-	for i, in := range batch {
-		img, err := DecodeImage(in.Tensors)
-		if err != nil {
-			out[i].Err = err
-			continue
-		}
-		crops, idx = append(crops, img), append(idx, i)
-	}
+	out, crops, idx := decodeImages(batch)
 	if len(crops) == 0 {
 		return out, nil
 	}
@@ -196,7 +191,7 @@ func (e *ONNX) recognize(batch []Input) ([]Output, error) {
 func (e *ONNX) tensor(batch []Input) ([]Output, error) {
 	out := make([]Output, len(batch))
 	want := e.inShape[1:]
-	var data []float32
+	data := e.buf[:0]
 	idx := make([]int, 0, len(batch))
 	for i, in := range batch {
 		t, err := fp32Input(in.Tensors)
@@ -206,20 +201,22 @@ func (e *ONNX) tensor(batch []Input) ([]Output, error) {
 		if err == nil && len(idx) > 0 && !slices.Equal(t.Shape, batch[idx[0]].Tensors[0].Shape) {
 			err = fmt.Errorf("input %q has shape %v, unlike the batch's %v", t.Name, t.Shape, batch[idx[0]].Tensors[0].Shape)
 		}
-		var v []float32
 		if err == nil {
-			v, err = t.FP32()
+			n := len(data)
+			if data, err = t.AppendFP32(data); err != nil {
+				data = data[:n]
+			}
 		}
 		if err != nil {
 			out[i].Err = err
 			continue
 		}
-		data = append(data, v...)
 		idx = append(idx, i)
 	}
 	if len(idx) == 0 {
 		return out, nil
 	}
+	e.buf = data
 	shape := append([]int64{int64(len(idx))}, batch[idx[0]].Tensors[0].Shape...)
 	res, err := e.sess.Run(shape, data)
 	if err != nil {
@@ -294,6 +291,34 @@ func DecodeImage(ts []wire.Tensor) (image.Image, error) {
 		}
 	}
 	return nil, fmt.Errorf("no %q input tensor", TensorImage)
+}
+
+// ReadOCR is the line an ocr-recognize output carries: its text and its box; ok is false when either is missing.
+func ReadOCR(ts []wire.Tensor) (read ocr.Read, ok bool) {
+	text := false
+	for _, t := range ts {
+		if t.Name == TensorText {
+			if s, err := t.Strings(); err == nil && len(s) == 1 {
+				read.Text, text = s[0], true
+			}
+		}
+	}
+	box, hasBox := BoxOf(ts)
+	read.Box = box
+	return read, text && hasBox
+}
+
+// BoxOf is the line box among an item's tensors (the "box" an ocr-detect sub-request or an ocr-recognize output
+// carries).
+func BoxOf(ts []wire.Tensor) (ocr.Box, bool) {
+	for _, t := range ts {
+		if t.Name == TensorBox {
+			if v, err := t.FP32(); err == nil && len(v) == 4 {
+				return ocr.Box{X0: float64(v[0]), Y0: float64(v[1]), X1: float64(v[2]), Y1: float64(v[3])}, true
+			}
+		}
+	}
+	return ocr.Box{}, false
 }
 
 // PixelTensor carries an image's pixels as UINT8 [H, W, 3].

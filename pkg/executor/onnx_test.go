@@ -193,19 +193,9 @@ func TestONNXOCRReadsRenderedLines(t *testing.T) {
 				t.Fatal(err)
 			}
 			for k, ro := range routs {
-				var r ocr.Read
-				for _, ts := range ro.Tensors {
-					switch ts.Name {
-					case TensorText:
-						s, _ := ts.Strings()
-						r.Text = s[0]
-					case TensorBox:
-						v, _ := ts.FP32()
-						r.Box = ocr.Box{X0: float64(v[0]), Y0: float64(v[1]), X1: float64(v[2]), Y1: float64(v[3])}
-					}
-				}
-				if r.Box == (ocr.Box{}) {
-					t.Errorf("image %d line %d: the box did not come through the recogniser", i, k)
+				r, ok := ReadOCR(ro.Tensors)
+				if !ok || r.Box == (ocr.Box{}) {
+					t.Errorf("image %d line %d: no text, or the box did not come through the recogniser: %+v", i, k, ro.Tensors)
 				}
 				reads = append(reads, r)
 			}

@@ -2,6 +2,7 @@ package onnx
 
 import (
 	"fmt"
+	"slices"
 
 	ort "github.com/yalue/onnxruntime_go"
 )
@@ -14,6 +15,8 @@ type Session struct {
 	inShape []int64
 	outputs []string
 	session *ort.DynamicAdvancedSession
+	bound   map[string]*binding // by input shape
+	order   []string            // keys of bound, oldest first
 }
 
 // SessionOptions tune a session.
@@ -75,7 +78,23 @@ type Output struct {
 
 // Run feeds data, of the given shape, to the model's input and returns every output. The returned slices are the
 // caller's (copied out of ONNX Runtime's memory).
+//
+// The input and output tensors of the last few input shapes are kept and reused: a batch of a shape seen before
+// costs one copy in and one copy out, without allocating tensors or letting ONNX Runtime allocate outputs.
 func (s *Session) Run(shape []int64, data []float32) ([]Output, error) {
+	key := fmt.Sprint(shape)
+	if b := s.bound[key]; b != nil {
+		copy(b.in.GetData(), data)
+		if err := s.session.Run([]ort.Value{b.in}, b.values); err == nil {
+			res := make([]Output, len(b.outs))
+			for i, t := range b.outs {
+				res[i] = Output{Name: s.outputs[i], Shape: b.shapes[i], Data: append([]float32(nil), t.GetData()...)}
+			}
+			return res, nil
+		}
+		// Outputs of another shape than last time: forget the binding and let ONNX Runtime allocate.
+		s.unbind(key)
+	}
 	in, err := ort.NewTensor(ort.NewShape(shape...), data)
 	if err != nil {
 		return nil, fmt.Errorf("%s: input: %w", s.path, err)
@@ -97,13 +116,67 @@ func (s *Session) Run(shape []int64, data []float32) ([]Output, error) {
 		res[i] = Output{Name: s.outputs[i], Shape: append([]int64(nil), t.GetShape()...), Data: append([]float32(nil), t.GetData()...)}
 		t.Destroy()
 	}
+	s.bind(key, shape, res)
 	return res, nil
+}
+
+// binding is the reusable input and output tensors of one input shape.
+type binding struct {
+	in     *ort.Tensor[float32]
+	outs   []*ort.Tensor[float32]
+	values []ort.Value
+	shapes [][]int64
+}
+
+// maxBindings bounds the shapes kept: a variant runs a few batch sizes, and a recogniser's width varies.
+const maxBindings = 8
+
+func (s *Session) bind(key string, shape []int64, res []Output) {
+	if s.bound == nil {
+		s.bound = map[string]*binding{}
+	}
+	if len(s.order) >= maxBindings {
+		s.unbind(s.order[0])
+	}
+	in, err := ort.NewEmptyTensor[float32](ort.NewShape(shape...))
+	if err != nil {
+		return
+	}
+	b := &binding{in: in}
+	for _, o := range res {
+		t, err := ort.NewEmptyTensor[float32](ort.NewShape(o.Shape...))
+		if err != nil {
+			b.destroy()
+			return
+		}
+		b.outs, b.values, b.shapes = append(b.outs, t), append(b.values, t), append(b.shapes, o.Shape)
+	}
+	s.bound[key] = b
+	s.order = append(s.order, key)
+}
+
+func (s *Session) unbind(key string) {
+	if b := s.bound[key]; b != nil {
+		b.destroy()
+		delete(s.bound, key)
+		s.order = slices.DeleteFunc(s.order, func(k string) bool { return k == key })
+	}
+}
+
+func (b *binding) destroy() {
+	b.in.Destroy()
+	for _, t := range b.outs {
+		t.Destroy()
+	}
 }
 
 // Close releases the model.
 func (s *Session) Close() error {
 	if s.session == nil {
 		return nil
+	}
+	for len(s.order) > 0 {
+		s.unbind(s.order[0])
 	}
 	err := s.session.Destroy()
 	s.session = nil

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 )
 
@@ -86,18 +87,22 @@ func NewFP32(name string, shape []int64, values []float32) Tensor {
 }
 
 // FP32 decodes an FP32 tensor's elements.
-func (t Tensor) FP32() ([]float32, error) {
+func (t Tensor) FP32() ([]float32, error) { return t.AppendFP32(nil) }
+
+// AppendFP32 decodes an FP32 tensor's elements onto dst (a batch being stacked, without a copy per item).
+func (t Tensor) AppendFP32(dst []float32) ([]float32, error) {
 	if t.Datatype != "FP32" {
-		return nil, fmt.Errorf("tensor %q is %s, not FP32", t.Name, t.Datatype)
+		return dst, fmt.Errorf("tensor %q is %s, not FP32", t.Name, t.Datatype)
 	}
 	if err := t.Validate(); err != nil {
-		return nil, err
+		return dst, err
 	}
-	out := make([]float32, len(t.Data)/4)
-	for i := range out {
-		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(t.Data[4*i:]))
+	n := len(t.Data) / 4
+	dst = slices.Grow(dst, n)
+	for i := 0; i < n; i++ {
+		dst = append(dst, math.Float32frombits(binary.LittleEndian.Uint32(t.Data[4*i:])))
 	}
-	return out, nil
+	return dst, nil
 }
 
 // NewInt64 makes an INT64 tensor.

@@ -325,33 +325,16 @@ func recognize(ctx context.Context, e executor.Executor, inputs []executor.Input
 			if o.Err != nil {
 				return nil, o.Err
 			}
-			texts = append(texts, TextOf(o.Tensors))
+			read, _ := executor.ReadOCR(o.Tensors)
+			texts = append(texts, read.Text)
 		}
 	}
 	return texts, nil
 }
 
-// TextOf is the text an ocr-recognize output carries ("" if none).
-func TextOf(ts []wire.Tensor) string {
-	for _, t := range ts {
-		if t.Name == executor.TensorText {
-			if s, err := t.Strings(); err == nil && len(s) == 1 {
-				return s[0]
-			}
-		}
-	}
-	return ""
-}
-
 func boxOf(ts []wire.Tensor) ocr.Box {
-	for _, t := range ts {
-		if t.Name == executor.TensorBox {
-			if v, err := t.FP32(); err == nil && len(v) == 4 {
-				return ocr.Box{X0: float64(v[0]), Y0: float64(v[1]), X1: float64(v[2]), Y1: float64(v[3])}
-			}
-		}
-	}
-	return ocr.Box{}
+	b, _ := executor.BoxOf(ts)
+	return b
 }
 
 // truthCrops cuts every true line out of its image, with a margin like the one the detector's unclipping adds.

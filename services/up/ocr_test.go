@@ -86,18 +86,7 @@ func TestOCRPipelineServesImages(t *testing.T) {
 		}
 		var reads []ocr.Read
 		for _, r := range rep.Results {
-			var read ocr.Read
-			for _, ts := range r.Outputs {
-				switch ts.Name {
-				case executor.TensorText:
-					s, _ := ts.Strings()
-					read.Text = s[0]
-				case executor.TensorBox:
-					v, _ := ts.FP32()
-					read.Box = ocr.Box{X0: float64(v[0]), Y0: float64(v[1]), X1: float64(v[2]), Y1: float64(v[3])}
-				}
-			}
-			if len(r.Path) == 2 {
+			if read, ok := executor.ReadOCR(r.Outputs); ok && len(r.Path) == 2 {
 				reads = append(reads, read)
 			}
 		}
