@@ -49,7 +49,7 @@ $(MODELS)/paddleocr/.fetched:
 DATA ?= $(CURDIR)/data
 FONTS ?= /usr/share/fonts/truetype/dejavu
 OCR_IMAGES ?= 200
-data: $(DATA)/ocr/labels.json
+data: deps $(DATA)/ocr/labels.json
 $(DATA)/ocr/labels.json:
 	@[ -d $(FONTS) ] || $(SUDO) apt-get install -y -q fonts-dejavu-core >/dev/null || { $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q fonts-dejavu-core >/dev/null; }
 	$(GO) run ./services/sleipnir ocrdata --out $(DATA)/ocr --images $(OCR_IMAGES) --fonts $(FONTS)
