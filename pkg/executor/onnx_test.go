@@ -120,8 +120,7 @@ func TestDecodeImageErrors(t *testing.T) {
 // ocrSpec is a two-task OCR pipeline on the fetched PaddleOCR models.
 func ocrSpec(t testing.TB) (*pipeline.Spec, string) {
 	t.Helper()
-	onnxtest.Model(t, "paddleocr/en_PP-OCRv3_det_infer.onnx")
-	dir := onnxtest.Model(t, "paddleocr/en_PP-OCRv3_rec_infer.onnx")
+	models := onnxtest.Models(t, "paddleocr/en_PP-OCRv3_det_infer.onnx", "paddleocr/en_PP-OCRv3_rec_infer.onnx")
 	spec, err := pipeline.Parse([]byte(`
 name: ocr-test
 slo_ms: 5000
@@ -138,7 +137,7 @@ tasks:
 	if err != nil {
 		t.Fatal(err)
 	}
-	return spec, filepath.Dir(filepath.Dir(dir))
+	return spec, models
 }
 
 // The OCR programs with the real PaddleOCR models read rendered documents: the detector finds the lines (one
@@ -325,5 +324,64 @@ func BenchmarkOCRVariants(b *testing.B) {
 			}
 			e.Close()
 		}
+	}
+}
+
+// Lines read about as well alone as in batches of 8: a batch's outputs go back to the right items, and padding a
+// crop to the width of its batch (with its own last column) costs at most a couple of points.
+func TestRecognizerReadsTheSameInAnyBatch(t *testing.T) {
+	spec, models := ocrSpec(t)
+	rec, err := New(spec, "read_text", "rec", Options{ModelsDir: models})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Close()
+	fonts, _ := ocr.LoadFonts("")
+	imgs, docs, err := ocr.Generate(30, 31, fonts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []Input
+	for i, d := range docs {
+		for _, l := range d.Lines {
+			pad := 0.25 * (l.Box.Y1 - l.Box.Y0)
+			box := ocr.Box{X0: l.Box.X0 - pad, Y0: l.Box.Y0 - pad, X1: l.Box.X1 + pad, Y1: l.Box.Y1 + pad}
+			lines = append(lines, Input{Tensors: []wire.Tensor{PixelTensor(TensorImage, ocr.Crop(imgs[i], box))}})
+		}
+	}
+	read := func(batch int) []string {
+		var texts []string
+		for lo := 0; lo < len(lines); lo += batch {
+			outs, err := rec.Execute(context.Background(), lines[lo:min(lo+batch, len(lines))])
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, o := range outs {
+				s, _ := o.Tensors[0].Strings()
+				texts = append(texts, s[0])
+			}
+		}
+		return texts
+	}
+	alone, batched := read(1), read(8)
+	var truth []string
+	for _, d := range docs {
+		for _, l := range d.Lines {
+			truth = append(truth, l.Text)
+		}
+	}
+	exact := func(texts []string) float64 {
+		n := 0
+		for i, s := range texts {
+			if s == truth[i] {
+				n++
+			}
+		}
+		return float64(n) / float64(len(truth))
+	}
+	a, b := exact(alone), exact(batched)
+	t.Logf("lines read exactly: %.3f alone, %.3f in batches of 8 (%d lines)", a, b, len(truth))
+	if math.Abs(a-b) > 0.02 {
+		t.Errorf("lines read exactly: %.3f alone, %.3f in batches of 8; want within 2 points", a, b)
 	}
 }

@@ -1,6 +1,7 @@
 package onnx_test
 
 import (
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -98,5 +99,50 @@ func TestOpenErrors(t *testing.T) {
 	defer s.Close()
 	if _, err := s.Run([]int64{1, 5}, make([]float32, 5)); err == nil {
 		t.Error("a wrongly shaped input ran")
+	}
+}
+
+// A session keeps the tensors of the shapes it has run: later runs of a shape reuse them, still give the model's
+// output for their own input, and do not change results already returned.
+func TestSessionReusesTensorsPerShape(t *testing.T) {
+	onnxtest.Runtime(t)
+	m := onnxgen.MLP{In: 8, Width: 16, Depth: 2, Out: 3, Seed: 9}
+	s, err := onnx.Open(writeModel(t, m), onnx.SessionOptions{IntraOpThreads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	input := func(n int, seed float64) []float32 {
+		x := make([]float32, n*m.In)
+		for i := range x {
+			x[i] = float32(math.Sin(seed + float64(i)))
+		}
+		return x
+	}
+	check := func(name string, outs []onnx.Output, x []float32) {
+		t.Helper()
+		n := len(x) / m.In
+		for r := 0; r < n; r++ {
+			want := m.Forward(x[r*m.In : (r+1)*m.In])
+			for j, w := range want {
+				if got := outs[0].Data[r*m.Out+j]; math.Abs(float64(got-w)) > 1e-4*(1+math.Abs(float64(w))) {
+					t.Errorf("%s: row %d output %d: %g, want %g", name, r, j, got, w)
+				}
+			}
+		}
+	}
+	var firsts [][]onnx.Output
+	var xs [][]float32
+	for i, n := range []int{2, 2, 3, 2, 3} { // shapes [2 8] and [3 8], each seen again
+		x := input(n, float64(i))
+		outs, err := s.Run([]int64{int64(n), int64(m.In)}, x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(fmt.Sprintf("run %d", i), outs, x)
+		firsts, xs = append(firsts, outs), append(xs, x)
+	}
+	for i := range firsts {
+		check(fmt.Sprintf("run %d after later runs", i), firsts[i], xs[i])
 	}
 }

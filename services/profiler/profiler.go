@@ -210,6 +210,7 @@ func (p *run) detector(ctx context.Context, task string, v pipeline.Variant, ima
 	}
 	defer e.Close()
 	crops := make([][]executor.Input, len(images))
+	child := p.spec.Task(task).Children[0]
 	var found, detected, lines int
 	maxBatch := p.spec.BatchSizes[len(p.spec.BatchSizes)-1]
 	for lo := 0; lo < len(images); lo += maxBatch {
@@ -224,9 +225,10 @@ func (p *run) detector(ctx context.Context, task string, v pipeline.Variant, ima
 				return pipeline.VariantProfile{}, nil, fmt.Errorf("%s: %w", docs[i].File, o.Err)
 			}
 			var boxes []ocr.Box
-			for k, ts := range o.Children[p.spec.Task(task).Children[0]] {
+			for k, ts := range o.Children[child] {
 				crops[i] = append(crops[i], executor.Input{RequestID: fmt.Sprint(i), ItemID: fmt.Sprint(k), Tensors: ts})
-				boxes = append(boxes, boxOf(ts))
+				b, _ := executor.BoxOf(ts)
+				boxes = append(boxes, b)
 			}
 			for _, m := range ocr.MatchLines(boxes, docs[i].Lines) {
 				if m >= 0 {
@@ -301,7 +303,8 @@ func (p *run) path(ctx context.Context, e executor.Executor, crops [][]executor.
 	for i, d := range docs {
 		reads := make([]ocr.Read, len(crops[i]))
 		for j, c := range crops[i] {
-			reads[j] = ocr.Read{Box: boxOf(c.Tensors), Text: texts[k]}
+			box, _ := executor.BoxOf(c.Tensors)
+			reads[j] = ocr.Read{Box: box, Text: texts[k]}
 			k++
 		}
 		s := ocr.ScorePage(reads, d.Lines)
@@ -330,11 +333,6 @@ func recognize(ctx context.Context, e executor.Executor, inputs []executor.Input
 		}
 	}
 	return texts, nil
-}
-
-func boxOf(ts []wire.Tensor) ocr.Box {
-	b, _ := executor.BoxOf(ts)
-	return b
 }
 
 // truthCrops cuts every true line out of its image, with a margin like the one the detector's unclipping adds.

@@ -31,8 +31,7 @@ tasks:
 // The profiler measures a small OCR pipeline with the real models on a few rendered images, and what it writes is
 // a profile file that the spec then loads with.
 func TestProfileSmallOCRPipeline(t *testing.T) {
-	onnxtest.Model(t, "paddleocr/en_PP-OCRv3_det_infer.onnx")
-	models := filepath.Dir(filepath.Dir(onnxtest.Model(t, "paddleocr/en_PP-OCRv3_rec_infer.onnx")))
+	models := onnxtest.Models(t, "paddleocr/en_PP-OCRv3_det_infer.onnx", "paddleocr/en_PP-OCRv3_rec_infer.onnx")
 	dir := t.TempDir()
 	specPath := filepath.Join(dir, "small.yaml")
 	if err := os.WriteFile(specPath, []byte(spec), 0o644); err != nil {
@@ -49,7 +48,7 @@ func TestProfileSmallOCRPipeline(t *testing.T) {
 	}
 	steps := 0
 	res, err := Run(context.Background(), Config{Spec: s, Set: set, ModelsDir: models, Repetitions: 1,
-		Progress: func(done, total int, what string) { steps = done; _ = total }})
+		Progress: func(done, _ int, _ string) { steps = done }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,8 +49,7 @@ allocation:
 // detector's worker sends each line it finds to the recogniser's, and the one reply has the text and the box of
 // every line, most of them read exactly.
 func TestOCRPipelineServesImages(t *testing.T) {
-	onnxtest.Model(t, "paddleocr/en_PP-OCRv3_det_infer.onnx")
-	models := filepath.Dir(filepath.Dir(onnxtest.Model(t, "paddleocr/en_PP-OCRv3_rec_infer.onnx")))
+	models := onnxtest.Models(t, "paddleocr/en_PP-OCRv3_det_infer.onnx", "paddleocr/en_PP-OCRv3_rec_infer.onnx")
 	specFile := filepath.Join(t.TempDir(), "ocr.yaml")
 	if err := os.WriteFile(specFile, []byte(ocrSpec), 0o644); err != nil {
 		t.Fatal(err)

@@ -493,12 +493,12 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 		}
 		for j := lo; j < hi; j++ {
 			sl := slots[j]
-			if err == nil && outs[j-lo].Err != nil {
-				sl.in.status[sl.i], sl.in.reason[sl.i] = wire.ItemError, outs[j-lo].Err.Error()
-				continue
+			itemErr := err // the batch's, or else the item's own
+			if itemErr == nil {
+				itemErr = outs[j-lo].Err
 			}
-			if err != nil {
-				sl.in.status[sl.i], sl.in.reason[sl.i] = wire.ItemError, err.Error()
+			if itemErr != nil {
+				sl.in.status[sl.i], sl.in.reason[sl.i] = wire.ItemError, itemErr.Error()
 				continue
 			}
 			sl.in.outputs[sl.i] = outs[j-lo]

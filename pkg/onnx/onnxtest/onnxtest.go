@@ -43,12 +43,20 @@ func Runtime(t testing.TB) string {
 	return dir
 }
 
-// Model returns the path of a fetched model file under the models directory, or skips the test when it is absent.
-func Model(t testing.TB, rel string) string {
+// Models returns the models directory after checking that the fetched model files named (relative to it) are
+// there, or skips the test when one is absent.
+func Models(t testing.TB, rel ...string) string {
 	t.Helper()
-	p := filepath.Join(Runtime(t), rel)
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("model %s not found: run `make models` (or set %s)", p, onnx.EnvModels)
+	dir := Runtime(t)
+	for _, r := range rel {
+		if p := filepath.Join(dir, r); !exists(p) {
+			t.Skipf("model %s not found: run `make models` (or set %s)", p, onnx.EnvModels)
+		}
 	}
-	return p
+	return dir
+}
+
+func exists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
