@@ -37,7 +37,6 @@ type ONNX struct {
 	child   string // ocr-detect: the task each line goes to
 	db      ocr.DBOptions
 	inShape []int64 // tensor: the model's input shape (the first dimension is the batch)
-	buf     []float32
 }
 
 // NewONNX loads variant v of task from the models directory and warms it up.
@@ -129,12 +128,13 @@ func (e *ONNX) detect(batch []Input) ([]Output, error) {
 		return out, nil
 	}
 	plane := 3 * e.size * e.size
-	e.buf = slices.Grow(e.buf[:0], len(imgs)*plane)[:len(imgs)*plane]
+	shape := []int64{int64(len(imgs)), 3, int64(e.size), int64(e.size)}
+	data := e.sess.Input(shape)
 	scales := make([]float64, len(imgs))
 	for j, img := range imgs {
-		scales[j] = ocr.DetectorInput(e.buf[j*plane:(j+1)*plane], img, e.size)
+		scales[j] = ocr.DetectorInput(data[j*plane:(j+1)*plane], img, e.size)
 	}
-	res, err := e.sess.Run([]int64{int64(len(imgs)), 3, int64(e.size), int64(e.size)}, e.buf)
+	res, err := e.sess.Run(shape, data)
 	if err != nil {
 		return nil, err
 	}
@@ -191,7 +191,6 @@ func (e *ONNX) recognize(batch []Input) ([]Output, error) {
 func (e *ONNX) tensor(batch []Input) ([]Output, error) {
 	out := make([]Output, len(batch))
 	want := e.inShape[1:]
-	data := e.buf[:0]
 	idx := make([]int, 0, len(batch))
 	for i, in := range batch {
 		t, err := fp32Input(in.Tensors)
@@ -202,10 +201,7 @@ func (e *ONNX) tensor(batch []Input) ([]Output, error) {
 			err = fmt.Errorf("input %q has shape %v, unlike the batch's %v", t.Name, t.Shape, batch[idx[0]].Tensors[0].Shape)
 		}
 		if err == nil {
-			n := len(data)
-			if data, err = t.AppendFP32(data); err != nil {
-				data = data[:n]
-			}
+			err = t.Validate()
 		}
 		if err != nil {
 			out[i].Err = err
@@ -216,8 +212,12 @@ func (e *ONNX) tensor(batch []Input) ([]Output, error) {
 	if len(idx) == 0 {
 		return out, nil
 	}
-	e.buf = data
+	// Stack the items straight into the session's input tensor.
 	shape := append([]int64{int64(len(idx))}, batch[idx[0]].Tensors[0].Shape...)
+	data := e.sess.Input(shape)[:0]
+	for _, i := range idx {
+		data, _ = batch[i].Tensors[0].AppendFP32(data) // validated above
+	}
 	res, err := e.sess.Run(shape, data)
 	if err != nil {
 		return nil, err

@@ -3,6 +3,7 @@ package onnx
 import (
 	"fmt"
 	"slices"
+	"strconv"
 
 	ort "github.com/yalue/onnxruntime_go"
 )
@@ -17,6 +18,8 @@ type Session struct {
 	session *ort.DynamicAdvancedSession
 	bound   map[string]*binding // by input shape
 	order   []string            // keys of bound, oldest first
+	key     []byte              // scratch for the key of a run's shape
+	scratch []float32           // Input's buffer for a shape not kept
 }
 
 // SessionOptions tune a session.
@@ -76,24 +79,45 @@ type Output struct {
 	Data  []float32
 }
 
-// Run feeds data, of the given shape, to the model's input and returns every output. The returned slices are the
-// caller's (copied out of ONNX Runtime's memory).
+// Input is a buffer of shape's size to fill with a run's input and pass to Run: the input tensor of that shape when
+// one is kept, so the run copies nothing in. It is valid until the next Input, Run or Close.
+func (s *Session) Input(shape []int64) []float32 {
+	n := 1
+	for _, d := range shape {
+		n *= int(d)
+	}
+	s.key = shapeKey(s.key[:0], shape)
+	if b := s.bound[string(s.key)]; b != nil && len(b.in.GetData()) == n {
+		return b.in.GetData()
+	}
+	s.scratch = slices.Grow(s.scratch[:0], n)[:n]
+	return s.scratch
+}
+
+// Run feeds data, of the given shape, to the model's input and returns every output. The outputs' Data may be the
+// session's own memory: read or copy them before the next Run or Close.
 //
 // The input and output tensors of the last few input shapes are kept and reused: a batch of a shape seen before
-// costs one copy in and one copy out, without allocating tensors or letting ONNX Runtime allocate outputs.
+// allocates nothing and copies nothing out, and nothing in either when data came from Input.
 func (s *Session) Run(shape []int64, data []float32) ([]Output, error) {
-	key := fmt.Sprint(shape)
-	if b := s.bound[key]; b != nil {
-		copy(b.in.GetData(), data)
+	s.key = shapeKey(s.key[:0], shape)
+	if b := s.bound[string(s.key)]; b != nil { // string(bytes) in a map index does not allocate
+		in := b.in.GetData()
+		if len(data) != len(in) {
+			return nil, fmt.Errorf("%s: %d input elements for shape %v, want %d", s.path, len(data), shape, len(in))
+		}
+		if len(in) > 0 && &in[0] != &data[0] {
+			copy(in, data)
+		}
 		if err := s.session.Run([]ort.Value{b.in}, b.values); err == nil {
 			res := make([]Output, len(b.outs))
 			for i, t := range b.outs {
-				res[i] = Output{Name: s.outputs[i], Shape: b.shapes[i], Data: append([]float32(nil), t.GetData()...)}
+				res[i] = Output{Name: s.outputs[i], Shape: b.shapes[i], Data: t.GetData()}
 			}
 			return res, nil
 		}
 		// Outputs of another shape than last time: forget the binding and let ONNX Runtime allocate.
-		s.unbind(key)
+		s.unbind(string(s.key))
 	}
 	in, err := ort.NewTensor(ort.NewShape(shape...), data)
 	if err != nil {
@@ -116,8 +140,19 @@ func (s *Session) Run(shape []int64, data []float32) ([]Output, error) {
 		res[i] = Output{Name: s.outputs[i], Shape: append([]int64(nil), t.GetShape()...), Data: append([]float32(nil), t.GetData()...)}
 		t.Destroy()
 	}
-	s.bind(key, shape, res)
+	s.bind(string(s.key), shape, res)
 	return res, nil
+}
+
+// shapeKey appends the key of a shape in bound: its dimensions, comma-separated.
+func shapeKey(dst []byte, shape []int64) []byte {
+	for i, d := range shape {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = strconv.AppendInt(dst, d, 10)
+	}
+	return dst
 }
 
 // binding is the reusable input and output tensors of one input shape.

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -118,6 +119,16 @@ func TestTensorValidateAndAccessors(t *testing.T) {
 	f, err := NewFP32("f", []int64{3}, []float32{1, 2.5, -3}).FP32()
 	if err != nil || fmt.Sprint(f) != "[1 2.5 -3]" {
 		t.Errorf("FP32 round trip: %v %v", f, err)
+	}
+	// The wire is little-endian whatever the host: 1.0 is 00 00 80 3f. Appending keeps what dst held.
+	if got := NewFP32("f", []int64{2}, []float32{1, -2}).Data; !bytes.Equal(got, []byte{0, 0, 0x80, 0x3f, 0, 0, 0, 0xc0}) {
+		t.Errorf("NewFP32 bytes % x, want little-endian 00 00 80 3f 00 00 00 c0", got)
+	}
+	if got, err := (Tensor{Name: "f", Datatype: "FP32", Shape: []int64{1}, Data: []byte{0, 0, 0x20, 0x40}}).AppendFP32([]float32{7}); err != nil || fmt.Sprint(got) != "[7 2.5]" {
+		t.Errorf("AppendFP32 onto [7]: %v %v, want [7 2.5]", got, err)
+	}
+	if got, err := NewFP32("e", []int64{0}, nil).FP32(); err != nil || len(got) != 0 {
+		t.Errorf("empty FP32 round trip: %v %v", got, err)
 	}
 	s, err := NewBytes("s", [][]byte{[]byte("a"), []byte("bc")}).Strings()
 	if err != nil || fmt.Sprint(s) != "[a bc]" {
