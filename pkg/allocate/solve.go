@@ -179,7 +179,7 @@ func (m *model) solve(opt Options) (milp.Result, error) {
 		o.IntegralObjective = true
 		o.Incumbent = m.hardwareIncumbent()
 	} else {
-		o.Incumbent = m.fixedBatchIncumbent(opt)
+		o.RootHeuristic = func(x []float64) []float64 { return m.fixedBatchIncumbent(x, opt) }
 	}
 	return milp.Solve(m.prob, o)
 }
@@ -332,18 +332,14 @@ func (m *model) pathFlows(x []float64) map[*path]float64 {
 	return out
 }
 
-// fixedBatchIncumbent is a first point for steps 2 and 3, found the way an experienced operator would: solve the LP
-// relaxation; give each variant it uses the batch size where it gives that variant the most capacity (or the
+// fixedBatchIncumbent is a first point for steps 2 and 3, found the way an experienced operator would: from the
+// solution x of the LP relaxation (the search's root), give each variant it uses the batch size where it gives that variant the most capacity (or the
 // largest below it at which the paths the LP sends traffic on still fit), and every other variant the largest batch
 // size that still fits some path through it; then solve the much smaller MILP left (replica counts and flows only)
 // with a node limit. nil when that restricted problem has no point within its limit; the search then starts
 // without one.
-func (m *model) fixedBatchIncumbent(opt Options) []float64 {
+func (m *model) fixedBatchIncumbent(x []float64, opt Options) []float64 {
 	p := m.prob
-	x, _, ok := milp.Relax(p, m.pricer())
-	if !ok {
-		return nil
-	}
 	flows := m.pathFlows(x)
 	fixed := make([]int, len(m.variants)) // batch index per variant, -1 while undecided
 	// fits says path pa fits its budget with variant k at batch bi, the hops decided at theirs, the rest at their
@@ -473,11 +469,13 @@ func (m *model) fixedBatchIncumbent(opt Options) []float64 {
 	if opt.TimeLimit > 0 {
 		o.TimeLimit = opt.TimeLimit / 4
 	}
-	res, err := milp.Solve(&sub, o)
+	// Most columns are now fixed at zero: solved without them, the restricted problem is a fraction of the size.
+	small, expand := sub.WithoutZeroColumns()
+	res, err := milp.Solve(small, o)
 	if err != nil {
 		return nil
 	}
-	return res.X
+	return expand(res.X)
 }
 
 // hardwareIncumbent is a first feasible point of step 1: every most accurate variant at the largest batch size

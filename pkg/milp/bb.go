@@ -40,6 +40,10 @@ type Options struct {
 	// of the node over every column the pricer could make. x is the LP's solution: infeasible true says the node
 	// has no point (e.g. it still needs an artificial column).
 	Pricer func(duals, x []float64) (added int, infeasible bool)
+	// RootHeuristic, when set, is given the root's LP solution and returns a feasible point to start from (nil:
+	// none; ignored if it is not feasible), before the search branches. It may add columns to the problem, as the
+	// pricer does. It spares a heuristic that starts from the LP relaxation a solve of its own.
+	RootHeuristic func(x []float64) []float64
 }
 
 // Result is the outcome of a solve.
@@ -271,6 +275,16 @@ func (s *search) process(n *node) []*node {
 	}
 	if n.col >= 0 && n.dist > 0 && !math.IsInf(n.bound, -1) {
 		s.pc.record(n.col, n.up1, max(0, obj-n.bound)/n.dist)
+	}
+	if n.col < 0 && s.opt.RootHeuristic != nil {
+		before := s.p.NumCols()
+		inc := s.opt.RootHeuristic(x)
+		s.lp.addColumns(before)
+		s.extend(n)
+		if inc != nil && s.p.Violation(inc) <= 1e-6 {
+			s.accept(inc)
+		}
+		x = s.p.pad(x)
 	}
 	if s.prunable(obj) {
 		return nil

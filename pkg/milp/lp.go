@@ -159,23 +159,6 @@ func (r *relaxation) solvePriced(bounds func() (lo, up []float64), start []byte,
 // duals is the row duals of the last solve (minimisation form: reduced cost = cost - duals . column).
 func (r *relaxation) duals() []float64 { return rowDuals(r.simplex, len(r.rowLo)) }
 
-// Relax solves the LP relaxation of p under its own bounds, generating columns with pricer (nil: none) as Solve
-// does: the solution and its objective value, or ok false when the relaxation is infeasible or Clp cannot solve it.
-// Heuristics start from it.
-func Relax(p *Problem, pricer func(duals, x []float64) (int, bool)) (x []float64, obj float64, ok bool) {
-	if p.Validate() != nil {
-		return nil, 0, false
-	}
-	st, v, x := newRelaxation(p).solvePriced(func() ([]float64, []float64) { return p.Lower, p.Upper }, nil, pricer)
-	if st != lpOptimal {
-		return nil, 0, false
-	}
-	if p.Sense == Maximize {
-		v = -v
-	}
-	return x, v, true
-}
-
 // basis is the basis of the last solve, for the children of the node it solved.
 func (r *relaxation) basis() []byte {
 	if r.simplex == nil {

@@ -205,3 +205,87 @@ func TestPricer(t *testing.T) {
 		}
 	}
 }
+
+// A problem without its columns fixed at zero has the same optimum, and expand puts its point back in the
+// original columns, zeros where the dropped ones were.
+func TestWithoutZeroColumns(t *testing.T) {
+	for seed := uint64(1); seed <= 20; seed++ {
+		p := knapsack(seed, 8)
+		for j := 0; j < p.NumCols(); j += 3 {
+			p.Upper[j] = 0
+		}
+		small, expand := p.WithoutZeroColumns()
+		if want := p.NumCols() - (p.NumCols()+2)/3; small.NumCols() != want {
+			t.Fatalf("seed %d: %d columns kept, want %d", seed, small.NumCols(), want)
+		}
+		full, err := Solve(p, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := Solve(small, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		x := expand(res.X)
+		if math.Abs(res.Objective-full.Objective) > 1e-9 || p.Violation(x) > 1e-9 || math.Abs(p.Value(x)-full.Objective) > 1e-9 {
+			t.Errorf("seed %d: restricted optimum %v (its point worth %v in p, violation %v), want %v", seed,
+				res.Objective, p.Value(x), p.Violation(x), full.Objective)
+		}
+		for j := 0; j < p.NumCols(); j += 3 {
+			if x[j] != 0 {
+				t.Errorf("seed %d: dropped column %d is %v", seed, j, x[j])
+			}
+		}
+	}
+	if _, expand := knapsack(1, 3).WithoutZeroColumns(); expand(nil) != nil {
+		t.Error("expand(nil) is not nil")
+	}
+}
+
+// The root heuristic gets the root's LP point and its point becomes the incumbent before any branching (a search
+// stopped after the root already has it); an infeasible one is ignored, and the optimum stands.
+func TestRootHeuristic(t *testing.T) {
+	for seed := uint64(1); seed <= 10; seed++ {
+		p := knapsack(seed, 10)
+		plain, err := Solve(p, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls := 0
+		optimum := func(x []float64) []float64 {
+			calls++
+			if len(x) != p.NumCols() {
+				t.Errorf("seed %d: the heuristic got %d values for %d columns", seed, len(x), p.NumCols())
+			}
+			return plain.X
+		}
+		helped, err := Solve(p, Options{RootHeuristic: optimum})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rootOnly, err := Solve(p, Options{RootHeuristic: optimum, MaxNodes: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rootOnly.X == nil || math.Abs(rootOnly.Objective-plain.Objective) > 1e-9 {
+			t.Errorf("seed %d: after the root alone, incumbent %v worth %v, want the heuristic's, worth %v", seed,
+				rootOnly.X, rootOnly.Objective, plain.Objective)
+		}
+		bad := make([]float64, p.NumCols())
+		for j := range bad {
+			bad[j] = p.Upper[j] // breaks the capacity rows
+		}
+		ignored, err := Solve(p, Options{RootHeuristic: func([]float64) []float64 { return bad }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if calls != 2 {
+			t.Errorf("seed %d: the heuristic ran %d times in two solves, want once each", seed, calls)
+		}
+		for name, r := range map[string]Result{"with the optimum as heuristic": helped, "with an infeasible heuristic": ignored} {
+			if r.Status != Optimal || math.Abs(r.Objective-plain.Objective) > 1e-9 {
+				t.Errorf("seed %d %s: %s %v, want optimal %v", seed, name, r.Status, r.Objective, plain.Objective)
+			}
+		}
+	}
+}
