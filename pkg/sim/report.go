@@ -36,33 +36,56 @@ func (r *Result) Intervals(width int) []Interval {
 	width = max(1, width)
 	var out []Interval
 	for lo := 0; lo < len(r.Seconds); lo += width {
-		hi := min(lo+width, len(r.Seconds))
-		iv := Interval{StartS: float64(lo)}
-		acc := 0.0
-		for _, x := range r.Seconds[lo:hi] {
-			iv.DemandQPS += x.DemandQPS
-			iv.Arrivals += x.Arrivals
-			iv.OK += x.OK
-			iv.Partial += x.Partial
-			iv.Dropped += x.Dropped
-			iv.Late += x.Late
-			acc += x.AccuracySum
-			iv.ActiveServers += float64(x.ActiveServers)
-			iv.EstimateQPS, iv.Mode = x.EstimateQPS, x.Mode
-		}
-		n := float64(hi - lo)
-		iv.DemandQPS /= n
-		iv.ActiveServers /= n
-		iv.SLOViolationRatio, iv.Accuracy = math.NaN(), math.NaN()
-		if iv.Arrivals > 0 {
-			iv.SLOViolationRatio = float64(iv.Arrivals-iv.OK) / float64(iv.Arrivals)
-		}
-		if served := iv.OK + iv.Partial; served > 0 {
-			iv.Accuracy = acc / float64(served)
-		}
-		out = append(out, iv)
+		t := tallySeconds(r.Seconds[lo:min(lo+width, len(r.Seconds))])
+		out = append(out, Interval{StartS: float64(lo), DemandQPS: t.demand / float64(t.n), Arrivals: t.arrivals,
+			OK: t.ok, Partial: t.partial, Dropped: t.dropped, Late: t.late, SLOViolationRatio: t.violationRatio(),
+			Accuracy: t.accuracy(), ActiveServers: t.servers / float64(t.n), EstimateQPS: t.last.EstimateQPS,
+			Mode: t.last.Mode})
 	}
 	return out
+}
+
+// tally sums consecutive seconds: what an interval and the run's summary report.
+type tally struct {
+	n                                    int // seconds
+	demand                               float64
+	arrivals, ok, partial, dropped, late int
+	accuracySum, servers                 float64
+	maxServers                           int
+	last                                 Second
+}
+
+func tallySeconds(xs []Second) tally {
+	t := tally{n: len(xs)}
+	for _, x := range xs {
+		t.demand += x.DemandQPS
+		t.arrivals += x.Arrivals
+		t.ok += x.OK
+		t.partial += x.Partial
+		t.dropped += x.Dropped
+		t.late += x.Late
+		t.accuracySum += x.AccuracySum
+		t.servers += float64(x.ActiveServers)
+		t.maxServers = max(t.maxServers, x.ActiveServers)
+		t.last = x
+	}
+	return t
+}
+
+// violationRatio is the share of requests not answered ok; NaN without requests.
+func (t tally) violationRatio() float64 {
+	if t.arrivals == 0 {
+		return math.NaN()
+	}
+	return float64(t.arrivals-t.ok) / float64(t.arrivals)
+}
+
+// accuracy is the mean served accuracy of the ok and partial replies; NaN without any.
+func (t tally) accuracy() float64 {
+	if served := t.ok + t.partial; served > 0 {
+		return t.accuracySum / float64(served)
+	}
+	return math.NaN()
 }
 
 // IntervalFor is the report interval of a run of duration d: about 300 points, at least a second.

@@ -642,34 +642,23 @@ func (s *sim) result() *Result {
 	res := &Result{System: s.cfg.System.Name, Seconds: s.seconds}
 	sum := &res.Summary
 	sum.System = s.cfg.System.Name
-	accN := 0
-	accSum := 0.0
-	counted := 0
 	for i := range s.seconds {
 		x := &s.seconds[i]
 		x.Late += x.Arrivals - x.OK - x.Partial - x.Dropped - x.Late
-		if time.Duration(i)*time.Second < s.cfg.Warmup {
-			continue
-		}
-		counted++
-		sum.Requests += x.Arrivals
-		sum.OK += x.OK
-		sum.Partial += x.Partial
-		sum.Dropped += x.Dropped
-		sum.Late += x.Late
-		accSum += x.AccuracySum
-		accN += x.OK + x.Partial
-		sum.MeanActiveServers += float64(x.ActiveServers)
-		sum.MaxActiveServers = max(sum.MaxActiveServers, x.ActiveServers)
 	}
-	if sum.Requests > 0 {
-		sum.SLOViolationRatio = float64(sum.Requests-sum.OK) / float64(sum.Requests)
+	// The seconds from the end of the warm-up on; JSON has no NaN, so a summary of nothing is zeros.
+	first := min(len(s.seconds), int((s.cfg.Warmup+time.Second-1)/time.Second))
+	t := tallySeconds(s.seconds[first:])
+	sum.Requests, sum.OK, sum.Partial, sum.Dropped, sum.Late = t.arrivals, t.ok, t.partial, t.dropped, t.late
+	sum.MaxActiveServers = t.maxServers
+	if t.arrivals > 0 {
+		sum.SLOViolationRatio = t.violationRatio()
 	}
-	if accN > 0 {
-		sum.MeanAccuracy = accSum / float64(accN)
+	if t.ok+t.partial > 0 {
+		sum.MeanAccuracy = t.accuracy()
 	}
-	if counted > 0 {
-		sum.MeanActiveServers /= float64(counted)
+	if t.n > 0 {
+		sum.MeanActiveServers = t.servers / float64(t.n)
 	}
 	sum.ItemHops = s.hopsDone
 	sum.Replans = s.replans
