@@ -57,11 +57,16 @@ func TestSessionMLPMatchesGo(t *testing.T) {
 	if len(outs) != 1 || len(outs[0].Shape) != 2 || outs[0].Shape[0] != n || outs[0].Shape[1] != int64(m.Out) {
 		t.Fatalf("outputs %+v, want one [%d %d]", outs, n, m.Out)
 	}
-	for r := 0; r < n; r++ {
-		want := m.Forward(x[r*m.In : (r+1)*m.In])
-		for j, w := range want {
+	checkMLP(t, "batch of 4", m, outs, x)
+}
+
+// checkMLP checks that outs, a batch run of m on x, holds what the same weights give in Go, row by row.
+func checkMLP(t *testing.T, name string, m onnxgen.MLP, outs []onnx.Output, x []float32) {
+	t.Helper()
+	for r := 0; r < len(x)/m.In; r++ {
+		for j, w := range m.Forward(x[r*m.In : (r+1)*m.In]) {
 			if got := outs[0].Data[r*m.Out+j]; math.Abs(float64(got-w)) > 1e-4*(1+math.Abs(float64(w))) {
-				t.Errorf("row %d output %d: ONNX Runtime %g, Go %g", r, j, got, w)
+				t.Errorf("%s: row %d output %d: ONNX Runtime %g, Go %g", name, r, j, got, w)
 			}
 		}
 	}
@@ -120,18 +125,6 @@ func TestSessionReusesTensorsPerShape(t *testing.T) {
 		}
 		return x
 	}
-	check := func(name string, outs []onnx.Output, x []float32) {
-		t.Helper()
-		n := len(x) / m.In
-		for r := 0; r < n; r++ {
-			want := m.Forward(x[r*m.In : (r+1)*m.In])
-			for j, w := range want {
-				if got := outs[0].Data[r*m.Out+j]; math.Abs(float64(got-w)) > 1e-4*(1+math.Abs(float64(w))) {
-					t.Errorf("%s: row %d output %d: %g, want %g", name, r, j, got, w)
-				}
-			}
-		}
-	}
 	for i, n := range []int{2, 2, 3, 2, 3, 3} { // shapes [2 8] and [3 8], each seen again
 		shape := []int64{int64(n), int64(m.In)}
 		x := fill(make([]float32, n*m.In), float64(i))
@@ -142,7 +135,7 @@ func TestSessionReusesTensorsPerShape(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		check(fmt.Sprintf("run %d", i), outs, slices.Clone(x))
+		checkMLP(t, fmt.Sprintf("run %d", i), m, outs, slices.Clone(x))
 	}
 	if _, err := s.Run([]int64{2, int64(m.In)}, make([]float32, 2*m.In-1)); err == nil {
 		t.Error("an input one element short of its kept shape ran")
