@@ -17,6 +17,25 @@ func TestMore(t *testing.T) {
 	}
 }
 
+func TestFits(t *testing.T) {
+	for _, tc := range []struct {
+		maxBatch, taken, items int
+		want                   bool
+	}{
+		{8, 0, 1, true},   // the first message
+		{8, 0, 20, true},  // the first message, alone larger than the batch: it runs in chunks
+		{8, 5, 3, true},   // fills the batch exactly
+		{8, 5, 4, false},  // would overfill it: held back for the next batch
+		{8, 8, 1, false},  // the batch is full
+		{1, 1, 1, false},  // batch size 1
+		{16, 3, 13, true}, // a message of several items
+	} {
+		if got := Fits(tc.maxBatch, tc.taken, tc.items); got != tc.want {
+			t.Errorf("Fits(%d, %d, %d) = %v, want %v", tc.maxBatch, tc.taken, tc.items, got, tc.want)
+		}
+	}
+}
+
 func TestChunks(t *testing.T) {
 	for _, tc := range []struct{ items, maxBatch, want int }{
 		{0, 8, 0}, {1, 8, 1}, {8, 8, 1}, {9, 8, 2}, {17, 8, 3}, {5, 1, 5},

@@ -390,23 +390,28 @@ func (s *sim) idle(srv int) {
 }
 
 // startBatch is the worker's serveOnce up to execution: take the first message and what the batching rule adds,
-// drop what the deadline policy drops before executing, and execute the rest in model batches.
+// drop what the deadline policy drops before executing, and execute the rest in model batches. A message that does
+// not fit the batch stays at the head of the queue, with those behind it (the live worker naks it, and JetStream
+// delivers it again before newer ones).
 func (s *sim) startBatch(srv int) {
 	sv := &s.servers[srv]
 	h := s.hops[sv.hop]
 	now := s.time()
 	taken := 0
-	take := func(m *message) {
+	take := func(m *message) bool {
 		if reason := h.stage.BeforeExecute(now, time.Unix(0, m.req.due), time.Unix(0, m.enqueued)); reason != "" {
 			m.dropped = reason
-		} else {
+		} else if batching.Fits(sv.maxBatch, taken, m.items) {
 			taken += m.items
+		} else {
+			return false
 		}
 		sv.batch = append(sv.batch, m)
+		return true
 	}
 	take(h.pop())
-	for n := batching.More(sv.maxBatch, taken, h.pending()); n > 0; n-- {
-		take(h.pop())
+	for n := batching.More(sv.maxBatch, taken, h.pending()); n > 0 && take(h.queue[h.head]); n-- {
+		h.pop()
 	}
 	var d time.Duration
 	for c := range batching.Chunks(taken, sv.maxBatch) {

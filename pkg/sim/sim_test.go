@@ -191,3 +191,57 @@ func TestReport(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestBatchFitsMaxBatch: a replica's batch takes messages from the head of its variant's queue while their items fit
+// its max batch (only a first message may exceed it alone); a message that does not fit stays at the head of the
+// queue, with those behind it, as the live worker's naks leave it.
+func TestBatchFitsMaxBatch(t *testing.T) {
+	spec := traffic(t)
+	for _, tc := range []struct {
+		name      string
+		items     []int // per queued message
+		wantTaken int   // messages in the batch
+	}{
+		{"pairs", []int{2, 2, 2, 2, 2, 2}, 2},
+		{"singles", []int{1, 1, 1, 1, 1, 1}, 4},
+		{"a pair after three singles", []int{1, 1, 1, 2, 1}, 3},
+		{"oversized first", []int{6, 1}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := newSim(Config{Spec: spec, Workload: workload.Constant(100, time.Second), Servers: 20,
+				System: system(t, "loki:none", spec), Seed: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := -1
+			for i := range s.servers {
+				if s.servers[i].hop >= 0 {
+					srv = i
+					break
+				}
+			}
+			if srv < 0 {
+				t.Fatal("no server hosts a variant")
+			}
+			sv := &s.servers[srv]
+			sv.maxBatch = 4
+			h := s.hops[sv.hop]
+			r := &request{due: int64(time.Minute)}
+			var queued []*message
+			for _, n := range tc.items {
+				m := &message{req: r, items: n, share: 1}
+				queued = append(queued, m)
+				h.queue = append(h.queue, m)
+			}
+			s.startBatch(srv)
+			if len(sv.batch) != tc.wantTaken {
+				t.Fatalf("the batch took %d messages, want %d", len(sv.batch), tc.wantTaken)
+			}
+			if h.pending() != len(tc.items)-tc.wantTaken ||
+				h.pending() > 0 && h.queue[h.head] != queued[tc.wantTaken] {
+				t.Errorf("the queue holds %d messages, want the %d after the batch's, in order", h.pending(),
+					len(tc.items)-tc.wantTaken)
+			}
+		})
+	}
+}

@@ -202,6 +202,8 @@ type WorkerStats struct {
 	Discarded uint64 `json:"discarded"` // messages on its subject that were not valid task messages
 	// Rerouted counts sub-requests sent to a backup variant instead of the routing table's choice.
 	Rerouted uint64 `json:"rerouted"`
+	// Returned counts messages taken for a batch whose items did not fit it, handed back to the queue (naked).
+	Returned uint64 `json:"returned"`
 	// DropReasons counts dropped items by reason (wire.Drop*).
 	DropReasons map[string]uint64 `json:"drop_reasons"`
 }

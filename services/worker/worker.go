@@ -101,11 +101,11 @@ type Worker struct {
 	assigned plan.Assignment
 	changed  chan struct{} // signalled when the assignment, a spec or a plan changes
 
-	messages, items, batches, dropped, failed, discarded, rerouted atomic.Uint64
-	drops                                                          map[string]*atomic.Uint64 // by reason; the map is fixed at New
-	swapMs                                                         atomic.Uint64             // float64 bits
-	serving                                                        atomic.Pointer[string]
-	rng                                                            *rand.Rand // routing; used only by the serving goroutine
+	messages, items, batches, dropped, failed, discarded, rerouted, returned atomic.Uint64
+	drops                                                                    map[string]*atomic.Uint64 // by reason; the map is fixed at New
+	swapMs                                                                   atomic.Uint64             // float64 bits
+	serving                                                                  atomic.Pointer[string]
+	rng                                                                      *rand.Rand // routing; used only by the serving goroutine
 
 	obsMu    sync.Mutex
 	observed map[string]*Observed // by "pipeline:task/variant"
@@ -183,7 +183,7 @@ func (w *Worker) ID() string { return w.cfg.ID }
 func (w *Worker) Stats() Stats {
 	st := Stats{Messages: w.messages.Load(), Items: w.items.Load(), Batches: w.batches.Load(),
 		Dropped: w.dropped.Load(), Failed: w.failed.Load(), Discarded: w.discarded.Load(),
-		Rerouted: w.rerouted.Load(), DropReasons: map[string]uint64{}}
+		Rerouted: w.rerouted.Load(), Returned: w.returned.Load(), DropReasons: map[string]uint64{}}
 	for r, c := range w.drops {
 		if n := c.Load(); n > 0 {
 			st.DropReasons[r] = n
@@ -441,19 +441,24 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 	var slots []slot
 	s.refreshStage()
 	now := time.Now()
-	take := func(m jetstream.Msg) {
+	// take adds a message to the batch; false when the items it would execute do not fit (batching.Fits).
+	take := func(m jetstream.Msg) bool {
 		in, err := w.decode(ctx, m)
 		if err != nil {
 			w.discarded.Add(1)
 			w.log.Warn("discarding invalid task message", "subject", m.Subject(), "err", err)
 			_ = m.Term()
-			return
+			return true
+		}
+		drop := s.stage.BeforeExecute(now, in.deadline, in.enqueued)
+		if drop == "" && !batching.Fits(s.a.MaxBatch, len(inputs), len(in.items)) {
+			in.span.End()
+			return false
 		}
 		w.messages.Add(1)
 		in.outputs = make([]executor.Output, len(in.items))
 		in.status = make([]string, len(in.items))
 		in.reason = make([]string, len(in.items))
-		drop := s.stage.BeforeExecute(now, in.deadline, in.enqueued)
 		for i, it := range in.items {
 			if drop != "" {
 				in.status[i], in.reason[i] = wire.ItemDropped, drop
@@ -463,11 +468,21 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 			slots = append(slots, slot{in: in, i: i})
 		}
 		batch = append(batch, in)
+		return true
 	}
 	// Batch slots count items, and one message may carry several (a parent's items for one variant).
 	take(first)
-	for _, m := range w.fetchMore(s, first, len(inputs)) {
-		take(m)
+	more := w.fetchMore(s, first, len(inputs))
+	for i, m := range more {
+		if !take(m) {
+			// It goes back to the queue, with the messages after it, in order: JetStream delivers them again, before
+			// newer ones, to this replica's next batch or another's.
+			for _, r := range more[i:] {
+				_ = r.Nak()
+			}
+			w.returned.Add(uint64(len(more) - i))
+			break
+		}
 	}
 	// A batch that runs longer than a third of the ack wait is marked in progress, so that JetStream does not hand
 	// it to another replica while this one is alive.

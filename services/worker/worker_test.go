@@ -299,39 +299,54 @@ func TestWorkerSwitchLosesNothing(t *testing.T) {
 	}
 }
 
-// TestWorkerBatchesWhatIsQueued: with messages waiting, a worker takes up to its max batch at once (counting items,
-// not messages), and never more than that in one model batch.
+// TestWorkerBatchesWhatIsQueued: with messages waiting, a worker takes up to its max batch at once, counting items,
+// not messages: a message whose items do not fit goes back to the queue (and is counted as returned) for the next
+// batch, so no batch runs longer than its max batch size takes; only a message larger than the max batch alone
+// runs in several model batches.
 func TestWorkerBatchesWhatIsQueued(t *testing.T) {
-	r := newRig(t)
-	var sizes []int
-	var mu sync.Mutex
-	w := r.startWorkerWith(Config{ID: "w1", FetchWait: 100 * time.Millisecond,
-		NewExecutor: func(spec *pipeline.Spec, task, variant string, opts executor.Options) (executor.Executor, error) {
-			e, err := executor.New(spec, task, variant, opts)
-			return recordSizes{e, func(n int) { mu.Lock(); sizes = append(sizes, n); mu.Unlock() }}, err
-		}})
-	r.assignTask("w1", "a", "slow", 4)
-	r.waitServing(w, "slow")
-	soon := time.Now().Add(time.Minute)
-	two, _ := msgpack.Marshal(&wire.TaskMessage{Items: []wire.Item{{ID: "0.0", Den: 2}, {ID: "0.1", Den: 2}}})
-	for i := 0; i < 6; i++ {
-		r.publish("slow", fmt.Sprint("r", i), soon, nil, two) // 12 items in 6 messages
-	}
-	items := 0
-	for items < 12 {
-		items += len(r.next(5 * time.Second).Items)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	total := 0
-	for _, n := range sizes {
-		if n > 4 {
-			t.Errorf("a model batch of %d items exceeds the max batch of 4", n)
-		}
-		total += n
-	}
-	if total != 12 || len(sizes) > 5 {
-		t.Errorf("batches %v: want 12 items in at most 5 batches (the queue was full)", sizes)
+	for _, tc := range []struct {
+		name         string
+		items        []int // per message, queued before the worker starts
+		want         []int // model batch sizes
+		wantReturned bool
+	}{
+		{"pairs", []int{2, 2, 2, 2, 2, 2}, []int{4, 4, 4}, true},
+		{"singles", []int{1, 1, 1, 1, 1, 1}, []int{4, 2}, false},
+		{"oversized first", []int{6, 1}, []int{4, 2, 1}, false}, // the batch is full: nothing more fetched
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t)
+			soon := time.Now().Add(time.Minute)
+			total := 0
+			for i, n := range tc.items {
+				tm := &wire.TaskMessage{}
+				for j := range n {
+					tm.Items = append(tm.Items, wire.Item{ID: fmt.Sprintf("0.%d", j), Den: uint64(n)})
+				}
+				data, _ := msgpack.Marshal(tm)
+				r.publish("slow", fmt.Sprint("r", i), soon, nil, data)
+				total += n
+			}
+			var sizes []int
+			var mu sync.Mutex
+			w := r.startWorkerWith(Config{ID: "w1", FetchWait: 100 * time.Millisecond,
+				NewExecutor: func(spec *pipeline.Spec, task, variant string, opts executor.Options) (executor.Executor, error) {
+					e, err := executor.New(spec, task, variant, opts)
+					return recordSizes{e, func(n int) { mu.Lock(); sizes = append(sizes, n); mu.Unlock() }}, err
+				}})
+			r.assignTask("w1", "a", "slow", 4)
+			for items := 0; items < total; {
+				items += len(r.next(5 * time.Second).Items)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if fmt.Sprint(sizes) != fmt.Sprint(tc.want) {
+				t.Errorf("model batches %v, want %v", sizes, tc.want)
+			}
+			if got := w.Stats().Returned; (got > 0) != tc.wantReturned {
+				t.Errorf("%d messages returned to the queue, want some: %v", got, tc.wantReturned)
+			}
+		})
 	}
 }
 
