@@ -22,7 +22,8 @@ const (
 	PerTask Policy = "per-task"
 	// Reroute sends an item that finished a task late by x to a downstream variant with spare capacity whose
 	// profiled time is at most y - x (y: the time of the variant the routing table chose), the most accurate such
-	// one; it drops the item only when there is none.
+	// one; it drops the item only when there is none. An item is late when its time left is less than the time the
+	// chosen variant and the tasks below it are allotted (see AfterTask).
 	Reroute Policy = "reroute"
 )
 
@@ -58,9 +59,6 @@ type Queued struct {
 	Expected, Allowance, Waited time.Duration
 	// FastestRest is the profiled time of the fastest hosted variants of the tasks below (0 at a leaf).
 	FastestRest time.Duration
-	// MakeUp is the most allotted time a reroute after this task can make up: the child task's slowest hosted
-	// variant's allotment less its fastest backup's (0 at a leaf, or without backups).
-	MakeUp time.Duration
 }
 
 // BeforeExecute decides whether to drop an item before executing it: "" keeps it, otherwise the reason (a
@@ -71,9 +69,9 @@ type Queued struct {
 //   - last-task drops an item at the last task with less time left than the task takes;
 //   - per-task drops an item that will overrun its allotment at the task (it waited so long that waiting plus
 //     processing exceeds it);
-//   - reroute drops an item before a task that is not the last when it will overrun its allotment by more than a
-//     reroute after the task can make up, or cannot make its deadline even through the fastest hosted variants
-//     below; and, like last-task, one at the last task with less time left than the task takes.
+//   - reroute drops an item before a task that is not the last when it cannot make its deadline even through the
+//     fastest hosted variants below, and, like last-task, one at the last task with less time left than the task
+//     takes. One that overran its allotment here runs: a reroute after the task may make up for it.
 func BeforeExecute(p Policy, q Queued) string {
 	left := q.Deadline.Sub(q.Now)
 	over := q.Waited + q.Expected - q.Allowance
@@ -95,8 +93,6 @@ func BeforeExecute(p Policy, q Queued) string {
 		case q.LastTask && left < q.Expected:
 			return wire.DropLastTask
 		case !q.LastTask && left < q.Expected+q.FastestRest:
-			return wire.DropNoFaster
-		case !q.LastTask && over > q.MakeUp:
 			return wire.DropNoFaster
 		}
 	}
@@ -123,28 +119,39 @@ type Decision struct {
 type Progress struct {
 	// AtTask is the time it spent at the task (queueing and processing); Allowance the time the task is allotted.
 	AtTask, Allowance time.Duration
-	// Scale turns a profiled latency into allotted time (the plan's budget scale, at least 1).
+	// Left is the time left to the item's deadline.
+	Left time.Duration
+	// Scale turns a profiled latency into allotted time (the plan's budget scale, at least 1); Rest is the time
+	// allotted, for one child task, to the tasks below it and to the hops (publishing to the child, and so on down
+	// to the reply).
 	Scale float64
+	Rest  time.Duration
+}
+
+// allotted is the time a sub-request sent to child variant o is allotted from now to its reply.
+func (pr Progress) allotted(o Option) time.Duration {
+	return time.Duration(float64(o.Latency)*max(pr.Scale, 1)) + pr.Rest
 }
 
 // AfterTask decides where an item's sub-requests for one child task go, when the routing table chose chosen.
 // backups are the child task's variants with spare capacity; u in [0, 1) breaks ties between equally accurate ones.
-// An item is late by x when its time at the task exceeded the task's allotment by x. Per-task drops late items.
-// Reroute sends a late item to the most accurate backup whose allotment is at most the chosen variant's less x, that
-// is whose profiled time is at most y - x/Scale (y: the chosen one's profiled time; with Scale 1 this is the
-// paper's y - x), and drops it only when there is none.
+// Per-task drops an item whose time at the task exceeded the task's allotment. Reroute keeps the chosen variant when
+// the item's time left covers what it is allotted from here (Progress.allotted); otherwise the item is late by x,
+// the difference, and goes to the most accurate backup whose allotment fits the time left, that is whose profiled
+// time is at most y - x/Scale (y: the chosen one's profiled time; with Scale 1 this is the paper's y - x); it is
+// dropped only when there is none. Lateness is measured against the deadline, not against the task's own share of
+// the SLO: an item that overran this task's share but has time for the chosen variant below still makes its
+// deadline, and dropping it (as per-task does) loses it for nothing.
 func AfterTask(p Policy, pr Progress, chosen Option, backups []Option, u float64) Decision {
-	late := pr.AtTask - pr.Allowance
 	switch {
-	case p == None || p == LastTask || late <= 0:
-		return Decision{Variant: chosen.Variant}
-	case p == PerTask:
+	case p == PerTask && pr.AtTask > pr.Allowance:
 		return Decision{Reason: wire.DropBudget}
+	case p != Reroute || pr.allotted(chosen) <= pr.Left:
+		return Decision{Variant: chosen.Variant}
 	}
-	limit := chosen.Latency - time.Duration(float64(late)/max(pr.Scale, 1))
 	var best []Option
 	for _, b := range backups {
-		if b.Latency > limit {
+		if pr.allotted(b) > pr.Left {
 			continue
 		}
 		switch {

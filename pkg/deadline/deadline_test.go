@@ -27,15 +27,10 @@ func TestExpired(t *testing.T) {
 
 func TestBeforeExecute(t *testing.T) {
 	now := time.Unix(100, 0)
-	// The task takes 20 ms and is allotted 40; the fastest variants below take 30 ms; a reroute after it can make up
-	// 15 ms of allotted time.
+	// The task takes 20 ms and is allotted 40; the fastest variants below take 30 ms.
 	q := func(left time.Duration, lastTask bool, waited time.Duration) Queued {
-		makeUp := 15 * ms
-		if lastTask {
-			makeUp = 0
-		}
 		return Queued{Now: now, Deadline: now.Add(left), LastTask: lastTask, Expected: 20 * ms, Allowance: 40 * ms,
-			Waited: waited, FastestRest: 30 * ms, MakeUp: makeUp}
+			Waited: waited, FastestRest: 30 * ms}
 	}
 	tests := []struct {
 		name   string
@@ -56,8 +51,7 @@ func TestBeforeExecute(t *testing.T) {
 		{"reroute: too little time at the last task", Reroute, q(10*ms, true, 0), wire.DropLastTask},
 		{"reroute: time for this task and the fastest rest", Reroute, q(50*ms, false, 0), ""},
 		{"reroute: no time even on the fastest rest", Reroute, q(49*ms, false, 0), wire.DropNoFaster},
-		{"reroute: overrun a reroute can make up", Reroute, q(time.Second, false, 35*ms), ""},
-		{"reroute: overrun no reroute can make up", Reroute, q(time.Second, false, 36*ms), wire.DropNoFaster},
+		{"reroute: an overrun of the allotment with time left runs", Reroute, q(time.Second, false, 500*ms), ""},
 		{"reroute: at the last task, an overrun with time left runs", Reroute, q(time.Second, true, 500*ms), ""},
 	}
 	for _, tc := range tests {
@@ -74,8 +68,16 @@ func TestAfterTask(t *testing.T) {
 		{Variant: "fast", Latency: 10 * ms, Accuracy: 0.6},
 		{Variant: "fast2", Latency: 10 * ms, Accuracy: 0.6},
 	}
-	// paper: allotment 20 ms, scale 1; the item is late by atTask - 20 ms.
-	paper := func(atTask time.Duration) Progress { return Progress{AtTask: atTask, Allowance: 20 * ms, Scale: 1} }
+	// left: the item has that much time left; allotments are profiled times (scale 1) and nothing is allotted below
+	// the child. It spent 20 ms at the task, all of its allotment.
+	left := func(d time.Duration) Progress {
+		return Progress{AtTask: 20 * ms, Allowance: 20 * ms, Left: d, Scale: 1}
+	}
+	overran := Progress{AtTask: 500 * ms, Allowance: 20 * ms, Left: time.Second, Scale: 1}
+	// Scale 2 and 5 ms allotted below the child: slow is allotted 205 ms, mid 125, fast 25.
+	scaled := func(d time.Duration) Progress {
+		return Progress{AtTask: 20 * ms, Allowance: 20 * ms, Left: d, Scale: 2, Rest: 5 * ms}
+	}
 	tests := []struct {
 		name         string
 		policy       Policy
@@ -85,22 +87,25 @@ func TestAfterTask(t *testing.T) {
 		want, reason string
 		rerouted     bool
 	}{
-		{"on time: the table's choice", Reroute, paper(20 * ms), backups, 0, "slow", "", false},
-		{"none forwards late items", None, paper(200 * ms), backups, 0, "slow", "", false},
-		{"last-task forwards late items", LastTask, paper(200 * ms), backups, 0, "slow", "", false},
-		{"per-task drops late items", PerTask, paper(21 * ms), backups, 0, "", wire.DropBudget, false},
-		{"per-task keeps items on time", PerTask, paper(20 * ms), backups, 0, "slow", "", false},
+		{"in time: the table's choice", Reroute, left(100 * ms), backups, 0, "slow", "", false},
+		{"none forwards late items", None, left(10 * ms), backups, 0, "slow", "", false},
+		{"last-task forwards late items", LastTask, left(10 * ms), backups, 0, "slow", "", false},
+		{"per-task drops an item that overran its allotment", PerTask, overran, backups, 0, "", wire.DropBudget, false},
+		{"per-task keeps one within it, however late", PerTask, left(10 * ms), backups, 0, "slow", "", false},
 		// late by 30: y - x = 70 admits mid (60), the most accurate that fits.
-		{"reroute: most accurate that makes up the time", Reroute, paper(50 * ms), backups, 0, "mid", "", true},
+		{"reroute: most accurate that makes up the time", Reroute, left(70 * ms), backups, 0, "mid", "", true},
 		// late by 60: y - x = 40 admits only the two fast ones; u breaks the tie.
-		{"reroute: tie broken by u (low)", Reroute, paper(80 * ms), backups, 0.2, "fast", "", true},
-		{"reroute: tie broken by u (high)", Reroute, paper(80 * ms), backups, 0.7, "fast2", "", true},
-		{"reroute: exactly y - x fits", Reroute, paper(110 * ms), backups, 0, "fast", "", true},
-		{"reroute: nothing fast enough", Reroute, paper(111 * ms), backups, 0, "", wire.DropNoFaster, false},
-		{"reroute: no backups", Reroute, paper(50 * ms), nil, 0, "", wire.DropNoFaster, false},
-		// Scale 2: late by 80 ms of allotted time is 40 ms of profiled time: y - 40 = 60 admits mid.
-		{"reroute: allotments scaled", Reroute, Progress{AtTask: 120 * ms, Allowance: 40 * ms, Scale: 2}, backups, 0,
-			"mid", "", true},
+		{"reroute: tie broken by u (low)", Reroute, left(40 * ms), backups, 0.2, "fast", "", true},
+		{"reroute: tie broken by u (high)", Reroute, left(40 * ms), backups, 0.7, "fast2", "", true},
+		{"reroute: exactly y - x fits", Reroute, left(10 * ms), backups, 0, "fast", "", true},
+		{"reroute: nothing fast enough", Reroute, left(9 * ms), backups, 0, "", wire.DropNoFaster, false},
+		{"reroute: no backups", Reroute, left(70 * ms), nil, 0, "", wire.DropNoFaster, false},
+		{"reroute: overran the task's allotment, in time for the choice", Reroute, overran, backups, 0, "slow", "",
+			false},
+		{"reroute: scaled, in time", Reroute, scaled(205 * ms), backups, 0, "slow", "", false},
+		{"reroute: scaled, late", Reroute, scaled(204 * ms), backups, 0, "mid", "", true},
+		{"reroute: scaled, later", Reroute, scaled(124 * ms), backups, 0, "fast", "", true},
+		{"reroute: scaled, too late", Reroute, scaled(24 * ms), backups, 0, "", wire.DropNoFaster, false},
 	}
 	for _, tc := range tests {
 		d := AfterTask(tc.policy, tc.pr, chosen, tc.backups, tc.u)

@@ -21,15 +21,17 @@ type Stage struct {
 	// (queueing plus processing): the budget stretched by the plan's budget scale Scale.
 	Budget, Allowance time.Duration
 	Scale             float64
-	// FastestRest and MakeUp are as in Queued.
-	FastestRest, MakeUp time.Duration
-	children            map[string]childOptions
+	// FastestRest is as in Queued.
+	FastestRest time.Duration
+	children    map[string]childOptions
 }
 
-// childOptions are a child task's hosted variants and its backups (variants with spare capacity).
+// childOptions are a child task's hosted variants and its backups (variants with spare capacity), and the time
+// allotted below it (Progress.Rest).
 type childOptions struct {
 	hosted  map[string]Option
 	backups []Option
+	rest    time.Duration
 }
 
 // NewStage builds the stage of a variant of task whose budget (profiled time at its max batch) is budget, under
@@ -54,37 +56,54 @@ func NewStage(spec *pipeline.Spec, p *plan.Plan, policy Policy, task string, bud
 		for _, b := range p.Routing.Backup[child] {
 			co.backups = append(co.backups, option(spec, child, b.Variant, b.LatencyMs))
 		}
+		co.rest = commLatency(spec) + allottedBelow(spec, p, child, s.Scale)
 		s.children[child] = co
-		// The most a reroute to this child can make up: from its slowest hosted variant to its fastest backup.
-		var slowest time.Duration
-		for _, o := range co.hosted {
-			slowest = max(slowest, o.Latency)
-		}
-		for _, b := range co.backups {
-			s.MakeUp = max(s.MakeUp, time.Duration(float64(slowest-b.Latency)*s.Scale))
-		}
 	}
 	return s
+}
+
+// commLatency is the latency of one hop.
+func commLatency(spec *pipeline.Spec) time.Duration {
+	return time.Duration(spec.CommLatencyMs * float64(time.Millisecond))
+}
+
+// allottedBelow is the time allotted after task finishes until the reply: down the longest chain below it, each
+// task at its slowest hosted variant's allotment (the allotments the budget scale is made of), and a hop before
+// each task and one for the reply.
+func allottedBelow(spec *pipeline.Spec, p *plan.Plan, task string, scale float64) time.Duration {
+	comm := commLatency(spec)
+	longest := comm // the reply
+	for _, child := range spec.Task(task).Children {
+		slowest := 0.0
+		for _, v := range p.Variants {
+			if v.Task == child {
+				slowest = max(slowest, v.BudgetMs)
+			}
+		}
+		t := comm + time.Duration(slowest*scale*float64(time.Millisecond)) + allottedBelow(spec, p, child, scale)
+		longest = max(longest, t)
+	}
+	return longest
 }
 
 // BeforeExecute decides whether to drop an item taken from the variant's queue at now, due at due, that reached the
 // queue at enqueued: "" keeps it, otherwise the drop reason (see the package function BeforeExecute).
 func (s *Stage) BeforeExecute(now, due, enqueued time.Time) string {
 	return BeforeExecute(s.Policy, Queued{Now: now, Deadline: due, LastTask: s.LastTask, Expected: s.Budget,
-		Allowance: s.Allowance, Waited: now.Sub(enqueued), FastestRest: s.FastestRest, MakeUp: s.MakeUp})
+		Allowance: s.Allowance, Waited: now.Sub(enqueued), FastestRest: s.FastestRest})
 }
 
-// Route decides where one sub-request for child goes after an item spent atTask at this task: the routing table
-// routes picks a variant with u1, and the deadline policy keeps it, reroutes it (u2 breaks ties) or drops it. An
-// item with no route is dropped as unrouted.
-func (s *Stage) Route(child string, routes []plan.Route, atTask time.Duration, u1, u2 float64) Decision {
+// Route decides where one sub-request for child goes after an item spent atTask at this task, with left to its
+// deadline: the routing table routes picks a variant with u1, and the deadline policy keeps it, reroutes it (u2
+// breaks ties) or drops it. An item with no route is dropped as unrouted.
+func (s *Stage) Route(child string, routes []plan.Route, atTask, left time.Duration, u1, u2 float64) Decision {
 	v := plan.Pick(routes, u1)
 	if v == "" {
 		return Decision{Reason: wire.DropUnrouted}
 	}
 	co := s.children[child]
-	return AfterTask(s.Policy, Progress{AtTask: atTask, Allowance: s.Allowance, Scale: s.Scale}, co.hosted[v],
-		co.backups, u2)
+	return AfterTask(s.Policy, Progress{AtTask: atTask, Allowance: s.Allowance, Left: left, Scale: s.Scale,
+		Rest: co.rest}, co.hosted[v], co.backups, u2)
 }
 
 // fastestBelow is the profiled time of the longest chain below task, each task at its fastest hosted variant.

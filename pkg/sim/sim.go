@@ -456,7 +456,7 @@ func (s *sim) batchDone(srv int) {
 				c := h.exec.ChildOf(s.rng.Float64())
 				child := h.children[c]
 				h.emitted[child]++
-				d := h.stage.Route(child, h.routes[c], atTask, s.rng.Float64(), s.rng.Float64())
+				d := h.stage.Route(child, h.routes[c], atTask, time.Duration(r.due-s.now), s.rng.Float64(), s.rng.Float64())
 				if d.Variant == "" {
 					r.dropped++
 					s.leaves(r, 1)

@@ -37,14 +37,13 @@ allocation:
 
 // TestDeadlinePoliciesOnABurst sends a burst of 5 requests with a 550 ms timeout. Request k reaches a's worker at
 // once and leaves it at k*100 ms, so from the second on it overruns a's allotment (150 ms) by 50, 150, 250 and
-// 350 ms. The routing table sends b to slow (200 ms); fast (10 ms) has room.
+// 350 ms. The routing table sends b to slow (200 ms, allotted 300); fast (10 ms, allotted 15) has room.
 //   - none: slow finishes request 1 at 300 ms, 2 at 500, 3 at 700: requests 3-5 are late.
 //   - per-task: requests 2-5 will overrun a's allotment: dropped before a executes them.
-//   - reroute: fast makes up an overrun of x when 10 <= 200 - x/1.5 (the budget scale), so requests 2-4 go to fast;
-//     request 5 overruns by more than any reroute can make up ((200-10)*1.5 = 285 ms) and is dropped before a
-//     executes it.
+//   - reroute: request 2 has 350 ms left when it leaves a, time for slow's allotment, and makes it (at 500 ms);
+//     requests 3-5 have 250, 150 and 50 ms left, too little for slow, enough for fast: rerouted there.
 //
-// So reroute serves requests per-task drops (2-4) and that none delivers late (3-4).
+// So reroute serves requests per-task drops (2-5) and that none delivers late (3-5).
 func TestDeadlinePoliciesOnABurst(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "late.yaml")
 	if err := os.WriteFile(file, []byte(lateChain), 0o644); err != nil {
@@ -100,11 +99,10 @@ func TestDeadlinePoliciesOnABurst(t *testing.T) {
 	ok := func(variant string) outcome { return outcome{wire.StatusOK, variant} }
 	late := outcome{wire.StatusLate, ""}
 	overBudget := outcome{wire.StatusDropped, wire.DropBudget}
-	noFaster := outcome{wire.StatusDropped, wire.DropNoFaster}
 	want := map[string][]outcome{
 		"none":     {ok("b/slow"), ok("b/slow"), late, late, late},
 		"per-task": {ok("b/slow"), overBudget, overBudget, overBudget, overBudget},
-		"reroute":  {ok("b/slow"), ok("b/fast"), ok("b/fast"), ok("b/fast"), noFaster},
+		"reroute":  {ok("b/slow"), ok("b/slow"), ok("b/fast"), ok("b/fast"), ok("b/fast")},
 	}
 	for _, policy := range []string{"none", "per-task", "reroute"} {
 		got := run(policy)

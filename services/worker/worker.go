@@ -101,11 +101,12 @@ type Worker struct {
 	assigned plan.Assignment
 	changed  chan struct{} // signalled when the assignment, a spec or a plan changes
 
-	messages, items, batches, dropped, failed, discarded, rerouted, returned atomic.Uint64
-	drops                                                                    map[string]*atomic.Uint64 // by reason; the map is fixed at New
-	swapMs                                                                   atomic.Uint64             // float64 bits
-	serving                                                                  atomic.Pointer[string]
-	rng                                                                      *rand.Rand // routing; used only by the serving goroutine
+	messages, items, batches, dropped, failed, discarded, rerouted atomic.Uint64
+	returned                                                       atomic.Uint64             // messages naked: they did not fit a batch
+	drops                                                          map[string]*atomic.Uint64 // by reason; the map is fixed at New
+	swapMs                                                         atomic.Uint64             // float64 bits
+	serving                                                        atomic.Pointer[string]
+	rng                                                            *rand.Rand // routing; used only by the serving goroutine
 
 	obsMu    sync.Mutex
 	observed map[string]*Observed // by "pipeline:task/variant"
@@ -620,7 +621,8 @@ func (w *Worker) forward(ctx context.Context, s *serving, in *inbound) error {
 	}
 	var leaves []wire.ItemResult
 	var acks []jetstream.PubAckFuture
-	atTask := time.Since(in.enqueued)
+	now := time.Now()
+	atTask, left := now.Sub(in.enqueued), in.deadline.Sub(now)
 	s.refreshStage()
 	for i, it := range in.items {
 		st := in.status[i]
@@ -658,7 +660,7 @@ func (w *Worker) forward(ctx context.Context, s *serving, in *inbound) error {
 			for _, inputs := range out.Children[child] {
 				id := wire.ChildItemID(it.ID, n)
 				n++
-				d := s.stage.Route(child, routes[child], atTask, w.rng.Float64(), w.rng.Float64())
+				d := s.stage.Route(child, routes[child], atTask, left, w.rng.Float64(), w.rng.Float64())
 				v, reason := d.Variant, d.Reason
 				if d.Rerouted {
 					w.rerouted.Add(1)

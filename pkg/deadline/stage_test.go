@@ -1,0 +1,69 @@
+package deadline
+
+import (
+	"testing"
+	"time"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
+
+// TestStageRerouteAllotsTheRestOfThePath: after task a of the chain a -> b -> c, an item is in time for b's chosen
+// variant when its time left covers that variant's allotment, the hop to b, c's allotment at its slowest hosted
+// variant with the hop to it, and the reply's hop; a moment less and it goes to b's fast backup.
+func TestStageRerouteAllotsTheRestOfThePath(t *testing.T) {
+	spec, err := pipeline.Parse([]byte(`
+name: chain
+slo_ms: 500
+comm_latency_ms: 1
+tasks:
+  - name: a
+    children: [b]
+    variants:
+      - {name: x, accuracy: 0.9, executor: {kind: emulated}, fanout: {mean: 1},
+         profile: [{batch: 1, p50_ms: 100, p95_ms: 100}]}
+  - name: b
+    children: [c]
+    variants:
+      - {name: slow, accuracy: 0.9, executor: {kind: emulated}, fanout: {mean: 1},
+         profile: [{batch: 1, p50_ms: 100, p95_ms: 100}]}
+      - {name: fast, accuracy: 0.7, executor: {kind: emulated}, fanout: {mean: 1},
+         profile: [{batch: 1, p50_ms: 20, p95_ms: 20}]}
+  - name: c
+    variants:
+      - {name: y, accuracy: 0.9, executor: {kind: emulated}, profile: [{batch: 1, p50_ms: 50, p95_ms: 50}]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &plan.Plan{Variants: []plan.VariantPlan{
+		{Task: "a", Variant: "x", Replicas: 1, MaxBatch: 1, BudgetMs: 100},
+		{Task: "b", Variant: "slow", Replicas: 1, MaxBatch: 1, BudgetMs: 100},
+		{Task: "b", Variant: "fast", Replicas: 1, MaxBatch: 1, BudgetMs: 20},
+		{Task: "c", Variant: "y", Replicas: 1, MaxBatch: 1, BudgetMs: 50},
+	}, Routing: plan.Routing{Backup: map[string][]plan.Backup{"b": {{Variant: "fast", LatencyMs: 20, Accuracy: 0.7}}}}}
+	s := NewStage(spec, p, Reroute, "a", 100*ms)
+	scale := (500.0 - 3) / (100 + 100 + 50) // the tightest (only) chain at its slowest variants fills the SLO
+	if s.Scale != scale {
+		t.Fatalf("scale %v, want %v", s.Scale, scale)
+	}
+	allotted := func(latencyMs float64) time.Duration { // b's variant, the hop to b, c and its hop, the reply
+		return time.Duration(latencyMs*scale*float64(ms)) + ms + (ms + time.Duration(50*scale*float64(ms))) + ms
+	}
+	routes := []plan.Route{{Variant: "slow", Prob: 1}}
+	for _, tc := range []struct {
+		left         time.Duration
+		want, reason string
+	}{
+		{allotted(100), "slow", ""},
+		{allotted(100) - time.Nanosecond, "fast", ""},
+		{allotted(20), "fast", ""},
+		{allotted(20) - time.Nanosecond, "", wire.DropNoFaster},
+	} {
+		d := s.Route("b", routes, 0, tc.left, 0.5, 0.5)
+		if d.Variant != tc.want || d.Reason != tc.reason {
+			t.Errorf("left %v: %+v, want variant %q reason %q", tc.left, d, tc.want, tc.reason)
+		}
+	}
+}
