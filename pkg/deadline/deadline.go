@@ -57,7 +57,8 @@ type Queued struct {
 	// Expected is the task's profiled processing time (its budget); Allowance the time the task is allotted
 	// (queueing and processing); Waited how long the item has been queued.
 	Expected, Allowance, Waited time.Duration
-	// FastestRest is the profiled time of the fastest hosted variants of the tasks below (0 at a leaf).
+	// FastestRest is the time allotted from the end of the task to the reply through the fastest hosted variants
+	// of the tasks below, hops included (see Stage).
 	FastestRest time.Duration
 }
 

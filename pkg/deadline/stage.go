@@ -1,7 +1,6 @@
 package deadline
 
 import (
-	"math"
 	"time"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
@@ -43,7 +42,7 @@ func NewStage(spec *pipeline.Spec, p *plan.Plan, policy Policy, task string, bud
 	}
 	s.Scale = p.BudgetScale(spec)
 	s.Allowance = time.Duration(float64(budget) * s.Scale)
-	s.FastestRest = fastestBelow(spec, p, task)
+	s.FastestRest = allottedBelow(spec, p, task, s.Scale, true)
 	t := spec.Task(task)
 	s.children = make(map[string]childOptions, len(t.Children))
 	for _, child := range t.Children {
@@ -56,7 +55,7 @@ func NewStage(spec *pipeline.Spec, p *plan.Plan, policy Policy, task string, bud
 		for _, b := range p.Routing.Backup[child] {
 			co.backups = append(co.backups, option(spec, child, b.Variant, b.LatencyMs))
 		}
-		co.rest = commLatency(spec) + allottedBelow(spec, p, child, s.Scale)
+		co.rest = commLatency(spec) + allottedBelow(spec, p, child, s.Scale, false)
 		s.children[child] = co
 	}
 	return s
@@ -67,20 +66,27 @@ func commLatency(spec *pipeline.Spec) time.Duration {
 	return time.Duration(spec.CommLatencyMs * float64(time.Millisecond))
 }
 
-// allottedBelow is the time allotted after task finishes until the reply: down the longest chain below it, each
-// task at its slowest hosted variant's allotment (the allotments the budget scale is made of), and a hop before
-// each task and one for the reply.
-func allottedBelow(spec *pipeline.Spec, p *plan.Plan, task string, scale float64) time.Duration {
+// allottedBelow is the time allotted after task finishes until the reply, down the longest chain below it: each
+// task at the allotment of its slowest hosted variant (the allotments the budget scale is made of) or, with fastest,
+// of its fastest; a hop before each task and one for the reply. A child task with nothing hosted is left out with
+// fastest (its items are dropped as unrouted anyway) and counts as taking no time without.
+func allottedBelow(spec *pipeline.Spec, p *plan.Plan, task string, scale float64, fastest bool) time.Duration {
 	comm := commLatency(spec)
 	longest := comm // the reply
 	for _, child := range spec.Task(task).Children {
-		slowest := 0.0
+		pick, hosted := 0.0, false
 		for _, v := range p.Variants {
 			if v.Task == child {
-				slowest = max(slowest, v.BudgetMs)
+				if !hosted || fastest && v.BudgetMs < pick || !fastest && v.BudgetMs > pick {
+					pick = v.BudgetMs
+				}
+				hosted = true
 			}
 		}
-		t := comm + time.Duration(slowest*scale*float64(time.Millisecond)) + allottedBelow(spec, p, child, scale)
+		if fastest && !hosted {
+			continue
+		}
+		t := comm + time.Duration(pick*scale*float64(time.Millisecond)) + allottedBelow(spec, p, child, scale, fastest)
 		longest = max(longest, t)
 	}
 	return longest
@@ -104,24 +110,6 @@ func (s *Stage) Route(child string, routes []plan.Route, atTask, left time.Durat
 	co := s.children[child]
 	return AfterTask(s.Policy, Progress{AtTask: atTask, Allowance: s.Allowance, Left: left, Scale: s.Scale,
 		Rest: co.rest}, co.hosted[v], co.backups, u2)
-}
-
-// fastestBelow is the profiled time of the longest chain below task, each task at its fastest hosted variant.
-func fastestBelow(spec *pipeline.Spec, p *plan.Plan, task string) time.Duration {
-	var longest time.Duration
-	for _, child := range spec.Task(task).Children {
-		fastest := math.Inf(1)
-		for _, v := range p.Variants {
-			if v.Task == child {
-				fastest = min(fastest, v.BudgetMs)
-			}
-		}
-		if math.IsInf(fastest, 1) {
-			continue // nothing hosted: the item will be dropped as unrouted anyway
-		}
-		longest = max(longest, time.Duration(fastest*float64(time.Millisecond))+fastestBelow(spec, p, child))
-	}
-	return longest
 }
 
 func option(spec *pipeline.Spec, task, variant string, latencyMs float64) Option {
