@@ -70,9 +70,10 @@ type Queued struct {
 //   - last-task drops an item at the last task with less time left than the task takes;
 //   - per-task drops an item that will overrun its allotment at the task (it waited so long that waiting plus
 //     processing exceeds it);
-//   - reroute drops an item before a task that is not the last when it cannot make its deadline even through the
-//     fastest hosted variants below, and, like last-task, one at the last task with less time left than the task
-//     takes. One that overran its allotment here runs: a reroute after the task may make up for it.
+//   - reroute drops an item before a task that is not the last when, after the task, its time left could not
+//     cover the allotment of the fastest hosted variants below (FastestRest), and, like last-task, one at the last
+//     task with less time left than the task takes. One that overran its allotment here runs: a reroute after the
+//     task may make up for it.
 func BeforeExecute(p Policy, q Queued) string {
 	left := q.Deadline.Sub(q.Now)
 	over := q.Waited + q.Expected - q.Allowance
