@@ -57,9 +57,10 @@ type Queued struct {
 	// Expected is the task's profiled processing time (its budget); Allowance the time the task is allotted
 	// (queueing and processing); Waited how long the item has been queued.
 	Expected, Allowance, Waited time.Duration
-	// FastestRest is the time allotted from the end of the task to the reply through the fastest hosted variants
-	// of the tasks below, hops included (see Stage).
-	FastestRest time.Duration
+	// LeastRest is the least time allotted from the end of the task to the reply on a route the item is sure to
+	// get: each task below at its slowest hosted variant (the routing table may choose any) or at a faster backup
+	// with spare capacity (a reroute can reach it), hops included (see Stage).
+	LeastRest time.Duration
 }
 
 // BeforeExecute decides whether to drop an item before executing it: "" keeps it, otherwise the reason (a
@@ -71,9 +72,11 @@ type Queued struct {
 //   - per-task drops an item that will overrun its allotment at the task (it waited so long that waiting plus
 //     processing exceeds it);
 //   - reroute drops an item before a task that is not the last when, after the task, its time left could not
-//     cover the allotment of the fastest hosted variants below (FastestRest), and, like last-task, one at the last
-//     task with less time left than the task takes. One that overran its allotment here runs: a reroute after the
-//     task may make up for it.
+//     cover the least allotment below it is sure to get (LeastRest: the routing table's slowest choice, or a
+//     faster backup with spare capacity), and, like last-task, one at the last task with less time left than the
+//     task takes. One that overran its allotment here but has that time runs: a reroute after the task may make up
+//     for it. Counting on a faster variant without spare capacity would let an overloaded queue grow until items
+//     run this task only to be dropped after it for want of a backup.
 func BeforeExecute(p Policy, q Queued) string {
 	left := q.Deadline.Sub(q.Now)
 	over := q.Waited + q.Expected - q.Allowance
@@ -94,7 +97,7 @@ func BeforeExecute(p Policy, q Queued) string {
 		switch {
 		case q.LastTask && left < q.Expected:
 			return wire.DropLastTask
-		case !q.LastTask && left < q.Expected+q.FastestRest:
+		case !q.LastTask && left < q.Expected+q.LeastRest:
 			return wire.DropNoFaster
 		}
 	}

@@ -27,10 +27,10 @@ func TestExpired(t *testing.T) {
 
 func TestBeforeExecute(t *testing.T) {
 	now := time.Unix(100, 0)
-	// The task takes 20 ms and is allotted 40; the fastest variants below take 30 ms.
+	// The task takes 20 ms and is allotted 40; the least rest the item is sure to get below is allotted 30 ms.
 	q := func(left time.Duration, lastTask bool, waited time.Duration) Queued {
 		return Queued{Now: now, Deadline: now.Add(left), LastTask: lastTask, Expected: 20 * ms, Allowance: 40 * ms,
-			Waited: waited, FastestRest: 30 * ms}
+			Waited: waited, LeastRest: 30 * ms}
 	}
 	tests := []struct {
 		name   string
@@ -49,8 +49,8 @@ func TestBeforeExecute(t *testing.T) {
 		{"per-task: will overrun its allotment", PerTask, q(time.Second, false, 21*ms), wire.DropBudget},
 		{"per-task: will just make its allotment", PerTask, q(time.Second, false, 20*ms), ""},
 		{"reroute: too little time at the last task", Reroute, q(10*ms, true, 0), wire.DropLastTask},
-		{"reroute: time for this task and the fastest rest", Reroute, q(50*ms, false, 0), ""},
-		{"reroute: no time even on the fastest rest", Reroute, q(49*ms, false, 0), wire.DropNoFaster},
+		{"reroute: time for this task and the least rest", Reroute, q(50*ms, false, 0), ""},
+		{"reroute: no time even for the least rest", Reroute, q(49*ms, false, 0), wire.DropNoFaster},
 		{"reroute: an overrun of the allotment with time left runs", Reroute, q(time.Second, false, 500*ms), ""},
 		{"reroute: at the last task, an overrun with time left runs", Reroute, q(time.Second, true, 500*ms), ""},
 	}

@@ -20,9 +20,9 @@ type Stage struct {
 	// (queueing plus processing): the budget stretched by the plan's budget scale Scale.
 	Budget, Allowance time.Duration
 	Scale             float64
-	// FastestRest is as in Queued.
-	FastestRest time.Duration
-	children    map[string]childOptions
+	// LeastRest is as in Queued.
+	LeastRest time.Duration
+	children  map[string]childOptions
 }
 
 // childOptions are a child task's hosted variants and its backups (variants with spare capacity), and the time
@@ -42,7 +42,7 @@ func NewStage(spec *pipeline.Spec, p *plan.Plan, policy Policy, task string, bud
 	}
 	s.Scale = p.BudgetScale(spec)
 	s.Allowance = time.Duration(float64(budget) * s.Scale)
-	s.FastestRest = allottedBelow(spec, p, task, s.Scale, true)
+	s.LeastRest = allottedBelow(spec, p, task, s.Scale, true)
 	t := spec.Task(task)
 	s.children = make(map[string]childOptions, len(t.Children))
 	for _, child := range t.Children {
@@ -67,26 +67,29 @@ func commLatency(spec *pipeline.Spec) time.Duration {
 }
 
 // allottedBelow is the time allotted after task finishes until the reply, down the longest chain below it: each
-// task at the allotment of its slowest hosted variant (the allotments the budget scale is made of) or, with fastest,
-// of its fastest; a hop before each task and one for the reply. A child task with nothing hosted is left out with
-// fastest (its items are dropped as unrouted anyway) and counts as taking no time without.
-func allottedBelow(spec *pipeline.Spec, p *plan.Plan, task string, scale float64, fastest bool) time.Duration {
+// task at the allotment of its slowest hosted variant (the allotments the budget scale is made of), since the
+// routing table may send an item to any of them; with backups, at its fastest backup instead when that is faster,
+// since a late item can always be rerouted there (it has spare capacity). A hop before each task and one for the
+// reply. A child task with nothing hosted is left out: its items are dropped as unrouted.
+func allottedBelow(spec *pipeline.Spec, p *plan.Plan, task string, scale float64, backups bool) time.Duration {
 	comm := commLatency(spec)
 	longest := comm // the reply
 	for _, child := range spec.Task(task).Children {
 		pick, hosted := 0.0, false
 		for _, v := range p.Variants {
 			if v.Task == child {
-				if !hosted || fastest && v.BudgetMs < pick || !fastest && v.BudgetMs > pick {
-					pick = v.BudgetMs
-				}
-				hosted = true
+				pick, hosted = max(pick, v.BudgetMs), true
 			}
 		}
-		if fastest && !hosted {
+		if !hosted {
 			continue
 		}
-		t := comm + time.Duration(pick*scale*float64(time.Millisecond)) + allottedBelow(spec, p, child, scale, fastest)
+		if backups {
+			for _, b := range p.Routing.Backup[child] {
+				pick = min(pick, b.LatencyMs)
+			}
+		}
+		t := comm + time.Duration(pick*scale*float64(time.Millisecond)) + allottedBelow(spec, p, child, scale, backups)
 		longest = max(longest, t)
 	}
 	return longest
@@ -96,7 +99,7 @@ func allottedBelow(spec *pipeline.Spec, p *plan.Plan, task string, scale float64
 // queue at enqueued: "" keeps it, otherwise the drop reason (see the package function BeforeExecute).
 func (s *Stage) BeforeExecute(now, due, enqueued time.Time) string {
 	return BeforeExecute(s.Policy, Queued{Now: now, Deadline: due, LastTask: s.LastTask, Expected: s.Budget,
-		Allowance: s.Allowance, Waited: now.Sub(enqueued), FastestRest: s.FastestRest})
+		Allowance: s.Allowance, Waited: now.Sub(enqueued), LeastRest: s.LeastRest})
 }
 
 // Route decides where one sub-request for child goes after an item spent atTask at this task, with left to its

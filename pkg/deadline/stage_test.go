@@ -13,6 +13,58 @@ import (
 // variant when its time left covers that variant's allotment, the hop to b, c's allotment at its slowest hosted
 // variant with the hop to it, and the reply's hop; a moment less and it goes to b's fast backup.
 func TestStageRerouteAllotsTheRestOfThePath(t *testing.T) {
+	spec := chainSpec(t)
+	p := chainPlan(true)
+	s := NewStage(spec, p, Reroute, "a", 100*ms)
+	scale := (500.0 - 3) / (100 + 100 + 50) // the tightest (only) chain at its slowest variants fills the SLO
+	if s.Scale != scale {
+		t.Fatalf("scale %v, want %v", s.Scale, scale)
+	}
+	allotted := func(latencyMs float64) time.Duration { // b's variant, the hop to b, c and its hop, the reply
+		return time.Duration(latencyMs*scale*float64(ms)) + ms + (ms + time.Duration(50*scale*float64(ms))) + ms
+	}
+	routes := []plan.Route{{Variant: "slow", Prob: 1}}
+	for _, tc := range []struct {
+		left         time.Duration
+		want, reason string
+	}{
+		{allotted(100), "slow", ""},
+		{allotted(100) - time.Nanosecond, "fast", ""},
+		{allotted(20), "fast", ""},
+		{allotted(20) - time.Nanosecond, "", wire.DropNoFaster},
+	} {
+		d := s.Route("b", routes, 0, tc.left, 0.5, 0.5)
+		if d.Variant != tc.want || d.Reason != tc.reason {
+			t.Errorf("left %v: %+v, want variant %q reason %q", tc.left, d, tc.want, tc.reason)
+		}
+	}
+}
+
+// TestStageLeastRest: before task a, reroute counts on the least time below that an item is sure to get: b at its
+// slowest hosted variant, since the routing table may choose it, unless a backup with spare capacity is faster; c
+// likewise; a hop before each task and one for the reply.
+func TestStageLeastRest(t *testing.T) {
+	spec := chainSpec(t)
+	for _, tc := range []struct {
+		name   string
+		backup bool
+		bMs    float64 // b's allotted variant
+	}{
+		{"the fast variant of b is a backup", true, 20},
+		{"the fast variant of b is full: count on the slow one", false, 100},
+	} {
+		p := chainPlan(tc.backup)
+		s := NewStage(spec, p, Reroute, "a", 100*ms)
+		want := 3*ms + time.Duration((tc.bMs+50)*s.Scale*float64(ms))
+		if s.LeastRest != want {
+			t.Errorf("%s: least rest %v, want %v", tc.name, s.LeastRest, want)
+		}
+	}
+}
+
+// chainSpec is the chain a -> b -> c; b has a slow accurate variant and a fast one.
+func chainSpec(t *testing.T) *pipeline.Spec {
+	t.Helper()
 	spec, err := pipeline.Parse([]byte(`
 name: chain
 slo_ms: 500
@@ -37,33 +89,19 @@ tasks:
 	if err != nil {
 		t.Fatal(err)
 	}
+	return spec
+}
+
+// chainPlan hosts every variant of chainSpec; with backup, b's fast variant has spare capacity.
+func chainPlan(backup bool) *plan.Plan {
 	p := &plan.Plan{Variants: []plan.VariantPlan{
 		{Task: "a", Variant: "x", Replicas: 1, MaxBatch: 1, BudgetMs: 100},
 		{Task: "b", Variant: "slow", Replicas: 1, MaxBatch: 1, BudgetMs: 100},
 		{Task: "b", Variant: "fast", Replicas: 1, MaxBatch: 1, BudgetMs: 20},
 		{Task: "c", Variant: "y", Replicas: 1, MaxBatch: 1, BudgetMs: 50},
-	}, Routing: plan.Routing{Backup: map[string][]plan.Backup{"b": {{Variant: "fast", LatencyMs: 20, Accuracy: 0.7}}}}}
-	s := NewStage(spec, p, Reroute, "a", 100*ms)
-	scale := (500.0 - 3) / (100 + 100 + 50) // the tightest (only) chain at its slowest variants fills the SLO
-	if s.Scale != scale {
-		t.Fatalf("scale %v, want %v", s.Scale, scale)
+	}}
+	if backup {
+		p.Routing.Backup = map[string][]plan.Backup{"b": {{Variant: "fast", LatencyMs: 20, Accuracy: 0.7}}}
 	}
-	allotted := func(latencyMs float64) time.Duration { // b's variant, the hop to b, c and its hop, the reply
-		return time.Duration(latencyMs*scale*float64(ms)) + ms + (ms + time.Duration(50*scale*float64(ms))) + ms
-	}
-	routes := []plan.Route{{Variant: "slow", Prob: 1}}
-	for _, tc := range []struct {
-		left         time.Duration
-		want, reason string
-	}{
-		{allotted(100), "slow", ""},
-		{allotted(100) - time.Nanosecond, "fast", ""},
-		{allotted(20), "fast", ""},
-		{allotted(20) - time.Nanosecond, "", wire.DropNoFaster},
-	} {
-		d := s.Route("b", routes, 0, tc.left, 0.5, 0.5)
-		if d.Variant != tc.want || d.Reason != tc.reason {
-			t.Errorf("left %v: %+v, want variant %q reason %q", tc.left, d, tc.want, tc.reason)
-		}
-	}
+	return p
 }
