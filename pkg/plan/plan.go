@@ -65,8 +65,9 @@ type VariantPlan struct {
 	CapacityQPS float64 `json:"capacity_qps"`
 }
 
-// Routing says where sub-requests go: Root for the frontend, Downstream per hosted upstream variant
-// ("task/variant") and child task. Backup lists, per task, the hosted variants with capacity left over after the
+// Routing says where sub-requests go: Root for the frontend, Downstream per upstream variant ("task/variant"; every
+// variant of a task with children, hosted or not, since a batch may finish after a new plan retired its variant)
+// and child task. Backup lists, per task, the hosted variants with capacity left over after the
 // routing, for workers to reroute late items to.
 type Routing struct {
 	Root       []Route                       `json:"root"`

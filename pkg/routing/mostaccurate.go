@@ -30,7 +30,8 @@ type Input struct {
 //   - demand beyond a task's total capacity is spread over its variants in proportion to their capacity, so every
 //     table sums to 1 and overload lands where there is the most room;
 //   - a variant with no estimated traffic still gets a table (traffic may come): the most accurate child variant
-//     with capacity left, or, with none left, all of them in proportion to capacity.
+//     with capacity left, or, with none left, all of them in proportion to capacity; so does every variant the plan
+//     does not host (a batch started under the previous plan may finish under this one).
 //
 // Backup lists, per task, the variants with capacity left over, most accurate first, for opportunistic rerouting.
 func MostAccurateFirst(in Input) plan.Routing {
@@ -89,6 +90,25 @@ func MostAccurateFirst(in Input) plan.Routing {
 		}
 		for _, child := range t.Children {
 			queue = append(queue, spec.Task(child))
+		}
+	}
+	// Variants the plan does not host get tables too, as if no traffic were estimated for them: a batch started
+	// under the previous plan may finish after this one retired its variant, and its sub-requests must go on.
+	for ti := range spec.Tasks {
+		t := &spec.Tasks[ti]
+		if len(t.Children) == 0 {
+			continue
+		}
+		for _, v := range t.Variants {
+			hop := wire.Hop(t.Name, v.Name)
+			if _, ok := r.Downstream[hop]; ok {
+				continue
+			}
+			tables := make(map[string][]plan.Route, len(t.Children))
+			for _, child := range t.Children {
+				tables[child] = fill(hosted[child], 0, left, incoming)
+			}
+			r.Downstream[hop] = tables
 		}
 	}
 

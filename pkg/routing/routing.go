@@ -26,16 +26,19 @@ func CapacityProportional(in Input) plan.Routing {
 		return routes
 	}
 	r := plan.Routing{Root: table(in.Spec.Root().Name), Downstream: map[string]map[string][]plan.Route{}}
-	for _, vp := range in.Plan.Variants {
-		t := in.Spec.Task(vp.Task)
-		if t == nil || len(t.Children) == 0 {
+	// Every variant, hosted or not: a batch started under the previous plan may finish under this one.
+	for ti := range in.Spec.Tasks {
+		t := &in.Spec.Tasks[ti]
+		if len(t.Children) == 0 {
 			continue
 		}
-		tables := map[string][]plan.Route{}
-		for _, c := range t.Children {
-			tables[c] = table(c)
+		for _, v := range t.Variants {
+			tables := map[string][]plan.Route{}
+			for _, c := range t.Children {
+				tables[c] = table(c)
+			}
+			r.Downstream[wire.Hop(t.Name, v.Name)] = tables
 		}
-		r.Downstream[wire.Hop(vp.Task, vp.Variant)] = tables
 	}
 	return r
 }
