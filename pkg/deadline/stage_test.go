@@ -48,7 +48,7 @@ func TestStageLeastRest(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		backup bool
-		bMs    float64 // b's allotted variant
+		bMs    float64 // the profiled time of the variant of b counted on
 	}{
 		{"the fast variant of b is a backup", true, 20},
 		{"the fast variant of b is full: count on the slow one", false, 100},
