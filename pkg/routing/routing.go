@@ -26,17 +26,18 @@ func CapacityProportional(in Input) plan.Routing {
 		return routes
 	}
 	r := plan.Routing{Root: table(in.Spec.Root().Name), Downstream: map[string]map[string][]plan.Route{}}
-	// Every variant, hosted or not: a batch started under the previous plan may finish under this one.
+	// The same tables for every variant of a task (they ignore where traffic comes from), hosted or not: a batch
+	// started under the previous plan may finish under this one. Read-only, so the variants share them.
 	for ti := range in.Spec.Tasks {
 		t := &in.Spec.Tasks[ti]
 		if len(t.Children) == 0 {
 			continue
 		}
+		tables := make(map[string][]plan.Route, len(t.Children))
+		for _, c := range t.Children {
+			tables[c] = table(c)
+		}
 		for _, v := range t.Variants {
-			tables := map[string][]plan.Route{}
-			for _, c := range t.Children {
-				tables[c] = table(c)
-			}
 			r.Downstream[wire.Hop(t.Name, v.Name)] = tables
 		}
 	}
