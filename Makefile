@@ -97,7 +97,7 @@ ablation: build
 	  rm -rf $$dir; \
 	done
 
-# The simulator against the live system: the same constant demand (150 and 450 QPS on the traffic example) on
+# The simulator against the live system: the same constant demand (155 and 450 QPS on the traffic example) on
 # `up` with 20 emulated workers and in `bin/sleipnir sim`; accuracy, SLO-violation ratio and active servers must
 # agree within 2% (about 2 minutes; not part of `make test`, whose race detector would slow the live side).
 fidelity: deps

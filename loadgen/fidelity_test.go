@@ -27,9 +27,14 @@ import (
 // TestFidelity runs a constant demand on the live system (embedded NATS, planner, frontend, 20 emulated workers,
 // this load generator) and in the simulator (the mean of five seeds), and compares the mean accuracy (within 2%),
 // the SLO-violation ratio (within 2 points) and the mean active servers (within 2%) over the measured part.
-// 150 QPS is served by hardware scaling (about 11 workers), 450 by accuracy scaling on all 20.
+// 155 QPS is served by hardware scaling on 11 workers, 450 by accuracy scaling on all 20.
+//
+// The hardware-scaling demand sits mid-way along a plateau of the plan (11 workers from about 143 to 171 QPS with
+// the example's profiles): the active-server count is a step function of the demand estimate, and at a step (150
+// QPS is 5% above the one at 143) a live run and a simulation each land on either side by chance, which is a
+// coin flip, not a measure of fidelity.
 func TestFidelity(t *testing.T) {
-	for _, qps := range []float64{150, 450} {
+	for _, qps := range []float64{155, 450} {
 		t.Run(fmt.Sprintf("%gqps", qps), func(t *testing.T) { fidelity(t, qps) })
 	}
 }

@@ -59,7 +59,8 @@ type Queued struct {
 	Expected, Allowance, Waited time.Duration
 	// LeastRest is the least time allotted from the end of the task to the reply on a route the item is sure to
 	// get: each task below at its slowest hosted variant (the routing table may choose any) or at a faster backup
-	// with spare capacity (a reroute can reach it), hops included (see Stage).
+	// this worker may still reroute to (its share of the backup's spare capacity is not used up), hops included
+	// (see Stage.LeastRest). At the last task, the reply's hop.
 	LeastRest time.Duration
 }
 
@@ -73,10 +74,10 @@ type Queued struct {
 //     processing exceeds it);
 //   - reroute drops an item before a task that is not the last when, after the task, its time left could not
 //     cover the least allotment below it is sure to get (LeastRest: the routing table's slowest choice, or a
-//     faster backup with spare capacity), and, like last-task, one at the last task with less time left than the
-//     task takes. One that overran its allotment here but has that time runs: a reroute after the task may make up
-//     for it. Counting on a faster variant without spare capacity would let an overloaded queue grow until items
-//     run this task only to be dropped after it for want of a backup.
+//     faster backup this worker may still reroute to), and one at the last task with less time left than the
+//     task takes and the reply's hop. One that overran its allotment here but has the time runs: a reroute after
+//     the task may make up for it. Counting on a faster variant without capacity to spare would let an overloaded
+//     queue grow until items ran this task only to be dropped after it for want of a backup.
 func BeforeExecute(p Policy, q Queued) string {
 	left := q.Deadline.Sub(q.Now)
 	over := q.Waited + q.Expected - q.Allowance
@@ -95,7 +96,7 @@ func BeforeExecute(p Policy, q Queued) string {
 		}
 	case p == Reroute:
 		switch {
-		case q.LastTask && left < q.Expected:
+		case q.LastTask && left < q.Expected+q.LeastRest:
 			return wire.DropLastTask
 		case !q.LastTask && left < q.Expected+q.LeastRest:
 			return wire.DropNoFaster
@@ -139,7 +140,8 @@ func (pr Progress) allotted(o Option) time.Duration {
 }
 
 // AfterTask decides where an item's sub-requests for one child task go, when the routing table chose chosen.
-// backups are the child task's variants with spare capacity; u in [0, 1) breaks ties between equally accurate ones.
+// backups are the child task's variants with spare capacity that can take an item now; u in [0, 1) breaks ties
+// between equally accurate ones.
 // Per-task drops an item whose time at the task exceeded the task's allotment. Reroute keeps the chosen variant when
 // the item's time left covers what it is allotted from here (Progress.allotted); otherwise the item is late by x,
 // the difference, and goes to the most accurate backup whose allotment fits the time left, that is whose profiled

@@ -27,10 +27,15 @@ func TestExpired(t *testing.T) {
 
 func TestBeforeExecute(t *testing.T) {
 	now := time.Unix(100, 0)
-	// The task takes 20 ms and is allotted 40; the least rest the item is sure to get below is allotted 30 ms.
+	// The task takes 20 ms and is allotted 40; the least rest the item is sure to get below is allotted 30 ms (at
+	// the last task: the reply's hop, 1 ms).
 	q := func(left time.Duration, lastTask bool, waited time.Duration) Queued {
-		return Queued{Now: now, Deadline: now.Add(left), LastTask: lastTask, Expected: 20 * ms, Allowance: 40 * ms,
-			Waited: waited, LeastRest: 30 * ms}
+		rest := 30 * ms
+		if lastTask {
+			rest = ms
+		}
+		return Queued{Now: now, Deadline: now.Add(left), LastTask: lastTask, Expected: 20 * ms,
+			Allowance: 40 * ms, Waited: waited, LeastRest: rest}
 	}
 	tests := []struct {
 		name   string
@@ -49,6 +54,8 @@ func TestBeforeExecute(t *testing.T) {
 		{"per-task: will overrun its allotment", PerTask, q(time.Second, false, 21*ms), wire.DropBudget},
 		{"per-task: will just make its allotment", PerTask, q(time.Second, false, 20*ms), ""},
 		{"reroute: too little time at the last task", Reroute, q(10*ms, true, 0), wire.DropLastTask},
+		{"reroute: at the last task, time for the task and the reply", Reroute, q(21*ms, true, 0), ""},
+		{"reroute: at the last task, time for the task only", Reroute, q(20*ms, true, 0), wire.DropLastTask},
 		{"reroute: time for this task and the least rest", Reroute, q(50*ms, false, 0), ""},
 		{"reroute: no time even for the least rest", Reroute, q(49*ms, false, 0), wire.DropNoFaster},
 		{"reroute: an overrun of the allotment with time left runs", Reroute, q(time.Second, false, 500*ms), ""},

@@ -11,7 +11,7 @@ import (
 // Stage is what the deadline policy knows of one hosted variant under one plan: the time an item may spend at the
 // variant's task, how much time the tasks below need, and, per child task, the hosted variants and the backups a
 // late item may be rerouted to. The live workers and the simulator build one per variant and plan, and decide
-// with its methods.
+// with its methods. A stage is not safe for concurrent use: it counts the reroutes it sends to each backup.
 type Stage struct {
 	Policy   Policy
 	Task     string
@@ -20,42 +20,72 @@ type Stage struct {
 	// (queueing plus processing): the budget stretched by the plan's budget scale Scale.
 	Budget, Allowance time.Duration
 	Scale             float64
-	// LeastRest is as in Queued.
-	LeastRest time.Duration
-	children  map[string]childOptions
+	reply             time.Duration // the last hop, to the frontend
+	children          map[string]*childOptions
 }
 
-// childOptions are a child task's hosted variants and its backups (variants with spare capacity), and the time
-// allotted below it (Progress.Rest).
+// childOptions are a child task's hosted variants and its backups (variants with spare capacity), the allotment of
+// its slowest hosted variant, and the time allotted below it (Progress.Rest).
 type childOptions struct {
 	hosted  map[string]Option
-	backups []Option
+	backups []backup
+	slowest time.Duration
 	rest    time.Duration
+	open    []Option // scratch: the backups that can take an item now
 }
 
+// backup is a variant with spare capacity, and this stage's share of that capacity: the rate at which it may reroute
+// items there. Without the limit every late item of an overloaded task would go to the same backup, whose queue
+// would then grow until the items in it missed their deadlines too.
+type backup struct {
+	Option
+	bucket tokenBucket
+}
+
+// backupBurst is how many seconds of its share of a backup's spare capacity a stage may use at once.
+const backupBurst = 1.0
+
 // NewStage builds the stage of a variant of task whose budget (profiled time at its max batch) is budget, under
-// plan p (nil before the first plan: no scale, no children hosted).
-func NewStage(spec *pipeline.Spec, p *plan.Plan, policy Policy, task string, budget time.Duration) *Stage {
+// plan p (nil before the first plan: no scale, no children hosted). replicas is how many of the variant's replicas
+// decide through this stage (a live worker decides for itself, 1; the simulator runs one stage for all of them):
+// the stage reroutes to each backup at most its share of the backup's spare capacity, the share of the task's
+// capacity those replicas have. A variant the plan does not host has no share: its late items are dropped.
+func NewStage(spec *pipeline.Spec, p *plan.Plan, policy Policy, task, variant string, budget time.Duration,
+	replicas int) *Stage {
 	s := &Stage{Policy: policy, Task: task, LastTask: spec.IsLeaf(task), Budget: budget, Allowance: budget, Scale: 1}
 	if p == nil {
 		return s
 	}
+	s.reply = commLatency(spec)
 	s.Scale = p.BudgetScale(spec)
 	s.Allowance = time.Duration(float64(budget) * s.Scale)
-	s.LeastRest = allottedBelow(spec, p, task, s.Scale, true)
+	share, taskCapacity := 0.0, 0.0
+	for _, vp := range p.Variants {
+		if vp.Task == task {
+			taskCapacity += vp.CapacityQPS
+		}
+	}
+	if vp := p.Find(task, variant); vp != nil && taskCapacity > 0 && vp.Replicas > 0 {
+		share = vp.CapacityQPS / taskCapacity * float64(min(replicas, vp.Replicas)) / float64(vp.Replicas)
+	}
 	t := spec.Task(task)
-	s.children = make(map[string]childOptions, len(t.Children))
+	s.children = make(map[string]*childOptions, len(t.Children))
 	for _, child := range t.Children {
-		co := childOptions{hosted: map[string]Option{}}
+		co := &childOptions{hosted: map[string]Option{}}
 		for _, vp := range p.Variants {
 			if vp.Task == child {
 				co.hosted[vp.Variant] = option(spec, child, vp.Variant, vp.BudgetMs)
 			}
 		}
 		for _, b := range p.Routing.Backup[child] {
-			co.backups = append(co.backups, option(spec, child, b.Variant, b.LatencyMs))
+			rate := b.LeftoverQPS * share
+			co.backups = append(co.backups, backup{Option: option(spec, child, b.Variant, b.LatencyMs),
+				bucket: newTokenBucket(rate, max(1, rate*backupBurst))})
 		}
-		co.rest = commLatency(spec) + allottedBelow(spec, p, child, s.Scale, false)
+		for _, o := range co.hosted {
+			co.slowest = max(co.slowest, time.Duration(float64(o.Latency)*s.Scale))
+		}
+		co.rest = commLatency(spec) + allottedBelow(spec, p, child, s.Scale)
 		s.children[child] = co
 	}
 	return s
@@ -68,10 +98,9 @@ func commLatency(spec *pipeline.Spec) time.Duration {
 
 // allottedBelow is the time allotted after task finishes until the reply, down the longest chain below it: each
 // task at the allotment of its slowest hosted variant (the allotments the budget scale is made of), since the
-// routing table may send an item to any of them; with backups, at its fastest backup instead when that is faster,
-// since a late item can always be rerouted there (it has spare capacity). A hop before each task and one for the
-// reply. A child task with nothing hosted is left out: its items are dropped as unrouted.
-func allottedBelow(spec *pipeline.Spec, p *plan.Plan, task string, scale float64, backups bool) time.Duration {
+// routing table may send an item to any of them; a hop before each task and one for the reply. A child task with
+// nothing hosted is left out: its items are dropped as unrouted.
+func allottedBelow(spec *pipeline.Spec, p *plan.Plan, task string, scale float64) time.Duration {
 	comm := commLatency(spec)
 	longest := comm // the reply
 	for _, child := range spec.Task(task).Children {
@@ -84,12 +113,7 @@ func allottedBelow(spec *pipeline.Spec, p *plan.Plan, task string, scale float64
 		if !hosted {
 			continue
 		}
-		if backups {
-			for _, b := range p.Routing.Backup[child] {
-				pick = min(pick, b.LatencyMs)
-			}
-		}
-		t := comm + time.Duration(pick*scale*float64(time.Millisecond)) + allottedBelow(spec, p, child, scale, backups)
+		t := comm + time.Duration(pick*scale*float64(time.Millisecond)) + allottedBelow(spec, p, child, scale)
 		longest = max(longest, t)
 	}
 	return longest
@@ -99,20 +123,66 @@ func allottedBelow(spec *pipeline.Spec, p *plan.Plan, task string, scale float64
 // queue at enqueued: "" keeps it, otherwise the drop reason (see the package function BeforeExecute).
 func (s *Stage) BeforeExecute(now, due, enqueued time.Time) string {
 	return BeforeExecute(s.Policy, Queued{Now: now, Deadline: due, LastTask: s.LastTask, Expected: s.Budget,
-		Allowance: s.Allowance, Waited: now.Sub(enqueued), LeastRest: s.LeastRest})
+		Allowance: s.Allowance, Waited: now.Sub(enqueued), LeastRest: s.LeastRest(now)})
+}
+
+// LeastRest is the least time allotted, at now, from the end of the task to the reply on a route an item is sure
+// to get (Queued.LeastRest): each child task at the allotment of its slowest hosted variant, or of a faster backup
+// while this stage's share of the backup's spare capacity is not used up; the tasks below the children at their
+// slowest hosted variants (their backups are other stages' to share); the hops.
+func (s *Stage) LeastRest(now time.Time) time.Duration {
+	rest := s.reply
+	for _, co := range s.children {
+		if len(co.hosted) == 0 {
+			continue
+		}
+		pick := co.slowest
+		for i := range co.backups {
+			b := &co.backups[i]
+			if d := time.Duration(float64(b.Latency) * s.Scale); d < pick && b.bucket.available(now) {
+				pick = d
+			}
+		}
+		rest = max(rest, co.rest+pick)
+	}
+	return rest
 }
 
 // Route decides where one sub-request for child goes after an item spent atTask at this task, with left to its
-// deadline: the routing table routes picks a variant with u1, and the deadline policy keeps it, reroutes it (u2
-// breaks ties) or drops it. An item with no route is dropped as unrouted.
-func (s *Stage) Route(child string, routes []plan.Route, atTask, left time.Duration, u1, u2 float64) Decision {
+// deadline at now: the routing table routes picks a variant with u1, and the deadline policy keeps it, reroutes it
+// to a backup with rate to spare (u2 breaks ties) or drops it. An item with no route is dropped as unrouted.
+func (s *Stage) Route(child string, routes []plan.Route, now time.Time, atTask, left time.Duration,
+	u1, u2 float64) Decision {
 	v := plan.Pick(routes, u1)
 	if v == "" {
 		return Decision{Reason: wire.DropUnrouted}
 	}
 	co := s.children[child]
-	return AfterTask(s.Policy, Progress{AtTask: atTask, Allowance: s.Allowance, Left: left, Scale: s.Scale,
-		Rest: co.rest}, co.hosted[v], co.backups, u2)
+	if co == nil { // before the first plan
+		co = &childOptions{}
+	}
+	chosen, ok := co.hosted[v]
+	if !ok {
+		chosen = Option{Variant: v}
+	}
+	co.open = co.open[:0]
+	if s.Policy == Reroute {
+		for i := range co.backups {
+			if co.backups[i].bucket.available(now) {
+				co.open = append(co.open, co.backups[i].Option)
+			}
+		}
+	}
+	d := AfterTask(s.Policy, Progress{AtTask: atTask, Allowance: s.Allowance, Left: left, Scale: s.Scale,
+		Rest: co.rest}, chosen, co.open, u2)
+	if d.Rerouted {
+		for i := range co.backups {
+			if co.backups[i].Variant == d.Variant {
+				co.backups[i].bucket.take()
+			}
+		}
+	}
+	return d
 }
 
 func option(spec *pipeline.Spec, task, variant string, latencyMs float64) Option {
@@ -122,3 +192,29 @@ func option(spec *pipeline.Spec, task, variant string, latencyMs float64) Option
 	}
 	return o
 }
+
+// tokenBucket admits events at rate per second on average, burst at once.
+type tokenBucket struct {
+	rate, burst, tokens float64
+	last                time.Time
+}
+
+func newTokenBucket(rate, burst float64) tokenBucket {
+	return tokenBucket{rate: rate, burst: burst, tokens: burst}
+}
+
+// available refills the bucket up to now and reports whether it holds a whole token.
+func (b *tokenBucket) available(now time.Time) bool {
+	if b.rate <= 0 {
+		return false
+	}
+	if !b.last.IsZero() && now.After(b.last) {
+		b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
+	}
+	if b.last.IsZero() || now.After(b.last) {
+		b.last = now
+	}
+	return b.tokens >= 1
+}
+
+func (b *tokenBucket) take() { b.tokens-- }

@@ -9,13 +9,15 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
+var t0 = time.Unix(1000, 0)
+
 // TestStageRerouteAllotsTheRestOfThePath: after task a of the chain a -> b -> c, an item is in time for b's chosen
 // variant when its time left covers that variant's allotment, the hop to b, c's allotment at its slowest hosted
 // variant with the hop to it, and the reply's hop; a moment less and it goes to b's fast backup.
 func TestStageRerouteAllotsTheRestOfThePath(t *testing.T) {
 	spec := chainSpec(t)
 	p := chainPlan(true)
-	s := NewStage(spec, p, Reroute, "a", 100*ms)
+	s := NewStage(spec, p, Reroute, "a", "x", 100*ms, 1)
 	scale := (500.0 - 3) / (100 + 100 + 50) // the tightest (only) chain at its slowest variants fills the SLO
 	if s.Scale != scale {
 		t.Fatalf("scale %v, want %v", s.Scale, scale)
@@ -33,7 +35,7 @@ func TestStageRerouteAllotsTheRestOfThePath(t *testing.T) {
 		{allotted(20), "fast", ""},
 		{allotted(20) - time.Nanosecond, "", wire.DropNoFaster},
 	} {
-		d := s.Route("b", routes, 0, tc.left, 0.5, 0.5)
+		d := s.Route("b", routes, t0, 0, tc.left, 0.5, 0.5)
 		if d.Variant != tc.want || d.Reason != tc.reason {
 			t.Errorf("left %v: %+v, want variant %q reason %q", tc.left, d, tc.want, tc.reason)
 		}
@@ -41,23 +43,69 @@ func TestStageRerouteAllotsTheRestOfThePath(t *testing.T) {
 }
 
 // TestStageLeastRest: before task a, reroute counts on the least time below that an item is sure to get: b at its
-// slowest hosted variant, since the routing table may choose it, unless a backup with spare capacity is faster; c
-// likewise; a hop before each task and one for the reply.
+// slowest hosted variant, since the routing table may choose it, unless a backup this stage may still reroute to is
+// faster; c likewise; a hop before each task and one for the reply.
 func TestStageLeastRest(t *testing.T) {
 	spec := chainSpec(t)
+	routes := []plan.Route{{Variant: "slow", Prob: 1}}
 	for _, tc := range []struct {
-		name   string
-		backup bool
-		bMs    float64 // the profiled time of the variant of b counted on
+		name      string
+		backup    bool
+		reroutes  int           // reroutes to b's backup at t0 before asking
+		at        time.Duration // when to ask, after t0
+		bMs       float64       // the profiled time of the variant of b counted on
+		wantDrops int           // of the reroutes, how many found no backup
 	}{
-		{"the fast variant of b is a backup", true, 20},
-		{"the fast variant of b is full: count on the slow one", false, 100},
+		{"the fast variant of b is a backup", true, 0, 0, 20, 0},
+		{"the fast variant of b is full: count on the slow one", false, 0, 0, 100, 0},
+		// Stage a's share of fast's 5 QPS of spare capacity: all of it (a is the only variant of its task), a
+		// second's worth at once.
+		{"the stage used up its share of the backup", true, 6, 0, 100, 1},
+		{"a fifth of a second later, one more reroute may go", true, 6, 200 * ms, 20, 1},
 	} {
-		p := chainPlan(tc.backup)
-		s := NewStage(spec, p, Reroute, "a", 100*ms)
+		s := NewStage(spec, chainPlan(tc.backup), Reroute, "a", "x", 100*ms, 1)
+		drops := 0
+		for range tc.reroutes {
+			if d := s.Route("b", routes, t0, 0, 150*ms, 0.5, 0.5); d.Variant == "" {
+				drops++
+			}
+		}
+		if drops != tc.wantDrops {
+			t.Errorf("%s: %d reroutes dropped, want %d", tc.name, drops, tc.wantDrops)
+		}
 		want := 3*ms + time.Duration((tc.bMs+50)*s.Scale*float64(ms))
-		if s.LeastRest != want {
-			t.Errorf("%s: least rest %v, want %v", tc.name, s.LeastRest, want)
+		if got := s.LeastRest(t0.Add(tc.at)); got != want {
+			t.Errorf("%s: least rest %v, want %v", tc.name, got, want)
+		}
+	}
+}
+
+// TestStageBackupShare: a stage reroutes to a backup at most its share of the backup's spare capacity: the share of
+// its task's capacity that the replicas deciding through it have.
+func TestStageBackupShare(t *testing.T) {
+	spec := chainSpec(t)
+	p := chainPlan(true)
+	p.Variants[0].Replicas = 2 // a/x: two replicas, the whole of task a's capacity
+	p.Routing.Backup["b"][0].LeftoverQPS = 8
+	routes := []plan.Route{{Variant: "slow", Prob: 1}}
+	for _, tc := range []struct {
+		name     string
+		replicas int
+		want     int // reroutes admitted at one instant: a second of the stage's share
+	}{
+		{"one of two replicas (a live worker)", 1, 4},
+		{"both replicas (the simulator's stage)", 2, 8},
+		{"a variant the plan does not host", 0, 0},
+	} {
+		s := NewStage(spec, p, Reroute, "a", "x", 100*ms, tc.replicas)
+		got := 0
+		for range 20 {
+			if d := s.Route("b", routes, t0, 0, 150*ms, 0.5, 0.5); d.Rerouted {
+				got++
+			}
+		}
+		if got != tc.want {
+			t.Errorf("%s: %d reroutes, want %d", tc.name, got, tc.want)
 		}
 	}
 }
@@ -92,16 +140,17 @@ tasks:
 	return spec
 }
 
-// chainPlan hosts every variant of chainSpec; with backup, b's fast variant has spare capacity.
+// chainPlan hosts every variant of chainSpec; with backup, b's fast variant has 5 QPS of spare capacity.
 func chainPlan(backup bool) *plan.Plan {
 	p := &plan.Plan{Variants: []plan.VariantPlan{
-		{Task: "a", Variant: "x", Replicas: 1, MaxBatch: 1, BudgetMs: 100},
+		{Task: "a", Variant: "x", Replicas: 1, MaxBatch: 1, BudgetMs: 100, CapacityQPS: 10},
 		{Task: "b", Variant: "slow", Replicas: 1, MaxBatch: 1, BudgetMs: 100},
 		{Task: "b", Variant: "fast", Replicas: 1, MaxBatch: 1, BudgetMs: 20},
 		{Task: "c", Variant: "y", Replicas: 1, MaxBatch: 1, BudgetMs: 50},
 	}}
 	if backup {
-		p.Routing.Backup = map[string][]plan.Backup{"b": {{Variant: "fast", LatencyMs: 20, Accuracy: 0.7}}}
+		p.Routing.Backup = map[string][]plan.Backup{"b": {{Variant: "fast", LeftoverQPS: 5, LatencyMs: 20,
+			Accuracy: 0.7}}}
 	}
 	return p
 }

@@ -18,11 +18,12 @@ type System struct {
 }
 
 // SystemSyntax is the syntax of a system name, for flag help and errors.
-const SystemSyntax = "loki, inferline or proteus, optionally with a deadline policy, e.g. loki:per-task " +
+const SystemSyntax = "loki, inferline, proteus or static, optionally with a deadline policy, e.g. loki:per-task " +
 	"(defaults: loki the pipeline's deadline_policy, inferline none, proteus per-task)"
 
 // ParseSystem reads a system name: "loki" (Sleipnir's planner: the allocation MILP), "inferline" or "proteus" (the
-// baselines of pkg/baseline), optionally followed by ":" and a deadline policy. Without one, Loki runs the
+// baselines of pkg/baseline), or "static" (the pipeline's static allocation for good, routed as the demand moves:
+// the live planner's --allocator static), optionally followed by ":" and a deadline policy. Without one, Loki runs the
 // pipeline's deadline policy; InferLine none (it provisions for the tail latency and drops nothing); Proteus
 // per-task (it serves each task as a model of its own, with its own share of the SLO, and drops a query that
 // overran it).
@@ -42,6 +43,11 @@ func ParseSystem(s string, spec *pipeline.Spec, cc control.Config) (System, erro
 		sys.Allocator, sys.Policy = baseline.NewInferLine(milp), deadline.None
 	case "proteus":
 		sys.Allocator, sys.Policy = baseline.Proteus{MILP: milp}, deadline.PerTask
+	case "static":
+		sys.Policy = deadline.Policy(spec.DeadlinePolicy)
+		if sys.Policy == "" {
+			sys.Policy = deadline.Default
+		}
 	default:
 		return System{}, fmt.Errorf("system %q: want %s", s, SystemSyntax)
 	}

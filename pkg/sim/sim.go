@@ -456,7 +456,8 @@ func (s *sim) batchDone(srv int) {
 				c := h.exec.ChildOf(s.rng.Float64())
 				child := h.children[c]
 				h.emitted[child]++
-				d := h.stage.Route(child, h.routes[c], atTask, time.Duration(r.due-s.now), s.rng.Float64(), s.rng.Float64())
+				d := h.stage.Route(child, h.routes[c], s.time(), atTask, time.Duration(r.due-s.now), s.rng.Float64(),
+					s.rng.Float64())
 				if d.Variant == "" {
 					r.dropped++
 					s.leaves(r, 1)
@@ -579,11 +580,13 @@ func (s *sim) tick() {
 func (s *sim) applyPlan(p *plan.Plan, replanned bool) {
 	s.plan = p
 	for _, h := range s.hops {
+		replicas := 0 // one stage decides for all of the variant's replicas
 		if vp := p.Find(s.tasks[h.task], h.variant.Name); vp != nil {
 			h.budget = time.Duration(vp.BudgetMs * float64(time.Millisecond))
+			replicas = vp.Replicas
 		}
 		policy := s.cfg.System.Policy
-		h.stage = deadline.NewStage(s.spec, p, policy, s.tasks[h.task], h.budget)
+		h.stage = deadline.NewStage(s.spec, p, policy, s.tasks[h.task], h.variant.Name, h.budget, replicas)
 		down := p.Routing.Downstream[h.name]
 		h.routes = h.routes[:0]
 		for _, c := range h.children {

@@ -144,7 +144,8 @@ func TestCapacity(t *testing.T) {
 func TestParseSystem(t *testing.T) {
 	spec := traffic(t)
 	for in, want := range map[string]string{"loki": "loki:reroute", "loki:none": "loki:none",
-		"inferline": "inferline:none", "proteus": "proteus:per-task", "proteus:reroute": "proteus:reroute"} {
+		"inferline": "inferline:none", "proteus": "proteus:per-task", "proteus:reroute": "proteus:reroute",
+		"static": "static:reroute", "static:none": "static:none"} {
 		s, err := ParseSystem(in, spec, control.Config{})
 		if err != nil || s.Name != want {
 			t.Errorf("%q: %q %v, want %q", in, s.Name, err, want)
@@ -153,6 +154,24 @@ func TestParseSystem(t *testing.T) {
 	for _, bad := range []string{"", "clipper", "loki:", "loki:sometimes"} {
 		if _, err := ParseSystem(bad, spec, control.Config{}); err == nil {
 			t.Errorf("%q: no error", bad)
+		}
+	}
+}
+
+// TestStaticSystem: the static system keeps the spec's allocation (20 replicas) whatever the demand, where Loki's
+// planner scales down to a few workers at 60 QPS.
+func TestStaticSystem(t *testing.T) {
+	spec := traffic(t)
+	for _, name := range []string{"static", "loki"} {
+		r, err := Run(Config{Spec: spec, Workload: workload.Constant(60, 30*time.Second), Warmup: 15 * time.Second,
+			Servers: 20, System: system(t, name, spec), Seed: 1, CommLatency: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := r.Summary
+		static := name == "static"
+		if static != (sum.Replans == 0) || static != (sum.MeanActiveServers == 20) {
+			t.Errorf("%s: %d re-plans, %.1f active servers", name, sum.Replans, sum.MeanActiveServers)
 		}
 	}
 }

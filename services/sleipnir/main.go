@@ -36,7 +36,7 @@ commands:
   worker    serve the model variant the planner assigns
   planner   publish pipelines and plans, assign workers
   plan      solve the allocation MILP for a demand (or a sweep of demands) and print the plan
-  sim       simulate a pipeline under a workload, per policy (loki, inferline, proteus), and report
+  sim       simulate a pipeline under a workload, per policy (loki, inferline, proteus, static), and report
   profile   measure an OCR pipeline's variants (latency, swap time, fan-out, accuracy) and write its profile file
   ocrdata   generate the labelled OCR set (document images and their ground truth)
   version   print the version

@@ -339,7 +339,7 @@ func (s *serving) refreshStage() {
 		return
 	}
 	s.stagePlan = s.plan
-	s.stage = deadline.NewStage(s.spec, s.plan, s.policy, s.a.Task, s.budget)
+	s.stage = deadline.NewStage(s.spec, s.plan, s.policy, s.a.Task, s.a.Variant, s.budget, 1)
 }
 
 func (s *serving) same(n wanted) bool {
@@ -660,7 +660,7 @@ func (w *Worker) forward(ctx context.Context, s *serving, in *inbound) error {
 			for _, inputs := range out.Children[child] {
 				id := wire.ChildItemID(it.ID, n)
 				n++
-				d := s.stage.Route(child, routes[child], atTask, left, w.rng.Float64(), w.rng.Float64())
+				d := s.stage.Route(child, routes[child], now, atTask, left, w.rng.Float64(), w.rng.Float64())
 				v, reason := d.Variant, d.Reason
 				if d.Rerouted {
 					w.rerouted.Add(1)
