@@ -19,12 +19,12 @@ type System struct {
 
 // SystemSyntax is the syntax of a system name, for flag help and errors.
 const SystemSyntax = "loki, inferline, proteus or static, optionally with a deadline policy, e.g. loki:per-task " +
-	"(defaults: loki the pipeline's deadline_policy, inferline none, proteus per-task)"
+	"(defaults: loki and static the pipeline's deadline_policy, inferline none, proteus per-task)"
 
 // ParseSystem reads a system name: "loki" (Sleipnir's planner: the allocation MILP), "inferline" or "proteus" (the
-// baselines of pkg/baseline), or "static" (the pipeline's static allocation for good, routed as the demand moves:
-// the live planner's --allocator static), optionally followed by ":" and a deadline policy. Without one, Loki runs the
-// pipeline's deadline policy; InferLine none (it provisions for the tail latency and drops nothing); Proteus
+// baselines of pkg/baseline), or "static" (the pipeline's static allocation for good, routed as the demand
+// moves: the live planner's --allocator static), optionally followed by ":" and a deadline policy. Without one,
+// Loki and static run the pipeline's deadline policy; InferLine none (it provisions for the tail latency and drops nothing); Proteus
 // per-task (it serves each task as a model of its own, with its own share of the SLO, and drops a query that
 // overran it).
 // The allocators size plans for the control loop's routing utilization (cc; zero values are its defaults).
