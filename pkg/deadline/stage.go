@@ -39,7 +39,8 @@ type childOptions struct {
 // would then grow until the items in it missed their deadlines too.
 type backup struct {
 	Option
-	bucket tokenBucket
+	allotment time.Duration // Latency stretched by the plan's budget scale
+	bucket    tokenBucket
 }
 
 // backupBurst is how many seconds of its share of a backup's spare capacity a stage may use at once.
@@ -79,7 +80,8 @@ func NewStage(spec *pipeline.Spec, p *plan.Plan, policy Policy, task, variant st
 		}
 		for _, b := range p.Routing.Backup[child] {
 			rate := b.LeftoverQPS * share
-			co.backups = append(co.backups, backup{Option: option(spec, child, b.Variant, b.LatencyMs),
+			o := option(spec, child, b.Variant, b.LatencyMs)
+			co.backups = append(co.backups, backup{Option: o, allotment: time.Duration(float64(o.Latency) * s.Scale),
 				bucket: newTokenBucket(rate, max(1, rate*backupBurst))})
 		}
 		for _, o := range co.hosted {
@@ -122,8 +124,12 @@ func allottedBelow(spec *pipeline.Spec, p *plan.Plan, task string, scale float64
 // BeforeExecute decides whether to drop an item taken from the variant's queue at now, due at due, that reached the
 // queue at enqueued: "" keeps it, otherwise the drop reason (see the package function BeforeExecute).
 func (s *Stage) BeforeExecute(now, due, enqueued time.Time) string {
-	return BeforeExecute(s.Policy, Queued{Now: now, Deadline: due, LastTask: s.LastTask, Expected: s.Budget,
-		Allowance: s.Allowance, Waited: now.Sub(enqueued), LeastRest: s.LeastRest(now)})
+	q := Queued{Now: now, Deadline: due, LastTask: s.LastTask, Expected: s.Budget, Allowance: s.Allowance,
+		Waited: now.Sub(enqueued)}
+	if s.Policy == Reroute { // the only policy that looks below the task
+		q.LeastRest = s.LeastRest(now)
+	}
+	return BeforeExecute(s.Policy, q)
 }
 
 // LeastRest is the least time allotted, at now, from the end of the task to the reply on a route an item is sure
@@ -138,9 +144,8 @@ func (s *Stage) LeastRest(now time.Time) time.Duration {
 		}
 		pick := co.slowest
 		for i := range co.backups {
-			b := &co.backups[i]
-			if d := time.Duration(float64(b.Latency) * s.Scale); d < pick && b.bucket.available(now) {
-				pick = d
+			if b := &co.backups[i]; b.allotment < pick && b.bucket.available(now) {
+				pick = b.allotment
 			}
 		}
 		rest = max(rest, co.rest+pick)

@@ -355,7 +355,8 @@ func (w *Worker) start(ctx context.Context, n wanted, t0 time.Time) (*serving, e
 	if n.a.MaxBatch < 1 {
 		return nil, fmt.Errorf("assignment %s: max batch %d", n.a.Hop(), n.a.MaxBatch)
 	}
-	exec, err := w.cfg.NewExecutor(n.spec, n.a.Task, n.a.Variant, executor.Options{Seed: w.cfg.Seed, ModelsDir: w.cfg.ModelsDir})
+	exec, err := w.cfg.NewExecutor(n.spec, n.a.Task, n.a.Variant,
+		executor.Options{Seed: w.cfg.Seed, ModelsDir: w.cfg.ModelsDir})
 	if err != nil {
 		return nil, err
 	}
