@@ -5,11 +5,13 @@
 package allocate
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/milp"
@@ -70,6 +72,7 @@ type variant struct {
 
 // path is a root-to-leaf path of variants through one chain.
 type path struct {
+	id       int // index in model.paths
 	chain    int
 	hops     []int     // indexes into model.variants, one per task of the chain
 	mult     []float64 // items reaching hop i per request entering the path
@@ -106,7 +109,7 @@ type model struct {
 	demandRow      []int
 	prefixes       []prefixRows
 	minAccuracyRow int
-	// firstFlow is the first flow column; comboCols the column of each combination by name.
+	// firstFlow is the first flow column; comboCols the column of each combination by comboKey.
 	firstFlow int
 	comboCols map[string]int
 	// priced says flow columns are generated as the LPs need them (see pricer); unserved are then the columns of
@@ -396,7 +399,7 @@ func (m *model) addCombo(pa *path, batches []int) *combo {
 	c := &combo{path: pa, batches: append([]int(nil), batches...)}
 	c.col = m.prob.AddColumn("flow "+m.comboName(c), m.comboObj(pa), 0, milp.Inf, m.comboTerms(pa, c.batches))
 	m.combos = append(m.combos, c)
-	m.comboCols[m.comboName(c)] = c.col
+	m.comboCols[comboKey(pa, c.batches)] = c.col
 	return c
 }
 
@@ -582,7 +585,7 @@ func dropDominatedBatches(kv *variant) {
 // addPath adds the path of variants hops along chain ci if its fastest latency fits the chain's budget.
 func (m *model) addPath(ci int, hops []int) {
 	chain := m.chains[ci]
-	pa := &path{chain: ci, hops: hops, maxLat: m.budget[ci], fastestAfter: make([]float64, len(hops))}
+	pa := &path{id: len(m.paths), chain: ci, hops: hops, maxLat: m.budget[ci], fastestAfter: make([]float64, len(hops))}
 	for i := len(hops) - 2; i >= 0; i-- {
 		pa.fastestAfter[i] = pa.fastestAfter[i+1] + slicesMin(m.variants[hops[i+1]].lat)
 	}
@@ -626,7 +629,23 @@ type prefixRows struct {
 	rows   map[string][]int
 }
 
-func prefixKey(hops, batches []int) string { return fmt.Sprint(hops, batches) }
+// prefixKey identifies hops at batch indexes: a map key, cheap to build (the pricer's search builds one per step).
+func prefixKey(hops, batches []int) string {
+	key := make([]byte, 0, 2*len(hops))
+	for i := range hops {
+		key = binary.AppendUvarint(binary.AppendUvarint(key, uint64(hops[i])), uint64(batches[i]))
+	}
+	return string(key)
+}
+
+// comboKey identifies the combination of path pa at batch indexes batches.
+func comboKey(pa *path, batches []int) string {
+	key := binary.AppendUvarint(make([]byte, 0, 2+len(batches)), uint64(pa.id))
+	for _, b := range batches {
+		key = binary.AppendUvarint(key, uint64(b))
+	}
+	return string(key)
+}
 
 // addPrefixAgreement adds the rows of prefixRows, for every prefix of variants and batch sizes that fits, with no
 // flow columns yet.
@@ -638,6 +657,7 @@ func (m *model) addPrefixAgreement() {
 		through, depth := m.chainsThrough(t.Name)
 		pr := prefixRows{depth: depth, ref: through[0], others: through[1:], rows: map[string][]int{}}
 		var keys []string
+		names := map[string]string{} // row names, readable
 		for _, pa := range m.paths {
 			if !slices.Contains(through, pa.chain) {
 				continue
@@ -649,6 +669,7 @@ func (m *model) addPrefixAgreement() {
 				if _, ok := pr.rows[key]; !ok {
 					pr.rows[key] = nil
 					keys = append(keys, key)
+					names[key] = m.hopsName(pa.hops[:depth], batches[:depth])
 				}
 				return true
 			})
@@ -656,7 +677,7 @@ func (m *model) addPrefixAgreement() {
 		sort.Strings(keys)
 		for _, key := range keys {
 			for range pr.others {
-				pr.rows[key] = append(pr.rows[key], m.prob.AddRow("shared prefix "+t.Name+" "+key, 0, 0))
+				pr.rows[key] = append(pr.rows[key], m.prob.AddRow("shared prefix "+names[key], 0, 0))
 			}
 		}
 		m.prefixes = append(m.prefixes, pr)
@@ -687,13 +708,23 @@ func (m *model) demandBound() float64 {
 	return best * float64(m.in.Servers)
 }
 
-func (m *model) comboName(c *combo) string {
-	names := make([]string, len(c.path.hops))
-	for i, h := range c.path.hops {
+func (m *model) comboName(c *combo) string { return m.hopsName(c.path.hops, c.batches) }
+
+// hopsName names variants hops at batch indexes batches: "task/variant@batch,...".
+func (m *model) hopsName(hops, batches []int) string {
+	var b strings.Builder
+	for i, h := range hops {
+		if i > 0 {
+			b.WriteByte(',')
+		}
 		kv := m.variants[h]
-		names[i] = fmt.Sprintf("%s/%s@%d", kv.task, kv.v.Name, kv.batches[c.batches[i]])
+		b.WriteString(kv.task)
+		b.WriteByte('/')
+		b.WriteString(kv.v.Name)
+		b.WriteByte('@')
+		b.WriteString(strconv.Itoa(kv.batches[batches[i]]))
 	}
-	return strings.Join(names, ",")
+	return b.String()
 }
 
 func (m *model) pathName(pa *path) string {

@@ -203,7 +203,7 @@ func (m *model) pricer() func(duals, x []float64) (int, bool) {
 		var found []candidate
 		for _, pa := range m.paths {
 			if c, rc := m.bestCombo(pa, duals, sign); c != nil {
-				if _, ok := m.comboCols[m.comboName(c)]; !ok {
+				if _, ok := m.comboCols[comboKey(pa, c.batches)]; !ok {
 					found = append(found, candidate{c, rc})
 				}
 			}
@@ -437,7 +437,7 @@ func (m *model) fixedBatchIncumbent(x []float64, opt Options) []float64 {
 				lat += m.variants[h].lat[batches[i]]
 			}
 			if lat <= pa.maxLat+1e-9 {
-				if _, ok := m.comboCols[m.comboName(&combo{path: pa, batches: batches})]; !ok {
+				if _, ok := m.comboCols[comboKey(pa, batches)]; !ok {
 					m.addCombo(pa, batches)
 				}
 			}

@@ -8,6 +8,7 @@ package milp
 //                        const double *rowub);
 // void sleipnir_clp_primal(void *model, double *out, int n);
 // void sleipnir_clp_duals(void *model, double *out, int n);
+// void sleipnir_clp_reduced_costs(void *model, double *out, int n);
 // void sleipnir_clp_add_columns(void *model, int n, const double *lo, const double *up, const double *obj,
 //                               const int *start, const int *index, const double *value);
 // int sleipnir_clp_basis_len(void *model);
@@ -77,6 +78,13 @@ func rowDuals(s *clp.Simplex, n int) []float64 {
 	y := make([]float64, n)
 	C.sleipnir_clp_duals(clpModel(s), dbl(y), C.int(n))
 	return y
+}
+
+// reducedCosts is the column reduced costs (minimisation form) of the last solve.
+func reducedCosts(s *clp.Simplex, n int) []float64 {
+	d := make([]float64, n)
+	C.sleipnir_clp_reduced_costs(clpModel(s), dbl(d), C.int(n))
+	return d
 }
 
 // primal is the primal column solution of the last solve.

@@ -159,6 +159,9 @@ func (r *relaxation) solvePriced(bounds func() (lo, up []float64), start []byte,
 // duals is the row duals of the last solve (minimisation form: reduced cost = cost - duals . column).
 func (r *relaxation) duals() []float64 { return rowDuals(r.simplex, len(r.rowLo)) }
 
+// reducedCosts is the column reduced costs of the last solve (minimisation form).
+func (r *relaxation) reducedCosts() []float64 { return reducedCosts(r.simplex, len(r.obj)) }
+
 // basis is the basis of the last solve, for the children of the node it solved.
 func (r *relaxation) basis() []byte {
 	if r.simplex == nil {

@@ -289,3 +289,58 @@ func TestRootHeuristic(t *testing.T) {
 		}
 	}
 }
+
+// TestFixByReducedCost checks the bounds reduced-cost fixing leaves: a column may move off its bound only as far as
+// its reduced cost lets the LP value stay below the incumbent's (less the gap tolerance, or a whole unit when the
+// objective is integral).
+func TestFixByReducedCost(t *testing.T) {
+	p := &Problem{}
+	for range 5 {
+		p.AddCol("x", 0, 0, 10, true, 0)
+	}
+	p.Integer[4] = false // continuous: never fixed
+	for _, c := range []struct {
+		name     string
+		integral bool
+		inc, obj float64 // minimisation form; inc +Inf: no incumbent
+		x, rc    []float64
+		lo, up   []float64 // the node's bounds before and after
+		wantLo   []float64
+		wantUp   []float64
+	}{
+		{name: "at lower bound", inc: 10, obj: 7,
+			x: []float64{0, 0, 2, 4, 0}, rc: []float64{1, 0.5, 0, 0, 5},
+			lo: []float64{0, 0, 0, 0, 0}, up: []float64{10, 10, 10, 10, 10},
+			wantLo: []float64{0, 0, 0, 0, 0}, wantUp: []float64{2, 5, 10, 10, 10}},
+		{name: "at upper bound", inc: 10, obj: 7,
+			x: []float64{4, 1, 2, 10, 0}, rc: []float64{-2, 0, 0, -4, 0},
+			lo: []float64{0, 0, 0, 0, 0}, up: []float64{4, 10, 10, 10, 10},
+			wantLo: []float64{3, 0, 0, 10, 0}, wantUp: []float64{4, 10, 10, 10, 10}},
+		{name: "off its bound despite the reduced cost (tolerances)", inc: 10, obj: 7,
+			x: []float64{0.5, 0, 0, 0, 0}, rc: []float64{1, 0, 0, 0, 0},
+			lo: []float64{0, 0, 0, 0, 0}, up: []float64{10, 10, 10, 10, 10},
+			wantLo: []float64{0, 0, 0, 0, 0}, wantUp: []float64{10, 10, 10, 10, 10}},
+		{name: "integral objective: a whole unit better", integral: true, inc: 10, obj: 7.5,
+			x: []float64{0, 0, 0, 0, 0}, rc: []float64{1, 0.5, 2, 0, 0},
+			lo: []float64{0, 0, 0, 0, 0}, up: []float64{10, 10, 10, 10, 10},
+			wantLo: []float64{0, 0, 0, 0, 0}, wantUp: []float64{1, 3, 0, 10, 10}},
+		{name: "no incumbent", inc: math.Inf(1), obj: 7,
+			x: []float64{0, 0, 0, 0, 0}, rc: []float64{1, 1, 1, 1, 1},
+			lo: []float64{0, 0, 0, 0, 0}, up: []float64{10, 10, 10, 10, 10},
+			wantLo: []float64{0, 0, 0, 0, 0}, wantUp: []float64{10, 10, 10, 10, 10}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := &search{p: p, opt: Options{RelGap: 1e-6, AbsGap: 1e-9, IntegralObjective: c.integral}, inc: c.inc}
+			if !math.IsInf(c.inc, 1) {
+				s.incX = make([]float64, p.NumCols())
+			}
+			n := &node{lo: append([]float64(nil), c.lo...), up: append([]float64(nil), c.up...)}
+			s.fixByReducedCost(n, c.obj, c.x, c.rc)
+			for j := range n.lo {
+				if n.lo[j] != c.wantLo[j] || n.up[j] != c.wantUp[j] {
+					t.Errorf("column %d: bounds [%v, %v], want [%v, %v]", j, n.lo[j], n.up[j], c.wantLo[j], c.wantUp[j])
+				}
+			}
+		})
+	}
+}
