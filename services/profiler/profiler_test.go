@@ -97,3 +97,33 @@ tasks:
 		t.Errorf("error %v, want it to say what the profiler measures", err)
 	}
 }
+
+// TestMonotone: a measured latency below a smaller batch's is raised to it, quantile by quantile, so that the
+// profile loads; a profile that already grows is left as it is.
+func TestMonotone(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		in, want []pipeline.ProfilePoint
+	}{
+		{name: "growing",
+			in:   []pipeline.ProfilePoint{{Batch: 1, P50Ms: 10, P95Ms: 12, P99Ms: 13}, {Batch: 2, P50Ms: 15, P95Ms: 18, P99Ms: 20}},
+			want: []pipeline.ProfilePoint{{Batch: 1, P50Ms: 10, P95Ms: 12, P99Ms: 13}, {Batch: 2, P50Ms: 15, P95Ms: 18, P99Ms: 20}}},
+		{name: "noise at batch 2",
+			in: []pipeline.ProfilePoint{{Batch: 1, P50Ms: 59.89, P95Ms: 70, P99Ms: 80}, {Batch: 2, P50Ms: 55.5, P95Ms: 66, P99Ms: 90},
+				{Batch: 4, P50Ms: 58, P95Ms: 75, P99Ms: 85}},
+			want: []pipeline.ProfilePoint{{Batch: 1, P50Ms: 59.89, P95Ms: 70, P99Ms: 80}, {Batch: 2, P50Ms: 59.89, P95Ms: 70, P99Ms: 90},
+				{Batch: 4, P50Ms: 59.89, P95Ms: 75, P99Ms: 90}}},
+		{name: "no p99",
+			in:   []pipeline.ProfilePoint{{Batch: 1, P50Ms: 10, P95Ms: 12}, {Batch: 2, P50Ms: 9, P95Ms: 11}},
+			want: []pipeline.ProfilePoint{{Batch: 1, P50Ms: 10, P95Ms: 12}, {Batch: 2, P50Ms: 10, P95Ms: 12}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := monotone(append([]pipeline.ProfilePoint(nil), c.in...))
+			for k := range got {
+				if got[k] != c.want[k] {
+					t.Errorf("point %d: %+v, want %+v", k, got[k], c.want[k])
+				}
+			}
+		})
+	}
+}
