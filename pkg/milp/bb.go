@@ -307,8 +307,8 @@ func (s *search) process(n *node) []*node {
 // fixByReducedCost tightens the bounds of n's integer columns (which its children inherit) by their reduced costs
 // rc at its LP optimum x of value obj: an integer column at its lower bound with reduced cost d > 0 cannot rise by k
 // without the LP value rising by at least k*d, so it cannot rise further than the incumbent allows; likewise at
-// its upper bound (Nemhauser and Wolsey, 1988). Most columns of the allocation models sit at zero with a positive
-// reduced cost, and once the incumbent is close to the bound this fixes most of them.
+// its upper bound (Nemhauser and Wolsey, 1988). Few columns are fixed at the root of the allocation models; deeper,
+// where the bound nears the incumbent, more are: 1.25-2.4x fewer nodes on the traffic example at 400-900 QPS.
 func (s *search) fixByReducedCost(n *node, obj float64, x, rc []float64) {
 	if s.incX == nil {
 		return
