@@ -16,7 +16,7 @@ const benchLimit = 2 * time.Second
 
 // BenchmarkSolve solves the examples across a sweep of demands: hardware scaling at low demand, accuracy scaling
 // past the switch point (on the traffic tree, 700 QPS is the slowest demand of the 50:1200:50 sweep). Metrics: "gap"
-// (0 when proven optimal) and "accuracy" of the plan.
+// (0 when proven optimal), "accuracy" of the plan, and the branch-and-bound "nodes" of every step solved.
 func BenchmarkSolve(b *testing.B) {
 	for _, c := range []struct {
 		file    string
@@ -52,6 +52,7 @@ func benchSolve(b *testing.B, in Input) {
 	}
 	b.ReportMetric(res.Gap, "gap")
 	b.ReportMetric(res.SystemAccuracy, "accuracy")
+	b.ReportMetric(float64(res.Nodes), "nodes")
 }
 
 // chainSpec is a chain of tasks with variants per task, shaped like the examples: the k-th variant of a task is

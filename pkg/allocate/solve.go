@@ -335,9 +335,9 @@ func (m *model) pathFlows(x []float64) map[*path]float64 {
 // fixedBatchIncumbent is a first point for steps 2 and 3, found the way an experienced operator would: from the
 // solution x of the LP relaxation (the search's root), give each variant it uses the batch size where it gives that
 // variant the most capacity (or the largest below it at which the paths the LP sends traffic on still fit), and
-// every other variant the largest batch size that still fits some path through it; then solve the much smaller MILP left (replica counts and flows only)
-// with a node limit. nil when that restricted problem has no point within its limit; the search then starts
-// without one.
+// every other variant the largest batch size that still fits some path through it; then solve the much smaller
+// MILP left (replica counts and flows only) with a node limit. nil when that restricted problem has no point within
+// its limit; the search then starts without one.
 func (m *model) fixedBatchIncumbent(x []float64, opt Options) []float64 {
 	p := m.prob
 	flows := m.pathFlows(x)

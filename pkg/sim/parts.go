@@ -24,9 +24,9 @@ const SystemSyntax = "loki, inferline, proteus or static, optionally with a dead
 // ParseSystem reads a system name: "loki" (Sleipnir's planner: the allocation MILP), "inferline" or "proteus" (the
 // baselines of pkg/baseline), or "static" (the pipeline's static allocation for good, routed as the demand
 // moves: the live planner's --allocator static), optionally followed by ":" and a deadline policy. Without one,
-// Loki and static run the pipeline's deadline policy; InferLine none (it provisions for the tail latency and drops nothing); Proteus
-// per-task (it serves each task as a model of its own, with its own share of the SLO, and drops a query that
-// overran it).
+// Loki and static run the pipeline's deadline policy; InferLine none (it provisions for the tail latency and drops
+// nothing); Proteus per-task (it serves each task as a model of its own, with its own share of the SLO, and drops a
+// query that overran it).
 // The allocators size plans for the control loop's routing utilization (cc; zero values are its defaults).
 func ParseSystem(s string, spec *pipeline.Spec, cc control.Config) (System, error) {
 	name, pol, hasPolicy := strings.Cut(s, ":")

@@ -101,24 +101,29 @@ tasks:
 // TestMonotone: a measured latency below a smaller batch's is raised to it, quantile by quantile, so that the
 // profile loads; a profile that already grows is left as it is.
 func TestMonotone(t *testing.T) {
+	type pts = []pipeline.ProfilePoint
+	pt := func(batch int, p50, p95, p99 float64) pipeline.ProfilePoint {
+		return pipeline.ProfilePoint{Batch: batch, P50Ms: p50, P95Ms: p95, P99Ms: p99}
+	}
 	for _, c := range []struct {
 		name     string
-		in, want []pipeline.ProfilePoint
+		in, want pts
 	}{
 		{name: "growing",
-			in:   []pipeline.ProfilePoint{{Batch: 1, P50Ms: 10, P95Ms: 12, P99Ms: 13}, {Batch: 2, P50Ms: 15, P95Ms: 18, P99Ms: 20}},
-			want: []pipeline.ProfilePoint{{Batch: 1, P50Ms: 10, P95Ms: 12, P99Ms: 13}, {Batch: 2, P50Ms: 15, P95Ms: 18, P99Ms: 20}}},
+			in:   pts{pt(1, 10, 12, 13), pt(2, 15, 18, 20)},
+			want: pts{pt(1, 10, 12, 13), pt(2, 15, 18, 20)}},
 		{name: "noise at batch 2",
-			in: []pipeline.ProfilePoint{{Batch: 1, P50Ms: 59.89, P95Ms: 70, P99Ms: 80}, {Batch: 2, P50Ms: 55.5, P95Ms: 66, P99Ms: 90},
-				{Batch: 4, P50Ms: 58, P95Ms: 75, P99Ms: 85}},
-			want: []pipeline.ProfilePoint{{Batch: 1, P50Ms: 59.89, P95Ms: 70, P99Ms: 80}, {Batch: 2, P50Ms: 59.89, P95Ms: 70, P99Ms: 90},
-				{Batch: 4, P50Ms: 59.89, P95Ms: 75, P99Ms: 90}}},
+			in:   pts{pt(1, 59.89, 70, 80), pt(2, 55.5, 66, 90), pt(4, 58, 75, 85)},
+			want: pts{pt(1, 59.89, 70, 80), pt(2, 59.89, 70, 90), pt(4, 59.89, 75, 90)}},
 		{name: "no p99",
-			in:   []pipeline.ProfilePoint{{Batch: 1, P50Ms: 10, P95Ms: 12}, {Batch: 2, P50Ms: 9, P95Ms: 11}},
-			want: []pipeline.ProfilePoint{{Batch: 1, P50Ms: 10, P95Ms: 12}, {Batch: 2, P50Ms: 10, P95Ms: 12}}},
+			in:   pts{pt(1, 10, 12, 0), pt(2, 9, 11, 0)},
+			want: pts{pt(1, 10, 12, 0), pt(2, 10, 12, 0)}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			got := monotone(append([]pipeline.ProfilePoint(nil), c.in...))
+			got := monotone(append(pts(nil), c.in...))
+			if len(got) != len(c.want) {
+				t.Fatalf("%d points, want %d", len(got), len(c.want))
+			}
 			for k := range got {
 				if got[k] != c.want[k] {
 					t.Errorf("point %d: %+v, want %+v", k, got[k], c.want[k])
