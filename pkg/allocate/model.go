@@ -248,8 +248,8 @@ func build(in Input, st step) (*model, error) {
 		}
 		for bi, b := range kv.batches {
 			name := fmt.Sprintf("%s/%s@%d", kv.task, kv.v.Name, b)
-			// Batch choices and replica counts are branched on alike, by pseudo-cost, after the aggregates of
-			// addAggregates: on the examples that closes the gap in fewer nodes than taking every batch choice first.
+			// Batch choices and replica counts are branched on alike, after the servers of each task (addAggregates):
+			// on the examples that closes the gap in fewer nodes than taking every batch choice first.
 			kv.z = append(kv.z, p.AddCol("use "+name, 0, 0, 1, true, prioBatch))
 			kv.n = append(kv.n, p.AddCol("replicas "+name, 0, 0, m.replicaBound(k, bi), true, prioBatch))
 			if st == stepHardware {
@@ -403,19 +403,22 @@ func (m *model) addCombo(pa *path, batches []int) *combo {
 	return c
 }
 
-// Branching priorities: the servers of a task first, then the replicas of a variant, then batch choices and
+// Branching priorities: the servers of a task first; then, alike, the replicas of a variant, batch choices and
 // replicas per batch size.
 const (
-	prioBatch   = 2
-	prioVariant = 3
-	prioTask    = 4
+	prioBatch = 2
+	prioTask  = 4
 )
 
-// addAggregates adds integer columns for the servers of each task and the replicas of each variant (over its batch
-// sizes), to branch on before the per-batch columns. Branching on a per-batch replica count barely moves the LP
-// bound, which shifts the fraction to another batch size or variant of the same task; "task t has at most 9
-// servers, or at least 10" cannot be dodged that way. On the traffic example at 400-900 QPS this cut the nodes to
-// prove an accuracy-scaling optimum from 739 to more than 12,000 down to 43-1,292.
+// addAggregates adds integer columns for the servers of each task, branched on first, and the replicas of each
+// variant (over its batch sizes). Branching on a per-batch replica count alone barely moves the LP bound, which
+// shifts the fraction to another batch size or variant of the same task; "task t has at most 9 servers, or at least
+// 10" cannot be dodged that way. With pseudo-cost branching, taking the aggregates first cut the nodes to prove an
+// accuracy-scaling optimum on the traffic example at 400-900 QPS from 739 to more than 12,000 down to 43-1,292.
+// With reliability branching (pkg/milp), which measures what each candidate's branches would gain, the variants'
+// replicas do better competing with the per-batch columns than preceding them: on the traffic example at eight
+// demands of 400-900 QPS, 19-291 nodes where the variants first took 26-871 (measured while choosing the
+// strong-branching limits).
 func (m *model) addAggregates() {
 	p := m.prob
 	m.taskServers = map[string]int{}
@@ -433,7 +436,7 @@ func (m *model) addAggregates() {
 				replicas = append(replicas, milp.Term{Col: n, Coef: 1})
 			}
 			task = append(task, replicas...)
-			kv.total = p.AddCol("replicas of "+t.Name+"/"+kv.v.Name, 0, 0, float64(m.in.Servers), true, prioVariant)
+			kv.total = p.AddCol("replicas of "+t.Name+"/"+kv.v.Name, 0, 0, float64(m.in.Servers), true, prioBatch)
 			p.AddRow("replicas of "+t.Name+"/"+kv.v.Name, 0, 0, append(replicas, milp.Term{Col: kv.total, Coef: -1})...)
 		}
 		if len(task) > 0 {

@@ -3,6 +3,7 @@ package milp
 import (
 	"container/heap"
 	"math"
+	"sort"
 	"time"
 )
 
@@ -92,7 +93,8 @@ func (h *openNodes) Pop() any {
 const intTol = 1e-6
 
 // Solve finds an optimal point of p by branch-and-bound: depth-first until a first incumbent exists, best-bound
-// afterwards; branching on the fractional integer column of the highest priority, the most fractional among them.
+// afterwards; branching on a fractional integer column of the highest priority, chosen by reliability branching
+// (see branchColumn).
 func Solve(p *Problem, opt Options) (Result, error) {
 	if err := p.Validate(); err != nil {
 		return Result{}, err
@@ -291,13 +293,16 @@ func (s *search) process(n *node) []*node {
 		return nil
 	}
 	s.fixByReducedCost(n, obj, x, rc)
-	col := s.branchColumn(x)
-	if col < 0 {
+	b := s.lp.basis()
+	col, bounds := s.branchColumn(n, x, obj, b)
+	switch col {
+	case integral:
 		s.accept(x)
 		return nil
+	case prunedByStrongBranching:
+		return nil
 	}
-	children := split(n, col, x[col], obj)
-	b := s.lp.basis()
+	children := split(n, col, x[col], bounds)
 	for _, c := range children {
 		c.basis = b // shared, read-only
 	}
@@ -351,11 +356,18 @@ func (s *search) extend(n *node) {
 	}
 }
 
-// branchColumn is the fractional integer column to branch on, or -1 if x is integral: among those of the highest
-// priority, the one whose branches the pseudo-costs forecast to move the bound most (the product of the two
-// forecasts, so that both children gain).
-func (s *search) branchColumn(x []float64) int {
-	col, prio, best := -1, math.MinInt, -1.0
+// branchColumn is the fractional integer column of node n to branch on, with a lower bound on the LP value of its
+// down and up children; or integral when x (the node's LP optimum, of value obj, from basis b) is integral, or
+// prunedByStrongBranching when no child can improve the incumbent. Among the fractional columns of the highest
+// priority it takes the one whose branches are forecast to move the bound most (the product of the two gains, so
+// that both children gain). The forecast is the column's pseudo-costs once they are reliable, and strong branching
+// before: a few dual simplex iterations on the LPs of both children, whose gains are recorded (reliability
+// branching, Achterberg, Koch and Martin 2005). Pseudo-costs not yet learnt branch blind at the top of the tree,
+// where the choice matters most.
+func (s *search) branchColumn(n *node, x []float64, obj float64, b []byte) (int, [2]float64) {
+	bounds := [2]float64{obj, obj}
+	prio := math.MinInt
+	var cands []int
 	for j, integer := range s.p.Integer {
 		if !integer {
 			continue
@@ -364,26 +376,114 @@ func (s *search) branchColumn(x []float64) int {
 		if f < intTol || f > 1-intTol {
 			continue
 		}
-		score := max(f*s.pc.forecast(j, false), 1e-6) * max((1-f)*s.pc.forecast(j, true), 1e-6)
-		if s.p.Priority[j] > prio || (s.p.Priority[j] == prio && score > best) {
-			col, prio, best = j, s.p.Priority[j], score
+		if s.p.Priority[j] > prio {
+			prio, cands = s.p.Priority[j], cands[:0]
+		}
+		if s.p.Priority[j] == prio {
+			cands = append(cands, j)
 		}
 	}
-	return col
+	if len(cands) == 0 {
+		return integral, bounds
+	}
+	score := func(down, up float64) float64 { return max(down, 1e-6) * max(up, 1e-6) }
+	forecast := func(j int) float64 {
+		f := x[j] - math.Floor(x[j])
+		return score(f*s.pc.forecast(j, false), (1-f)*s.pc.forecast(j, true))
+	}
+	sort.SliceStable(cands, func(a, c int) bool { return forecast(cands[a]) > forecast(cands[c]) })
+	col, best, strong, sinceBest := -1, -1.0, 0, 0
+	for _, j := range cands {
+		sc := forecast(j)
+		if strong < maxStrongBranch && sinceBest < lookahead && min(s.pc.n[0][j], s.pc.n[1][j]) < reliable {
+			strong++
+			sinceBest++
+			f := x[j] - math.Floor(x[j])
+			down := s.strongBranch(n, j, n.lo[j], math.Floor(x[j]), obj, b)
+			up := s.strongBranch(n, j, math.Ceil(x[j]), n.up[j], obj, b)
+			if s.prunable(down.bound) && s.prunable(up.bound) {
+				return prunedByStrongBranching, bounds
+			}
+			if !math.IsInf(down.gain, 1) {
+				s.pc.record(j, false, down.gain/f)
+			}
+			if !math.IsInf(up.gain, 1) {
+				s.pc.record(j, true, up.gain/(1-f))
+			}
+			sc = score(down.gain, up.gain)
+			if sc > best {
+				col, best, bounds, sinceBest = j, sc, [2]float64{down.bound, up.bound}, 0
+			}
+			continue
+		}
+		if sc > best {
+			col, best, bounds = j, sc, [2]float64{obj, obj}
+		}
+	}
+	return col, bounds
 }
 
-// split makes the children of n on column col at value v; the child to explore first comes last.
-func split(n *node, col int, v, obj float64) []*node {
+// Answers of branchColumn other than a column.
+const (
+	integral                = -1 // the LP optimum is integral
+	prunedByStrongBranching = -2 // no child of the node can improve the incumbent
+)
+
+// Reliability branching: a column's pseudo-costs are trusted once both directions have been observed reliable
+// times; a node strong-branches on at most maxStrongBranch columns, and stops once lookahead of them in a row have
+// not beaten the best so far (Achterberg's lookahead), with strongIterations dual simplex iterations per child.
+// Chosen on the traffic example's 50:1200:50 sweep (accuracy steps) among 1-4, 4-1000, 3-20 and 2-1000: the total,
+// median and slowest solve times move little around these values.
+const (
+	reliable         = 1
+	maxStrongBranch  = 16
+	strongIterations = 5
+	lookahead        = 4
+)
+
+// strongEstimate is what strong branching learnt of one child: how much its LP rose above the parent's (+Inf when
+// infeasible), and a lower bound on its LP value.
+type strongEstimate struct {
+	gain, bound float64
+}
+
+// strongBranch estimates the child of node n (LP value obj, basis b) whose column j lies in [lo, up] by a few dual
+// simplex iterations from b. The dual simplex's objective only rises, so the value reached is the child's gain so
+// far. It bounds the child only when the LP finished without a pricer: an LP over the columns priced so far may
+// be worse than the child's, which the pricer would improve.
+func (s *search) strongBranch(n *node, j int, lo, up, obj float64, b []byte) strongEstimate {
+	l, u := n.lo[j], n.up[j]
+	n.lo[j], n.up[j] = lo, up
+	st, v, finished := s.lp.estimate(n.lo, n.up, b, strongIterations)
+	n.lo[j], n.up[j] = l, u
+	e := strongEstimate{bound: obj}
+	switch st {
+	case lpInfeasible:
+		e.gain = math.Inf(1)
+	case lpOptimal:
+		e.gain = max(0, v-obj)
+	}
+	if finished && s.opt.Pricer == nil {
+		e.bound = obj + e.gain
+	}
+	return e
+}
+
+// split makes the children of n on column col at value v, with lower bounds on their LP values (down, up); the
+// child to explore first comes last.
+func split(n *node, col int, v float64, bounds [2]float64) []*node {
 	child := func(lo, up float64) *node {
-		c := &node{lo: append([]float64(nil), n.lo...), up: append([]float64(nil), n.up...), bound: obj, depth: n.depth + 1,
+		c := &node{lo: append([]float64(nil), n.lo...), up: append([]float64(nil), n.up...), depth: n.depth + 1,
 			col: col}
 		c.lo[col], c.up[col] = lo, up
 		// The distance the branch moves the column from v, for the pseudo-costs.
 		switch {
 		case up < v:
-			c.dist = v - up
+			c.dist, c.bound = v-up, bounds[0]
 		case lo > v:
-			c.up1, c.dist = true, lo-v
+			c.up1, c.dist, c.bound = true, lo-v, bounds[1]
+		default:
+			c.bound = min(bounds[0], bounds[1])
 		}
 		return c
 	}

@@ -104,6 +104,29 @@ func (r *relaxation) solve(lo, up []float64, start []byte) (lpStatus, float64, [
 	return lpOptimal, r.simplex.ObjectiveValue(), primal(r.simplex, len(r.obj))
 }
 
+// estimate is solve from basis start stopped after maxIter dual simplex iterations, without the solution: the
+// status (lpOptimal also when stopped at the limit), the objective reached, and whether the LP finished.
+func (r *relaxation) estimate(lo, up []float64, start []byte, maxIter int) (lpStatus, float64, bool) {
+	r.solves++
+	setColumnBounds(r.simplex, lo, up)
+	setBasis(r.simplex, r.widen(start))
+	keep := r.simplex.MaxIterations()
+	r.simplex.SetMaxIterations(maxIter)
+	defer r.simplex.SetMaxIterations(keep)
+	switch r.simplex.Dual(clp.NoValuesPass, clp.KeepWorkAreas|clp.OldFactorization|clp.ReduceInitialization) {
+	case clp.Optimal:
+		return lpOptimal, r.simplex.ObjectiveValue(), true
+	case clpStopped:
+		return lpOptimal, r.simplex.ObjectiveValue(), false
+	case clp.Infeasible:
+		return lpInfeasible, math.Inf(1), true
+	}
+	return lpFailed, math.Inf(1), false
+}
+
+// clpStopped is Clp's status of a solve stopped at its iteration or time limit.
+const clpStopped = 3
+
 // widen fits a basis saved before columns were added: the new columns start at their lower bound.
 func (r *relaxation) widen(b []byte) []byte {
 	rows, cols := len(r.rowLo), len(r.obj)

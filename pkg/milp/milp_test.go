@@ -344,3 +344,70 @@ func TestFixByReducedCost(t *testing.T) {
 		})
 	}
 }
+
+// TestStrongBranch checks strong branching's estimates against the children's LPs solved to the end: the gain is
+// never more than the child's (the dual simplex's objective only rises), infeasible only when the child is, and the
+// bound, raised only when the estimate's LP finished, never above the child's LP value. Random packing problems
+// with many rows make some estimates stop at the iteration limit and others finish.
+func TestStrongBranch(t *testing.T) {
+	finished, stopped := 0, 0
+	for seed := uint64(0); seed < 40; seed++ {
+		r := rand.New(rand.NewPCG(seed, 2))
+		p := &Problem{Sense: Maximize}
+		for range 20 {
+			p.AddCol("x", float64(1+r.IntN(20)), 0, float64(1+r.IntN(4)), true, 0)
+		}
+		for range 12 {
+			var terms []Term
+			for j := range p.NumCols() {
+				if r.IntN(2) == 0 {
+					terms = append(terms, Term{j, float64(1 + r.IntN(9))})
+				}
+			}
+			p.AddRow("w", math.Inf(-1), float64(10+r.IntN(30)), terms...)
+		}
+		s := &search{p: p, opt: Options{RelGap: 1e-6, AbsGap: 1e-9}, lp: newRelaxation(p), inc: math.Inf(1)}
+		n := &node{lo: append([]float64(nil), p.Lower...), up: append([]float64(nil), p.Upper...)}
+		st, obj, x := s.lp.solve(n.lo, n.up, nil)
+		if st != lpOptimal {
+			t.Fatalf("seed %d: root LP %v", seed, st)
+		}
+		b := s.lp.basis()
+		for j := range p.NumCols() {
+			f := x[j] - math.Floor(x[j])
+			if f < intTol || f > 1-intTol {
+				continue
+			}
+			for _, child := range [][2]float64{{n.lo[j], math.Floor(x[j])}, {math.Ceil(x[j]), n.up[j]}} {
+				e := s.strongBranch(n, j, child[0], child[1], obj, b)
+				if n.lo[j] != p.Lower[j] || n.up[j] != p.Upper[j] {
+					t.Fatalf("seed %d column %d: the node's bounds were not restored", seed, j)
+				}
+				lo, up := append([]float64(nil), n.lo...), append([]float64(nil), n.up...)
+				lo[j], up[j] = child[0], child[1]
+				st, v, _ := s.lp.solve(lo, up, b)
+				if st == lpInfeasible {
+					v = math.Inf(1)
+				}
+				if math.IsInf(e.gain, 1) && !math.IsInf(v, 1) {
+					t.Errorf("seed %d column %d in %v: gain %v, but the child's LP is %v", seed, j, child, e.gain, v)
+				}
+				if e.gain < 0 || obj+e.gain > v+1e-7 || e.bound > v+1e-7 || e.bound < obj {
+					t.Errorf("seed %d column %d in %v: parent %v, gain %v, bound %v; the child's LP %v", seed, j,
+						child, obj, e.gain, e.bound, v)
+				}
+				switch {
+				case e.bound > obj:
+					finished++
+				case v > obj+1e-7 && !math.IsInf(v, 1):
+					stopped++
+				}
+			}
+		}
+	}
+	if finished == 0 || stopped == 0 {
+		t.Errorf("estimates that finished: %d, stopped at the limit short of the child's value: %d; want both", finished,
+			stopped)
+	}
+	t.Logf("estimates that finished: %d, stopped short: %d", finished, stopped)
+}
