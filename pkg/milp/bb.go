@@ -362,8 +362,8 @@ func (s *search) extend(n *node) {
 // priority it takes the one whose branches are forecast to move the bound most (the product of the two gains, so
 // that both children gain). The forecast is the column's pseudo-costs once they are reliable, and strong branching
 // before: a few dual simplex iterations on the LPs of both children, whose gains are recorded (reliability
-// branching, Achterberg, Koch and Martin 2005). Pseudo-costs not yet learnt branch blind at the top of the tree,
-// where the choice matters most.
+// branching, Achterberg, Koch and Martin 2005): pseudo-costs alone, not yet learnt, choose blindly at the top of
+// the tree, where the choice matters most.
 func (s *search) branchColumn(n *node, x []float64, obj float64, b []byte) (int, [2]float64) {
 	bounds := [2]float64{obj, obj}
 	prio := math.MinInt
@@ -401,7 +401,9 @@ func (s *search) branchColumn(n *node, x []float64, obj float64, b []byte) (int,
 			f := x[j] - math.Floor(x[j])
 			down := s.strongBranch(n, j, n.lo[j], math.Floor(x[j]), obj, b)
 			up := s.strongBranch(n, j, math.Ceil(x[j]), n.up[j], obj, b)
-			if s.prunable(down.bound) && s.prunable(up.bound) {
+			// An infeasible child (bound +Inf) is dead even before there is an incumbent to prune against.
+			dead := func(b float64) bool { return math.IsInf(b, 1) || s.prunable(b) }
+			if dead(down.bound) && dead(up.bound) {
 				return prunedByStrongBranching, bounds
 			}
 			if !math.IsInf(down.gain, 1) {
