@@ -104,12 +104,15 @@ func (r *relaxation) solve(lo, up []float64, start []byte) (lpStatus, float64, [
 	return lpOptimal, r.simplex.ObjectiveValue(), primal(r.simplex, len(r.obj))
 }
 
-// estimate is solve from basis start stopped after maxIter dual simplex iterations, without the solution: the
-// status (lpOptimal also when stopped at the limit), the objective reached, and whether the LP finished.
+// estimate is solve from basis start (or the last solve's) stopped after maxIter dual simplex iterations, without
+// the solution: the status (lpOptimal also when stopped at the limit), the objective reached, and whether the LP
+// finished.
 func (r *relaxation) estimate(lo, up []float64, start []byte, maxIter int) (lpStatus, float64, bool) {
 	r.solves++
 	setColumnBounds(r.simplex, lo, up)
-	setBasis(r.simplex, r.widen(start))
+	if start != nil {
+		setBasis(r.simplex, r.widen(start))
+	}
 	keep := r.simplex.MaxIterations()
 	r.simplex.SetMaxIterations(maxIter)
 	defer r.simplex.SetMaxIterations(keep)
