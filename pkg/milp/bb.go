@@ -366,8 +366,16 @@ func (s *search) extend(n *node) {
 // the tree, where the choice matters most.
 func (s *search) branchColumn(n *node, x []float64, obj float64, b []byte) (int, [2]float64) {
 	bounds := [2]float64{obj, obj}
+	type candidate struct {
+		j              int
+		frac, forecast float64
+	}
+	score := func(down, up float64) float64 { return max(down, 1e-6) * max(up, 1e-6) }
+	forecast := func(j int, f float64) float64 {
+		return score(f*s.pc.forecast(j, false), (1-f)*s.pc.forecast(j, true))
+	}
 	prio := math.MinInt
-	var cands []int
+	var cands []candidate
 	for j, integer := range s.p.Integer {
 		if !integer {
 			continue
@@ -380,29 +388,27 @@ func (s *search) branchColumn(n *node, x []float64, obj float64, b []byte) (int,
 			prio, cands = s.p.Priority[j], cands[:0]
 		}
 		if s.p.Priority[j] == prio {
-			cands = append(cands, j)
+			cands = append(cands, candidate{j, f, forecast(j, f)})
 		}
 	}
 	if len(cands) == 0 {
 		return integral, bounds
 	}
-	score := func(down, up float64) float64 { return max(down, 1e-6) * max(up, 1e-6) }
-	forecast := func(j int) float64 {
-		f := x[j] - math.Floor(x[j])
-		return score(f*s.pc.forecast(j, false), (1-f)*s.pc.forecast(j, true))
-	}
-	sort.SliceStable(cands, func(a, c int) bool { return forecast(cands[a]) > forecast(cands[c]) })
+	sort.SliceStable(cands, func(a, c int) bool { return cands[a].forecast > cands[c].forecast })
+	// An infeasible child (bound +Inf) is dead even before there is an incumbent to prune against.
+	dead := func(b float64) bool { return math.IsInf(b, 1) || s.prunable(b) }
 	col, best, strong, sinceBest := -1, -1.0, 0, 0
-	for _, j := range cands {
-		sc := forecast(j)
-		if strong < maxStrongBranch && sinceBest < lookahead && min(s.pc.n[0][j], s.pc.n[1][j]) < reliable {
+	for _, c := range cands {
+		// Forecast again: the pseudo-costs, and their average for columns not yet observed, learn from the
+		// candidates measured before this one.
+		j, f := c.j, c.frac
+		sc, childBounds := forecast(j, f), [2]float64{obj, obj}
+		measure := strong < maxStrongBranch && sinceBest < lookahead && min(s.pc.n[0][j], s.pc.n[1][j]) < reliable
+		if measure {
 			strong++
 			sinceBest++
-			f := x[j] - math.Floor(x[j])
 			down := s.strongBranch(n, j, n.lo[j], math.Floor(x[j]), obj, b)
 			up := s.strongBranch(n, j, math.Ceil(x[j]), n.up[j], obj, b)
-			// An infeasible child (bound +Inf) is dead even before there is an incumbent to prune against.
-			dead := func(b float64) bool { return math.IsInf(b, 1) || s.prunable(b) }
 			if dead(down.bound) && dead(up.bound) {
 				return prunedByStrongBranching, bounds
 			}
@@ -412,14 +418,13 @@ func (s *search) branchColumn(n *node, x []float64, obj float64, b []byte) (int,
 			if !math.IsInf(up.gain, 1) {
 				s.pc.record(j, true, up.gain/(1-f))
 			}
-			sc = score(down.gain, up.gain)
-			if sc > best {
-				col, best, bounds, sinceBest = j, sc, [2]float64{down.bound, up.bound}, 0
-			}
-			continue
+			sc, childBounds = score(down.gain, up.gain), [2]float64{down.bound, up.bound}
 		}
 		if sc > best {
-			col, best, bounds = j, sc, [2]float64{obj, obj}
+			col, best, bounds = j, sc, childBounds
+			if measure {
+				sinceBest = 0
+			}
 		}
 	}
 	return col, bounds

@@ -80,6 +80,37 @@ func minObjective(p *Problem, from int) []float64 {
 // solve returns the status, the minimisation-form objective and the solution under bounds lo, up, starting from
 // basis start when it is not nil (otherwise from the last solve's).
 func (r *relaxation) solve(lo, up []float64, start []byte) (lpStatus, float64, []float64) {
+	switch r.dual(lo, up, start) {
+	case clp.Optimal:
+	case clp.Infeasible:
+		return lpInfeasible, math.Inf(1), nil
+	default:
+		return lpFailed, math.Inf(1), nil
+	}
+	return lpOptimal, r.simplex.ObjectiveValue(), primal(r.simplex, len(r.obj))
+}
+
+// estimate is solve stopped after maxIter dual simplex iterations, without the solution: the status (lpOptimal
+// also when stopped at the limit), the objective reached, and whether the LP finished. Only after a solve, which
+// loads the model.
+func (r *relaxation) estimate(lo, up []float64, start []byte, maxIter int) (lpStatus, float64, bool) {
+	keep := r.simplex.MaxIterations()
+	r.simplex.SetMaxIterations(maxIter)
+	defer r.simplex.SetMaxIterations(keep)
+	switch r.dual(lo, up, start) {
+	case clp.Optimal:
+		return lpOptimal, r.simplex.ObjectiveValue(), true
+	case clpStopped:
+		return lpOptimal, r.simplex.ObjectiveValue(), false
+	case clp.Infeasible:
+		return lpInfeasible, math.Inf(1), true
+	}
+	return lpFailed, math.Inf(1), false
+}
+
+// dual runs Clp's dual simplex under bounds lo, up from basis start (the last solve's when nil), loading the model
+// at the first call.
+func (r *relaxation) dual(lo, up []float64, start []byte) clp.SimplexStatus {
 	r.solves++
 	if r.simplex == nil {
 		r.simplex = clp.NewSimplex()
@@ -94,37 +125,7 @@ func (r *relaxation) solve(lo, up []float64, start []byte) (lpStatus, float64, [
 	}
 	// Keep Clp's work areas and factorization between solves, and skip what the bound changes leave valid
 	// (clpwarm.cpp tells it which bounds and basis changed).
-	switch r.simplex.Dual(clp.NoValuesPass, clp.KeepWorkAreas|clp.OldFactorization|clp.ReduceInitialization) {
-	case clp.Optimal:
-	case clp.Infeasible:
-		return lpInfeasible, math.Inf(1), nil
-	default:
-		return lpFailed, math.Inf(1), nil
-	}
-	return lpOptimal, r.simplex.ObjectiveValue(), primal(r.simplex, len(r.obj))
-}
-
-// estimate is solve from basis start (or the last solve's) stopped after maxIter dual simplex iterations, without
-// the solution: the status (lpOptimal also when stopped at the limit), the objective reached, and whether the LP
-// finished.
-func (r *relaxation) estimate(lo, up []float64, start []byte, maxIter int) (lpStatus, float64, bool) {
-	r.solves++
-	setColumnBounds(r.simplex, lo, up)
-	if start != nil {
-		setBasis(r.simplex, r.widen(start))
-	}
-	keep := r.simplex.MaxIterations()
-	r.simplex.SetMaxIterations(maxIter)
-	defer r.simplex.SetMaxIterations(keep)
-	switch r.simplex.Dual(clp.NoValuesPass, clp.KeepWorkAreas|clp.OldFactorization|clp.ReduceInitialization) {
-	case clp.Optimal:
-		return lpOptimal, r.simplex.ObjectiveValue(), true
-	case clpStopped:
-		return lpOptimal, r.simplex.ObjectiveValue(), false
-	case clp.Infeasible:
-		return lpInfeasible, math.Inf(1), true
-	}
-	return lpFailed, math.Inf(1), false
+	return r.simplex.Dual(clp.NoValuesPass, clp.KeepWorkAreas|clp.OldFactorization|clp.ReduceInitialization)
 }
 
 // clpStopped is Clp's status of a solve stopped at its iteration or time limit.
