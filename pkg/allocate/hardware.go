@@ -103,14 +103,11 @@ func (m *model) enumerateHardware() (res milp.Result, ok bool) {
 		x[kv.n[best[i]]] = float64(replicas(k, best[i]))
 	}
 	for _, c := range m.combos {
-		match := true
-		for i, h := range c.path.hops {
-			match = match && c.batches[i] == best[pos[h]]
-		}
-		if match {
+		if m.carries(c, func(h int) int { return best[pos[h]] }) {
 			x[c.col] = d
 		}
 	}
+	m.setSpills(x)
 	m.fillAggregates(x)
 	v := float64(bestServers)
 	return milp.Result{Status: milp.Optimal, X: x, Objective: v, Bound: v}, true

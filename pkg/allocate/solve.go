@@ -302,6 +302,13 @@ func (m *model) bestCombo(pa *path, duals []float64, sign float64) (*combo, floa
 			best, bestRC = append(best[:0], batches...), rc
 			return
 		}
+		if i == n-1 { // the last hop: its threshold
+			if bi := m.threshold(pa, lat); bi >= 0 {
+				batches[i] = bi
+				rec(n, 0, rc+hopCost[i][bi])
+			}
+			return
+		}
 		for bi, l := range m.variants[pa.hops[i]].lat {
 			if lat+l+pa.fastestAfter[i] > pa.maxLat+1e-9 {
 				continue
@@ -428,15 +435,16 @@ func (m *model) fixedBatchIncumbent(x []float64, opt Options) []float64 {
 		// The one combination of batch sizes per path the fixed batches allow, if it fits and is not a column yet.
 		for _, pa := range m.paths {
 			batches := make([]int, len(pa.hops))
-			lat := 0.0
-			for i, h := range pa.hops {
+			lat, last := 0.0, len(pa.hops)-1
+			for i, h := range pa.hops[:last] {
 				if batches[i] = fixed[h]; batches[i] < 0 {
 					lat = math.Inf(1)
 					break
 				}
 				lat += m.variants[h].lat[batches[i]]
 			}
-			if lat <= pa.maxLat+1e-9 {
+			batches[last] = m.threshold(pa, lat)
+			if fixed[pa.hops[last]] >= 0 && fixed[pa.hops[last]] <= batches[last] {
 				if _, ok := m.comboCols[comboKey(pa, batches)]; !ok {
 					m.addCombo(pa, batches)
 				}
@@ -456,10 +464,8 @@ func (m *model) fixedBatchIncumbent(x []float64, opt Options) []float64 {
 		}
 	}
 	for _, c := range m.combos {
-		for i, h := range c.path.hops {
-			if c.batches[i] != fixed[h] {
-				sub.Upper[c.col] = 0
-			}
+		if !m.carries(c, func(h int) int { return fixed[h] }) {
+			sub.Upper[c.col] = 0
 		}
 	}
 	for _, u := range m.unserved {
@@ -507,10 +513,10 @@ func (m *model) hardwareIncumbent() []float64 {
 		okAll := true
 		for _, k := range pick {
 			kv := m.variants[k]
-			bi := -1
+			bi := -1 // the largest allowed batch not above b
 			for i, kb := range kv.batches {
-				if kb <= b {
-					bi = i // the largest allowed batch not above b
+				if kb <= b && (bi < 0 || kb > kv.batches[bi]) {
+					bi = i
 				}
 			}
 			if bi < 0 {
@@ -525,15 +531,12 @@ func (m *model) hardwareIncumbent() []float64 {
 		for ci := range m.chains {
 			var found *combo
 			for _, c := range m.combos {
-				if c.path.chain != ci {
-					continue
-				}
-				all := true
-				for i, h := range c.path.hops {
-					bi, in := choice[h]
-					all = all && in && c.batches[i] == bi
-				}
-				if all {
+				if c.path.chain == ci && m.carries(c, func(h int) int {
+					if bi, ok := choice[h]; ok {
+						return bi
+					}
+					return -1
+				}) {
 					found = c
 					break
 				}
@@ -553,6 +556,7 @@ func (m *model) hardwareIncumbent() []float64 {
 			x[kv.z[bi]] = 1
 			x[kv.n[bi]] = math.Ceil(loads[k]/kv.q[bi] - 1e-9)
 		}
+		m.setSpills(x)
 		m.fillAggregates(x)
 		if p.Violation(x) <= 1e-6 {
 			return x
