@@ -68,7 +68,7 @@ type variant struct {
 	total int
 	// capRow is the capacity row per allowed batch.
 	capRow []int
-	// leaf says the variant's task ends its chain: the flow columns leave its batch size open (see lastHop).
+	// leaf says the variant's task ends its chain: the flow columns leave its batch size open (see threshold).
 	leaf bool
 	// spill[bi] (bi >= 1) moves load a leaf variant's flow columns bring to batch bi down to batch bi-1.
 	spill []int
@@ -88,7 +88,7 @@ type path struct {
 
 // combo is a path with a batch size per hop whose latencies fit the path's budget together: a flow column. The
 // last hop's entry is the largest batch index the others leave room for; its traffic may run at any batch index
-// up to it (see lastHop).
+// up to it (see threshold).
 type combo struct {
 	path    *path
 	batches []int // batch index (into the hop variant's batches) per hop
