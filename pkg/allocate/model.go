@@ -68,9 +68,8 @@ type variant struct {
 	total int
 	// capRow is the capacity row per allowed batch.
 	capRow []int
-	// leaf says the variant's task ends its chain: the flow columns leave its batch size open (see threshold).
-	leaf bool
-	// spill[bi] (bi >= 1) moves load a leaf variant's flow columns bring to batch bi down to batch bi-1.
+	// spill[bi] (bi >= 1) moves load a leaf variant's flow columns bring to batch bi down to batch bi-1 (see
+	// threshold: a leaf task ends its chains, and the flow columns leave its batch size open).
 	spill []int
 }
 
@@ -196,8 +195,6 @@ func build(in Input, st step) (*model, error) {
 			if len(kv.batches) == 0 {
 				continue
 			}
-			kv.sortByLatency()
-			kv.leaf = len(t.Children) == 0
 			m.variants = append(m.variants, kv)
 		}
 	}
@@ -337,7 +334,7 @@ func build(in Input, st step) (*model, error) {
 // addSpills adds the spill columns of the leaf variants (see threshold).
 func (m *model) addSpills() {
 	for _, kv := range m.variants {
-		if !kv.leaf || len(kv.capRow) == 0 {
+		if !m.in.Spec.IsLeaf(kv.task) || len(kv.capRow) == 0 {
 			continue
 		}
 		kv.spill = make([]int, len(kv.batches))
@@ -654,22 +651,10 @@ func fitsSomeChain(m *model, task string, lat float64, fastest map[string]float6
 	return false
 }
 
-// sortByLatency orders the variant's batch sizes by latency (after dropDominatedBatches, also by throughput).
-func (kv *variant) sortByLatency() {
-	order := make([]int, len(kv.batches))
-	for i := range order {
-		order[i] = i
-	}
-	sort.SliceStable(order, func(i, j int) bool { return kv.lat[order[i]] < kv.lat[order[j]] })
-	batches, lat, q := kv.batches, kv.lat, kv.q
-	kv.batches, kv.lat, kv.q = nil, nil, nil
-	for _, i := range order {
-		kv.batches, kv.lat, kv.q = append(kv.batches, batches[i]), append(kv.lat, lat[i]), append(kv.q, q[i])
-	}
-}
-
 // dropDominatedBatches removes batch sizes another batch size beats on both latency and throughput: a solution
-// using one could use the other and stay feasible.
+// using one could use the other and stay feasible. The batch sizes kept are in order of latency (threshold relies
+// on it): they come in increasing order (the spec's validation), and a larger batch no slower than a smaller one
+// has the higher throughput, so it dominates the smaller one.
 func dropDominatedBatches(kv *variant) {
 	keep := kv.batches[:0:0]
 	var lat, q []float64

@@ -513,10 +513,10 @@ func (m *model) hardwareIncumbent() []float64 {
 		okAll := true
 		for _, k := range pick {
 			kv := m.variants[k]
-			bi := -1 // the largest allowed batch not above b
+			bi := -1
 			for i, kb := range kv.batches {
-				if kb <= b && (bi < 0 || kb > kv.batches[bi]) {
-					bi = i
+				if kb <= b {
+					bi = i // the largest allowed batch not above b
 				}
 			}
 			if bi < 0 {
