@@ -3,6 +3,7 @@ package allocate
 import (
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"slices"
 	"sort"
@@ -63,14 +64,8 @@ var ErrNoServers = errors.New("allocate: the cluster has no servers")
 // otherwise, and when not even that can serve it, the allocation of the largest demand it can serve.
 func Solve(in Input, opt Options) (*Result, error) {
 	start := time.Now()
-	if in.Spec == nil {
-		return nil, errors.New("allocate: no pipeline spec")
-	}
-	if in.Servers <= 0 {
-		return nil, ErrNoServers
-	}
-	if in.Demand < 0 || math.IsNaN(in.Demand) || math.IsInf(in.Demand, 0) {
-		return nil, fmt.Errorf("allocate: demand %v QPS: want a finite number >= 0", in.Demand)
+	if err := in.check(); err != nil {
+		return nil, err
 	}
 	res := &Result{Demand: in.Demand, Servers: in.Servers, ServedQPS: in.Demand, Optimal: true}
 	nodes := 0
@@ -162,6 +157,38 @@ func Solve(in Input, opt Options) (*Result, error) {
 	m.read(sol, res)
 	res.ServedQPS = at.Demand
 	return finish(res)
+}
+
+// check says what is wrong with in, if anything.
+func (in Input) check() error {
+	if in.Spec == nil {
+		return errors.New("allocate: no pipeline spec")
+	}
+	if in.Servers <= 0 {
+		return ErrNoServers
+	}
+	if in.Demand < 0 || math.IsNaN(in.Demand) || math.IsInf(in.Demand, 0) {
+		return fmt.Errorf("allocate: demand %v QPS: want a finite number >= 0", in.Demand)
+	}
+	return nil
+}
+
+// WriteLP writes the accuracy-scaling MILP of in (Solve's step 2: every variant, the highest system accuracy that
+// serves in.Demand) in LP format: to read, or to solve with another solver (cbc FILE solve). A model past
+// MaxFlowColumns generates its flow columns as it solves and has no whole form to write: ErrModelTooLarge.
+func WriteLP(w io.Writer, in Input) error {
+	if err := in.check(); err != nil {
+		return err
+	}
+	m, err := build(in, stepAccuracy)
+	if err != nil {
+		return err
+	}
+	if m.priced {
+		return fmt.Errorf("%w: its flow columns are generated while solving, so it has no whole LP form to write",
+			ErrModelTooLarge)
+	}
+	return milp.WriteLP(w, m.prob)
 }
 
 // solve runs branch-and-bound on the model, from a first point found by a heuristic.

@@ -107,6 +107,26 @@ var ErrNoCBC = errors.New("the cbc command is not installed (Debian: apt-get ins
 // generation (with it, CBC 2.10.8 returned as "optimal" an allocation 1% worse than a point that satisfies every row:
 // random instance 108 of the cross-check) and with zero gap tolerances.
 func SolveCBC(ctx context.Context, p *Problem) (Status, float64, error) {
+	if _, err := exec.LookPath("cbc"); err != nil {
+		return "", 0, ErrNoCBC
+	}
+	f, err := os.CreateTemp("", "sleipnir-cbc-*.lp")
+	if err != nil {
+		return "", 0, err
+	}
+	defer os.Remove(f.Name())
+	if err := WriteLP(f, p); err != nil {
+		f.Close()
+		return "", 0, err
+	}
+	if err := f.Close(); err != nil {
+		return "", 0, err
+	}
+	return SolveCBCFile(ctx, f.Name())
+}
+
+// SolveCBCFile is SolveCBC on a problem already written in LP format (WriteLP) in the file model.
+func SolveCBCFile(ctx context.Context, model string) (Status, float64, error) {
 	bin, err := exec.LookPath("cbc")
 	if err != nil {
 		return "", 0, ErrNoCBC
@@ -116,18 +136,7 @@ func SolveCBC(ctx context.Context, p *Problem) (Status, float64, error) {
 		return "", 0, err
 	}
 	defer os.RemoveAll(dir)
-	model, sol := filepath.Join(dir, "model.lp"), filepath.Join(dir, "model.sol")
-	f, err := os.Create(model)
-	if err != nil {
-		return "", 0, err
-	}
-	if err := WriteLP(f, p); err != nil {
-		f.Close()
-		return "", 0, err
-	}
-	if err := f.Close(); err != nil {
-		return "", 0, err
-	}
+	sol := filepath.Join(dir, "model.sol")
 	out, err := exec.CommandContext(ctx, bin, model, "preprocess", "off", "cuts", "off", "increment", "1e-9", "ratioGap", "0",
 		"allowableGap", "1e-10", "solve", "solution", sol).CombinedOutput()
 	if err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -25,6 +26,8 @@ func runPlan(args []string) error {
 	sweep := fs.String("sweep", "", "FROM:TO:STEP demands (QPS) to solve for, printing mode, servers and accuracy for each")
 	asJSON := fs.Bool("json", false, "print JSON (one object, or one per line with --sweep)")
 	limit := fs.Duration("time-limit", 30*time.Second, "bound on each MILP solve; a solve that reaches it reports its gap")
+	lpFile := fs.String("write-lp", "", "also write the accuracy-scaling MILP at --demand to this file, in LP format "+
+		"(to read, or to solve with another solver: cbc FILE solve)")
 	util := fs.Float64("utilization", 1, "share of each replica's profiled throughput a plan may use (the live planner "+
 		"uses its routing's, 0.85; 1 is the paper's formulation)")
 	if err := fs.Parse(args); err != nil {
@@ -45,6 +48,11 @@ func runPlan(args []string) error {
 	opt := allocate.Options{TimeLimit: *limit}
 	if *sweep == "" {
 		in.Demand = *demand
+		if *lpFile != "" {
+			if err := writeLP(*lpFile, in); err != nil {
+				return err
+			}
+		}
 		opt.MaxServable = true
 		r, err := allocate.Solve(in, opt)
 		if err != nil {
@@ -55,6 +63,9 @@ func runPlan(args []string) error {
 		}
 		printPlan(r)
 		return nil
+	}
+	if *lpFile != "" {
+		return errors.New("--write-lp writes the model of one --demand; it does not go with --sweep")
 	}
 	from, to, step, err := parseSweep(*sweep)
 	if err != nil {
@@ -84,6 +95,15 @@ func runPlan(args []string) error {
 			r.SolveMs, strings.Join(hosted, " "))
 	}
 	return tw.Flush()
+}
+
+// writeLP writes the accuracy-scaling MILP of in to the file path (nothing when the model cannot be written).
+func writeLP(path string, in allocate.Input) error {
+	var buf bytes.Buffer
+	if err := allocate.WriteLP(&buf, in); err != nil {
+		return fmt.Errorf("--write-lp %s: %w", path, err)
+	}
+	return os.WriteFile(path, buf.Bytes(), 0o644)
 }
 
 func parseSweep(s string) (from, to, step float64, err error) {
