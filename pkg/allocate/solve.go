@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"runtime"
 	"slices"
 	"sort"
 	"time"
@@ -26,6 +27,16 @@ type Options struct {
 	TimeLimit time.Duration
 	// MaxServable also computes MaxServableQPS when the demand is servable (it always is when it is not).
 	MaxServable bool
+	// Workers is how many branch-and-bound nodes are solved at once (0: runtime.GOMAXPROCS, one per CPU). With
+	// more than one, which of several equally good allocations is returned may vary from run to run.
+	Workers int
+}
+
+func (o Options) workers() int {
+	if o.Workers > 0 {
+		return o.Workers
+	}
+	return runtime.GOMAXPROCS(0)
 }
 
 // Hosted is one hosted variant of an allocation.
@@ -201,7 +212,7 @@ func (m *model) solve(opt Options) (milp.Result, error) {
 			// Not expected: the enumeration's point breaks the model. The MILP decides.
 		}
 	}
-	o := milp.Options{TimeLimit: opt.TimeLimit, Pricer: m.pricer()}
+	o := milp.Options{TimeLimit: opt.TimeLimit, Pricer: m.pricer(), Workers: opt.workers()}
 	if m.step == stepHardware {
 		o.IntegralObjective = true
 		o.Incumbent = m.hardwareIncumbent()

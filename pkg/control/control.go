@@ -105,12 +105,15 @@ type MILP struct {
 	Utilization float64
 	// TimeLimit bounds each solve; a solve stopped by it returns its best plan with its gap.
 	TimeLimit time.Duration
+	// Workers is how many branch-and-bound nodes a solve works on at once (0: one per CPU); with one, the same
+	// input always gives the same plan.
+	Workers int
 }
 
 // Allocate solves the allocation MILP.
 func (a MILP) Allocate(spec *pipeline.Spec, o Observed) (*plan.Plan, error) {
 	res, err := allocate.Solve(allocate.Input{Spec: spec, Demand: o.Demand, Servers: o.Servers, Fanout: o.Fanout,
-		Utilization: a.Utilization}, allocate.Options{TimeLimit: a.TimeLimit})
+		Utilization: a.Utilization}, allocate.Options{TimeLimit: a.TimeLimit, Workers: a.Workers})
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"math"
 	"sort"
+	"sync"
 	"time"
 )
 
@@ -29,6 +30,10 @@ type Options struct {
 	// IntegralObjective says the objective takes integer values at every feasible point (e.g. a count of servers),
 	// so a node whose bound cannot improve the incumbent by a whole unit is pruned.
 	IntegralObjective bool
+	// Workers is how many nodes are solved at once, each worker in a Clp model of its own (default 1; always one
+	// with a Pricer). With more than one, the order of the nodes varies from run to run, and so do the node count
+	// and, among equally good points, which one is returned.
+	Workers int
 	// MaxNodes bounds the nodes explored (default 200000); TimeLimit the wall time (0: none).
 	MaxNodes  int
 	TimeLimit time.Duration
@@ -94,7 +99,7 @@ const intTol = 1e-6
 
 // Solve finds an optimal point of p by branch-and-bound: depth-first until a first incumbent exists, best-bound
 // afterwards; branching on a fractional integer column of the highest priority, chosen by reliability branching
-// (see branchColumn).
+// (see branchColumn); with Options.Workers nodes at once, sharing one tree, incumbent and pseudo-costs.
 func Solve(p *Problem, opt Options) (Result, error) {
 	if err := p.Validate(); err != nil {
 		return Result{}, err
@@ -112,42 +117,37 @@ func Solve(p *Problem, opt Options) (Result, error) {
 	if p.Sense == Maximize {
 		sign = -1
 	}
-	s := &search{p: p, opt: opt, lp: newRelaxation(p), inc: math.Inf(1), pc: newPseudoCosts(p.NumCols())}
+	s := &search{p: p, opt: opt, inc: math.Inf(1), pc: newPseudoCosts(p.NumCols())}
+	s.idle = sync.NewCond(&s.mu)
 	if opt.Incumbent != nil && len(opt.Incumbent) <= p.NumCols() && p.Violation(opt.Incumbent) <= 1e-6 {
 		s.accept(opt.Incumbent)
 	}
-	start := time.Now()
+	s.start = time.Now()
 	root := &node{lo: append([]float64(nil), p.Lower...), up: append([]float64(nil), p.Upper...), bound: math.Inf(-1),
 		col: -1}
-	open := openNodes{root}
-	best := s.incX != nil // best-bound order (a heap) once an incumbent exists
-	limited := false
-	for len(open) > 0 {
-		if s.nodes >= opt.MaxNodes || (opt.TimeLimit > 0 && time.Since(start) > opt.TimeLimit) {
-			limited = true
-			break
-		}
-		var n *node
-		if best {
-			n = heap.Pop(&open).(*node)
-		} else {
-			n = open[len(open)-1]
-			open = open[:len(open)-1]
-		}
-		hadInc := s.incX != nil
-		for _, c := range s.process(n) {
-			if best {
-				heap.Push(&open, c)
-			} else {
-				open = append(open, c)
-			}
-		}
-		if !hadInc && s.incX != nil && !best {
-			best = true
-			heap.Init(&open)
+	s.open = openNodes{root}
+	s.best = s.incX != nil // best-bound order (a heap) once an incumbent exists
+	workers := max(1, opt.Workers)
+	if opt.Pricer != nil {
+		workers = 1 // the pricer adds columns to the problem as it goes, which one LP at a time keeps simple
+	}
+	lps := make([]*relaxation, workers)
+	var wg sync.WaitGroup
+	for i := range lps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lps[i] = s.work()
+		}()
+	}
+	wg.Wait()
+	open, limited := s.open, s.limited
+	res := Result{Nodes: s.nodes, Unsolved: s.unsolved}
+	for _, lp := range lps {
+		if lp != nil {
+			res.LPs += lp.solves
 		}
 	}
-	res := Result{Nodes: s.nodes, LPs: s.lp.solves, Unsolved: s.unsolved}
 	bound := s.inc
 	for _, n := range open {
 		if !s.prunable(n.bound) {
@@ -180,15 +180,72 @@ func Solve(p *Problem, opt Options) (Result, error) {
 	return res, nil
 }
 
+// search is the state of a branch-and-bound shared by its workers; mu guards it, and a worker holds mu except
+// while it solves an LP (each worker solves its own copy of the LP relaxation, in a Clp model of its own).
 type search struct {
-	p        *Problem
-	opt      Options
-	lp       *relaxation
+	p   *Problem
+	opt Options
+
+	mu       sync.Mutex
+	idle     *sync.Cond // signalled when nodes are pushed or a worker finishes one
+	open     openNodes
+	best     bool // open is a heap in best-bound order (once an incumbent exists); a stack before
+	busy     int  // workers processing a node
+	limited  bool
+	start    time.Time
 	inc      float64 // incumbent value, minimisation form
 	incX     []float64
 	nodes    int
 	unsolved int
 	pc       *pseudoCosts
+}
+
+// work is one worker's loop: take the next open node, process it and push its children, until no node is open
+// and no worker busy (whose children may yet be pushed), or a limit is reached. It returns the worker's LP (nil if
+// it solved none).
+func (s *search) work() *relaxation {
+	var lp *relaxation
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for {
+		if len(s.open) == 0 && s.busy == 0 {
+			s.idle.Broadcast()
+			return lp
+		}
+		if s.limited || s.nodes >= s.opt.MaxNodes || (s.opt.TimeLimit > 0 && time.Since(s.start) > s.opt.TimeLimit) {
+			s.limited = true
+			s.idle.Broadcast()
+			return lp
+		}
+		if len(s.open) == 0 {
+			s.idle.Wait()
+			continue
+		}
+		if s.incX != nil && !s.best {
+			s.best = true
+			heap.Init(&s.open)
+		}
+		var n *node
+		if s.best {
+			n = heap.Pop(&s.open).(*node)
+		} else {
+			n = s.open[len(s.open)-1]
+			s.open = s.open[:len(s.open)-1]
+		}
+		if lp == nil {
+			lp = newRelaxation(s.p) // after the root, which may have added columns
+		}
+		s.busy++
+		for _, c := range s.process(lp, n) {
+			if s.best {
+				heap.Push(&s.open, c)
+			} else {
+				s.open = append(s.open, c)
+			}
+		}
+		s.busy--
+		s.idle.Broadcast()
+	}
 }
 
 // pseudoCosts are, per column, the average increase of the LP value per unit of distance a branch moved the column,
@@ -257,16 +314,26 @@ func (s *search) accept(x []float64) {
 	}
 }
 
-// process solves one node and returns its children.
-func (s *search) process(n *node) []*node {
+// process solves one node in lp and returns its children. It holds s.mu, and releases it while the LP solves.
+func (s *search) process(lp *relaxation, n *node) []*node {
 	if s.prunable(n.bound) {
 		return nil
 	}
 	s.nodes++
-	st, obj, x := s.lp.solvePriced(func() ([]float64, []float64) {
-		s.extend(n)
+	s.mu.Unlock()
+	// Columns are added only with one worker (a pricer) or at the root (its heuristic), while no other worker has
+	// a node: p may be read without the lock.
+	st, obj, x := lp.solvePriced(func() ([]float64, []float64) {
+		n.extend(s.p)
 		return n.lo, n.up
 	}, n.basis, s.opt.Pricer)
+	var rc []float64
+	var b []byte
+	if st == lpOptimal {
+		rc, b = lp.reducedCosts(), lp.basis()
+	}
+	s.mu.Lock()
+	s.growPseudoCosts()
 	n.basis = nil // the children get this node's
 	switch st {
 	case lpInfeasible:
@@ -275,15 +342,15 @@ func (s *search) process(n *node) []*node {
 		s.unsolved++
 		return nil
 	}
-	rc := s.lp.reducedCosts()
 	if n.col >= 0 && n.dist > 0 && !math.IsInf(n.bound, -1) {
 		s.pc.record(n.col, n.up1, max(0, obj-n.bound)/n.dist)
 	}
 	if n.col < 0 && s.opt.RootHeuristic != nil {
 		before := s.p.NumCols()
 		inc := s.opt.RootHeuristic(x)
-		s.lp.addColumns(before)
-		s.extend(n)
+		lp.addColumns(before)
+		n.extend(s.p)
+		s.growPseudoCosts()
 		if inc != nil && s.p.Violation(inc) <= 1e-6 {
 			s.accept(inc)
 		}
@@ -293,8 +360,7 @@ func (s *search) process(n *node) []*node {
 		return nil
 	}
 	s.fixByReducedCost(n, obj, x, rc)
-	b := s.lp.basis()
-	col, bounds := s.branchColumn(n, x, obj, b)
+	col, bounds := s.branchColumn(lp, n, x, obj, b)
 	switch col {
 	case integral:
 		s.accept(x)
@@ -342,11 +408,15 @@ func (s *search) fixByReducedCost(n *node, obj float64, x, rc []float64) {
 // rcTol is the least reduced cost that fixes a column: below it, Clp's own tolerances blur the sign.
 const rcTol = 1e-7
 
-// extend gives node n the bounds of the columns added since it was made.
-func (s *search) extend(n *node) {
-	for j := len(n.lo); j < s.p.NumCols(); j++ {
-		n.lo, n.up = append(n.lo, s.p.Lower[j]), append(n.up, s.p.Upper[j])
+// extend gives node n the bounds of the columns added to p since it was made.
+func (n *node) extend(p *Problem) {
+	for j := len(n.lo); j < p.NumCols(); j++ {
+		n.lo, n.up = append(n.lo, p.Lower[j]), append(n.up, p.Upper[j])
 	}
+}
+
+// growPseudoCosts gives the pseudo-costs room for the columns added since the last call.
+func (s *search) growPseudoCosts() {
 	if len(s.pc.sum[0]) < s.p.NumCols() {
 		grow := s.p.NumCols() - len(s.pc.sum[0])
 		for d := range 2 {
@@ -364,7 +434,7 @@ func (s *search) extend(n *node) {
 // before: a few dual simplex iterations on the LPs of both children, whose gains are recorded (reliability
 // branching, Achterberg, Koch and Martin 2005): pseudo-costs alone, not yet learnt, choose blindly at the top of
 // the tree, where the choice matters most.
-func (s *search) branchColumn(n *node, x []float64, obj float64, b []byte) (int, [2]float64) {
+func (s *search) branchColumn(lp *relaxation, n *node, x []float64, obj float64, b []byte) (int, [2]float64) {
 	bounds := [2]float64{obj, obj}
 	type candidate struct {
 		j              int
@@ -407,8 +477,8 @@ func (s *search) branchColumn(n *node, x []float64, obj float64, b []byte) (int,
 		if measure {
 			strong++
 			sinceBest++
-			down := s.strongBranch(n, j, n.lo[j], math.Floor(x[j]), obj, b)
-			up := s.strongBranch(n, j, math.Ceil(x[j]), n.up[j], obj, b)
+			down := s.strongBranch(lp, n, j, n.lo[j], math.Floor(x[j]), obj, b)
+			up := s.strongBranch(lp, n, j, math.Ceil(x[j]), n.up[j], obj, b)
 			if dead(down.bound) && dead(up.bound) {
 				return prunedByStrongBranching, bounds
 			}
@@ -457,11 +527,13 @@ type strongEstimate struct {
 // strongBranch estimates the child of node n (LP value obj, basis b) whose column j lies in [lo, up] by a few dual
 // simplex iterations from b. The dual simplex's objective only rises, so the value reached is the child's gain so
 // far. It bounds the child only when the LP finished without a pricer: an LP over the columns priced so far may
-// be worse than the child's, which the pricer would improve.
-func (s *search) strongBranch(n *node, j int, lo, up, obj float64, b []byte) strongEstimate {
+// be worse than the child's, which the pricer would improve. It releases s.mu while the LP solves.
+func (s *search) strongBranch(lp *relaxation, n *node, j int, lo, up, obj float64, b []byte) strongEstimate {
 	l, u := n.lo[j], n.up[j]
 	n.lo[j], n.up[j] = lo, up
-	st, v, finished := s.lp.estimate(n.lo, n.up, b, strongIterations)
+	s.mu.Unlock()
+	st, v, finished := lp.estimate(n.lo, n.up, b, strongIterations)
+	s.mu.Lock()
 	n.lo[j], n.up[j] = l, u
 	e := strongEstimate{bound: obj}
 	switch st {

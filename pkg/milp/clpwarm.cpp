@@ -74,8 +74,8 @@ extern "C" int sleipnir_clp_get_basis(void *model, unsigned char *out) {
 
 extern "C" void sleipnir_clp_set_basis(void *model, const unsigned char *in) {
   ClpSimplex *m = static_cast<ClpSimplex *>(model);
+  if (!m->statusArray()) m->createStatus();  // a model just loaded has none yet
   unsigned char *st = m->statusArray();
-  if (!st) return;
   int n = m->numberColumns() + m->numberRows();
   for (int i = 0; i < n; i++) st[i] = in[i];
   m->setWhatsChanged(m->whatsChanged() & ~BASIS_SAME);

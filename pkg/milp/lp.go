@@ -117,6 +117,9 @@ func (r *relaxation) dual(lo, up []float64, start []byte) clp.SimplexStatus {
 		quiet(r.simplex)
 		load(r.simplex, r.matrix, lo, up, r.obj, r.rowLo, r.rowHi)
 		r.simplex.SetOptimizationDirection(clp.Minimize)
+		if start != nil { // a worker's first node, deep in the tree: from its parent's basis too
+			setBasis(r.simplex, r.widen(start))
+		}
 	} else {
 		setColumnBounds(r.simplex, lo, up)
 		if start != nil {

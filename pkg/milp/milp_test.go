@@ -54,22 +54,44 @@ func bruteForce(p *Problem) (float64, bool) {
 	return best, found
 }
 
+// packing: maximise value with rows random packing rows over cols integer columns of bounds 0..1-4; branch-and-bound
+// takes tens to hundreds of nodes at 30 columns.
+func packing(seed uint64, cols, rows int) *Problem {
+	r := rand.New(rand.NewPCG(seed, 2))
+	p := &Problem{Sense: Maximize}
+	for range cols {
+		p.AddCol("x", float64(1+r.IntN(20)), 0, float64(1+r.IntN(4)), true, 0)
+	}
+	for range rows {
+		var terms []Term
+		for j := range p.NumCols() {
+			if r.IntN(2) == 0 {
+				terms = append(terms, Term{j, float64(1 + r.IntN(9))})
+			}
+		}
+		p.AddRow("w", math.Inf(-1), float64(10+r.IntN(30)), terms...)
+	}
+	return p
+}
+
 func TestSolveMatchesBruteForceAndCBC(t *testing.T) {
 	for seed := uint64(0); seed < 30; seed++ {
 		p := knapsack(seed, 6)
-		res, err := Solve(p, Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
 		want, ok := bruteForce(p)
-		if !ok || res.Status != Optimal {
-			t.Fatalf("seed %d: status %s, brute force found %v", seed, res.Status, ok)
-		}
-		if math.Abs(res.Objective-want) > 1e-6 {
-			t.Fatalf("seed %d: objective %v, brute force %v", seed, res.Objective, want)
-		}
-		if v := p.Violation(res.X); v > 1e-6 {
-			t.Fatalf("seed %d: solution violates the problem by %g", seed, v)
+		for _, workers := range []int{1, 2} {
+			res, err := Solve(p, Options{Workers: workers})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok || res.Status != Optimal {
+				t.Fatalf("seed %d, %d workers: status %s, brute force found %v", seed, workers, res.Status, ok)
+			}
+			if math.Abs(res.Objective-want) > 1e-6 {
+				t.Fatalf("seed %d, %d workers: objective %v, brute force %v", seed, workers, res.Objective, want)
+			}
+			if v := p.Violation(res.X); v > 1e-6 {
+				t.Fatalf("seed %d, %d workers: solution violates the problem by %g", seed, workers, v)
+			}
 		}
 		st, obj, err := SolveCBC(context.Background(), p)
 		if errors.Is(err, ErrNoCBC) {
@@ -84,6 +106,48 @@ func TestSolveMatchesBruteForceAndCBC(t *testing.T) {
 		if st != Optimal || math.Abs(obj-want) > 1e-6 {
 			t.Fatalf("seed %d: CBC says %s %v, brute force %v", seed, st, obj, want)
 		}
+	}
+}
+
+// TestWorkers: several workers sharing the tree prove the same optimum as one, on problems of tens to hundreds of
+// nodes (CBC agrees), and a node limit stops them all.
+func TestWorkers(t *testing.T) {
+	nodes := 0
+	for seed := uint64(0); seed < 10; seed++ {
+		p := packing(seed, 30, 12)
+		one, err := Solve(p, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		many, err := Solve(p, Options{Workers: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if one.Status != Optimal || many.Status != Optimal || math.Abs(one.Objective-many.Objective) > 1e-6 {
+			t.Fatalf("seed %d: one worker %s %v, three %s %v", seed, one.Status, one.Objective, many.Status,
+				many.Objective)
+		}
+		if v := p.Violation(many.X); v > 1e-6 {
+			t.Fatalf("seed %d: three workers' solution violates the problem by %g", seed, v)
+		}
+		nodes += many.Nodes
+		switch st, obj, err := SolveCBC(context.Background(), p); {
+		case errors.Is(err, ErrNoCBC):
+		case err != nil:
+			t.Fatal(err)
+		case st != Optimal || math.Abs(obj-one.Objective) > 1e-6:
+			t.Fatalf("seed %d: CBC says %s %v, we %v", seed, st, obj, one.Objective)
+		}
+		limited, err := Solve(p, Options{Workers: 3, MaxNodes: one.Nodes / 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if one.Nodes >= 20 && (limited.Status != Limit || limited.Nodes > one.Nodes/2) {
+			t.Fatalf("seed %d: %s after %d nodes with a limit of %d", seed, limited.Status, limited.Nodes, one.Nodes/2)
+		}
+	}
+	if nodes < 1000 {
+		t.Fatalf("%d nodes in all: too few to have the workers share the tree", nodes)
 	}
 }
 
@@ -352,40 +416,30 @@ func TestFixByReducedCost(t *testing.T) {
 func TestStrongBranch(t *testing.T) {
 	finished, stopped := 0, 0
 	for seed := uint64(0); seed < 40; seed++ {
-		r := rand.New(rand.NewPCG(seed, 2))
-		p := &Problem{Sense: Maximize}
-		for range 20 {
-			p.AddCol("x", float64(1+r.IntN(20)), 0, float64(1+r.IntN(4)), true, 0)
-		}
-		for range 12 {
-			var terms []Term
-			for j := range p.NumCols() {
-				if r.IntN(2) == 0 {
-					terms = append(terms, Term{j, float64(1 + r.IntN(9))})
-				}
-			}
-			p.AddRow("w", math.Inf(-1), float64(10+r.IntN(30)), terms...)
-		}
-		s := &search{p: p, opt: Options{RelGap: 1e-6, AbsGap: 1e-9}, lp: newRelaxation(p), inc: math.Inf(1)}
+		p := packing(seed, 20, 12)
+		s := &search{p: p, opt: Options{RelGap: 1e-6, AbsGap: 1e-9}, inc: math.Inf(1)}
+		lp := newRelaxation(p)
 		n := &node{lo: append([]float64(nil), p.Lower...), up: append([]float64(nil), p.Upper...)}
-		st, obj, x := s.lp.solve(n.lo, n.up, nil)
+		st, obj, x := lp.solve(n.lo, n.up, nil)
 		if st != lpOptimal {
 			t.Fatalf("seed %d: root LP %v", seed, st)
 		}
-		b := s.lp.basis()
+		b := lp.basis()
 		for j := range p.NumCols() {
 			f := x[j] - math.Floor(x[j])
 			if f < intTol || f > 1-intTol {
 				continue
 			}
 			for _, child := range [][2]float64{{n.lo[j], math.Floor(x[j])}, {math.Ceil(x[j]), n.up[j]}} {
-				e := s.strongBranch(n, j, child[0], child[1], obj, b)
+				s.mu.Lock() // strongBranch releases it while its LP solves
+				e := s.strongBranch(lp, n, j, child[0], child[1], obj, b)
+				s.mu.Unlock()
 				if n.lo[j] != p.Lower[j] || n.up[j] != p.Upper[j] {
 					t.Fatalf("seed %d column %d: the node's bounds were not restored", seed, j)
 				}
 				lo, up := append([]float64(nil), n.lo...), append([]float64(nil), n.up...)
 				lo[j], up[j] = child[0], child[1]
-				st, v, _ := s.lp.solve(lo, up, b)
+				st, v, _ := lp.solve(lo, up, b)
 				if st == lpInfeasible {
 					v = math.Inf(1)
 				}

@@ -31,7 +31,9 @@ const SystemSyntax = "loki, inferline, proteus or static, optionally with a dead
 func ParseSystem(s string, spec *pipeline.Spec, cc control.Config) (System, error) {
 	name, pol, hasPolicy := strings.Cut(s, ":")
 	cc.SetDefaults()
-	milp := control.MILP{Utilization: cc.RouteUtilization}
+	// One branch-and-bound worker: with more, a solve may return another of several equally good plans, and the
+	// simulator is deterministic.
+	milp := control.MILP{Utilization: cc.RouteUtilization, Workers: 1}
 	var sys System
 	switch name {
 	case "loki":
