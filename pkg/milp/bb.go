@@ -119,6 +119,7 @@ func Solve(p *Problem, opt Options) (Result, error) {
 	}
 	s := &search{p: p, opt: opt, inc: math.Inf(1), pc: newPseudoCosts(p.NumCols())}
 	s.idle = sync.NewCond(&s.mu)
+	s.intRows = p.integerRows()
 	if opt.Incumbent != nil && len(opt.Incumbent) <= p.NumCols() && p.Violation(opt.Incumbent) <= 1e-6 {
 		s.accept(opt.Incumbent)
 	}
@@ -198,6 +199,9 @@ type search struct {
 	nodes    int
 	unsolved int
 	pc       *pseudoCosts
+	// intRows is the rows of integer columns only, which each node propagates before its LP (not with a pricer:
+	// its columns join rows).
+	intRows []int
 }
 
 // work is one worker's loop: take the next open node, process it and push its children, until no node is open
@@ -321,6 +325,10 @@ func (s *search) process(lp *relaxation, n *node) []*node {
 	}
 	s.nodes++
 	s.mu.Unlock()
+	if s.opt.Pricer == nil && !s.p.propagate(s.intRows, n.lo, n.up) {
+		s.mu.Lock()
+		return nil
+	}
 	// Columns are added only with one worker (a pricer) or at the root (its heuristic), while no other worker has
 	// a node: p may be read without the lock.
 	st, obj, x := lp.solvePriced(func() ([]float64, []float64) {

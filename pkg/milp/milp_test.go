@@ -112,7 +112,7 @@ func TestSolveMatchesBruteForceAndCBC(t *testing.T) {
 // TestWorkers: several workers sharing the tree prove the same optimum as one, on problems of tens to hundreds of
 // nodes (CBC agrees), and a node limit stops them all.
 func TestWorkers(t *testing.T) {
-	nodes := 0
+	nodes, stopped := 0, 0
 	for seed := uint64(0); seed < 10; seed++ {
 		p := packing(seed, 30, 12)
 		one, err := Solve(p, Options{})
@@ -138,16 +138,28 @@ func TestWorkers(t *testing.T) {
 		case st != Optimal || math.Abs(obj-one.Objective) > 1e-6:
 			t.Fatalf("seed %d: CBC says %s %v, we %v", seed, st, obj, one.Objective)
 		}
-		limited, err := Solve(p, Options{Workers: 3, MaxNodes: one.Nodes / 2})
+		const limit = 5
+		limited, err := Solve(p, Options{Workers: 3, MaxNodes: limit})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if one.Nodes >= 20 && (limited.Status != Limit || limited.Nodes > one.Nodes/2) {
-			t.Fatalf("seed %d: %s after %d nodes with a limit of %d", seed, limited.Status, limited.Nodes, one.Nodes/2)
+		switch {
+		case limited.Nodes > limit:
+			t.Fatalf("seed %d: %d nodes with a limit of %d", seed, limited.Nodes, limit)
+		case limited.Status == Limit:
+			stopped++
+			if limited.X != nil && limited.Bound < limited.Objective {
+				t.Fatalf("seed %d: stopped at the limit with bound %v below the objective %v", seed, limited.Bound,
+					limited.Objective)
+			}
+		case limited.Status != Optimal || math.Abs(limited.Objective-one.Objective) > 1e-6:
+			t.Fatalf("seed %d: %s %v within the limit, want optimal %v", seed, limited.Status, limited.Objective,
+				one.Objective)
 		}
 	}
-	if nodes < 1000 {
-		t.Fatalf("%d nodes in all: too few to have the workers share the tree", nodes)
+	if nodes < 500 || stopped == 0 {
+		t.Fatalf("%d nodes in all, %d searches stopped at the node limit: too few to have the workers share the tree",
+			nodes, stopped)
 	}
 }
 
