@@ -509,7 +509,9 @@ func (m *model) fixedBatchIncumbent(x []float64, opt Options) []float64 {
 	for _, u := range m.unserved {
 		sub.Upper[u] = 0
 	}
-	o := milp.Options{MaxNodes: 2000}
+	// Pseudo-costs alone choose its branchings: with strong branching, most of its LPs, whole solves took 1.1-1.3x
+	// as long (384 accuracy-scaling solves of the examples).
+	o := milp.Options{MaxNodes: 2000, NoStrongBranching: true}
 	if opt.TimeLimit > 0 {
 		o.TimeLimit = opt.TimeLimit / 4
 	}

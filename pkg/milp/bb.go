@@ -30,6 +30,10 @@ type Options struct {
 	// IntegralObjective says the objective takes integer values at every feasible point (e.g. a count of servers),
 	// so a node whose bound cannot improve the incumbent by a whole unit is pruned.
 	IntegralObjective bool
+	// NoStrongBranching chooses the columns to branch on by pseudo-costs alone: for a search that must be quick
+	// rather than small (a heuristic's restricted problem), where the strong-branching LPs cost more than the
+	// nodes they save.
+	NoStrongBranching bool
 	// Workers is how many nodes are solved at once, each worker in a Clp model of its own (default 1; always one
 	// with a Pricer). With more than one, the order of the nodes varies from run to run, and so do the node count
 	// and, among equally good points, which one is returned.
@@ -481,7 +485,7 @@ func (s *search) branchColumn(lp *relaxation, n *node, x []float64, obj float64,
 		// candidates measured before this one.
 		j, f := c.j, c.frac
 		sc, childBounds := forecast(j, f), [2]float64{obj, obj}
-		measure := strong < maxStrongBranch && sinceBest < lookahead && min(s.pc.n[0][j], s.pc.n[1][j]) < reliable
+		measure := !s.opt.NoStrongBranching && strong < maxStrongBranch && sinceBest < lookahead && min(s.pc.n[0][j], s.pc.n[1][j]) < reliable
 		if measure {
 			strong++
 			sinceBest++

@@ -78,19 +78,20 @@ func TestSolveMatchesBruteForceAndCBC(t *testing.T) {
 	for seed := uint64(0); seed < 30; seed++ {
 		p := knapsack(seed, 6)
 		want, ok := bruteForce(p)
-		for _, workers := range []int{1, 2} {
-			res, err := Solve(p, Options{Workers: workers})
+		for name, opt := range map[string]Options{"one worker": {}, "two workers": {Workers: 2},
+			"no strong branching": {NoStrongBranching: true}} {
+			res, err := Solve(p, opt)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if !ok || res.Status != Optimal {
-				t.Fatalf("seed %d, %d workers: status %s, brute force found %v", seed, workers, res.Status, ok)
+				t.Fatalf("seed %d, %s: status %s, brute force found %v", seed, name, res.Status, ok)
 			}
 			if math.Abs(res.Objective-want) > 1e-6 {
-				t.Fatalf("seed %d, %d workers: objective %v, brute force %v", seed, workers, res.Objective, want)
+				t.Fatalf("seed %d, %s: objective %v, brute force %v", seed, name, res.Objective, want)
 			}
 			if v := p.Violation(res.X); v > 1e-6 {
-				t.Fatalf("seed %d, %d workers: solution violates the problem by %g", seed, workers, v)
+				t.Fatalf("seed %d, %s: solution violates the problem by %g", seed, name, v)
 			}
 		}
 		st, obj, err := SolveCBC(context.Background(), p)
