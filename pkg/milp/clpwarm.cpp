@@ -54,14 +54,7 @@ extern "C" void sleipnir_clp_add_columns(void *model, int n, const double *lo, c
   m->setWhatsChanged(0);
 }
 
-// Quiet, and no factorization afresh at the end of a solve of under 20 pivots (Clp's special option 2048, "don't
-// bother to re-factorize if < 20 iterations"): a branch-and-bound LP is a few pivots from its start, and the
-// factorization kept from them is exact enough to read its solution from (the CBC cross-checks agree).
-extern "C" void sleipnir_clp_setup(void *model) {
-  ClpSimplex *m = static_cast<ClpSimplex *>(model);
-  m->setLogLevel(0);
-  m->setSpecialOptions(m->specialOptions() | 2048);
-}
+extern "C" void sleipnir_clp_quiet(void *model) { static_cast<ClpSimplex *>(model)->setLogLevel(0); }
 
 // The basis (one status byte per column, then per row) of the last solve, and setting it as the start of the next:
 // each branch-and-bound node starts from its parent's optimal basis, a few dual pivots away from its own.

@@ -2,7 +2,7 @@ package milp
 
 // #cgo pkg-config: clp
 // void sleipnir_clp_set_col_bounds(void *model, const double *lo, const double *up, int n);
-// void sleipnir_clp_setup(void *model);
+// void sleipnir_clp_quiet(void *model);
 // void sleipnir_clp_load(void *model, int ncols, int nrows, const int *start, const int *index, const double *value,
 //                        const double *collb, const double *colub, const double *obj, const double *rowlb,
 //                        const double *rowub);
@@ -41,8 +41,7 @@ func setColumnBounds(s *clp.Simplex, lo, up []float64) {
 	C.sleipnir_clp_set_col_bounds(clpModel(s), dbl(lo), dbl(up), C.int(len(lo)))
 }
 
-// setup makes s quiet, and spares it the factorization at the end of short solves (see clpwarm.cpp).
-func setup(s *clp.Simplex) { C.sleipnir_clp_setup(clpModel(s)) }
+func quiet(s *clp.Simplex) { C.sleipnir_clp_quiet(clpModel(s)) }
 
 // columnMatrix is a constraint matrix in compressed sparse column form, as Clp loads it.
 type columnMatrix struct {

@@ -114,7 +114,7 @@ func (r *relaxation) dual(lo, up []float64, start []byte) clp.SimplexStatus {
 	r.solves++
 	if r.simplex == nil {
 		r.simplex = clp.NewSimplex()
-		setup(r.simplex)
+		quiet(r.simplex)
 		load(r.simplex, r.matrix, lo, up, r.obj, r.rowLo, r.rowHi)
 		r.simplex.SetOptimizationDirection(clp.Minimize)
 		if start != nil { // a worker's first node, deep in the tree: from its parent's basis too
