@@ -32,6 +32,7 @@ type Options struct {
 	Workers int
 }
 
+// workers is Workers, or one per CPU.
 func (o Options) workers() int {
 	if o.Workers > 0 {
 		return o.Workers

@@ -485,7 +485,8 @@ func (s *search) branchColumn(lp *relaxation, n *node, x []float64, obj float64,
 		// candidates measured before this one.
 		j, f := c.j, c.frac
 		sc, childBounds := forecast(j, f), [2]float64{obj, obj}
-		measure := !s.opt.NoStrongBranching && strong < maxStrongBranch && sinceBest < lookahead && min(s.pc.n[0][j], s.pc.n[1][j]) < reliable
+		measure := !s.opt.NoStrongBranching && strong < maxStrongBranch && sinceBest < lookahead &&
+			min(s.pc.n[0][j], s.pc.n[1][j]) < reliable
 		if measure {
 			strong++
 			sinceBest++
