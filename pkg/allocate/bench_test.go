@@ -65,7 +65,8 @@ func BenchmarkSweep(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				times, nodes = times[:0], 0
 				for d := 50.0; d <= 1200; d += 50 {
-					res, err := Solve(Input{Spec: spec, Demand: d, Servers: 20}, Options{TimeLimit: benchLimit, Workers: w})
+					in := Input{Spec: spec, Demand: d, Servers: 20}
+					res, err := Solve(in, Options{TimeLimit: benchLimit, Workers: w})
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -80,6 +81,41 @@ func BenchmarkSweep(b *testing.B) {
 			b.ReportMetric(times[len(times)/2], "median-ms")
 			b.ReportMetric(float64(nodes), "nodes")
 		})
+	}
+}
+
+// BenchmarkAccuracySolves solves every demand past the switch point of the traffic tree at 14, 20 and 26 servers
+// (25:1800:25, 171 accuracy-scaling or overloaded solves) and of the OCR chain at 4, 6 and 9 servers (10:900:10,
+// 213), each once per iteration: the corpus behind the README's ratios for changes to the search. Metrics per
+// example: "<name>-ms" and "<name>-nodes" in all.
+func BenchmarkAccuracySolves(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		for _, c := range []struct {
+			file     string
+			servers  []int
+			to, step float64
+		}{{"../../examples/traffic.yaml", []int{14, 20, 26}, 1800, 25},
+			{"../../examples/ocr-chain.yaml", []int{4, 6, 9}, 900, 10}} {
+			spec, err := pipeline.Load(c.file)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ms, nodes := 0.0, 0
+			for _, servers := range c.servers {
+				for d := c.step; d <= c.to; d += c.step {
+					res, err := Solve(Input{Spec: spec, Demand: d, Servers: servers}, Options{TimeLimit: benchLimit})
+					if err != nil {
+						b.Fatal(err)
+					}
+					if res.Mode != ModeHardware {
+						ms += res.SolveMs
+						nodes += res.Nodes
+					}
+				}
+			}
+			b.ReportMetric(ms, spec.Name+"-ms")
+			b.ReportMetric(float64(nodes), spec.Name+"-nodes")
+		}
 	}
 }
 

@@ -83,8 +83,9 @@ func (a Proteus) Allocate(spec *pipeline.Spec, o control.Observed) (*plan.Plan, 
 	for i, t := range spec.Tasks {
 		single := &pipeline.Spec{Name: spec.Name, SLOMs: slo[t.Name], CommLatencyMs: spec.CommLatencyMs,
 			BatchSizes: spec.BatchSizes, Tasks: []pipeline.Task{{Name: t.Name, Variants: leafVariants(t)}}}
-		res, err := allocate.Solve(allocate.Input{Spec: single, Demand: max(demand[t.Name], 1e-3),
-			Servers: shares[i], Utilization: a.Utilization}, allocate.Options{TimeLimit: a.TimeLimit, Workers: a.Workers})
+		in := allocate.Input{Spec: single, Demand: max(demand[t.Name], 1e-3), Servers: shares[i],
+			Utilization: a.Utilization}
+		res, err := allocate.Solve(in, allocate.Options{TimeLimit: a.TimeLimit, Workers: a.Workers})
 		if err != nil {
 			return nil, fmt.Errorf("task %s: %w", t.Name, err)
 		}

@@ -6,12 +6,14 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/control"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/workload"
 )
 
@@ -42,6 +44,9 @@ func TestDeterministic(t *testing.T) {
 	a, err := Run(cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(a.Seconds, func(s Second) bool { return s.Mode == plan.ModeAccuracy }) {
+		t.Fatal("no second ran an accuracy-scaling plan: the MILP chose none of the plans")
 	}
 	b, err := Run(cfg)
 	if err != nil {
