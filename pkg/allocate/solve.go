@@ -30,6 +30,17 @@ type Options struct {
 	// Workers is how many branch-and-bound nodes are solved at once (0: runtime.GOMAXPROCS, one per CPU). With
 	// more than one, which of several equally good allocations is returned may vary from run to run.
 	Workers int
+	// Gap is the optimality tolerance of each MILP solve, relative: a result is Optimal when no allocation can beat
+	// it by more than this share of its objective. 0 means pkg/milp's default, 1e-6; it must be below 1.
+	Gap float64
+}
+
+// check says what is wrong with o, if anything.
+func (o Options) check() error {
+	if !(o.Gap >= 0 && o.Gap < 1) {
+		return fmt.Errorf("allocate: optimality gap %v: want a share in [0, 1)", o.Gap)
+	}
+	return nil
 }
 
 // workers is Workers, or one per CPU.
@@ -61,12 +72,14 @@ type Result struct {
 	// MaxServableQPS is the largest demand these servers can serve (0 when not computed).
 	MaxServableQPS float64 `json:"max_servable_qps,omitempty"`
 	// ServedQPS is the demand the allocation serves: Demand, or MaxServableQPS when overloaded.
-	ServedQPS float64  `json:"served_qps"`
-	Optimal   bool     `json:"optimal"`
-	Gap       float64  `json:"gap"`
-	SolveMs   float64  `json:"solve_ms"`
-	Nodes     int      `json:"nodes"`
-	Variants  []Hosted `json:"variants"`
+	ServedQPS float64 `json:"served_qps"`
+	// Optimal says every MILP solve was proven optimal within Options.Gap; when not (a time limit), Gap is how far
+	// from optimal the allocation may be.
+	Optimal  bool     `json:"optimal"`
+	Gap      float64  `json:"gap"`
+	SolveMs  float64  `json:"solve_ms"`
+	Nodes    int      `json:"nodes"`
+	Variants []Hosted `json:"variants"`
 }
 
 // ErrNoServers says the cluster has no servers to allocate.
@@ -77,6 +90,9 @@ var ErrNoServers = errors.New("allocate: the cluster has no servers")
 func Solve(in Input, opt Options) (*Result, error) {
 	start := time.Now()
 	if err := in.check(); err != nil {
+		return nil, err
+	}
+	if err := opt.check(); err != nil {
 		return nil, err
 	}
 	res := &Result{Demand: in.Demand, Servers: in.Servers, ServedQPS: in.Demand, Optimal: true}
@@ -213,7 +229,7 @@ func (m *model) solve(opt Options) (milp.Result, error) {
 			// Not expected: the enumeration's point breaks the model. The MILP decides.
 		}
 	}
-	o := milp.Options{TimeLimit: opt.TimeLimit, Pricer: m.pricer(), Workers: opt.workers()}
+	o := milp.Options{TimeLimit: opt.TimeLimit, Pricer: m.pricer(), Workers: opt.workers(), RelGap: opt.Gap}
 	if m.step == stepHardware {
 		o.IntegralObjective = true
 		o.Incumbent = m.hardwareIncumbent()

@@ -26,6 +26,8 @@ func runPlan(args []string) error {
 	sweep := fs.String("sweep", "", "FROM:TO:STEP demands (QPS) to solve for, printing mode, servers and accuracy for each")
 	asJSON := fs.Bool("json", false, "print JSON (one object, or one per line with --sweep)")
 	limit := fs.Duration("time-limit", 30*time.Second, "bound on each MILP solve; a solve that reaches it reports its gap")
+	gap := fs.Float64("gap", 0, "optimality tolerance of each MILP solve, relative: stop once no plan can be better "+
+		"by more than this share (0: 1e-6)")
 	lpFile := fs.String("write-lp", "", "also write the accuracy-scaling MILP at --demand to this file, in LP format "+
 		"(to read, or to solve with another solver: cbc FILE solve)")
 	util := fs.Float64("utilization", 1, "share of each replica's profiled throughput a plan may use (the live planner "+
@@ -45,7 +47,7 @@ func runPlan(args []string) error {
 	}
 	in := allocate.Input{Spec: spec, Servers: *servers, SLOMs: float64(*slo) / float64(time.Millisecond),
 		Utilization: *util}
-	opt := allocate.Options{TimeLimit: *limit}
+	opt := allocate.Options{TimeLimit: *limit, Gap: *gap}
 	if *sweep == "" {
 		in.Demand = *demand
 		if *lpFile != "" {
@@ -61,7 +63,7 @@ func runPlan(args []string) error {
 		if *asJSON {
 			return json.NewEncoder(os.Stdout).Encode(r)
 		}
-		printPlan(r)
+		printPlan(r, *gap)
 		return nil
 	}
 	if *lpFile != "" {
@@ -123,12 +125,16 @@ func parseSweep(s string) (from, to, step float64, err error) {
 	return v[0], v[1], v[2], nil
 }
 
-func printPlan(r *allocate.Result) {
+// printPlan prints r as a table; gap is the optimality tolerance it was solved with (0: the default).
+func printPlan(r *allocate.Result, gap float64) {
 	fmt.Printf("mode %s: %d of %d servers, system accuracy %.4f, serves %.1f QPS (at most %.1f with these servers)\n",
 		r.Mode, r.ServersUsed, r.Servers, r.SystemAccuracy, r.ServedQPS, r.MaxServableQPS)
-	if r.Optimal {
+	switch {
+	case r.Optimal && gap > 0:
+		fmt.Printf("optimal within a gap of %.2g, solved in %.1f ms (%d nodes)\n", gap, r.SolveMs, r.Nodes)
+	case r.Optimal:
 		fmt.Printf("optimal, solved in %.1f ms (%d nodes)\n", r.SolveMs, r.Nodes)
-	} else {
+	default:
 		fmt.Printf("NOT proven optimal: stopped at the time limit with a gap of %.2g, after %.1f ms (%d nodes)\n",
 			r.Gap, r.SolveMs, r.Nodes)
 	}
