@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sleipnir-serving/sleipnir/pkg/milp"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 )
 
@@ -98,6 +99,56 @@ func BenchmarkSweep(b *testing.B) {
 			b.ReportMetric(times[len(times)/2], "median-ms")
 			b.ReportMetric(float64(nodes), "nodes")
 		})
+	}
+}
+
+// BenchmarkProof splits the accuracy step's time at the traffic sweep's slowest demands into finding the optimum
+// and proving it. "solve" is the accuracy step as Solve runs it (the heuristic, then the search); "proof" is the same
+// branch-and-bound given the optimum as its first point (found beforehand, untimed) and no heuristic: what a perfect
+// heuristic would leave. Both with one worker per CPU. Metric: "nodes".
+func BenchmarkProof(b *testing.B) {
+	spec, err := pipeline.Load("../../examples/traffic.yaml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, d := range []float64{550, 650, 700, 850, 950, 1050} {
+		in := Input{Spec: spec, Demand: d, Servers: 20}
+		m, err := build(in, stepAccuracy)
+		if err != nil {
+			b.Fatal(err)
+		}
+		best, err := m.solve(Options{TimeLimit: benchLimit})
+		if err != nil || best.Status != milp.Optimal {
+			b.Fatalf("%v QPS: no optimum to start from (%s, %v)", d, best.Status, err)
+		}
+		for _, proof := range []bool{false, true} {
+			name := fmt.Sprintf("traffic/qps=%v/solve", d)
+			if proof {
+				name = fmt.Sprintf("traffic/qps=%v/proof", d)
+			}
+			b.Run(name, func(b *testing.B) {
+				var res milp.Result
+				for i := 0; i < b.N; i++ {
+					b.StopTimer()
+					m, err := build(in, stepAccuracy) // a fresh problem each time, as a solve has
+					if err != nil {
+						b.Fatal(err)
+					}
+					o := m.milpOptions(Options{TimeLimit: benchLimit})
+					if proof {
+						o.RootHeuristic, o.Incumbent = nil, best.X
+					}
+					b.StartTimer()
+					if res, err = milp.Solve(m.prob, o); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if res.Status != milp.Optimal || math.Abs(res.Objective-best.Objective) > 1e-6*best.Objective {
+					b.Fatalf("%s at %v, where the first solve found %v", res.Status, res.Objective, best.Objective)
+				}
+				b.ReportMetric(float64(res.Nodes), "nodes")
+			})
+		}
 	}
 }
 

@@ -229,6 +229,12 @@ func (m *model) solve(opt Options) (milp.Result, error) {
 			// Not expected: the enumeration's point breaks the model. The MILP decides.
 		}
 	}
+	return milp.Solve(m.prob, m.milpOptions(opt))
+}
+
+// milpOptions are the branch-and-bound's options for the model: its first point (or the heuristic that finds one
+// from the root's LP), pricer and tolerances.
+func (m *model) milpOptions(opt Options) milp.Options {
 	o := milp.Options{TimeLimit: opt.TimeLimit, Pricer: m.pricer(), Workers: opt.workers(), RelGap: opt.Gap}
 	if m.step == stepHardware {
 		o.IntegralObjective = true
@@ -236,7 +242,7 @@ func (m *model) solve(opt Options) (milp.Result, error) {
 	} else {
 		o.RootHeuristic = func(x []float64) []float64 { return m.fixedBatchIncumbent(x, opt) }
 	}
-	return milp.Solve(m.prob, o)
+	return o
 }
 
 // pricer is the column generator of a priced model (nil otherwise): per path, the combination of batch sizes whose
