@@ -124,6 +124,30 @@ func (p *Plan) Find(task, variant string) *VariantPlan {
 	return nil
 }
 
+// Rehome is where a message queued at task/variant goes when p hosts no replica of that variant (a plan retired it
+// while the message waited): the variant p routes the task's traffic to from upstream, the message's previous hop
+// ("task/variant", or "" at the root task), drawn with u in [0, 1). "" when p hosts task/variant, or routes the task
+// nowhere from upstream: the message stays.
+func (p *Plan) Rehome(task, variant, upstream string, u float64) string {
+	if p.Hosts(task, variant) {
+		return ""
+	}
+	routes := p.Routing.Root
+	if upstream != "" {
+		routes = p.Routing.Downstream[upstream][task]
+	}
+	if to := Pick(routes, u); to != variant {
+		return to
+	}
+	return ""
+}
+
+// Hosts says p runs replicas of task/variant.
+func (p *Plan) Hosts(task, variant string) bool {
+	vp := p.Find(task, variant)
+	return vp != nil && vp.Replicas > 0
+}
+
 // Hosted returns the hosted variants of one task, most accurate first.
 func (p *Plan) Hosted(spec *pipeline.Spec, task string) []VariantPlan {
 	var out []VariantPlan

@@ -121,6 +121,37 @@ func TestPick(t *testing.T) {
 	}
 }
 
+func TestRehome(t *testing.T) {
+	p := &Plan{
+		Variants: []VariantPlan{{Task: "detect", Variant: "small", Replicas: 2}, {Task: "classify", Variant: "b0", Replicas: 1},
+			{Task: "classify", Variant: "b1", Replicas: 0}},
+		Routing: Routing{
+			Root: []Route{{"small", 1}},
+			Downstream: map[string]map[string][]Route{
+				"detect/large": {"classify": {{"b0", 1}}},
+				"detect/small": {"classify": {{"b0", 0.5}, {"b1", 0.5}}},
+			},
+		},
+	}
+	for _, tc := range []struct {
+		name                    string
+		task, variant, upstream string
+		u                       float64
+		want                    string
+	}{
+		{"hosted: stays", "classify", "b0", "detect/small", 0.1, ""},
+		{"root task: the root table", "detect", "large", "", 0.7, "small"},
+		{"after a retired upstream: its table", "classify", "b7", "detect/large", 0.9, "b0"},
+		{"no replicas: moved, drawn by u", "classify", "b1", "detect/small", 0.2, "b0"},
+		{"no replicas, drawn back to itself: stays", "classify", "b1", "detect/small", 0.7, ""},
+		{"no table from upstream: stays", "classify", "b7", "detect/medium", 0.5, ""},
+	} {
+		if got := p.Rehome(tc.task, tc.variant, tc.upstream, tc.u); got != tc.want {
+			t.Errorf("%s: Rehome(%s/%s after %q) = %q, want %q", tc.name, tc.task, tc.variant, tc.upstream, got, tc.want)
+		}
+	}
+}
+
 func TestBudgetScale(t *testing.T) {
 	// A tree: a -> {b, c}. Chains a-b and a-c.
 	spec := &pipeline.Spec{SLOMs: 400, CommLatencyMs: 10, Tasks: []pipeline.Task{

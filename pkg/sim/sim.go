@@ -562,6 +562,7 @@ func (s *sim) tick() {
 			s.replans++
 		}
 	}
+	s.rehome(s.plan)
 	if sec := s.now/int64(time.Second) - 1; sec >= 0 && int(sec) < len(s.seconds) {
 		active := 0
 		for i := range s.servers {
@@ -609,6 +610,32 @@ func (s *sim) applyPlan(p *plan.Plan, replanned bool) {
 			continue
 		}
 		s.take(i, a)
+	}
+}
+
+// rehome moves the messages queued at variants p, the plan in force, hosts no replica of to the variants its routing
+// sends their task's traffic to (plan.Rehome), a hop away, as the live planner does every second: a plan that
+// retires a variant would otherwise leave its queue to wait out the deadlines.
+func (s *sim) rehome(p *plan.Plan) {
+	for _, h := range s.hops {
+		task := s.tasks[h.task]
+		if h.pending() == 0 || p.Hosts(task, h.variant.Name) {
+			continue
+		}
+		kept := h.queue[:0]
+		for _, m := range h.queue[h.head:] {
+			upstream := ""
+			if path := s.trie.path[m.node]; len(path) > 0 {
+				upstream = path[len(path)-1]
+			}
+			if to := p.Rehome(task, h.variant.Name, upstream, s.rng.Float64()); to != "" {
+				s.push(event{at: s.now + s.comm, kind: evDeliver, hop: s.hopIdx[task][to], msg: m})
+				continue
+			}
+			kept = append(kept, m)
+		}
+		clear(h.queue[len(kept):])
+		h.queue, h.head = kept, 0
 	}
 }
 

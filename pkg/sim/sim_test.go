@@ -271,3 +271,50 @@ func TestBatchFitsMaxBatch(t *testing.T) {
 		})
 	}
 }
+
+// TestRehome: a published plan that hosts no replica of a variant sends the messages queued there on to the variant
+// its routing picks for their task from their upstream hop, a hop away, and leaves those it routes nowhere; the
+// queues of hosted variants stay as they are.
+func TestRehome(t *testing.T) {
+	spec := traffic(t)
+	s, err := newSim(Config{Spec: spec, Workload: workload.Constant(100, time.Second), Servers: 20,
+		System: system(t, "loki", spec), Seed: 1, CommLatency: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hop := func(task, variant string) int32 { return s.hopIdx[task][variant] }
+	retired, to, hosted := hop("classify_car", "effnet_b7"), hop("classify_car", "effnet_b0"), hop("classify_car", "effnet_b1")
+	after := s.trie.child(0, hop("detect", "yolov5x"))    // routed to effnet_b0 by the new plan
+	unrouted := s.trie.child(0, hop("detect", "yolov5n")) // no table from there
+	p := &plan.Plan{Variants: []plan.VariantPlan{{Task: "detect", Variant: "yolov5x", Replicas: 1},
+		{Task: "classify_car", Variant: "effnet_b0", Replicas: 1}, {Task: "classify_car", Variant: "effnet_b1", Replicas: 1},
+		{Task: "recognize_face", Variant: "arcface_r100", Replicas: 1}},
+		Routing: plan.Routing{Root: []plan.Route{{Variant: "yolov5x", Prob: 1}},
+			Downstream: map[string]map[string][]plan.Route{"detect/yolov5x": {
+				"classify_car": {{Variant: "effnet_b0", Prob: 1}}, "recognize_face": {{Variant: "arcface_r100", Prob: 1}}}}}}
+	r := &request{due: int64(time.Minute)}
+	moved := []*message{{req: r, items: 1, node: after}, {req: r, items: 2, node: after}}
+	stays := &message{req: r, items: 1, node: unrouted}
+	s.hops[retired].queue = []*message{moved[0], stays, moved[1]}
+	s.hops[hosted].queue = []*message{{req: r, items: 1, node: after}}
+	s.events = eventHeap{}
+	s.rehome(p)
+
+	if q := s.hops[retired].queue[s.hops[retired].head:]; len(q) != 1 || q[0] != stays {
+		t.Errorf("the retired variant's queue holds %d messages, want only the one routed nowhere", len(q))
+	}
+	if s.hops[hosted].pending() != 1 {
+		t.Errorf("a hosted variant's queue moved: %d messages left of 1", s.hops[hosted].pending())
+	}
+	var delivered []*message
+	for _, e := range s.events.ev {
+		if e.kind != evDeliver || e.hop != to || e.at != s.now+s.comm {
+			t.Errorf("unexpected event %+v: want deliveries to effnet_b0 one hop from now", e)
+			continue
+		}
+		delivered = append(delivered, e.msg)
+	}
+	if len(delivered) != 2 || !slices.Contains(delivered, moved[0]) || !slices.Contains(delivered, moved[1]) {
+		t.Errorf("delivered %d messages to effnet_b0, want the 2 routed there", len(delivered))
+	}
+}

@@ -144,6 +144,13 @@ func TaskMsgID(requestID, parent, task, variant string) string {
 	return requestID + "/" + parent + ">" + task + "/" + variant
 }
 
+// RehomedMsgID is the de-duplication id of a message the planner moved from a variant a new plan retired to another
+// variant of the same task: the message's own id and the new variant, so that a move done twice (after a
+// redelivery) enqueues it once, and does not collide with a message of the same parent sent there directly.
+func RehomedMsgID(id, variant string) string {
+	return id + "@" + variant
+}
+
 // RootItemID is the id of the single item a request starts with; a child of item P is P.i.
 const RootItemID = "0"
 

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"sort"
 	"strings"
 	"sync"
@@ -218,47 +219,139 @@ func (p *Planner) serversFor(i, live int) int {
 
 // step runs each pipeline's control loop (pkg/control) once: a new allocation when the demand estimate, the
 // multiplicative factors or the pipeline's share of the live workers moved, or new routing tables; publishes what it
-// decided, and reassigns the workers after a new allocation, moving as few as possible.
+// decided, and reassigns the workers after a new allocation, moving as few as possible. Then it moves what waits at
+// variants the plan in force retired (rehome).
 func (p *Planner) step(ctx context.Context, now time.Time, ests []estimates) {
 	live := len(p.liveWorkers(now))
 	for i, spec := range p.specs {
 		o := control.Observed{Demand: ests[i].demand, Fanout: ests[i].fanout, Servers: p.serversFor(i, live)}
-		st := p.loops[i].Next(now, o)
-		if st.Err != nil {
-			p.log.Warn("allocation failed; the current plan stays", "pipeline", spec.Name, "demand_qps",
-				round(o.Demand), "servers", o.Servers, "err", st.Err)
+		p.stepPipeline(ctx, now, i, o)
+		p.rehome(ctx, spec, p.loops[i].Current())
+	}
+}
+
+// stepPipeline runs pipeline i's control loop once (see step).
+func (p *Planner) stepPipeline(ctx context.Context, now time.Time, i int, o control.Observed) {
+	spec := p.specs[i]
+	st := p.loops[i].Next(now, o)
+	if st.Err != nil {
+		p.log.Warn("allocation failed; the current plan stays", "pipeline", spec.Name, "demand_qps",
+			round(o.Demand), "servers", o.Servers, "err", st.Err)
+	}
+	pl := st.Plan
+	if pl == nil {
+		return
+	}
+	if st.Replanned {
+		if err := p.ensureConsumers(ctx, spec, pl); err != nil {
+			p.log.Warn("creating consumers for a new plan failed; will retry", "pipeline", spec.Name, "err", err)
+			return
 		}
-		pl := st.Plan
-		if pl == nil {
-			continue
-		}
-		if st.Replanned {
-			if err := p.ensureConsumers(ctx, spec, pl); err != nil {
-				p.log.Warn("creating consumers for a new plan failed; will retry", "pipeline", spec.Name, "err", err)
-				continue
-			}
-		}
-		if err := p.putPlan(ctx, pl); err != nil {
-			p.log.Warn("publishing a plan failed; will retry", "pipeline", spec.Name, "err", err)
-			continue
-		}
-		p.loops[i].Published(st, o, now)
-		if !st.Replanned {
-			p.log.Debug("routing published", "pipeline", spec.Name, "demand_qps", round(o.Demand))
-			continue
-		}
-		a := pl.Allocation
-		p.log.Info("plan published", "pipeline", spec.Name, "epoch", pl.Epoch, "mode", pl.Mode,
-			"demand_qps", round(a.DemandQPS), "active_servers", a.ActiveServers, "servers", o.Servers,
-			"system_accuracy", round(a.SystemAccuracy), "optimal", a.Optimal, "gap", round(a.Gap),
-			"solve_ms", a.SolveMs)
-		if err := p.reassign(ctx); err != nil && ctx.Err() == nil {
-			p.log.Warn("assigning workers failed; will retry", "err", err)
-		}
+	}
+	if err := p.putPlan(ctx, pl); err != nil {
+		p.log.Warn("publishing a plan failed; will retry", "pipeline", spec.Name, "err", err)
+		return
+	}
+	p.loops[i].Published(st, o, now)
+	if !st.Replanned {
+		p.log.Debug("routing published", "pipeline", spec.Name, "demand_qps", round(o.Demand))
+		return
+	}
+	a := pl.Allocation
+	p.log.Info("plan published", "pipeline", spec.Name, "epoch", pl.Epoch, "mode", pl.Mode,
+		"demand_qps", round(a.DemandQPS), "active_servers", a.ActiveServers, "servers", o.Servers,
+		"system_accuracy", round(a.SystemAccuracy), "optimal", a.Optimal, "gap", round(a.Gap),
+		"solve_ms", a.SolveMs)
+	if err := p.reassign(ctx); err != nil && ctx.Err() == nil {
+		p.log.Warn("assigning workers failed; will retry", "err", err)
 	}
 }
 
 func round(v float64) float64 { return math.Round(v*1000) / 1000 }
+
+// rehomeBatch is how many messages rehome fetches from a variant's queue at a time.
+const rehomeBatch = 256
+
+// rehome moves the messages queued at the variants of spec that pl, the plan in force, hosts no replica of (a new
+// plan retired them while the messages waited; no replica is left to fetch them, and they would wait out their
+// deadlines) to the variants pl routes their task to from their upstream hop (plan.Rehome, which the simulator
+// calls too): each is published again with its headers, under a message id of its own (wire.RehomedMsgID), then
+// acknowledged. It runs every second, so messages that upstream workers sent on the old routing just before they
+// saw the new one follow within a second. A variant never hosted has no consumer and costs one lookup.
+func (p *Planner) rehome(ctx context.Context, spec *pipeline.Spec, pl *plan.Plan) {
+	for _, t := range spec.Tasks {
+		for _, v := range t.Variants {
+			if pl.Hosts(t.Name, v.Name) {
+				continue
+			}
+			moved, err := p.rehomeQueue(ctx, spec.Name, t.Name, v.Name, pl)
+			if err != nil && ctx.Err() == nil {
+				p.log.Warn("moving the queue of a retired variant failed; will retry", "pipeline", spec.Name,
+					"variant", wire.Hop(t.Name, v.Name), "moved", moved, "err", err)
+			} else if moved > 0 {
+				p.log.Info("moved the queue of a retired variant", "pipeline", spec.Name,
+					"variant", wire.Hop(t.Name, v.Name), "moved", moved)
+			}
+		}
+	}
+}
+
+// rehomeQueue moves what waits in one retired variant's queue (see rehome) and returns how many messages it moved.
+// A message pl routes nowhere is negatively acknowledged, to wait for a later plan.
+func (p *Planner) rehomeQueue(ctx context.Context, pipelineName, task, variant string, pl *plan.Plan) (int, error) {
+	cons, err := p.js.Consumer(ctx, wire.TaskStream(pipelineName), wire.Consumer(task, variant))
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return 0, nil
+	} else if err != nil {
+		return 0, err
+	}
+	moved := 0
+	for left := cons.CachedInfo().NumPending; left > 0; {
+		batch, err := cons.FetchNoWait(int(min(left, rehomeBatch)))
+		if err != nil {
+			return moved, err
+		}
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			path := wire.SplitPath(m.Headers().Get(wire.HeaderPath))
+			upstream := ""
+			if len(path) > 0 {
+				upstream = path[len(path)-1]
+			}
+			to := pl.Rehome(task, variant, upstream, rand.Float64())
+			if to == "" {
+				_ = m.Nak()
+				continue
+			}
+			out := nats.NewMsg(wire.TaskSubject(pipelineName, task, to))
+			for k, v := range m.Headers() {
+				out.Header[k] = v
+			}
+			if id := m.Headers().Get(wire.HeaderMsgID); id != "" {
+				out.Header.Set(wire.HeaderMsgID, wire.RehomedMsgID(id, to))
+			}
+			out.Data = m.Data()
+			if _, err := p.js.PublishMsg(ctx, out); err != nil {
+				_ = m.Nak()
+				return moved, fmt.Errorf("publish to %s: %w", out.Subject, err)
+			}
+			// Acknowledged with the server's confirmation: once rehome returns, the message is gone from the queue.
+			if err := m.DoubleAck(ctx); err != nil {
+				return moved, err // redelivered after the ack wait; the next rehome's publish is de-duplicated
+			}
+			moved++
+		}
+		if err := batch.Error(); err != nil {
+			return moved, err
+		}
+		if got == 0 {
+			break
+		}
+		left -= uint64(got)
+	}
+	return moved, nil
+}
 
 // ensureConsumers creates the durable consumer of every variant a plan hosts.
 func (p *Planner) ensureConsumers(ctx context.Context, spec *pipeline.Spec, pl *plan.Plan) error {

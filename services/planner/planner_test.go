@@ -440,3 +440,119 @@ type atomicFloat struct{ bits atomic.Uint64 }
 
 func (f *atomicFloat) load() float64   { return math.Float64frombits(f.bits.Load()) }
 func (f *atomicFloat) store(v float64) { f.bits.Store(math.Float64bits(v)) }
+
+const treeSpec = `
+name: moves
+slo_ms: 1000
+tasks:
+  - name: a
+    children: [b]
+    variants:
+      - name: x
+        accuracy: 0.9
+        executor: {kind: emulated}
+        fanout: {mean: 1}
+        profile: [{batch: 1, p50_ms: 5, p95_ms: 6}]
+  - name: b
+    variants:
+      - name: "y"
+        accuracy: 0.9
+        executor: {kind: emulated}
+        profile: [{batch: 1, p50_ms: 5, p95_ms: 6}]
+      - name: z
+        accuracy: 0.8
+        executor: {kind: emulated}
+        profile: [{batch: 1, p50_ms: 2, p95_ms: 3}]
+`
+
+// TestRehomeMovesRetiredQueue: while a plan hosts a variant its queue stays; once a plan no longer hosts it, the
+// messages waiting there go to the variant the plan routes their task to from their upstream hop, headers kept, each
+// under an id of its own; one the plan routes nowhere stays; moving again moves nothing twice.
+func TestRehomeMovesRetiredQueue(t *testing.T) {
+	s, err := bus.StartServer(bus.ServerConfig{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown()
+	nc, err := bus.ConnectInProcess(s, "planner")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	sp, err := pipeline.Parse([]byte(treeSpec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(nc, Config{Pipelines: []*pipeline.Spec{sp}, Storage: jetstream.MemoryStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	js, _ := jetstream.New(nc)
+	stream, err := bus.EnsureTaskStream(ctx, js, sp.Name, jetstream.MemoryStorage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bus.EnsureVariantConsumer(ctx, js, sp.Name, "b", "y", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	old := &plan.Plan{Pipeline: sp.Name, Variants: []plan.VariantPlan{{Task: "a", Variant: "x", Replicas: 1},
+		{Task: "b", Variant: "y", Replicas: 1}}}
+	deadline := wire.FormatDeadline(time.Now().Add(time.Minute))
+	for i, path := range []string{"a/x", "a/x", "a/gone"} {
+		m := nats.NewMsg(wire.TaskSubject(sp.Name, "b", "y"))
+		m.Header.Set(wire.HeaderPath, path)
+		m.Header.Set(wire.HeaderRequestID, fmt.Sprintf("f-%d", i))
+		m.Header.Set(wire.HeaderDeadline, deadline)
+		m.Header.Set(wire.HeaderMsgID, wire.TaskMsgID(fmt.Sprintf("f-%d", i), "0", "b", "y"))
+		m.Data = []byte{byte(i)}
+		if _, err := js.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	next := &plan.Plan{Pipeline: sp.Name, Variants: []plan.VariantPlan{{Task: "a", Variant: "x", Replicas: 1},
+		{Task: "b", Variant: "z", Replicas: 1}},
+		Routing: plan.Routing{Root: []plan.Route{{Variant: "x", Prob: 1}},
+			Downstream: map[string]map[string][]plan.Route{"a/x": {"b": {{Variant: "z", Prob: 1}}}}}}
+	counts := func() map[string]uint64 {
+		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(wire.TaskSubjects(sp.Name)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Subjects
+	}
+	p.rehome(ctx, sp, old) // hosts b/y: its queue stays
+	if got := counts(); got[wire.TaskSubject(sp.Name, "b", "y")] != 3 || len(got) != 1 {
+		t.Fatalf("messages per subject %v under the plan that hosts b/y: want the 3 at b/y", got)
+	}
+	for range 2 { // the second time finds only the message routed nowhere
+		p.rehome(ctx, sp, next)
+		if got := counts(); got[wire.TaskSubject(sp.Name, "b", "z")] != 2 || got[wire.TaskSubject(sp.Name, "b", "y")] != 1 {
+			t.Fatalf("messages per subject %v: want 2 moved to b/z and the one routed nowhere left at b/y", got)
+		}
+	}
+
+	cons, err := bus.EnsureVariantConsumer(ctx, js, sp.Name, "b", "z", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := cons.Fetch(2, jetstream.FetchMaxWait(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for m := range batch.Messages() {
+		h := m.Headers()
+		i := int(m.Data()[0])
+		id := wire.TaskMsgID(fmt.Sprintf("f-%d", i), "0", "b", "y")
+		if h.Get(wire.HeaderPath) != "a/x" || h.Get(wire.HeaderRequestID) != fmt.Sprintf("f-%d", i) ||
+			h.Get(wire.HeaderDeadline) != deadline || h.Get(wire.HeaderMsgID) != wire.RehomedMsgID(id, "z") {
+			t.Errorf("moved message %d has headers %v", i, h)
+		}
+		n++
+		m.Ack()
+	}
+	if n != 2 {
+		t.Errorf("fetched %d moved messages, want 2", n)
+	}
+}
