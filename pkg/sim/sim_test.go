@@ -317,4 +317,15 @@ func TestRehome(t *testing.T) {
 	if len(delivered) != 2 || !slices.Contains(delivered, moved[0]) || !slices.Contains(delivered, moved[1]) {
 		t.Errorf("delivered %d messages to effnet_b0, want the 2 routed there", len(delivered))
 	}
+
+	// The simulated planner's tick does it under the plan in force (the static plan: effnet_b7 after yolov5x).
+	s.events = eventHeap{}
+	stranded := &message{req: r, items: 1, node: after}
+	s.hops[to].queue, s.hops[to].head = []*message{stranded}, 0
+	s.tick()
+	if s.hops[to].pending() != 0 || !slices.ContainsFunc(s.events.ev, func(e event) bool {
+		return e.kind == evDeliver && e.msg == stranded && e.hop == hop("classify_car", "effnet_b7")
+	}) {
+		t.Error("a tick left a message at a variant the plan in force does not host")
+	}
 }

@@ -467,7 +467,8 @@ tasks:
 
 // TestRehomeMovesRetiredQueue: while a plan hosts a variant its queue stays; once a plan no longer hosts it, the
 // messages waiting there go to the variant the plan routes their task to from their upstream hop, headers kept, each
-// under an id of its own; one the plan routes nowhere stays; moving again moves nothing twice.
+// under an id of its own, moved by the planner's step; one the plan routes nowhere stays; moving again moves nothing
+// twice.
 func TestRehomeMovesRetiredQueue(t *testing.T) {
 	s, err := bus.StartServer(bus.ServerConfig{StoreDir: t.TempDir()})
 	if err != nil {
@@ -525,8 +526,13 @@ func TestRehomeMovesRetiredQueue(t *testing.T) {
 	if got := counts(); got[wire.TaskSubject(sp.Name, "b", "y")] != 3 || len(got) != 1 {
 		t.Fatalf("messages per subject %v under the plan that hosts b/y: want the 3 at b/y", got)
 	}
+	// The planner's once-a-second step moves them, under the plan in force (next, with its routing computed again).
+	if p.kv, err = bus.OpenBucket(ctx, js, jetstream.MemoryStorage); err != nil {
+		t.Fatal(err)
+	}
+	p.specs, p.loops = []*pipeline.Spec{sp}, []*control.Loop{control.New(sp, p.cfg.Config, nil, next)}
 	for range 2 { // the second time finds only the message routed nowhere
-		p.rehome(ctx, sp, next)
+		p.step(ctx, time.Now(), []estimates{{}})
 		if got := counts(); got[wire.TaskSubject(sp.Name, "b", "z")] != 2 || got[wire.TaskSubject(sp.Name, "b", "y")] != 1 {
 			t.Fatalf("messages per subject %v: want 2 moved to b/z and the one routed nowhere left at b/y", got)
 		}
