@@ -6,7 +6,7 @@ ARGS     ?=
 BENCH    ?= .
 BENCHCOUNT ?= 6
 
-.PHONY: all deps models data build ablation fidelity run test bench vet fmt nats-cli clean
+.PHONY: all deps models data build ablation fidelity run test bench vet fmt nats-cli nats-server clean
 
 all: build
 
@@ -69,9 +69,9 @@ run: build $(RUN_NEEDS)
 	SLEIPNIR_MODELS=$(MODELS) bin/sleipnir up --pipeline examples/$(PIPELINE).yaml $(RUN_ARGS) $(ARGS)
 
 # Tests use the real ONNX Runtime and OCR models; those that need them skip, saying how to get them, when absent.
-test: deps models
+test: deps models $(NATS_SERVER)
 	$(GO) vet ./...
-	SLEIPNIR_MODELS=$(MODELS) $(GO) test -race -count=1 -timeout 15m ./...
+	SLEIPNIR_MODELS=$(MODELS) SLEIPNIR_NATS_SERVER=$(NATS_SERVER) $(GO) test -race -count=1 -timeout 15m ./...
 
 # Benchmarks, repeated for a spread; compare runs with benchstat.
 bench: deps models
@@ -108,6 +108,15 @@ vet: deps
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
+
+# A standalone nats-server (the version go.mod pins, built from the Go module proxy) for the tests that run the
+# services as separate processes around a real server: permissions, faults, clusters. Tests find it through
+# SLEIPNIR_NATS_SERVER (default bin/nats-server).
+NATS_SERVER = $(CURDIR)/bin/nats-server
+nats-server: $(NATS_SERVER)
+$(NATS_SERVER): go.mod
+	@mkdir -p bin
+	$(GO) build -o $@ github.com/nats-io/nats-server/v2
 
 # The standard `nats` command-line client, built from the Go module proxy into bin/nats (about 2 minutes once).
 NATSCLI_VERSION ?= v0.3.0

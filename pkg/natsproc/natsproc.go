@@ -1,0 +1,196 @@
+// Package natsproc runs a standalone nats-server process, the one `make nats-server` builds, for tests and tools
+// that need the services around a real server rather than an embedded one: permissions, faults, restarts, clusters.
+package natsproc
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// EnvBinary names the nats-server binary; `make test` sets it to bin/nats-server.
+const EnvBinary = "SLEIPNIR_NATS_SERVER"
+
+// Binary finds the nats-server binary: $SLEIPNIR_NATS_SERVER, else bin/nats-server in the module's root (found
+// from the working directory upwards). The error says how to build it.
+func Binary() (string, error) {
+	if p := os.Getenv(EnvBinary); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("%s=%s: %w (run `make nats-server`)", EnvBinary, p, err)
+		}
+		return p, nil
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			p := filepath.Join(dir, "bin", "nats-server")
+			if _, err := os.Stat(p); err != nil {
+				return "", fmt.Errorf("no nats-server at %s: run `make nats-server`, or set %s", p, EnvBinary)
+			}
+			return p, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no go.mod above the working directory; set %s", EnvBinary)
+		}
+		dir = parent
+	}
+}
+
+// Config is one server's configuration. Conf, if not empty, is the text of a configuration file (the server is
+// started with -c); Port and StoreDir are given on the command line and override it.
+type Config struct {
+	Name     string
+	Host     string // default 127.0.0.1
+	Port     int    // 0 picks a free port, kept across restarts
+	StoreDir string // JetStream store; default a new temporary directory
+	Conf     string
+	// Args are more command-line arguments (cluster routes, for example).
+	Args []string
+	// Log, if not nil, receives the server's output.
+	Log *bytes.Buffer
+}
+
+// Server is a running (or stopped) nats-server process.
+type Server struct {
+	cfg  Config
+	bin  string
+	conf string
+
+	mu  sync.Mutex
+	cmd *exec.Cmd
+}
+
+// Start starts a server and waits until it accepts client connections.
+func Start(cfg Config) (*Server, error) {
+	bin, err := Binary()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Host == "" {
+		cfg.Host = "127.0.0.1"
+	}
+	if cfg.Port == 0 {
+		if cfg.Port, err = FreePort(); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.StoreDir == "" {
+		if cfg.StoreDir, err = os.MkdirTemp("", "natsproc-*"); err != nil {
+			return nil, err
+		}
+	}
+	s := &Server{cfg: cfg, bin: bin}
+	if cfg.Conf != "" {
+		s.conf = filepath.Join(cfg.StoreDir, "nats-server.conf")
+		if err := os.WriteFile(s.conf, []byte(cfg.Conf), 0o600); err != nil {
+			return nil, err
+		}
+	}
+	return s, s.Restart()
+}
+
+// URL is the server's client URL.
+func (s *Server) URL() string { return "nats://" + net.JoinHostPort(s.cfg.Host, strconv.Itoa(s.cfg.Port)) }
+
+// Port is the server's client port.
+func (s *Server) Port() int { return s.cfg.Port }
+
+// StoreDir is the server's JetStream directory.
+func (s *Server) StoreDir() string { return s.cfg.StoreDir }
+
+// Restart starts the process again (after Kill or Stop) on the same port and store, and waits until it accepts
+// connections.
+func (s *Server) Restart() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		return errors.New("nats-server is already running")
+	}
+	args := []string{"-a", s.cfg.Host, "-p", strconv.Itoa(s.cfg.Port), "-js", "-sd", s.cfg.StoreDir}
+	if s.cfg.Name != "" {
+		args = append(args, "-n", s.cfg.Name)
+	}
+	if s.conf != "" {
+		args = append(args, "-c", s.conf)
+	}
+	args = append(args, s.cfg.Args...)
+	cmd := exec.Command(s.bin, args...)
+	if s.cfg.Log != nil {
+		cmd.Stdout, cmd.Stderr = s.cfg.Log, s.cfg.Log
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start nats-server: %w", err)
+	}
+	s.cmd = cmd
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	addr := net.JoinHostPort(s.cfg.Host, strconv.Itoa(s.cfg.Port))
+	for end := time.Now().Add(15 * time.Second); time.Now().Before(end); {
+		select {
+		case err := <-exited:
+			s.cmd = nil
+			return fmt.Errorf("nats-server exited at start: %v", err)
+		default:
+		}
+		if c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
+			c.Close()
+			go func() { <-exited }() // reap
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	_ = cmd.Process.Kill()
+	s.cmd = nil
+	return errors.New("nats-server did not accept connections within 15s")
+}
+
+// Kill ends the process with SIGKILL, as a crash would.
+func (s *Server) Kill() { s.signal(syscall.SIGKILL) }
+
+// Stop ends the process with SIGTERM (lame-duck-free shutdown) and waits for it.
+func (s *Server) Stop() { s.signal(syscall.SIGTERM) }
+
+func (s *Server) signal(sig syscall.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Signal(sig)
+	// The reaper goroutine started by Restart collects the exit status; wait until the port is free.
+	addr := net.JoinHostPort(s.cfg.Host, strconv.Itoa(s.cfg.Port))
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); {
+		if syscall.Kill(s.cmd.Process.Pid, 0) != nil {
+			break
+		}
+		if c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond); err != nil {
+			break
+		} else {
+			c.Close()
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.cmd = nil
+}
+
+// FreePort asks the kernel for a free TCP port on the loopback address.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
