@@ -102,7 +102,9 @@ func Start(cfg Config) (*Server, error) {
 }
 
 // URL is the server's client URL.
-func (s *Server) URL() string { return "nats://" + net.JoinHostPort(s.cfg.Host, strconv.Itoa(s.cfg.Port)) }
+func (s *Server) URL() string {
+	return "nats://" + net.JoinHostPort(s.cfg.Host, strconv.Itoa(s.cfg.Port))
+}
 
 // Port is the server's client port.
 func (s *Server) Port() int { return s.cfg.Port }
