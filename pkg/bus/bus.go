@@ -27,6 +27,10 @@ type ServerConfig struct {
 	Port int
 	// MaxPayload is the largest message, in bytes (default 8 MiB).
 	MaxPayload int32
+	// Nkeys, if not empty, are the only users the server admits, each with its permissions (pkg/auth).
+	Nkeys []*server.NkeyUser
+	// NoAuthUser is the public nkey of the user connections without credentials are taken for ("" refuses them).
+	NoAuthUser string
 }
 
 // StartServer starts an embedded NATS server with JetStream and waits until it accepts connections.
@@ -48,7 +52,7 @@ func StartServer(cfg ServerConfig) (*server.Server, error) {
 	opts := &server.Options{
 		ServerName: "sleipnir", JetStream: true, StoreDir: cfg.StoreDir,
 		Host: cfg.Host, Port: cfg.Port, DontListen: cfg.Port == 0,
-		MaxPayload: cfg.MaxPayload, NoLog: true, NoSigs: true,
+		MaxPayload: cfg.MaxPayload, NoLog: true, NoSigs: true, Nkeys: cfg.Nkeys, NoAuthUser: cfg.NoAuthUser,
 	}
 	opts.Host = hostOr(opts.Host)
 	s, err := server.NewServer(opts)
@@ -70,11 +74,12 @@ func hostOr(h string) string {
 	return h
 }
 
-// Connect dials a NATS server, reconnecting forever if the connection is lost.
+// Connect dials a NATS server (url may list several, comma-separated), reconnecting forever if the connection is
+// lost. Errors and logs show url redacted (RedactURL).
 func Connect(url, name string, opts ...nats.Option) (*nats.Conn, error) {
 	nc, err := nats.Connect(url, append(connOptions(name), opts...)...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
+		return nil, fmt.Errorf("connect to NATS at %s: %w", RedactURL(url), err)
 	}
 	return nc, nil
 }
@@ -99,7 +104,7 @@ func connOptions(name string) []nats.Option {
 				slog.Warn("NATS disconnected", "conn", name, "err", err)
 			}
 		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) { slog.Info("NATS reconnected", "conn", name, "url", nc.ConnectedUrl()) }),
+		nats.ReconnectHandler(func(nc *nats.Conn) { slog.Info("NATS reconnected", "conn", name, "url", nc.ConnectedUrlRedacted()) }),
 	}
 }
 
@@ -140,7 +145,8 @@ func EnsureVariantConsumer(ctx context.Context, js jetstream.JetStream, pipeline
 	})
 }
 
-// OpenBucket creates or opens the KV bucket of specs, plans, assignments and registrations.
+// OpenBucket creates or opens the KV bucket of specs, plans, assignments and registrations: the planner's, which
+// owns it. Other services bind (BindBucket).
 func OpenBucket(ctx context.Context, js jetstream.JetStream, storage jetstream.StorageType) (jetstream.KeyValue, error) {
 	kv, err := js.KeyValue(ctx, wire.Bucket)
 	if err == nil {
@@ -155,6 +161,40 @@ func OpenBucket(ctx context.Context, js jetstream.JetStream, storage jetstream.S
 		return js.KeyValue(ctx, wire.Bucket)
 	}
 	return kv, err
+}
+
+// bindRetry is how often BindBucket and BindVariantConsumer look again for what the planner has not made yet.
+const bindRetry = 250 * time.Millisecond
+
+// BindBucket returns the KV bucket once the planner has created it, looking again until ctx is done. It never creates
+// or updates the bucket, so a service that binds needs no permission on JetStream's create and update API.
+func BindBucket(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
+	for {
+		kv, err := js.KeyValue(ctx, wire.Bucket)
+		if err == nil {
+			return kv, nil
+		}
+		if !errors.Is(err, jetstream.ErrBucketNotFound) {
+			slog.Debug("KV bucket lookup failed; retrying", "bucket", wire.Bucket, "err", err)
+		}
+		if !sleep(ctx, bindRetry) {
+			return nil, fmt.Errorf("KV bucket %s: %w (the planner creates it: is it running?)", wire.Bucket, err)
+		}
+	}
+}
+
+// BindVariantConsumer returns a variant's durable consumer, which the planner creates (with its ack wait) before any
+// plan hosts the variant, looking again until ctx is done. It never creates or updates the consumer.
+func BindVariantConsumer(ctx context.Context, js jetstream.JetStream, pipeline, task, variant string) (jetstream.Consumer, error) {
+	for {
+		c, err := js.Consumer(ctx, wire.TaskStream(pipeline), wire.Consumer(task, variant))
+		if err == nil {
+			return c, nil
+		}
+		if !sleep(ctx, bindRetry) {
+			return nil, fmt.Errorf("consumer %s of stream %s: %w", wire.Consumer(task, variant), wire.TaskStream(pipeline), err)
+		}
+	}
 }
 
 // WatchKV calls fn for every current value of the keys matching keys, then for every change, in revision order,

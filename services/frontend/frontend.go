@@ -132,9 +132,13 @@ func (f *Frontend) Ready() <-chan struct{} { return f.ready }
 
 // Run serves until ctx is done; requests still pending then get an error reply.
 func (f *Frontend) Run(ctx context.Context) error {
-	kv, err := bus.OpenBucket(ctx, f.js, jetstream.FileStorage)
+	// The planner owns the bucket: wait for it rather than create it.
+	kv, err := bus.BindBucket(ctx, f.js)
 	if err != nil {
-		return fmt.Errorf("frontend: open KV bucket: %w", err)
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("frontend: bind KV bucket: %w", err)
 	}
 	f.catalog = catalog.Watch(ctx, f.nc, kv, f.log, nil)
 	// Take requests only once the pipelines are known, or early ones would be refused as unknown.

@@ -42,7 +42,8 @@ type Config struct {
 	ID string
 	// Seed makes emulated latencies and fan-out reproducible; 0 derives one from the ID.
 	Seed uint64
-	// AckWait is how long a fetched message may stay unacknowledged before JetStream delivers it to another replica.
+	// AckWait is how often (a third of it) a batch running long is marked in progress when the consumer's own ack
+	// wait, which the planner sets, is unknown.
 	AckWait time.Duration
 	// FetchWait bounds one wait for work, and so how long an assignment change waits for an idle worker.
 	FetchWait time.Duration
@@ -196,9 +197,13 @@ func (w *Worker) Stats() Stats {
 // Run serves until ctx is done. A batch in hand then is handed back (negatively acknowledged) so that another replica
 // takes it at once; a batch in hand when the assignment changes is finished first.
 func (w *Worker) Run(ctx context.Context) error {
-	kv, err := bus.OpenBucket(ctx, w.js, jetstream.FileStorage)
+	// The planner owns the bucket: wait for it rather than create it.
+	kv, err := bus.BindBucket(ctx, w.js)
 	if err != nil {
-		return fmt.Errorf("worker %s: open KV bucket: %w", w.cfg.ID, err)
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("worker %s: bind KV bucket: %w", w.cfg.ID, err)
 	}
 	w.kv = kv
 	watchCtx, stopWatches := context.WithCancel(ctx)
@@ -347,6 +352,10 @@ func (s *serving) same(n wanted) bool {
 		s.a.MaxBatch == n.a.MaxBatch && s.spec == n.spec
 }
 
+// consumerBindWait bounds the wait for a variant's consumer; a worker that gives up serves again at the next change
+// of its assignment or of a plan (the planner publishes routing every second while demand is reported).
+const consumerBindWait = 5 * time.Second
+
 func (w *Worker) start(ctx context.Context, n wanted, t0 time.Time) (*serving, error) {
 	v := n.spec.Variant(n.a.Task, n.a.Variant)
 	if v == nil {
@@ -360,7 +369,10 @@ func (w *Worker) start(ctx context.Context, n wanted, t0 time.Time) (*serving, e
 	if err != nil {
 		return nil, err
 	}
-	cons, err := bus.EnsureVariantConsumer(ctx, w.js, n.a.Pipeline, n.a.Task, n.a.Variant, w.cfg.AckWait)
+	// The planner creates the consumer, with its ack wait, before it assigns the variant; a worker only binds.
+	bindCtx, cancel := context.WithTimeout(ctx, consumerBindWait)
+	cons, err := bus.BindVariantConsumer(bindCtx, w.js, n.a.Pipeline, n.a.Task, n.a.Variant)
+	cancel()
 	if err != nil {
 		exec.Close()
 		return nil, err

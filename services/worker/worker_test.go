@@ -80,6 +80,14 @@ func newRigWith(t testing.TB, specYAML string) *rig {
 	if _, err := bus.EnsureTaskStream(ctx, js, spec.Name, jetstream.MemoryStorage); err != nil {
 		t.Fatal(err)
 	}
+	// The planner's part: every variant's consumer, which workers only bind.
+	for _, task := range spec.Tasks {
+		for _, v := range task.Variants {
+			if _, err := bus.EnsureVariantConsumer(ctx, js, spec.Name, task.Name, v.Name, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	p, err := plan.Static(spec)
 	if err != nil {
 		t.Fatal(err)
