@@ -47,6 +47,23 @@ func DemandSubject(pipeline string) string { return DemandPrefix + pipeline }
 // ResultSubject is where items of requests accepted by one frontend are reported.
 func ResultSubject(frontendID string) string { return ResultPrefix + frontendID }
 
+// InboxPrefix is where a service's connection receives replies (request-reply, JetStream API answers and publish
+// acknowledgements, KV watch deliveries): one prefix per role, and per worker, outside clients' "_INBOX.>", so that
+// permissions can keep every role from reading another's replies. id is empty for roles with one shared prefix.
+func InboxPrefix(role, id string) string {
+	if id == "" {
+		return "_SLEIPNIR." + role
+	}
+	return "_SLEIPNIR." + role + "." + id
+}
+
+// KVSubject is the subject a put or delete of key in Bucket is published to: permissions to write a key are
+// permissions to publish here.
+func KVSubject(key string) string { return "$KV." + Bucket + "." + key }
+
+// KVStream is the JetStream stream behind Bucket.
+const KVStream = "KV_" + Bucket
+
 // KV keys in Bucket.
 func SpecKey(pipeline string) string { return "spec." + pipeline }
 func PlanKey(pipeline string) string { return "plan." + pipeline }

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sleipnir-serving/sleipnir/pkg/auth"
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
 	"github.com/sleipnir-serving/sleipnir/pkg/control"
 	"github.com/sleipnir-serving/sleipnir/pkg/deadline"
@@ -39,6 +40,7 @@ commands:
   sim       simulate a pipeline under a workload, per policy (loki, inferline, proteus, static), and report
   profile   measure an OCR pipeline's variants (latency, swap time, fan-out, accuracy) and write its profile file
   ocrdata   generate the labelled OCR set (document images and their ground truth)
+  nats-auth generate the nkeys of a deployment and render its NATS authorization (deploy/nats-auth.conf)
   version   print the version
 
 Run 'sleipnir <command> -h' for the flags of a command.
@@ -70,6 +72,8 @@ func main() {
 		err = runProfile(args)
 	case "ocrdata":
 		err = runOCRData(args)
+	case "nats-auth":
+		err = runNATSAuth(args)
 	case "version":
 		fmt.Println("sleipnir", version)
 	case "-h", "--help", "help":
@@ -87,12 +91,14 @@ func main() {
 // common holds the flags every service has.
 type common struct {
 	natsURL  string
+	auth     bus.ClientAuth
 	logLevel string
 	logJSON  bool
 }
 
 func (c *common) register(fs *flag.FlagSet, natsHelp string) {
-	fs.StringVar(&c.natsURL, "nats", envOr("SLEIPNIR_NATS", ""), natsHelp+" (env SLEIPNIR_NATS)")
+	fs.StringVar(&c.natsURL, "nats", envOr("SLEIPNIR_NATS", ""), natsHelp+"; several: comma-separated (env SLEIPNIR_NATS)")
+	c.auth.RegisterFlags(fs)
 	fs.StringVar(&c.logLevel, "log-level", envOr("SLEIPNIR_LOG_LEVEL", "info"), "debug, info, warn or error (env SLEIPNIR_LOG_LEVEL)")
 	fs.BoolVar(&c.logJSON, "log-json", false, "log as JSON lines")
 }
@@ -200,11 +206,17 @@ func runUp(args []string) error {
 	storage := storageFlag(fs)
 	policy := policyFlag(fs)
 	allocator := allocatorFlag(fs)
+	permissions := fs.Bool("nats-auth", false, "give the embedded server the deployment's users and permissions "+
+		"(pkg/auth): each service connects as its role, and connections without credentials are clients, which "+
+		"may only send requests")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if len(files) == 0 {
 		files = pipelineFiles{"examples/traffic.yaml"}
+	}
+	if *permissions && c.natsURL != "" {
+		return errors.New("--nats-auth configures the embedded server; with --nats, the external server's configuration decides")
 	}
 	st, err := parseStorage(*storage)
 	if err != nil {
@@ -224,7 +236,7 @@ func runUp(args []string) error {
 	defer stop()
 	// The server's payload limit leaves room for headers above the largest request.
 	maxPayload := int32(*maxReq + 64<<10)
-	return up.Run(ctx, up.Config{NATSURL: c.natsURL, DataDir: *dataDir, NATSHost: *host, NATSPort: *port,
+	return up.Run(ctx, up.Config{NATSURL: c.natsURL, Auth: c.auth, Permissions: *permissions, DataDir: *dataDir, NATSHost: *host, NATSPort: *port,
 		MaxPayload: maxPayload, Pipelines: specs, Workers: *workers, ModelsDir: *models, HTTPAddr: *httpAddr, MaxRequestBytes: *maxReq,
 		Storage: st, Allocator: *allocator, Logger: log,
 		Started: func(url string) {
@@ -232,7 +244,7 @@ func runUp(args []string) error {
 			for i, s := range specs {
 				names[i] = s.Name
 			}
-			log.Info("sleipnir is up", "nats", url, "http", *httpAddr, "pipelines", strings.Join(names, ","),
+			log.Info("sleipnir is up", "nats", bus.RedactURL(url), "http", *httpAddr, "pipelines", strings.Join(names, ","),
 				"workers", *workers, "requests", "sleipnir.infer.<pipeline>")
 		}})
 }
@@ -247,7 +259,7 @@ func runFrontend(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	return c.serve("frontend", func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
+	return c.serve("frontend", auth.Frontend, func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
 		f, err := frontend.New(nc, frontend.Config{ID: *id, HTTPAddr: *httpAddr, MaxRequestBytes: *maxReq, Logger: log})
 		if err != nil {
 			return err
@@ -260,14 +272,13 @@ func runWorker(args []string) error {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	var c common
 	c.register(fs, "NATS server URL")
-	id := fs.String("id", "", "worker id (default hostname-pid)")
-	ackWait := fs.Duration("ack-wait", 0, "how long a fetched message may stay unacknowledged (default 2s; batches that run longer are marked in progress)")
+	id := fs.String("id", "", "worker id (default hostname-pid); with NATS permissions, the one its user may heartbeat as")
 	models := modelsFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	return c.serve("worker", func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
-		w, err := worker.New(nc, worker.Config{ID: *id, AckWait: *ackWait, ModelsDir: *models, Logger: log})
+	return c.serve("worker", auth.Worker, func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
+		w, err := worker.New(nc, worker.Config{ID: *id, ModelsDir: *models, Logger: log})
 		if err != nil {
 			return err
 		}
@@ -286,6 +297,8 @@ func runPlanner(args []string) error {
 	allocator := allocatorFlag(fs)
 	replanEvery := fs.Duration("replan-every", 10*time.Second, "how often the allocation MILP is solved again")
 	solveLimit := fs.Duration("solve-time-limit", time.Second, "time limit of each MILP solve")
+	ackWait := fs.Duration("ack-wait", bus.DefaultAckWait, "the variant consumers' ack wait: how long a fetched message may "+
+		"stay unacknowledged before another replica gets it (workers mark batches that run longer in progress)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -300,8 +313,8 @@ func runPlanner(args []string) error {
 	if err != nil {
 		return err
 	}
-	return c.serve("planner", func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
-		p, err := planner.New(nc, planner.Config{Pipelines: specs, Storage: st, Allocator: *allocator,
+	return c.serve("planner", auth.Planner, func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
+		p, err := planner.New(nc, planner.Config{Pipelines: specs, Storage: st, Allocator: *allocator, AckWait: *ackWait,
 			Config: control.Config{ReplanEvery: *replanEvery}, SolveTimeLimit: *solveLimit, Logger: log})
 		if err != nil {
 			return err
@@ -310,8 +323,9 @@ func runPlanner(args []string) error {
 	})
 }
 
-// serve runs one service against the NATS server of --nats (default the local one).
-func (c *common) serve(service string, run func(context.Context, *nats.Conn, *slog.Logger) error) error {
+// serve runs one service against the NATS server of --nats (default the local one), as role: replies come to the
+// role's own inbox prefix, which its permissions let it read and no other role's do.
+func (c *common) serve(service string, role auth.Role, run func(context.Context, *nats.Conn, *slog.Logger) error) error {
 	ctx, log, stop, err := c.start(service)
 	if err != nil {
 		return err
@@ -321,7 +335,11 @@ func (c *common) serve(service string, run func(context.Context, *nats.Conn, *sl
 	if url == "" {
 		url = nats.DefaultURL
 	}
-	nc, err := bus.Connect(url, "sleipnir-"+service)
+	opts, err := c.auth.Options()
+	if err != nil {
+		return err
+	}
+	nc, err := bus.Connect(url, "sleipnir-"+service, append(opts, nats.CustomInboxPrefix(auth.Inbox(role)))...)
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sleipnir-serving/sleipnir/pkg/auth"
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/services/frontend"
@@ -26,6 +27,12 @@ import (
 type Config struct {
 	// NATSURL points at an external server; empty starts an embedded one.
 	NATSURL string
+	// Auth is how every service authenticates to the external server of NATSURL.
+	Auth bus.ClientAuth
+	// Permissions gives the embedded server the users and permissions of a deployment (pkg/auth): each service
+	// connects as its role with a key made for this run (in memory only), and connections without credentials are
+	// clients, which may only send requests.
+	Permissions bool
 	// DataDir holds the embedded server's JetStream files.
 	DataDir string
 	// NATSHost and NATSPort are where the embedded server listens for clients (port 0: in-process only).
@@ -56,6 +63,7 @@ type System struct {
 	Workers  []*worker.Worker
 
 	workerConns []*nats.Conn
+	seeds       map[string][]byte // nkey seed by user name (auth.User.Name), with Permissions
 
 	cfg    Config
 	cancel context.CancelFunc
@@ -106,8 +114,14 @@ func Start(ctx context.Context, cfg Config) (_ *System, err error) {
 		}
 	}()
 	if cfg.NATSURL == "" {
-		s, err := bus.StartServer(bus.ServerConfig{StoreDir: filepath.Join(cfg.DataDir, "jetstream"),
-			Host: cfg.NATSHost, Port: cfg.NATSPort, MaxPayload: cfg.MaxPayload})
+		scfg := bus.ServerConfig{StoreDir: filepath.Join(cfg.DataDir, "jetstream"),
+			Host: cfg.NATSHost, Port: cfg.NATSPort, MaxPayload: cfg.MaxPayload}
+		if cfg.Permissions {
+			if err := sys.makeUsers(&scfg); err != nil {
+				return nil, err
+			}
+		}
+		s, err := bus.StartServer(scfg)
 		if err != nil {
 			return nil, fmt.Errorf("up: embedded NATS server: %w", err)
 		}
@@ -115,10 +129,11 @@ func Start(ctx context.Context, cfg Config) (_ *System, err error) {
 		if cfg.NATSPort != 0 {
 			sys.URL = s.ClientURL()
 		}
-		cfg.Logger.Info("embedded NATS server with JetStream", "url", sys.URL, "data", cfg.DataDir)
+		cfg.Logger.Info("embedded NATS server with JetStream", "url", sys.URL, "data", cfg.DataDir,
+			"permissions", cfg.Permissions)
 	}
 
-	nc, err := sys.Connect("sleipnir-planner")
+	nc, err := sys.connect("sleipnir-planner", auth.User{Role: auth.Planner})
 	if err != nil {
 		return nil, err
 	}
@@ -129,7 +144,7 @@ func Start(ctx context.Context, cfg Config) (_ *System, err error) {
 	}
 	sys.run(ctx, "planner", pl.Run)
 
-	if nc, err = sys.Connect("sleipnir-frontend"); err != nil {
+	if nc, err = sys.connect("sleipnir-frontend", auth.User{Role: auth.Frontend}); err != nil {
 		return nil, err
 	}
 	fe, err := frontend.New(nc, frontend.Config{ID: "up-frontend", HTTPAddr: cfg.HTTPAddr,
@@ -141,8 +156,8 @@ func Start(ctx context.Context, cfg Config) (_ *System, err error) {
 	sys.run(ctx, "frontend", fe.Run)
 
 	for i := 0; i < cfg.Workers; i++ {
-		id := fmt.Sprintf("up-w%02d", i)
-		nc, err := sys.Connect("sleipnir-worker-" + id)
+		id := workerID(i)
+		nc, err := sys.connect("sleipnir-worker-"+id, auth.User{Role: auth.Worker, WorkerID: id})
 		if err != nil {
 			return nil, err
 		}
@@ -157,14 +172,56 @@ func Start(ctx context.Context, cfg Config) (_ *System, err error) {
 	return sys, nil
 }
 
-// Connect opens a client connection to the system's NATS server (in-process for the embedded one).
-func (s *System) Connect(name string) (*nats.Conn, error) {
-	var nc *nats.Conn
+// workerID names worker i.
+func workerID(i int) string { return fmt.Sprintf("up-w%02d", i) }
+
+// makeUsers gives the embedded server a user per service (pkg/auth's permissions), with keys made for this run, and
+// takes connections without credentials for clients.
+func (s *System) makeUsers(scfg *bus.ServerConfig) error {
+	users := []auth.User{{Role: auth.Planner}, {Role: auth.Frontend}, {Role: auth.Client}}
+	for i := 0; i < s.cfg.Workers; i++ {
+		users = append(users, auth.User{Role: auth.Worker, WorkerID: workerID(i)})
+	}
+	s.seeds = map[string][]byte{}
+	for i := range users {
+		pub, seed, err := auth.NewNkey()
+		if err != nil {
+			return err
+		}
+		users[i].Nkey = pub
+		s.seeds[users[i].Name()] = seed
+		if users[i].Role == auth.Client {
+			scfg.NoAuthUser = pub
+		}
+	}
 	var err error
+	scfg.Nkeys, err = auth.ServerNkeys(users)
+	return err
+}
+
+// Connect opens a client connection to the system's NATS server (in-process for the embedded one). With
+// Permissions, it is a client's: it may only send requests.
+func (s *System) Connect(name string) (*nats.Conn, error) {
+	return s.connect(name, auth.User{Role: auth.Client})
+}
+
+// connect opens a connection for a service of u's role: as u, with the embedded server's permissions, and with
+// the role's inbox prefix either way.
+func (s *System) connect(name string, u auth.User) (*nats.Conn, error) {
+	a := s.cfg.Auth
 	if s.Server != nil {
-		nc, err = bus.ConnectInProcess(s.Server, name)
+		a = bus.ClientAuth{NkeySeed: s.seeds[u.Name()]}
+	}
+	opts, err := a.Options()
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, nats.CustomInboxPrefix(auth.Inbox(u.Role)))
+	var nc *nats.Conn
+	if s.Server != nil {
+		nc, err = bus.ConnectInProcess(s.Server, name, opts...)
 	} else {
-		nc, err = bus.Connect(s.cfg.NATSURL, name)
+		nc, err = bus.Connect(s.cfg.NATSURL, name, opts...)
 	}
 	if err != nil {
 		return nil, err

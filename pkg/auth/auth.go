@@ -1,0 +1,220 @@
+// Package auth holds what each Sleipnir role may do on NATS: the one source of the subject permissions that both the
+// deployment's server configuration (deploy/nats-auth.conf, RenderConf) and the embedded server of `sleipnir up`
+// (ServerNkeys) are made from.
+//
+// Config-file users of nats-server have no permission templates (those exist only for JWT users' scoped signing
+// keys), so a worker's "own heartbeat" is a user per worker: an nkey each, whose permissions name its id.
+package auth
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nkeys"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
+
+// Role is what a NATS user of Sleipnir is.
+type Role string
+
+const (
+	// Planner alone declares the streams, consumers and the KV bucket, and writes specs, plans and assignments.
+	Planner Role = "planner"
+	// Frontend accepts requests, enqueues their root tasks, reads results, and alone reports demand.
+	Frontend Role = "frontend"
+	// Worker executes and forwards task messages, reports results, and writes its own heartbeat only.
+	Worker Role = "worker"
+	// Client sends requests to sleipnir.infer.> and receives its replies, nothing else.
+	Client Role = "client"
+	// Observer is a client that may also read the KV bucket (loadgen --steps reports the plan in force).
+	Observer Role = "observer"
+)
+
+// ClientInbox is the inbox prefix of clients (nats.go's default): clients may read "_INBOX.>", which is why no
+// service uses it.
+const ClientInbox = "_INBOX"
+
+// Inbox is the inbox prefix a role's connections use (nats.CustomInboxPrefix).
+func Inbox(r Role) string {
+	if r == Client || r == Observer {
+		return ClientInbox
+	}
+	return wire.InboxPrefix(string(r), "")
+}
+
+// ResponseTTL is how long a frontend may take to answer a NATS request: the server lets a frontend publish to a
+// request's reply subject once, within this time. Task messages live at most 10 minutes (the stream's max age), so
+// no accepted request is answered later than that.
+const ResponseTTL = 10 * time.Minute
+
+// Permissions are the subjects a user of role may publish and subscribe to; workerID names a worker's own heartbeat
+// key (Worker only).
+func Permissions(r Role, workerID string) (*server.Permissions, error) {
+	inbox := Inbox(r) + ".>"
+	// Reading the bucket: bind (stream info), get (direct or not), watch (an ordered push consumer, re-created
+	// after resets, with flow control). Creating a consumer on the bucket's stream reads it and writes nothing.
+	kvRead := []string{
+		"$JS.API.STREAM.INFO." + wire.KVStream,
+		"$JS.API.DIRECT.GET." + wire.KVStream,
+		"$JS.API.DIRECT.GET." + wire.KVStream + ".>",
+		"$JS.API.STREAM.MSG.GET." + wire.KVStream,
+		"$JS.API.CONSUMER.CREATE." + wire.KVStream,
+		"$JS.API.CONSUMER.CREATE." + wire.KVStream + ".>",
+		"$JS.API.CONSUMER.DELETE." + wire.KVStream + ".>",
+		"$JS.API.CONSUMER.INFO." + wire.KVStream + ".>",
+		"$JS.FC." + wire.KVStream + ".>",
+	}
+	tasks := wire.TaskPrefix + ">"
+	p := &server.Permissions{Publish: &server.SubjectPermission{}, Subscribe: &server.SubjectPermission{}}
+	switch r {
+	case Planner:
+		p.Publish.Allow = []string{"$JS.API.>", wire.KVSubject(">"), "$JS.ACK.>", "$JS.FC.>", tasks}
+		p.Subscribe.Allow = []string{wire.DemandPrefix + ">", inbox}
+	case Frontend:
+		p.Publish.Allow = append(kvRead, tasks, wire.DemandPrefix+">")
+		p.Subscribe.Allow = []string{wire.InferPrefix + ">", wire.ResultPrefix + ">", inbox}
+		// Replies to clients go to their own reply subjects, once each.
+		p.Response = &server.ResponsePermission{MaxMsgs: 1, Expires: ResponseTTL}
+	case Worker:
+		if !wire.ValidName(workerID) {
+			return nil, fmt.Errorf("worker id %q: use letters, digits, '_' and '-' only", workerID)
+		}
+		// Task streams are named per pipeline, and a worker serves whichever variant it is assigned: it may look up,
+		// pull from and acknowledge on any consumer, but not on the bucket's stream.
+		p.Publish.Allow = append(kvRead, wire.KVSubject(wire.WorkerKey(workerID)), tasks, wire.ResultPrefix+"*",
+			"$JS.API.CONSUMER.INFO.*.*", "$JS.API.CONSUMER.MSG.NEXT.*.*", "$JS.ACK.>")
+		p.Publish.Deny = []string{"$JS.API.CONSUMER.MSG.NEXT." + wire.KVStream + ".*", "$JS.ACK." + wire.KVStream + ".>"}
+		p.Subscribe.Allow = []string{inbox}
+	case Client:
+		p.Publish.Allow = []string{wire.InferPrefix + ">"}
+		p.Subscribe.Allow = []string{inbox}
+	case Observer:
+		p.Publish.Allow = append([]string{wire.InferPrefix + ">"}, kvRead...)
+		p.Subscribe.Allow = []string{inbox}
+	default:
+		return nil, fmt.Errorf("unknown role %q", r)
+	}
+	return p, nil
+}
+
+// User is one NATS user: a role, and for a worker its id.
+type User struct {
+	Role     Role
+	WorkerID string
+	// Nkey is the user's public nkey; empty renders a reference to the environment variable NkeyVar().
+	Nkey string
+}
+
+// Name names the user: its role, or "worker-<id>".
+func (u User) Name() string {
+	if u.Role == Worker {
+		return "worker-" + u.WorkerID
+	}
+	return string(u.Role)
+}
+
+// NkeyVar is the environment variable the rendered configuration reads the user's public nkey from.
+func (u User) NkeyVar() string {
+	return "SLEIPNIR_NKEY_" + strings.ToUpper(strings.NewReplacer("-", "_").Replace(u.Name()))
+}
+
+// DeployWorkers is how many worker users the checked-in deploy/nats-auth.conf has (w01...).
+const DeployWorkers = 20
+
+// DeployUsers are the users of a deployment with n workers named w01, w02...: one planner, one frontend user
+// (shared by every frontend), a client and an observer.
+func DeployUsers(n int) []User {
+	users := []User{{Role: Planner}, {Role: Frontend}, {Role: Client}, {Role: Observer}}
+	for _, id := range WorkerIDs(n) {
+		users = append(users, User{Role: Worker, WorkerID: id})
+	}
+	return users
+}
+
+// WorkerIDs are the ids of n deployed workers: w01, w02, ...
+func WorkerIDs(n int) []string {
+	width := max(2, len(strconv.Itoa(n)))
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("w%0*d", width, i+1)
+	}
+	return ids
+}
+
+// RenderConf writes the authorization block of a nats-server configuration granting each user its role's
+// permissions.
+func RenderConf(users []User) (string, error) {
+	var b strings.Builder
+	b.WriteString("# Generated by `sleipnir nats-auth` from pkg/auth: edit that, not this.\n")
+	b.WriteString("# Each user is an nkey; its public key comes from the environment variable named (no secret here).\n")
+	b.WriteString("authorization {\n  users = [\n")
+	for _, u := range users {
+		p, err := Permissions(u.Role, u.WorkerID)
+		if err != nil {
+			return "", err
+		}
+		key := "$" + u.NkeyVar()
+		if u.Nkey != "" {
+			key = strconv.Quote(u.Nkey)
+		}
+		fmt.Fprintf(&b, "    # %s\n    {\n      nkey: %s\n      permissions: {\n", u.Name(), key)
+		writeSubjects(&b, "publish", p.Publish)
+		writeSubjects(&b, "subscribe", p.Subscribe)
+		if p.Response != nil {
+			fmt.Fprintf(&b, "        allow_responses: { max: %d, expires: %q }\n", p.Response.MaxMsgs, p.Response.Expires.String())
+		}
+		b.WriteString("      }\n    }\n")
+	}
+	b.WriteString("  ]\n}\n")
+	return b.String(), nil
+}
+
+func writeSubjects(b *strings.Builder, kind string, p *server.SubjectPermission) {
+	quote := func(subjects []string) string {
+		q := make([]string, len(subjects))
+		for i, s := range subjects {
+			q[i] = strconv.Quote(s)
+		}
+		return "[" + strings.Join(q, ", ") + "]"
+	}
+	fmt.Fprintf(b, "        %s: { allow: %s", kind, quote(p.Allow))
+	if len(p.Deny) > 0 {
+		fmt.Fprintf(b, ", deny: %s", quote(p.Deny))
+	}
+	b.WriteString(" }\n")
+}
+
+// ServerNkeys are the users of an embedded server (server.Options.Nkeys): each user's public key must be set.
+func ServerNkeys(users []User) ([]*server.NkeyUser, error) {
+	out := make([]*server.NkeyUser, 0, len(users))
+	for _, u := range users {
+		if u.Nkey == "" {
+			return nil, fmt.Errorf("user %s has no public nkey", u.Name())
+		}
+		p, err := Permissions(u.Role, u.WorkerID)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, &server.NkeyUser{Nkey: u.Nkey, Permissions: p})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Nkey < out[j].Nkey })
+	return out, nil
+}
+
+// NewNkey makes a user's key pair: its public key, and its seed (the secret).
+func NewNkey() (public string, seed []byte, err error) {
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		return "", nil, err
+	}
+	if public, err = kp.PublicKey(); err != nil {
+		return "", nil, err
+	}
+	seed, err = kp.Seed()
+	return public, seed, err
+}
