@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/sleipnir-serving/sleipnir/pkg/bus"
 	"github.com/sleipnir-serving/sleipnir/pkg/ocr"
 	"github.com/sleipnir-serving/sleipnir/pkg/workload"
 )
@@ -20,7 +21,10 @@ import (
 func main() {
 	var cfg Config
 	var shape string
-	url := flag.String("nats", envOr("SLEIPNIR_NATS", "nats://127.0.0.1:4222"), "NATS server URL (env SLEIPNIR_NATS)")
+	url := flag.String("nats", envOr("SLEIPNIR_NATS", "nats://127.0.0.1:4222"), "NATS server URL; several: comma-separated (env SLEIPNIR_NATS)")
+	// A client user may only send requests; --steps also reads the plan, which takes an observer.
+	var natsAuth bus.ClientAuth
+	natsAuth.RegisterFlags(flag.CommandLine)
 	asJSON := flag.Bool("json", false, "print the summary as one JSON object on the last line")
 	flag.StringVar(&cfg.Pipeline, "pipeline", "", "pipeline name (required)")
 	flag.Float64Var(&cfg.QPS, "qps", 100, "mean arrival rate, requests per second")
@@ -50,9 +54,14 @@ func main() {
 			os.Exit(2)
 		}
 	}
-	nc, err := nats.Connect(*url, nats.Name("sleipnir-loadgen"))
+	opts, err := natsAuth.Options()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "loadgen: cannot connect to NATS at %s: %v (is `make run` running?)\n", *url, err)
+		fmt.Fprintln(os.Stderr, "loadgen:", err)
+		os.Exit(2)
+	}
+	nc, err := nats.Connect(*url, append(opts, nats.Name("sleipnir-loadgen"))...)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "loadgen: cannot connect to NATS at %s: %v (is `make run` running?)\n", bus.RedactURL(*url), err)
 		os.Exit(1)
 	}
 	defer nc.Close()

@@ -8,7 +8,6 @@ package auth
 
 import (
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -202,7 +201,6 @@ func ServerNkeys(users []User) ([]*server.NkeyUser, error) {
 		}
 		out = append(out, &server.NkeyUser{Nkey: u.Nkey, Permissions: p})
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Nkey < out[j].Nkey })
 	return out, nil
 }
 
