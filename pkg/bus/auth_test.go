@@ -24,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sleipnir-serving/sleipnir/pkg/auth"
 	"github.com/sleipnir-serving/sleipnir/pkg/natsproc"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
@@ -298,5 +299,50 @@ func TestBindWaitsForThePlanner(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("a bind did not return once the planner had made the bucket and the consumer")
 		}
+	}
+}
+
+// TestPermissionViolationLogged: what the server refuses a service is logged (nats.go drops it otherwise, and the
+// service only sees its requests time out), at most a few lines per period however often it recurs.
+func TestPermissionViolationLogged(t *testing.T) {
+	pub, seed, err := auth.NewNkey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	users, err := auth.ServerNkeys([]auth.User{{Role: auth.Client, Nkey: pub}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := StartServer(ServerConfig{StoreDir: t.TempDir(), Nkeys: users})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown()
+	var logs syncBuffer
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
+	defer slog.SetDefault(prev)
+	opts, err := ClientAuth{NkeySeed: seed}.Options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := ConnectInProcess(s, "test", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	for range 20 {
+		if err := nc.Publish(wire.DemandSubject("p"), []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for end := time.Now().Add(3 * time.Second); !strings.Contains(logs.String(), wire.DemandSubject("p")); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("the refused publish was not logged: %q", logs.String())
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	if n := strings.Count(logs.String(), "NATS refused a permission"); n > 5 {
+		t.Errorf("%d lines for 20 refusals: not rate-limited", n)
 	}
 }

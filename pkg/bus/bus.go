@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sleipnir-serving/sleipnir/pkg/ratelog"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
@@ -94,7 +95,17 @@ func ConnectInProcess(s *server.Server, name string, opts ...nats.Option) (*nats
 }
 
 func connOptions(name string) []nats.Option {
+	// Without a handler nats.go drops the server's asynchronous errors, and a missing permission would show only as
+	// requests timing out.
+	refused := ratelog.New(slog.Default(), 0, 0)
 	return []nats.Option{
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if errors.Is(err, nats.ErrPermissionViolation) {
+				refused.Error("NATS refused a permission", "conn", name, "err", err)
+			} else {
+				refused.Warn("NATS asynchronous error", "conn", name, "err", err)
+			}
+		}),
 		nats.Name(name),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond),
