@@ -10,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"math/big"
@@ -344,5 +345,23 @@ func TestPermissionViolationLogged(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	if n := strings.Count(logs.String(), "NATS refused a permission"); n > 5 {
 		t.Errorf("%d lines for 20 refusals: not rate-limited", n)
+	}
+}
+
+// TestAuthFlags: each connection flag defaults to its environment variable, and the password has no flag.
+func TestAuthFlags(t *testing.T) {
+	t.Setenv(EnvNkey, "seed.nk")
+	t.Setenv(EnvTLSCA, "ca.pem")
+	var a ClientAuth
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	a.RegisterFlags(fs)
+	if err := fs.Parse([]string{"--tls-cert", "c.pem", "--tls-key", "k.pem"}); err != nil {
+		t.Fatal(err)
+	}
+	if a.NkeyFile != "seed.nk" || a.TLSCA != "ca.pem" || a.TLSCert != "c.pem" || a.TLSKey != "k.pem" {
+		t.Errorf("flags gave %+v", a)
+	}
+	if fs.Lookup("password") != nil {
+		t.Error("a --password flag would show the password in ps")
 	}
 }
