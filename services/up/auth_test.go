@@ -155,55 +155,8 @@ func TestDeployConfigRefusesWithoutCredentials(t *testing.T) {
 // before permissions existed is refused by the server.
 func TestDeployConfigServesAndRefusesForgeries(t *testing.T) {
 	s, seeds := deployServer(t)
-	spec, err := pipeline.Parse([]byte(authSpec))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	run := func(name string, f func(context.Context) error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := f(ctx); err != nil && ctx.Err() == nil {
-				t.Errorf("%s: %v", name, err)
-			}
-		}()
-	}
-	quiet := slog.New(slog.DiscardHandler)
-	// What the server refused the services themselves: nothing, or their permissions miss a subject they need.
-	services := map[string]*violations{}
-
-	// Workers and the frontend first: they wait for the planner's bucket and consumers instead of making them.
-	var workers []*worker.Worker
-	for _, id := range []string{"w01", "w02"} {
-		nc, v := connectAs(t, s.URL(), seeds, auth.User{Role: auth.Worker, WorkerID: id})
-		services["worker "+id] = v
-		w, err := worker.New(nc, worker.Config{ID: id, FetchWait: 100 * time.Millisecond, Logger: quiet})
-		if err != nil {
-			t.Fatal(err)
-		}
-		workers = append(workers, w)
-		run("worker "+id, w.Run)
-	}
-	feNC, feServiceV := connectAs(t, s.URL(), seeds, auth.User{Role: auth.Frontend})
-	services["frontend"] = feServiceV
-	fe, err := frontend.New(feNC, frontend.Config{ID: "fe1", Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	run("frontend", fe.Run)
-	time.Sleep(300 * time.Millisecond)
-	plNC, plV := connectAs(t, s.URL(), seeds, auth.User{Role: auth.Planner})
-	services["planner"] = plV
-	pl, err := planner.New(plNC, planner.Config{Pipelines: []*pipeline.Spec{spec}, Storage: jetstream.MemoryStorage,
-		Allocator: planner.AllocatorStatic, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	run("planner", pl.Run)
-	waitServing(t, fe, workers, 2)
+	d := startDeployed(t, s.URL(), seeds, jetstream.MemoryStorage)
+	spec, fe, ctx := d.spec, d.fe, d.ctx
 
 	// The legitimate client's request is served.
 	client, clientV := connectAs(t, s.URL(), seeds, auth.User{Role: auth.Client})
@@ -305,7 +258,76 @@ func TestDeployConfigServesAndRefusesForgeries(t *testing.T) {
 	if st := fe.Stats(); st.BadReports != 0 || st.StrayLeaves != 0 || st.Replied != 2 {
 		t.Errorf("frontend stats %+v: a forgery got through", st)
 	}
-	for name, v := range services {
+	d.checkNoViolations(t)
+}
+
+// deployed is a planner, a frontend and workers w01 and w02, each on its own user of the deploy configuration.
+type deployed struct {
+	spec     *pipeline.Spec
+	fe       *frontend.Frontend
+	workers  []*worker.Worker
+	services map[string]*violations // what the server refused each service
+	ctx      context.Context
+}
+
+func startDeployed(t *testing.T, url string, seeds map[string][]byte, storage jetstream.StorageType) *deployed {
+	t.Helper()
+	spec, err := pipeline.Parse([]byte(authSpec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	run := func(name string, f func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(ctx); err != nil && ctx.Err() == nil {
+				t.Errorf("%s: %v", name, err)
+			}
+		}()
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	// What the server refused the services themselves: nothing, or their permissions miss a subject they need.
+	services := map[string]*violations{}
+
+	// Workers and the frontend first: they wait for the planner's bucket and consumers instead of making them.
+	var workers []*worker.Worker
+	for _, id := range []string{"w01", "w02"} {
+		nc, v := connectAs(t, url, seeds, auth.User{Role: auth.Worker, WorkerID: id})
+		services["worker "+id] = v
+		w, err := worker.New(nc, worker.Config{ID: id, FetchWait: 100 * time.Millisecond, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		workers = append(workers, w)
+		run("worker "+id, w.Run)
+	}
+	feNC, feV := connectAs(t, url, seeds, auth.User{Role: auth.Frontend})
+	services["frontend"] = feV
+	fe, err := frontend.New(feNC, frontend.Config{ID: "fe1", Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run("frontend", fe.Run)
+	time.Sleep(300 * time.Millisecond)
+	plNC, plV := connectAs(t, url, seeds, auth.User{Role: auth.Planner})
+	services["planner"] = plV
+	pl, err := planner.New(plNC, planner.Config{Pipelines: []*pipeline.Spec{spec}, Storage: storage,
+		Allocator: planner.AllocatorStatic, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run("planner", pl.Run)
+	waitServing(t, fe, workers, 2)
+	return &deployed{spec: spec, fe: fe, workers: workers, services: services, ctx: ctx}
+}
+
+// checkNoViolations fails the test if the server refused a service anything.
+func (d *deployed) checkNoViolations(t *testing.T) {
+	t.Helper()
+	for name, v := range d.services {
 		v.mu.Lock()
 		if len(v.seen) > 0 {
 			t.Errorf("the server refused the %s: %v", name, v.seen)
@@ -366,4 +388,39 @@ func TestUpEmbeddedPermissions(t *testing.T) {
 		t.Fatal(err)
 	}
 	v.expect(t, "client writes a plan", wire.KVSubject(wire.PlanKey(spec.Name)))
+}
+
+// TestDeployConfigSurvivesServerRestart: after the server restarts, the services reconnect, watch the bucket again and
+// bind their consumers again under their permissions, and serve.
+func TestDeployConfigSurvivesServerRestart(t *testing.T) {
+	s, seeds := deployServer(t)
+	d := startDeployed(t, s.URL(), seeds, jetstream.FileStorage)
+	client, _ := connectAs(t, s.URL(), seeds, auth.User{Role: auth.Client})
+	request := func() error {
+		reply, err := client.Request(wire.InferSubject(d.spec.Name), inputRequest(t), 2*time.Second)
+		if err != nil {
+			return err
+		}
+		if rep := decodeReply(t, reply); rep.Status != wire.StatusOK {
+			return errors.New("status " + rep.Status + " " + rep.Error)
+		}
+		return nil
+	}
+	if err := request(); err != nil {
+		t.Fatal(err)
+	}
+	s.Kill()
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	for end := time.Now().Add(15 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if err = request(); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("no ok reply within 15s of the restart: %v", err)
+	}
+	d.checkNoViolations(t)
 }
