@@ -365,3 +365,25 @@ func TestAuthFlags(t *testing.T) {
 		t.Error("a --password flag would show the password in ps")
 	}
 }
+
+// TestSeveralURLs: --nats may list several servers, comma-separated; a connection takes one that answers.
+func TestSeveralURLs(t *testing.T) {
+	s, err := StartServer(ServerConfig{StoreDir: t.TempDir(), Port: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown()
+	dead, err := natsproc.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	urls := fmt.Sprintf("nats://127.0.0.1:%d, %s", dead, s.ClientURL())
+	nc, err := Connect(urls, "test", nats.DontRandomize())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if nc.ConnectedUrl() != s.ClientURL() {
+		t.Errorf("connected to %s, want %s", nc.ConnectedUrl(), s.ClientURL())
+	}
+}
