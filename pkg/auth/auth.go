@@ -43,7 +43,7 @@ func Inbox(r Role) string {
 	if r == Client || r == Observer {
 		return ClientInbox
 	}
-	return wire.InboxPrefix(string(r), "")
+	return wire.InboxPrefix(string(r))
 }
 
 // ResponseTTL is how long a frontend may take to answer a NATS request: the server lets a frontend publish to a

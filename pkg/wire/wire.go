@@ -47,15 +47,10 @@ func DemandSubject(pipeline string) string { return DemandPrefix + pipeline }
 // ResultSubject is where items of requests accepted by one frontend are reported.
 func ResultSubject(frontendID string) string { return ResultPrefix + frontendID }
 
-// InboxPrefix is where a service's connection receives replies (request-reply, JetStream API answers and publish
-// acknowledgements, KV watch deliveries): one prefix per role, and per worker, outside clients' "_INBOX.>", so that
-// permissions can keep every role from reading another's replies. id is empty for roles with one shared prefix.
-func InboxPrefix(role, id string) string {
-	if id == "" {
-		return "_SLEIPNIR." + role
-	}
-	return "_SLEIPNIR." + role + "." + id
-}
+// InboxPrefix is where a role's connections receive replies (request-reply, JetStream API answers and publish
+// acknowledgements, KV watch deliveries): one prefix per role, outside clients' "_INBOX.>", so that permissions can
+// keep every role from reading another's replies.
+func InboxPrefix(role string) string { return "_SLEIPNIR." + role }
 
 // KVSubject is the subject a put or delete of key in Bucket is published to: permissions to write a key are
 // permissions to publish here.

@@ -104,6 +104,9 @@ func Start(ctx context.Context, cfg Config) (_ *System, err error) {
 	if len(cfg.Pipelines) == 0 {
 		return nil, errors.New("up: no pipeline to serve")
 	}
+	if cfg.Permissions && cfg.NATSURL != "" {
+		return nil, errors.New("up: permissions are the embedded server's; an external server's configuration has its own")
+	}
 	sys := &System{cfg: cfg, URL: cfg.NATSURL, errs: make(chan error, cfg.Workers+2)}
 	ctx, sys.cancel = context.WithCancel(ctx)
 	defer func() {
