@@ -107,7 +107,7 @@ type Worker struct {
 	// verdict: Run's goroutine only.
 	checked    checkedAssignment
 	complaints *ratelog.Limiter
-	changed             chan struct{} // signalled when the assignment, a spec or a plan changes
+	changed    chan struct{} // signalled when the assignment, a spec or a plan changes
 
 	messages, items, batches, dropped, failed, discarded, rerouted atomic.Uint64
 	returned                                                       atomic.Uint64             // messages naked: they did not fit a batch
