@@ -7,6 +7,7 @@
 package catalog
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -38,7 +39,10 @@ type Catalog struct {
 
 	mu    sync.RWMutex
 	specs map[string]*pipeline.Spec
-	plans map[string]*plan.Plan // each valid against its spec
+	// specJSON is each spec as the bucket held it: a spec written again unchanged (the planner restarting, or
+	// repairing the key) keeps its *Spec, so workers do not restart their variant for it.
+	specJSON map[string][]byte
+	plans    map[string]*plan.Plan // each valid against its spec
 	// pending holds, per pipeline, the newest plan read that has no valid spec to check it against yet (a plan can
 	// arrive before its spec: they are watched apart).
 	pending map[string]*plan.Plan
@@ -49,6 +53,7 @@ type Catalog struct {
 // after every change, from the watching goroutines.
 func Watch(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, log *slog.Logger, onChange func()) *Catalog {
 	c := &Catalog{log: log, complaints: ratelog.New(log, 0, 0), onChange: onChange, specs: map[string]*pipeline.Spec{},
+		specJSON: map[string][]byte{},
 		plans: map[string]*plan.Plan{}, pending: map[string]*plan.Plan{}, ready: make(chan struct{})}
 	var loaded sync.WaitGroup
 	loaded.Add(2)
@@ -90,6 +95,7 @@ func (c *Catalog) onSpec(e jetstream.KeyValueEntry) {
 	c.mu.Lock()
 	if e.Operation() != jetstream.KeyValuePut {
 		delete(c.specs, name)
+		delete(c.specJSON, name)
 		if p := c.plans[name]; p != nil {
 			c.pending[name] = p
 			delete(c.plans, name)
@@ -98,7 +104,11 @@ func (c *Catalog) onSpec(e jetstream.KeyValueEntry) {
 		c.changed()
 		return
 	}
+	same := c.specs[name] != nil && bytes.Equal(c.specJSON[name], e.Value())
 	c.mu.Unlock()
+	if same {
+		return
+	}
 	s, err := pipeline.ParseJSON(e.Value())
 	if err == nil && s.Name != name {
 		err = fmt.Errorf("spec of pipeline %q", s.Name)
@@ -109,6 +119,7 @@ func (c *Catalog) onSpec(e jetstream.KeyValueEntry) {
 	}
 	c.mu.Lock()
 	c.specs[name] = s
+	c.specJSON[name] = e.Value()
 	// The plan in force and any plan waiting for a spec are checked against the new spec; the newest that fits is
 	// followed.
 	for _, p := range []*plan.Plan{c.pending[name], c.plans[name]} {
