@@ -54,7 +54,7 @@ type Catalog struct {
 func Watch(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, log *slog.Logger, onChange func()) *Catalog {
 	c := &Catalog{log: log, complaints: ratelog.New(log, 0, 0), onChange: onChange, specs: map[string]*pipeline.Spec{},
 		specJSON: map[string][]byte{},
-		plans: map[string]*plan.Plan{}, pending: map[string]*plan.Plan{}, ready: make(chan struct{})}
+		plans:    map[string]*plan.Plan{}, pending: map[string]*plan.Plan{}, ready: make(chan struct{})}
 	var loaded sync.WaitGroup
 	loaded.Add(2)
 	go bus.WatchKV(ctx, nc, kv, "spec.*", c.onSpec, loaded.Done)
