@@ -9,6 +9,7 @@ import (
 	"maps"
 	"math"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -443,4 +444,71 @@ func TestPlannerRepairsTheBucket(t *testing.T) {
 		t.Errorf("%d repairs counted, want at least 6", n)
 	}
 	unchanged("everything")
+}
+
+// TestPlannerHoldsDemandWhileFrontendsAreSilent: the only frontend stops reporting for 10 s (it is down, or cut
+// off): that is no data, not zero demand, so the plan sized for 400 QPS stays; when it reports zero, the planner
+// scales down.
+func TestPlannerHoldsDemandWhileFrontendsAreSilent(t *testing.T) {
+	s, err := bus.StartServer(bus.ServerConfig{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Shutdown)
+	sp, err := pipeline.Parse([]byte(milpSpec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pnc, _ := bus.ConnectInProcess(s, "planner")
+	defer pnc.Close()
+	p, err := New(pnc, Config{Pipelines: []*pipeline.Spec{sp}, Storage: jetstream.MemoryStorage,
+		WorkerTimeout: 2 * time.Second, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go p.Run(ctx)
+	ws := map[string]*runningWorker{}
+	for i := 1; i <= 4; i++ {
+		id := fmt.Sprintf("w%d", i)
+		ws[id] = startWorker(t, s, id)
+	}
+	nc, _ := bus.ConnectInProcess(s, "frontend")
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	kv, err := bus.OpenBucket(ctx, js, jetstream.MemoryStorage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var qps atomicFloat
+	qps.store(400)
+	var silent atomic.Bool
+	go func() {
+		for ctx.Err() == nil {
+			if !silent.Load() {
+				data, _ := msgpack.Marshal(&wire.DemandReport{Frontend: "f1", Count: int(qps.load()), IntervalMs: 1000})
+				nc.Publish(wire.DemandSubject(sp.Name), data)
+			}
+			time.Sleep(time.Second)
+		}
+	}()
+	waitLong(t, "a plan for 400 QPS on 3 workers", func() bool {
+		pl, ok := readPlan(kv, sp.Name)
+		return ok && pl.Allocation != nil && math.Abs(pl.Allocation.DemandQPS-400) < 40 && pl.Servers() == 3
+	})
+	before, _ := readPlan(kv, sp.Name)
+	silent.Store(true)
+	time.Sleep(10 * time.Second)
+	after, _ := readPlan(kv, sp.Name)
+	if after.Epoch != before.Epoch || after.Servers() != 3 {
+		t.Errorf("after 10 s without reports: epoch %d with %d replicas (demand %v), want epoch %d with 3",
+			after.Epoch, after.Servers(), after.Allocation.DemandQPS, before.Epoch)
+	}
+	qps.store(0)
+	silent.Store(false)
+	waitLong(t, "a plan for the reported zero on 1 worker", func() bool {
+		pl, ok := readPlan(kv, sp.Name)
+		return ok && pl.Servers() == 1
+	})
 }
