@@ -179,3 +179,34 @@ func TestEstimatorRefusesAbsurdReports(t *testing.T) {
 		t.Fatalf("estimate %v after refused reports, want 50", got)
 	}
 }
+
+// TestFanoutSeed: a seeded factor is the estimate until heartbeats move it.
+func TestFanoutSeed(t *testing.T) {
+	spec, err := pipeline.Parse([]byte(`
+name: f
+slo_ms: 1000
+tasks:
+  - name: a
+    children: [b, c]
+    variants: [{name: x, accuracy: 0.9, executor: {kind: emulated}, fanout: {mean: 1, shares: {b: 0.5, c: 0.5}}, profile: [{batch: 1, p50_ms: 5, p95_ms: 6}]}]
+  - name: b
+    variants: [{name: y, accuracy: 0.9, executor: {kind: emulated}, profile: [{batch: 1, p50_ms: 5, p95_ms: 6}]}]
+  - name: c
+    variants: [{name: z, accuracy: 0.9, executor: {kind: emulated}, profile: [{batch: 1, p50_ms: 5, p95_ms: 6}]}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := NewFanoutEstimator(0.5, 0)
+	e.Seed("a/x", pipeline.Fanout{Mean: 4, Shares: map[string]float64{"b": 0.75, "c": 0.25}}, []string{"b", "c"})
+	e.Tick()
+	f, ok := e.Estimate(spec)["a/x"]
+	if !ok || math.Abs(f.Mean-4) > 1e-9 || math.Abs(f.Shares["b"]-0.75) > 1e-9 {
+		t.Fatalf("seeded estimate %+v (%v), want mean 4, 3/4 to b", f, ok)
+	}
+	e.Observe("a/x", wire.FanoutCounts{Items: 20, Children: map[string]uint64{"b": 20, "c": 20}})
+	e.Tick()
+	if f := e.Estimate(spec)["a/x"]; math.Abs(f.Mean-3) > 1e-9 {
+		t.Fatalf("after one interval of factor 2: mean %v, want 3 (halfway at alpha 0.5)", f.Mean)
+	}
+}

@@ -618,8 +618,8 @@ func (p *Planner) storedPlan(ctx context.Context, spec *pipeline.Spec) *plan.Pla
 }
 
 // resume publishes spec and serves pl, the plan found in the bucket, as its own: its streams and consumers exist,
-// it is written back unchanged (same epoch: no worker moves), and the demand estimate starts from what it was
-// sized for.
+// it is written back unchanged (same epoch: no worker moves), and the demand and multiplicative-factor estimates
+// start from what it was sized for.
 func (p *Planner) resume(ctx context.Context, spec *pipeline.Spec, pl *plan.Plan) error {
 	if _, err := bus.EnsureTaskStream(ctx, p.js, spec.Name, p.cfg.Storage); err != nil {
 		return fmt.Errorf("pipeline %s: task stream: %w", spec.Name, err)
@@ -637,11 +637,15 @@ func (p *Planner) resume(ctx context.Context, spec *pipeline.Spec, pl *plan.Plan
 	if err := p.putPlan(ctx, pl); err != nil {
 		return fmt.Errorf("pipeline %s: publish plan: %w", spec.Name, err)
 	}
+	p.mu.Lock()
 	if a := pl.Allocation; a != nil {
-		p.mu.Lock()
 		p.demand[spec.Name].Seed(a.DemandQPS)
-		p.mu.Unlock()
 	}
+	for hop, f := range pl.Fanout { // validated: the spec has hop
+		task, _, _ := strings.Cut(hop, "/")
+		p.fanout[spec.Name].Seed(hop, f, spec.Task(task).Children)
+	}
+	p.mu.Unlock()
 	p.log.Info("plan resumed from KV", "pipeline", spec.Name, "epoch", pl.Epoch, "mode", pl.Mode,
 		"servers", pl.Servers())
 	return nil
