@@ -30,6 +30,9 @@ type Estimator struct {
 	estimate  float64
 	primed    bool
 	since     time.Time // when the reports now live began arriving; zero when none is live
+	// warm adds up, per frontend, what it reported before the estimate was primed: the first estimate is the mean
+	// rate over the warm-up, not the rate of its last second.
+	warm map[string]*warmCounts
 }
 
 // MaxInterval is the longest interval a report may cover: a frontend reports every second or so.
@@ -37,6 +40,8 @@ const MaxInterval = time.Minute
 
 // ErrReport says a demand report was refused: its interval, count or rate is not one a frontend sends.
 var ErrReport = errors.New("demand report refused")
+
+type warmCounts struct{ requests, seconds float64 }
 
 type report struct {
 	rate float64
@@ -68,6 +73,18 @@ func (e *Estimator) Observe(frontend string, count int, interval time.Duration, 
 		e.since = now
 	}
 	e.frontends[frontend] = report{rate: rate, at: now}
+	if !e.primed {
+		if e.warm == nil {
+			e.warm = map[string]*warmCounts{}
+		}
+		w := e.warm[frontend]
+		if w == nil {
+			w = &warmCounts{}
+			e.warm[frontend] = w
+		}
+		w.requests += float64(count)
+		w.seconds += interval.Seconds()
+	}
 	return nil
 }
 
@@ -76,6 +93,7 @@ func (e *Estimator) Observe(frontend string, count int, interval time.Duration, 
 func (e *Estimator) Seed(qps float64) {
 	if qps >= 0 && !math.IsInf(qps, 0) {
 		e.estimate, e.primed = qps, true
+		e.warm = nil
 	}
 }
 
@@ -101,6 +119,13 @@ func (e *Estimator) Tick(now time.Time) float64 {
 		return e.estimate
 	}
 	if !e.primed {
+		total = 0
+		for id := range e.frontends {
+			if w := e.warm[id]; w != nil && w.seconds > 0 {
+				total += w.requests / w.seconds
+			}
+		}
+		e.warm = nil
 		e.estimate, e.primed = total, true
 	} else {
 		e.estimate = e.Alpha*total + (1-e.Alpha)*e.estimate

@@ -210,3 +210,19 @@ tasks:
 		t.Fatalf("after one interval of factor 2: mean %v, want 3 (halfway at alpha 0.5)", f.Mean)
 	}
 }
+
+// TestEstimatorPrimesFromTheWarmupsMean: the first estimate is the mean rate over the warm-up, not the last
+// second's: a burst of 5 requests in one second of three is 5/3 QPS, not 5.
+func TestEstimatorPrimesFromTheWarmupsMean(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	sec := time.Second
+	e := New(0.5, 3*sec)
+	e.Warmup = 2 * sec
+	for i, n := range []int{0, 5, 0} {
+		e.Observe("f1", n, sec, t0.Add(time.Duration(i)*sec))
+		e.Tick(t0.Add(time.Duration(i) * sec))
+	}
+	if got := e.Estimate(); !e.Known() || math.Abs(got-5.0/3) > 1e-9 {
+		t.Fatalf("first estimate %v (known %v), want 5/3", got, e.Known())
+	}
+}
