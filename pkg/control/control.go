@@ -80,6 +80,9 @@ type Observed struct {
 	TaskDemand map[string]float64
 	// Servers is how many workers the pipeline may use.
 	Servers int
+	// DemandUnknown says no demand has been measured yet (no frontend has reported, and no earlier plan gave a
+	// seed): the plan in force stands, since a plan sized for the 0 of no data would shrink the cluster.
+	DemandUnknown bool
 }
 
 // Allocator chooses the hosted variants, replicas and batch sizes for what was observed (Demand already raised to
@@ -165,6 +168,19 @@ func New(spec *pipeline.Spec, cfg Config, alloc Allocator, current *plan.Plan) *
 	return &Loop{spec: spec, cfg: cfg, alloc: alloc, current: current}
 }
 
+// Resume starts a loop from a plan an earlier planner published (read back from the KV bucket) as if this loop had
+// published it at now: it is not solved again until its inputs move (demand, servers, multiplicative factors) or
+// ReplanEvery passes. A plan without an allocation section (static) is solved again at the first tick, as by New.
+func Resume(spec *pipeline.Spec, cfg Config, alloc Allocator, current *plan.Plan, now time.Time) *Loop {
+	l := New(spec, cfg, alloc, current)
+	if a := current.Allocation; a != nil {
+		l.planned = plannedAt{ok: true, overloaded: current.Mode == plan.ModeOverloaded, demand: a.DemandQPS,
+			servers: a.ClusterServers, fanout: current.Fanout, at: now}
+		l.routed = routedAt{demand: a.DemandQPS, at: now}
+	}
+	return l
+}
+
 // Current is the plan in force (the last one published).
 func (l *Loop) Current() *plan.Plan { return l.current }
 
@@ -172,6 +188,9 @@ func (l *Loop) Current() *plan.Plan { return l.current }
 // the loop proposes it again.
 func (l *Loop) Next(now time.Time, o Observed) Step {
 	var st Step
+	if o.DemandUnknown {
+		return st
+	}
 	if l.alloc != nil && o.Servers > 0 {
 		st = l.replan(now, o)
 		if st.Plan != nil {

@@ -68,6 +68,11 @@ func TestLoop(t *testing.T) {
 			t.Fatalf("%s: publish %v replanned %v, want %v %v", s.name, st.Plan != nil, st.Replanned,
 				s.want.publish, s.want.replanned)
 		}
+		if st.Plan != nil {
+			if err := st.Plan.Validate(spec); err != nil {
+				t.Fatalf("%s: the loop's plan fails validation: %v", s.name, err)
+			}
+		}
 		l.Published(st, s.o, now)
 		if st.Replanned {
 			epoch++
@@ -106,5 +111,54 @@ func TestLoopFailure(t *testing.T) {
 	}
 	if l.Current().Epoch != static.Epoch {
 		t.Fatal("a failed re-plan changed the epoch")
+	}
+}
+
+// TestLoopResume: a loop resumed from a plan read back from the bucket keeps it while the demand and the servers
+// are those it was sized for (a restarted planner moves no worker), and re-plans once they move.
+func TestLoopResume(t *testing.T) {
+	spec := trafficSpec(t)
+	static, _ := plan.Static(spec)
+	alloc := MILP{Utilization: 0.85, TimeLimit: 5 * time.Second}
+	t0 := time.Unix(1000, 0)
+	first := New(spec, Config{}, alloc, static)
+	o := Observed{Demand: 200, Servers: 20}
+	st := first.Next(t0, o)
+	if !st.Replanned {
+		t.Fatal("the first loop did not plan")
+	}
+	first.Published(st, o, t0)
+	kept := first.Current()
+
+	l := Resume(spec, Config{}, alloc, kept, t0.Add(time.Minute))
+	for i := 1; i <= 5; i++ {
+		if st := l.Next(t0.Add(time.Minute+time.Duration(i)*time.Second), Observed{Demand: 205, Servers: 20}); st.Plan != nil {
+			t.Fatalf("tick %d after resuming: published (replanned %v) with the demand and servers unchanged", i,
+				st.Replanned)
+		}
+	}
+	if l.Current() != kept {
+		t.Fatal("the resumed loop's plan is not the one it resumed from")
+	}
+	st = l.Next(t0.Add(time.Minute+6*time.Second), Observed{Demand: 205, Servers: 19})
+	if !st.Replanned || st.Plan.Epoch != kept.Epoch+1 {
+		t.Fatalf("a worker fewer: replanned %v, want a re-plan under epoch %d", st.Replanned, kept.Epoch+1)
+	}
+}
+
+// TestLoopHoldsWithoutDemand: with no demand measured yet, the plan in force stands: neither solved for the 0 of no
+// data nor routed for it.
+func TestLoopHoldsWithoutDemand(t *testing.T) {
+	spec := trafficSpec(t)
+	static, _ := plan.Static(spec)
+	l := New(spec, Config{}, MILP{Utilization: 0.85, TimeLimit: 5 * time.Second}, static)
+	t0 := time.Unix(1000, 0)
+	for i := 0; i < 15; i++ {
+		if st := l.Next(t0.Add(time.Duration(i)*time.Second), Observed{Servers: 20, DemandUnknown: true}); st.Plan != nil {
+			t.Fatalf("tick %d without demand data published a plan of %d servers", i, st.Plan.Servers())
+		}
+	}
+	if st := l.Next(t0.Add(15*time.Second), Observed{Servers: 20}); !st.Replanned {
+		t.Fatal("once the demand is known (0), the loop should plan for it")
 	}
 }

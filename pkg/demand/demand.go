@@ -1,9 +1,17 @@
 // Package demand estimates a pipeline's request rate from the counts its frontends report: the sum of every live
 // frontend's latest rate, smoothed by an exponentially weighted moving average (as Loki's resource manager does).
 // Pure: the planner and the simulator use it.
+//
+// No report is not zero demand: when every frontend of a pipeline has gone silent (stopped, or cut off by a network
+// blip), the estimate holds; a frontend that reports zero requests is zero demand.
 package demand
 
-import "time"
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
 
 // Estimator is one pipeline's demand estimate. Not safe for concurrent use.
 type Estimator struct {
@@ -11,11 +19,29 @@ type Estimator struct {
 	Alpha float64
 	// Silence is how long a frontend may go without reporting before its rate no longer counts.
 	Silence time.Duration
+	// Warmup is how long reports are gathered, after none were live, before their total moves the estimate:
+	// frontends report out of step, and the first second's total may hold only some of them. 0: at once.
+	Warmup time.Duration
+	// MaxRate, when positive, is the largest rate one report may claim (requests per second); Observe refuses
+	// reports above it, so that one forged report cannot hold the plans at its rate while the average decays.
+	MaxRate float64
 
 	frontends map[string]report
 	estimate  float64
 	primed    bool
+	since     time.Time // when the reports now live began arriving; zero when none is live
+	// warm adds up, per frontend, what it reported before the estimate was primed: the first estimate is the mean
+	// rate over the warm-up, not the rate of its last second.
+	warm map[string]*warmCounts
 }
+
+// MaxInterval is the longest interval a report may cover: a frontend reports every second or so.
+const MaxInterval = time.Minute
+
+// ErrReport says a demand report was refused: its interval, count or rate is not one a frontend sends.
+var ErrReport = errors.New("demand report refused")
+
+type warmCounts struct{ requests, seconds float64 }
 
 type report struct {
 	rate float64
@@ -33,15 +59,49 @@ func New(alpha float64, silence time.Duration) *Estimator {
 	return &Estimator{Alpha: alpha, Silence: silence, frontends: map[string]report{}}
 }
 
-// Observe records that a frontend accepted count requests over interval, reported at now.
-func (e *Estimator) Observe(frontend string, count int, interval time.Duration, now time.Time) {
-	if interval <= 0 {
-		return
+// Observe records that a frontend accepted count requests over interval, reported at now. It refuses (ErrReport) a
+// report whose interval is not in (0, MaxInterval], whose count is negative, or whose rate exceeds MaxRate.
+func (e *Estimator) Observe(frontend string, count int, interval time.Duration, now time.Time) error {
+	if interval <= 0 || interval > MaxInterval || count < 0 {
+		return fmt.Errorf("%w: %d requests in %v", ErrReport, count, interval)
 	}
-	e.frontends[frontend] = report{rate: float64(count) / interval.Seconds(), at: now}
+	rate := float64(count) / interval.Seconds()
+	if e.MaxRate > 0 && rate > e.MaxRate || math.IsInf(rate, 0) {
+		return fmt.Errorf("%w: %.0f requests per second, above the limit of %.0f", ErrReport, rate, e.MaxRate)
+	}
+	if len(e.frontends) == 0 && e.since.IsZero() {
+		e.since = now
+	}
+	e.frontends[frontend] = report{rate: rate, at: now}
+	if !e.primed {
+		if e.warm == nil {
+			e.warm = map[string]*warmCounts{}
+		}
+		w := e.warm[frontend]
+		if w == nil {
+			w = &warmCounts{}
+			e.warm[frontend] = w
+		}
+		w.requests += float64(count)
+		w.seconds += interval.Seconds()
+	}
+	return nil
 }
 
+// Seed sets the estimate, as if the average had reached qps: a restarted planner starts from the demand the plan
+// in force was sized for rather than from nothing.
+func (e *Estimator) Seed(qps float64) {
+	if qps >= 0 && !math.IsInf(qps, 0) {
+		e.estimate, e.primed = qps, true
+		e.warm = nil
+	}
+}
+
+// Known says the estimate rests on data: reports folded in, or a seed. Before that it is 0 for want of data.
+func (e *Estimator) Known() bool { return e.primed }
+
 // Tick folds the current total rate into the average; call it once per reporting interval. It returns the estimate.
+// With no frontend live, or while reports are gathered for Warmup, the estimate holds.
 func (e *Estimator) Tick(now time.Time) float64 {
 	total := 0.0
 	for id, r := range e.frontends {
@@ -51,7 +111,21 @@ func (e *Estimator) Tick(now time.Time) float64 {
 		}
 		total += r.rate
 	}
+	if len(e.frontends) == 0 {
+		e.since = time.Time{} // no data: hold; when reports come back, gather them for Warmup again
+		return e.estimate
+	}
+	if now.Sub(e.since) < e.Warmup {
+		return e.estimate
+	}
 	if !e.primed {
+		total = 0
+		for id := range e.frontends {
+			if w := e.warm[id]; w != nil && w.seconds > 0 {
+				total += w.requests / w.seconds
+			}
+		}
+		e.warm = nil
 		e.estimate, e.primed = total, true
 	} else {
 		e.estimate = e.Alpha*total + (1-e.Alpha)*e.estimate

@@ -1,6 +1,7 @@
 package demand
 
 import (
+	"errors"
 	"math"
 	"testing"
 	"time"
@@ -90,5 +91,138 @@ func TestFanoutEstimator(t *testing.T) {
 	e.Tick()
 	if _, ok := e.Estimate(spec)["car/y"]; ok {
 		t.Fatal("estimate for a leaf task")
+	}
+}
+
+// TestEstimatorHoldsWithoutReports: when every frontend goes silent the estimate holds (no data is not zero demand),
+// while a frontend that reports zero requests brings it down.
+func TestEstimatorHoldsWithoutReports(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	sec := time.Second
+	e := New(0.5, 3*time.Second)
+	for i := 0; i < 5; i++ {
+		e.Observe("f1", 100, sec, t0.Add(time.Duration(i)*sec))
+		e.Tick(t0.Add(time.Duration(i) * sec))
+	}
+	for i := 5; i < 30; i++ { // the frontend is down (or cut off) for 25 s
+		if got := e.Tick(t0.Add(time.Duration(i) * sec)); got != 100 {
+			t.Fatalf("%d s after the last report the estimate is %v, want 100 held", i-4, got)
+		}
+	}
+	for i := 30; i < 40; i++ { // it is back, and reports zero
+		e.Observe("f1", 0, sec, t0.Add(time.Duration(i)*sec))
+		e.Tick(t0.Add(time.Duration(i) * sec))
+	}
+	if got := e.Estimate(); got > 1 {
+		t.Fatalf("after 10 s of reports of zero the estimate is %v, want about 0", got)
+	}
+}
+
+// TestEstimatorWarmupAndSeed: a seeded estimator (a restarted planner) starts from the seed and holds it while the
+// first reports are gathered for Warmup, so the first second's partial total (one frontend of three reported) does
+// not move it; then it averages from the seed.
+func TestEstimatorWarmupAndSeed(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	sec := time.Second
+	e := New(0.5, 3*time.Second)
+	e.Warmup = 2 * sec
+	if e.Known() || e.Tick(t0) != 0 || e.Known() {
+		t.Fatal("an estimator without reports or a seed should not know the demand")
+	}
+	e.Seed(300)
+	if !e.Known() || e.Tick(t0) != 300 {
+		t.Fatalf("seeded: known %v, estimate %v", e.Known(), e.Estimate())
+	}
+	e.Observe("f1", 100, sec, t0.Add(sec)) // f2 and f3 report later in their second
+	if got := e.Tick(t0.Add(sec)); got != 300 {
+		t.Fatalf("one frontend of three after 1 s: estimate %v, want 300 held during the warm-up", got)
+	}
+	for _, f := range []string{"f1", "f2", "f3"} {
+		e.Observe(f, 100, sec, t0.Add(2*sec))
+	}
+	if got := e.Tick(t0.Add(3 * sec)); got != 300 {
+		t.Fatalf("after the warm-up with all three: %v, want 300", got)
+	}
+
+	// Unseeded, the warm-up leaves the demand unknown, then the first full total primes it.
+	u := New(0.5, 3*time.Second)
+	u.Warmup = 2 * sec
+	u.Observe("f1", 50, sec, t0)
+	if u.Tick(t0.Add(sec)); u.Known() {
+		t.Fatal("known during the warm-up")
+	}
+	u.Observe("f1", 50, sec, t0.Add(2*sec))
+	u.Observe("f2", 70, sec, t0.Add(2*sec))
+	if got := u.Tick(t0.Add(2 * sec)); !u.Known() || got != 120 {
+		t.Fatalf("after the warm-up: known %v, estimate %v, want 120", u.Known(), got)
+	}
+}
+
+// TestEstimatorRefusesAbsurdReports: a report claiming more than MaxRate, a negative count or an interval that is
+// not a frontend's is refused and leaves the estimate alone.
+func TestEstimatorRefusesAbsurdReports(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	e := New(1, 0)
+	e.MaxRate = 10000
+	if err := e.Observe("f", 50, time.Second, t0); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []struct {
+		count    int
+		interval time.Duration
+	}{{1_000_000, time.Second}, {-5, time.Second}, {5, 0}, {5, -time.Second}, {5, time.Hour}, {1, time.Nanosecond}} {
+		if err := e.Observe("forger", r.count, r.interval, t0); !errors.Is(err, ErrReport) {
+			t.Errorf("report of %d in %v: %v, want refused", r.count, r.interval, err)
+		}
+	}
+	if got := e.Tick(t0); got != 50 {
+		t.Fatalf("estimate %v after refused reports, want 50", got)
+	}
+}
+
+// TestFanoutSeed: a seeded factor is the estimate until heartbeats move it.
+func TestFanoutSeed(t *testing.T) {
+	spec, err := pipeline.Parse([]byte(`
+name: f
+slo_ms: 1000
+tasks:
+  - name: a
+    children: [b, c]
+    variants: [{name: x, accuracy: 0.9, executor: {kind: emulated}, fanout: {mean: 1, shares: {b: 0.5, c: 0.5}}, profile: [{batch: 1, p50_ms: 5, p95_ms: 6}]}]
+  - name: b
+    variants: [{name: y, accuracy: 0.9, executor: {kind: emulated}, profile: [{batch: 1, p50_ms: 5, p95_ms: 6}]}]
+  - name: c
+    variants: [{name: z, accuracy: 0.9, executor: {kind: emulated}, profile: [{batch: 1, p50_ms: 5, p95_ms: 6}]}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := NewFanoutEstimator(0.5, 0)
+	e.Seed("a/x", pipeline.Fanout{Mean: 4, Shares: map[string]float64{"b": 0.75, "c": 0.25}}, []string{"b", "c"})
+	e.Tick()
+	f, ok := e.Estimate(spec)["a/x"]
+	if !ok || math.Abs(f.Mean-4) > 1e-9 || math.Abs(f.Shares["b"]-0.75) > 1e-9 {
+		t.Fatalf("seeded estimate %+v (%v), want mean 4, 3/4 to b", f, ok)
+	}
+	e.Observe("a/x", wire.FanoutCounts{Items: 20, Children: map[string]uint64{"b": 20, "c": 20}})
+	e.Tick()
+	if f := e.Estimate(spec)["a/x"]; math.Abs(f.Mean-3) > 1e-9 {
+		t.Fatalf("after one interval of factor 2: mean %v, want 3 (halfway at alpha 0.5)", f.Mean)
+	}
+}
+
+// TestEstimatorPrimesFromTheWarmupsMean: the first estimate is the mean rate over the warm-up, not the last
+// second's: a burst of 5 requests in one second of three is 5/3 QPS, not 5.
+func TestEstimatorPrimesFromTheWarmupsMean(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	sec := time.Second
+	e := New(0.5, 3*sec)
+	e.Warmup = 2 * sec
+	for i, n := range []int{0, 5, 0} {
+		e.Observe("f1", n, sec, t0.Add(time.Duration(i)*sec))
+		e.Tick(t0.Add(time.Duration(i) * sec))
+	}
+	if got := e.Estimate(); !e.Known() || math.Abs(got-5.0/3) > 1e-9 {
+		t.Fatalf("first estimate %v (known %v), want 5/3", got, e.Known())
 	}
 }

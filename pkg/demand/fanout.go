@@ -51,6 +51,20 @@ func (e *FanoutEstimator) Observe(hop string, delta wire.FanoutCounts) {
 	}
 }
 
+// Seed starts hop's average at factor f, as if MinItems items had shown it: a restarted planner starts from the
+// factors of the plan in force rather than from the profile's, and the workers' heartbeats move it from there.
+func (e *FanoutEstimator) Seed(hop string, f pipeline.Fanout, children []string) {
+	s := &smoothedCounts{items: e.MinItems, children: map[string]float64{}}
+	for _, c := range children {
+		share, ok := f.Shares[c]
+		if !ok && len(children) == 1 {
+			share = 1
+		}
+		s.children[c] = f.Mean * share * e.MinItems
+	}
+	e.smoothed[hop] = s
+}
+
 // Tick folds the interval's counts into the averages; call it once per heartbeat interval. Variants that executed
 // nothing in the interval keep their average (no traffic says nothing about the factor).
 func (e *FanoutEstimator) Tick() {

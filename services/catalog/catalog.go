@@ -1,10 +1,16 @@
 // Package catalog keeps, for a service, the pipeline specs and plans the planner publishes in the KV bucket, as the
 // bucket changes. Frontends and workers share it.
+//
+// What the bucket holds is checked before it is followed: a spec that does not parse (or names another pipeline)
+// and a plan that fails validation against its spec (pkg/plan.Plan.Validate) are refused, counted and logged (rate
+// limited), and the last good one is kept, so a stray write does not stop traffic until the planner repairs it.
 package catalog
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"sort"
 	"strings"
@@ -16,24 +22,39 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/ratelog"
+)
+
+// Complaints the catalog counts (pkg/ratelog keys).
+const (
+	ComplainSpec = "spec in KV refused; keeping the last good one"
+	ComplainPlan = "plan in KV refused; keeping the last good one"
 )
 
 // Catalog is the current specs and plans, by pipeline name.
 type Catalog struct {
-	log      *slog.Logger
-	onChange func()
+	log        *slog.Logger
+	complaints *ratelog.Limiter
+	onChange   func()
 
 	mu    sync.RWMutex
 	specs map[string]*pipeline.Spec
-	plans map[string]*plan.Plan
-	ready chan struct{}
+	// specJSON is each spec as the bucket held it: a spec written again unchanged (the planner restarting, or
+	// repairing the key) keeps its *Spec, so workers do not restart their variant for it.
+	specJSON map[string][]byte
+	plans    map[string]*plan.Plan // each valid against its spec
+	// pending holds, per pipeline, the newest plan read that has no valid spec to check it against yet (a plan can
+	// arrive before its spec: they are watched apart).
+	pending map[string]*plan.Plan
+	ready   chan struct{}
 }
 
 // Watch starts following the bucket's spec.* and plan.* keys until ctx is done. onChange, if not nil, is called
 // after every change, from the watching goroutines.
 func Watch(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, log *slog.Logger, onChange func()) *Catalog {
-	c := &Catalog{log: log, onChange: onChange, specs: map[string]*pipeline.Spec{}, plans: map[string]*plan.Plan{},
-		ready: make(chan struct{})}
+	c := &Catalog{log: log, complaints: ratelog.New(log, 0, 0), onChange: onChange, specs: map[string]*pipeline.Spec{},
+		specJSON: map[string][]byte{},
+		plans:    map[string]*plan.Plan{}, pending: map[string]*plan.Plan{}, ready: make(chan struct{})}
 	var loaded sync.WaitGroup
 	loaded.Add(2)
 	go bus.WatchKV(ctx, nc, kv, "spec.*", c.onSpec, loaded.Done)
@@ -66,39 +87,98 @@ func (c *Catalog) Pipelines() []string {
 	return out
 }
 
+// Complaints counts what the catalog refused, by kind.
+func (c *Catalog) Complaints() map[string]uint64 { return c.complaints.Counts() }
+
 func (c *Catalog) onSpec(e jetstream.KeyValueEntry) {
-	var s *pipeline.Spec
-	if e.Operation() == jetstream.KeyValuePut {
-		var err error
-		if s, err = pipeline.ParseJSON(e.Value()); err != nil {
-			c.log.Error("bad pipeline spec in KV", "key", e.Key(), "err", err)
-			return
+	name := strings.TrimPrefix(e.Key(), "spec.")
+	c.mu.Lock()
+	if e.Operation() != jetstream.KeyValuePut {
+		delete(c.specs, name)
+		delete(c.specJSON, name)
+		if p := c.plans[name]; p != nil {
+			c.pending[name] = p
+			delete(c.plans, name)
+		}
+		c.mu.Unlock()
+		c.changed()
+		return
+	}
+	same := c.specs[name] != nil && bytes.Equal(c.specJSON[name], e.Value())
+	c.mu.Unlock()
+	if same {
+		return
+	}
+	s, err := pipeline.ParseJSON(e.Value())
+	if err == nil && s.Name != name {
+		err = fmt.Errorf("spec of pipeline %q", s.Name)
+	}
+	if err != nil {
+		c.complaints.Error(ComplainSpec, "key", e.Key(), "err", err)
+		return
+	}
+	c.mu.Lock()
+	c.specs[name] = s
+	c.specJSON[name] = e.Value()
+	// The plan in force and any plan waiting for a spec are checked against the new spec; the newest that fits is
+	// followed.
+	for _, p := range []*plan.Plan{c.pending[name], c.plans[name]} {
+		if p == nil {
+			continue
+		}
+		if err := p.Validate(s); err == nil {
+			c.plans[name] = p
+			delete(c.pending, name)
+			break
 		}
 	}
-	set(c, c.specs, strings.TrimPrefix(e.Key(), "spec."), s)
+	if p := c.plans[name]; p != nil && p.Validate(s) != nil {
+		c.pending[name] = p
+		delete(c.plans, name)
+	}
+	c.mu.Unlock()
+	c.changed()
 }
 
 func (c *Catalog) onPlan(e jetstream.KeyValueEntry) {
+	name := strings.TrimPrefix(e.Key(), "plan.")
+	if e.Operation() != jetstream.KeyValuePut {
+		c.mu.Lock()
+		delete(c.plans, name)
+		delete(c.pending, name)
+		c.mu.Unlock()
+		c.changed()
+		return
+	}
 	var p *plan.Plan
-	if e.Operation() == jetstream.KeyValuePut {
-		p = new(plan.Plan)
-		if err := json.Unmarshal(e.Value(), p); err != nil {
-			c.log.Error("bad plan in KV", "key", e.Key(), "err", err)
+	err := json.Unmarshal(e.Value(), &p)
+	c.mu.Lock()
+	s := c.specs[name]
+	if err == nil && s == nil {
+		if p == nil || p.Pipeline != name {
+			err = fmt.Errorf("plan of pipeline %q", name)
+		} else {
+			c.pending[name] = p // checked when the spec arrives
+			c.mu.Unlock()
 			return
 		}
 	}
-	set(c, c.plans, strings.TrimPrefix(e.Key(), "plan."), p)
-}
-
-// set stores v under name (nil deletes) and reports the change.
-func set[T any](c *Catalog, m map[string]*T, name string, v *T) {
-	c.mu.Lock()
-	if v == nil {
-		delete(m, name)
-	} else {
-		m[name] = v
+	if err == nil {
+		err = p.Validate(s)
+	}
+	if err == nil {
+		c.plans[name] = p
+		delete(c.pending, name)
 	}
 	c.mu.Unlock()
+	if err != nil {
+		c.complaints.Error(ComplainPlan, "key", e.Key(), "err", err)
+		return
+	}
+	c.changed()
+}
+
+func (c *Catalog) changed() {
 	if c.onChange != nil {
 		c.onChange()
 	}

@@ -4,6 +4,7 @@
 package planner
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -25,6 +27,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/demand"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/ratelog"
 	"github.com/sleipnir-serving/sleipnir/pkg/routing"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
@@ -43,6 +46,12 @@ type Config struct {
 	control.Config
 	// DemandAlpha is the weight of the newest demand report in the moving average (default 0.3).
 	DemandAlpha float64
+	// DemandWarmup is how long the planner gathers demand reports, after none were coming in, before their total
+	// moves the estimate (default 2 s: frontends report every second, out of step). See pkg/demand.
+	DemandWarmup time.Duration
+	// MaxReportQPS is the largest rate one frontend's demand report may claim (default 50000, beyond what one
+	// frontend accepts); reports above it are refused and counted.
+	MaxReportQPS float64
 	// Allocator says where the plans come from: AllocatorMILP (the default) solves the allocation MILP for the
 	// demand estimate and the live workers; AllocatorStatic publishes the spec's allocation section once.
 	Allocator string
@@ -69,11 +78,25 @@ func (c *Config) setDefaults() {
 	if c.SolveTimeLimit == 0 {
 		c.SolveTimeLimit = time.Second
 	}
+	if c.DemandWarmup == 0 {
+		c.DemandWarmup = 2 * time.Second
+	}
+	if c.MaxReportQPS == 0 {
+		c.MaxReportQPS = 50000
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
 	c.Logger = c.Logger.With("service", "planner")
 }
+
+// Complaints the planner counts (pkg/ratelog keys).
+const (
+	complainReport       = "demand report refused"
+	complainRegistration = "worker registration refused"
+	complainTampered     = "rewrote a value in KV the planner did not write"
+	complainStoredPlan   = "plan in KV refused; publishing a new one"
+)
 
 // Planner keeps the plans in the KV bucket and the workers assigned.
 type Planner struct {
@@ -83,15 +106,24 @@ type Planner struct {
 	kv  jetstream.KeyValue
 	log *slog.Logger
 
+	complaints *ratelog.Limiter
+
 	mu     sync.Mutex
 	specs  []*pipeline.Spec
 	demand map[string]*demand.Estimator       // per pipeline, under mu
 	fanout map[string]*demand.FanoutEstimator // per pipeline, under mu
 	// observed is each worker's last heartbeat measurements, to fold in only what is new; under mu.
 	observed map[string]wire.Registration
-	loops    []*control.Loop      // per pipeline, aligned with specs; only Run's goroutine uses them
-	seen     map[string]time.Time // worker -> last registration refresh
-	assign   map[string]plan.Assignment
+	loops    []*control.Loop   // per pipeline, aligned with specs; only Run's goroutine uses them
+	live     *control.Liveness // under mu
+	// reconnects is the connection's reconnect count when liveness last looked; under mu.
+	reconnects   uint64
+	workersReady atomic.Bool // the worker watch delivered the registrations already in the bucket
+	assign       map[string]plan.Assignment
+	// written is, per key the planner writes (spec, plan, assign), the value and revision of its last write;
+	// tampered the keys someone else wrote since. Under mu.
+	written  map[string]writtenValue
+	tampered map[string]bool
 	changed  chan struct{}
 	// quietUntil suppresses the shortage warning while workers are still registering.
 	quietUntil time.Time
@@ -114,12 +146,24 @@ func New(nc *nats.Conn, cfg Config) (*Planner, error) {
 	est := map[string]*demand.Estimator{}
 	fan := map[string]*demand.FanoutEstimator{}
 	for _, s := range cfg.Pipelines {
-		est[s.Name] = demand.New(cfg.DemandAlpha, 0)
+		e := demand.New(cfg.DemandAlpha, 0)
+		e.Warmup, e.MaxRate = cfg.DemandWarmup, cfg.MaxReportQPS
+		est[s.Name] = e
 		fan[s.Name] = demand.NewFanoutEstimator(cfg.DemandAlpha, 0)
 	}
-	return &Planner{cfg: cfg, nc: nc, js: js, log: cfg.Logger, seen: map[string]time.Time{}, demand: est,
-		fanout: fan, observed: map[string]wire.Registration{},
-		assign: map[string]plan.Assignment{}, changed: make(chan struct{}, 1)}, nil
+	return &Planner{cfg: cfg, nc: nc, js: js, log: cfg.Logger, complaints: ratelog.New(cfg.Logger, 0, 0),
+		live: control.NewLiveness(cfg.WorkerTimeout), demand: est, fanout: fan,
+		observed: map[string]wire.Registration{}, assign: map[string]plan.Assignment{},
+		written: map[string]writtenValue{}, tampered: map[string]bool{}, changed: make(chan struct{}, 1)}, nil
+}
+
+// Complaints counts the bad input the planner refused or repaired, by kind.
+func (p *Planner) Complaints() map[string]uint64 { return p.complaints.Counts() }
+
+// writtenValue is the planner's last write of a key: its value (nil: deleted) and the revision the bucket gave it.
+type writtenValue struct {
+	value    []byte
+	revision uint64
 }
 
 // Run publishes the plans and assigns workers until ctx is done.
@@ -129,16 +173,29 @@ func (p *Planner) Run(ctx context.Context) error {
 		return fmt.Errorf("planner: open KV bucket: %w", err)
 	}
 	p.kv = kv
+	p.reconnects = p.nc.Stats().Reconnects
 	for _, spec := range p.cfg.Pipelines {
+		var alloc control.Allocator
+		if p.cfg.Allocator == AllocatorMILP {
+			alloc = control.MILP{Utilization: p.cfg.RouteUtilization, TimeLimit: p.cfg.SolveTimeLimit}
+		}
+		// A restarted planner resumes the plan it (or its predecessor) left in the bucket: the workers serve it,
+		// and the demand it was sized for is a better estimate than the nothing a new planner knows.
+		if alloc != nil {
+			if pl := p.storedPlan(ctx, spec); pl != nil {
+				if err := p.resume(ctx, spec, pl); err != nil {
+					return err
+				}
+				p.specs = append(p.specs, spec)
+				p.loops = append(p.loops, control.Resume(spec, p.cfg.Config, alloc, pl, time.Now()))
+				continue
+			}
+		}
 		pl, err := p.publish(ctx, spec)
 		if err != nil {
 			return err
 		}
 		p.specs = append(p.specs, spec)
-		var alloc control.Allocator
-		if p.cfg.Allocator == AllocatorMILP {
-			alloc = control.MILP{Utilization: p.cfg.RouteUtilization, TimeLimit: p.cfg.SolveTimeLimit}
-		}
 		p.loops = append(p.loops, control.New(spec, p.cfg.Config, alloc, pl))
 	}
 	reports, err := p.nc.Subscribe(wire.DemandPrefix+"*", p.onDemand)
@@ -149,7 +206,11 @@ func (p *Planner) Run(ctx context.Context) error {
 	if err := p.loadAssignments(ctx); err != nil {
 		return err
 	}
-	go bus.WatchKV(ctx, p.nc, kv, wire.WorkerKeys, p.onWorker, nil)
+	go bus.WatchKV(ctx, p.nc, kv, wire.WorkerKeys, p.onWorker, func() { p.workersReady.Store(true) })
+	// What the planner writes, it keeps: a value someone else wrote is put back (see onWritten).
+	for _, keys := range []string{"spec.*", "plan.*", "assign.*"} {
+		go bus.WatchKV(ctx, p.nc, kv, keys, p.onWritten, nil)
+	}
 	// Workers register within a refresh period of the planner's start; a shortage before that is no news.
 	p.quietUntil = time.Now().Add(p.cfg.WorkerTimeout)
 
@@ -164,7 +225,15 @@ func (p *Planner) Run(ctx context.Context) error {
 		case <-p.changed:
 		case <-tick.C:
 		case now := <-demandTick.C:
-			p.step(ctx, now, p.estimate(now))
+			// Until the registrations already in the bucket are read, the live workers are not known.
+			if p.workersReady.Load() {
+				p.step(ctx, now, p.estimate(now))
+			}
+			p.repair(ctx)
+			continue
+		}
+		p.repair(ctx)
+		if !p.workersReady.Load() {
 			continue
 		}
 		if err := p.reassign(ctx); err != nil && ctx.Err() == nil {
@@ -175,8 +244,9 @@ func (p *Planner) Run(ctx context.Context) error {
 
 // estimates are a pipeline's demand and multiplicative factors as of the latest tick.
 type estimates struct {
-	demand float64
-	fanout map[string]pipeline.Fanout
+	demand  float64
+	unknown bool // no demand measured yet: see control.Observed.DemandUnknown
+	fanout  map[string]pipeline.Fanout
 }
 
 // estimate folds the reports since the last tick into each pipeline's estimates.
@@ -187,23 +257,23 @@ func (p *Planner) estimate(now time.Time) []estimates {
 	for i, spec := range p.specs {
 		fe := p.fanout[spec.Name]
 		fe.Tick()
-		out[i] = estimates{demand: p.demand[spec.Name].Tick(now), fanout: fe.Estimate(spec)}
+		e := p.demand[spec.Name]
+		out[i] = estimates{demand: e.Tick(now), unknown: !e.Known(), fanout: fe.Estimate(spec)}
 	}
 	return out
 }
 
-// liveWorkers are the workers whose registration is fresh, in name order.
+// liveWorkers are the workers whose registration is fresh, in name order (control.Liveness): while the planner's
+// connection is down, and for a WorkerTimeout after it is back, no worker is expired for the heartbeats the bus
+// could not carry.
 func (p *Planner) liveWorkers(now time.Time) []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	var live []string
-	for id, t := range p.seen {
-		if now.Sub(t) <= p.cfg.WorkerTimeout {
-			live = append(live, id)
-		}
+	if r := p.nc.Stats().Reconnects; r != p.reconnects || !p.nc.IsConnected() {
+		p.reconnects = r
+		p.live.Grace(now)
 	}
-	sort.Strings(live)
-	return live
+	return p.live.Live(now)
 }
 
 // serversFor is the share of the live workers pipeline i may use: an even split, the first pipelines taking the
@@ -224,7 +294,8 @@ func (p *Planner) serversFor(i, live int) int {
 func (p *Planner) step(ctx context.Context, now time.Time, ests []estimates) {
 	live := len(p.liveWorkers(now))
 	for i, spec := range p.specs {
-		o := control.Observed{Demand: ests[i].demand, Fanout: ests[i].fanout, Servers: p.serversFor(i, live)}
+		o := control.Observed{Demand: ests[i].demand, DemandUnknown: ests[i].unknown, Fanout: ests[i].fanout,
+			Servers: p.serversFor(i, live)}
 		p.stepPipeline(ctx, now, i, o)
 		p.rehome(ctx, spec, p.loops[i].Current())
 	}
@@ -364,16 +435,29 @@ func (p *Planner) ensureConsumers(ctx context.Context, spec *pipeline.Spec, pl *
 }
 
 func (p *Planner) onDemand(m *nats.Msg) {
+	name := strings.TrimPrefix(m.Subject, wire.DemandPrefix)
 	var r wire.DemandReport
 	if err := msgpack.Unmarshal(m.Data, &r); err != nil {
-		p.log.Warn("discarding undecodable demand report", "subject", m.Subject, "err", err)
+		p.complaints.Warn(complainReport, "pipeline", name, "err", err)
 		return
 	}
-	name := strings.TrimPrefix(m.Subject, wire.DemandPrefix)
+	if !wire.ValidName(r.Frontend) {
+		p.complaints.Warn(complainReport, "pipeline", name, "err", fmt.Sprintf("frontend id %q", r.Frontend))
+		return
+	}
+	interval := time.Duration(r.IntervalMs * float64(time.Millisecond))
+	if math.IsNaN(r.IntervalMs) || math.IsInf(r.IntervalMs, 0) {
+		interval = 0
+	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if e := p.demand[name]; e != nil {
-		e.Observe(r.Frontend, r.Count, time.Duration(r.IntervalMs*float64(time.Millisecond)), time.Now())
+	e := p.demand[name]
+	var err error
+	if e != nil {
+		err = e.Observe(r.Frontend, r.Count, interval, time.Now())
+	}
+	p.mu.Unlock()
+	if err != nil {
+		p.complaints.Warn(complainReport, "pipeline", name, "frontend", r.Frontend, "err", err)
 	}
 }
 
@@ -382,8 +466,101 @@ func (p *Planner) putPlan(ctx context.Context, pl *plan.Plan) error {
 	if err != nil {
 		return err
 	}
-	_, err = p.kv.Put(ctx, wire.PlanKey(pl.Pipeline), data)
-	return err
+	return p.put(ctx, wire.PlanKey(pl.Pipeline), data)
+}
+
+// put writes key and remembers the write, so that onWritten tells it from someone else's.
+func (p *Planner) put(ctx context.Context, key string, data []byte) error {
+	p.mu.Lock()
+	p.written[key] = writtenValue{value: data, revision: p.written[key].revision}
+	p.mu.Unlock()
+	rev, err := p.kv.Put(ctx, key, data)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	if w := p.written[key]; bytes.Equal(w.value, data) && rev > w.revision {
+		p.written[key] = writtenValue{value: data, revision: rev}
+	}
+	p.mu.Unlock()
+	return nil
+}
+
+// deleteKey deletes key and remembers that the planner did.
+func (p *Planner) deleteKey(ctx context.Context, key string) error {
+	p.mu.Lock()
+	p.written[key] = writtenValue{revision: p.written[key].revision}
+	p.mu.Unlock()
+	if err := p.kv.Delete(ctx, key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return err
+	}
+	return nil
+}
+
+// onWritten sees every write to the keys the planner owns (spec.*, plan.*, assign.*). One that is not the
+// planner's (a value other than its last write, or a deletion of a key it wrote) is marked for repair: the planner
+// puts its value back. Server permissions keep strangers out; this is the second line.
+func (p *Planner) onWritten(e jetstream.KeyValueEntry) {
+	key := e.Key()
+	p.mu.Lock()
+	w, ours := p.written[key]
+	var foreign bool
+	switch {
+	case ours && e.Revision() <= w.revision:
+		// The planner's own write, or an older one.
+	case !ours:
+		// Only assignments are the planner's whether it wrote them or not: it assigns every worker.
+		foreign = strings.HasPrefix(key, "assign.") && e.Operation() == jetstream.KeyValuePut
+	case e.Operation() == jetstream.KeyValuePut:
+		foreign = !bytes.Equal(e.Value(), w.value)
+	default:
+		foreign = ours && w.value != nil
+	}
+	if foreign {
+		p.tampered[key] = true
+	}
+	p.mu.Unlock()
+	if foreign {
+		select {
+		case p.changed <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// repair puts back the keys someone else wrote: the planner's last value, or, for a key it never wrote (an
+// assignment of a worker it does not know), deletes it. A spec or plan of a pipeline the planner does not serve is
+// none of its business.
+func (p *Planner) repair(ctx context.Context) {
+	p.mu.Lock()
+	keys := make([]string, 0, len(p.tampered))
+	for k := range p.tampered {
+		keys = append(keys, k)
+	}
+	p.mu.Unlock()
+	sort.Strings(keys)
+	for _, key := range keys {
+		p.mu.Lock()
+		w, ours := p.written[key]
+		p.mu.Unlock()
+		var err error
+		switch {
+		case ours && w.value != nil:
+			err = p.put(ctx, key, w.value)
+		case strings.HasPrefix(key, "assign."):
+			err = p.deleteKey(ctx, key)
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				p.log.Warn("repairing a value in KV failed; will retry", "key", key, "err", err)
+			}
+			continue
+		}
+		p.mu.Lock()
+		delete(p.tampered, key)
+		p.mu.Unlock()
+		p.complaints.Warn(complainTampered, "key", key)
+	}
 }
 
 // publish writes a pipeline's spec and static plan, after the stream and consumers the plan needs. Until demand is
@@ -404,14 +581,14 @@ func (p *Planner) publish(ctx context.Context, spec *pipeline.Spec) (*plan.Plan,
 	if err != nil {
 		return nil, err
 	}
-	if _, err := p.kv.Put(ctx, wire.SpecKey(spec.Name), specJSON); err != nil {
+	if err := p.put(ctx, wire.SpecKey(spec.Name), specJSON); err != nil {
 		return nil, fmt.Errorf("pipeline %s: publish spec: %w", spec.Name, err)
 	}
 	// The epoch continues from the plan already in the bucket, so workers can tell a new plan from an old one
 	// across planner restarts.
 	if e, err := p.kv.Get(ctx, wire.PlanKey(spec.Name)); err == nil {
 		var old plan.Plan
-		if json.Unmarshal(e.Value(), &old) == nil {
+		if json.Unmarshal(e.Value(), &old) == nil && old.Epoch < math.MaxUint32 {
 			pl.Epoch = old.Epoch
 		}
 	}
@@ -423,7 +600,59 @@ func (p *Planner) publish(ctx context.Context, spec *pipeline.Spec) (*plan.Plan,
 	return pl, nil
 }
 
+// storedPlan is the plan of spec already in the bucket, when there is one and it passes validation against spec.
+func (p *Planner) storedPlan(ctx context.Context, spec *pipeline.Spec) *plan.Plan {
+	e, err := p.kv.Get(ctx, wire.PlanKey(spec.Name))
+	if err != nil {
+		return nil
+	}
+	var pl *plan.Plan
+	if err := json.Unmarshal(e.Value(), &pl); err == nil {
+		err = pl.Validate(spec)
+	}
+	if err != nil {
+		p.complaints.Warn(complainStoredPlan, "pipeline", spec.Name, "err", err)
+		return nil
+	}
+	return pl
+}
+
+// resume publishes spec and serves pl, the plan found in the bucket, as its own: its streams and consumers exist,
+// it is written back unchanged (same epoch: no worker moves), and the demand and multiplicative-factor estimates
+// start from what it was sized for.
+func (p *Planner) resume(ctx context.Context, spec *pipeline.Spec, pl *plan.Plan) error {
+	if _, err := bus.EnsureTaskStream(ctx, p.js, spec.Name, p.cfg.Storage); err != nil {
+		return fmt.Errorf("pipeline %s: task stream: %w", spec.Name, err)
+	}
+	if err := p.ensureConsumers(ctx, spec, pl); err != nil {
+		return fmt.Errorf("pipeline %s: %w", spec.Name, err)
+	}
+	specJSON, err := json.Marshal(spec)
+	if err != nil {
+		return err
+	}
+	if err := p.put(ctx, wire.SpecKey(spec.Name), specJSON); err != nil {
+		return fmt.Errorf("pipeline %s: publish spec: %w", spec.Name, err)
+	}
+	if err := p.putPlan(ctx, pl); err != nil {
+		return fmt.Errorf("pipeline %s: publish plan: %w", spec.Name, err)
+	}
+	p.mu.Lock()
+	if a := pl.Allocation; a != nil {
+		p.demand[spec.Name].Seed(a.DemandQPS)
+	}
+	for hop, f := range pl.Fanout { // validated: the spec has hop
+		task, _, _ := strings.Cut(hop, "/")
+		p.fanout[spec.Name].Seed(hop, f, spec.Task(task).Children)
+	}
+	p.mu.Unlock()
+	p.log.Info("plan resumed from KV", "pipeline", spec.Name, "epoch", pl.Epoch, "mode", pl.Mode,
+		"servers", pl.Servers())
+	return nil
+}
+
 // loadAssignments reads the assignments already in the bucket, so a restarted planner moves no worker needlessly.
+// One that is not an assignment of a variant the planner serves is left out (and so replaced).
 func (p *Planner) loadAssignments(ctx context.Context) error {
 	lister, err := p.kv.ListKeysFiltered(ctx, "assign.*")
 	if err != nil {
@@ -434,9 +663,27 @@ func (p *Planner) loadAssignments(ctx context.Context) error {
 		if err != nil {
 			continue
 		}
+		id := strings.TrimPrefix(key, "assign.")
 		var a plan.Assignment
-		if json.Unmarshal(e.Value(), &a) == nil {
-			p.assign[strings.TrimPrefix(key, "assign.")] = a
+		if json.Unmarshal(e.Value(), &a) != nil || a.Worker != id {
+			continue
+		}
+		if sp := p.spec(a.Pipeline); !a.Idle() && (sp == nil || sp.Variant(a.Task, a.Variant) == nil) {
+			continue
+		}
+		p.assign[id] = a
+		p.mu.Lock()
+		p.written[key] = writtenValue{value: e.Value(), revision: e.Revision()}
+		p.mu.Unlock()
+	}
+	return nil
+}
+
+// spec is the spec of a pipeline the planner serves; nil otherwise.
+func (p *Planner) spec(name string) *pipeline.Spec {
+	for _, s := range p.specs {
+		if s.Name == name {
+			return s
 		}
 	}
 	return nil
@@ -444,20 +691,28 @@ func (p *Planner) loadAssignments(ctx context.Context) error {
 
 func (p *Planner) onWorker(e jetstream.KeyValueEntry) {
 	id := strings.TrimPrefix(e.Key(), "worker.")
-	p.mu.Lock()
-	_, known := p.seen[id]
+	var changed bool
 	if e.Operation() == jetstream.KeyValuePut {
-		p.seen[id] = e.Created()
 		var reg wire.Registration
-		if err := json.Unmarshal(e.Value(), &reg); err == nil {
-			p.foldObservations(id, reg)
+		err := json.Unmarshal(e.Value(), &reg)
+		if err == nil {
+			err = plan.ValidateRegistration(id, reg, e.Created())
 		}
+		if err != nil {
+			p.complaints.Warn(complainRegistration, "key", e.Key(), "err", err)
+			return
+		}
+		p.mu.Lock()
+		changed = p.live.Seen(id, e.Created())
+		p.foldObservations(id, reg)
+		p.mu.Unlock()
 	} else {
-		delete(p.seen, id)
+		p.mu.Lock()
+		changed = p.live.Forget(id)
 		delete(p.observed, id)
+		p.mu.Unlock()
 	}
-	p.mu.Unlock()
-	if known != (e.Operation() == jetstream.KeyValuePut) {
+	if changed {
 		select {
 		case p.changed <- struct{}{}:
 		default:
@@ -510,7 +765,7 @@ func (p *Planner) reassign(ctx context.Context) error {
 			continue
 		}
 		data, _ := json.Marshal(a)
-		if _, err := p.kv.Put(ctx, wire.AssignKey(id), data); err != nil {
+		if err := p.put(ctx, wire.AssignKey(id), data); err != nil {
 			return err
 		}
 		if a.Idle() {
@@ -522,7 +777,7 @@ func (p *Planner) reassign(ctx context.Context) error {
 	for id := range prev {
 		if _, ok := next[id]; !ok {
 			// Gone: remove its assignment so a returning worker starts idle until assigned again.
-			if err := p.kv.Delete(ctx, wire.AssignKey(id)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			if err := p.deleteKey(ctx, wire.AssignKey(id)); err != nil {
 				return err
 			}
 			p.log.Info("worker gone", "worker", id, "was", prev[id].Hop())

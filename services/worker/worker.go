@@ -32,6 +32,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/executor"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/ratelog"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 	"github.com/sleipnir-serving/sleipnir/services/catalog"
 )
@@ -98,9 +99,16 @@ type Worker struct {
 	log    *slog.Logger
 	tracer trace.Tracer
 
-	mu       sync.Mutex
-	assigned plan.Assignment
-	changed  chan struct{} // signalled when the assignment, a spec or a plan changes
+	mu sync.Mutex
+	// assigned is the newest assignment read from the bucket; following, the last one that passed validation
+	// against its pipeline's spec and plan (what the worker serves). An assignment that does not pass is not
+	// followed: the worker keeps serving what it was (the planner puts its own value back).
+	assigned, following plan.Assignment
+	// checked is the last assignment want validated, with the spec and plan it was checked against, and the
+	// verdict: Run's goroutine only.
+	checked    checkedAssignment
+	complaints *ratelog.Limiter
+	changed    chan struct{} // signalled when the assignment, a spec or a plan changes
 
 	messages, items, batches, dropped, failed, discarded, rerouted atomic.Uint64
 	returned                                                       atomic.Uint64             // messages naked: they did not fit a batch
@@ -134,6 +142,8 @@ func New(nc *nats.Conn, cfg Config) (*Worker, error) {
 	w := &Worker{
 		cfg: cfg, nc: nc, js: js, log: cfg.Logger, tracer: otel.Tracer("sleipnir/worker"),
 		changed: make(chan struct{}, 1), drops: map[string]*atomic.Uint64{}, observed: map[string]*Observed{},
+		complaints: ratelog.New(cfg.Logger, 0, 0),
+		assigned:   plan.Assignment{Worker: cfg.ID}, following: plan.Assignment{Worker: cfg.ID},
 		rng: rand.New(rand.NewPCG(cfg.Seed, 0x707e)),
 	}
 	for _, r := range wire.DropReasons {
@@ -264,12 +274,48 @@ type wanted struct {
 	plan *plan.Plan
 }
 
+// ComplainAssignment is the pkg/ratelog key of an assignment the worker refused.
+const ComplainAssignment = "assignment in KV refused; serving the last good one"
+
+// Complaints counts what the worker refused, by kind.
+func (w *Worker) Complaints() map[string]uint64 { return w.complaints.Counts() }
+
+// want is what the worker follows: the newest assignment when it passes validation against its pipeline's spec and
+// plan (plan.Assignment.Validate), else the last one that did. An assignment of another epoch than the plan's may
+// be ahead of its plan (watched apart), so it is only refused aloud when the epochs agree.
 func (w *Worker) want(cat *catalog.Catalog) wanted {
 	w.mu.Lock()
 	a := w.assigned
 	w.mu.Unlock()
 	spec, p := cat.Lookup(a.Pipeline)
+	err := w.checked.err
+	if fresh := (checkedAssignment{a: a, spec: spec, plan: p}); w.checked.a != a || w.checked.spec != spec ||
+		w.checked.plan != p {
+		err = a.Validate(w.cfg.ID, spec, p)
+		fresh.err = err
+		w.checked = fresh
+		if err != nil && !errors.Is(err, plan.ErrEpoch) {
+			w.complaints.Error(ComplainAssignment, "err", err)
+		}
+	}
+	w.mu.Lock()
+	if err == nil {
+		w.following = a
+	} else {
+		a = w.following
+	}
+	w.mu.Unlock()
+	if err != nil {
+		spec, p = cat.Lookup(a.Pipeline)
+	}
 	return wanted{a: a, spec: spec, plan: p}
+}
+
+type checkedAssignment struct {
+	a    plan.Assignment
+	spec *pipeline.Spec
+	plan *plan.Plan
+	err  error
 }
 
 func (w *Worker) wait(ctx context.Context) {
@@ -287,10 +333,11 @@ func (w *Worker) signal() {
 }
 
 func (w *Worker) onAssignment(e jetstream.KeyValueEntry) {
-	var a plan.Assignment
+	a := plan.Assignment{Worker: w.cfg.ID} // deleted: idle
 	if e.Operation() == jetstream.KeyValuePut {
+		a = plan.Assignment{}
 		if err := json.Unmarshal(e.Value(), &a); err != nil {
-			w.log.Error("bad assignment in KV", "key", e.Key(), "err", err)
+			w.complaints.Error(ComplainAssignment, "key", e.Key(), "err", err)
 			return
 		}
 	}
@@ -300,11 +347,20 @@ func (w *Worker) onAssignment(e jetstream.KeyValueEntry) {
 	w.signal()
 }
 
+// reconnectCheck is how often the registration loop looks for a re-established connection.
+const reconnectCheck = 50 * time.Millisecond
+
+// register refreshes the worker's registration every RegisterEvery, and at once when the connection comes back
+// after a loss: the planner, which saw no heartbeat while the bus was away, knows the worker is alive without
+// waiting a period.
 func (w *Worker) register(ctx context.Context) {
 	started := time.Now()
 	var beat int64
 	t := time.NewTicker(w.cfg.RegisterEvery)
 	defer t.Stop()
+	check := time.NewTicker(reconnectCheck)
+	defer check.Stop()
+	reconnects := w.nc.Stats().Reconnects
 	for {
 		beat++
 		reg := Registration{ID: w.cfg.ID, Started: started, Updated: time.Now(), Variant: w.Serving(), Stats: w.Stats(),
@@ -313,10 +369,19 @@ func (w *Worker) register(ctx context.Context) {
 		if _, err := w.kv.Put(ctx, wire.WorkerKey(w.cfg.ID), data); err != nil && ctx.Err() == nil {
 			w.log.Warn("registration refresh failed", "err", err)
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				break wait
+			case <-check.C:
+				if r := w.nc.Stats().Reconnects; r != reconnects && w.nc.IsConnected() {
+					reconnects = r
+					break wait
+				}
+			}
 		}
 	}
 }

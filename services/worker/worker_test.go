@@ -25,17 +25,18 @@ import (
 const oneTask = `
 name: one
 slo_ms: 1000
+batch_sizes: [1, 4]
 tasks:
   - name: a
     variants:
       - name: slow
         accuracy: 0.9
         executor: {kind: emulated}
-        profile: [{batch: 1, p50_ms: 30, p95_ms: 31}]
+        profile: [{batch: 1, p50_ms: 30, p95_ms: 31}, {batch: 4, p50_ms: 30, p95_ms: 31}]
       - name: fast
         accuracy: 0.8
         executor: {kind: emulated}
-        profile: [{batch: 1, p50_ms: 2, p95_ms: 3}]
+        profile: [{batch: 1, p50_ms: 2, p95_ms: 3}, {batch: 4, p50_ms: 2, p95_ms: 3}]
 allocation:
   - {task: a, variant: slow, replicas: 1, max_batch: 1}
   - {task: a, variant: fast, replicas: 1, max_batch: 1}
@@ -49,6 +50,7 @@ type rig struct {
 	js      jetstream.JetStream
 	kv      jetstream.KeyValue
 	spec    *pipeline.Spec
+	plan    *plan.Plan // hosts what the rig assigned; epoch 1
 	results chan wire.ResultMessage
 	reply   string
 }
@@ -92,6 +94,7 @@ func newRigWith(t testing.TB, specYAML string) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
+	p.Epoch = 1
 	p.Routing = routing.MostAccurateFirst(routing.Input{Spec: spec, Plan: p})
 	put := func(key string, v any) {
 		data, _ := json.Marshal(v)
@@ -101,7 +104,7 @@ func newRigWith(t testing.TB, specYAML string) *rig {
 	}
 	put(wire.SpecKey(spec.Name), spec)
 	put(wire.PlanKey(spec.Name), p)
-	r := &rig{t: t, nc: nc, js: js, kv: kv, spec: spec, results: make(chan wire.ResultMessage, 1000),
+	r := &rig{t: t, nc: nc, js: js, kv: kv, spec: spec, plan: p, results: make(chan wire.ResultMessage, 1000),
 		reply: wire.ResultSubject("test")}
 	if _, err := nc.Subscribe(r.reply, func(m *nats.Msg) {
 		var rm wire.ResultMessage
@@ -139,8 +142,20 @@ func (r *rig) assign(worker, variant string) { r.assignTask(worker, "a", variant
 
 func (r *rig) assignTask(worker, task, variant string, maxBatch int) {
 	r.t.Helper()
-	a := plan.Assignment{Worker: worker, Pipeline: r.spec.Name, Task: task, Variant: variant, MaxBatch: maxBatch}
-	data, _ := json.Marshal(a)
+	// The plan hosts what the worker is assigned (a worker follows no other assignment), under the same epoch.
+	if vp := r.plan.Find(task, variant); vp != nil {
+		vp.MaxBatch = maxBatch
+	} else {
+		r.plan.Variants = append(r.plan.Variants, plan.NewVariantPlan(task, r.spec.Variant(task, variant), 1, maxBatch))
+	}
+	r.plan.Routing = routing.MostAccurateFirst(routing.Input{Spec: r.spec, Plan: r.plan})
+	data, _ := json.Marshal(r.plan)
+	if _, err := r.kv.Put(context.Background(), wire.PlanKey(r.spec.Name), data); err != nil {
+		r.t.Fatal(err)
+	}
+	a := plan.Assignment{Worker: worker, Pipeline: r.spec.Name, Task: task, Variant: variant, MaxBatch: maxBatch,
+		Epoch: r.plan.Epoch}
+	data, _ = json.Marshal(a)
 	if _, err := r.kv.Put(context.Background(), wire.AssignKey(worker), data); err != nil {
 		r.t.Fatal(err)
 	}

@@ -1,0 +1,90 @@
+package control
+
+import (
+	"sort"
+	"time"
+)
+
+// Liveness tells a lost worker from a lost bus. A worker is live while its registration is refreshed within Timeout.
+// But heartbeats also stop when the bus does (a server restart, a network blip, the planner's own connection lost),
+// and expiring every worker then deletes every assignment and re-plans for none. So:
+//   - Grace, called when the planner's connection was lost or re-established, gives every worker live before it a
+//     fresh Timeout from then;
+//   - when every live worker goes silent at once, it is the bus: they stay live (there is no other worker to give
+//     their replicas to anyway), and the first heartbeat after the silence gives the others a fresh Timeout, since
+//     they reconnect one by one.
+//
+// Pure (time passed in); not safe for concurrent use.
+type Liveness struct {
+	Timeout time.Duration
+
+	last    map[string]time.Time // worker -> its last registration refresh
+	live    map[string]bool      // the workers live at the last call of Live
+	holding bool                 // every live worker went silent at once: they are held live
+}
+
+// NewLiveness tracks workers that are gone after timeout without a refresh.
+func NewLiveness(timeout time.Duration) *Liveness {
+	return &Liveness{Timeout: timeout, last: map[string]time.Time{}, live: map[string]bool{}}
+}
+
+// Seen records a registration refresh of worker id at at. It reports whether the worker was unknown.
+func (l *Liveness) Seen(id string, at time.Time) bool {
+	old, known := l.last[id]
+	if !known || at.After(old) {
+		l.last[id] = at
+	}
+	return !known
+}
+
+// Forget drops a worker that deregistered. It reports whether it was known.
+func (l *Liveness) Forget(id string) bool {
+	_, known := l.last[id]
+	delete(l.last, id)
+	delete(l.live, id)
+	return known
+}
+
+// Grace gives every worker live at the last call of Live a fresh Timeout from now: the bus, not they, went away.
+func (l *Liveness) Grace(now time.Time) {
+	for id := range l.live {
+		if l.last[id].Before(now) {
+			l.last[id] = now
+		}
+	}
+}
+
+// Live returns the live workers at now, in name order.
+func (l *Liveness) Live(now time.Time) []string {
+	fresh := map[string]bool{}
+	for id, t := range l.last {
+		if now.Sub(t) <= l.Timeout {
+			fresh[id] = true
+		}
+	}
+	switch {
+	case len(fresh) == 0 && len(l.live) > 0:
+		l.holding = true // all silent at once: the bus
+		return sortedKeys(l.live)
+	case l.holding:
+		// The bus is back: the first to reconnect need not be the only ones alive.
+		l.holding = false
+		l.Grace(now)
+		for id := range l.live {
+			if _, known := l.last[id]; known {
+				fresh[id] = true
+			}
+		}
+	}
+	l.live = fresh
+	return sortedKeys(fresh)
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for id := range m {
+		out = append(out, id)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,62 @@
+package control
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+// TestLiveness: a worker that stops refreshing while others go on is gone after the timeout; when every worker
+// goes silent at once (the bus), they all stay, and when they come back one by one none is dropped; Grace (the
+// planner's own connection came back) gives every live worker a fresh timeout.
+func TestLiveness(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	l := NewLiveness(5 * time.Second)
+	for _, id := range []string{"w1", "w2", "w3"} {
+		l.Seen(id, at(0))
+	}
+	if got := l.Live(at(1)); !slices.Equal(got, []string{"w1", "w2", "w3"}) {
+		t.Fatalf("live %v", got)
+	}
+	// w3 dies; the others refresh.
+	for s := 1.0; s <= 6; s++ {
+		l.Seen("w1", at(s))
+		l.Seen("w2", at(s))
+	}
+	if got := l.Live(at(6)); !slices.Equal(got, []string{"w1", "w2"}) {
+		t.Fatalf("after w3 stopped: live %v, want w1 w2", got)
+	}
+	// The bus goes away for 10 s: everyone is silent at once, and stays live.
+	for s := 7.0; s <= 16; s++ {
+		if got := l.Live(at(s)); !slices.Equal(got, []string{"w1", "w2"}) {
+			t.Fatalf("%v s into the outage: live %v, want w1 w2 held", s-6, got)
+		}
+	}
+	// w2 reconnects first; w1 a moment later: w1 is not dropped in between.
+	l.Seen("w2", at(16.5))
+	if got := l.Live(at(17)); !slices.Equal(got, []string{"w1", "w2"}) {
+		t.Fatalf("w2 back first: live %v, want w1 w2", got)
+	}
+	l.Seen("w1", at(18))
+	l.Seen("w2", at(18))
+	if got := l.Live(at(19)); !slices.Equal(got, []string{"w1", "w2"}) {
+		t.Fatalf("both back: live %v", got)
+	}
+	// w3, long gone, is not brought back by any of this.
+	if slices.Contains(l.Live(at(19)), "w3") {
+		t.Fatal("w3 came back to life")
+	}
+	// The planner's connection comes back after 6 s away: Grace from then.
+	l.Grace(at(25))
+	if got := l.Live(at(29)); !slices.Equal(got, []string{"w1", "w2"}) {
+		t.Fatalf("4 s after Grace: live %v, want w1 w2", got)
+	}
+	l.Seen("w1", at(29))
+	if got := l.Live(at(31)); !slices.Equal(got, []string{"w1"}) {
+		t.Fatalf("6 s after Grace, only w1 refreshed: live %v, want w1", got)
+	}
+	if !l.Forget("w1") || len(l.Live(at(31))) != 0 {
+		t.Fatal("a deregistered worker stays live")
+	}
+}
