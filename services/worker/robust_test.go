@@ -87,6 +87,16 @@ func TestWorkerRegistersAtOnceAfterReconnecting(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Stop)
+	// The planner owns the bucket; here the test makes it, as the planner would, for the worker to bind.
+	pnc, err := bus.Connect(srv.URL(), "planner")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pnc.Close)
+	pjs, _ := jetstream.New(pnc)
+	if _, err := bus.OpenBucket(t.Context(), pjs, jetstream.FileStorage); err != nil {
+		t.Fatal(err)
+	}
 	nc, err := bus.Connect(srv.URL(), "w1")
 	if err != nil {
 		t.Fatal(err)
