@@ -32,6 +32,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/executor"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/ratelog"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 	"github.com/sleipnir-serving/sleipnir/services/catalog"
 )
@@ -110,6 +111,9 @@ type Worker struct {
 
 	obsMu    sync.Mutex
 	observed map[string]*Observed // by "pipeline:task/variant"
+
+	// invalid rate-limits the log lines of invalid task messages; Stats.Discarded counts every one.
+	invalid *ratelog.Limiter
 }
 
 // Serving is what the worker serves now, "pipeline:task/variant", or "" when idle.
@@ -133,7 +137,7 @@ func New(nc *nats.Conn, cfg Config) (*Worker, error) {
 	w := &Worker{
 		cfg: cfg, nc: nc, js: js, log: cfg.Logger, tracer: otel.Tracer("sleipnir/worker"),
 		changed: make(chan struct{}, 1), drops: map[string]*atomic.Uint64{}, observed: map[string]*Observed{},
-		rng: rand.New(rand.NewPCG(cfg.Seed, 0x707e)),
+		rng: rand.New(rand.NewPCG(cfg.Seed, 0x707e)), invalid: ratelog.New(cfg.Logger, 0, 0),
 	}
 	for _, r := range wire.DropReasons {
 		w.drops[r] = new(atomic.Uint64)
@@ -448,7 +452,7 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 		in, err := w.decode(ctx, m)
 		if err != nil {
 			w.discarded.Add(1)
-			w.log.Warn("discarding invalid task message", "subject", m.Subject(), "err", err)
+			w.invalid.Warn("discarding invalid task message", "subject", m.Subject(), "err", err)
 			_ = m.Term()
 			return true
 		}
