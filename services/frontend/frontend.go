@@ -418,8 +418,9 @@ func (f *Frontend) submit(ctx context.Context, sub *submission) error {
 	f.mu.Unlock()
 	pubCtx, cancel := context.WithDeadline(ctx, r.deadline)
 	defer cancel()
-	// One quick retry rides out a stream leader election; a stream that is gone fails the request at once.
-	ack, err := f.js.PublishMsg(pubCtx, msg, jetstream.WithRetryAttempts(1), jetstream.WithRetryWait(50*time.Millisecond))
+	// No retry when no stream answers (nats.go waits 250 ms twice by default): an intake worker waiting there is
+	// taken from every other request, and the client, told at once, can retry as well as the frontend could.
+	ack, err := f.js.PublishMsg(pubCtx, msg, jetstream.WithRetryAttempts(0))
 	if err != nil && errors.Is(pubCtx.Err(), context.DeadlineExceeded) {
 		// The deadline came first: answer as its timer does (late), whichever of the two got here first.
 		r.timer.Stop()
