@@ -68,6 +68,10 @@ const (
 	maxMaxTimeout = 24 * time.Hour
 )
 
+// shutdownGrace bounds each step of a shutdown: draining the request subscription, publishing what the intake holds.
+// A variable for tests.
+var shutdownGrace = 5 * time.Second
+
 func (c *Config) setDefaults() {
 	if c.ID == "" {
 		host, _ := os.Hostname()
@@ -124,6 +128,9 @@ type Frontend struct {
 	boot   string // random per start, in every request id
 	seq    atomic.Uint64
 	intake *intake
+	// stopping is cancelled when Run gives up on the publishes still in flight at shutdown.
+	stopping    context.Context
+	stopPublish context.CancelFunc
 	// complaints rate-limits the log lines of bad input and failed replies; Stats counts every one.
 	complaints *ratelog.Limiter
 
@@ -151,7 +158,9 @@ func New(nc *nats.Conn, cfg Config) (*Frontend, error) {
 	if err != nil {
 		return nil, err
 	}
+	stopping, stopPublish := context.WithCancel(context.Background())
 	return &Frontend{
+		stopping: stopping, stopPublish: stopPublish,
 		cfg: cfg, nc: nc, js: js, log: cfg.Logger, tracer: otel.Tracer("sleipnir/frontend"),
 		result: wire.ResultSubject(cfg.ID), boot: fmt.Sprintf("%012x", rand.Uint64()>>16),
 		intake:     newIntake(cfg.IntakeQueue),
@@ -188,6 +197,7 @@ func (f *Frontend) Run(ctx context.Context) error {
 	intakeClosed := false
 	defer func() {
 		if !intakeClosed {
+			f.stopPublish()
 			f.intake.close()
 		}
 	}()
@@ -232,12 +242,15 @@ func (f *Frontend) Run(ctx context.Context) error {
 	}
 	// Stop taking requests, submit those already taken in, then fail what is still pending: each gets its reply.
 	if err := requests.Drain(); err == nil {
-		for end := time.Now().Add(5 * time.Second); requests.IsValid() && time.Now().Before(end); {
+		for end := time.Now().Add(shutdownGrace); requests.IsValid() && time.Now().Before(end); {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
+	// Publish what the intake holds, but give up on a stalled JetStream after a grace period: those get an error.
+	giveUp := time.AfterFunc(shutdownGrace, f.stopPublish)
 	f.intake.close()
 	intakeClosed = true
+	giveUp.Stop()
 	f.failAll("the frontend is shutting down")
 	return runErr
 }
@@ -418,6 +431,7 @@ func (f *Frontend) submit(ctx context.Context, sub *submission) error {
 	f.mu.Unlock()
 	pubCtx, cancel := context.WithDeadline(ctx, r.deadline)
 	defer cancel()
+	defer context.AfterFunc(f.stopping, cancel)()
 	// No retry when no stream answers (nats.go waits 250 ms twice by default): an intake worker waiting there is
 	// taken from every other request, and the client, told at once, can retry as well as the frontend could.
 	ack, err := f.js.PublishMsg(pubCtx, msg, jetstream.WithRetryAttempts(0))
@@ -431,6 +445,8 @@ func (f *Frontend) submit(ctx context.Context, sub *submission) error {
 		// The stream kept an earlier message with this id and dropped this one: no worker will ever see it.
 		err = refuse(ErrInternal, "request %s: the stream took its task message for a duplicate of one it already "+
 			"holds (%s %q), so it was not enqueued", r.id, wire.HeaderMsgID, msg.Header.Get(wire.HeaderMsgID))
+	} else if err != nil && f.stopping.Err() != nil {
+		err = refuse(ErrUnavailable, "the frontend is shutting down")
 	} else if err != nil {
 		err = refuse(ErrUnavailable, "cannot enqueue request on %s: %v", msg.Subject, err)
 	}

@@ -281,3 +281,49 @@ func TestStalledJetStreamRefusesOverload(t *testing.T) {
 		t.Errorf("stats %+v, want %d overloaded (one over HTTP), all of the refused", st, overloaded+1)
 	}
 }
+
+// TestShutdownWithStalledJetStream stops a frontend whose publishes hang (a listener that never acknowledges): Run
+// gives up on them after its grace period, and every request, in flight or waiting in the intake, gets one error
+// reply, instead of the shutdown waiting out their deadlines.
+func TestShutdownWithStalledJetStream(t *testing.T) {
+	defer func(g time.Duration) { shutdownGrace = g }(shutdownGrace)
+	shutdownGrace = 300 * time.Millisecond
+	s := startTestSystem(t, 0)
+	f, stop := s.startFrontend(t, Config{ID: "fe", IntakeWorkers: 2, IntakeQueue: 4})
+	admin := s.connect(t, "admin")
+	js, err := jetstream.New(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteStream(context.Background(), wire.TaskStream(s.spec.Name)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Subscribe(wire.TaskSubjects(s.spec.Name), func(*nats.Msg) {}); err != nil {
+		t.Fatal(err)
+	}
+	admin.Flush()
+	c := s.newClient(t)
+	var subjects []string
+	for i := 0; i < 6; i++ {
+		subjects = append(subjects, c.send(t, s.spec.Name, goodRequest(t), nats.Header{wire.HeaderTimeout: []string{"30s"}}))
+	}
+	c.nc.Flush()
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	stop()
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("the frontend took %v to stop", took)
+	}
+	replies := c.wait(t, subjects, 3*time.Second)
+	for _, subj := range subjects {
+		if n := len(replies[subj]); n != 1 {
+			t.Errorf("%d replies, want 1", n)
+		}
+		if rep := decodeReply(t, replies[subj][0]); rep.Status != wire.StatusError || !strings.Contains(rep.Error, "shutting down") {
+			t.Errorf("reply %q %q, want an error saying the frontend is shutting down", rep.Status, rep.Error)
+		}
+	}
+	if st := f.Stats(); st.Refused != 6 {
+		t.Errorf("stats %+v, want 6 refused", st)
+	}
+}
