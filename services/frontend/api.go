@@ -44,17 +44,18 @@ func (f *Frontend) onRequest(m *nats.Msg) {
 	asJSON := isJSON(m.Header.Get(wire.HeaderContentType), m.Data)
 	respond := f.natsReplier(m, asJSON)
 	pipelineName := strings.TrimPrefix(m.Subject, wire.InferPrefix)
-	if !f.intake.offer(func() { f.serveNATS(m, pipelineName, asJSON, arrival, respond) }) {
+	if !f.intake.offer(func(t *turn) { f.serveNATS(m, pipelineName, asJSON, arrival, respond, t) }) {
 		f.refuseNATS(respond, pipelineName, "", f.intakeRefusal())
 	}
 }
 
 // serveNATS decodes and submits a NATS request, on an intake goroutine.
-func (f *Frontend) serveNATS(m *nats.Msg, pipelineName string, asJSON bool, arrival time.Time, respond func(*wire.InferReply)) {
+func (f *Frontend) serveNATS(m *nats.Msg, pipelineName string, asJSON bool, arrival time.Time,
+	respond func(*wire.InferReply), t *turn) {
 	sub := &submission{pipeline: pipelineName, arrival: arrival, trace: bus.HeaderCarrier(m.Header), reply: respond}
 	err := f.decodeNATS(m, asJSON, sub)
 	if err == nil {
-		err = f.submit(context.Background(), sub)
+		err = f.submit(context.Background(), sub, t)
 	}
 	if err != nil {
 		f.refuseNATS(respond, pipelineName, sub.req.ID, err)
@@ -203,7 +204,7 @@ func (f *Frontend) serveInfer(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		// Publish through the intake too: it bounds the publishes in flight, whatever API they came through.
 		submitted := make(chan error, 1)
-		if f.intake.offer(func() { submitted <- f.submit(r.Context(), sub) }) {
+		if f.intake.offer(func(t *turn) { submitted <- f.submit(r.Context(), sub, t) }) {
 			err = <-submitted
 		} else {
 			err = f.intakeRefusal()

@@ -68,6 +68,9 @@ const (
 	maxMaxTimeout = 24 * time.Hour
 )
 
+// publishStallWait is how long a publish waits when too many acknowledgements are outstanding.
+const publishStallWait = 200 * time.Millisecond
+
 // shutdownGrace bounds each step of a shutdown: draining the request subscription, publishing what the intake holds.
 // A variable for tests.
 var shutdownGrace = 5 * time.Second
@@ -154,7 +157,10 @@ func New(nc *nats.Conn, cfg Config) (*Frontend, error) {
 	if cfg.MaxTimeout < 0 || cfg.MaxTimeout > maxMaxTimeout {
 		return nil, fmt.Errorf("frontend max timeout %v: want at most %v", cfg.MaxTimeout, maxMaxTimeout)
 	}
-	js, err := jetstream.New(nc)
+	// Acknowledgements outstanding are bounded by the requests the intake holds, plus those whose deadline passed
+	// first (abandoned until JetStream answers, or the timeout).
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(cfg.IntakeWorkers+cfg.IntakeQueue),
+		jetstream.WithPublishAsyncTimeout(max(cfg.MaxTimeout, DefaultMaxTimeout)))
 	if err != nil {
 		return nil, err
 	}
@@ -378,9 +384,9 @@ func decodeRequest(data []byte, asJSON bool, header func(string) string, arrival
 	return req, d, err
 }
 
-// submit sends an accepted request into the pipeline, or returns why it was refused. On success, sub.reply is
-// called exactly once, later. The publish is bounded by the request's deadline.
-func (f *Frontend) submit(ctx context.Context, sub *submission) error {
+// submit sends an accepted request into the pipeline, in its turn, or returns why it was refused. On success,
+// sub.reply is called exactly once, later. The publish is bounded by the request's deadline.
+func (f *Frontend) submit(ctx context.Context, sub *submission, t *turn) error {
 	spec, p := f.lookup(sub.pipeline)
 	if spec == nil {
 		return refuse(ErrUnknownPipeline, "unknown pipeline %q (serving: %s)", sub.pipeline, strings.Join(f.Pipelines(), ", "))
@@ -432,9 +438,7 @@ func (f *Frontend) submit(ctx context.Context, sub *submission) error {
 	pubCtx, cancel := context.WithDeadline(ctx, r.deadline)
 	defer cancel()
 	defer context.AfterFunc(f.stopping, cancel)()
-	// No retry when no stream answers (nats.go waits 250 ms twice by default): an intake worker waiting there is
-	// taken from every other request, and the client, told at once, can retry as well as the frontend could.
-	ack, err := f.js.PublishMsg(pubCtx, msg, jetstream.WithRetryAttempts(0))
+	ack, err := f.publish(pubCtx, msg, t)
 	if err != nil && errors.Is(pubCtx.Err(), context.DeadlineExceeded) {
 		// The deadline came first: answer as its timer does (late), whichever of the two got here first.
 		r.timer.Stop()
@@ -464,6 +468,28 @@ func (f *Frontend) submit(ctx context.Context, sub *submission) error {
 	}
 	f.accepted.Add(1)
 	return nil
+}
+
+// publish sends msg in its turn and waits for JetStream's acknowledgement until ctx ends.
+func (f *Frontend) publish(ctx context.Context, msg *nats.Msg, t *turn) (*jetstream.PubAck, error) {
+	if !t.take(ctx) {
+		return nil, ctx.Err()
+	}
+	// No retry when no stream answers (nats.go waits 250 ms twice by default): the client, told at once, can retry
+	// as well as the frontend could. Stalled (too many acknowledgements outstanding), give up soon: the turn is held.
+	fut, err := f.js.PublishMsgAsync(msg, jetstream.WithRetryAttempts(0), jetstream.WithStallWait(publishStallWait))
+	t.pass()
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case ack := <-fut.Ok():
+		return ack, nil
+	case err := <-fut.Err():
+		return nil, err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // reportDemand tells the planner, every DemandEvery, how many requests each pipeline received (zero included, so

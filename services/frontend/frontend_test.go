@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
@@ -325,5 +326,64 @@ func TestShutdownWithStalledJetStream(t *testing.T) {
 	}
 	if st := f.Stats(); st.Refused != 6 {
 		t.Errorf("stats %+v, want 6 refused", st)
+	}
+}
+
+// TestRequestsAreEnqueuedInArrivalOrder: the intake decodes and publishes concurrently, but each variant's queue must
+// still hold the requests in the order they arrived (the deadline policies and FIFO fairness rely on it).
+func TestRequestsAreEnqueuedInArrivalOrder(t *testing.T) {
+	s := startTestSystem(t, 0)
+	s.startFrontend(t, Config{ID: "fe", IntakeWorkers: 8})
+	c := s.newClient(t)
+	const n = 300
+	var subjects []string
+	for i := 0; i < n; i++ {
+		data, err := msgpack.Marshal(&wire.InferRequest{Inputs: []wire.Tensor{wire.NewFP32("image", []int64{1}, []float32{float32(i)})}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		subjects = append(subjects, c.send(t, s.spec.Name, data, nats.Header{wire.HeaderTimeout: []string{"30s"}}))
+	}
+	js, err := jetstream.New(s.connect(t, "reader"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(context.Background(), wire.TaskStream(s.spec.Name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		info, err := stream.Info(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.State.Msgs == n {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("%d of %d requests in the stream after 10s", info.State.Msgs, n)
+		}
+	}
+	info, _ := stream.Info(context.Background())
+	var got []int
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+		m, err := stream.GetMsg(context.Background(), seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var tm wire.TaskMessage
+		if err := msgpack.Unmarshal(m.Data, &tm); err != nil {
+			t.Fatal(err)
+		}
+		v, err := tm.Items[0].Inputs[0].FP32()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, int(v[0]))
+	}
+	for i, v := range got {
+		if v != i {
+			t.Fatalf("the stream holds the requests in the order %v, want 0..%d", got, n-1)
+		}
 	}
 }
