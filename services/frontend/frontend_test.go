@@ -229,8 +229,13 @@ func TestStalledJetStreamRefusesOverload(t *testing.T) {
 	for i := 0; i < n; i++ {
 		subjects = append(subjects, c.send(t, s.spec.Name, goodRequest(t), nats.Header{wire.HeaderTimeout: []string{timeout.String()}}))
 	}
-	c.nc.Flush()
-	// The intake is full now (the first publishes wait for an acknowledgement until their deadline).
+	// Once the intake is full (the first publishes wait for an acknowledgement until their deadline), so is it for
+	// HTTP requests.
+	for end := time.Now().Add(5 * time.Second); f.Stats().Overloaded < n-workers-queue; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("after 5s, %d requests refused as overloaded, want %d", f.Stats().Overloaded, n-workers-queue)
+		}
+	}
 	resp, err := http.Post(srv.URL+"/v2/models/"+s.spec.Name+"/infer", wire.ContentJSON,
 		strings.NewReader(`{"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 2], "data": [0.5, 1.5]}]}`))
 	if err != nil {
