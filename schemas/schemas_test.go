@@ -27,7 +27,7 @@ func TestReadmeNamesTheWire(t *testing.T) {
 		"KV bucket `" + wire.Bucket + "`",
 		wire.SpecKey("<pipeline>"), wire.PlanKey("<pipeline>"), wire.AssignKey("<worker>"), wire.WorkerKey("<worker>"),
 		wire.HeaderRequestID, wire.HeaderDeadline, wire.HeaderTimeout, wire.HeaderPath, wire.HeaderReplyTo,
-		wire.HeaderContentType, wire.HeaderError, wire.HeaderMsgID, wire.HeaderTraceParent,
+		wire.HeaderContentType, wire.HeaderError, wire.HeaderMsgID, wire.HeaderTraceParent, wire.HeaderRetryAfter,
 		wire.ContentJSON, wire.ContentMsgpack,
 		wire.StatusOK, wire.StatusPartial, wire.StatusDropped, wire.StatusLate, wire.StatusError,
 		wire.DropDeadline, wire.DropUnrouted,

@@ -82,6 +82,8 @@ const (
 	HeaderError       = "Sleipnir-Error" // set on error replies, with the reply's error text
 	HeaderMsgID       = "Nats-Msg-Id"    // JetStream de-duplication
 	HeaderTraceParent = "traceparent"
+	// HeaderRetryAfter is on the HTTP API's 429 and 503 responses: seconds to wait before retrying.
+	HeaderRetryAfter = "Retry-After"
 )
 
 // Content types of client requests and replies.
@@ -128,6 +130,22 @@ func ParseDeadline(s string) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("%s %q: want decimal Unix nanoseconds", HeaderDeadline, s)
 	}
 	return time.Unix(0, n), nil
+}
+
+// ParseTimeout decodes HeaderTimeout: a Go duration such as "250ms".
+func ParseTimeout(s string) (time.Duration, error) {
+	d, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil {
+		return 0, fmt.Errorf("%s %q: want a duration such as 250ms", HeaderTimeout, s)
+	}
+	return d, nil
+}
+
+// RequestID is the frontend's id of the n-th request it accepted since it started: boot, random per start, keeps the
+// ids (and the Nats-Msg-Id built from them) of a frontend restarted under the same id out of the de-duplication
+// window of its previous run.
+func RequestID(frontendID, boot string, n uint64) string {
+	return frontendID + "-" + boot + "-" + strconv.FormatUint(n, 10)
 }
 
 // Hop names one variant on a path: "task/variant".

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"time"
@@ -31,15 +32,45 @@ func isJSON(contentType string, data []byte) bool {
 	return len(t) > 0 && t[0] == '{'
 }
 
-// onRequest handles a client request on NATS; every request with a reply subject gets exactly one reply.
+// onRequest handles a client request on NATS; every request with a reply subject gets exactly one reply. It runs
+// on the subscription's one goroutine, so it only stamps the arrival and hands the request to the intake.
 func (f *Frontend) onRequest(m *nats.Msg) {
+	arrival := time.Now()
 	if m.Reply == "" {
 		f.refused.Add(1)
-		f.log.Warn("discarding request without a reply subject", "subject", m.Subject)
+		f.complaints.Warn("discarding request without a reply subject", "subject", m.Subject)
 		return
 	}
 	asJSON := isJSON(m.Header.Get(wire.HeaderContentType), m.Data)
-	respond := func(rep *wire.InferReply) {
+	respond := f.natsReplier(m, asJSON)
+	pipelineName := strings.TrimPrefix(m.Subject, wire.InferPrefix)
+	if !f.intake.offer(func(t *turn) { f.serveNATS(m, pipelineName, asJSON, arrival, respond, t) }) {
+		f.refuseNATS(respond, pipelineName, "", f.intakeRefusal())
+	}
+}
+
+// serveNATS decodes and submits a NATS request, on an intake goroutine.
+func (f *Frontend) serveNATS(m *nats.Msg, pipelineName string, asJSON bool, arrival time.Time,
+	respond func(*wire.InferReply), t *turn) {
+	sub := &submission{pipeline: pipelineName, arrival: arrival, trace: bus.HeaderCarrier(m.Header), reply: respond}
+	err := f.decodeNATS(m, asJSON, sub)
+	if err == nil {
+		err = f.submit(context.Background(), sub, t)
+	}
+	if err != nil {
+		f.refuseNATS(respond, pipelineName, sub.req.ID, err)
+	}
+}
+
+func (f *Frontend) refuseNATS(respond func(*wire.InferReply), pipelineName, clientID string, err error) {
+	f.noteRefusal(pipelineName, err)
+	respond(&wire.InferReply{ID: clientID, Pipeline: pipelineName, Status: wire.StatusError,
+		Error: err.Error(), Results: []wire.ItemResult{}})
+}
+
+// natsReplier returns the function that sends a NATS request's reply, in the request's encoding.
+func (f *Frontend) natsReplier(m *nats.Msg, asJSON bool) func(*wire.InferReply) {
+	return func(rep *wire.InferReply) {
 		out := nats.NewMsg(m.Reply)
 		var err error
 		if asJSON {
@@ -50,47 +81,65 @@ func (f *Frontend) onRequest(m *nats.Msg) {
 			out.Data, err = msgpack.Marshal(rep)
 		}
 		if err != nil {
-			f.log.Error("cannot encode reply", "request", rep.RequestID, "err", err)
+			f.replyFailures.Add(1)
+			f.complaints.Error("cannot encode reply", "request", rep.RequestID, "err", err)
 			out.Data = []byte(err.Error())
 		}
 		if rep.Error != "" {
 			out.Header.Set(wire.HeaderError, rep.Error)
 		}
 		if err := m.RespondMsg(out); err != nil {
-			f.log.Warn("reply failed", "request", rep.RequestID, "err", err)
+			f.replyFailures.Add(1)
+			f.complaints.Warn("reply failed", "request", rep.RequestID, "err", err)
 		}
-	}
-	pipelineName := strings.TrimPrefix(m.Subject, wire.InferPrefix)
-	sub := &submission{pipeline: pipelineName, trace: bus.HeaderCarrier(m.Header), reply: respond}
-	err := f.decodeNATS(m, asJSON, sub)
-	if err == nil {
-		err = f.submit(context.Background(), sub)
-	}
-	if err != nil {
-		f.refused.Add(1)
-		respond(&wire.InferReply{ID: sub.req.ID, Pipeline: pipelineName, Status: wire.StatusError,
-			Error: err.Error(), Results: []wire.ItemResult{}})
 	}
 }
 
-func (f *Frontend) decodeNATS(m *nats.Msg, asJSON bool, sub *submission) error {
-	if len(m.Data) > f.cfg.MaxRequestBytes {
-		return refuse(ErrBadRequest, "request of %d bytes exceeds the limit of %d", len(m.Data), f.cfg.MaxRequestBytes)
+// intakeRefusal is why the intake did not take a request.
+func (f *Frontend) intakeRefusal() error {
+	if f.intake.isClosed() {
+		return refuse(ErrUnavailable, "the frontend is shutting down")
 	}
+	return refuse(ErrOverloaded, "overloaded: %d requests are already waiting in the frontend; retry later", f.cfg.IntakeQueue)
+}
+
+// Log keys of refusals, by kind: a bounded set, each rate-limited on its own.
+var refusalLogKeys = []struct {
+	kind  error
+	key   string
+	level slog.Level
+}{
+	{ErrBadRequest, "refused a bad request", slog.LevelWarn},
+	{ErrUnknownPipeline, "refused a request for an unknown pipeline", slog.LevelWarn},
+	{ErrOverloaded, "refused a request: overloaded", slog.LevelWarn},
+	{ErrUnavailable, "refused a request: unavailable", slog.LevelError},
+	{ErrInternal, "refused a request: internal error", slog.LevelError},
+}
+
+// noteRefusal counts a refusal and logs it, rate-limited.
+func (f *Frontend) noteRefusal(pipelineName string, err error) {
+	f.refused.Add(1)
+	if errors.Is(err, ErrOverloaded) {
+		f.overloaded.Add(1)
+	}
+	key, level := "refused a request", slog.LevelWarn
+	for _, k := range refusalLogKeys {
+		if errors.Is(err, k.kind) {
+			key, level = k.key, k.level
+			break
+		}
+	}
+	f.complaints.Log(level, key, "pipeline", pipelineName, "err", err)
+}
+
+func (f *Frontend) decodeNATS(m *nats.Msg, asJSON bool, sub *submission) error {
 	spec, _ := f.lookup(sub.pipeline)
 	if spec == nil {
 		return refuse(ErrUnknownPipeline, "unknown pipeline %q (serving: %s)", sub.pipeline, strings.Join(f.Pipelines(), ", "))
 	}
-	if asJSON {
-		if err := json.Unmarshal(m.Data, &sub.req); err != nil {
-			return refuse(ErrBadRequest, "request is not valid JSON: %v", err)
-		}
-	} else if err := msgpack.Unmarshal(m.Data, &sub.req); err != nil {
-		return refuse(ErrBadRequest, "request is not a msgpack InferRequest (or set %s: %s): %v",
-			wire.HeaderContentType, wire.ContentJSON, err)
-	}
-	d, err := deadlineOf(time.Now(), m.Header.Get, spec)
-	sub.deadline = d
+	var err error
+	sub.req, sub.deadline, err = decodeRequest(m.Data, asJSON, m.Header.Get, sub.arrival, spec,
+		f.cfg.MaxRequestBytes, f.maxAhead(spec), "request is not valid JSON")
 	return err
 }
 
@@ -147,21 +196,35 @@ func (f *Frontend) httpServer() *http.Server {
 }
 
 func (f *Frontend) serveInfer(w http.ResponseWriter, r *http.Request) {
+	arrival := time.Now()
 	replies := make(chan *wire.InferReply, 1)
-	sub := &submission{pipeline: r.PathValue("name"), trace: propagation.HeaderCarrier(r.Header),
+	sub := &submission{pipeline: r.PathValue("name"), arrival: arrival, trace: propagation.HeaderCarrier(r.Header),
 		reply: func(rep *wire.InferReply) { replies <- rep }}
 	err := f.decodeHTTP(r, sub)
 	if err == nil {
-		err = f.submit(r.Context(), sub)
+		// Publish through the intake too: it bounds the publishes in flight, whatever API they came through.
+		submitted := make(chan error, 1)
+		if f.intake.offer(func(t *turn) { submitted <- f.submit(r.Context(), sub, t) }) {
+			err = <-submitted
+		} else {
+			err = f.intakeRefusal()
+		}
 	}
 	if err != nil {
-		f.refused.Add(1)
+		f.noteRefusal(sub.pipeline, err)
 		code := http.StatusBadRequest
 		switch {
 		case errors.Is(err, ErrUnknownPipeline):
 			code = http.StatusNotFound
+		case errors.Is(err, ErrOverloaded):
+			code = http.StatusTooManyRequests
 		case errors.Is(err, ErrUnavailable):
 			code = http.StatusServiceUnavailable
+		case errors.Is(err, ErrInternal):
+			code = http.StatusInternalServerError
+		}
+		if code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable {
+			w.Header().Set(wire.HeaderRetryAfter, "1")
 		}
 		writeJSON(w, code, v2Error{err.Error()})
 		return
@@ -189,11 +252,8 @@ func (f *Frontend) decodeHTTP(r *http.Request, sub *submission) error {
 	if len(body) > f.cfg.MaxRequestBytes {
 		return refuse(ErrBadRequest, "request body exceeds the limit of %d bytes", f.cfg.MaxRequestBytes)
 	}
-	if err := json.Unmarshal(body, &sub.req); err != nil {
-		return refuse(ErrBadRequest, "request body is not a KServe v2 JSON request: %v", err)
-	}
-	d, err := deadlineOf(time.Now(), r.Header.Get, spec)
-	sub.deadline = d
+	sub.req, sub.deadline, err = decodeRequest(body, true, r.Header.Get, sub.arrival, spec,
+		f.cfg.MaxRequestBytes, f.maxAhead(spec), "request body is not a KServe v2 JSON request")
 	return err
 }
 

@@ -256,11 +256,15 @@ func runFrontend(args []string) error {
 	id := fs.String("id", "", "frontend id (default hostname-pid)")
 	httpAddr := fs.String("http", ":8080", "KServe v2 HTTP address (empty disables it)")
 	maxReq := fs.Int("max-request-bytes", frontend.DefaultMaxRequestBytes, "largest request payload accepted")
+	intakeWorkers := fs.Int("intake-workers", frontend.DefaultIntakeWorkers, "requests decoded and published at once")
+	intakeQueue := fs.Int("intake-queue", frontend.DefaultIntakeQueue, "requests that may wait for an intake worker; more are refused as overloaded")
+	maxTimeout := fs.Duration("max-timeout", 0, "furthest ahead a request's deadline may be (default the larger of 1m and 10 SLOs)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	return c.serve("frontend", auth.Frontend, func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
-		f, err := frontend.New(nc, frontend.Config{ID: *id, HTTPAddr: *httpAddr, MaxRequestBytes: *maxReq, Logger: log})
+		f, err := frontend.New(nc, frontend.Config{ID: *id, HTTPAddr: *httpAddr, MaxRequestBytes: *maxReq,
+			IntakeWorkers: *intakeWorkers, IntakeQueue: *intakeQueue, MaxTimeout: *maxTimeout, Logger: log})
 		if err != nil {
 			return err
 		}

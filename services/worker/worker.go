@@ -106,7 +106,8 @@ type Worker struct {
 	assigned, following plan.Assignment
 	// checked is the last assignment want validated, with the spec and plan it was checked against, and the
 	// verdict: Run's goroutine only.
-	checked    checkedAssignment
+	checked checkedAssignment
+	// complaints rate-limits the log lines of bad input (assignments, task messages); every one is counted.
 	complaints *ratelog.Limiter
 	changed    chan struct{} // signalled when the assignment, a spec or a plan changes
 
@@ -525,7 +526,7 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 		in, err := w.decode(ctx, m)
 		if err != nil {
 			w.discarded.Add(1)
-			w.log.Warn("discarding invalid task message", "subject", m.Subject(), "err", err)
+			w.complaints.Warn("discarding invalid task message", "subject", m.Subject(), "err", err)
 			_ = m.Term()
 			return true
 		}
