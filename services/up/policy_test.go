@@ -13,35 +13,36 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
-// lateChain: a (100 ms) -> b, where b has a slow accurate variant (200 ms) and a fast one (10 ms), one replica each,
-// batch size 1, latencies without spread. The SLO of 450 ms stretches the budgets by 1.5 (450 / (100 + 200)): an
-// item may spend 150 ms at a.
+// lateChain: a (300 ms) -> b, where b has a slow accurate variant (600 ms) and a fast one (30 ms), one replica each,
+// batch size 1, latencies without spread. The SLO of 1350 ms stretches the budgets by 1.5 (1350 / (300 + 600)): an
+// item may spend 450 ms at a. (The times are long so that every outcome below has 150 ms to spare: at a third of
+// them, a loaded 2-core machine running the race detector missed 50 ms margins.)
 const lateChain = `
 name: late
-slo_ms: 450
+slo_ms: 1350
 tasks:
   - name: a
     children: [b]
     variants:
       - {name: x, accuracy: 0.9, executor: {kind: emulated}, fanout: {mean: 1, distribution: fixed},
-         profile: [{batch: 1, p50_ms: 100, p95_ms: 100}]}
+         profile: [{batch: 1, p50_ms: 300, p95_ms: 300}]}
   - name: b
     variants:
-      - {name: slow, accuracy: 0.9, executor: {kind: emulated}, profile: [{batch: 1, p50_ms: 200, p95_ms: 200}]}
-      - {name: fast, accuracy: 0.7, executor: {kind: emulated}, profile: [{batch: 1, p50_ms: 10, p95_ms: 10}]}
+      - {name: slow, accuracy: 0.9, executor: {kind: emulated}, profile: [{batch: 1, p50_ms: 600, p95_ms: 600}]}
+      - {name: fast, accuracy: 0.7, executor: {kind: emulated}, profile: [{batch: 1, p50_ms: 30, p95_ms: 30}]}
 allocation:
   - {task: a, variant: x, replicas: 1, max_batch: 1}
   - {task: b, variant: slow, replicas: 1, max_batch: 1}
   - {task: b, variant: fast, replicas: 1, max_batch: 1}
 `
 
-// TestDeadlinePoliciesOnABurst sends a burst of 5 requests with a 550 ms timeout. Request k reaches a's worker at
-// once and leaves it at k*100 ms, so from the second on it overruns a's allotment (150 ms) by 50, 150, 250 and
-// 350 ms. The routing table sends b to slow (200 ms, allotted 300); fast (10 ms, allotted 15) has room.
-//   - none: slow finishes request 1 at 300 ms, 2 at 500, 3 at 700: requests 3-5 are late.
+// TestDeadlinePoliciesOnABurst sends a burst of 5 requests with a 1650 ms timeout. Request k reaches a's worker at
+// once and leaves it at k*300 ms, so from the second on it overruns a's allotment (450 ms) by 150, 450, 750 and
+// 1050 ms. The routing table sends b to slow (600 ms, allotted 900); fast (30 ms, allotted 45) has room.
+//   - none: slow finishes request 1 at 900 ms, 2 at 1500, 3 at 2100: requests 3-5 are late.
 //   - per-task: requests 2-5 will overrun a's allotment: dropped before a executes them.
-//   - reroute: request 2 has 350 ms left when it leaves a, time for slow's allotment, and makes it (at 500 ms);
-//     requests 3-5 have 250, 150 and 50 ms left, too little for slow, enough for fast: rerouted there.
+//   - reroute: request 2 has 1050 ms left when it leaves a, time for slow's allotment, and makes it (at 1500 ms);
+//     requests 3-5 have 750, 450 and 150 ms left, too little for slow, enough for fast: rerouted there.
 //
 // So reroute serves requests per-task drops (2-5) and that none delivers late (3-5).
 func TestDeadlinePoliciesOnABurst(t *testing.T) {
@@ -57,7 +58,7 @@ func TestDeadlinePoliciesOnABurst(t *testing.T) {
 		sys, spec := startSystemWith(t, file, Config{Workers: 3}, func(s *pipeline.Spec) { s.DeadlinePolicy = policy })
 		c := newClient(t, sys)
 		hdr := nats.Header{}
-		hdr.Set(wire.HeaderTimeout, "550ms")
+		hdr.Set(wire.HeaderTimeout, "1650ms")
 		var subjects []string
 		for i := 0; i < 5; i++ {
 			subjects = append(subjects, c.send(t, spec.Name, i, inputRequest(t), hdr))
