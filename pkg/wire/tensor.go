@@ -58,8 +58,12 @@ func (t Tensor) Validate() error {
 	return nil
 }
 
-// splitBytes decodes n length-prefixed BYTES elements.
+// splitBytes decodes n length-prefixed BYTES elements. n comes from the shape, which the sender chose: it is checked
+// against the data (each element takes at least its 4-byte length) before anything is sized from it.
 func splitBytes(data []byte, n int) ([][]byte, error) {
+	if n > len(data)/4 {
+		return nil, fmt.Errorf("the shape claims %d BYTES elements, %d bytes of data hold at most %d", n, len(data), len(data)/4)
+	}
 	out := make([][]byte, 0, n)
 	for len(data) > 0 {
 		if len(data) < 4 {
