@@ -85,7 +85,7 @@ func (f *Frontend) decodeNATS(m *nats.Msg, asJSON bool, sub *submission) error {
 		if err := json.Unmarshal(m.Data, &sub.req); err != nil {
 			return refuse(ErrBadRequest, "request is not valid JSON: %v", err)
 		}
-	} else if err := msgpack.Unmarshal(m.Data, &sub.req); err != nil {
+	} else if err := wire.UnmarshalMsgpack(m.Data, &sub.req); err != nil {
 		return refuse(ErrBadRequest, "request is not a msgpack InferRequest (or set %s: %s): %v",
 			wire.HeaderContentType, wire.ContentJSON, err)
 	}

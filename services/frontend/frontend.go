@@ -361,7 +361,7 @@ func (f *Frontend) reportDemand(ctx context.Context) {
 // onResult records leaf reports and replies to requests they complete.
 func (f *Frontend) onResult(m *nats.Msg) {
 	var rm wire.ResultMessage
-	if err := msgpack.Unmarshal(m.Data, &rm); err != nil {
+	if err := wire.UnmarshalMsgpack(m.Data, &rm); err != nil {
 		f.badReports.Add(1)
 		f.log.Warn("discarding undecodable result message", "err", err)
 		return

@@ -25,6 +25,11 @@ func TestBadInputOverNATS(t *testing.T) {
 	good := inputRequest(t)
 	badTensor, _ := msgpack.Marshal(&wire.InferRequest{Inputs: []wire.Tensor{{Name: "x", Datatype: "FP32", Shape: []int64{2, 2}, Data: []byte{1, 2, 3}}}})
 	noInputs, _ := msgpack.Marshal(&wire.InferRequest{})
+	// Issue 25: a BYTES tensor whose shape claims 2^31-1 elements and whose data holds one; and a msgpack array of
+	// inputs claiming 2^32-1 elements, with nothing behind the claim. Either, believed, takes tens of gigabytes.
+	hugeShape, _ := msgpack.Marshal(&wire.InferRequest{Inputs: []wire.Tensor{{Name: "image", Datatype: wire.DatatypeBytes,
+		Shape: []int64{1<<31 - 1}, Data: []byte{1, 0, 0, 0, 'a'}}}})
+	hugeArray := append([]byte{0x81, 0xa6}, "inputs\xdd\xff\xff\xff\xff"...)
 	hdr := func(kv ...string) nats.Header {
 		h := nats.Header{}
 		for i := 0; i < len(kv); i += 2 {
@@ -50,6 +55,8 @@ func TestBadInputOverNATS(t *testing.T) {
 		{"oversized", spec.Name, make([]byte, 65<<10), nil, "exceeds the limit"},
 		{"no inputs", spec.Name, noInputs, nil, "no inputs"},
 		{"tensor data does not match shape", spec.Name, badTensor, nil, "inputs[0]"},
+		{"BYTES shape claims 2^31-1 elements", spec.Name, hugeShape, nil, "claims 2147483647 BYTES elements"},
+		{"msgpack array claims 2^32-1 elements", spec.Name, hugeArray, nil, "claims 4294967295 elements"},
 	}
 	var subjects []string
 	for i, tc := range tests {
