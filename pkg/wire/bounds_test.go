@@ -146,7 +146,7 @@ func TestUnmarshalMsgpackAcceptsWhatWeSend(t *testing.T) {
 		&ResultMessage{RequestID: "r", Items: []ItemResult{{ID: "0", Den: 1 << 40, Path: []string{"a/b", "c/d"}, Status: ItemOK, Outputs: tensors}}},
 		&DemandReport{Frontend: "f", Count: -3, IntervalMs: 1000.5},
 		&InferReply{RequestID: "r", Status: StatusOK, Accuracy: 0.5, Results: []ItemResult{{ID: "0", Path: []string{}}}},
-		map[string]any{"ext": msgpack.RawMessage{0xd6, 0xff, 0, 0, 0, 1}, "neg": -1 << 40, "f32": float32(1.5), "u": uint64(1 << 63)},
+		map[string]any{"ext": msgpack.RawMessage{0xd6, 0xff, 0, 0, 0, 1}, "neg": int64(-1 << 40), "f32": float32(1.5), "u": uint64(1 << 63)},
 	} {
 		data, err := msgpack.Marshal(v)
 		if err != nil {

@@ -48,18 +48,19 @@ func CheckMsgpack(data []byte) error {
 		at := pos
 		c := data[pos]
 		pos++
-		// size is the bytes of payload after the header; count the values a container holds.
-		var size, count int
+		// size is the bytes of payload after the header; count the values a container holds (uint64: a claim is
+		// compared with what is left before it becomes an int).
+		var size, count uint64
 		var kind string
 		switch {
 		case c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3: // fixint, nil, bool
 			continue
 		case c <= 0x8f:
-			kind, count = "map", 2*int(c&0x0f)
+			kind, count = "map", 2*uint64(c&0x0f)
 		case c <= 0x9f:
-			kind, count = "array", int(c&0x0f)
+			kind, count = "array", uint64(c&0x0f)
 		case c <= 0xbf:
-			kind, size = "string", int(c&0x1f)
+			kind, size = "string", uint64(c&0x1f)
 		default:
 			var lenBytes int
 			switch c {
@@ -100,39 +101,34 @@ func CheckMsgpack(data []byte) error {
 				pos += lenBytes
 				switch kind {
 				case "array":
-					count = int(n)
+					count = n
 				case "map":
-					count = 2 * int(n)
+					count = 2 * n
 				case "extension":
-					size = int(n) + 1 // the type byte
+					size = n + 1 // the type byte
 				default:
-					size = int(n)
+					size = n
 				}
 			}
 		}
-		left := len(data) - pos
+		left := uint64(len(data) - pos)
 		if size > left {
 			return fmt.Errorf("msgpack: the %s at byte %d claims %d bytes, %d left", kind, at, size, left)
 		}
-		pos += size
+		pos += int(size)
 		if count == 0 {
 			continue
 		}
 		// Every element takes at least one byte.
 		if count > left {
-			return fmt.Errorf("msgpack: the %s at byte %d claims %d elements, %d bytes left", kind, at, countOf(kind, count), left)
+			if kind == "map" {
+				count /= 2 // report the key-value pairs it claimed
+			}
+			return fmt.Errorf("msgpack: the %s at byte %d claims %d elements, %d bytes left", kind, at, count, left)
 		}
 		if len(pending) == cap(pending) {
 			return fmt.Errorf("msgpack: the %s at byte %d nests deeper than %d", kind, at, MaxMsgpackDepth)
 		}
-		pending = append(pending, count)
+		pending = append(pending, int(count))
 	}
-}
-
-// countOf is the number of elements a container claimed: a map's are key-value pairs.
-func countOf(kind string, values int) int {
-	if kind == "map" {
-		return values / 2
-	}
-	return values
 }
