@@ -2,7 +2,9 @@ package up
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
@@ -226,4 +229,66 @@ func TestShutdownAnswersEveryRequest(t *testing.T) {
 		}
 	}
 	t.Logf("%d of %d requests were cut short by the shutdown", shut, len(subjects))
+}
+
+// TestClaimedLengthsOnEverySubject: a message whose msgpack claims an array of 2^32-1 elements, or a string or bin of
+// 2^32-1 bytes, with nothing behind the claim, on each subject a service reads (the frontend's results, a variant's
+// task subject, the planner's demand subject) is discarded and counted, and the system keeps serving. Believed, an
+// array's or a bin's claim takes gigabytes and kills the process (a string's costs msgpack 1 MiB: the planner's demand
+// report, which holds no array, is here to show it is still discarded).
+func TestClaimedLengthsOnEverySubject(t *testing.T) {
+	sys, spec := startSystemWith(t, "../../examples/ocr-chain.yaml", Config{Workers: 20})
+	c := newClient(t, sys)
+	js, err := jetstream.New(c.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// claim is a one-field map whose value claims 2^32-1 (code: 0xdd array, 0xdb string, 0xc6 bin).
+	claim := func(field string, code byte) []byte {
+		return append(append([]byte{0x81, 0xa0 | byte(len(field))}, field...), code, 0xff, 0xff, 0xff, 0xff)
+	}
+	tensorData := append([]byte{0x81, 0xa5}, "items\x91\x81\xa6inputs\x91"...)
+	tensorData = append(tensorData, claim("data", 0xc6)...)
+	const frontendID = "up-frontend" // up's frontend
+	for _, data := range [][]byte{claim("items", 0xdd), claim("request_id", 0xdb)} {
+		if err := c.nc.Publish(wire.ResultSubject(frontendID), data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.nc.Publish(wire.DemandSubject(spec.Name), claim("frontend", 0xdb)); err != nil {
+		t.Fatal(err)
+	}
+	a := spec.Allocation[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for i, data := range [][]byte{claim("items", 0xdd), tensorData} {
+		// Headers as the frontend sets them, so that the worker gets as far as the payload.
+		m := nats.NewMsg(wire.TaskSubject(spec.Name, a.Task, a.Variant))
+		m.Data = data
+		m.Header.Set(wire.HeaderRequestID, fmt.Sprintf("claim-%d", i))
+		m.Header.Set(wire.HeaderReplyTo, wire.ResultSubject("nobody"))
+		m.Header.Set(wire.HeaderDeadline, wire.FormatDeadline(time.Now().Add(10*time.Second)))
+		if _, err := js.PublishMsg(ctx, m, jetstream.WithMsgID(fmt.Sprintf("claim-%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	good := c.send(t, spec.Name, 0, inputRequest(t), nil)
+	if rep := decodeReply(t, c.wait(t, []string{good}, 10*time.Second)[good][0]); rep.Status != wire.StatusOK {
+		t.Errorf("a good request after the claims: status %q %q", rep.Status, rep.Error)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		discarded := uint64(0)
+		for _, w := range sys.Workers {
+			discarded += w.Stats().Discarded
+		}
+		bad := sys.Frontend.Stats().BadReports
+		if discarded == 2 && bad == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("workers discarded %d task messages, want 2; the frontend counted %d bad reports, want 2", discarded, bad)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
