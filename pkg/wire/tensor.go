@@ -360,7 +360,9 @@ func putElem(dst []byte, dt string, v any) error {
 			return fmt.Errorf("%s is not a number", num)
 		}
 		if dt == "FP32" {
-			if math.Abs(f) > math.MaxFloat32 {
+			// Out of range is what rounds to infinity: the shortest form of MaxFloat32, 3.4028235e+38 (what
+			// MarshalJSON writes), is a little above it as a float64.
+			if math.IsInf(float64(float32(f)), 0) {
 				return fmt.Errorf("%s is out of range for FP32", num)
 			}
 			le.PutUint32(dst, math.Float32bits(float32(f)))
