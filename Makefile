@@ -6,7 +6,7 @@ ARGS     ?=
 BENCH    ?= .
 BENCHCOUNT ?= 6
 
-.PHONY: all deps models data build ablation fidelity run test bench vet fmt nats-cli nats-server clean
+.PHONY: all deps models data build ablation fidelity run test fuzz fuzz-short bench vet fmt nats-cli nats-server clean
 
 all: build
 
@@ -72,6 +72,26 @@ run: build $(RUN_NEEDS)
 test: deps models $(NATS_SERVER)
 	$(GO) vet ./...
 	SLEIPNIR_MODELS=$(MODELS) SLEIPNIR_NATS_SERVER=$(NATS_SERVER) $(GO) test -race -count=1 -timeout 15m ./...
+	@$(MAKE) --no-print-directory fuzz-short
+
+# Fuzzing: every fuzz target in the repository (found, not listed: a package's Fuzz* functions), one after another,
+# FUZZTIME each, since go test -fuzz takes one target per package per run. Each target's seeds and crafted inputs are
+# in its package's testdata/fuzz/<target>, which plain `go test` also runs; a finding is written there too (commit it
+# with its fix). fuzz-short, part of `make test`, gives each target FUZZ_SHORT. Minimizing each new interesting input
+# may take go test up to a minute (the spec examples are kilobytes): FUZZMINIMIZETIME keeps the time for fuzzing.
+FUZZTIME ?= 60s
+FUZZ_SHORT ?= 2s
+FUZZMINIMIZETIME ?= 5s
+fuzz:
+	@set -e; for dir in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -n1 dirname | sort -u); do \
+	  targets=$$($(GO) test -list '^Fuzz' $$dir); \
+	  for target in $$(echo "$$targets" | grep '^Fuzz'); do \
+	    echo "fuzz: $$dir $$target for $(FUZZTIME)"; \
+	    $(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) $$dir; \
+	  done; \
+	done
+fuzz-short:
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZ_SHORT)
 
 # Benchmarks, repeated for a spread; compare runs with benchstat.
 bench: deps models

@@ -287,7 +287,7 @@ func (r *run) onReply(m *nats.Msg) {
 	}
 	r.latencies = append(r.latencies, float64(now.Sub(p.sent).Microseconds())/1000)
 	var rep wire.InferReply
-	if err := msgpack.Unmarshal(m.Data, &rep); err != nil {
+	if err := wire.UnmarshalMsgpack(m.Data, &rep); err != nil {
 		r.sum.Errors++
 		if r.sum.FirstError == "" {
 			r.sum.FirstError = "undecodable reply: " + err.Error()

@@ -251,6 +251,10 @@ func shapeFits(got, want []int64) bool {
 	return true
 }
 
+// MaxImagePixels bounds an encoded image's size (width x height): 32 megapixels, 128 MiB decoded, larger than any
+// photograph a request of the default 8 MiB limit carries.
+const MaxImagePixels = 32 << 20
+
 // DecodeImage finds an item's image: the tensor named "image", encoded (BYTES: PNG or JPEG) or as pixels (UINT8
 // [H, W, 3]).
 func DecodeImage(ts []wire.Tensor) (image.Image, error) {
@@ -266,6 +270,16 @@ func DecodeImage(ts []wire.Tensor) (image.Image, error) {
 			}
 			if len(els) != 1 {
 				return nil, fmt.Errorf("tensor %q: want one encoded image, got %d elements", t.Name, len(els))
+			}
+			// A header may claim any size: 69 bytes of PNG can claim 50000x50000 pixels, which image.Decode would
+			// allocate (10 GB) before reading a row. The size is checked against MaxImagePixels first.
+			cfg, _, err := image.DecodeConfig(bytes.NewReader(els[0]))
+			if err != nil {
+				return nil, fmt.Errorf("tensor %q: not a PNG or JPEG image: %w", t.Name, err)
+			}
+			if px := int64(cfg.Width) * int64(cfg.Height); px > MaxImagePixels || cfg.Width < 1 || cfg.Height < 1 {
+				return nil, fmt.Errorf("tensor %q: image of %dx%d pixels; the limit is %d pixels", t.Name,
+					cfg.Width, cfg.Height, MaxImagePixels)
 			}
 			img, _, err := image.Decode(bytes.NewReader(els[0]))
 			if err != nil {

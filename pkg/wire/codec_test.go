@@ -150,3 +150,24 @@ func BenchmarkTensorMsgpack(b *testing.B) {
 		}
 	}
 }
+
+// TestTensorJSONFP32Extremes: the largest and smallest FP32 magnitudes read back as written (found by
+// FuzzTensorAccessors: ±3.4028235e+38, the shortest form of MaxFloat32, is above it as a float64, and was refused).
+func TestTensorJSONFP32Extremes(t *testing.T) {
+	for _, data := range []string{"[-3.4028235e+38,3.4028235e+38]", "[1e-45,-1e-45]"} {
+		in := `{"name":"x","datatype":"FP32","shape":[2],"data":` + data + `}`
+		var tensor Tensor
+		if err := json.Unmarshal([]byte(in), &tensor); err != nil {
+			t.Fatalf("%s: %v", data, err)
+		}
+		if out, err := json.Marshal(tensor); err != nil || string(out) != in {
+			t.Errorf("round trip of %s: %s %v", in, out, err)
+		}
+	}
+	// Past MaxFloat32 by more than half a unit in the last place, a number rounds to infinity: refused.
+	var tensor Tensor
+	if err := json.Unmarshal([]byte(`{"name":"x","datatype":"FP32","shape":[1],"data":[3.4028236e+38]}`), &tensor); err == nil ||
+		!strings.Contains(err.Error(), "out of range for FP32") {
+		t.Errorf("3.4028236e+38 as FP32: %v, want out of range", err)
+	}
+}

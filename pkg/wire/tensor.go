@@ -58,8 +58,12 @@ func (t Tensor) Validate() error {
 	return nil
 }
 
-// splitBytes decodes n length-prefixed BYTES elements.
+// splitBytes decodes n length-prefixed BYTES elements. n comes from the shape, which the sender chose: it is checked
+// against the data (each element takes at least its 4-byte length) before anything is sized from it.
 func splitBytes(data []byte, n int) ([][]byte, error) {
+	if n > len(data)/4 {
+		return nil, fmt.Errorf("the shape claims %d BYTES elements, %d bytes of data hold at most %d", n, len(data), len(data)/4)
+	}
 	out := make([][]byte, 0, n)
 	for len(data) > 0 {
 		if len(data) < 4 {
@@ -356,7 +360,9 @@ func putElem(dst []byte, dt string, v any) error {
 			return fmt.Errorf("%s is not a number", num)
 		}
 		if dt == "FP32" {
-			if math.Abs(f) > math.MaxFloat32 {
+			// Out of range is what rounds to infinity: the shortest form of MaxFloat32, 3.4028235e+38 (what
+			// MarshalJSON writes), is a little above it as a float64.
+			if math.IsInf(float64(float32(f)), 0) {
 				return fmt.Errorf("%s is out of range for FP32", num)
 			}
 			le.PutUint32(dst, math.Float32bits(float32(f)))

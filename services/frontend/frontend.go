@@ -372,7 +372,7 @@ func decodeRequest(data []byte, asJSON bool, header func(string) string, arrival
 		if err := json.Unmarshal(data, &req); err != nil {
 			return req, time.Time{}, refuse(ErrBadRequest, "%s: %v", badJSON, err)
 		}
-	} else if err := msgpack.Unmarshal(data, &req); err != nil {
+	} else if err := wire.UnmarshalMsgpack(data, &req); err != nil {
 		return req, time.Time{}, refuse(ErrBadRequest, "request is not a msgpack InferRequest (or set %s: %s): %v",
 			wire.HeaderContentType, wire.ContentJSON, err)
 	}
@@ -527,7 +527,7 @@ func (f *Frontend) reportDemand(ctx context.Context) {
 // onResult records leaf reports and replies to requests they complete.
 func (f *Frontend) onResult(m *nats.Msg) {
 	var rm wire.ResultMessage
-	if err := msgpack.Unmarshal(m.Data, &rm); err != nil {
+	if err := wire.UnmarshalMsgpack(m.Data, &rm); err != nil {
 		f.badReports.Add(1)
 		f.complaints.Warn("discarding undecodable result message", "err", err)
 		return

@@ -20,7 +20,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
 	"github.com/sleipnir-serving/sleipnir/pkg/control"
@@ -437,7 +436,7 @@ func (p *Planner) ensureConsumers(ctx context.Context, spec *pipeline.Spec, pl *
 func (p *Planner) onDemand(m *nats.Msg) {
 	name := strings.TrimPrefix(m.Subject, wire.DemandPrefix)
 	var r wire.DemandReport
-	if err := msgpack.Unmarshal(m.Data, &r); err != nil {
+	if err := wire.UnmarshalMsgpack(m.Data, &r); err != nil {
 		p.complaints.Warn(complainReport, "pipeline", name, "err", err)
 		return
 	}

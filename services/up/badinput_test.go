@@ -2,7 +2,9 @@ package up
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
@@ -25,6 +28,11 @@ func TestBadInputOverNATS(t *testing.T) {
 	good := inputRequest(t)
 	badTensor, _ := msgpack.Marshal(&wire.InferRequest{Inputs: []wire.Tensor{{Name: "x", Datatype: "FP32", Shape: []int64{2, 2}, Data: []byte{1, 2, 3}}}})
 	noInputs, _ := msgpack.Marshal(&wire.InferRequest{})
+	// Issue 25: a BYTES tensor whose shape claims 2^31-1 elements and whose data holds one; and a msgpack array of
+	// inputs claiming 2^32-1 elements, with nothing behind the claim. Either, believed, takes tens of gigabytes.
+	hugeShape, _ := msgpack.Marshal(&wire.InferRequest{Inputs: []wire.Tensor{{Name: "image", Datatype: wire.DatatypeBytes,
+		Shape: []int64{1<<31 - 1}, Data: []byte{1, 0, 0, 0, 'a'}}}})
+	hugeArray := append([]byte{0x81, 0xa6}, "inputs\xdd\xff\xff\xff\xff"...)
 	hdr := func(kv ...string) nats.Header {
 		h := nats.Header{}
 		for i := 0; i < len(kv); i += 2 {
@@ -50,6 +58,8 @@ func TestBadInputOverNATS(t *testing.T) {
 		{"oversized", spec.Name, make([]byte, 65<<10), nil, "exceeds the limit"},
 		{"no inputs", spec.Name, noInputs, nil, "no inputs"},
 		{"tensor data does not match shape", spec.Name, badTensor, nil, "inputs[0]"},
+		{"BYTES shape claims 2^31-1 elements", spec.Name, hugeShape, nil, "claims 2147483647 BYTES elements"},
+		{"msgpack array claims 2^32-1 elements", spec.Name, hugeArray, nil, "claims 4294967295 elements"},
 	}
 	var subjects []string
 	for i, tc := range tests {
@@ -219,4 +229,66 @@ func TestShutdownAnswersEveryRequest(t *testing.T) {
 		}
 	}
 	t.Logf("%d of %d requests were cut short by the shutdown", shut, len(subjects))
+}
+
+// TestClaimedLengthsOnEverySubject: a message whose msgpack claims an array of 2^32-1 elements, or a string or bin of
+// 2^32-1 bytes, with nothing behind the claim, on each subject a service reads (the frontend's results, a variant's
+// task subject, the planner's demand subject) is discarded and counted, and the system keeps serving. Believed, an
+// array's or a bin's claim takes gigabytes and kills the process (a string's costs msgpack 1 MiB: the planner's demand
+// report, which holds no array, is here to show it is still discarded).
+func TestClaimedLengthsOnEverySubject(t *testing.T) {
+	sys, spec := startSystemWith(t, "../../examples/ocr-chain.yaml", Config{Workers: 20})
+	c := newClient(t, sys)
+	js, err := jetstream.New(c.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// claim is a one-field map whose value claims 2^32-1 (code: 0xdd array, 0xdb string, 0xc6 bin).
+	claim := func(field string, code byte) []byte {
+		return append(append([]byte{0x81, 0xa0 | byte(len(field))}, field...), code, 0xff, 0xff, 0xff, 0xff)
+	}
+	tensorData := append([]byte{0x81, 0xa5}, "items\x91\x81\xa6inputs\x91"...)
+	tensorData = append(tensorData, claim("data", 0xc6)...)
+	const frontendID = "up-frontend" // up's frontend
+	for _, data := range [][]byte{claim("items", 0xdd), claim("request_id", 0xdb)} {
+		if err := c.nc.Publish(wire.ResultSubject(frontendID), data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.nc.Publish(wire.DemandSubject(spec.Name), claim("frontend", 0xdb)); err != nil {
+		t.Fatal(err)
+	}
+	a := spec.Allocation[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for i, data := range [][]byte{claim("items", 0xdd), tensorData} {
+		// Headers as the frontend sets them, so that the worker gets as far as the payload.
+		m := nats.NewMsg(wire.TaskSubject(spec.Name, a.Task, a.Variant))
+		m.Data = data
+		m.Header.Set(wire.HeaderRequestID, fmt.Sprintf("claim-%d", i))
+		m.Header.Set(wire.HeaderReplyTo, wire.ResultSubject("nobody"))
+		m.Header.Set(wire.HeaderDeadline, wire.FormatDeadline(time.Now().Add(10*time.Second)))
+		if _, err := js.PublishMsg(ctx, m, jetstream.WithMsgID(fmt.Sprintf("claim-%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	good := c.send(t, spec.Name, 0, inputRequest(t), nil)
+	if rep := decodeReply(t, c.wait(t, []string{good}, 10*time.Second)[good][0]); rep.Status != wire.StatusOK {
+		t.Errorf("a good request after the claims: status %q %q", rep.Status, rep.Error)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		discarded := uint64(0)
+		for _, w := range sys.Workers {
+			discarded += w.Stats().Discarded
+		}
+		bad := sys.Frontend.Stats().BadReports
+		if discarded == 2 && bad == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("workers discarded %d task messages, want 2; the frontend counted %d bad reports, want 2", discarded, bad)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

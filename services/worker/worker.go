@@ -671,7 +671,7 @@ func (w *Worker) decode(ctx context.Context, m jetstream.Msg) (*inbound, error) 
 		in.enqueued = meta.Timestamp
 	}
 	var tm wire.TaskMessage
-	if err := msgpack.Unmarshal(m.Data(), &tm); err != nil {
+	if err := wire.UnmarshalMsgpack(m.Data(), &tm); err != nil {
 		return nil, fmt.Errorf("payload is not a msgpack task message: %w", err)
 	}
 	if len(tm.Items) == 0 {

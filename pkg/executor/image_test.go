@@ -1,0 +1,48 @@
+package executor
+
+import (
+	"bytes"
+	"encoding/binary"
+	"hash/crc32"
+	"image"
+	"image/png"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
+
+// pngClaiming is a valid 1x1 PNG whose header is rewritten to claim w x h pixels (with a correct CRC).
+func pngClaiming(t *testing.T, w, h uint32) []byte {
+	var b bytes.Buffer
+	if err := png.Encode(&b, image.NewGray(image.Rect(0, 0, 1, 1))); err != nil {
+		t.Fatal(err)
+	}
+	data := b.Bytes()
+	// Signature (8), IHDR length (4), "IHDR" (4), width (4), height (4), 5 more bytes, then the CRC of type+data.
+	binary.BigEndian.PutUint32(data[16:], w)
+	binary.BigEndian.PutUint32(data[20:], h)
+	binary.BigEndian.PutUint32(data[29:], crc32.ChecksumIEEE(data[12:29]))
+	return data
+}
+
+// TestDecodeImageRefusesClaimedSizes: an image whose header claims 50000x50000 pixels is refused before anything is
+// allocated for them (before the check, image.Decode tried to allocate 10 GB and the worker died).
+func TestDecodeImageRefusesClaimedSizes(t *testing.T) {
+	bomb := wire.NewBytes(TensorImage, [][]byte{pngClaiming(t, 50000, 50000)})
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := DecodeImage([]wire.Tensor{bomb})
+	runtime.ReadMemStats(&after)
+	if err == nil || !strings.Contains(err.Error(), "50000x50000") {
+		t.Fatalf("DecodeImage of a header claiming 50000x50000: %v, want a refusal naming the size", err)
+	}
+	if n := after.TotalAlloc - before.TotalAlloc; n > 1<<20 {
+		t.Fatalf("refusing the image allocated %d bytes", n)
+	}
+	// The same bytes claiming 1x1 decode: the refusal is the size, not the crafting.
+	if _, err := DecodeImage([]wire.Tensor{wire.NewBytes(TensorImage, [][]byte{pngClaiming(t, 1, 1)})}); err != nil {
+		t.Fatalf("a 1x1 PNG: %v", err)
+	}
+}

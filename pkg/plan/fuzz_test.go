@@ -1,0 +1,134 @@
+package plan
+
+import (
+	"bytes"
+	"encoding/json"
+	"runtime"
+	"slices"
+	"testing"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+)
+
+// Fuzz targets for the KV values workers and frontends read: plans and assignments. Seeds (a static plan of the
+// traffic example, crafted inputs) are in testdata/fuzz/<target>.
+
+func allocated(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// jsonAllocBound is what decoding n bytes of JSON may allocate: a multiple of n, never a size the input claims.
+func jsonAllocBound(n int) uint64 { return 1024*uint64(n) + 1<<20 }
+
+// jsonRoundTrip checks that what decoded encodes, and decodes again to the same encoding.
+func jsonRoundTrip[T any](t *testing.T, v *T) {
+	out, err := json.Marshal(v)
+	if err != nil {
+		t.Fatalf("what decoded does not encode: %v", err)
+	}
+	var w T
+	if err := json.Unmarshal(out, &w); err != nil {
+		t.Fatalf("%s does not decode: %v", out, err)
+	}
+	if out2, _ := json.Marshal(&w); !bytes.Equal(out, out2) {
+		t.Fatalf("round trip changed the value:\n%s\n%s", out, out2)
+	}
+}
+
+func FuzzPlanJSON(f *testing.F) {
+	spec, err := pipeline.Load("../../examples/traffic.yaml")
+	if err != nil {
+		f.Fatal(err)
+	}
+	seed, err := Static(spec)
+	if err != nil {
+		f.Fatal(err)
+	}
+	b, _ := json.Marshal(seed)
+	f.Add(b)
+	workers := []string{"w0", "w1", "w2", "w3", "w4"}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var p Plan
+		var err error
+		if n := allocated(func() { err = json.Unmarshal(data, &p) }); n > jsonAllocBound(len(data)) {
+			t.Fatalf("decoding %d bytes allocated %d", len(data), n)
+		}
+		if err != nil {
+			return
+		}
+		jsonRoundTrip(t, &p)
+		// Readers of the bucket (catalog, workers, the planner) keep only a plan that passes Validate; what they do
+		// with it then must hold for any plan that passes, including Hosted, which needs the spec's variants.
+		if err := p.Validate(spec); err != nil {
+			if err.Error() == "" {
+				t.Fatal("a refusal without a message")
+			}
+			return
+		}
+		p.Servers()
+		p.BudgetScale(spec)
+		for _, task := range spec.Tasks {
+			p.Hosted(spec, task.Name)
+		}
+		for _, v := range p.Variants {
+			if p.Find(v.Task, v.Variant) == nil {
+				t.Fatalf("Find(%q, %q) misses a listed variant", v.Task, v.Variant)
+			}
+			p.Rehome(v.Task, v.Variant, "", 0.5)
+			for upstream := range p.Routing.Downstream {
+				p.Rehome(v.Task, v.Variant, upstream, 0.999)
+			}
+		}
+		for _, u := range []float64{0, 0.5, 0.999} {
+			got := Pick(p.Routing.Root, u)
+			if !slices.ContainsFunc(p.Routing.Root, func(r Route) bool { return r.Variant == got }) && (got != "" || len(p.Routing.Root) > 0) {
+				t.Fatalf("Pick(%v, %v) = %q, not one of the routes", p.Routing.Root, u, got)
+			}
+		}
+		next, _ := Assign([]*Plan{&p}, workers, nil)
+		if len(next) != len(workers) {
+			t.Fatalf("Assign gave %d assignments to %d workers", len(next), len(workers))
+		}
+		again, _ := Assign([]*Plan{&p}, workers, next)
+		for _, w := range workers {
+			if next[w].Worker != w || again[w] != next[w] {
+				t.Fatalf("worker %s: assigned %+v, then %+v: Assign must keep what still holds", w, next[w], again[w])
+			}
+		}
+	})
+}
+
+func FuzzAssignmentJSON(f *testing.F) {
+	spec, err := pipeline.Load("../../examples/traffic.yaml")
+	if err != nil {
+		f.Fatal(err)
+	}
+	seed, err := Static(spec)
+	if err != nil {
+		f.Fatal(err)
+	}
+	seed.Epoch = 3
+	f.Add([]byte(`{"worker":"w1","pipeline":"traffic","task":"detect","variant":"yolo","max_batch":4,"budget_ms":12.5,"epoch":3}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var a Assignment
+		var err error
+		if n := allocated(func() { err = json.Unmarshal(data, &a) }); n > jsonAllocBound(len(data)) {
+			t.Fatalf("decoding %d bytes allocated %d", len(data), n)
+		}
+		if err != nil {
+			return
+		}
+		jsonRoundTrip(t, &a)
+		if err := a.Validate(a.Worker, spec, seed); err == nil && !a.Idle() && seed.Find(a.Task, a.Variant) == nil {
+			t.Fatalf("assignment %+v passed validation against a plan that does not host it", a)
+		}
+		if a.Idle() != (a.Variant == "") {
+			t.Fatal("Idle disagrees with the variant")
+		}
+		a.Hop()
+	})
+}
