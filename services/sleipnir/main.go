@@ -39,6 +39,7 @@ commands:
   sim       simulate a pipeline under a workload, per policy (loki, inferline, proteus, static), and report
   profile   measure an OCR pipeline's variants (latency, swap time, fan-out, accuracy) and write its profile file
   ocrdata   generate the labelled OCR set (document images and their ground truth)
+  chaos     the fault suite: the services as processes around nats-server, under load, one fault at a time
   version   print the version
 
 Run 'sleipnir <command> -h' for the flags of a command.
@@ -70,6 +71,8 @@ func main() {
 		err = runProfile(args)
 	case "ocrdata":
 		err = runOCRData(args)
+	case "chaos":
+		err = runChaos(args)
 	case "version":
 		fmt.Println("sleipnir", version)
 	case "-h", "--help", "help":
