@@ -6,7 +6,7 @@ ARGS     ?=
 BENCH    ?= .
 BENCHCOUNT ?= 6
 
-.PHONY: all deps models data build ablation fidelity run test bench vet fmt nats-cli nats-server clean
+.PHONY: all deps models data build ablation fidelity chaos run test bench vet fmt nats-cli nats-server clean
 
 all: build
 
@@ -117,6 +117,15 @@ nats-server: $(NATS_SERVER)
 $(NATS_SERVER): go.mod
 	@mkdir -p bin
 	$(GO) build -o $@ github.com/nats-io/nats-server/v2
+
+# The fault suite: the services as separate processes around a standalone nats-server, under loadgen's load, one
+# fault at a time (worker, planner and frontend SIGKILL, a server restart, crafted requests; with CHAOS_ARGS
+# "--nats-conf FILE --user ROLE=NAME:PASSWORD_FILE ...", forged messages too), a table of sent, ok, lost,
+# duplicate replies, violations and recovery time per fault (about 8 minutes; not part of `make test`, which runs the
+# short version, TestShortSuite).
+CHAOS_ARGS ?=
+chaos: build $(NATS_SERVER)
+	SLEIPNIR_NATS_SERVER=$(NATS_SERVER) bin/sleipnir chaos --pipeline examples/traffic.yaml $(CHAOS_ARGS)
 
 # The standard `nats` command-line client, built from the Go module proxy into bin/nats (about 2 minutes once).
 NATSCLI_VERSION ?= v0.3.0
