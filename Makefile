@@ -5,6 +5,8 @@ PIPELINE ?= traffic
 ARGS     ?=
 BENCH    ?= .
 BENCHCOUNT ?= 6
+# The standalone nats-server (see nats-server below); defined before the targets whose prerequisites name it.
+NATS_SERVER = $(CURDIR)/bin/nats-server
 
 .PHONY: all deps models data build ablation fidelity chaos run test bench vet fmt nats-cli nats-server clean
 
@@ -112,7 +114,6 @@ fmt:
 # A standalone nats-server (the version go.mod pins, built from the Go module proxy) for the tests that run the
 # services as separate processes around a real server: permissions, faults, clusters. Tests find it through
 # SLEIPNIR_NATS_SERVER (default bin/nats-server).
-NATS_SERVER = $(CURDIR)/bin/nats-server
 nats-server: $(NATS_SERVER)
 $(NATS_SERVER): go.mod
 	@mkdir -p bin
