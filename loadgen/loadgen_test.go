@@ -283,6 +283,9 @@ func TestDuplicatesAndSeries(t *testing.T) {
 		tot.Lost += sec.Lost
 		tot.Duplicates += sec.Duplicates
 	}
+	if len(s.LostSentMs) != s.Lost || len(s.LostSentMs) > 0 && (s.LostSentMs[0] < 0 || s.LostSentMs[len(s.LostSentMs)-1] > 2100) {
+		t.Errorf("lost requests sent at %v ms, want %d times within the 2 s run", s.LostSentMs, s.Lost)
+	}
 	if len(s.Series) < 2 || len(s.Series) > 3 || s.SeriesStartUnixMs == 0 {
 		t.Errorf("%d seconds in the series of a 2 s run, start %d", len(s.Series), s.SeriesStartUnixMs)
 	}

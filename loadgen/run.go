@@ -78,6 +78,8 @@ type Summary struct {
 	// second from then. Only with Config.Series.
 	SeriesStartUnixMs int64    `json:"series_start_unix_ms,omitempty"`
 	Series            []Second `json:"series,omitempty"`
+	// LostSentMs is when each lost request was sent, in ms from the series' start (with Config.Series).
+	LostSentMs []int64 `json:"lost_sent_ms,omitempty"`
 }
 
 // Second is what became of the requests sent in one second of a run. A request violates its SLO unless its first
@@ -118,6 +120,7 @@ type pendingReq struct {
 	warmup  bool      // sent during the warmup: not counted
 	doc     int       // the labelled image the request carries
 	second  int       // index in the series (measured requests only)
+	sinceMs int64     // ms from the series' start
 	replies int
 	lost    bool
 }
@@ -233,6 +236,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, progress io.Writer) (Su
 		if !warm {
 			r.sum.Sent++
 			p.second = int(now.Sub(measureStart) / time.Second)
+			p.sinceMs = now.Sub(measureStart).Milliseconds()
 			for len(r.series) <= p.second {
 				r.series = append(r.series, Second{})
 			}
@@ -305,6 +309,12 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, progress io.Writer) (Su
 	if cfg.Series {
 		s.SeriesStartUnixMs = measureStart.UnixMilli()
 		s.Series = slices.Clone(r.series)
+		for _, p := range r.requests {
+			if p.lost && !p.warmup {
+				s.LostSentMs = append(s.LostSentMs, p.sinceMs)
+			}
+		}
+		slices.Sort(s.LostSentMs)
 	}
 	if t := r.truth; t.lines > 0 {
 		s.MeasuredAccuracy = float64(t.exact) / float64(t.lines)

@@ -43,12 +43,13 @@ type Config struct {
 	spec *pipeline.Spec
 }
 
-// Full and Short are the phases of `make chaos` and of the short version in `make test`.
+// Full and Short are the phases of `make chaos` and of the short version in `make test`. Both settle for 12 s: a
+// cold system takes about that long to follow a sudden load (the demand's moving average, a re-plan or two).
 func (c *Config) Full() {
 	c.Settle, c.Before, c.After = 12*time.Second, 5*time.Second, 20*time.Second
 }
 func (c *Config) Short() {
-	c.Settle, c.Before, c.After = 8*time.Second, 3*time.Second, 10*time.Second
+	c.Settle, c.Before, c.After = 12*time.Second, 3*time.Second, 8*time.Second
 }
 
 func (c *Config) setDefaults() error {
@@ -103,12 +104,17 @@ type Fault struct {
 
 // Row is a fault's line in the table.
 type Row struct {
-	Fault         string   `json:"fault"`
-	Sent          int      `json:"sent"`
-	OK            int      `json:"ok"`
-	Lost          int      `json:"lost"`
-	Duplicates    int      `json:"duplicates"`
-	LateReplies   int      `json:"late_replies"`
+	Fault       string `json:"fault"`
+	Sent        int    `json:"sent"`
+	OK          int    `json:"ok"`
+	Lost        int    `json:"lost"`
+	Duplicates  int    `json:"duplicates"`
+	LateReplies int    `json:"late_replies"`
+	// The violations by kind: replies partial, dropped, late or error (refusals and "no responders" included).
+	Partial       int      `json:"partial"`
+	Dropped       int      `json:"dropped"`
+	Late          int      `json:"late"`
+	Errors        int      `json:"errors"`
 	ViolationsPct float64  `json:"violations_pct"`
 	BaselinePct   float64  `json:"baseline_violations_pct"` // in the measured seconds before the fault
 	RecoveryS     float64  `json:"recovery_s"`              // -1: violations had not settled by the end
@@ -119,6 +125,8 @@ type Row struct {
 	Skipped       string   `json:"skipped,omitempty"`
 	Series        []Second `json:"series,omitempty"`
 	FaultAtS      float64  `json:"fault_at_s"` // seconds into the measured series
+	// LostAtS is when each lost request was sent, in seconds from the fault (negative: before it).
+	LostAtS []float64 `json:"lost_at_s,omitempty"`
 }
 
 // Second mirrors loadgen's per-second series (its JSON).
@@ -135,6 +143,9 @@ type loadSummary struct {
 	Sent              int      `json:"sent"`
 	OK                int      `json:"ok"`
 	Lost              int      `json:"lost"`
+	Partial           int      `json:"partial"`
+	Dropped           int      `json:"dropped"`
+	Late              int      `json:"late"`
 	Errors            int      `json:"errors"`
 	Duplicates        int      `json:"duplicates"`
 	LateReplies       int      `json:"late_replies"`
@@ -142,6 +153,7 @@ type loadSummary struct {
 	FirstError        string   `json:"first_error"`
 	SeriesStartUnixMs int64    `json:"series_start_unix_ms"`
 	Series            []Second `json:"series"`
+	LostSentMs        []int64  `json:"lost_sent_ms"`
 }
 
 // Run runs the faults in turn, one fresh system each, and returns their rows in order.
@@ -232,10 +244,19 @@ func runFault(ctx context.Context, cfg *Config, f Fault) (Row, error) {
 		return row, fmt.Errorf("loadgen's summary: %v", err)
 	}
 	row.Sent, row.OK, row.Lost, row.Duplicates, row.LateReplies = sum.Sent, sum.OK, sum.Lost, sum.Duplicates, sum.LateReplies
+	row.Partial, row.Dropped, row.Late, row.Errors = sum.Partial, sum.Dropped, sum.Late, sum.Errors
 	row.ViolationsPct = 100 * sum.SLOViolationRatio
 	row.Series = sum.Series
 	row.FaultAtS = float64(faultAt.UnixMilli()-sum.SeriesStartUnixMs) / 1000
 	row.BaselinePct = 100 * baseline(sum.Series, row.FaultAtS)
+	for _, ms := range sum.LostSentMs {
+		row.LostAtS = append(row.LostAtS, float64(ms)/1000-row.FaultAtS)
+	}
+	if n := len(row.LostAtS); n > 0 {
+		notes = append(notes, fmt.Sprintf("lost requests were sent from %+.2f s to %+.2f s of the fault", row.LostAtS[0], row.LostAtS[n-1]))
+	}
+	notes = append(notes, fmt.Sprintf("violations: %d partial, %d dropped, %d late, %d errors, %d lost", row.Partial,
+		row.Dropped, row.Late, row.Errors, row.Lost))
 	if r, ok := Recovery(sum.Series, row.FaultAtS, 0.01); ok {
 		row.RecoveryS = r
 	}
