@@ -98,3 +98,33 @@ func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
 	return len(p), nil
 }
+
+// TestForgeryCheck: against a server whose client user may only send requests, a forged result is reported
+// refused, and a publish the client may make is reported as accepted (a failure of the row).
+func TestForgeryCheck(t *testing.T) {
+	if _, err := natsproc.Binary(); err != nil {
+		t.Skip(err)
+	}
+	dir := t.TempDir()
+	pwFile := filepath.Join(dir, "client.password")
+	if err := os.WriteFile(pwFile, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	conf := `authorization { users: [
+  {user: client, password: s3cret, permissions: {publish: {allow: ["sleipnir.infer.>"]}, subscribe: {allow: ["_INBOX.>"]}}}
+]}`
+	srv, err := natsproc.Start(natsproc.Config{StoreDir: dir, Conf: conf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	s := &System{cfg: &Config{Auth: &Auth{Conf: conf, Users: map[string]User{RoleClient: {Name: "client", PasswordFile: pwFile}}}},
+		Server: srv}
+	notes, failures, err := s.expectRefused("sleipnir.result.fe1", []byte("forged"))
+	if err != nil || len(failures) > 0 || len(notes) == 0 {
+		t.Errorf("forged result: notes %v, failures %v, err %v; want it refused", notes, failures, err)
+	}
+	if _, failures, err = s.expectRefused("sleipnir.infer.traffic", []byte("allowed")); err != nil || len(failures) == 0 {
+		t.Errorf("an allowed publish was reported refused (failures %v, err %v)", failures, err)
+	}
+}
