@@ -287,7 +287,7 @@ func check(cfg *Config, f Fault, row Row) []string {
 	case row.RecoveryS < 0:
 		fails = append(fails, "violations did not settle under 1% a second by the end")
 	case row.RecoveryS > cfg.MaxRecovery.Seconds():
-		fails = append(fails, fmt.Sprintf("recovery %.0f s, over %v", row.RecoveryS, cfg.MaxRecovery))
+		fails = append(fails, fmt.Sprintf("recovery %.1f s, over %v", row.RecoveryS, cfg.MaxRecovery))
 	}
 	return fails
 }

@@ -13,7 +13,7 @@ func FormatRow(r Row) string {
 	}
 	rec := "never"
 	if r.RecoveryS >= 0 {
-		rec = fmt.Sprintf("%.0f", r.RecoveryS)
+		rec = fmt.Sprintf("%.1f", r.RecoveryS)
 	}
 	result := "pass"
 	if !r.Pass {
@@ -48,7 +48,7 @@ func WriteMarkdown(w io.Writer, rows []Row) {
 		}
 		rec := "never"
 		if r.RecoveryS >= 0 {
-			rec = fmt.Sprintf("%.0f", r.RecoveryS)
+			rec = fmt.Sprintf("%.1f", r.RecoveryS)
 		}
 		result := "pass"
 		if !r.Pass {
