@@ -121,7 +121,7 @@ $(NATS_SERVER): go.mod
 
 # The fault suite: the services as separate processes around a standalone nats-server, under loadgen's load, one
 # fault at a time (worker, planner and frontend SIGKILL, a server restart, crafted requests; with CHAOS_ARGS
-# "--nats-conf FILE --user ROLE=NAME:PASSWORD_FILE ...", forged messages too), a table of sent, ok, lost,
+# "--nats-conf FILE --user WHO=nkey:SEED_FILE ...", forged messages too), a table of sent, ok, lost,
 # duplicate replies, violations and recovery time per fault (about 8 minutes; not part of `make test`, which runs the
 # short version, TestShortSuite).
 CHAOS_ARGS ?=

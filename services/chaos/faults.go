@@ -207,7 +207,7 @@ func (s *System) askThrough(ctx context.Context, frontend string) ([]string, []s
 // expectRefused publishes a forged message as the client user: the server must answer with a permissions
 // violation.
 func (s *System) expectRefused(subject string, data []byte) ([]string, []string, error) {
-	opts, err := s.cfg.Auth.options(RoleClient)
+	opts, err := s.cfg.Auth.options(RoleClient, RoleClient)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -36,41 +36,59 @@ type Auth struct {
 	// Conf is the nats-server configuration (its authorization or accounts section); the suite sets the port and
 	// the store on the command line.
 	Conf string
-	// Users holds the user each role connects as.
+	// Users holds who each process connects as, by process name (planner, fe1, fe2, w01, ..., client: loadgen and
+	// the suite's own connection), else by role (planner, frontend, worker, client).
 	Users map[string]User
 }
 
-// User is one NATS user: a name and the file holding its password. Processes get them as --user and
-// --password-file.
+// User is one NATS user: an nkey seed file (--nkey) or a name and a password file (--user, --password-file), the
+// services' and loadgen's flags.
 type User struct {
+	NkeyFile     string
 	Name         string
 	PasswordFile string
 }
 
-func (a *Auth) args(role string) []string {
+func (a *Auth) user(name, role string) (User, bool) {
 	if a == nil {
-		return nil
+		return User{}, false
+	}
+	if u, ok := a.Users[name]; ok {
+		return u, true
 	}
 	u, ok := a.Users[role]
-	if !ok {
+	return u, ok
+}
+
+func (a *Auth) args(name, role string) []string {
+	u, ok := a.user(name, role)
+	switch {
+	case !ok:
 		return nil
+	case u.NkeyFile != "":
+		return []string{"--nkey", u.NkeyFile}
 	}
 	return []string{"--user", u.Name, "--password-file", u.PasswordFile}
 }
 
-func (a *Auth) options(role string) ([]nats.Option, error) {
+func (a *Auth) options(name, role string) ([]nats.Option, error) {
 	if a == nil {
 		return nil, nil
 	}
-	u, ok := a.Users[role]
-	if !ok {
-		return nil, fmt.Errorf("no user for role %s", role)
+	u, ok := a.user(name, role)
+	switch {
+	case !ok:
+		return nil, fmt.Errorf("no NATS user for %s (role %s)", name, role)
+	case u.NkeyFile != "":
+		o, err := nats.NkeyOptionFromSeed(u.NkeyFile)
+		return []nats.Option{o}, err
 	}
 	pw, err := os.ReadFile(u.PasswordFile)
 	if err != nil {
 		return nil, err
 	}
-	return []nats.Option{nats.UserInfo(u.Name, strings.TrimSpace(string(pw)))}, nil
+	first, _, _ := strings.Cut(string(pw), "\n")
+	return []nats.Option{nats.UserInfo(u.Name, strings.TrimSpace(first))}, nil
 }
 
 // restartDelay is how long an orchestrator (docker, systemd) waits before restarting a process that exited.
@@ -199,7 +217,7 @@ func startSystem(cfg *Config, dir string) (*System, error) {
 			return err
 		}
 		s.logs = append(s.logs, f)
-		args = append(append(args, "--nats", srv.URL()), cfg.Auth.args(role)...)
+		args = append(append(args, "--nats", srv.URL()), cfg.Auth.args(name, role)...)
 		p := &proc{name: name, role: role, bin: cfg.Sleipnir, args: args, log: f}
 		s.procs[name] = p
 		return p.start()
@@ -213,7 +231,7 @@ func startSystem(cfg *Config, dir string) (*System, error) {
 	}
 	if err == nil {
 		var opts []nats.Option
-		if opts, err = cfg.Auth.options(RoleClient); err == nil {
+		if opts, err = cfg.Auth.options(RoleClient, RoleClient); err == nil {
 			s.NC, err = nats.Connect(srv.URL(), append(opts, nats.Name("sleipnir-chaos"), nats.MaxReconnects(-1),
 				nats.ReconnectWait(100*time.Millisecond), nats.ReconnectBufSize(64<<20))...)
 		}
@@ -272,7 +290,7 @@ func (s *System) Crashes() []string {
 
 // ClientArgs are the connection flags loadgen gets.
 func (s *System) ClientArgs() []string {
-	return append([]string{"--nats", s.Server.URL()}, s.cfg.Auth.args(RoleClient)...)
+	return append([]string{"--nats", s.Server.URL()}, s.cfg.Auth.args(RoleClient, RoleClient)...)
 }
 
 // Close stops every process and the server.

@@ -15,17 +15,21 @@ import (
 	"github.com/sleipnir-serving/sleipnir/services/chaos"
 )
 
-// userFlags is a repeatable --user ROLE=NAME:PASSWORD_FILE.
+// userFlags is a repeatable --user WHO=NAME:PASSWORD_FILE or WHO=nkey:SEED_FILE.
 type userFlags map[string]chaos.User
 
 func (u userFlags) String() string { return "" }
 func (u userFlags) Set(v string) error {
-	role, rest, ok1 := strings.Cut(v, "=")
+	who, rest, ok1 := strings.Cut(v, "=")
 	name, file, ok2 := strings.Cut(rest, ":")
-	if !ok1 || !ok2 || role == "" || name == "" || file == "" {
-		return fmt.Errorf("%q: want ROLE=NAME:PASSWORD_FILE", v)
+	if !ok1 || !ok2 || who == "" || name == "" || file == "" {
+		return fmt.Errorf("%q: want WHO=NAME:PASSWORD_FILE or WHO=nkey:SEED_FILE", v)
 	}
-	u[role] = chaos.User{Name: name, PasswordFile: file}
+	if name == "nkey" {
+		u[who] = chaos.User{NkeyFile: file}
+	} else {
+		u[who] = chaos.User{Name: name, PasswordFile: file}
+	}
 	return nil
 }
 
@@ -45,8 +49,9 @@ func runChaos(args []string) error {
 	fs.StringVar(&cfg.Dir, "log-dir", "", "keep each fault's process logs here (default: a temporary directory, removed)")
 	natsConf := fs.String("nats-conf", "", "nats-server configuration with users and permissions (enables the forged-message faults)")
 	users := userFlags{}
-	fs.Var(users, "user", "ROLE=NAME:PASSWORD_FILE, repeatable: the user each role (planner, frontend, worker, client) "+
-		"connects as; processes get --user NAME --password-file FILE")
+	fs.Var(users, "user", "WHO=NAME:PASSWORD_FILE or WHO=nkey:SEED_FILE, repeatable: who a process (planner, fe1, fe2, "+
+		"w01, ..., client) or else a role (planner, frontend, worker, client) connects as; processes get --user NAME "+
+		"--password-file FILE, or --nkey FILE")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
