@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -188,7 +189,7 @@ func runFault(ctx context.Context, cfg *Config, f Fault) (Row, error) {
 		defer os.RemoveAll(tmp)
 		dir = tmp
 	} else {
-		dir = dir + "/" + f.Name
+		dir = filepath.Join(dir, f.Name)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return row, err
 		}
@@ -209,7 +210,7 @@ func runFault(ctx context.Context, cfg *Config, f Fault) (Row, error) {
 		"--timeout", fmt.Sprintf("%gms", cfg.spec.SLOMs), "--grace", cfg.Grace.String(), "--json", "--series")
 	lg := exec.CommandContext(ctx, cfg.Loadgen, args...)
 	var out bytes.Buffer
-	lgLog, err := os.Create(dir + "/loadgen.log")
+	lgLog, err := os.Create(filepath.Join(dir, "loadgen.log"))
 	if err != nil {
 		return row, err
 	}
@@ -229,7 +230,7 @@ func runFault(ctx context.Context, cfg *Config, f Fault) (Row, error) {
 	case <-ctx.Done():
 		return row, ctx.Err()
 	}
-	sys.Crashes() // before the fault: not the fault's doing, but counted in the notes below
+	settleCrashes := sys.Crashes() // not the fault's doing, but said
 	faultAt := time.Now()
 	cfg.logf("%s: injecting", f.Name)
 	notes, failures, err := f.Inject(ctx, sys)
@@ -254,6 +255,9 @@ func runFault(ctx context.Context, cfg *Config, f Fault) (Row, error) {
 	}
 	if n := len(row.LostAtS); n > 0 {
 		notes = append(notes, fmt.Sprintf("lost requests were sent from %+.2f s to %+.2f s of the fault", row.LostAtS[0], row.LostAtS[n-1]))
+	}
+	for _, c := range settleCrashes {
+		notes = append(notes, "before the fault: "+c)
 	}
 	notes = append(notes, fmt.Sprintf("violations: %d partial, %d dropped, %d late, %d errors, %d lost", row.Partial,
 		row.Dropped, row.Late, row.Errors, row.Lost))
