@@ -37,13 +37,13 @@ func WriteTable(w io.Writer, rows []Row) {
 	}
 }
 
-// WriteMarkdown prints the rows as the README's table.
+// WriteMarkdown prints the rows as the README's table (the notes are in the text table and the JSON).
 func WriteMarkdown(w io.Writer, rows []Row) {
-	fmt.Fprintln(w, "| fault | sent | ok | lost | duplicates | violations | recovery s | crashes | result | notes |")
-	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+	fmt.Fprintln(w, "| fault | sent | ok | lost | duplicates | violations (before the fault) | recovery s | crashes | result |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 	for _, r := range rows {
 		if r.Skipped != "" {
-			fmt.Fprintf(w, "| %s | | | | | | | | skipped | %s |\n", r.Fault, r.Skipped)
+			fmt.Fprintf(w, "| %s | | | | | | | | skipped: %s |\n", r.Fault, r.Skipped)
 			continue
 		}
 		rec := "never"
@@ -52,9 +52,9 @@ func WriteMarkdown(w io.Writer, rows []Row) {
 		}
 		result := "pass"
 		if !r.Pass {
-			result = "**fail**: " + strings.Join(r.Failures, "; ")
+			result = "fail: " + strings.Join(r.Failures, "; ")
 		}
-		fmt.Fprintf(w, "| %s | %d | %d | %d | %d | %.2f%% | %s | %d | %s | %s |\n", r.Fault, r.Sent, r.OK, r.Lost,
-			r.Duplicates, r.ViolationsPct, rec, len(r.Crashes), result, strings.Join(append(r.Notes, r.Crashes...), "; "))
+		fmt.Fprintf(w, "| %s | %d | %d | %d | %d | %.1f%% (%.1f%%) | %s | %d | %s |\n", r.Fault, r.Sent, r.OK, r.Lost,
+			r.Duplicates, r.ViolationsPct, r.BaselinePct, rec, len(r.Crashes), result)
 	}
 }
