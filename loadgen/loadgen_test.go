@@ -227,7 +227,8 @@ func TestImagesAreCheckedAgainstTheirTruth(t *testing.T) {
 
 // TestDuplicatesAndSeries: a responder that answers every third request twice, leaves every fifth unanswered until
 // after its loss, and fails every seventh. Loadgen counts each duplicate once, the late replies apart from the
-// duplicates, and the per-second series adds up to the totals.
+// duplicates, and the per-second series adds up to the totals. Margins are wide (the immediate replies have 1 s);
+// only the late replies, which must come in the 0.5 s loadgen listens after the last loss, are counted loosely.
 func TestDuplicatesAndSeries(t *testing.T) {
 	nc := connect(t)
 	var n atomic.Int64
@@ -239,8 +240,8 @@ func TestDuplicatesAndSeries(t *testing.T) {
 		}
 		data, _ := msgpack.Marshal(&wire.InferReply{RequestID: "x", Pipeline: "p", Status: st})
 		switch {
-		case i%5 == 4: // answered once its loss has been counted (timeout 100 ms + grace 100 ms)
-			go func() { time.Sleep(300 * time.Millisecond); m.Respond(data) }()
+		case i%5 == 4: // answered after its loss time (timeout 500 ms + grace 500 ms)
+			go func() { time.Sleep(1200 * time.Millisecond); m.Respond(data) }()
 		case i%3 == 2:
 			m.Respond(data)
 			m.Respond(data)
@@ -252,7 +253,7 @@ func TestDuplicatesAndSeries(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, err := Run(context.Background(), nc, Config{Pipeline: "p", QPS: 200, Duration: 2 * time.Second,
-		Timeout: 100 * time.Millisecond, Grace: 100 * time.Millisecond, Series: true}, nil)
+		Timeout: 500 * time.Millisecond, Grace: 500 * time.Millisecond, Series: true}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,9 +272,12 @@ func TestDuplicatesAndSeries(t *testing.T) {
 			}
 		}
 	}
-	if s.Sent != sent || s.Duplicates != wantDup || s.Lost != wantLost || s.LateReplies != wantLost || s.OK != wantOK {
-		t.Errorf("sent %d dup %d lost %d late replies %d ok %d, want %d %d %d %d %d", s.Sent, s.Duplicates, s.Lost,
-			s.LateReplies, s.OK, sent, wantDup, wantLost, wantLost, wantOK)
+	if s.Sent != sent || s.Duplicates != wantDup || s.Lost != wantLost || s.OK != wantOK {
+		t.Errorf("sent %d dup %d lost %d ok %d, want %d %d %d %d", s.Sent, s.Duplicates, s.Lost, s.OK, sent, wantDup,
+			wantLost, wantOK)
+	}
+	if s.LateReplies == 0 || s.LateReplies > wantLost {
+		t.Errorf("%d late replies, want some and at most the %d lost", s.LateReplies, wantLost)
 	}
 	var tot Second
 	for _, sec := range s.Series {
