@@ -119,6 +119,7 @@ type Row struct {
 	ViolationsPct float64  `json:"violations_pct"`
 	BaselinePct   float64  `json:"baseline_violations_pct"` // in the measured seconds before the fault
 	RecoveryS     float64  `json:"recovery_s"`              // -1: violations had not settled by the end
+	ResumeS       float64  `json:"resume_s"`                // to the first second from the fault on with ok replies; -1: none
 	Crashes       []string `json:"crashes,omitempty"`
 	Notes         []string `json:"notes,omitempty"`
 	Failures      []string `json:"failures,omitempty"`
@@ -175,7 +176,7 @@ func Run(ctx context.Context, cfg Config, faults []Fault) ([]Row, error) {
 }
 
 func runFault(ctx context.Context, cfg *Config, f Fault) (Row, error) {
-	row := Row{Fault: f.Name, RecoveryS: -1}
+	row := Row{Fault: f.Name, RecoveryS: -1, ResumeS: -1}
 	if f.NeedsAuth && cfg.Auth == nil {
 		row.Skipped = "needs a server with users and permissions (--nats-conf, --user)"
 		return row, nil
@@ -261,6 +262,13 @@ func runFault(ctx context.Context, cfg *Config, f Fault) (Row, error) {
 	}
 	notes = append(notes, fmt.Sprintf("violations: %d partial, %d dropped, %d late, %d errors, %d lost", row.Partial,
 		row.Dropped, row.Late, row.Errors, row.Lost))
+	for i := int(row.FaultAtS); i >= 0 && i < len(sum.Series); i++ {
+		if sum.Series[i].OK > 0 {
+			row.ResumeS = max(0, float64(i)-row.FaultAtS)
+			notes = append(notes, fmt.Sprintf("ok replies resumed for requests sent %.1f s after the fault", row.ResumeS))
+			break
+		}
+	}
 	if r, ok := Recovery(sum.Series, row.FaultAtS, 0.01); ok {
 		row.RecoveryS = r
 	}
