@@ -204,9 +204,12 @@ func startSystem(cfg *Config, dir string) (*System, error) {
 	if err != nil {
 		return nil, err
 	}
-	srv, err := natsproc.Start(natsproc.Config{Name: "chaos", StoreDir: filepath.Join(dir, "jetstream"), Conf: conf,
-		Args: []string{"-l", srvLog.Name()}})
 	srvLog.Close()
+	store := filepath.Join(dir, "jetstream")
+	if err := os.MkdirAll(store, 0o700); err != nil {
+		return nil, err
+	}
+	srv, err := natsproc.Start(natsproc.Config{Name: "chaos", StoreDir: store, Conf: conf, Args: []string{"-l", srvLog.Name()}})
 	if err != nil {
 		return nil, err
 	}
