@@ -28,7 +28,10 @@ const (
 	RolePlanner  = "planner"
 	RoleFrontend = "frontend"
 	RoleWorker   = "worker"
-	RoleClient   = "client" // loadgen and the suite's own connection (crafted and forged messages)
+	RoleClient   = "client" // loadgen, crafted and forged messages
+	// RoleObserver is the suite's own connection: a client that may also read the KV bucket (which workers are
+	// active); without an observer user, the client's.
+	RoleObserver = "observer"
 )
 
 // Auth makes the suite run against a server with users and permissions, as a deployment would.
@@ -185,7 +188,7 @@ type System struct {
 	cfg    *Config
 	Server *natsproc.Server
 	procs  map[string]*proc
-	// NC is the suite's own connection (role client).
+	// NC is the suite's own connection (role observer, else client).
 	NC   *nats.Conn
 	logs []*os.File
 }
@@ -234,7 +237,11 @@ func startSystem(cfg *Config, dir string) (*System, error) {
 	}
 	if err == nil {
 		var opts []nats.Option
-		if opts, err = cfg.Auth.options(RoleClient, RoleClient); err == nil {
+		role := RoleObserver
+		if _, ok := cfg.Auth.user(role, role); !ok {
+			role = RoleClient
+		}
+		if opts, err = cfg.Auth.options(role, role); err == nil {
 			s.NC, err = nats.Connect(srv.URL(), append(opts, nats.Name("sleipnir-chaos"), nats.MaxReconnects(-1),
 				nats.ReconnectWait(100*time.Millisecond), nats.ReconnectBufSize(64<<20))...)
 		}

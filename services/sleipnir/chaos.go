@@ -50,7 +50,7 @@ func runChaos(args []string) error {
 	natsConf := fs.String("nats-conf", "", "nats-server configuration with users and permissions (enables the forged-message faults)")
 	users := userFlags{}
 	fs.Var(users, "user", "WHO=NAME:PASSWORD_FILE or WHO=nkey:SEED_FILE, repeatable: who a process (planner, fe1, fe2, "+
-		"w01, ..., client) or else a role (planner, frontend, worker, client) connects as; processes get --user NAME "+
+		"w01, ..., client, observer) or else a role (planner, frontend, worker, client, observer) connects as; processes get --user NAME "+
 		"--password-file FILE, or --nkey FILE")
 	if err := fs.Parse(args); err != nil {
 		return err
