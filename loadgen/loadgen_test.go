@@ -287,13 +287,15 @@ func TestDuplicatesAndSeries(t *testing.T) {
 		tot.Lost += sec.Lost
 		tot.Duplicates += sec.Duplicates
 	}
-	if len(s.LostSentMs) != s.Lost || len(s.LostSentMs) > 0 && (s.LostSentMs[0] < 0 || s.LostSentMs[len(s.LostSentMs)-1] > 2100) {
+	lostAt := s.LostSentMs
+	if len(lostAt) != s.Lost || len(lostAt) > 0 && (lostAt[0] < 0 || lostAt[len(lostAt)-1] > 2100) {
 		t.Errorf("lost requests sent at %v ms, want %d times within the 2 s run", s.LostSentMs, s.Lost)
 	}
 	if len(s.Series) < 2 || len(s.Series) > 3 || s.SeriesStartUnixMs == 0 {
 		t.Errorf("%d seconds in the series of a 2 s run, start %d", len(s.Series), s.SeriesStartUnixMs)
 	}
-	if want := (Second{Sent: s.Sent, OK: s.OK, Violations: s.Sent - s.OK, Lost: s.Lost, Duplicates: s.Duplicates}); tot != want {
+	want := Second{Sent: s.Sent, OK: s.OK, Violations: s.Sent - s.OK, Lost: s.Lost, Duplicates: s.Duplicates}
+	if tot != want {
 		t.Errorf("series adds up to %+v, want %+v", tot, want)
 	}
 }

@@ -111,15 +111,16 @@ func TestForgeryCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	conf := `authorization { users: [
-  {user: client, password: s3cret, permissions: {publish: {allow: ["sleipnir.infer.>"]}, subscribe: {allow: ["_INBOX.>"]}}}
+  {user: client, password: s3cret,
+   permissions: {publish: {allow: ["sleipnir.infer.>"]}, subscribe: {allow: ["_INBOX.>"]}}}
 ]}`
 	srv, err := natsproc.Start(natsproc.Config{StoreDir: dir, Conf: conf})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer srv.Stop()
-	s := &System{cfg: &Config{Auth: &Auth{Conf: conf, Users: map[string]User{RoleClient: {Name: "client", PasswordFile: pwFile}}}},
-		Server: srv}
+	users := map[string]User{RoleClient: {Name: "client", PasswordFile: pwFile}}
+	s := &System{cfg: &Config{Auth: &Auth{Conf: conf, Users: users}}, Server: srv}
 	notes, failures, err := s.expectRefused("sleipnir.result.fe1", []byte("forged"))
 	if err != nil || len(failures) > 0 || len(notes) == 0 {
 		t.Errorf("forged result: notes %v, failures %v, err %v; want it refused", notes, failures, err)

@@ -189,7 +189,8 @@ func (s *System) askThrough(ctx context.Context, frontend string) ([]string, []s
 		case strings.HasPrefix(rep.RequestID, frontend+"-"):
 			statuses = append(statuses, rep.RequestID+" "+rep.Status)
 			if rep.Status != wire.StatusOK {
-				failures = append(failures, strings.TrimSpace(fmt.Sprintf("%s answered %s %s", rep.RequestID, rep.Status, rep.Error)))
+				f := fmt.Sprintf("%s answered %s %s", rep.RequestID, rep.Status, rep.Error)
+				failures = append(failures, strings.TrimSpace(f))
 			}
 		}
 		select {

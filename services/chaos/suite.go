@@ -119,7 +119,7 @@ type Row struct {
 	ViolationsPct float64  `json:"violations_pct"`
 	BaselinePct   float64  `json:"baseline_violations_pct"` // in the measured seconds before the fault
 	RecoveryS     float64  `json:"recovery_s"`              // -1: violations had not settled by the end
-	ResumeS       float64  `json:"resume_s"`                // to the first second from the fault on with ok replies; -1: none
+	ResumeS       float64  `json:"resume_s"`                // to the first second from the fault with ok replies; -1: none
 	Crashes       []string `json:"crashes,omitempty"`
 	Notes         []string `json:"notes,omitempty"`
 	Failures      []string `json:"failures,omitempty"`
@@ -222,7 +222,8 @@ func runFault(ctx context.Context, cfg *Config, f Fault) (Row, error) {
 	}
 	lgDone := make(chan error, 1)
 	go func() { lgDone <- lg.Wait() }()
-	cfg.logf("%s: load %.0f QPS, %v settling, %v before the fault, %v after", f.Name, cfg.QPS, cfg.Settle, cfg.Before, cfg.After)
+	cfg.logf("%s: load %.0f QPS, %v settling, %v before the fault, %v after", f.Name, cfg.QPS, cfg.Settle, cfg.Before,
+		cfg.After)
 
 	select {
 	case err := <-lgDone:
@@ -245,7 +246,8 @@ func runFault(ctx context.Context, cfg *Config, f Fault) (Row, error) {
 	if err := json.Unmarshal(lastLine(out.Bytes()), &sum); err != nil {
 		return row, fmt.Errorf("loadgen's summary: %v", err)
 	}
-	row.Sent, row.OK, row.Lost, row.Duplicates, row.LateReplies = sum.Sent, sum.OK, sum.Lost, sum.Duplicates, sum.LateReplies
+	row.Sent, row.OK, row.Lost = sum.Sent, sum.OK, sum.Lost
+	row.Duplicates, row.LateReplies = sum.Duplicates, sum.LateReplies
 	row.Partial, row.Dropped, row.Late, row.Errors = sum.Partial, sum.Dropped, sum.Late, sum.Errors
 	row.ViolationsPct = 100 * sum.SLOViolationRatio
 	row.Series = sum.Series
@@ -255,7 +257,8 @@ func runFault(ctx context.Context, cfg *Config, f Fault) (Row, error) {
 		row.LostAtS = append(row.LostAtS, float64(ms)/1000-row.FaultAtS)
 	}
 	if n := len(row.LostAtS); n > 0 {
-		notes = append(notes, fmt.Sprintf("lost requests were sent from %+.2f s to %+.2f s of the fault", row.LostAtS[0], row.LostAtS[n-1]))
+		notes = append(notes, fmt.Sprintf("lost requests were sent from %+.2f s to %+.2f s of the fault",
+			row.LostAtS[0], row.LostAtS[n-1]))
 	}
 	for _, c := range settleCrashes {
 		notes = append(notes, "before the fault: "+c)
@@ -364,7 +367,8 @@ func (s *System) waitServing(ctx context.Context, pipelineName string, limit tim
 // probeRequest is a request like loadgen's: one FP32 image [1, 3, 64, 64].
 func probeRequest() []byte {
 	shape := []int64{1, 3, 64, 64}
-	data, _ := msgpack.Marshal(&wire.InferRequest{Inputs: []wire.Tensor{wire.NewFP32("image", shape, make([]float32, 3*64*64))}})
+	image := wire.NewFP32("image", shape, make([]float32, 3*64*64))
+	data, _ := msgpack.Marshal(&wire.InferRequest{Inputs: []wire.Tensor{image}})
 	return data
 }
 

@@ -212,7 +212,8 @@ func startSystem(cfg *Config, dir string) (*System, error) {
 	if err := os.MkdirAll(store, 0o700); err != nil {
 		return nil, err
 	}
-	srv, err := natsproc.Start(natsproc.Config{Name: "chaos", StoreDir: store, Conf: conf, Args: []string{"-l", srvLog.Name()}})
+	srv, err := natsproc.Start(natsproc.Config{Name: "chaos", StoreDir: store, Conf: conf,
+		Args: []string{"-l", srvLog.Name()}})
 	if err != nil {
 		return nil, err
 	}

@@ -39,7 +39,8 @@ func WriteTable(w io.Writer, rows []Row) {
 
 // WriteMarkdown prints the rows as the README's table (the notes are in the text table and the JSON).
 func WriteMarkdown(w io.Writer, rows []Row) {
-	fmt.Fprintln(w, "| fault | sent | ok | lost | duplicates | violations (before the fault) | recovery s | crashes | result |")
+	fmt.Fprintln(w, "| fault | sent | ok | lost | duplicates | violations (before the fault) | recovery s | crashes "+
+		"| result |")
 	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 	for _, r := range rows {
 		if r.Skipped != "" {

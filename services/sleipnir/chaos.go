@@ -47,11 +47,12 @@ func runChaos(args []string) error {
 	asJSON := fs.Bool("json", false, "print one JSON object per fault instead of the table")
 	markdown := fs.Bool("markdown", false, "print the table as Markdown (the README's)")
 	fs.StringVar(&cfg.Dir, "log-dir", "", "keep each fault's process logs here (default: a temporary directory, removed)")
-	natsConf := fs.String("nats-conf", "", "nats-server configuration with users and permissions (enables the forged-message faults)")
+	natsConf := fs.String("nats-conf", "", "nats-server configuration with users and permissions (enables the "+
+		"forged-message faults)")
 	users := userFlags{}
 	fs.Var(users, "user", "WHO=NAME:PASSWORD_FILE or WHO=nkey:SEED_FILE, repeatable: who a process (planner, fe1, fe2, "+
-		"w01, ..., client, observer) or else a role (planner, frontend, worker, client, observer) connects as; processes get --user NAME "+
-		"--password-file FILE, or --nkey FILE")
+		"w01, ..., client, observer) or else a role (planner, frontend, worker, client, observer) connects as; "+
+		"processes get --user NAME --password-file FILE, or --nkey FILE")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
