@@ -224,3 +224,78 @@ func TestImagesAreCheckedAgainstTheirTruth(t *testing.T) {
 		t.Errorf("predicted accuracy %v, want the replies' 0.8", s.PredictedAccuracy)
 	}
 }
+
+// TestDuplicatesAndSeries: a responder that answers every third request twice, leaves every fifth unanswered until
+// after its loss, and fails every seventh. Loadgen counts each duplicate once, the late replies apart from the
+// duplicates, and the per-second series adds up to the totals. Margins are wide (the immediate replies have 1 s);
+// only the late replies, which must come in the 0.5 s loadgen listens after the last loss, are counted loosely.
+func TestDuplicatesAndSeries(t *testing.T) {
+	nc := connect(t)
+	var n atomic.Int64
+	_, err := nc.Subscribe(wire.InferSubject("p"), func(m *nats.Msg) {
+		i := n.Add(1) - 1
+		st := wire.StatusOK
+		if i%7 == 6 {
+			st = wire.StatusError
+		}
+		data, _ := msgpack.Marshal(&wire.InferReply{RequestID: "x", Pipeline: "p", Status: st})
+		switch {
+		case i%5 == 4: // answered after its loss time (timeout 500 ms + grace 500 ms)
+			go func() { time.Sleep(1200 * time.Millisecond); m.Respond(data) }()
+		case i%3 == 2:
+			m.Respond(data)
+			m.Respond(data)
+		default:
+			m.Respond(data)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Run(context.Background(), nc, Config{Pipeline: "p", QPS: 200, Duration: 2 * time.Second,
+		Timeout: 500 * time.Millisecond, Grace: 500 * time.Millisecond, Series: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := int(n.Load())
+	var wantDup, wantLost, wantOK int
+	for i := range sent {
+		switch {
+		case i%5 == 4:
+			wantLost++
+		case i%3 == 2:
+			wantDup++
+			fallthrough
+		default:
+			if i%7 != 6 {
+				wantOK++
+			}
+		}
+	}
+	if s.Sent != sent || s.Duplicates != wantDup || s.Lost != wantLost || s.OK != wantOK {
+		t.Errorf("sent %d dup %d lost %d ok %d, want %d %d %d %d", s.Sent, s.Duplicates, s.Lost, s.OK, sent, wantDup,
+			wantLost, wantOK)
+	}
+	if s.LateReplies == 0 || s.LateReplies > wantLost {
+		t.Errorf("%d late replies, want some and at most the %d lost", s.LateReplies, wantLost)
+	}
+	var tot Second
+	for _, sec := range s.Series {
+		tot.Sent += sec.Sent
+		tot.OK += sec.OK
+		tot.Violations += sec.Violations
+		tot.Lost += sec.Lost
+		tot.Duplicates += sec.Duplicates
+	}
+	lostAt := s.LostSentMs
+	if len(lostAt) != s.Lost || len(lostAt) > 0 && (lostAt[0] < 0 || lostAt[len(lostAt)-1] > 2100) {
+		t.Errorf("lost requests sent at %v ms, want %d times within the 2 s run", s.LostSentMs, s.Lost)
+	}
+	if len(s.Series) < 2 || len(s.Series) > 3 || s.SeriesStartUnixMs == 0 {
+		t.Errorf("%d seconds in the series of a 2 s run, start %d", len(s.Series), s.SeriesStartUnixMs)
+	}
+	want := Second{Sent: s.Sent, OK: s.OK, Violations: s.Sent - s.OK, Lost: s.Lost, Duplicates: s.Duplicates}
+	if tot != want {
+		t.Errorf("series adds up to %+v, want %+v", tot, want)
+	}
+}

@@ -35,6 +35,7 @@ func main() {
 	flag.StringVar(&shape, "input-shape", "1,3,64,64", "shape of the FP32 input tensor")
 	flag.Uint64Var(&cfg.Seed, "seed", 1, "seed of arrivals and input values")
 	images := flag.String("images", "", "a labelled OCR set (`make data`: data/ocr): send its images in turn and check the replies against their ground truth")
+	flag.BoolVar(&cfg.Series, "series", false, "with --json: add the per-second series (sent, ok, violations, lost, duplicates by second of sending)")
 	stepsFlag := flag.String("steps", "", "step the demand: QPS:DURATION,... (each after --warmup at its rate); "+
 		"prints a line per step with the plan the planner published by its end")
 	flag.Parse()
@@ -59,7 +60,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "loadgen:", err)
 		os.Exit(2)
 	}
-	nc, err := nats.Connect(*url, append(opts, nats.Name("sleipnir-loadgen"))...)
+	nc, err := nats.Connect(*url, append(opts, ClientOptions("sleipnir-loadgen")...)...)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "loadgen: cannot connect to NATS at %s: %v (is `make run` running?)\n", bus.RedactURL(*url), err)
 		os.Exit(1)

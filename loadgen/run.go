@@ -38,20 +38,27 @@ type Config struct {
 	// Images, if set, is a labelled OCR set: each request carries one of its images (in turn), and each ok reply is
 	// checked against the image's ground truth.
 	Images *ocr.Set
+	// Series, if set, adds to the summary the fate of the measured requests per second of sending (what a fault
+	// suite reads recovery times from).
+	Series bool
 }
 
 // Summary is the result of a run; its JSON form is loadgen's last line with --json.
 type Summary struct {
-	Pipeline          string  `json:"pipeline"`
-	QPS               float64 `json:"qps"`
-	DurationS         float64 `json:"duration_s"`
-	Sent              int     `json:"sent"`
-	OK                int     `json:"ok"`
-	Partial           int     `json:"partial"`
-	Dropped           int     `json:"dropped"`
-	Late              int     `json:"late"`
-	Errors            int     `json:"errors"`
-	Lost              int     `json:"lost"`
+	Pipeline  string  `json:"pipeline"`
+	QPS       float64 `json:"qps"`
+	DurationS float64 `json:"duration_s"`
+	Sent      int     `json:"sent"`
+	OK        int     `json:"ok"`
+	Partial   int     `json:"partial"`
+	Dropped   int     `json:"dropped"`
+	Late      int     `json:"late"`
+	Errors    int     `json:"errors"`
+	Lost      int     `json:"lost"`
+	// Duplicates counts replies beyond a request's first (each one a broken exactly-once promise); LateReplies,
+	// replies that came after their request was counted lost. Neither changes the request's own outcome.
+	Duplicates        int     `json:"duplicates"`
+	LateReplies       int     `json:"late_replies"`
 	P50Ms             float64 `json:"p50_ms"`
 	P95Ms             float64 `json:"p95_ms"`
 	P99Ms             float64 `json:"p99_ms"`
@@ -67,21 +74,65 @@ type Summary struct {
 	PredictedAccuracy float64 `json:"predicted_accuracy,omitempty"`
 	PageCharAccuracy  float64 `json:"page_char_accuracy,omitempty"`
 	FirstError        string  `json:"first_error,omitempty"`
+	// SeriesStartUnixMs is when the measurement began (wall clock); Series[i] holds the requests sent in the i-th
+	// second from then. Only with Config.Series.
+	SeriesStartUnixMs int64    `json:"series_start_unix_ms,omitempty"`
+	Series            []Second `json:"series,omitempty"`
+	// LostSentMs is when each lost request was sent, in ms from the series' start (with Config.Series).
+	LostSentMs []int64 `json:"lost_sent_ms,omitempty"`
+}
+
+// Second is what became of the requests sent in one second of a run. A request violates its SLO unless its first
+// reply is ok: a lost request, a failed publish and every other status are violations.
+type Second struct {
+	Sent       int `json:"sent"`
+	OK         int `json:"ok"`
+	Violations int `json:"violations"`
+	Lost       int `json:"lost"`
+	Duplicates int `json:"duplicates"`
+}
+
+// ClientOptions are loadgen's connection settings, and what a client of Sleipnir should use: reconnect forever
+// (a server restart must not end the client), retry every 100 ms with little jitter (the frontends reconnect as
+// fast; a client that waits the default 2 s loses its replies for that long), and buffer up to 64 MiB published
+// while disconnected (at 150 requests/s of 48 KiB, about 9 s of load; nats.go's default of 8 MiB is about 1 s,
+// after which publishes fail). What is buffered is sent on reconnect, after the client's subscriptions are
+// re-established, so replies to it have somewhere to go.
+func ClientOptions(name string) []nats.Option {
+	return []nats.Option{
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(100 * time.Millisecond),
+		nats.ReconnectJitter(50*time.Millisecond, 50*time.Millisecond),
+		nats.ReconnectBufSize(64 << 20),
+	}
 }
 
 // noDeadlineWait is how long a request without a known deadline may take before its grace starts.
 const noDeadlineWait = 30 * time.Second
 
+// duplicateWait is how long a run listens, after the last request is settled, for duplicate replies.
+const duplicateWait = 500 * time.Millisecond
+
 type pendingReq struct {
-	sent   time.Time
-	due    time.Time // lost after this
-	warmup bool      // sent during the warmup: not counted
-	doc    int       // the labelled image the request carries
+	sent    time.Time
+	due     time.Time // lost after this
+	warmup  bool      // sent during the warmup: not counted
+	doc     int       // the labelled image the request carries
+	second  int       // index in the series (measured requests only)
+	sinceMs int64     // ms from the series' start
+	replies int
+	lost    bool
 }
 
+// settled: answered, or counted lost.
+func (p *pendingReq) settled() bool { return p.replies > 0 || p.lost }
+
 type run struct {
-	mu        sync.Mutex
-	pending   map[string]pendingReq
+	mu sync.Mutex
+	// requests holds every request sent, answered or not, so that a second reply is seen as a duplicate.
+	requests  map[string]*pendingReq
+	series    []Second
 	latencies []float64
 	sum       Summary
 	noResp    int // "no responders" transport errors
@@ -130,7 +181,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, progress io.Writer) (Su
 		}
 	}
 
-	r := &run{pending: map[string]pendingReq{}, sum: Summary{Pipeline: cfg.Pipeline, QPS: cfg.QPS}, images: cfg.Images}
+	r := &run{requests: map[string]*pendingReq{}, sum: Summary{Pipeline: cfg.Pipeline, QPS: cfg.QPS}, images: cfg.Images}
 	inbox := nats.NewInbox()
 	sub, err := nc.Subscribe(inbox+".*", r.onReply)
 	if err != nil {
@@ -179,16 +230,24 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, progress io.Writer) (Su
 		if !warm && measureStart.IsZero() {
 			measureStart = now
 		}
+		p := &pendingReq{sent: now, due: now.Add(wait + cfg.Grace), warmup: warm, doc: i % len(payloads)}
 		r.mu.Lock()
-		r.pending[m.Reply] = pendingReq{sent: now, due: now.Add(wait + cfg.Grace), warmup: warm, doc: i % len(payloads)}
+		r.requests[m.Reply] = p
 		if !warm {
 			r.sum.Sent++
+			p.second = int(now.Sub(measureStart) / time.Second)
+			p.sinceMs = now.Sub(measureStart).Milliseconds()
+			for len(r.series) <= p.second {
+				r.series = append(r.series, Second{})
+			}
+			r.series[p.second].Sent++
 		}
 		r.mu.Unlock()
 		if err := nc.PublishMsg(m); err != nil {
 			r.mu.Lock()
-			delete(r.pending, m.Reply)
+			delete(r.requests, m.Reply)
 			if !warm {
+				r.series[p.second].Violations++
 				r.sum.Errors++
 				if r.sum.FirstError == "" {
 					r.sum.FirstError = err.Error()
@@ -201,15 +260,21 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, progress io.Writer) (Su
 	if sendEnd.IsZero() {
 		sendEnd = time.Now()
 	}
-	// Drain: wait for every reply, or until each outstanding request is past its loss time.
+	// Drain: wait for every reply, or until each outstanding request is past its loss time; then listen a little
+	// longer for duplicates.
 	for {
 		r.mu.Lock()
 		now, left := time.Now(), 0
-		for subj, p := range r.pending {
+		for _, p := range r.requests {
+			if p.settled() {
+				continue
+			}
 			if now.After(p.due) {
-				delete(r.pending, subj)
+				p.lost = true
 				if !p.warmup {
 					r.sum.Lost++
+					r.series[p.second].Lost++
+					r.series[p.second].Violations++
 				}
 			} else {
 				left++
@@ -221,6 +286,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, progress io.Writer) (Su
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	time.Sleep(duplicateWait)
 	close(stopProgress)
 	progressDone.Wait()
 
@@ -239,6 +305,16 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, progress io.Writer) (Su
 	}
 	if r.accN > 0 {
 		s.MeanAccuracy = r.accSum / float64(r.accN)
+	}
+	if cfg.Series {
+		s.SeriesStartUnixMs = measureStart.UnixMilli()
+		s.Series = slices.Clone(r.series)
+		for _, p := range r.requests {
+			if p.lost && !p.warmup {
+				s.LostSentMs = append(s.LostSentMs, p.sinceMs)
+			}
+		}
+		slices.Sort(s.LostSentMs)
 	}
 	if t := r.truth; t.lines > 0 {
 		s.MeasuredAccuracy = float64(t.exact) / float64(t.lines)
@@ -260,24 +336,45 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, progress io.Writer) (Su
 	return s, nil
 }
 
-// onReply records the one reply of a request (a second one, which must never happen, is counted as an error).
+// onReply records the first reply of a request; a second one, which must never happen, is counted as a
+// duplicate, and one after the request was counted lost as a late reply.
 func (r *run) onReply(m *nats.Msg) {
 	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	p, ok := r.pending[m.Subject]
+	p, ok := r.requests[m.Subject]
 	if !ok {
 		r.sum.Errors++
 		if r.sum.FirstError == "" {
-			r.sum.FirstError = "a reply for a request already answered or lost: " + m.Subject
+			r.sum.FirstError = "a reply to no request sent: " + m.Subject
 		}
 		return
 	}
-	delete(r.pending, m.Subject)
+	p.replies++
+	if !p.lost && p.replies == 1 && now.After(p.due) {
+		// Past its loss time: lost, whether or not the drain has swept it yet.
+		p.lost = true
+		if !p.warmup {
+			r.sum.Lost++
+			r.series[p.second].Lost++
+			r.series[p.second].Violations++
+		}
+	}
 	if p.warmup {
 		return
 	}
+	switch {
+	case p.lost:
+		r.sum.LateReplies++
+		return
+	case p.replies > 1:
+		r.sum.Duplicates++
+		r.series[p.second].Duplicates++
+		return
+	}
+	sec := &r.series[p.second]
 	if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
+		sec.Violations++
 		r.noResp++
 		r.sum.Errors++
 		if r.sum.FirstError == "" {
@@ -285,9 +382,16 @@ func (r *run) onReply(m *nats.Msg) {
 		}
 		return
 	}
+
 	r.latencies = append(r.latencies, float64(now.Sub(p.sent).Microseconds())/1000)
 	var rep wire.InferReply
-	if err := wire.UnmarshalMsgpack(m.Data, &rep); err != nil {
+	err := wire.UnmarshalMsgpack(m.Data, &rep)
+	if err == nil && rep.Status == wire.StatusOK {
+		sec.OK++
+	} else {
+		sec.Violations++
+	}
+	if err != nil {
 		r.sum.Errors++
 		if r.sum.FirstError == "" {
 			r.sum.FirstError = "undecodable reply: " + err.Error()
@@ -345,7 +449,12 @@ func (r *run) report(w io.Writer, start time.Time, stop <-chan struct{}) {
 		}
 		r.mu.Lock()
 		s := r.sum
-		inflight := len(r.pending)
+		inflight := 0
+		for _, p := range r.requests {
+			if !p.settled() {
+				inflight++
+			}
+		}
 		lat := slices.Clone(r.latencies)
 		r.mu.Unlock()
 		slices.Sort(lat)

@@ -41,6 +41,7 @@ commands:
   profile   measure an OCR pipeline's variants (latency, swap time, fan-out, accuracy) and write its profile file
   ocrdata   generate the labelled OCR set (document images and their ground truth)
   nats-auth generate the nkeys of a deployment and render its NATS authorization (deploy/nats-auth.conf)
+  chaos     the fault suite: the services as processes around nats-server, under load, one fault at a time
   version   print the version
 
 Run 'sleipnir <command> -h' for the flags of a command.
@@ -74,6 +75,8 @@ func main() {
 		err = runOCRData(args)
 	case "nats-auth":
 		err = runNATSAuth(args)
+	case "chaos":
+		err = runChaos(args)
 	case "version":
 		fmt.Println("sleipnir", version)
 	case "-h", "--help", "help":

@@ -1,0 +1,394 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
+
+// Config is one run of the suite.
+type Config struct {
+	// Sleipnir and Loadgen are the binaries (bin/sleipnir, bin/loadgen).
+	Sleipnir, Loadgen string
+	// Pipeline is the spec file the planner serves (examples/traffic.yaml: emulated executors, no models).
+	Pipeline string
+	Workers  int
+	QPS      float64
+	// Settle is sent before measuring (the demand estimate and plan settle); Before is measured before the fault,
+	// After from the fault on.
+	Settle, Before, After time.Duration
+	// Grace is how long past its deadline a request may go unanswered before loadgen counts it lost.
+	Grace time.Duration
+	// MaxRecovery is the longest recovery a fault may take.
+	MaxRecovery time.Duration
+	// Dir receives each fault's process logs (a directory per fault); default a temporary directory, removed.
+	Dir  string
+	Auth *Auth
+	// Progress, if not nil, receives a line per step.
+	Progress io.Writer
+
+	spec *pipeline.Spec
+}
+
+// Full and Short are the phases of `make chaos` and of the short version in `make test`. Both settle for 12 s: a
+// cold system takes about that long to follow a sudden load (the demand's moving average, a re-plan or two).
+func (c *Config) Full() {
+	c.Settle, c.Before, c.After = 12*time.Second, 5*time.Second, 20*time.Second
+}
+func (c *Config) Short() {
+	c.Settle, c.Before, c.After = 12*time.Second, 3*time.Second, 8*time.Second
+}
+
+func (c *Config) setDefaults() error {
+	if c.Sleipnir == "" || c.Loadgen == "" || c.Pipeline == "" {
+		return errors.New("chaos: the sleipnir and loadgen binaries and a pipeline spec are required")
+	}
+	if c.Workers == 0 {
+		c.Workers = 10
+	}
+	if c.QPS == 0 {
+		c.QPS = 100
+	}
+	if c.Settle == 0 {
+		c.Full()
+	}
+	if c.Grace == 0 {
+		c.Grace = 5 * time.Second
+	}
+	if c.MaxRecovery == 0 {
+		c.MaxRecovery = 5 * time.Second
+	}
+	spec, err := pipeline.Load(c.Pipeline)
+	if err != nil {
+		return err
+	}
+	c.spec = spec
+	return nil
+}
+
+func (c *Config) logf(format string, args ...any) {
+	if c.Progress != nil {
+		fmt.Fprintf(c.Progress, "chaos: "+format+"\n", args...)
+	}
+}
+
+// Fault is one row of the suite.
+type Fault struct {
+	Name string
+	// What the fault is, for the table's reader.
+	Doc string
+	// Short faults also run in the short version.
+	Short bool
+	// NeedsAuth faults are skipped without Config.Auth (forging is only refused by a server with permissions).
+	NeedsAuth bool
+	// LossExpected: the fault loses requests by its nature (a killed frontend's clients); the row documents how
+	// many rather than failing on them.
+	LossExpected bool
+	// Inject runs at the fault's time with the load running; it returns notes for the table and failures (what
+	// the fault itself must see, e.g. the crafted request answered). Restarts happen inside it.
+	Inject func(ctx context.Context, s *System) (notes, failures []string, err error)
+}
+
+// Row is a fault's line in the table.
+type Row struct {
+	Fault       string `json:"fault"`
+	Sent        int    `json:"sent"`
+	OK          int    `json:"ok"`
+	Lost        int    `json:"lost"`
+	Duplicates  int    `json:"duplicates"`
+	LateReplies int    `json:"late_replies"`
+	// The violations by kind: replies partial, dropped, late or error (refusals and "no responders" included).
+	Partial       int      `json:"partial"`
+	Dropped       int      `json:"dropped"`
+	Late          int      `json:"late"`
+	Errors        int      `json:"errors"`
+	ViolationsPct float64  `json:"violations_pct"`
+	BaselinePct   float64  `json:"baseline_violations_pct"` // in the measured seconds before the fault
+	RecoveryS     float64  `json:"recovery_s"`              // -1: violations had not settled by the end
+	ResumeS       float64  `json:"resume_s"`                // to the first second from the fault with ok replies; -1: none
+	Crashes       []string `json:"crashes,omitempty"`
+	Notes         []string `json:"notes,omitempty"`
+	Failures      []string `json:"failures,omitempty"`
+	Pass          bool     `json:"pass"`
+	Skipped       string   `json:"skipped,omitempty"`
+	Series        []Second `json:"series,omitempty"`
+	FaultAtS      float64  `json:"fault_at_s"` // seconds into the measured series
+	// LostAtS is when each lost request was sent, in seconds from the fault (negative: before it).
+	LostAtS []float64 `json:"lost_at_s,omitempty"`
+}
+
+// Second mirrors loadgen's per-second series (its JSON).
+type Second struct {
+	Sent       int `json:"sent"`
+	OK         int `json:"ok"`
+	Violations int `json:"violations"`
+	Lost       int `json:"lost"`
+	Duplicates int `json:"duplicates"`
+}
+
+// loadSummary is the part of loadgen's --json summary the suite reads.
+type loadSummary struct {
+	Sent              int      `json:"sent"`
+	OK                int      `json:"ok"`
+	Lost              int      `json:"lost"`
+	Partial           int      `json:"partial"`
+	Dropped           int      `json:"dropped"`
+	Late              int      `json:"late"`
+	Errors            int      `json:"errors"`
+	Duplicates        int      `json:"duplicates"`
+	LateReplies       int      `json:"late_replies"`
+	SLOViolationRatio float64  `json:"slo_violation_ratio"`
+	FirstError        string   `json:"first_error"`
+	SeriesStartUnixMs int64    `json:"series_start_unix_ms"`
+	Series            []Second `json:"series"`
+	LostSentMs        []int64  `json:"lost_sent_ms"`
+}
+
+// Run runs the faults in turn, one fresh system each, and returns their rows in order.
+func Run(ctx context.Context, cfg Config, faults []Fault) ([]Row, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	var rows []Row
+	for _, f := range faults {
+		row, err := runFault(ctx, &cfg, f)
+		if err != nil {
+			return rows, fmt.Errorf("fault %s: %w", f.Name, err)
+		}
+		rows = append(rows, row)
+		cfg.logf("%s", FormatRow(row))
+	}
+	return rows, nil
+}
+
+func runFault(ctx context.Context, cfg *Config, f Fault) (Row, error) {
+	row := Row{Fault: f.Name, RecoveryS: -1, ResumeS: -1}
+	if f.NeedsAuth && cfg.Auth == nil {
+		row.Skipped = "needs a server with users and permissions (--nats-conf, --user)"
+		return row, nil
+	}
+	dir := cfg.Dir
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "sleipnir-chaos-*")
+		if err != nil {
+			return row, err
+		}
+		defer os.RemoveAll(tmp)
+		dir = tmp
+	} else {
+		dir = filepath.Join(dir, f.Name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return row, err
+		}
+	}
+	cfg.logf("%s: starting the system (logs in %s)", f.Name, dir)
+	sys, err := startSystem(cfg, dir)
+	if err != nil {
+		return row, err
+	}
+	defer sys.Close()
+	if err := sys.waitServing(ctx, cfg.spec.Name, 60*time.Second); err != nil {
+		return row, err
+	}
+
+	// The load, as a separate client process.
+	args := append(sys.ClientArgs(), "--pipeline", cfg.spec.Name, "--qps", fmt.Sprint(cfg.QPS),
+		"--warmup", cfg.Settle.String(), "--duration", (cfg.Before + cfg.After).String(),
+		"--timeout", fmt.Sprintf("%gms", cfg.spec.SLOMs), "--grace", cfg.Grace.String(), "--json", "--series")
+	lg := exec.CommandContext(ctx, cfg.Loadgen, args...)
+	var out bytes.Buffer
+	lgLog, err := os.Create(filepath.Join(dir, "loadgen.log"))
+	if err != nil {
+		return row, err
+	}
+	defer lgLog.Close()
+	lg.Stdout, lg.Stderr = &out, lgLog
+	if err := lg.Start(); err != nil {
+		return row, err
+	}
+	lgDone := make(chan error, 1)
+	go func() { lgDone <- lg.Wait() }()
+	cfg.logf("%s: load %.0f QPS, %v settling, %v before the fault, %v after", f.Name, cfg.QPS, cfg.Settle, cfg.Before,
+		cfg.After)
+
+	select {
+	case err := <-lgDone:
+		return row, fmt.Errorf("loadgen exited early: %v", err)
+	case <-time.After(cfg.Settle + cfg.Before):
+	case <-ctx.Done():
+		return row, ctx.Err()
+	}
+	settleCrashes := sys.Crashes() // not the fault's doing, but said
+	faultAt := time.Now()
+	cfg.logf("%s: injecting", f.Name)
+	notes, failures, err := f.Inject(ctx, sys)
+	if err != nil {
+		return row, err
+	}
+	if err := <-lgDone; err != nil {
+		return row, fmt.Errorf("loadgen: %v (%s)", err, strings.TrimSpace(out.String()))
+	}
+	var sum loadSummary
+	if err := json.Unmarshal(lastLine(out.Bytes()), &sum); err != nil {
+		return row, fmt.Errorf("loadgen's summary: %v", err)
+	}
+	row.Sent, row.OK, row.Lost = sum.Sent, sum.OK, sum.Lost
+	row.Duplicates, row.LateReplies = sum.Duplicates, sum.LateReplies
+	row.Partial, row.Dropped, row.Late, row.Errors = sum.Partial, sum.Dropped, sum.Late, sum.Errors
+	row.ViolationsPct = 100 * sum.SLOViolationRatio
+	row.Series = sum.Series
+	row.FaultAtS = float64(faultAt.UnixMilli()-sum.SeriesStartUnixMs) / 1000
+	row.BaselinePct = 100 * baseline(sum.Series, row.FaultAtS)
+	for _, ms := range sum.LostSentMs {
+		row.LostAtS = append(row.LostAtS, float64(ms)/1000-row.FaultAtS)
+	}
+	if n := len(row.LostAtS); n > 0 {
+		notes = append(notes, fmt.Sprintf("lost requests were sent from %+.2f s to %+.2f s of the fault",
+			row.LostAtS[0], row.LostAtS[n-1]))
+	}
+	for _, c := range settleCrashes {
+		notes = append(notes, "before the fault: "+c)
+	}
+	notes = append(notes, fmt.Sprintf("violations: %d partial, %d dropped, %d late, %d errors, %d lost", row.Partial,
+		row.Dropped, row.Late, row.Errors, row.Lost))
+	for i := int(row.FaultAtS); i >= 0 && i < len(sum.Series); i++ {
+		if sum.Series[i].OK > 0 {
+			row.ResumeS = max(0, float64(i)-row.FaultAtS)
+			notes = append(notes, fmt.Sprintf("ok replies resumed for requests sent %.1f s after the fault", row.ResumeS))
+			break
+		}
+	}
+	if r, ok := Recovery(sum.Series, row.FaultAtS, 0.01); ok {
+		row.RecoveryS = r
+	}
+	row.Crashes = sys.Crashes()
+	row.Notes = notes
+	if sum.FirstError != "" {
+		row.Notes = append(row.Notes, "loadgen's first error: "+sum.FirstError)
+	}
+	row.Failures = append(failures, check(cfg, f, row)...)
+	row.Pass = len(row.Failures) == 0
+	return row, nil
+}
+
+// check holds a row to what the issue asks of every fault: nothing lost (unless the fault loses by its nature),
+// no duplicate reply, no crash, recovery within MaxRecovery.
+func check(cfg *Config, f Fault, row Row) []string {
+	var fails []string
+	if row.Lost > 0 && !f.LossExpected {
+		fails = append(fails, fmt.Sprintf("%d requests lost", row.Lost))
+	}
+	if row.Duplicates > 0 {
+		fails = append(fails, fmt.Sprintf("%d duplicate replies", row.Duplicates))
+	}
+	if len(row.Crashes) > 0 {
+		fails = append(fails, fmt.Sprintf("%d processes crashed", len(row.Crashes)))
+	}
+	switch {
+	case row.RecoveryS < 0:
+		fails = append(fails, "violations did not settle under 1% a second by the end")
+	case row.RecoveryS > cfg.MaxRecovery.Seconds():
+		fails = append(fails, fmt.Sprintf("recovery %.1f s, over %v", row.RecoveryS, cfg.MaxRecovery))
+	}
+	return fails
+}
+
+func lastLine(b []byte) []byte {
+	lines := bytes.Split(bytes.TrimSpace(b), []byte("\n"))
+	return lines[len(lines)-1]
+}
+
+// Recovery is the time from the fault (faultAt, seconds into the series) to the start of the first second after
+// which every second's violations stay under ratio of its requests; 0 if they never rose. False if they had not
+// settled by the series' end. The series' last second is partial and left out unless it is the only one after the
+// fault.
+func Recovery(series []Second, faultAt, ratio float64) (float64, bool) {
+	end := len(series)
+	if end > 1 && float64(end-1) > faultAt {
+		end-- // the last second is cut short by the end of sending
+	}
+	settled := end // the first second of the final run of good seconds
+	for i := end - 1; i >= 0; i-- {
+		s := series[i]
+		if s.Sent > 0 && float64(s.Violations) >= ratio*float64(s.Sent) {
+			break
+		}
+		settled = i
+	}
+	if settled == end {
+		return 0, false
+	}
+	return max(0, float64(settled)-faultAt), true
+}
+
+// baseline is the violation ratio of the whole seconds before the fault.
+func baseline(series []Second, faultAt float64) float64 {
+	var sent, viol int
+	for i := 0; i < len(series) && float64(i+1) <= faultAt; i++ {
+		sent += series[i].Sent
+		viol += series[i].Violations
+	}
+	if sent == 0 {
+		return 0
+	}
+	return float64(viol) / float64(sent)
+}
+
+// waitServing sends a request every 250 ms until one is answered ok.
+func (s *System) waitServing(ctx context.Context, pipelineName string, limit time.Duration) error {
+	req := probeRequest()
+	for end := time.Now().Add(limit); time.Now().Before(end); {
+		if rep, err := s.Ask(pipelineName, req, nil, time.Second); err == nil && rep.Status == wire.StatusOK {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("%w within %v", errNotReady, limit)
+}
+
+// probeRequest is a request like loadgen's: one FP32 image [1, 3, 64, 64].
+func probeRequest() []byte {
+	shape := []int64{1, 3, 64, 64}
+	image := wire.NewFP32("image", shape, make([]float32, 3*64*64))
+	data, _ := msgpack.Marshal(&wire.InferRequest{Inputs: []wire.Tensor{image}})
+	return data
+}
+
+// Ask sends one request on the suite's connection and decodes its reply.
+func (s *System) Ask(pipelineName string, data []byte, hdr nats.Header, wait time.Duration) (*wire.InferReply, error) {
+	m := nats.NewMsg(wire.InferSubject(pipelineName))
+	m.Data = data
+	for k, v := range hdr {
+		m.Header[k] = v
+	}
+	if m.Header.Get(wire.HeaderContentType) == "" {
+		m.Header.Set(wire.HeaderContentType, wire.ContentMsgpack)
+	}
+	reply, err := s.NC.RequestMsg(m, wait)
+	if err != nil {
+		return nil, err
+	}
+	var rep wire.InferReply
+	if err := msgpack.Unmarshal(reply.Data, &rep); err != nil {
+		return nil, fmt.Errorf("undecodable reply: %w", err)
+	}
+	return &rep, nil
+}

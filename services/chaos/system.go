@@ -1,0 +1,324 @@
+// Package chaos is the fault suite: it runs the services as separate processes around a standalone nats-server,
+// puts them under load with loadgen, injects one fault at a time (SIGKILLs, a server restart, crafted and forged
+// messages) and reports, per fault, what the clients saw: sent, ok, lost, duplicate replies, violations and the
+// time to recover. `bin/sleipnir chaos` runs it; its test runs a short version.
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/natsproc"
+)
+
+// Roles of the processes; with Auth, each role connects as its own user.
+const (
+	RolePlanner  = "planner"
+	RoleFrontend = "frontend"
+	RoleWorker   = "worker"
+	RoleClient   = "client" // loadgen, crafted and forged messages
+	// RoleObserver is the suite's own connection: a client that may also read the KV bucket (which workers are
+	// active); without an observer user, the client's.
+	RoleObserver = "observer"
+)
+
+// Auth makes the suite run against a server with users and permissions, as a deployment would.
+type Auth struct {
+	// Conf is the nats-server configuration (its authorization or accounts section); the suite sets the port and
+	// the store on the command line.
+	Conf string
+	// Users holds who each process connects as, by process name (planner, fe1, fe2, w01, ..., client: loadgen and
+	// the suite's own connection), else by role (planner, frontend, worker, client).
+	Users map[string]User
+}
+
+// User is one NATS user: an nkey seed file (--nkey) or a name and a password file (--user, --password-file), the
+// services' and loadgen's flags.
+type User struct {
+	NkeyFile     string
+	Name         string
+	PasswordFile string
+}
+
+func (a *Auth) user(name, role string) (User, bool) {
+	if a == nil {
+		return User{}, false
+	}
+	if u, ok := a.Users[name]; ok {
+		return u, true
+	}
+	u, ok := a.Users[role]
+	return u, ok
+}
+
+func (a *Auth) args(name, role string) []string {
+	u, ok := a.user(name, role)
+	switch {
+	case !ok:
+		return nil
+	case u.NkeyFile != "":
+		return []string{"--nkey", u.NkeyFile}
+	}
+	return []string{"--user", u.Name, "--password-file", u.PasswordFile}
+}
+
+func (a *Auth) options(name, role string) ([]nats.Option, error) {
+	if a == nil {
+		return nil, nil
+	}
+	u, ok := a.user(name, role)
+	switch {
+	case !ok:
+		return nil, fmt.Errorf("no NATS user for %s (role %s)", name, role)
+	case u.NkeyFile != "":
+		o, err := nats.NkeyOptionFromSeed(u.NkeyFile)
+		return []nats.Option{o}, err
+	}
+	pw, err := os.ReadFile(u.PasswordFile)
+	if err != nil {
+		return nil, err
+	}
+	first, _, _ := strings.Cut(string(pw), "\n")
+	return []nats.Option{nats.UserInfo(u.Name, strings.TrimSpace(first))}, nil
+}
+
+// restartDelay is how long an orchestrator (docker, systemd) waits before restarting a process that exited.
+const restartDelay = time.Second
+
+// proc is one service process, restarted like an orchestrator would when it exits unasked.
+type proc struct {
+	name, role string
+	bin        string
+	args       []string
+	log        io.Writer
+
+	mu       sync.Mutex
+	cmd      *exec.Cmd
+	exited   chan struct{}
+	stopping bool     // the suite killed it: do not restart on its own
+	crashes  []string // exits the suite did not cause
+	closed   bool
+}
+
+func (p *proc) start() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil || p.closed {
+		return nil
+	}
+	cmd := exec.Command(p.bin, p.args...)
+	cmd.Stdout, cmd.Stderr = p.log, p.log
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", p.name, err)
+	}
+	p.cmd, p.stopping = cmd, false
+	exited := make(chan struct{})
+	p.exited = exited
+	go func() {
+		err := cmd.Wait()
+		p.mu.Lock()
+		crashed := !p.stopping && !p.closed
+		if crashed {
+			p.crashes = append(p.crashes, fmt.Sprintf("%s exited: %v", p.name, err))
+		}
+		p.cmd = nil
+		p.mu.Unlock()
+		close(exited)
+		if crashed {
+			time.Sleep(restartDelay)
+			_ = p.start()
+		}
+	}()
+	return nil
+}
+
+// kill sends SIGKILL and waits for the exit; the process stays down until start.
+func (p *proc) kill() {
+	p.mu.Lock()
+	cmd, exited := p.cmd, p.exited
+	p.stopping = true
+	p.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	<-exited
+}
+
+// close stops the process for good: SIGTERM, then SIGKILL after 5 s.
+func (p *proc) close() {
+	p.mu.Lock()
+	p.closed = true
+	cmd, exited := p.cmd, p.exited
+	p.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(5 * time.Second):
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		<-exited
+	}
+}
+
+func (p *proc) takeCrashes() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c := p.crashes
+	p.crashes = nil
+	return c
+}
+
+// System is one deployment under test: the server and every service process.
+type System struct {
+	cfg    *Config
+	Server *natsproc.Server
+	procs  map[string]*proc
+	// NC is the suite's own connection (role observer, else client).
+	NC   *nats.Conn
+	logs []*os.File
+}
+
+// Frontends and workers are named so: fe1, fe2; w01, w02, ...
+func frontendName(i int) string { return fmt.Sprintf("fe%d", i+1) }
+func workerName(i int) string   { return fmt.Sprintf("w%02d", i+1) }
+
+// startSystem starts the server, the planner, two frontends and the workers, each logging into dir.
+func startSystem(cfg *Config, dir string) (*System, error) {
+	conf := ""
+	if cfg.Auth != nil {
+		conf = cfg.Auth.Conf
+	}
+	srvLog, err := os.Create(filepath.Join(dir, "nats-server.log"))
+	if err != nil {
+		return nil, err
+	}
+	srvLog.Close()
+	store := filepath.Join(dir, "jetstream")
+	if err := os.MkdirAll(store, 0o700); err != nil {
+		return nil, err
+	}
+	srv, err := natsproc.Start(natsproc.Config{Name: "chaos", StoreDir: store, Conf: conf,
+		Args: []string{"-l", srvLog.Name()}})
+	if err != nil {
+		return nil, err
+	}
+	s := &System{cfg: cfg, Server: srv, procs: map[string]*proc{}}
+	add := func(name, role string, args ...string) error {
+		f, err := os.Create(filepath.Join(dir, name+".log"))
+		if err != nil {
+			return err
+		}
+		s.logs = append(s.logs, f)
+		args = append(append(args, "--nats", srv.URL()), cfg.Auth.args(name, role)...)
+		p := &proc{name: name, role: role, bin: cfg.Sleipnir, args: args, log: f}
+		s.procs[name] = p
+		return p.start()
+	}
+	err = add("planner", RolePlanner, "planner", "--pipeline", cfg.Pipeline)
+	for i := 0; i < 2 && err == nil; i++ {
+		err = add(frontendName(i), RoleFrontend, "frontend", "--id", frontendName(i), "--http", "")
+	}
+	for i := 0; i < cfg.Workers && err == nil; i++ {
+		err = add(workerName(i), RoleWorker, "worker", "--id", workerName(i))
+	}
+	if err == nil {
+		var opts []nats.Option
+		role := RoleObserver
+		if _, ok := cfg.Auth.user(role, role); !ok {
+			role = RoleClient
+		}
+		if opts, err = cfg.Auth.options(role, role); err == nil {
+			s.NC, err = nats.Connect(srv.URL(), append(opts, nats.Name("sleipnir-chaos"), nats.MaxReconnects(-1),
+				nats.ReconnectWait(100*time.Millisecond), nats.ReconnectBufSize(64<<20))...)
+		}
+	}
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Kill SIGKILLs a process (planner, fe1, w03, ...); it stays down until Start.
+func (s *System) Kill(name string) error {
+	p, ok := s.procs[name]
+	if !ok {
+		return fmt.Errorf("no process %s", name)
+	}
+	p.kill()
+	return nil
+}
+
+// Start starts a killed process again with the same command line, as an orchestrator would.
+func (s *System) Start(name string) error {
+	p, ok := s.procs[name]
+	if !ok {
+		return fmt.Errorf("no process %s", name)
+	}
+	return p.start()
+}
+
+// KillAndRestart SIGKILLs a process and starts it again after delay (or when ctx ends).
+func (s *System) KillAndRestart(ctx context.Context, name string, delay time.Duration) error {
+	if err := s.Kill(name); err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(delay):
+	}
+	return s.Start(name)
+}
+
+// Crashes returns, and forgets, the exits of processes the suite did not cause (each was restarted).
+func (s *System) Crashes() []string {
+	var out []string
+	names := make([]string, 0, len(s.procs))
+	for n := range s.procs {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		out = append(out, s.procs[n].takeCrashes()...)
+	}
+	return out
+}
+
+// ClientArgs are the connection flags loadgen gets.
+func (s *System) ClientArgs() []string {
+	return append([]string{"--nats", s.Server.URL()}, s.cfg.Auth.args(RoleClient, RoleClient)...)
+}
+
+// Close stops every process and the server.
+func (s *System) Close() {
+	if s.NC != nil {
+		s.NC.Close()
+	}
+	var wg sync.WaitGroup
+	for _, p := range s.procs {
+		wg.Add(1)
+		go func() { defer wg.Done(); p.close() }()
+	}
+	wg.Wait()
+	s.Server.Stop()
+	for _, f := range s.logs {
+		f.Close()
+	}
+}
+
+var errNotReady = errors.New("the system did not serve a request")

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/sleipnir-serving/sleipnir/services/chaos"
+)
+
+// userFlags is a repeatable --user WHO=NAME:PASSWORD_FILE or WHO=nkey:SEED_FILE.
+type userFlags map[string]chaos.User
+
+func (u userFlags) String() string { return "" }
+func (u userFlags) Set(v string) error {
+	who, rest, ok1 := strings.Cut(v, "=")
+	name, file, ok2 := strings.Cut(rest, ":")
+	if !ok1 || !ok2 || who == "" || name == "" || file == "" {
+		return fmt.Errorf("%q: want WHO=NAME:PASSWORD_FILE or WHO=nkey:SEED_FILE", v)
+	}
+	if name == "nkey" {
+		u[who] = chaos.User{NkeyFile: file}
+	} else {
+		u[who] = chaos.User{Name: name, PasswordFile: file}
+	}
+	return nil
+}
+
+func runChaos(args []string) error {
+	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
+	var cfg chaos.Config
+	self, _ := os.Executable()
+	fs.StringVar(&cfg.Sleipnir, "sleipnir", self, "the sleipnir binary the services run from")
+	fs.StringVar(&cfg.Loadgen, "loadgen", filepath.Join(filepath.Dir(self), "loadgen"), "the loadgen binary")
+	fs.StringVar(&cfg.Pipeline, "pipeline", "examples/traffic.yaml", "the pipeline spec the planner serves")
+	fs.IntVar(&cfg.Workers, "workers", 10, "worker processes")
+	fs.Float64Var(&cfg.QPS, "qps", 100, "load, requests per second")
+	faults := fs.String("faults", "", "comma-separated faults to run (default all): "+strings.Join(chaos.Names(), ", "))
+	short := fs.Bool("short", false, "the short version: the short faults, with shorter phases")
+	asJSON := fs.Bool("json", false, "print one JSON object per fault instead of the table")
+	markdown := fs.Bool("markdown", false, "print the table as Markdown (the README's)")
+	fs.StringVar(&cfg.Dir, "log-dir", "", "keep each fault's process logs here (default: a temporary directory, removed)")
+	natsConf := fs.String("nats-conf", "", "nats-server configuration with users and permissions (enables the "+
+		"forged-message faults)")
+	users := userFlags{}
+	fs.Var(users, "user", "WHO=NAME:PASSWORD_FILE or WHO=nkey:SEED_FILE, repeatable: who a process (planner, fe1, fe2, "+
+		"w01, ..., client, observer) or else a role (planner, frontend, worker, client, observer) connects as; "+
+		"processes get --user NAME --password-file FILE, or --nkey FILE")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *natsConf != "" {
+		conf, err := os.ReadFile(*natsConf)
+		if err != nil {
+			return err
+		}
+		cfg.Auth = &chaos.Auth{Conf: string(conf), Users: users}
+	} else if len(users) > 0 {
+		return errors.New("--user needs --nats-conf")
+	}
+	var names []string
+	if *faults != "" {
+		names = strings.Split(*faults, ",")
+	}
+	selected, err := chaos.Select(names, *short)
+	if err != nil {
+		return err
+	}
+	if *short {
+		cfg.Short()
+	} else {
+		cfg.Full()
+	}
+	cfg.Progress = os.Stderr
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rows, err := chaos.Run(ctx, cfg, selected)
+	switch {
+	case *asJSON:
+		for _, r := range rows {
+			line, _ := json.Marshal(r)
+			fmt.Println(string(line))
+		}
+	case *markdown:
+		chaos.WriteMarkdown(os.Stdout, rows)
+	default:
+		chaos.WriteTable(os.Stdout, rows)
+	}
+	if err != nil {
+		return err
+	}
+	for _, r := range rows {
+		if !r.Pass && r.Skipped == "" {
+			return errors.New("some faults failed")
+		}
+	}
+	return nil
+}
