@@ -4,20 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
-	"runtime"
 	"testing"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/alloctest"
 )
 
 // Fuzz targets for the pipeline spec: JSON as the planner stores it in the KV bucket (ParseJSON) and YAML as an
 // operator writes it (Parse). Seeds (the examples, crafted inputs) are in testdata/fuzz/<target>.
-
-func allocated(f func()) uint64 {
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	f()
-	runtime.ReadMemStats(&after)
-	return after.TotalAlloc - before.TotalAlloc
-}
 
 // specAllocBound is what parsing a spec of n bytes may allocate: schema validation and YAML decoding cost a few
 // kilobytes per field, which is a multiple of the input, never a size the input claims.
@@ -100,7 +93,7 @@ func FuzzSpecJSON(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var s *Spec
 		var err error
-		if n := allocated(func() { s, err = ParseJSON(data) }); n > specAllocBound(len(data)) {
+		if n := alloctest.Bytes(func() { s, err = ParseJSON(data) }); n > specAllocBound(len(data)) {
 			t.Fatalf("parsing %d bytes allocated %d", len(data), n)
 		}
 		if err != nil {
@@ -118,7 +111,7 @@ func FuzzSpecYAML(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var s *Spec
 		var err error
-		if n := allocated(func() { s, err = Parse(data) }); n > specAllocBound(len(data)) {
+		if n := alloctest.Bytes(func() { s, err = Parse(data) }); n > specAllocBound(len(data)) {
 			t.Fatalf("parsing %d bytes allocated %d", len(data), n)
 		}
 		if err != nil {

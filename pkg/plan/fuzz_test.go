@@ -3,26 +3,16 @@ package plan
 import (
 	"bytes"
 	"encoding/json"
-	"runtime"
 	"slices"
 	"testing"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/alloctest"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 )
 
 // Fuzz targets for the KV values workers and frontends read: plans and assignments. Seeds (a static plan of the
 // traffic example, crafted inputs) are in testdata/fuzz/<target>.
-
-func allocated(f func()) uint64 {
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	f()
-	runtime.ReadMemStats(&after)
-	return after.TotalAlloc - before.TotalAlloc
-}
-
-// jsonAllocBound is what decoding n bytes of JSON may allocate: a multiple of n, never a size the input claims.
-func jsonAllocBound(n int) uint64 { return 1024*uint64(n) + 1<<20 }
 
 // jsonRoundTrip checks that what decoded encodes, and decodes again to the same encoding.
 func jsonRoundTrip[T any](t *testing.T, v *T) {
@@ -54,7 +44,7 @@ func FuzzPlanJSON(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var p Plan
 		var err error
-		if n := allocated(func() { err = json.Unmarshal(data, &p) }); n > jsonAllocBound(len(data)) {
+		if n := alloctest.Bytes(func() { err = json.Unmarshal(data, &p) }); n > alloctest.JSONBound(len(data)) {
 			t.Fatalf("decoding %d bytes allocated %d", len(data), n)
 		}
 		if err != nil {
@@ -116,7 +106,7 @@ func FuzzAssignmentJSON(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var a Assignment
 		var err error
-		if n := allocated(func() { err = json.Unmarshal(data, &a) }); n > jsonAllocBound(len(data)) {
+		if n := alloctest.Bytes(func() { err = json.Unmarshal(data, &a) }); n > alloctest.JSONBound(len(data)) {
 			t.Fatalf("decoding %d bytes allocated %d", len(data), n)
 		}
 		if err != nil {

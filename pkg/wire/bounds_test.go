@@ -3,21 +3,13 @@ package wire
 import (
 	"encoding/binary"
 	"encoding/json"
-	"runtime"
 	"strings"
 	"testing"
 
+	"github.com/sleipnir-serving/sleipnir/pkg/alloctest"
+
 	"github.com/vmihailenco/msgpack/v5"
 )
-
-// allocated is how many bytes f allocated (the whole process's, so other goroutines' small allocations count too).
-func allocated(f func()) uint64 {
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	f()
-	runtime.ReadMemStats(&after)
-	return after.TotalAlloc - before.TotalAlloc
-}
 
 // allocBound is what decoding an input of n bytes may allocate: a multiple of its size, plus the decoders' fixed
 // costs. A length claimed by the input and believed would allocate gigabytes.
@@ -53,7 +45,7 @@ func TestCraftedBytesTensorBoundedMemory(t *testing.T) {
 	data := craftedBytesRequest()
 	var req InferRequest
 	var errs []error
-	n := allocated(func() {
+	n := alloctest.Bytes(func() {
 		if err := UnmarshalMsgpack(data, &req); err != nil {
 			t.Fatal(err)
 		}
@@ -78,7 +70,7 @@ func TestCraftedBytesTensorBoundedMemory(t *testing.T) {
 	js := `{"name":"image","datatype":"BYTES","shape":[2147483647],"data":["a"]}`
 	var tensor Tensor
 	var err error
-	if n := allocated(func() { err = json.Unmarshal([]byte(js), &tensor) }); n > allocBound(len(js)) {
+	if n := alloctest.Bytes(func() { err = json.Unmarshal([]byte(js), &tensor) }); n > allocBound(len(js)) {
 		t.Errorf("JSON: %d bytes allocated %d", len(js), n)
 	}
 	if err == nil || !strings.Contains(err.Error(), "1 data elements, want 2147483647") {
@@ -125,7 +117,7 @@ func TestMsgpackClaimedLengthsBoundedMemory(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			v := tc.into()
 			var err error
-			n := allocated(func() { err = UnmarshalMsgpack(tc.data, v) })
+			n := alloctest.Bytes(func() { err = UnmarshalMsgpack(tc.data, v) })
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %v, want one containing %q", err, tc.want)
 			}

@@ -10,14 +10,13 @@ import (
 	"unicode/utf8"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/alloctest"
 )
 
 // Fuzz targets for every decoder that reads what arrives from outside: requests (msgpack and JSON), tensors, task,
 // result and demand messages, headers and worker registrations. Seeds, crafted inputs among them, are in
 // testdata/fuzz/<target>; `make fuzz` runs each target for FUZZTIME.
-
-// jsonAllocBound is allocBound for encoding/json, whose decoding into `any` (a tensor's data) costs more per byte.
-func jsonAllocBound(n int) uint64 { return 1024*uint64(n) + 1<<20 }
 
 // FuzzTensorJSON: a tensor JSON accepts is valid, and survives marshal and unmarshal unchanged.
 func FuzzTensorJSON(f *testing.F) {
@@ -25,7 +24,7 @@ func FuzzTensorJSON(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var t1 Tensor
 		var err error
-		if n := allocated(func() { err = json.Unmarshal(data, &t1) }); n > jsonAllocBound(len(data)) {
+		if n := alloctest.Bytes(func() { err = json.Unmarshal(data, &t1) }); n > alloctest.JSONBound(len(data)) {
 			t.Fatalf("unmarshalling %d bytes allocated %d", len(data), n)
 		}
 		if err != nil {
@@ -69,7 +68,7 @@ func FuzzTensorAccessors(f *testing.F) {
 		var fs []float32
 		var is []int64
 		var js []byte
-		n := allocated(func() {
+		n := alloctest.Bytes(func() {
 			verr = tensor.Validate()
 			els, eerr = tensor.Elements()
 			strs, serr = tensor.Strings()
@@ -140,7 +139,7 @@ func fuzzMsgpack[T any](f *testing.F, seed T, check func(t *testing.T, v *T)) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var v T
 		var err error
-		n := allocated(func() {
+		n := alloctest.Bytes(func() {
 			err = UnmarshalMsgpack(data, &v)
 			if err == nil && check != nil {
 				check(t, &v)
@@ -219,7 +218,7 @@ func FuzzInferRequestJSON(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var r1 InferRequest
 		var err error
-		if n := allocated(func() { err = json.Unmarshal(data, &r1) }); n > jsonAllocBound(len(data)) {
+		if n := alloctest.Bytes(func() { err = json.Unmarshal(data, &r1) }); n > alloctest.JSONBound(len(data)) {
 			t.Fatalf("unmarshalling %d bytes allocated %d", len(data), n)
 		}
 		if err != nil {
@@ -268,7 +267,7 @@ func FuzzRegistrationJSON(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var r1 Registration
 		var err error
-		if n := allocated(func() { err = json.Unmarshal(data, &r1) }); n > jsonAllocBound(len(data)) {
+		if n := alloctest.Bytes(func() { err = json.Unmarshal(data, &r1) }); n > alloctest.JSONBound(len(data)) {
 			t.Fatalf("unmarshalling %d bytes allocated %d", len(data), n)
 		}
 		if err != nil {
