@@ -4,7 +4,8 @@
 //
 // A steady Poisson load moves such an average by about sqrt(rate/window) (Window): Significant tells a move worth a
 // new plan from that noise. A step (one interval's total many standard deviations away) is taken at once rather than
-// averaged towards, so a real surge is seen within a report interval.
+// averaged towards, so a real surge is seen within a report interval; so is a shift (two intervals in a row beyond
+// 3 standard deviations, on the same side), within two.
 //
 // No report is not zero demand: when every frontend of a pipeline has gone silent (stopped, or cut off by a network
 // blip), the estimate holds; a frontend that reports zero requests is zero demand.
@@ -34,6 +35,11 @@ type Estimator struct {
 	// it. The estimate then jumps to that total. A steady load makes such a tick about once in 10^5 (5 sigma).
 	// Negative StepSigmas: never.
 	StepSigmas, StepRatio float64
+	// ShiftSigmas says what a shift is: two ticks in a row whose totals are both more than ShiftSigmas standard
+	// deviations away from the estimate, on the same side. The estimate then jumps to their mean: a load that
+	// moved by less than a step is not averaged towards for many seconds, each of them a plan for a demand already
+	// gone. A steady load makes such a pair about once in 10^5-10^6 ticks (3 sigma). Negative: never.
+	ShiftSigmas float64
 
 	frontends map[string]report
 	estimate  float64
@@ -44,6 +50,10 @@ type Estimator struct {
 	warm map[string]*warmCounts
 	// interval is the latest report's interval: the span of one tick's total.
 	interval time.Duration
+	// beyond is the previous tick's total when it was ShiftSigmas away from the estimate (above: sign 1, below: -1;
+	// 0: it was not).
+	beyond     float64
+	beyondSign int
 }
 
 // MaxInterval is the longest interval a report may cover: a frontend reports every second or so.
@@ -58,6 +68,8 @@ type warmCounts struct{ requests, seconds float64 }
 const (
 	DefaultStepSigmas = 5
 	DefaultStepRatio  = 0.25
+	// DefaultShiftSigmas is Estimator.ShiftSigmas's default.
+	DefaultShiftSigmas = 3
 )
 
 type report struct {
@@ -74,7 +86,7 @@ func New(alpha float64, silence time.Duration) *Estimator {
 		silence = 5 * time.Second
 	}
 	return &Estimator{Alpha: alpha, Silence: silence, StepSigmas: DefaultStepSigmas, StepRatio: DefaultStepRatio,
-		frontends: map[string]report{}}
+		ShiftSigmas: DefaultShiftSigmas, frontends: map[string]report{}}
 }
 
 // Observe records that a frontend accepted count requests over interval, reported at now. It refuses (ErrReport) a
@@ -148,11 +160,38 @@ func (e *Estimator) Tick(now time.Time) float64 {
 		e.estimate, e.primed = total, true
 	} else if e.step(total) {
 		e.estimate = total
+		e.beyondSign = 0
+	} else if mean, ok := e.shift(total); ok {
+		e.estimate = mean
 	} else {
 		e.estimate = e.Alpha*total + (1-e.Alpha)*e.estimate
 	}
 	return e.estimate
 }
+
+// shift notes whether total is ShiftSigmas away from the estimate, and says (with the mean of the two) when the
+// previous tick's was too, on the same side.
+func (e *Estimator) shift(total float64) (float64, bool) {
+	if e.ShiftSigmas < 0 {
+		return 0, false
+	}
+	sign := 0
+	if d := total - e.estimate; math.Abs(d) > e.ShiftSigmas*e.sigma() {
+		sign = 1
+		if d < 0 {
+			sign = -1
+		}
+	}
+	if sign != 0 && sign == e.beyondSign {
+		e.beyondSign = 0
+		return (total + e.beyond) / 2, true
+	}
+	e.beyond, e.beyondSign = total, sign
+	return 0, false
+}
+
+// sigma is the standard deviation of one tick's total on a steady Poisson load at the estimate.
+func (e *Estimator) sigma() float64 { return math.Sqrt(max(e.estimate, 1) / e.tickSpan().Seconds()) }
 
 // step says a tick's total is a step away from the estimate (StepSigmas, StepRatio).
 func (e *Estimator) step(total float64) bool {
@@ -160,8 +199,7 @@ func (e *Estimator) step(total float64) bool {
 		return false
 	}
 	d := math.Abs(total - e.estimate)
-	sigma := math.Sqrt(max(e.estimate, 1) / e.tickSpan().Seconds())
-	return d > e.StepSigmas*sigma && d > e.StepRatio*e.estimate
+	return d > e.StepSigmas*e.sigma() && d > e.StepRatio*e.estimate
 }
 
 func (e *Estimator) tickSpan() time.Duration {

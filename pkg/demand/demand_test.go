@@ -42,7 +42,8 @@ func TestEstimator(t *testing.T) {
 	}
 }
 
-// TestEstimatorStep: a tick far outside a steady load's noise is a step, taken at once; one within it is averaged.
+// TestEstimatorStep: a tick far outside a steady load's noise is a step, taken at once; one within it is averaged;
+// two in a row beyond 3 sigma are a shift, taken at the second.
 func TestEstimatorStep(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	e := New(0.3, 0)
@@ -60,6 +61,17 @@ func TestEstimatorStep(t *testing.T) {
 	e.Observe("f", 8, time.Second, t0.Add(2*time.Second))
 	if got := e.Tick(t0.Add(2 * time.Second)); got != 8 {
 		t.Fatalf("8 requests at 1 QPS: %v, want 8", got)
+	}
+	// A shift: two seconds in a row 3-5 sigma above (as the estimate catches up with a load that started
+	// mid-interval): the estimate jumps to their mean at the second.
+	e.Seed(57)
+	e.Observe("f", 85, time.Second, t0.Add(3*time.Second)) // 3.7 sigma
+	if got := e.Tick(t0.Add(3 * time.Second)); math.Abs(got-65.4) > 1e-9 {
+		t.Fatalf("one second 3.7 sigma above 57: %v, want the average 65.4", got)
+	}
+	e.Observe("f", 99, time.Second, t0.Add(4*time.Second)) // 4.1 sigma above 65.4
+	if got := e.Tick(t0.Add(4 * time.Second)); got != 92 {
+		t.Fatalf("a second second beyond 3 sigma: %v, want the shift taken, 92", got)
 	}
 	if w := e.Window(); math.Abs(w.Seconds()-1.7/0.3) > 1e-6 {
 		t.Fatalf("window %v, want (2-0.3)/0.3 s", w)
