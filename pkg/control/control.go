@@ -22,12 +22,18 @@ type Config struct {
 	// estimate moves by more than ReplanThreshold (default 20%) or the number of servers changes. A due re-plan
 	// whose inputs have barely changed (demand within 5%, same servers, same multiplicative factors) is skipped: it
 	// would find the same plan, or move workers for nothing.
+	//
+	// Each of these moves must also be significant (ReplanSigmas, default 3): beyond the noise a steady Poisson load
+	// leaves in the estimate (Observed.DemandWindow, FanoutSamples), so that a steady load does not flip plans.
 	ReplanEvery     time.Duration
 	ReplanThreshold float64
+	ReplanSigmas    float64
 	// RouteEvery is the longest the routing tables go without being recomputed from the demand estimate (default
 	// 10 s); they are recomputed at once when the estimate moves by more than RouteThreshold (default 10%).
+	// Moves of the estimate must also be significant (RouteSigmas, default 2; see ReplanSigmas).
 	RouteEvery     time.Duration
 	RouteThreshold float64
+	RouteSigmas    float64
 	// RouteUtilization is the share of each variant's capacity the routing fills before overflowing to the next
 	// most accurate variant (default 0.85): a variant fed at its full service rate has an unbounded queue.
 	RouteUtilization float64
@@ -48,6 +54,12 @@ func (c *Config) SetDefaults() {
 	}
 	if c.ReplanThreshold == 0 {
 		c.ReplanThreshold = 0.2
+	}
+	if c.ReplanSigmas == 0 {
+		c.ReplanSigmas = 3
+	}
+	if c.RouteSigmas == 0 {
+		c.RouteSigmas = 2
 	}
 	if c.RouteEvery == 0 {
 		c.RouteEvery = 10 * time.Second
@@ -72,9 +84,15 @@ const replanMinChange = 0.05
 type Observed struct {
 	// Demand is the estimated requests per second at the root.
 	Demand float64
+	// DemandWindow is the span Demand averages over (demand.Estimator.Window): a move of the estimate counts only
+	// when it is significant against the noise of a Poisson load averaged that long. 0: no such test.
+	DemandWindow time.Duration
 	// Fanout holds the measured multiplicative factors ("task/variant" -> factor); variants not listed use the
 	// profile's.
 	Fanout map[string]pipeline.Fanout
+	// FanoutSamples is how many items each of Fanout's factors rests on (demand.FanoutEstimator.Samples), for the
+	// same test; nil: none.
+	FanoutSamples map[string]float64
 	// TaskDemand is the estimated items per second reaching each task, for allocators that plan each task on its
 	// own (may be nil otherwise).
 	TaskDemand map[string]float64
@@ -198,8 +216,9 @@ func (l *Loop) Next(now time.Time, o Observed) Step {
 		}
 	}
 	last := l.routed
-	if !demand.Moved(last.demand, o.Demand, l.cfg.RouteThreshold) && now.Sub(last.at) < l.cfg.RouteEvery &&
-		!demand.FanoutMoved(l.current.Fanout, o.Fanout, l.cfg.RouteThreshold) {
+	if !demand.Significant(last.demand, o.Demand, l.cfg.RouteThreshold, l.cfg.RouteSigmas, o.DemandWindow) &&
+		now.Sub(last.at) < l.cfg.RouteEvery &&
+		!demand.FanoutSignificant(l.current.Fanout, o.Fanout, l.cfg.RouteThreshold, l.cfg.RouteSigmas, o.FanoutSamples) {
 		return st
 	}
 	p := *l.current
@@ -215,13 +234,19 @@ func (l *Loop) replan(now time.Time, o Observed) Step {
 	last := l.planned
 	due := now.Sub(last.at) >= l.cfg.ReplanEvery
 	// An overloaded plan already serves all it can: a demand above it is no reason to solve again every second.
-	outgrown := l.cfg.Headroom > 0 && !last.overloaded && o.Demand > last.demand && demand.Moved(last.demand, o.Demand, 0)
-	if last.ok && o.Servers == last.servers && !outgrown && !demand.Moved(last.demand, target, l.cfg.ReplanThreshold) {
+	outgrown := l.cfg.Headroom > 0 && !last.overloaded && o.Demand > last.demand &&
+		demand.Significant(last.demand, o.Demand, 0, l.cfg.ReplanSigmas, o.DemandWindow)
+	// The noise is the demand's, not the headroom's: compare demands.
+	moved := func(threshold float64) bool {
+		return demand.Significant(last.demand/(1+l.cfg.Headroom), target/(1+l.cfg.Headroom), threshold,
+			l.cfg.ReplanSigmas, o.DemandWindow)
+	}
+	if last.ok && o.Servers == last.servers && !outgrown && !moved(l.cfg.ReplanThreshold) {
 		if !due {
 			return Step{}
 		}
-		if !demand.Moved(last.demand, target, replanMinChange) &&
-			!demand.FanoutMoved(last.fanout, o.Fanout, l.cfg.RouteThreshold) {
+		if !moved(replanMinChange) && !demand.FanoutSignificant(last.fanout, o.Fanout, l.cfg.RouteThreshold,
+			l.cfg.ReplanSigmas, o.FanoutSamples) {
 			l.planned.at = now // looked again: nothing worth a new plan
 			return Step{}
 		}

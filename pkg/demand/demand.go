@@ -2,6 +2,11 @@
 // frontend's latest rate, smoothed by an exponentially weighted moving average (as Loki's resource manager does).
 // Pure: the planner and the simulator use it.
 //
+// A steady Poisson load moves such an average by about sqrt(rate/window) (Window): Significant tells a move worth a
+// new plan from that noise. A step (one interval's total many standard deviations away) is taken at once rather than
+// averaged towards, so a real surge is seen within a report interval; so is a shift (two intervals in a row beyond
+// 3 standard deviations, on the same side), within two.
+//
 // No report is not zero demand: when every frontend of a pipeline has gone silent (stopped, or cut off by a network
 // blip), the estimate holds; a frontend that reports zero requests is zero demand.
 package demand
@@ -25,6 +30,16 @@ type Estimator struct {
 	// MaxRate, when positive, is the largest rate one report may claim (requests per second); Observe refuses
 	// reports above it, so that one forged report cannot hold the plans at its rate while the average decays.
 	MaxRate float64
+	// StepSigmas and StepRatio say what a step is: a tick whose total rate differs from the estimate by more than
+	// StepSigmas standard deviations of one interval's Poisson noise at the estimate, and by more than StepRatio of
+	// it. The estimate then jumps to that total. A steady load makes such a tick about once in 10^5 (5 sigma).
+	// Negative StepSigmas: never.
+	StepSigmas, StepRatio float64
+	// ShiftSigmas says what a shift is: two ticks in a row whose totals are both more than ShiftSigmas standard
+	// deviations away from the estimate, on the same side. The estimate then jumps to their mean: a load that
+	// moved by less than a step is not averaged towards for many seconds, each of them a plan for a demand already
+	// gone. A steady load makes such a pair about once in 10^5-10^6 ticks (3 sigma). Negative: never.
+	ShiftSigmas float64
 
 	frontends map[string]report
 	estimate  float64
@@ -33,6 +48,12 @@ type Estimator struct {
 	// warm adds up, per frontend, what it reported before the estimate was primed: the first estimate is the mean
 	// rate over the warm-up, not the rate of its last second.
 	warm map[string]*warmCounts
+	// interval is the latest report's interval: the span of one tick's total.
+	interval time.Duration
+	// beyond is the previous tick's total when it was ShiftSigmas away from the estimate (above: sign 1, below: -1;
+	// 0: it was not).
+	beyond     float64
+	beyondSign int
 }
 
 // MaxInterval is the longest interval a report may cover: a frontend reports every second or so.
@@ -42,6 +63,14 @@ const MaxInterval = time.Minute
 var ErrReport = errors.New("demand report refused")
 
 type warmCounts struct{ requests, seconds float64 }
+
+// Defaults of the step rule (Estimator.StepSigmas, StepRatio).
+const (
+	DefaultStepSigmas = 5
+	DefaultStepRatio  = 0.25
+	// DefaultShiftSigmas is Estimator.ShiftSigmas's default.
+	DefaultShiftSigmas = 3
+)
 
 type report struct {
 	rate float64
@@ -56,7 +85,8 @@ func New(alpha float64, silence time.Duration) *Estimator {
 	if silence <= 0 {
 		silence = 5 * time.Second
 	}
-	return &Estimator{Alpha: alpha, Silence: silence, frontends: map[string]report{}}
+	return &Estimator{Alpha: alpha, Silence: silence, StepSigmas: DefaultStepSigmas, StepRatio: DefaultStepRatio,
+		ShiftSigmas: DefaultShiftSigmas, frontends: map[string]report{}}
 }
 
 // Observe records that a frontend accepted count requests over interval, reported at now. It refuses (ErrReport) a
@@ -73,6 +103,7 @@ func (e *Estimator) Observe(frontend string, count int, interval time.Duration, 
 		e.since = now
 	}
 	e.frontends[frontend] = report{rate: rate, at: now}
+	e.interval = interval
 	if !e.primed {
 		if e.warm == nil {
 			e.warm = map[string]*warmCounts{}
@@ -127,10 +158,62 @@ func (e *Estimator) Tick(now time.Time) float64 {
 		}
 		e.warm = nil
 		e.estimate, e.primed = total, true
+	} else if e.step(total) {
+		e.estimate = total
+		e.beyondSign = 0
+	} else if mean, ok := e.shift(total); ok {
+		e.estimate = mean
 	} else {
 		e.estimate = e.Alpha*total + (1-e.Alpha)*e.estimate
 	}
 	return e.estimate
+}
+
+// shift notes whether total is ShiftSigmas away from the estimate, and says (with the mean of the two) when the
+// previous tick's was too, on the same side.
+func (e *Estimator) shift(total float64) (float64, bool) {
+	if e.ShiftSigmas < 0 {
+		return 0, false
+	}
+	sign := 0
+	if d := total - e.estimate; math.Abs(d) > e.ShiftSigmas*e.sigma() {
+		sign = 1
+		if d < 0 {
+			sign = -1
+		}
+	}
+	if sign != 0 && sign == e.beyondSign {
+		e.beyondSign = 0
+		return (total + e.beyond) / 2, true
+	}
+	e.beyond, e.beyondSign = total, sign
+	return 0, false
+}
+
+// sigma is the standard deviation of one tick's total on a steady Poisson load at the estimate.
+func (e *Estimator) sigma() float64 { return math.Sqrt(max(e.estimate, 1) / e.tickSpan().Seconds()) }
+
+// step says a tick's total is a step away from the estimate (StepSigmas, StepRatio).
+func (e *Estimator) step(total float64) bool {
+	if e.StepSigmas < 0 {
+		return false
+	}
+	d := math.Abs(total - e.estimate)
+	return d > e.StepSigmas*e.sigma() && d > e.StepRatio*e.estimate
+}
+
+func (e *Estimator) tickSpan() time.Duration {
+	if e.interval <= 0 {
+		return time.Second
+	}
+	return e.interval
+}
+
+// Window is the span the estimate averages over, in effect: an exponentially weighted average of one total per
+// tick (ticks a report interval apart) has the variance of a plain mean over (2-Alpha)/Alpha ticks. On a steady
+// Poisson load of rate r the estimate's standard deviation is sqrt(r/Window) (in seconds).
+func (e *Estimator) Window() time.Duration {
+	return time.Duration(float64(e.tickSpan()) * (2 - e.Alpha) / e.Alpha)
 }
 
 // Estimate is the current estimate, in requests per second.
@@ -144,4 +227,19 @@ func Moved(previous, current, threshold float64) bool {
 		d = -d
 	}
 	return d >= 1 && d > threshold*previous
+}
+
+// Significant reports whether the estimate moved from previous to current by more than Moved's threshold and by
+// more than sigmas standard deviations of what a steady Poisson load at the previous rate leaves between two
+// estimates averaged over window: each has sqrt(previous/window), their difference sqrt(2) times that. A window of
+// 0 tests the threshold alone (Moved).
+func Significant(previous, current, threshold, sigmas float64, window time.Duration) bool {
+	if !Moved(previous, current, threshold) {
+		return false
+	}
+	if window <= 0 {
+		return true
+	}
+	noise := math.Sqrt(2 * max(previous, 1) / window.Seconds())
+	return math.Abs(current-previous) > sigmas*noise
 }

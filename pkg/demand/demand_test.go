@@ -14,6 +14,7 @@ func TestEstimator(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	sec := time.Second
 	e := New(0.5, 3*time.Second)
+	e.StepSigmas = -1 // the average's arithmetic, without the step rule (TestEstimatorStep)
 	e.Observe("f1", 100, sec, t0)
 	e.Observe("f2", 50, sec, t0)
 	if got := e.Tick(t0); got != 150 {
@@ -38,6 +39,79 @@ func TestEstimator(t *testing.T) {
 	e2.Observe("f", 10, 500*time.Millisecond, t0)
 	if got := e2.Tick(t0); got != 20 {
 		t.Fatalf("rate %v, want 20", got)
+	}
+}
+
+// TestEstimatorStep: a tick far outside a steady load's noise is a step, taken at once; one within it is averaged;
+// two in a row beyond 3 sigma are a shift, taken at the second.
+func TestEstimatorStep(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	e := New(0.3, 0)
+	e.Seed(100)
+	e.Observe("f", 130, time.Second, t0) // 3 sigma of one second at 100 QPS: noise, averaged
+	if got := e.Tick(t0); math.Abs(got-109) > 1e-9 {
+		t.Fatalf("after 130 requests in a second at 100 QPS: %v, want the average 109", got)
+	}
+	e.Observe("f", 600, time.Second, t0.Add(time.Second))
+	if got := e.Tick(t0.Add(time.Second)); got != 600 {
+		t.Fatalf("after a second of 600 at 109 QPS: %v, want the step taken, 600", got)
+	}
+	// At 1 QPS, 8 requests in a second is 7 sigma but only 7 requests: a step too (the ratio holds).
+	e.Seed(1)
+	e.Observe("f", 8, time.Second, t0.Add(2*time.Second))
+	if got := e.Tick(t0.Add(2 * time.Second)); got != 8 {
+		t.Fatalf("8 requests at 1 QPS: %v, want 8", got)
+	}
+	// A shift: two seconds in a row 3-5 sigma above (as the estimate catches up with a load that started
+	// mid-interval): the estimate jumps to their mean at the second.
+	e.Seed(57)
+	e.Observe("f", 85, time.Second, t0.Add(3*time.Second)) // 3.7 sigma
+	if got := e.Tick(t0.Add(3 * time.Second)); math.Abs(got-65.4) > 1e-9 {
+		t.Fatalf("one second 3.7 sigma above 57: %v, want the average 65.4", got)
+	}
+	e.Observe("f", 99, time.Second, t0.Add(4*time.Second)) // 4.1 sigma above 65.4
+	if got := e.Tick(t0.Add(4 * time.Second)); got != 92 {
+		t.Fatalf("a second second beyond 3 sigma: %v, want the shift taken, 92", got)
+	}
+	if w := e.Window(); math.Abs(w.Seconds()-1.7/0.3) > 1e-6 {
+		t.Fatalf("window %v, want (2-0.3)/0.3 s", w)
+	}
+}
+
+// TestSignificant: a move counts when past the threshold and past the noise of two estimates of the previous rate.
+func TestSignificant(t *testing.T) {
+	w := 5 * time.Second // noise of the difference at 100 QPS: sqrt(2*100/5) = 6.3
+	for _, tc := range []struct {
+		prev, cur, th, sigmas float64
+		window                time.Duration
+		want                  bool
+	}{
+		{100, 110, 0.05, 3, 0, true},  // no window: the threshold alone
+		{100, 110, 0.05, 3, w, false}, // 1.6 sigma
+		{100, 120, 0.05, 3, w, true},  // 3.2 sigma
+		{100, 104, 0.05, 0, w, false}, // under the threshold
+		{10, 14, 0.2, 3, w, false},    // 40% at 10 QPS: 2 sigma
+		{10, 17, 0.2, 3, w, true},
+	} {
+		if got := Significant(tc.prev, tc.cur, tc.th, tc.sigmas, tc.window); got != tc.want {
+			t.Errorf("Significant(%v, %v, %v, %v, %v) = %v", tc.prev, tc.cur, tc.th, tc.sigmas, tc.window, got)
+		}
+	}
+}
+
+// TestFanoutSignificant: a factor's move counts when past the threshold and past the noise of the items it rests on.
+func TestFanoutSignificant(t *testing.T) {
+	prev := map[string]pipeline.Fanout{"detect/x": {Mean: 2, Shares: map[string]float64{"car": 1}}}
+	cur := map[string]pipeline.Fanout{"detect/x": {Mean: 2.3, Shares: map[string]float64{"car": 1}}}
+	if !FanoutSignificant(prev, cur, 0.1, 3, nil) {
+		t.Error("15% without samples: want moved")
+	}
+	// 2 sub-requests per item over 100 items: the difference's noise is sqrt(2*2/100) = 0.2; 0.3 is 1.5 sigma.
+	if FanoutSignificant(prev, cur, 0.1, 3, map[string]float64{"detect/x": 100}) {
+		t.Error("15% on 100 items: want noise")
+	}
+	if !FanoutSignificant(prev, cur, 0.1, 3, map[string]float64{"detect/x": 1000}) {
+		t.Error("15% on 1000 items (4.7 sigma): want moved")
 	}
 }
 

@@ -1,6 +1,7 @@
 package demand
 
 import (
+	"math"
 	"sort"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
@@ -126,6 +127,16 @@ func (e *FanoutEstimator) Estimate(spec *pipeline.Spec) map[string]pipeline.Fano
 	return out
 }
 
+// Samples returns, per variant ("task/variant"), how many items its factor estimate rests on, in effect: the smoothed
+// items per interval times the span of the average, (2-Alpha)/Alpha intervals (see Estimator.Window).
+func (e *FanoutEstimator) Samples() map[string]float64 {
+	out := make(map[string]float64, len(e.smoothed))
+	for hop, s := range e.smoothed {
+		out[hop] = s.items * (2 - e.Alpha) / e.Alpha
+	}
+	return out
+}
+
 func hopTask(hop string) string {
 	for i := 0; i < len(hop); i++ {
 		if hop[i] == '/' {
@@ -138,6 +149,15 @@ func hopTask(hop string) string {
 // FanoutMoved reports whether any variant's factor differs between two estimates by more than the relative
 // threshold, or is in one and not the other.
 func FanoutMoved(previous, current map[string]pipeline.Fanout, threshold float64) bool {
+	return FanoutSignificant(previous, current, threshold, 0, nil)
+}
+
+// FanoutSignificant is FanoutMoved with a significance test: a child task's sub-requests per item must also have
+// moved by more than sigmas standard deviations of the difference of two estimates that rest on samples[hop] items
+// each, with Poisson sub-requests per item (each: sqrt(rate/items)). A variant without samples is tested on the
+// threshold alone.
+func FanoutSignificant(previous, current map[string]pipeline.Fanout, threshold, sigmas float64,
+	samples map[string]float64) bool {
 	if len(previous) != len(current) {
 		return true
 	}
@@ -148,9 +168,14 @@ func FanoutMoved(previous, current map[string]pipeline.Fanout, threshold float64
 		}
 		for child, share := range c.Shares {
 			a, b := c.Mean*share, p.Mean*p.Shares[child]
-			if d := a - b; d > threshold*b || -d > threshold*b {
-				return true
+			d := math.Abs(a - b)
+			if d <= threshold*b {
+				continue
 			}
+			if n := samples[hop]; n > 0 && d <= sigmas*math.Sqrt(2*b/n) {
+				continue
+			}
+			return true
 		}
 	}
 	return false

@@ -550,8 +550,8 @@ func (s *sim) tick() {
 		taskDemand[name] = s.taskEst[ti].Tick(now)
 	}
 	s.fan.Tick()
-	o := control.Observed{Demand: s.est.Tick(now), Fanout: s.fan.Estimate(s.spec), TaskDemand: taskDemand,
-		Servers: len(s.servers)}
+	o := control.Observed{Demand: s.est.Tick(now), DemandWindow: s.est.Window(), Fanout: s.fan.Estimate(s.spec),
+		FanoutSamples: s.fan.Samples(), TaskDemand: taskDemand, Servers: len(s.servers)}
 	t0 := time.Now()
 	st := s.loop.Next(now, o)
 	s.planWall += time.Since(t0)

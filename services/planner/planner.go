@@ -244,8 +244,10 @@ func (p *Planner) Run(ctx context.Context) error {
 // estimates are a pipeline's demand and multiplicative factors as of the latest tick.
 type estimates struct {
 	demand  float64
-	unknown bool // no demand measured yet: see control.Observed.DemandUnknown
+	window  time.Duration // the span demand averages over: see control.Observed.DemandWindow
+	unknown bool          // no demand measured yet: see control.Observed.DemandUnknown
 	fanout  map[string]pipeline.Fanout
+	samples map[string]float64 // items behind each factor: see control.Observed.FanoutSamples
 }
 
 // estimate folds the reports since the last tick into each pipeline's estimates.
@@ -257,7 +259,8 @@ func (p *Planner) estimate(now time.Time) []estimates {
 		fe := p.fanout[spec.Name]
 		fe.Tick()
 		e := p.demand[spec.Name]
-		out[i] = estimates{demand: e.Tick(now), unknown: !e.Known(), fanout: fe.Estimate(spec)}
+		out[i] = estimates{demand: e.Tick(now), window: e.Window(), unknown: !e.Known(), fanout: fe.Estimate(spec),
+			samples: fe.Samples()}
 	}
 	return out
 }
@@ -293,8 +296,8 @@ func (p *Planner) serversFor(i, live int) int {
 func (p *Planner) step(ctx context.Context, now time.Time, ests []estimates) {
 	live := len(p.liveWorkers(now))
 	for i, spec := range p.specs {
-		o := control.Observed{Demand: ests[i].demand, DemandUnknown: ests[i].unknown, Fanout: ests[i].fanout,
-			Servers: p.serversFor(i, live)}
+		o := control.Observed{Demand: ests[i].demand, DemandWindow: ests[i].window, DemandUnknown: ests[i].unknown,
+			Fanout: ests[i].fanout, FanoutSamples: ests[i].samples, Servers: p.serversFor(i, live)}
 		p.stepPipeline(ctx, now, i, o)
 		p.rehome(ctx, spec, p.loops[i].Current())
 	}

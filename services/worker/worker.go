@@ -262,7 +262,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			name := next.a.Pipeline + ":" + next.a.Hop()
 			w.serving.Store(&name)
 		}
-		cur.plan = next.plan
+		cur.follow(next, w.log)
 		w.serveOnce(ctx, cur)
 	}
 	return nil
@@ -413,9 +413,26 @@ func (s *serving) refreshStage() {
 	s.stage = deadline.NewStage(s.spec, s.plan, s.policy, s.a.Task, s.a.Variant, s.budget, 1)
 }
 
+// same says n is the variant s serves: the executor and the consumer stay. A new max batch, budget or epoch is
+// followed in place (follow): a re-plan that keeps a worker's variant costs it no model reload.
 func (s *serving) same(n wanted) bool {
-	return s.a.Pipeline == n.a.Pipeline && s.a.Task == n.a.Task && s.a.Variant == n.a.Variant &&
-		s.a.MaxBatch == n.a.MaxBatch && s.spec == n.spec
+	return s.a.Pipeline == n.a.Pipeline && s.a.Task == n.a.Task && s.a.Variant == n.a.Variant && s.spec == n.spec
+}
+
+// follow takes n's plan, and its max batch, budget and epoch when they changed (between batches: the next batch is
+// sized by them).
+func (s *serving) follow(n wanted, log *slog.Logger) {
+	s.plan = n.plan
+	if s.a == n.a || n.a.MaxBatch < 1 {
+		return
+	}
+	if s.a.MaxBatch != n.a.MaxBatch || s.a.BudgetMs != n.a.BudgetMs {
+		log.Info("serving", "pipeline", n.a.Pipeline, "variant", n.a.Hop(), "max_batch", n.a.MaxBatch,
+			"epoch", n.a.Epoch, "swap", time.Duration(0))
+	}
+	s.a = n.a
+	s.budget = time.Duration(n.a.BudgetMs * float64(time.Millisecond))
+	s.stage = nil // built again with the new budget
 }
 
 // consumerBindWait bounds the wait for a variant's consumer; a worker that gives up serves again at the next change

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -381,4 +382,58 @@ type recordSizes struct {
 func (r recordSizes) Execute(ctx context.Context, batch []executor.Input) ([]executor.Output, error) {
 	r.record(len(batch))
 	return r.Executor.Execute(ctx, batch)
+}
+
+// TestWorkerFollowsMaxBatchInPlace: a new assignment that keeps the worker's variant and changes only its max batch
+// (or its epoch), as a re-plan to nearly the same plan does, is followed without loading the model again, and the
+// next batches are sized by it.
+func TestWorkerFollowsMaxBatchInPlace(t *testing.T) {
+	r := newRig(t)
+	var mu sync.Mutex
+	var loads int
+	var sizes []int
+	w := r.startWorkerWith(Config{ID: "w1", FetchWait: 100 * time.Millisecond,
+		NewExecutor: func(spec *pipeline.Spec, task, variant string, opts executor.Options) (executor.Executor, error) {
+			mu.Lock()
+			loads++
+			mu.Unlock()
+			e, err := executor.New(spec, task, variant, opts)
+			return recordSizes{e, func(n int) { mu.Lock(); sizes = append(sizes, n); mu.Unlock() }}, err
+		}})
+	r.assignTask("w1", "a", "slow", 1)
+	r.waitServing(w, "slow")
+	r.assignTask("w1", "a", "slow", 4)
+	r.plan.Epoch = 2 // and an epoch of its own, as a re-plan brings
+	r.assignTask("w1", "a", "slow", 4)
+	soon := time.Now().Add(time.Minute)
+	// The assignment reaches the worker between batches: send until a batch of more than one is seen.
+	for round := 0; ; round++ {
+		time.Sleep(200 * time.Millisecond)
+		for i := range 8 {
+			r.publish("slow", fmt.Sprint(round, ".", i), soon, nil, nil)
+		}
+		for range 8 {
+			r.next(5 * time.Second)
+		}
+		mu.Lock()
+		big := slices.Max(sizes) > 1
+		mu.Unlock()
+		if big {
+			break
+		}
+		if round == 5 {
+			t.Fatalf("model batches %v: the max batch of 4 was not followed", sizes)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if loads != 1 {
+		t.Errorf("the model was loaded %d times, want once: a max batch change reloaded it", loads)
+	}
+	if m := slices.Max(sizes); m > 4 {
+		t.Errorf("a model batch of %d, over the max batch of 4", m)
+	}
+	if w.Serving() != "one:a/slow" {
+		t.Errorf("serving %q", w.Serving())
+	}
 }
