@@ -185,8 +185,8 @@ func poisson(rng *rand.Rand, mean float64) int {
 
 // steadyRun feeds the planner's estimators and loop, as the planner service does, one tick a second: two frontends
 // report Poisson arrivals at rate(t) between them; the root task's hosted variants report their items and Poisson
-// sub-requests at the spec's factors. noiseAware false leaves out the estimators' noise (DemandWindow,
-// FanoutSamples): the loop as it was before the significance tests. It returns the plans published under a new
+// sub-requests at the spec's factors. noiseAware turns on the significance tests (ReplanSigmas 3, RouteSigmas 2)
+// and gives the loop the estimators' noise (DemandWindow, FanoutSamples); false is the loop's default. It returns the plans published under a new
 // epoch after the first, with the tick (seconds from the start) of each.
 func steadyRun(t *testing.T, spec *pipeline.Spec, servers int, seconds int, rate func(sec int) float64, seed uint64,
 	noiseAware bool) (replans []int, demands []float64) {
@@ -196,7 +196,11 @@ func steadyRun(t *testing.T, spec *pipeline.Spec, servers int, seconds int, rate
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := New(spec, Config{}, MILP{Utilization: 0.85, TimeLimit: 5 * time.Second, Workers: 1}, static)
+	var cfg Config
+	if noiseAware {
+		cfg.ReplanSigmas, cfg.RouteSigmas = 3, 2
+	}
+	l := New(spec, cfg, MILP{Utilization: 0.85, TimeLimit: 5 * time.Second, Workers: 1}, static)
 	est := demand.New(0, 0)
 	est.Seed(rate(0))
 	fan := demand.NewFanoutEstimator(0, 0)

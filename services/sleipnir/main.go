@@ -303,6 +303,7 @@ func runPlanner(args []string) error {
 	policy := policyFlag(fs)
 	allocator := allocatorFlag(fs)
 	replanEvery := fs.Duration("replan-every", 10*time.Second, "how often the allocation MILP is solved again")
+	sigmas := noiseFlags(fs)
 	solveLimit := fs.Duration("solve-time-limit", time.Second, "time limit of each MILP solve")
 	ackWait := fs.Duration("ack-wait", bus.DefaultAckWait, "the variant consumers' ack wait: how long a fetched message may "+
 		"stay unacknowledged before another replica gets it (workers mark batches that run longer in progress)")
@@ -322,7 +323,7 @@ func runPlanner(args []string) error {
 	}
 	return c.serve("planner", auth.Planner, func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
 		p, err := planner.New(nc, planner.Config{Pipelines: specs, Storage: st, Allocator: *allocator, AckWait: *ackWait,
-			Config: control.Config{ReplanEvery: *replanEvery}, SolveTimeLimit: *solveLimit, Logger: log})
+			Config: sigmas.apply(control.Config{ReplanEvery: *replanEvery}), SolveTimeLimit: *solveLimit, Logger: log})
 		if err != nil {
 			return err
 		}
@@ -352,4 +353,21 @@ func (c *common) serve(service string, role auth.Role, run func(context.Context,
 	}
 	defer nc.Close()
 	return run(ctx, nc, log)
+}
+
+// noise is the significance tests of the control loop (control.Config.ReplanSigmas, RouteSigmas), shared by the
+// planner and the simulator.
+type noise struct{ replan, route *float64 }
+
+func noiseFlags(fs *flag.FlagSet) noise {
+	return noise{
+		replan: fs.Float64("replan-sigmas", 0, "re-plan only on moves of the demand estimate beyond this many standard "+
+			"deviations of its Poisson noise (0: off; 3 keeps a steady load on one plan, and trails a rising one)"),
+		route: fs.Float64("route-sigmas", 0, "the same for re-routing (0: off)"),
+	}
+}
+
+func (n noise) apply(c control.Config) control.Config {
+	c.ReplanSigmas, c.RouteSigmas = *n.replan, *n.route
+	return c
 }

@@ -32,6 +32,7 @@ func runSim(args []string) error {
 	warmup := fs.Duration("warmup", 0, "leave the first part of the run out of the summary (the time series keep it)")
 	comm := fs.Duration("comm", -1, "latency of one hop (negative: the pipeline's comm_latency_ms)")
 	replan := fs.Duration("replan-every", 0, "how often the planner re-plans (default: the planner's, 10s)")
+	sigmas := noiseFlags(fs)
 	headroom := fs.Float64("headroom", 0, "size plans for this much more than the demand estimate, and re-plan at "+
 		"once when the estimate outgrows them (default 0: the planner's)")
 	util := fs.Float64("utilization", 0, "share of each variant's capacity plans and routing use (default: the planner's)")
@@ -51,7 +52,7 @@ func runSim(args []string) error {
 	if err != nil {
 		return err
 	}
-	cc := control.Config{ReplanEvery: *replan, RouteUtilization: *util, Headroom: *headroom}
+	cc := sigmas.apply(control.Config{ReplanEvery: *replan, RouteUtilization: *util, Headroom: *headroom})
 	var syss []sim.System
 	for _, name := range strings.Split(*systems, ",") {
 		s, err := sim.ParseSystem(strings.TrimSpace(name), spec, cc)
