@@ -50,6 +50,17 @@ type Config struct {
 	Headroom float64
 }
 
+// DemandEstimator is the demand estimator these settings call for (planner and simulator alike): with the
+// significance tests on (ReplanSigmas > 0), one that takes steps and shifts of the load at once, so that a real
+// change is still planned for within a second.
+func (c Config) DemandEstimator(alpha float64) *demand.Estimator {
+	e := demand.New(alpha, 0)
+	if c.ReplanSigmas > 0 {
+		e.FollowSteps()
+	}
+	return e
+}
+
 // SetDefaults fills in the defaults.
 func (c *Config) SetDefaults() {
 	if c.ReplanEvery == 0 {

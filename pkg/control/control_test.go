@@ -201,7 +201,7 @@ func steadyRun(t *testing.T, spec *pipeline.Spec, servers int, seconds int, rate
 		cfg.ReplanSigmas, cfg.RouteSigmas = 3, 2
 	}
 	l := New(spec, cfg, MILP{Utilization: 0.85, TimeLimit: 5 * time.Second, Workers: 1}, static)
-	est := demand.New(0, 0)
+	est := cfg.DemandEstimator(0)
 	est.Seed(rate(0))
 	fan := demand.NewFanoutEstimator(0, 0)
 	root := spec.Tasks[0]

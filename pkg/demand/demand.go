@@ -77,7 +77,15 @@ type report struct {
 	at   time.Time
 }
 
-// New returns an estimator; alpha 0 means 0.3, silence 0 means 5 s.
+// FollowSteps makes the estimate take steps and shifts of the load at once (the default StepSigmas, StepRatio and
+// ShiftSigmas), as it must when re-plans wait for significant moves (control.Config.ReplanSigmas). Alone, a plain
+// average did better: on the simulator's Azure trace Loki missed 0.35% with it and 0.38% with the steps taken.
+func (e *Estimator) FollowSteps() {
+	e.StepSigmas, e.StepRatio, e.ShiftSigmas = DefaultStepSigmas, DefaultStepRatio, DefaultShiftSigmas
+}
+
+// New returns an estimator; alpha 0 means 0.3, silence 0 means 5 s. It takes no steps or shifts (StepSigmas and
+// ShiftSigmas -1): FollowSteps turns them on.
 func New(alpha float64, silence time.Duration) *Estimator {
 	if alpha <= 0 || alpha > 1 {
 		alpha = 0.3
@@ -85,8 +93,8 @@ func New(alpha float64, silence time.Duration) *Estimator {
 	if silence <= 0 {
 		silence = 5 * time.Second
 	}
-	return &Estimator{Alpha: alpha, Silence: silence, StepSigmas: DefaultStepSigmas, StepRatio: DefaultStepRatio,
-		ShiftSigmas: DefaultShiftSigmas, frontends: map[string]report{}}
+	return &Estimator{Alpha: alpha, Silence: silence, StepSigmas: -1, StepRatio: DefaultStepRatio, ShiftSigmas: -1,
+		frontends: map[string]report{}}
 }
 
 // Observe records that a frontend accepted count requests over interval, reported at now. It refuses (ErrReport) a

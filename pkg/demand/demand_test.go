@@ -47,6 +47,7 @@ func TestEstimator(t *testing.T) {
 func TestEstimatorStep(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	e := New(0.3, 0)
+	e.FollowSteps()
 	e.Seed(100)
 	e.Observe("f", 130, time.Second, t0) // 3 sigma of one second at 100 QPS: noise, averaged
 	if got := e.Tick(t0); math.Abs(got-109) > 1e-9 {

@@ -228,7 +228,7 @@ func newSim(cfg Config) (*sim, error) {
 	}
 	spec := cfg.Spec
 	s := &sim{cfg: cfg, spec: spec, rng: rand.New(rand.NewPCG(cfg.Seed, 0x51a)), hopIdx: map[string]map[string]int32{},
-		est: demand.New(cfg.DemandAlpha, 0), fan: demand.NewFanoutEstimator(cfg.DemandAlpha, 0),
+		est: cfg.Control.DemandEstimator(cfg.DemandAlpha), fan: demand.NewFanoutEstimator(cfg.DemandAlpha, 0),
 		assign: map[string]plan.Assignment{}}
 	s.comm = int64(cfg.CommLatency)
 	if cfg.CommLatency < 0 {
@@ -236,7 +236,7 @@ func newSim(cfg Config) (*sim, error) {
 	}
 	for _, t := range spec.Tasks {
 		s.tasks = append(s.tasks, t.Name)
-		s.taskEst = append(s.taskEst, demand.New(cfg.DemandAlpha, 0))
+		s.taskEst = append(s.taskEst, cfg.Control.DemandEstimator(cfg.DemandAlpha))
 	}
 	s.taskArrivals = make([]int, len(spec.Tasks))
 	for ti := range spec.Tasks {

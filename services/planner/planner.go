@@ -145,7 +145,7 @@ func New(nc *nats.Conn, cfg Config) (*Planner, error) {
 	est := map[string]*demand.Estimator{}
 	fan := map[string]*demand.FanoutEstimator{}
 	for _, s := range cfg.Pipelines {
-		e := demand.New(cfg.DemandAlpha, 0)
+		e := cfg.Config.DemandEstimator(cfg.DemandAlpha)
 		e.Warmup, e.MaxRate = cfg.DemandWarmup, cfg.MaxReportQPS
 		est[s.Name] = e
 		fan[s.Name] = demand.NewFanoutEstimator(cfg.DemandAlpha, 0)
