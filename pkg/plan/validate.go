@@ -168,7 +168,7 @@ func (a Assignment) Validate(worker string, spec *pipeline.Spec, p *Plan) error 
 		return nil
 	}
 	if spec == nil || p == nil {
-		return fmt.Errorf("pipeline %q: no spec or plan", a.Pipeline)
+		return fmt.Errorf("%w: pipeline %q", ErrNoPlan, a.Pipeline)
 	}
 	if spec.Variant(a.Task, a.Variant) == nil {
 		return fmt.Errorf("pipeline %s has no variant %s", a.Pipeline, a.Hop())
@@ -189,6 +189,10 @@ func (a Assignment) Validate(worker string, spec *pipeline.Spec, p *Plan) error 
 	}
 	return nil
 }
+
+// ErrNoPlan says the spec or the plan of an assignment's pipeline has not been read: at a worker's start its
+// assignment may arrive first.
+var ErrNoPlan = errors.New("no spec or plan yet")
 
 // ErrEpoch says an assignment and the plan are of different epochs: one of them has not arrived yet, or the
 // assignment is stale.

@@ -295,7 +295,9 @@ func (w *Worker) want(cat *catalog.Catalog) wanted {
 		err = a.Validate(w.cfg.ID, spec, p)
 		fresh.err = err
 		w.checked = fresh
-		if err != nil && !errors.Is(err, plan.ErrEpoch) {
+		// A plan and its assignment arriving one before the other is no news, nor is an assignment read before the
+		// catalog's first load (at the worker's start): only an assignment that cannot be right is.
+		if err != nil && !errors.Is(err, plan.ErrEpoch) && !(errors.Is(err, plan.ErrNoPlan) && !loaded(cat)) {
 			w.complaints.Error(ComplainAssignment, "err", err)
 		}
 	}
@@ -310,6 +312,16 @@ func (w *Worker) want(cat *catalog.Catalog) wanted {
 		spec, p = cat.Lookup(a.Pipeline)
 	}
 	return wanted{a: a, spec: spec, plan: p}
+}
+
+// loaded reports whether the catalog has read the bucket's specs and plans once.
+func loaded(cat *catalog.Catalog) bool {
+	select {
+	case <-cat.Ready():
+		return true
+	default:
+		return false
+	}
 }
 
 type checkedAssignment struct {
