@@ -140,11 +140,12 @@ $(NATS_SERVER): go.mod
 	$(GO) build -o $@ github.com/nats-io/nats-server/v2
 
 # The fault suite: the services as separate processes around a standalone nats-server, under loadgen's load, one
-# fault at a time (worker, planner and frontend SIGKILL, a server restart, crafted requests; with CHAOS_ARGS
-# "--nats-conf FILE --user WHO=nkey:SEED_FILE ...", forged messages too), a table of sent, ok, lost,
-# duplicate replies, violations and recovery time per fault (about 8 minutes; not part of `make test`, which runs the
-# short version, TestShortSuite).
-CHAOS_ARGS ?=
+# fault at a time (worker, planner and frontend SIGKILL, a server restart, crafted requests, forged messages), a
+# table of sent, ok, lost, duplicate replies, violations and recovery time per fault (about 8 minutes; not part of
+# `make test`, which runs the short version, TestShortSuite). By default every process connects as its own user of
+# the deployment's permissions (--deploy-auth); CHAOS_ARGS= runs without users (the forged-message faults skip), or
+# "--nats-conf FILE --user WHO=nkey:SEED_FILE ..." against another configuration.
+CHAOS_ARGS ?= --deploy-auth
 chaos: build $(NATS_SERVER)
 	SLEIPNIR_NATS_SERVER=$(NATS_SERVER) bin/sleipnir chaos --pipeline examples/traffic.yaml $(CHAOS_ARGS)
 

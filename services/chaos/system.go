@@ -20,6 +20,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/sleipnir-serving/sleipnir/pkg/auth"
 	"github.com/sleipnir-serving/sleipnir/pkg/natsproc"
 )
 
@@ -50,6 +51,37 @@ type User struct {
 	NkeyFile     string
 	Name         string
 	PasswordFile string
+}
+
+// DeployAuth is the deployment's own users and permissions (pkg/auth, as deploy/nats-auth.conf renders them) with a
+// fresh nkey per user, their seeds written to dir: the planner, the frontends' user, a worker user per worker id,
+// the client (loadgen, crafted and forged messages) and the observer (the suite's own connection).
+func DeployAuth(dir string, workers int) (*Auth, error) {
+	users := auth.DeployUsers(workers)
+	a := &Auth{Users: map[string]User{}}
+	for i := range users {
+		pub, seed, err := auth.NewNkey()
+		if err != nil {
+			return nil, err
+		}
+		users[i].Nkey = pub
+		file := filepath.Join(dir, users[i].Name()+".nk")
+		if err := os.WriteFile(file, seed, 0o600); err != nil {
+			return nil, err
+		}
+		who := string(users[i].Role)
+		if users[i].Role == auth.Worker {
+			who = users[i].WorkerID
+		}
+		a.Users[who] = User{NkeyFile: file}
+	}
+	conf, err := auth.RenderConf(users)
+	if err != nil {
+		return nil, err
+	}
+	// As deploy/nats-server.conf sets it.
+	a.Conf = "max_payload: 8MB\n" + conf
+	return a, nil
 }
 
 func (a *Auth) user(name, role string) (User, bool) {
@@ -195,7 +227,7 @@ type System struct {
 
 // Frontends and workers are named so: fe1, fe2; w01, w02, ...
 func frontendName(i int) string { return fmt.Sprintf("fe%d", i+1) }
-func workerName(i int) string   { return fmt.Sprintf("w%02d", i+1) }
+func workerName(i int) string   { return fmt.Sprintf("w%02d", i+1) } // auth.WorkerIDs for fewer than 100
 
 // startSystem starts the server, the planner, two frontends and the workers, each logging into dir.
 func startSystem(cfg *Config, dir string) (*System, error) {

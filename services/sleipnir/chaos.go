@@ -53,10 +53,24 @@ func runChaos(args []string) error {
 	fs.Var(users, "user", "WHO=NAME:PASSWORD_FILE or WHO=nkey:SEED_FILE, repeatable: who a process (planner, fe1, fe2, "+
 		"w01, ..., client, observer) or else a role (planner, frontend, worker, client, observer) connects as; "+
 		"processes get --user NAME --password-file FILE, or --nkey FILE")
+	deployAuth := fs.Bool("deploy-auth", false, "run against the deployment's users and permissions (pkg/auth, "+
+		"deploy/nats-auth.conf) with a fresh nkey per process; enables the forged-message faults")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *natsConf != "" {
+	if *deployAuth {
+		if *natsConf != "" || len(users) > 0 {
+			return errors.New("--deploy-auth makes its own users: not with --nats-conf or --user")
+		}
+		dir, err := os.MkdirTemp("", "sleipnir-chaos-keys-*")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		if cfg.Auth, err = chaos.DeployAuth(dir, cfg.Workers); err != nil {
+			return err
+		}
+	} else if *natsConf != "" {
 		conf, err := os.ReadFile(*natsConf)
 		if err != nil {
 			return err
