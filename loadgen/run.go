@@ -133,15 +133,21 @@ const (
 	retryMaxWait   = 200 * time.Millisecond
 )
 
+// reconnectRetry is how long after a reconnect a request resent then may be retried on "no responders", even past
+// its deadline: the frontends may re-subscribe after the client does, and the resend is how the client learns the
+// fate of a request whose reply is gone.
+const reconnectRetry = time.Second
+
 // duplicateWait is how long a run listens, after the last request is settled, for duplicate replies.
 const duplicateWait = 500 * time.Millisecond
 
 // pendingReq is one request of the client's, however many attempts (publishes, each on its own reply subject) it
 // takes.
 type pendingReq struct {
-	sent      time.Time // its first attempt
-	deadline  time.Time // absolute; zero if the frontend applies the SLO
-	retryEnd  time.Time // no attempt is sent after this: the deadline, or noDeadlineRetry after the first
+	sent     time.Time // its first attempt
+	deadline time.Time // absolute; zero if the frontend applies the SLO
+	retryEnd time.Time // no attempt is sent after this: the deadline (or noDeadlineRetry after the first), or
+	// reconnectRetry after a reconnect that resent it
 	due       time.Time // lost after this
 	warmup    bool      // sent during the warmup: not counted
 	doc       int       // the labelled image the request carries
@@ -431,10 +437,10 @@ func (r *run) publish(p *pendingReq, m *nats.Msg) {
 // What a client should do to lose nothing, as loadgen does unless Config.NoRetry: core NATS request-reply is at most
 // once, so what is inside the server when it dies (requests and replies alike) is gone, and a reply published
 // before the client has re-subscribed after a reconnect has nowhere to go. So after a reconnect the client sends
-// again, once, each request still unanswered when the connection dropped; and a "no responders" answer (the
-// request reached no frontend, which happens while the frontends re-subscribe) is tried again after a short wait.
-// Both only while the request's deadline allows, and each attempt on a new reply subject. A request may then be
-// served twice and its client told twice, once per attempt: the first reply is its outcome.
+// again, once, each request still unanswered when the connection dropped, with the same absolute deadline; and a
+// "no responders" answer (the request reached no frontend, which happens while the frontends re-subscribe) is
+// tried again after a short wait while the deadline allows. Each attempt has a new reply subject. A request may
+// then be served twice and its client told twice, once per attempt: the first reply is its outcome.
 
 func (r *run) onDisconnect() {
 	r.mu.Lock()
@@ -452,8 +458,9 @@ func (r *run) onReconnect() {
 	var again []*pendingReq
 	now := time.Now()
 	for _, p := range r.requests {
-		if !p.settled() && !p.resent && p.lastSent.Before(at) && now.Before(p.retryEnd) {
+		if !p.settled() && !p.resent && p.lastSent.Before(at) {
 			p.resent = true
+			p.retryEnd = later(p.retryEnd, now.Add(reconnectRetry))
 			again = append(again, p)
 		}
 	}
@@ -463,7 +470,10 @@ func (r *run) onReconnect() {
 	}
 }
 
-// sendAgain sends another attempt of p, unless it is settled or past its last time to try.
+// sendAgain sends another attempt of p, unless it is settled or past its last time to try. The resend after a
+// reconnect may be sent when the deadline has passed: the frontend then refuses it at once, and so the client
+// learns the request's fate when its reply (inside the dead server, or flushed by a frontend before the client had
+// re-subscribed) is gone.
 func (r *run) sendAgain(p *pendingReq, afterReconnect bool) {
 	r.mu.Lock()
 	now := time.Now()
@@ -606,6 +616,13 @@ func (r *run) onReply(m *nats.Msg) {
 			r.sum.FirstError = rep.Error
 		}
 	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 func quantile(sorted []float64, q float64) float64 {
