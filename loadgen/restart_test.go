@@ -20,7 +20,8 @@ import (
 // after the restart reaches no one. With loadgen's defaults nothing is lost: the requests unanswered at the kill are
 // sent again after the reconnect (answered ok with a 3 s timeout; refused, their deadline past, with 500 ms), and
 // "no responders" is tried again until the responder is back (with 3 s every request is answered ok). The same run without them (Config.NoRetry) loses
-// requests and gets "no responders", which shows the run can fail.
+// requests and gets "no responders", which shows the run can fail. The grace (3 s past the deadline) leaves the
+// resends of requests the kill caught time to find the responder back.
 func TestNothingLostAcrossAServerRestart(t *testing.T) {
 	if _, err := natsproc.Binary(); err != nil {
 		t.Skip(err)
@@ -74,7 +75,7 @@ func TestNothingLostAcrossAServerRestart(t *testing.T) {
 			}
 		}()
 		s, err := Run(context.Background(), client, Config{Pipeline: "p", QPS: 50, Duration: 3 * time.Second,
-			Timeout: c.timeout, Grace: time.Second, NoRetry: noRetry}, nil)
+			Timeout: c.timeout, Grace: 3 * time.Second, NoRetry: noRetry}, nil)
 		client.Close()
 		responder.Close()
 		srv.Stop()
