@@ -36,9 +36,12 @@ func main() {
 	flag.Uint64Var(&cfg.Seed, "seed", 1, "seed of arrivals and input values")
 	images := flag.String("images", "", "a labelled OCR set (`make data`: data/ocr): send its images in turn and check the replies against their ground truth")
 	flag.BoolVar(&cfg.Series, "series", false, "with --json: add the per-second series (sent, ok, violations, lost, duplicates by second of sending)")
+	retry := flag.Bool("retry", true, "what a client should do to lose nothing: after a reconnect, send again the requests "+
+		"unanswered when the connection dropped; retry \"no responders\" after a short wait; both within the deadline")
 	stepsFlag := flag.String("steps", "", "step the demand: QPS:DURATION,... (each after --warmup at its rate); "+
 		"prints a line per step with the plan the planner published by its end")
 	flag.Parse()
+	cfg.NoRetry = !*retry
 	if cfg.Pipeline == "" {
 		fmt.Fprintln(os.Stderr, "loadgen: --pipeline is required")
 		flag.Usage()
@@ -94,6 +97,10 @@ func main() {
 func printSummary(s Summary) {
 	fmt.Printf("pipeline %s: %d sent in %.1fs (%.1f/s of %.1f/s asked)\n", s.Pipeline, s.Sent, s.DurationS, s.AchievedQPS, s.QPS)
 	fmt.Printf("  ok %d  partial %d  dropped %d  late %d  errors %d  lost %d\n", s.OK, s.Partial, s.Dropped, s.Late, s.Errors, s.Lost)
+	if s.Resent+s.Retried+s.Duplicates+s.LateReplies+s.ExtraReplies > 0 {
+		fmt.Printf("  attempts resent after a reconnect %d, retried after no responders %d; duplicate replies %d, "+
+			"late replies %d, extra replies %d\n", s.Resent, s.Retried, s.Duplicates, s.LateReplies, s.ExtraReplies)
+	}
 	fmt.Printf("  latency p50 %.1f ms  p95 %.1f ms  p99 %.1f ms  mean %.1f ms\n", s.P50Ms, s.P95Ms, s.P99Ms, s.MeanLatencyMs)
 	fmt.Printf("  SLO violations %.2f%% (every reply that is not ok, and every lost request)\n", 100*s.SLOViolationRatio)
 	fmt.Printf("  mean accuracy %.4f (of the ok and partial replies)\n", s.MeanAccuracy)

@@ -26,7 +26,8 @@ type Config struct {
 	Pipeline string
 	QPS      float64
 	Duration time.Duration
-	// Timeout, if set, is sent as each request's relative deadline; otherwise the frontend applies the SLO.
+	// Timeout, if set, makes each request's deadline, sent as an absolute time (wire.HeaderDeadline) from when it is
+	// first sent; otherwise the frontend applies the SLO.
 	Timeout time.Duration
 	// Grace is how long past its deadline a request may go unanswered before it counts as lost.
 	Grace time.Duration
@@ -41,6 +42,9 @@ type Config struct {
 	// Series, if set, adds to the summary the fate of the measured requests per second of sending (what a fault
 	// suite reads recovery times from).
 	Series bool
+	// NoRetry turns off what a client should do to lose nothing (see resend): resending after a reconnect the
+	// requests unanswered when the connection dropped, and retrying "no responders".
+	NoRetry bool
 }
 
 // Summary is the result of a run; its JSON form is loadgen's last line with --json.
@@ -55,10 +59,17 @@ type Summary struct {
 	Late      int     `json:"late"`
 	Errors    int     `json:"errors"`
 	Lost      int     `json:"lost"`
-	// Duplicates counts replies beyond a request's first (each one a broken exactly-once promise); LateReplies,
-	// replies that came after their request was counted lost. Neither changes the request's own outcome.
-	Duplicates        int     `json:"duplicates"`
-	LateReplies       int     `json:"late_replies"`
+	// Duplicates counts replies beyond the first to one attempt of a request (each one a broken exactly-once
+	// promise); LateReplies, replies that came after their request was counted lost. Neither changes the request's
+	// own outcome.
+	Duplicates  int `json:"duplicates"`
+	LateReplies int `json:"late_replies"`
+	// Resent counts the attempts sent after a reconnect for requests unanswered when the connection dropped;
+	// Retried, those sent after a "no responders" answer; ExtraReplies, replies to an attempt of a request that
+	// another of its attempts had already answered (the work was done twice, the client told once: no fault).
+	Resent            int     `json:"resent"`
+	Retried           int     `json:"retried"`
+	ExtraReplies      int     `json:"extra_replies"`
 	P50Ms             float64 `json:"p50_ms"`
 	P95Ms             float64 `json:"p95_ms"`
 	P99Ms             float64 `json:"p99_ms"`
@@ -111,35 +122,78 @@ func ClientOptions(name string) []nats.Option {
 // noDeadlineWait is how long a request without a known deadline may take before its grace starts.
 const noDeadlineWait = 30 * time.Second
 
+// noDeadlineRetry is how long after its first attempt a request without a known deadline (the frontend applies the
+// pipeline's SLO, which the client does not know) may be sent again.
+const noDeadlineRetry = 2 * time.Second
+
+// After "no responders" a request is sent again after a wait that doubles from retryFirstWait to retryMaxWait: the
+// frontends re-subscribe within their reconnect period (250 ms) of a server restart.
+const (
+	retryFirstWait = 50 * time.Millisecond
+	retryMaxWait   = 200 * time.Millisecond
+)
+
+// reconnectRetry is how long after a reconnect a request resent then may be retried on "no responders", even past
+// its deadline: the frontends may re-subscribe after the client does, and the resend is how the client learns the
+// fate of a request whose reply is gone.
+const reconnectRetry = time.Second
+
 // duplicateWait is how long a run listens, after the last request is settled, for duplicate replies.
 const duplicateWait = 500 * time.Millisecond
 
+// pendingReq is one request of the client's, however many attempts (publishes, each on its own reply subject) it
+// takes.
 type pendingReq struct {
-	sent    time.Time
-	due     time.Time // lost after this
-	warmup  bool      // sent during the warmup: not counted
-	doc     int       // the labelled image the request carries
-	second  int       // index in the series (measured requests only)
-	sinceMs int64     // ms from the series' start
-	replies int
-	lost    bool
+	sent     time.Time // its first attempt
+	deadline time.Time // absolute; zero if the frontend applies the SLO
+	retryEnd time.Time // no attempt is sent after this: the deadline (or noDeadlineRetry after the first), or
+	// reconnectRetry after a reconnect that resent it
+	due       time.Time // lost after this
+	warmup    bool      // sent during the warmup: not counted
+	doc       int       // the labelled image the request carries
+	second    int       // index in the series (measured requests only)
+	sinceMs   int64     // ms from the series' start
+	attempts  int
+	lastSent  time.Time     // its latest attempt
+	resent    bool          // sent again after a reconnect (once only)
+	retryWait time.Duration // the wait before the next attempt after "no responders"
+	answered  bool          // its outcome is in: a reply, or a failed publish
+	lost      bool
 }
 
 // settled: answered, or counted lost.
-func (p *pendingReq) settled() bool { return p.replies > 0 || p.lost }
+func (p *pendingReq) settled() bool { return p.answered || p.lost }
+
+// attempt is one publish of a request.
+type attempt struct {
+	req     *pendingReq
+	replies int
+}
 
 type run struct {
+	nc       *nats.Conn
+	subject  string
+	inbox    string
+	payloads [][]byte
+	noRetry  bool
+
 	mu sync.Mutex
-	// requests holds every request sent, answered or not, so that a second reply is seen as a duplicate.
-	requests  map[string]*pendingReq
-	series    []Second
-	latencies []float64
-	sum       Summary
-	noResp    int // "no responders" transport errors
-	accSum    float64
-	accN      int
-	images    *ocr.Set
-	truth     ocrTally
+	// attempts holds every attempt sent, by reply subject, answered or not, so that a second reply to one is seen
+	// as a duplicate.
+	attempts    map[string]*attempt
+	requests    []*pendingReq
+	nextAttempt int
+	// disconnectedAt is when the connection dropped, until the reconnect that resends what it left unanswered.
+	disconnectedAt time.Time
+	done           bool // the run is over: no more attempts
+	series         []Second
+	latencies      []float64
+	sum            Summary
+	noResp         int // requests answered "no responders" (after their retries)
+	accSum         float64
+	accN           int
+	images         *ocr.Set
+	truth          ocrTally
 }
 
 // ocrTally adds up how the ok replies read their labelled images.
@@ -181,14 +235,34 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, progress io.Writer) (Su
 		}
 	}
 
-	r := &run{requests: map[string]*pendingReq{}, sum: Summary{Pipeline: cfg.Pipeline, QPS: cfg.QPS}, images: cfg.Images}
-	inbox := nats.NewInbox()
-	sub, err := nc.Subscribe(inbox+".*", r.onReply)
+	r := &run{nc: nc, subject: wire.InferSubject(cfg.Pipeline), inbox: nats.NewInbox(), payloads: payloads,
+		noRetry: cfg.NoRetry, attempts: map[string]*attempt{},
+		sum: Summary{Pipeline: cfg.Pipeline, QPS: cfg.QPS}, images: cfg.Images}
+	sub, err := nc.Subscribe(r.inbox+".*", r.onReply)
 	if err != nil {
 		return Summary{}, err
 	}
 	defer sub.Unsubscribe()
 	_ = sub.SetPendingLimits(-1, -1)
+	if !cfg.NoRetry {
+		prevDisconnect, prevReconnect := nc.Opts.DisconnectedErrCB, nc.Opts.ReconnectedCB
+		nc.SetDisconnectErrHandler(func(c *nats.Conn, err error) {
+			r.onDisconnect()
+			if prevDisconnect != nil {
+				prevDisconnect(c, err)
+			}
+		})
+		nc.SetReconnectHandler(func(c *nats.Conn) {
+			r.onReconnect()
+			if prevReconnect != nil {
+				prevReconnect(c)
+			}
+		})
+		defer func() {
+			nc.SetDisconnectErrHandler(prevDisconnect)
+			nc.SetReconnectHandler(prevReconnect)
+		}()
+	}
 
 	stopProgress := make(chan struct{})
 	var progressDone sync.WaitGroup
@@ -199,7 +273,6 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, progress io.Writer) (Su
 		r.report(progress, start, stopProgress)
 	}()
 
-	subject := wire.InferSubject(cfg.Pipeline)
 	next := start
 	var sendEnd, measureStart time.Time
 	for i := 0; ; i++ {
@@ -216,23 +289,19 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, progress io.Writer) (Su
 		if ctx.Err() != nil {
 			break
 		}
-		m := nats.NewMsg(subject)
-		m.Reply = inbox + "." + strconv.Itoa(i)
-		m.Data = payloads[i%len(payloads)]
-		m.Header.Set(wire.HeaderContentType, wire.ContentMsgpack)
-		wait := noDeadlineWait
-		if cfg.Timeout > 0 {
-			m.Header.Set(wire.HeaderTimeout, cfg.Timeout.String())
-			wait = cfg.Timeout
-		}
 		now := time.Now()
 		warm := now.Sub(start) < cfg.Warmup
 		if !warm && measureStart.IsZero() {
 			measureStart = now
 		}
-		p := &pendingReq{sent: now, due: now.Add(wait + cfg.Grace), warmup: warm, doc: i % len(payloads)}
+		p := &pendingReq{sent: now, warmup: warm, doc: i % len(payloads), retryEnd: now.Add(noDeadlineRetry)}
+		wait := noDeadlineWait
+		if cfg.Timeout > 0 {
+			p.deadline, p.retryEnd, wait = now.Add(cfg.Timeout), now.Add(cfg.Timeout), cfg.Timeout
+		}
+		p.due = now.Add(wait + cfg.Grace)
 		r.mu.Lock()
-		r.requests[m.Reply] = p
+		r.requests = append(r.requests, p)
 		if !warm {
 			r.sum.Sent++
 			p.second = int(now.Sub(measureStart) / time.Second)
@@ -242,19 +311,9 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, progress io.Writer) (Su
 			}
 			r.series[p.second].Sent++
 		}
+		m := r.attemptLocked(p, now)
 		r.mu.Unlock()
-		if err := nc.PublishMsg(m); err != nil {
-			r.mu.Lock()
-			delete(r.requests, m.Reply)
-			if !warm {
-				r.series[p.second].Violations++
-				r.sum.Errors++
-				if r.sum.FirstError == "" {
-					r.sum.FirstError = err.Error()
-				}
-			}
-			r.mu.Unlock()
-		}
+		r.publish(p, m)
 		sendEnd = time.Now()
 	}
 	if sendEnd.IsZero() {
@@ -270,15 +329,13 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, progress io.Writer) (Su
 				continue
 			}
 			if now.After(p.due) {
-				p.lost = true
-				if !p.warmup {
-					r.sum.Lost++
-					r.series[p.second].Lost++
-					r.series[p.second].Violations++
-				}
+				r.loseLocked(p)
 			} else {
 				left++
 			}
+		}
+		if left == 0 {
+			r.done = true
 		}
 		r.mu.Unlock()
 		if left == 0 {
@@ -331,18 +388,143 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, progress io.Writer) (Su
 		s.MeanLatencyMs = total / float64(len(r.latencies))
 	}
 	if s.Sent > 0 && r.noResp == s.Sent {
-		return s, fmt.Errorf("no frontend serves %s: every request failed with \"no responders\"", subject)
+		return s, fmt.Errorf("no frontend serves %s: every request failed with \"no responders\"", r.subject)
 	}
 	return s, nil
 }
 
-// onReply records the first reply of a request; a second one, which must never happen, is counted as a
-// duplicate, and one after the request was counted lost as a late reply.
+// attemptLocked makes the next attempt of p, on a reply subject of its own: a reply names the attempt it answers,
+// so a second reply to one attempt is a duplicate, and a reply to another attempt of an answered request is not.
+// Every attempt carries the request's absolute deadline (wire.HeaderDeadline; the client's and the frontend's clocks
+// must agree, as synchronised clocks do to within milliseconds): a relative timeout would start afresh at each
+// arrival, for a further attempt and for an attempt held in the client's reconnect buffer alike.
+func (r *run) attemptLocked(p *pendingReq, now time.Time) *nats.Msg {
+	m := nats.NewMsg(r.subject)
+	m.Reply = r.inbox + "." + strconv.Itoa(r.nextAttempt)
+	r.nextAttempt++
+	m.Data = r.payloads[p.doc]
+	m.Header.Set(wire.HeaderContentType, wire.ContentMsgpack)
+	if !p.deadline.IsZero() {
+		m.Header.Set(wire.HeaderDeadline, wire.FormatDeadline(p.deadline))
+	}
+	p.attempts++
+	p.lastSent = now
+	r.attempts[m.Reply] = &attempt{req: p}
+	return m
+}
+
+// publish sends an attempt; if that fails, the failure is the request's outcome.
+func (r *run) publish(p *pendingReq, m *nats.Msg) {
+	err := r.nc.PublishMsg(m)
+	if err == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if p.settled() {
+		return
+	}
+	p.answered = true
+	if !p.warmup {
+		r.series[p.second].Violations++
+		r.sum.Errors++
+		if r.sum.FirstError == "" {
+			r.sum.FirstError = err.Error()
+		}
+	}
+}
+
+// What a client should do to lose nothing, as loadgen does unless Config.NoRetry: core NATS request-reply is at most
+// once, so what is inside the server when it dies (requests and replies alike) is gone, and a reply published
+// before the client has re-subscribed after a reconnect has nowhere to go. So after a reconnect the client sends
+// again, once, each request still unanswered when the connection dropped, with the same absolute deadline; and a
+// "no responders" answer (the request reached no frontend, which happens while the frontends re-subscribe) is
+// tried again after a short wait while the deadline allows. Each attempt has a new reply subject. A request may
+// then be served twice and its client told twice, once per attempt: the first reply is its outcome.
+
+func (r *run) onDisconnect() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.disconnectedAt.IsZero() {
+		r.disconnectedAt = time.Now()
+	}
+}
+
+// onReconnect runs after the client's subscriptions are re-established and what it buffered is sent.
+func (r *run) onReconnect() {
+	r.mu.Lock()
+	at := r.disconnectedAt
+	r.disconnectedAt = time.Time{}
+	var again []*pendingReq
+	now := time.Now()
+	for _, p := range r.requests {
+		if !p.settled() && !p.resent && p.lastSent.Before(at) {
+			p.resent = true
+			p.retryEnd = later(p.retryEnd, now.Add(reconnectRetry))
+			again = append(again, p)
+		}
+	}
+	r.mu.Unlock()
+	for _, p := range again {
+		r.sendAgain(p, true)
+	}
+}
+
+// sendAgain sends another attempt of p, unless it is settled or past its last time to try. The resend after a
+// reconnect may be sent when the deadline has passed: the frontend then refuses it at once, and so the client
+// learns the request's fate when its reply (inside the dead server, or flushed by a frontend before the client had
+// re-subscribed) is gone.
+func (r *run) sendAgain(p *pendingReq, afterReconnect bool) {
+	r.mu.Lock()
+	now := time.Now()
+	if r.done || p.settled() || now.After(p.retryEnd) {
+		r.mu.Unlock()
+		return
+	}
+	m := r.attemptLocked(p, now)
+	if !p.warmup {
+		if afterReconnect {
+			r.sum.Resent++
+		} else {
+			r.sum.Retried++
+		}
+	}
+	r.mu.Unlock()
+	r.publish(p, m)
+}
+
+// retryLocked schedules another attempt after "no responders", if the request's deadline allows one.
+func (r *run) retryLocked(p *pendingReq, now time.Time) bool {
+	if r.noRetry || r.done {
+		return false
+	}
+	wait := max(p.retryWait, retryFirstWait)
+	if now.Add(wait).After(p.retryEnd) {
+		return false
+	}
+	p.retryWait = min(2*wait, retryMaxWait)
+	time.AfterFunc(wait, func() { r.sendAgain(p, false) })
+	return true
+}
+
+// loseLocked counts p lost: no reply to any of its attempts by its loss time.
+func (r *run) loseLocked(p *pendingReq) {
+	p.lost = true
+	if !p.warmup {
+		r.sum.Lost++
+		r.series[p.second].Lost++
+		r.series[p.second].Violations++
+	}
+}
+
+// onReply records the first reply of a request as its outcome. A second reply to the same attempt, which must never
+// happen, is counted as a duplicate; one after the request was counted lost as a late reply; one to an attempt of
+// a request another attempt had answered as an extra reply.
 func (r *run) onReply(m *nats.Msg) {
 	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	p, ok := r.requests[m.Subject]
+	a, ok := r.attempts[m.Subject]
 	if !ok {
 		r.sum.Errors++
 		if r.sum.FirstError == "" {
@@ -350,30 +532,40 @@ func (r *run) onReply(m *nats.Msg) {
 		}
 		return
 	}
-	p.replies++
-	if !p.lost && p.replies == 1 && now.After(p.due) {
+	a.replies++
+	p := a.req
+	if !p.settled() && now.After(p.due) {
 		// Past its loss time: lost, whether or not the drain has swept it yet.
-		p.lost = true
-		if !p.warmup {
-			r.sum.Lost++
-			r.series[p.second].Lost++
-			r.series[p.second].Violations++
-		}
-	}
-	if p.warmup {
-		return
+		r.loseLocked(p)
 	}
 	switch {
 	case p.lost:
-		r.sum.LateReplies++
+		if !p.warmup {
+			r.sum.LateReplies++
+		}
 		return
-	case p.replies > 1:
-		r.sum.Duplicates++
-		r.series[p.second].Duplicates++
+	case a.replies > 1:
+		if !p.warmup {
+			r.sum.Duplicates++
+			r.series[p.second].Duplicates++
+		}
+		return
+	case p.answered:
+		if !p.warmup {
+			r.sum.ExtraReplies++
+		}
+		return
+	}
+	noResponders := len(m.Data) == 0 && m.Header.Get("Status") == "503"
+	if noResponders && r.retryLocked(p, now) {
+		return
+	}
+	p.answered = true
+	if p.warmup {
 		return
 	}
 	sec := &r.series[p.second]
-	if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
+	if noResponders {
 		sec.Violations++
 		r.noResp++
 		r.sum.Errors++
@@ -424,6 +616,13 @@ func (r *run) onReply(m *nats.Msg) {
 			r.sum.FirstError = rep.Error
 		}
 	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 func quantile(sorted []float64, q float64) float64 {

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
@@ -46,11 +45,6 @@ func Inbox(r Role) string {
 	return wire.InboxPrefix(string(r))
 }
 
-// ResponseTTL is how long a frontend may take to answer a NATS request: the server lets a frontend publish to a
-// request's reply subject once, within this time. Task messages live at most 10 minutes (the stream's max age), so
-// no accepted request is answered later than that.
-const ResponseTTL = 10 * time.Minute
-
 // Permissions are the subjects a user of role may publish and subscribe to; workerID names a worker's own heartbeat
 // key (Worker only).
 func Permissions(r Role, workerID string) (*server.Permissions, error) {
@@ -75,10 +69,11 @@ func Permissions(r Role, workerID string) (*server.Permissions, error) {
 		p.Publish.Allow = []string{"$JS.API.>", wire.KVSubject(">"), "$JS.ACK.>", "$JS.FC.>", tasks}
 		p.Subscribe.Allow = []string{wire.DemandPrefix + ">", inbox}
 	case Frontend:
-		p.Publish.Allow = append(kvRead, tasks, wire.DemandPrefix+">")
+		// Frontends answer clients on the clients' inboxes. Not by response permissions (allow_responses): the
+		// server keeps those in memory, so one restarted forgets them and refuses every reply to a request delivered
+		// before the restart (measured: 55 requests lost in make chaos's nats-restart).
+		p.Publish.Allow = append(kvRead, tasks, wire.DemandPrefix+">", ClientInbox+".>")
 		p.Subscribe.Allow = []string{wire.InferPrefix + ">", wire.ResultPrefix + ">", inbox}
-		// Replies to clients go to their own reply subjects, once each.
-		p.Response = &server.ResponsePermission{MaxMsgs: 1, Expires: ResponseTTL}
 	case Worker:
 		if !wire.ValidName(workerID) {
 			return nil, fmt.Errorf("worker id %q: use letters, digits, '_' and '-' only", workerID)

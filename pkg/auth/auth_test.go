@@ -1,11 +1,18 @@
 package auth
 
 import (
+	"errors"
 	"os"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/natsproc"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
 // TestDeployConfIsRendered: deploy/nats-auth.conf is what RenderConf makes of the deployment's users, so the
@@ -84,5 +91,107 @@ func TestWorkerPermissionsNameItsID(t *testing.T) {
 	}
 	if _, err := Permissions(Worker, "w.*"); err == nil {
 		t.Error("worker id with subject wildcards accepted")
+	}
+}
+
+// TestRepliesSurviveAServerRestart: on a real nats-server with the deployment's permissions, a frontend answers a
+// request delivered before the server was killed and restarted, and the client gets the reply (with response
+// permissions, which the server keeps in memory, the restarted server refused it). A client may not forge a reply
+// to another client's inbox.
+func TestRepliesSurviveAServerRestart(t *testing.T) {
+	if _, err := natsproc.Binary(); err != nil {
+		t.Skip(err)
+	}
+	users := []User{{Role: Frontend}, {Role: Client}}
+	seeds := make([][]byte, len(users))
+	for i := range users {
+		pub, seed, err := NewNkey()
+		if err != nil {
+			t.Fatal(err)
+		}
+		users[i].Nkey, seeds[i] = pub, seed
+	}
+	conf, err := RenderConf(users)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := natsproc.Start(natsproc.Config{Name: "auth-restart", StoreDir: t.TempDir(), Conf: conf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	violations := make(chan error, 10) // the client's
+	connect := func(i int) *nats.Conn {
+		kp, err := nkeys.FromSeed(seeds[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc, err := nats.Connect(srv.URL(), nats.Nkey(users[i].Nkey, kp.Sign), nats.CustomInboxPrefix(Inbox(users[i].Role)),
+			nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond),
+			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+				if users[i].Role == Client {
+					violations <- err
+				}
+			}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	frontend, client := connect(0), connect(1)
+
+	requests, err := frontend.SubscribeSync(wire.InferSubject("p"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	frontend.Flush()
+	inbox := nats.NewInbox()
+	replies, err := client.SubscribeSync(inbox + ".*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := client.PublishRequest(wire.InferSubject("p"), inbox+".1", []byte("request")); err != nil {
+		t.Fatal(err)
+	}
+	req, err := requests.NextMsg(5 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	srv.Kill()
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	for _, nc := range []*nats.Conn{frontend, client} {
+		for end := time.Now().Add(10 * time.Second); !nc.IsConnected() && time.Now().Before(end); {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if err := nc.Flush(); err != nil { // the subscriptions are back
+			t.Fatal(err)
+		}
+	}
+	if err := req.Respond([]byte("reply")); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := replies.NextMsg(5 * time.Second); err != nil || string(m.Data) != "reply" {
+		t.Errorf("the reply to a request delivered before the restart: %v %v", m, err)
+	}
+
+	// A client forging a reply to another client's inbox is refused.
+	if err := client.Publish(inbox+".2", []byte("forged")); err != nil {
+		t.Fatal(err)
+	}
+	client.Flush()
+	select {
+	case err := <-violations:
+		if !errors.Is(err, nats.ErrPermissionViolation) {
+			t.Errorf("forged reply: %v, want a permissions violation", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("a client published to a client inbox unrefused")
+	}
+	if m, err := replies.NextMsg(200 * time.Millisecond); err == nil {
+		t.Errorf("the forged reply was delivered: %q", m.Data)
 	}
 }

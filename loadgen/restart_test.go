@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/natsproc"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
+
+// TestNothingLostAcrossAServerRestart: a real nats-server is killed under load and restarted 600 ms later. The
+// responder (in place of a frontend) refuses a request whose Sleipnir-Deadline has passed and answers the others ok
+// 300 ms after they arrive; it keeps no reconnect buffer, so that its replies during the outage are gone as those
+// inside a dying server are, and it reconnects 500 ms after the client does, so that what the client sends first
+// after the restart reaches no one. With loadgen's defaults nothing is lost: the requests unanswered at the kill are
+// sent again after the reconnect (answered ok with a 3 s timeout; refused, their deadline past, with 500 ms), and
+// "no responders" is tried again until the responder is back (with 3 s every request is answered ok). The same run without them (Config.NoRetry) loses
+// requests and gets "no responders", which shows the run can fail. The grace (3 s past the deadline) leaves the
+// resends of requests the kill caught time to find the responder back.
+func TestNothingLostAcrossAServerRestart(t *testing.T) {
+	if _, err := natsproc.Binary(); err != nil {
+		t.Skip(err)
+	}
+	if testing.Short() {
+		t.Skip("restarts a nats-server")
+	}
+	for _, c := range []struct {
+		timeout time.Duration
+		noRetry bool
+	}{{3 * time.Second, false}, {500 * time.Millisecond, false}, {500 * time.Millisecond, true}} {
+		noRetry := c.noRetry
+		srv, err := natsproc.Start(natsproc.Config{Name: "loadgen-restart"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var replyFailures atomic.Int64
+		responder, err := nats.Connect(srv.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(600*time.Millisecond),
+			nats.ReconnectJitter(0, 0), nats.ReconnectBufSize(-1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ok, _ := msgpack.Marshal(&wire.InferReply{RequestID: "x", Pipeline: "p", Status: wire.StatusOK})
+		passed, _ := msgpack.Marshal(&wire.InferReply{RequestID: "x", Pipeline: "p", Status: wire.StatusError,
+			Error: "deadline has already passed"})
+		if _, err := responder.Subscribe(wire.InferSubject("p"), func(m *nats.Msg) {
+			if d, err := wire.ParseDeadline(m.Header.Get(wire.HeaderDeadline)); err != nil || !d.After(time.Now()) {
+				m.Respond(passed)
+				return
+			}
+			go func() {
+				time.Sleep(300 * time.Millisecond)
+				if m.Respond(ok) != nil {
+					replyFailures.Add(1)
+				}
+			}()
+		}); err != nil {
+			t.Fatal(err)
+		}
+		responder.Flush()
+		client, err := nats.Connect(srv.URL(), ClientOptions("loadgen-test")...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			time.Sleep(1200 * time.Millisecond)
+			srv.Kill()
+			time.Sleep(600 * time.Millisecond)
+			if err := srv.Restart(); err != nil {
+				t.Error(err)
+			}
+		}()
+		s, err := Run(context.Background(), client, Config{Pipeline: "p", QPS: 50, Duration: 3 * time.Second,
+			Timeout: c.timeout, Grace: 3 * time.Second, NoRetry: noRetry}, nil)
+		client.Close()
+		responder.Close()
+		srv.Stop()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%+v: %+v; the responder failed to send %d replies", c, s, replyFailures.Load())
+		if replyFailures.Load() == 0 {
+			t.Errorf("%+v: no reply was lost in the outage: the run tests nothing", c)
+		}
+		if noRetry {
+			if s.Lost == 0 || s.FirstError != "no responders" {
+				t.Errorf("without retries, %d lost, first error %q: the run tests nothing", s.Lost, s.FirstError)
+			}
+			continue
+		}
+		if s.Sent == 0 || s.Lost != 0 || s.Duplicates != 0 {
+			t.Errorf("%+v: sent %d lost %d duplicates %d: want every request answered once", c, s.Sent, s.Lost,
+				s.Duplicates)
+		}
+		// With a deadline past the outage every request is served; with 500 ms, those sent during the outage reach
+		// no one or are refused, and those the kill caught are refused when resent.
+		if c.timeout > 2*time.Second && s.OK != s.Sent {
+			t.Errorf("%+v: %d of %d ok (first error %q): want every request ok", c, s.OK, s.Sent, s.FirstError)
+		}
+		if s.Resent == 0 || s.Retried == 0 {
+			t.Errorf("resent %d after the reconnect, retried %d after no responders: want both", s.Resent, s.Retried)
+		}
+	}
+}
