@@ -118,6 +118,8 @@ type Stats struct {
 	BadReports  uint64 `json:"bad_reports"`  // undecodable or inconsistent result messages
 	// ReplyFailures counts replies that could not be encoded or sent.
 	ReplyFailures uint64 `json:"reply_failures"`
+	// DemandWithheld counts demand reports not sent because their interval spanned a lost connection.
+	DemandWithheld uint64 `json:"demand_withheld"`
 }
 
 // Frontend serves requests for every pipeline whose spec and plan are in the KV bucket.
@@ -145,7 +147,7 @@ type Frontend struct {
 	rng     *rand.Rand     // routing, under mu
 	demand  map[string]int // requests accepted per pipeline since the last report, under mu
 
-	accepted, refused, overloaded, replied, late, stray, badReports, replyFailures atomic.Uint64
+	accepted, refused, overloaded, replied, late, stray, badReports, replyFailures, demandWithheld atomic.Uint64
 }
 
 // New prepares a frontend on a connection; Run serves.
@@ -180,7 +182,7 @@ func New(nc *nats.Conn, cfg Config) (*Frontend, error) {
 func (f *Frontend) Stats() Stats {
 	return Stats{Accepted: f.accepted.Load(), Refused: f.refused.Load(), Overloaded: f.overloaded.Load(),
 		Replied: f.replied.Load(), Late: f.late.Load(), StrayLeaves: f.stray.Load(), BadReports: f.badReports.Load(),
-		ReplyFailures: f.replyFailures.Load()}
+		ReplyFailures: f.replyFailures.Load(), DemandWithheld: f.demandWithheld.Load()}
 }
 
 // Ready is closed once the frontend has loaded the pipelines and plans in the KV bucket and takes requests.
@@ -502,6 +504,7 @@ func (f *Frontend) reportDemand(ctx context.Context) {
 	t := time.NewTicker(f.cfg.DemandEvery)
 	defer t.Stop()
 	last := time.Now()
+	reconnects := f.nc.Stats().Reconnects
 	for {
 		select {
 		case <-ctx.Done():
@@ -513,6 +516,14 @@ func (f *Frontend) reportDemand(ctx context.Context) {
 			f.mu.Unlock()
 			interval := now.Sub(last)
 			last = now
+			// What a frontend counts while its clients cannot reach it (the connection lost, or the server
+			// restarting) is not the demand: a report of it, flushed on reconnect, made the planner shrink the plan
+			// for a second after every server restart. Withheld, the planner holds its estimate meanwhile.
+			if r := f.nc.Stats().Reconnects; r != reconnects || !f.nc.IsConnected() {
+				reconnects = r
+				f.demandWithheld.Add(1)
+				continue
+			}
 			for _, name := range f.Pipelines() {
 				data, _ := msgpack.Marshal(&wire.DemandReport{Frontend: f.cfg.ID, Count: counts[name],
 					IntervalMs: float64(interval) / float64(time.Millisecond)})

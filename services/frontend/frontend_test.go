@@ -393,3 +393,35 @@ func TestRequestsAreEnqueuedInArrivalOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestDemandWithheldAcrossAReconnect: the demand report whose interval spans a lost connection is not sent (what a
+// frontend counts while its clients cannot reach it is not the demand: the planner shrank the plan on it after every
+// server restart), and reports resume after it.
+func TestDemandWithheldAcrossAReconnect(t *testing.T) {
+	s := startTestSystem(t, 0)
+	f, _ := s.startFrontend(t, Config{ID: "fe", DemandEvery: 50 * time.Millisecond})
+	reports, err := s.connect(t, "planner-side").SubscribeSync(wire.DemandSubject(s.spec.Name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func() {
+		t.Helper()
+		if _, err := reports.NextMsg(5 * time.Second); err != nil {
+			t.Fatalf("no demand report: %v", err)
+		}
+	}
+	next()
+	if err := f.nc.ForceReconnect(); err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(5 * time.Second); f.Stats().DemandWithheld == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("no demand report withheld after a reconnect")
+		}
+	}
+	// Those sent meanwhile are drained; reports go on.
+	for n, _, _ := reports.Pending(); n > 0; n-- {
+		next()
+	}
+	next()
+}
