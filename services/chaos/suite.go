@@ -26,8 +26,10 @@ type Config struct {
 	Sleipnir, Loadgen string
 	// Pipeline is the spec file the planner serves (examples/traffic.yaml: emulated executors, no models).
 	Pipeline string
-	Workers  int
-	QPS      float64
+	// PlannerArgs are more flags of the planner (its control knobs, such as --replan-sigmas).
+	PlannerArgs []string
+	Workers     int
+	QPS         float64
 	// Settle is sent before measuring (the demand estimate and plan settle); Before is measured before the fault,
 	// After from the fault on.
 	Settle, Before, After time.Duration

@@ -261,7 +261,7 @@ func startSystem(cfg *Config, dir string) (*System, error) {
 		s.procs[name] = p
 		return p.start()
 	}
-	err = add("planner", RolePlanner, "planner", "--pipeline", cfg.Pipeline)
+	err = add("planner", RolePlanner, append([]string{"planner", "--pipeline", cfg.Pipeline}, cfg.PlannerArgs...)...)
 	for i := 0; i < 2 && err == nil; i++ {
 		err = add(frontendName(i), RoleFrontend, "frontend", "--id", frontendName(i), "--http", "")
 	}

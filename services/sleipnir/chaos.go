@@ -41,6 +41,7 @@ func runChaos(args []string) error {
 	fs.StringVar(&cfg.Loadgen, "loadgen", filepath.Join(filepath.Dir(self), "loadgen"), "the loadgen binary")
 	fs.StringVar(&cfg.Pipeline, "pipeline", "examples/traffic.yaml", "the pipeline spec the planner serves")
 	fs.IntVar(&cfg.Workers, "workers", 10, "worker processes")
+	plannerArgs := fs.String("planner-args", "", "more flags of the planner, space-separated (e.g. \"--replan-sigmas 3\")")
 	fs.Float64Var(&cfg.QPS, "qps", 100, "load, requests per second")
 	faults := fs.String("faults", "", "comma-separated faults to run (default all): "+strings.Join(chaos.Names(), ", "))
 	short := fs.Bool("short", false, "the short version: the short faults, with shorter phases")
@@ -58,6 +59,7 @@ func runChaos(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	cfg.PlannerArgs = strings.Fields(*plannerArgs)
 	if *deployAuth {
 		if *natsConf != "" || len(users) > 0 {
 			return errors.New("--deploy-auth makes its own users: not with --nats-conf or --user")
