@@ -159,9 +159,6 @@ func RenderConf(users []User) (string, error) {
 		fmt.Fprintf(&b, "    # %s\n    {\n      nkey: %s\n      permissions: {\n", u.Name(), key)
 		writeSubjects(&b, "publish", p.Publish)
 		writeSubjects(&b, "subscribe", p.Subscribe)
-		if p.Response != nil {
-			fmt.Fprintf(&b, "        allow_responses: { max: %d, expires: %q }\n", p.Response.MaxMsgs, p.Response.Expires.String())
-		}
 		b.WriteString("      }\n    }\n")
 	}
 	b.WriteString("  ]\n}\n")
