@@ -215,27 +215,7 @@ func FuzzDemandReportMsgpack(f *testing.F) {
 // FuzzInferRequestJSON: a JSON request decodes with bounded memory, and what decodes survives a JSON round trip.
 func FuzzInferRequestJSON(f *testing.F) {
 	f.Add([]byte(`{"id":"r1","inputs":[{"name":"image","datatype":"FP32","shape":[1,2],"data":[[0.5,1.5]]}]}`))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		var r1 InferRequest
-		var err error
-		if n := alloctest.Bytes(func() { err = json.Unmarshal(data, &r1) }); n > alloctest.JSONBound(len(data)) {
-			t.Fatalf("unmarshalling %d bytes allocated %d", len(data), n)
-		}
-		if err != nil {
-			return
-		}
-		out, err := json.Marshal(r1)
-		if err != nil {
-			t.Fatalf("what decoded does not encode: %v", err)
-		}
-		var r2 InferRequest
-		if err := json.Unmarshal(out, &r2); err != nil {
-			t.Fatalf("%s does not decode: %v", out, err)
-		}
-		if out2, _ := json.Marshal(r2); !bytes.Equal(out, out2) {
-			t.Fatalf("round trip changed the request:\n%s\n%s", out, out2)
-		}
-	})
+	f.Fuzz(func(t *testing.T, data []byte) { alloctest.DecodeJSON[InferRequest](t, data) })
 }
 
 // FuzzHeaders: the header values workers and frontends read; what they accept formats back to the same value.
@@ -264,25 +244,5 @@ func FuzzRegistrationJSON(f *testing.F) {
 	f.Add([]byte(`{"id":"w1","started":"2026-01-02T03:04:05Z","updated":"2026-01-02T03:04:06.5Z","variant":"traffic:detect/yolo",` +
 		`"stats":{"messages":3,"items":4,"batches":2,"dropped":1,"failed":0,"discarded":0,"rerouted":0,"returned":0,"drop_reasons":{"deadline":1}},` +
 		`"heartbeat":7,"observed":{"traffic:detect/yolo":{"items":4,"children":{"classify":9},"batches":2,"queue_wait_ms":1.5,"dropped":{"deadline":1}}}}`))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		var r1 Registration
-		var err error
-		if n := alloctest.Bytes(func() { err = json.Unmarshal(data, &r1) }); n > alloctest.JSONBound(len(data)) {
-			t.Fatalf("unmarshalling %d bytes allocated %d", len(data), n)
-		}
-		if err != nil {
-			return
-		}
-		out, err := json.Marshal(r1)
-		if err != nil {
-			t.Fatalf("what decoded does not encode: %v", err)
-		}
-		var r2 Registration
-		if err := json.Unmarshal(out, &r2); err != nil {
-			t.Fatalf("%s does not decode: %v", out, err)
-		}
-		if out2, _ := json.Marshal(r2); !bytes.Equal(out, out2) {
-			t.Fatalf("round trip changed the registration:\n%s\n%s", out, out2)
-		}
-	})
+	f.Fuzz(func(t *testing.T, data []byte) { alloctest.DecodeJSON[Registration](t, data) })
 }
