@@ -20,7 +20,7 @@ import (
 // after the restart reaches no one. With loadgen's defaults nothing is lost: the requests unanswered at the kill are
 // sent again after the reconnect (answered ok with a 3 s timeout; refused, their deadline past, with 500 ms), and
 // "no responders" is tried again until the responder is back (with 3 s every request is answered ok). The same run without them (Config.NoRetry) loses
-// requests and gets "no responders", which shows the run can fail. The grace (3 s past the deadline) leaves the
+// requests, which shows the run can fail. The grace (3 s past the deadline) leaves the
 // resends of requests the kill caught time to find the responder back.
 func TestNothingLostAcrossAServerRestart(t *testing.T) {
 	if _, err := natsproc.Binary(); err != nil {
@@ -87,8 +87,9 @@ func TestNothingLostAcrossAServerRestart(t *testing.T) {
 			t.Errorf("%+v: no reply was lost in the outage: the run tests nothing", c)
 		}
 		if noRetry {
-			if s.Lost == 0 || s.FirstError != "no responders" {
-				t.Errorf("without retries, %d lost, first error %q: the run tests nothing", s.Lost, s.FirstError)
+			// Which error comes first ("no responders", or a resend-less deadline refusal) is a matter of timing.
+			if s.Lost == 0 {
+				t.Errorf("without retries nothing was lost (first error %q): the run tests nothing", s.FirstError)
 			}
 			continue
 		}
@@ -101,8 +102,12 @@ func TestNothingLostAcrossAServerRestart(t *testing.T) {
 		if c.timeout > 2*time.Second && s.OK != s.Sent {
 			t.Errorf("%+v: %d of %d ok (first error %q): want every request ok", c, s.OK, s.Sent, s.FirstError)
 		}
-		if s.Resent == 0 || s.Retried == 0 {
-			t.Errorf("resent %d after the reconnect, retried %d after no responders: want both", s.Resent, s.Retried)
+		// The run must have needed what it tests: resends always (the kill catches requests in flight); retries on
+		// "no responders" where the deadline outlasts the outage (with 500 ms, whether one still has time left when
+		// it meets the missing responder is a matter of milliseconds: 0 and 101 were both seen).
+		if s.Resent == 0 || (c.timeout > 2*time.Second && s.Retried == 0) {
+			t.Errorf("resent %d after the reconnect, retried %d after no responders: the run tests nothing", s.Resent,
+				s.Retried)
 		}
 	}
 }

@@ -477,7 +477,16 @@ func (r *run) onReconnect() {
 func (r *run) sendAgain(p *pendingReq, afterReconnect bool) {
 	r.mu.Lock()
 	now := time.Now()
-	if r.done || p.settled() || now.After(p.retryEnd) {
+	if r.done || p.settled() {
+		r.mu.Unlock()
+		return
+	}
+	if now.After(p.retryEnd) {
+		// A retry whose timer fired past the request's last time to try (a busy machine runs timers late): its
+		// "no responders" is the outcome, or the request would wait for a reply nobody will send.
+		if !afterReconnect {
+			r.noRespondersLocked(p)
+		}
 		r.mu.Unlock()
 		return
 	}
@@ -505,6 +514,20 @@ func (r *run) retryLocked(p *pendingReq, now time.Time) bool {
 	p.retryWait = min(2*wait, retryMaxWait)
 	time.AfterFunc(wait, func() { r.sendAgain(p, false) })
 	return true
+}
+
+// noRespondersLocked makes "no responders" p's outcome: no frontend took it, and no retry is left.
+func (r *run) noRespondersLocked(p *pendingReq) {
+	p.answered = true
+	if p.warmup {
+		return
+	}
+	r.series[p.second].Violations++
+	r.noResp++
+	r.sum.Errors++
+	if r.sum.FirstError == "" {
+		r.sum.FirstError = "no responders"
+	}
 }
 
 // loseLocked counts p lost: no reply to any of its attempts by its loss time.
@@ -560,20 +583,15 @@ func (r *run) onReply(m *nats.Msg) {
 	if noResponders && r.retryLocked(p, now) {
 		return
 	}
+	if noResponders {
+		r.noRespondersLocked(p)
+		return
+	}
 	p.answered = true
 	if p.warmup {
 		return
 	}
 	sec := &r.series[p.second]
-	if noResponders {
-		sec.Violations++
-		r.noResp++
-		r.sum.Errors++
-		if r.sum.FirstError == "" {
-			r.sum.FirstError = "no responders"
-		}
-		return
-	}
 
 	r.latencies = append(r.latencies, float64(now.Sub(p.sent).Microseconds())/1000)
 	var rep wire.InferReply
