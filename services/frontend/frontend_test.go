@@ -25,9 +25,9 @@ func TestRestartUnderTheSameIDIsServed(t *testing.T) {
 		f, stop := s.startFrontend(t, Config{ID: "fx"})
 		var subjects []string
 		for i := 0; i < 10; i++ {
-			subjects = append(subjects, c.send(t, s.spec.Name, goodRequest(t), nil))
+			subjects = append(subjects, c.Send(t, s.spec.Name, goodRequest(t), nil))
 		}
-		replies := c.wait(t, subjects, 5*time.Second)
+		replies := c.Wait(t, subjects, 5*time.Second)
 		for _, subj := range subjects {
 			if rep := decodeReply(t, replies[subj][0]); rep.Status != wire.StatusOK {
 				t.Errorf("frontend fx, start %d: reply %q %q, want ok", round+1, rep.Status, rep.Error)
@@ -55,9 +55,9 @@ func TestPublishFailureDoesNotStall(t *testing.T) {
 	c := s.newClient(t)
 	var subjects []string
 	for i := 0; i < 200; i++ {
-		subjects = append(subjects, c.send(t, s.spec.Name, goodRequest(t), nil))
+		subjects = append(subjects, c.Send(t, s.spec.Name, goodRequest(t), nil))
 	}
-	replies := c.wait(t, subjects, 5*time.Second)
+	replies := c.Wait(t, subjects, 5*time.Second)
 	time.Sleep(100 * time.Millisecond)
 	var worst time.Duration
 	for _, subj := range subjects {
@@ -68,7 +68,7 @@ func TestPublishFailureDoesNotStall(t *testing.T) {
 		if rep.Status != wire.StatusError || !strings.Contains(rep.Error, "cannot enqueue") {
 			t.Errorf("reply %q %q, want an error saying the request could not be enqueued", rep.Status, rep.Error)
 		}
-		worst = max(worst, c.latency(subj))
+		worst = max(worst, c.Latency(subj))
 	}
 	// The bound is loose (a busy machine); before the fix the last reply came after 200 x 0.5 s of retries.
 	if worst > 2*time.Second {
@@ -99,9 +99,9 @@ func TestAbsurdDeadlinesAreRefused(t *testing.T) {
 	}
 	var subjects []string
 	for _, tc := range tests {
-		subjects = append(subjects, c.send(t, s.spec.Name, goodRequest(t), tc.hdr))
+		subjects = append(subjects, c.Send(t, s.spec.Name, goodRequest(t), tc.hdr))
 	}
-	replies := c.wait(t, subjects, 3*time.Second)
+	replies := c.Wait(t, subjects, 3*time.Second)
 	for i, tc := range tests {
 		rep := decodeReply(t, replies[subjects[i]][0])
 		if rep.Status != wire.StatusError || !strings.Contains(rep.Error, tc.want) {
@@ -141,10 +141,10 @@ func TestBadInputFloodIsCountedNotLogged(t *testing.T) {
 		if _, err := js.PublishMsgAsync(m); err != nil {
 			t.Fatal(err)
 		}
-		subjects = append(subjects, c.send(t, s.spec.Name, []byte{0xc1, byte(i)}, nil))
+		subjects = append(subjects, c.Send(t, s.spec.Name, []byte{0xc1, byte(i)}, nil))
 	}
 	<-js.PublishAsyncComplete()
-	c.wait(t, subjects, 5*time.Second)
+	c.Wait(t, subjects, 5*time.Second)
 	discarded := func() (d uint64) {
 		for _, w := range s.workers {
 			d += w.Stats().Discarded
@@ -187,12 +187,12 @@ func TestDuplicateAckIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := s.newClient(t)
-	subj := c.send(t, s.spec.Name, goodRequest(t), nats.Header{wire.HeaderTimeout: []string{"10s"}})
-	rep := decodeReply(t, c.wait(t, []string{subj}, 5*time.Second)[subj][0])
+	subj := c.Send(t, s.spec.Name, goodRequest(t), nats.Header{wire.HeaderTimeout: []string{"10s"}})
+	rep := decodeReply(t, c.Wait(t, []string{subj}, 5*time.Second)[subj][0])
 	if rep.Status != wire.StatusError || !strings.Contains(rep.Error, "duplicate") {
 		t.Errorf("reply %q %q, want an error saying the task message was taken for a duplicate", rep.Status, rep.Error)
 	}
-	if l := c.latency(subj); l > 5*time.Second {
+	if l := c.Latency(subj); l > 5*time.Second {
 		t.Errorf("the error reply came after %v, at the deadline: the duplicate passed silently", l)
 	}
 	if st := f.Stats(); st.Accepted != 0 || st.Refused != 1 {
@@ -228,7 +228,7 @@ func TestStalledJetStreamRefusesOverload(t *testing.T) {
 	c := s.newClient(t)
 	var subjects []string
 	for i := 0; i < n; i++ {
-		subjects = append(subjects, c.send(t, s.spec.Name, goodRequest(t), nats.Header{wire.HeaderTimeout: []string{timeout.String()}}))
+		subjects = append(subjects, c.Send(t, s.spec.Name, goodRequest(t), nats.Header{wire.HeaderTimeout: []string{timeout.String()}}))
 	}
 	// Once the intake is full (the first publishes wait for an acknowledgement until their deadline), so is it for
 	// HTTP requests.
@@ -250,7 +250,7 @@ func TestStalledJetStreamRefusesOverload(t *testing.T) {
 			resp.StatusCode, wire.HeaderRetryAfter, resp.Header.Get(wire.HeaderRetryAfter), body, wire.HeaderRetryAfter)
 	}
 
-	replies := c.wait(t, subjects, 5*time.Second)
+	replies := c.Wait(t, subjects, 5*time.Second)
 	time.Sleep(200 * time.Millisecond)
 	overloaded, late, atOnce := 0, 0, 0
 	var worst time.Duration
@@ -267,8 +267,8 @@ func TestStalledJetStreamRefusesOverload(t *testing.T) {
 		default:
 			t.Errorf("reply %q %q, want late or overloaded", rep.Status, rep.Error)
 		}
-		worst = max(worst, c.latency(subj))
-		if c.latency(subj) < timeout/2 {
+		worst = max(worst, c.Latency(subj))
+		if c.Latency(subj) < timeout/2 {
 			atOnce++
 		}
 	}
@@ -312,16 +312,16 @@ func TestShutdownWithStalledJetStream(t *testing.T) {
 	c := s.newClient(t)
 	var subjects []string
 	for i := 0; i < 6; i++ {
-		subjects = append(subjects, c.send(t, s.spec.Name, goodRequest(t), nats.Header{wire.HeaderTimeout: []string{"30s"}}))
+		subjects = append(subjects, c.Send(t, s.spec.Name, goodRequest(t), nats.Header{wire.HeaderTimeout: []string{"30s"}}))
 	}
-	c.nc.Flush()
+	c.Conn().Flush()
 	time.Sleep(100 * time.Millisecond)
 	start := time.Now()
 	stop()
 	if took := time.Since(start); took > 3*time.Second {
 		t.Errorf("the frontend took %v to stop", took)
 	}
-	replies := c.wait(t, subjects, 3*time.Second)
+	replies := c.Wait(t, subjects, 3*time.Second)
 	for _, subj := range subjects {
 		if n := len(replies[subj]); n != 1 {
 			t.Errorf("%d replies, want 1", n)
@@ -348,7 +348,7 @@ func TestRequestsAreEnqueuedInArrivalOrder(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		subjects = append(subjects, c.send(t, s.spec.Name, data, nats.Header{wire.HeaderTimeout: []string{"30s"}}))
+		subjects = append(subjects, c.Send(t, s.spec.Name, data, nats.Header{wire.HeaderTimeout: []string{"30s"}}))
 	}
 	js, err := jetstream.New(s.connect(t, "reader"))
 	if err != nil {

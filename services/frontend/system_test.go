@@ -16,6 +16,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/testrig"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 	"github.com/sleipnir-serving/sleipnir/services/planner"
 	"github.com/sleipnir-serving/sleipnir/services/worker"
@@ -143,93 +144,8 @@ func (s *testSystem) startFrontend(t testing.TB, cfg Config) (*Frontend, func())
 	return f, stop
 }
 
-// testClient sends requests with their own reply subjects on one wildcard subscription and records every reply and
-// when it came, so a test can check that each request got exactly one, and how fast.
-type testClient struct {
-	nc      *nats.Conn
-	prefix  string
-	mu      sync.Mutex
-	sent    map[string]time.Time
-	replies map[string][]*nats.Msg
-	at      map[string]time.Time // first reply
-}
-
-func (s *testSystem) newClient(t testing.TB) *testClient {
-	c := &testClient{nc: s.connect(t, "client"), prefix: nats.NewInbox(), sent: map[string]time.Time{},
-		replies: map[string][]*nats.Msg{}, at: map[string]time.Time{}}
-	if _, err := c.nc.Subscribe(c.prefix+".*", func(m *nats.Msg) {
-		now := time.Now()
-		c.mu.Lock()
-		if len(c.replies[m.Subject]) == 0 {
-			c.at[m.Subject] = now
-		}
-		c.replies[m.Subject] = append(c.replies[m.Subject], m)
-		c.mu.Unlock()
-	}); err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
-var sendSeq struct {
-	sync.Mutex
-	n int
-}
-
-// send publishes one request and returns its reply subject.
-func (c *testClient) send(t testing.TB, pipelineName string, data []byte, hdr nats.Header) string {
-	sendSeq.Lock()
-	sendSeq.n++
-	n := sendSeq.n
-	sendSeq.Unlock()
-	m := nats.NewMsg(wire.InferSubject(pipelineName))
-	m.Reply = fmt.Sprintf("%s.%d", c.prefix, n)
-	m.Data = data
-	for k, v := range hdr {
-		m.Header[k] = v
-	}
-	c.mu.Lock()
-	c.sent[m.Reply] = time.Now()
-	c.mu.Unlock()
-	if err := c.nc.PublishMsg(m); err != nil {
-		t.Fatal(err)
-	}
-	return m.Reply
-}
-
-// wait returns the replies of the given subjects once each has at least one, failing after timeout.
-func (c *testClient) wait(t testing.TB, subjects []string, timeout time.Duration) map[string][]*nats.Msg {
-	t.Helper()
-	end := time.Now().Add(timeout)
-	for {
-		c.mu.Lock()
-		missing := 0
-		for _, s := range subjects {
-			if len(c.replies[s]) == 0 {
-				missing++
-			}
-		}
-		if missing == 0 {
-			out := make(map[string][]*nats.Msg, len(subjects))
-			for _, s := range subjects {
-				out[s] = c.replies[s]
-			}
-			c.mu.Unlock()
-			return out
-		}
-		c.mu.Unlock()
-		if time.Now().After(end) {
-			t.Fatalf("%d of %d requests got no reply within %v", missing, len(subjects), timeout)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// latency is how long the first reply to subject took.
-func (c *testClient) latency(subject string) time.Duration {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.at[subject].Sub(c.sent[subject])
+func (s *testSystem) newClient(t testing.TB) *testrig.Client {
+	return testrig.NewClient(t, s.connect(t, "client"))
 }
 
 func goodRequest(t testing.TB) []byte {

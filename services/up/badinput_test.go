@@ -17,6 +17,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
+	"github.com/sleipnir-serving/sleipnir/pkg/testrig"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
@@ -62,15 +63,15 @@ func TestBadInputOverNATS(t *testing.T) {
 		{"msgpack array claims 2^32-1 elements", spec.Name, hugeArray, nil, "claims 4294967295 elements"},
 	}
 	var subjects []string
-	for i, tc := range tests {
-		subjects = append(subjects, c.send(t, tc.pipeline, i, tc.data, tc.hdr))
+	for _, tc := range tests {
+		subjects = append(subjects, c.Send(t, tc.pipeline, tc.data, tc.hdr))
 	}
 	// A request without a reply subject cannot be answered: it is counted and dropped, and nothing breaks.
-	if err := c.nc.Publish(wire.InferSubject(spec.Name), good); err != nil {
+	if err := c.Conn().Publish(wire.InferSubject(spec.Name), good); err != nil {
 		t.Fatal(err)
 	}
-	goodSubject := c.send(t, spec.Name, len(tests), good, nil)
-	replies := c.wait(t, append(subjects, goodSubject), 10*time.Second)
+	goodSubject := c.Send(t, spec.Name, good, nil)
+	replies := c.Wait(t, append(subjects, goodSubject), 10*time.Second)
 	time.Sleep(100 * time.Millisecond)
 	for i, tc := range tests {
 		msgs := replies[subjects[i]]
@@ -108,10 +109,10 @@ func TestJSONAndDeadlines(t *testing.T) {
 	sys, spec := startSystem(t, "../../examples/ocr-chain.yaml", 20)
 	c := newClient(t, sys)
 	body := []byte(`{"id": "j1", "inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 2], "data": [0.5, 1.5]}]}`)
-	js := c.send(t, spec.Name, 1, body, nil)
+	js := c.Send(t, spec.Name, body, nil)
 	start := time.Now()
-	late := c.send(t, spec.Name, 2, inputRequest(t), nats.Header{wire.HeaderTimeout: []string{"1ms"}})
-	replies := c.wait(t, []string{js, late}, 10*time.Second)
+	late := c.Send(t, spec.Name, inputRequest(t), nats.Header{wire.HeaderTimeout: []string{"1ms"}})
+	replies := c.Wait(t, []string{js, late}, 10*time.Second)
 
 	var rep wire.InferReply
 	if err := json.Unmarshal(replies[js][0].Data, &rep); err != nil {
@@ -195,17 +196,10 @@ func TestShutdownAnswersEveryRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	c := &client{nc: nc, prefix: nats.NewInbox(), replies: map[string][]*nats.Msg{}}
-	if _, err := nc.Subscribe(c.prefix+".*", func(m *nats.Msg) {
-		c.mu.Lock()
-		c.replies[m.Subject] = append(c.replies[m.Subject], m)
-		c.mu.Unlock()
-	}); err != nil {
-		t.Fatal(err)
-	}
+	c := testrig.NewClient(t, nc)
 	var subjects []string
 	for i := 0; i < 50; i++ {
-		subjects = append(subjects, c.send(t, spec.Name, i, inputRequest(t), nats.Header{wire.HeaderTimeout: []string{"10s"}}))
+		subjects = append(subjects, c.Send(t, spec.Name, inputRequest(t), nats.Header{wire.HeaderTimeout: []string{"10s"}}))
 	}
 	nc.Flush()
 	time.Sleep(20 * time.Millisecond)
@@ -213,7 +207,7 @@ func TestShutdownAnswersEveryRequest(t *testing.T) {
 	if err := sys.Wait(); err != nil {
 		t.Fatal(err)
 	}
-	replies := c.wait(t, subjects, 5*time.Second)
+	replies := c.Wait(t, subjects, 5*time.Second)
 	shut := 0
 	for _, s := range subjects {
 		if len(replies[s]) != 1 {
@@ -239,7 +233,7 @@ func TestShutdownAnswersEveryRequest(t *testing.T) {
 func TestClaimedLengthsOnEverySubject(t *testing.T) {
 	sys, spec := startSystemWith(t, "../../examples/ocr-chain.yaml", Config{Workers: 20})
 	c := newClient(t, sys)
-	js, err := jetstream.New(c.nc)
+	js, err := jetstream.New(c.Conn())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,11 +245,11 @@ func TestClaimedLengthsOnEverySubject(t *testing.T) {
 	tensorData = append(tensorData, claim("data", 0xc6)...)
 	const frontendID = "up-frontend" // up's frontend
 	for _, data := range [][]byte{claim("items", 0xdd), claim("request_id", 0xdb)} {
-		if err := c.nc.Publish(wire.ResultSubject(frontendID), data); err != nil {
+		if err := c.Conn().Publish(wire.ResultSubject(frontendID), data); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := c.nc.Publish(wire.DemandSubject(spec.Name), claim("frontend", 0xdb)); err != nil {
+	if err := c.Conn().Publish(wire.DemandSubject(spec.Name), claim("frontend", 0xdb)); err != nil {
 		t.Fatal(err)
 	}
 	a := spec.Allocation[0]
@@ -272,8 +266,8 @@ func TestClaimedLengthsOnEverySubject(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	good := c.send(t, spec.Name, 0, inputRequest(t), nil)
-	if rep := decodeReply(t, c.wait(t, []string{good}, 10*time.Second)[good][0]); rep.Status != wire.StatusOK {
+	good := c.Send(t, spec.Name, inputRequest(t), nil)
+	if rep := decodeReply(t, c.Wait(t, []string{good}, 10*time.Second)[good][0]); rep.Status != wire.StatusOK {
 		t.Errorf("a good request after the claims: status %q %q", rep.Status, rep.Error)
 	}
 	deadline := time.Now().Add(5 * time.Second)

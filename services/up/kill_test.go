@@ -47,7 +47,7 @@ func TestKilledWorkerLosesNothing(t *testing.T) {
 	hdr.Set(wire.HeaderTimeout, "20s")
 	var subjects []string
 	for i := 0; i < 6; i++ {
-		subjects = append(subjects, c.send(t, spec.Name, i, inputRequest(t), hdr))
+		subjects = append(subjects, c.Send(t, spec.Name, inputRequest(t), hdr))
 	}
 	// Find the worker of b/slow once it holds a batch, and kill it.
 	victim := -1
@@ -64,13 +64,11 @@ func TestKilledWorkerLosesNothing(t *testing.T) {
 	sys.KillWorker(victim)
 	killed := time.Now()
 
-	replies := c.wait(t, subjects, 20*time.Second)
+	replies := c.Wait(t, subjects, 20*time.Second)
 	t.Logf("every reply within %v of the kill", time.Since(killed).Round(time.Millisecond))
 	time.Sleep(200 * time.Millisecond) // a duplicate reply would arrive now
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	for _, s := range subjects {
-		if n := len(c.replies[s]); n != 1 {
+		if n := len(c.Replies(s)); n != 1 {
 			t.Errorf("%s: %d replies, want 1", s, n)
 		}
 		rep := decodeReply(t, replies[s][0])

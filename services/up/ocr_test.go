@@ -68,12 +68,12 @@ func TestOCRPipelineServesImages(t *testing.T) {
 			t.Fatal(err)
 		}
 		data, _ := msgpack.Marshal(&wire.InferRequest{ID: fmt.Sprint(i), Inputs: []wire.Tensor{wire.NewBytes(executor.TensorImage, [][]byte{buf.Bytes()})}})
-		subjects = append(subjects, c.send(t, spec.Name, i, data, nats.Header{wire.HeaderContentType: {wire.ContentMsgpack}}))
+		subjects = append(subjects, c.Send(t, spec.Name, data, nats.Header{wire.HeaderContentType: {wire.ContentMsgpack}}))
 	}
 	// A request that is not an image gets an error reply of its own.
 	bad, _ := msgpack.Marshal(&wire.InferRequest{Inputs: []wire.Tensor{wire.NewBytes(executor.TensorImage, [][]byte{[]byte("no image")})}})
-	badSubject := c.send(t, spec.Name, len(imgs), bad, nats.Header{wire.HeaderContentType: {wire.ContentMsgpack}})
-	replies := c.wait(t, append(subjects, badSubject), 2*time.Minute)
+	badSubject := c.Send(t, spec.Name, bad, nats.Header{wire.HeaderContentType: {wire.ContentMsgpack}})
+	replies := c.Wait(t, append(subjects, badSubject), 2*time.Minute)
 	exact, lines := 0, 0
 	for i, s := range subjects {
 		if len(replies[s]) != 1 {

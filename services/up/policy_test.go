@@ -61,9 +61,9 @@ func TestDeadlinePoliciesOnABurst(t *testing.T) {
 		hdr.Set(wire.HeaderTimeout, "1650ms")
 		var subjects []string
 		for i := 0; i < 5; i++ {
-			subjects = append(subjects, c.send(t, spec.Name, i, inputRequest(t), hdr))
+			subjects = append(subjects, c.Send(t, spec.Name, inputRequest(t), hdr))
 		}
-		replies := c.wait(t, subjects, 5*time.Second)
+		replies := c.Wait(t, subjects, 5*time.Second)
 		var out []outcome
 		for _, s := range subjects {
 			rep := decodeReply(t, replies[s][0])

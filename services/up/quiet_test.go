@@ -33,8 +33,8 @@ func TestStartIsQuiet(t *testing.T) {
 	rec := &errorRecorder{}
 	sys, spec := startSystemWith(t, "../../examples/traffic.yaml", Config{Workers: 20, Logger: slog.New(rec)})
 	c := newClient(t, sys)
-	subject := c.send(t, spec.Name, 0, inputRequest(t), nil)
-	if rep := decodeReply(t, c.wait(t, []string{subject}, 5*time.Second)[subject][0]); rep.Status != wire.StatusOK {
+	subject := c.Send(t, spec.Name, inputRequest(t), nil)
+	if rep := decodeReply(t, c.Wait(t, []string{subject}, 5*time.Second)[subject][0]); rep.Status != wire.StatusOK {
 		t.Fatalf("reply %q %q, want ok", rep.Status, rep.Error)
 	}
 	rec.mu.Lock()

@@ -27,8 +27,8 @@ func TestTraceContextFlowsThroughEveryHop(t *testing.T) {
 	sys, spec := startSystem(t, "../../examples/ocr-chain.yaml", 20)
 	c := newClient(t, sys)
 	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
-	subj := c.send(t, spec.Name, 1, inputRequest(t), nats.Header{"traceparent": []string{"00-" + traceID + "-00f067aa0ba902b7-01"}})
-	rep := decodeReply(t, c.wait(t, []string{subj}, 10*time.Second)[subj][0])
+	subj := c.Send(t, spec.Name, inputRequest(t), nats.Header{"traceparent": []string{"00-" + traceID + "-00f067aa0ba902b7-01"}})
+	rep := decodeReply(t, c.Wait(t, []string{subj}, 10*time.Second)[subj][0])
 	if rep.Status != wire.StatusOK {
 		t.Fatalf("status %q", rep.Status)
 	}

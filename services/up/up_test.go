@@ -2,10 +2,8 @@ package up
 
 import (
 	"context"
-	"fmt"
 	"math/big"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +13,7 @@ import (
 
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/testrig"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 	"github.com/sleipnir-serving/sleipnir/services/planner"
 )
@@ -82,69 +81,12 @@ func startSystemWith(t testing.TB, specFile string, cfg Config, edits ...func(*p
 
 // client sends requests with their own reply subjects on one wildcard subscription and records every reply, so a
 // test can check that each request got exactly one.
-type client struct {
-	nc      *nats.Conn
-	prefix  string
-	mu      sync.Mutex
-	replies map[string][]*nats.Msg
-}
-
-func newClient(t testing.TB, sys *System) *client {
+func newClient(t testing.TB, sys *System) *testrig.Client {
 	nc, err := sys.Connect("test-client")
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &client{nc: nc, prefix: nats.NewInbox(), replies: map[string][]*nats.Msg{}}
-	if _, err := nc.Subscribe(c.prefix+".*", func(m *nats.Msg) {
-		c.mu.Lock()
-		c.replies[m.Subject] = append(c.replies[m.Subject], m)
-		c.mu.Unlock()
-	}); err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
-// send publishes one request and returns its reply subject.
-func (c *client) send(t testing.TB, pipelineName string, i int, data []byte, hdr nats.Header) string {
-	m := nats.NewMsg(wire.InferSubject(pipelineName))
-	m.Reply = fmt.Sprintf("%s.%d", c.prefix, i)
-	m.Data = data
-	for k, v := range hdr {
-		m.Header[k] = v
-	}
-	if err := c.nc.PublishMsg(m); err != nil {
-		t.Fatal(err)
-	}
-	return m.Reply
-}
-
-// wait returns the replies of the given subjects once each has at least one, failing after timeout.
-func (c *client) wait(t testing.TB, subjects []string, timeout time.Duration) map[string][]*nats.Msg {
-	t.Helper()
-	end := time.Now().Add(timeout)
-	for {
-		c.mu.Lock()
-		missing := 0
-		for _, s := range subjects {
-			if len(c.replies[s]) == 0 {
-				missing++
-			}
-		}
-		if missing == 0 {
-			out := make(map[string][]*nats.Msg, len(subjects))
-			for _, s := range subjects {
-				out[s] = c.replies[s]
-			}
-			c.mu.Unlock()
-			return out
-		}
-		c.mu.Unlock()
-		if time.Now().After(end) {
-			t.Fatalf("%d of %d requests got no reply within %v", missing, len(subjects), timeout)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	return testrig.NewClient(t, nc)
 }
 
 func inputRequest(t testing.TB) []byte {
@@ -177,10 +119,10 @@ func TestTreeEndToEnd(t *testing.T) {
 	var subjects []string
 	data := inputRequest(t)
 	for i := 0; i < n; i++ {
-		subjects = append(subjects, c.send(t, spec.Name, i, data, nats.Header{wire.HeaderTimeout: []string{"5s"}}))
+		subjects = append(subjects, c.Send(t, spec.Name, data, nats.Header{wire.HeaderTimeout: []string{"5s"}}))
 		time.Sleep(2 * time.Millisecond) // about 500 QPS
 	}
-	replies := c.wait(t, subjects, 15*time.Second)
+	replies := c.Wait(t, subjects, 15*time.Second)
 	time.Sleep(200 * time.Millisecond) // a second reply, if any, would arrive by now
 
 	branches := map[string]int{}
