@@ -317,3 +317,47 @@ func TestStepSeenWithinASecond(t *testing.T) {
 	}
 	t.Fatalf("no re-plan after the step (re-plans at %v)", replans)
 }
+
+// TestHeadroomIsSpentInServersOnly: a headroom adds servers where the cluster has them for the most accurate
+// variants, and never lowers the accuracy a plan for the estimate itself would have.
+func TestHeadroomIsSpentInServersOnly(t *testing.T) {
+	spec := trafficSpec(t)
+	static, err := plan.Static(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	milp := MILP{Utilization: 0.85, TimeLimit: 5 * time.Second, Workers: 1}
+	solve := func(demand float64) *plan.Plan {
+		p, err := milp.Allocate(spec, Observed{Demand: demand, Servers: 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		name   string
+		demand float64
+	}{
+		{"room for the headroom", 150},
+		{"the headroom would need accuracy scaling", 350},
+		{"accuracy scaling either way", 600},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := New(spec, Config{Headroom: 0.15}, milp, static)
+			st := l.Next(time.Unix(1000, 0), Observed{Demand: tc.demand, Servers: 20})
+			if st.Err != nil || st.Plan == nil {
+				t.Fatalf("no plan: %v", st.Err)
+			}
+			bare, padded := solve(tc.demand), solve(tc.demand*1.15)
+			got := st.Plan.Allocation
+			if got.SystemAccuracy < bare.Allocation.SystemAccuracy-1e-9 {
+				t.Fatalf("accuracy %.4f, below the %.4f of a plan for the estimate (mode %s)", got.SystemAccuracy,
+					bare.Allocation.SystemAccuracy, st.Plan.Mode)
+			}
+			if padded.Mode == plan.ModeHardware && got.ActiveServers != padded.Allocation.ActiveServers {
+				t.Fatalf("%d active servers, want the %d of a plan for the estimate plus 15%%", got.ActiveServers,
+					padded.Allocation.ActiveServers)
+			}
+		})
+	}
+}

@@ -40,6 +40,9 @@ type Allocation struct {
 	// DemandQPS is the demand planned for; ServedQPS what the plan serves (less when overloaded).
 	DemandQPS float64 `json:"demand_qps"`
 	ServedQPS float64 `json:"served_qps"`
+	// EstimateQPS is the demand estimate the plan was made from: DemandQPS less the planner's headroom
+	// (control.Config.Headroom). 0 in plans from before it was recorded: see Estimate.
+	EstimateQPS float64 `json:"estimate_qps,omitempty"`
 	// ClusterServers is how many workers the planner could use; ActiveServers how many the plan uses (the others
 	// idle).
 	ClusterServers int `json:"cluster_servers"`
@@ -51,6 +54,15 @@ type Allocation struct {
 	Optimal bool    `json:"optimal"`
 	Gap     float64 `json:"gap"`
 	SolveMs float64 `json:"solve_ms"`
+}
+
+// Estimate is the demand estimate the plan was made from (EstimateQPS, or DemandQPS when it was not recorded): a
+// restarted planner starts its estimate there, not at the headroom's larger demand.
+func (a *Allocation) Estimate() float64 {
+	if a.EstimateQPS > 0 {
+		return a.EstimateQPS
+	}
+	return a.DemandQPS
 }
 
 // VariantPlan is one hosted variant.

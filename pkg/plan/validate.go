@@ -111,7 +111,7 @@ func (p *Plan) Validate(spec *pipeline.Spec) error {
 		}
 	}
 	if a := p.Allocation; a != nil {
-		for _, v := range []float64{a.DemandQPS, a.ServedQPS, a.SystemAccuracy, a.Gap, a.SolveMs} {
+		for _, v := range []float64{a.DemandQPS, a.ServedQPS, a.EstimateQPS, a.SystemAccuracy, a.Gap, a.SolveMs} {
 			if !finiteNonNegative(v) {
 				return fmt.Errorf("allocation %+v: a figure is negative or not finite", *a)
 			}

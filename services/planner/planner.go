@@ -641,7 +641,7 @@ func (p *Planner) resume(ctx context.Context, spec *pipeline.Spec, pl *plan.Plan
 	}
 	p.mu.Lock()
 	if a := pl.Allocation; a != nil {
-		p.demand[spec.Name].Seed(a.DemandQPS)
+		p.demand[spec.Name].Seed(a.Estimate())
 	}
 	for hop, f := range pl.Fanout { // validated: the spec has hop
 		task, _, _ := strings.Cut(hop, "/")

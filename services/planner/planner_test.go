@@ -354,8 +354,10 @@ func TestPlannerReplansForDemand(t *testing.T) {
 	}
 	nc, _ := bus.ConnectInProcess(s, "planner")
 	defer nc.Close()
+	// No headroom: each plan is the solver's for the reported demand (TestHeadroomIsSpentInServersOnly, in
+	// pkg/control, covers the headroom).
 	p, err := New(nc, Config{Pipelines: []*pipeline.Spec{sp}, Storage: jetstream.MemoryStorage, DemandAlpha: 1,
-		WorkerTimeout: 2 * time.Second, SolveTimeLimit: 2 * time.Second})
+		WorkerTimeout: 2 * time.Second, SolveTimeLimit: 2 * time.Second, Config: control.Config{Headroom: -1}})
 	if err != nil {
 		t.Fatal(err)
 	}

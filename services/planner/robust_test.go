@@ -151,7 +151,7 @@ func TestPlannerRidesOutABusOutage(t *testing.T) {
 	kv := kvReader(t, srv.URL())
 	waitLong(t, "a plan for 400 QPS served by 3 workers", func() bool {
 		pl, ok := readPlan(kv, sp.Name)
-		return ok && pl.Allocation != nil && math.Abs(pl.Allocation.DemandQPS-400) < 40 && pl.Servers() == 3 &&
+		return ok && pl.Allocation != nil && math.Abs(pl.Allocation.Estimate()-400) < 40 && pl.Servers() == 3 &&
 			len(serving(ws)) == 3
 	})
 	time.Sleep(time.Second) // settled
@@ -261,7 +261,7 @@ allocation:
 	}()
 	waitLong(t, "a plan for 400 QPS served by 3 workers", func() bool {
 		pl, ok := readPlan(kv, sp.Name)
-		return ok && pl.Allocation != nil && math.Abs(pl.Allocation.DemandQPS-400) < 40 && len(serving(ws)) == 3
+		return ok && pl.Allocation != nil && math.Abs(pl.Allocation.Estimate()-400) < 40 && len(serving(ws)) == 3
 	})
 	before, _ := readPlan(kv, sp.Name)
 	servingBefore := map[string]string{}
@@ -495,7 +495,7 @@ func TestPlannerHoldsDemandWhileFrontendsAreSilent(t *testing.T) {
 	}()
 	waitLong(t, "a plan for 400 QPS on 3 workers", func() bool {
 		pl, ok := readPlan(kv, sp.Name)
-		return ok && pl.Allocation != nil && math.Abs(pl.Allocation.DemandQPS-400) < 40 && pl.Servers() == 3
+		return ok && pl.Allocation != nil && math.Abs(pl.Allocation.Estimate()-400) < 40 && pl.Servers() == 3
 	})
 	before, _ := readPlan(kv, sp.Name)
 	silent.Store(true)
@@ -503,7 +503,7 @@ func TestPlannerHoldsDemandWhileFrontendsAreSilent(t *testing.T) {
 	after, _ := readPlan(kv, sp.Name)
 	if after.Epoch != before.Epoch || after.Servers() != 3 {
 		t.Errorf("after 10 s without reports: epoch %d with %d replicas (demand %v), want epoch %d with 3",
-			after.Epoch, after.Servers(), after.Allocation.DemandQPS, before.Epoch)
+			after.Epoch, after.Servers(), after.Allocation.Estimate(), before.Epoch)
 	}
 	qps.store(0)
 	silent.Store(false)

@@ -209,6 +209,7 @@ func runUp(args []string) error {
 	storage := storageFlag(fs)
 	policy := policyFlag(fs)
 	allocator := allocatorFlag(fs)
+	ctl := registerControlFlags(fs)
 	permissions := fs.Bool("nats-auth", false, "give the embedded server the deployment's users and permissions "+
 		"(pkg/auth): each service connects as its role, and connections without credentials are clients, which "+
 		"may only send requests")
@@ -232,6 +233,10 @@ func runUp(args []string) error {
 	if *workers < 0 {
 		return fmt.Errorf("--workers %d: want 0 or more (0 runs the server, planner and frontend only)", *workers)
 	}
+	cc, err := ctl.config()
+	if err != nil {
+		return err
+	}
 	ctx, log, stop, err := c.start("up")
 	if err != nil {
 		return err
@@ -241,7 +246,7 @@ func runUp(args []string) error {
 	maxPayload := int32(*maxReq + 64<<10)
 	return up.Run(ctx, up.Config{NATSURL: c.natsURL, Auth: c.auth, Permissions: *permissions, DataDir: *dataDir, NATSHost: *host, NATSPort: *port,
 		MaxPayload: maxPayload, Pipelines: specs, Workers: *workers, ModelsDir: *models, HTTPAddr: *httpAddr, MaxRequestBytes: *maxReq,
-		Storage: st, Allocator: *allocator, Logger: log,
+		Storage: st, Allocator: *allocator, Control: cc, Logger: log,
 		Started: func(url string) {
 			names := make([]string, len(specs))
 			for i, s := range specs {
@@ -302,8 +307,7 @@ func runPlanner(args []string) error {
 	storage := storageFlag(fs)
 	policy := policyFlag(fs)
 	allocator := allocatorFlag(fs)
-	replanEvery := fs.Duration("replan-every", 10*time.Second, "how often the allocation MILP is solved again")
-	sigmas := noiseFlags(fs)
+	ctl := registerControlFlags(fs)
 	solveLimit := fs.Duration("solve-time-limit", time.Second, "time limit of each MILP solve")
 	ackWait := fs.Duration("ack-wait", bus.DefaultAckWait, "the variant consumers' ack wait: how long a fetched message may "+
 		"stay unacknowledged before another replica gets it (workers mark batches that run longer in progress)")
@@ -321,9 +325,13 @@ func runPlanner(args []string) error {
 	if err != nil {
 		return err
 	}
+	cc, err := ctl.config()
+	if err != nil {
+		return err
+	}
 	return c.serve("planner", auth.Planner, func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
 		p, err := planner.New(nc, planner.Config{Pipelines: specs, Storage: st, Allocator: *allocator, AckWait: *ackWait,
-			Config: sigmas.apply(control.Config{ReplanEvery: *replanEvery}), SolveTimeLimit: *solveLimit, Logger: log})
+			Config: cc, SolveTimeLimit: *solveLimit, Logger: log})
 		if err != nil {
 			return err
 		}
@@ -355,19 +363,44 @@ func (c *common) serve(service string, role auth.Role, run func(context.Context,
 	return run(ctx, nc, log)
 }
 
-// noise is the significance tests of the control loop (control.Config.ReplanSigmas, RouteSigmas), shared by the
-// planner and the simulator.
-type noise struct{ replan, route *float64 }
+// controlFlags are the control loop's settings (control.Config), one set of flags for the planner and the
+// simulator: a simulated run and a live one are tuned with the same words. Zero values mean the loop's defaults.
+type controlFlags struct {
+	replanEvery   *time.Duration
+	replan, route *float64
+	headroom      *float64
+	utilization   *float64
+}
 
-func noiseFlags(fs *flag.FlagSet) noise {
-	return noise{
+func registerControlFlags(fs *flag.FlagSet) controlFlags {
+	return controlFlags{
+		replanEvery: fs.Duration("replan-every", 0, "how often the allocation MILP is solved again (0: 10s)"),
 		replan: fs.Float64("replan-sigmas", 0, "re-plan only on moves of the demand estimate beyond this many standard "+
 			"deviations of its Poisson noise (0: off; 3 keeps a steady load on one plan, and trails a rising one)"),
 		route: fs.Float64("route-sigmas", 0, "the same for re-routing (0: off)"),
+		headroom: fs.Float64("headroom", control.DefaultHeadroom, "size plans for this much more than the demand "+
+			"estimate where the cluster has the servers for it (0.1: 10%), and re-plan at once when the estimate "+
+			"outgrows them (0: sized for the estimate)"),
+		utilization: fs.Float64("utilization", 0, "share of each variant's capacity plans and routing use "+
+			"(0: 0.85)"),
 	}
 }
 
-func (n noise) apply(c control.Config) control.Config {
-	c.ReplanSigmas, c.RouteSigmas = *n.replan, *n.route
-	return c
+func (f controlFlags) config() (control.Config, error) {
+	c := control.Config{ReplanEvery: *f.replanEvery, ReplanSigmas: *f.replan, RouteSigmas: *f.route,
+		Headroom: *f.headroom, RouteUtilization: *f.utilization}
+	if c.Headroom == 0 {
+		c.Headroom = -1 // none (control.Config's 0 is its default)
+	}
+	switch {
+	case c.ReplanEvery < 0:
+		return c, fmt.Errorf("--replan-every %v: want a positive duration", c.ReplanEvery)
+	case c.ReplanSigmas < 0 || c.RouteSigmas < 0:
+		return c, errors.New("--replan-sigmas and --route-sigmas must not be negative")
+	case *f.headroom < 0:
+		return c, fmt.Errorf("--headroom %v: want 0 or more", *f.headroom)
+	case c.RouteUtilization < 0 || c.RouteUtilization > 1:
+		return c, fmt.Errorf("--utilization %v: want a share in (0, 1]", c.RouteUtilization)
+	}
+	return c, nil
 }

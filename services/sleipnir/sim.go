@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sleipnir-serving/sleipnir/pkg/control"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/sim"
 	"github.com/sleipnir-serving/sleipnir/pkg/workload"
@@ -31,11 +30,7 @@ func runSim(args []string) error {
 	interval := fs.Int("interval", 0, "report interval in seconds (0: about 300 points over the run)")
 	warmup := fs.Duration("warmup", 0, "leave the first part of the run out of the summary (the time series keep it)")
 	comm := fs.Duration("comm", -1, "latency of one hop (negative: the pipeline's comm_latency_ms)")
-	replan := fs.Duration("replan-every", 0, "how often the planner re-plans (default: the planner's, 10s)")
-	sigmas := noiseFlags(fs)
-	headroom := fs.Float64("headroom", 0, "size plans for this much more than the demand estimate, and re-plan at "+
-		"once when the estimate outgrows them (default 0: the planner's)")
-	util := fs.Float64("utilization", 0, "share of each variant's capacity plans and routing use (default: the planner's)")
+	ctl := registerControlFlags(fs)
 	capacity := fs.Bool("capacity", false, "find each system's effective capacity: the largest constant demand "+
 		"served with under 1% SLO violations (ignores --workload)")
 	capWarmup := fs.Duration("capacity-warmup", 20*time.Second, "with --capacity: warmup of each probe")
@@ -52,7 +47,10 @@ func runSim(args []string) error {
 	if err != nil {
 		return err
 	}
-	cc := sigmas.apply(control.Config{ReplanEvery: *replan, RouteUtilization: *util, Headroom: *headroom})
+	cc, err := ctl.config()
+	if err != nil {
+		return err
+	}
 	var syss []sim.System
 	for _, name := range strings.Split(*systems, ",") {
 		s, err := sim.ParseSystem(strings.TrimSpace(name), spec, cc)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sleipnir-serving/sleipnir/pkg/auth"
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
+	"github.com/sleipnir-serving/sleipnir/pkg/control"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/services/frontend"
 	"github.com/sleipnir-serving/sleipnir/services/planner"
@@ -46,6 +47,8 @@ type Config struct {
 	ModelsDir string
 	// Allocator is the planner's (planner.AllocatorMILP, the default, or planner.AllocatorStatic).
 	Allocator string
+	// Control tunes the planner's control loop (zero: its defaults).
+	Control control.Config
 	// HTTPAddr is the frontend's KServe v2 HTTP address ("" disables it).
 	HTTPAddr        string
 	MaxRequestBytes int
@@ -141,7 +144,7 @@ func Start(ctx context.Context, cfg Config) (_ *System, err error) {
 		return nil, err
 	}
 	pl, err := planner.New(nc, planner.Config{Pipelines: cfg.Pipelines, Storage: cfg.Storage, Allocator: cfg.Allocator,
-		Logger: cfg.Logger})
+		Config: cfg.Control, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
