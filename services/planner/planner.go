@@ -332,7 +332,8 @@ func (p *Planner) stepPipeline(ctx context.Context, now time.Time, i int, o cont
 	}
 	a := pl.Allocation
 	p.log.Info("plan published", "pipeline", spec.Name, "epoch", pl.Epoch, "mode", pl.Mode,
-		"demand_qps", round(a.DemandQPS), "active_servers", a.ActiveServers, "servers", o.Servers,
+		"estimate_qps", round(a.Estimate()), "demand_qps", round(a.DemandQPS), "active_servers", a.ActiveServers,
+		"servers", o.Servers,
 		"system_accuracy", round(a.SystemAccuracy), "optimal", a.Optimal, "gap", round(a.Gap),
 		"solve_ms", a.SolveMs)
 	if err := p.reassign(ctx); err != nil && ctx.Err() == nil {
