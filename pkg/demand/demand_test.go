@@ -301,3 +301,35 @@ func TestEstimatorPrimesFromTheWarmupsMean(t *testing.T) {
 		t.Fatalf("first estimate %v (known %v), want 5/3", got, e.Known())
 	}
 }
+
+// TestKilledFrontendIsNotCountedTwice: two frontends take 50 QPS each; one is killed and its clients go to the
+// other, which now reports 100. The dead one's last rate stops counting once it has missed its reports, so the
+// estimate never goes far above the 100 QPS of the load (counted for the whole Silence, it reached 135).
+func TestKilledFrontendIsNotCountedTwice(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	sec := time.Second
+	e := New(0.3, 5*time.Second)
+	at := func(i int) time.Time { return t0.Add(time.Duration(i)*sec + 300*time.Millisecond) }
+	for i := 0; i < 20; i++ {
+		e.Observe("fe1", 50, sec, at(i))
+		e.Observe("fe2", 50, sec, at(i))
+		e.Tick(t0.Add(time.Duration(i+1) * sec))
+	}
+	peak := 0.0
+	for i := 20; i < 40; i++ { // fe1 is gone
+		e.Observe("fe2", 100, sec, at(i))
+		peak = max(peak, e.Tick(t0.Add(time.Duration(i+1)*sec)))
+	}
+	if peak > 120 {
+		t.Fatalf("the estimate reached %.1f QPS after fe1 died, for a load of 100", peak)
+	}
+	if got := e.Estimate(); math.Abs(got-100) > 1 {
+		t.Fatalf("estimate %.1f, want 100", got)
+	}
+	// A frontend that reports every 10 s counts until it has missed its reports (within Silence).
+	e = New(1, 30*time.Second)
+	e.Observe("slow", 1000, 10*time.Second, t0)
+	if got := e.Tick(t0.Add(20 * time.Second)); got != 100 {
+		t.Fatalf("20 s after a 10 s report: %v, want its 100 QPS", got)
+	}
+}
