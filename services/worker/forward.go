@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -12,22 +11,18 @@ import (
 	"go.opentelemetry.io/otel"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
-	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/hop"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
-// forward publishes the sub-requests of one message's items, grouped per destination variant, and reports its
-// leaves (finished, dropped or failed items) to the request's frontend.
+// forward publishes the sub-requests of one message's items as the hop step (pkg/hop) routes, groups and splits
+// them, and reports its leaves (finished, dropped or failed items) to the request's frontend.
 func (w *Worker) forward(ctx context.Context, s *serving, in *inbound) error {
 	path := wire.AppendHop(in.path, s.a.Task, s.a.Variant)
-	var routes map[string][]plan.Route
-	if s.plan != nil {
-		routes = s.plan.Routing.Downstream[s.hop]
-	}
 	var leaves []wire.ItemResult
 	var acks []jetstream.PubAckFuture
 	now := time.Now()
-	atTask, left := now.Sub(in.enqueued), in.deadline.Sub(now)
+	when := hop.When{Now: now, AtTask: now.Sub(in.enqueued), Left: in.deadline.Sub(now)}
 	s.refreshStage()
 	for i, it := range in.items {
 		st := in.status[i]
@@ -35,8 +30,24 @@ func (w *Worker) forward(ctx context.Context, s *serving, in *inbound) error {
 			w.items.Add(1)
 		}
 		out := in.outputs[i]
-		k := out.NumChildren()
-		if st != "" || k == 0 {
+		// Sub-requests are numbered across child tasks in the spec's order, so a re-execution names them the same.
+		s.children, s.childInputs = s.children[:0], s.childInputs[:0]
+		if st == "" {
+			for c, child := range s.table.Children {
+				for _, inputs := range out.Children[child] {
+					s.children = append(s.children, c)
+					s.childInputs = append(s.childInputs, inputs)
+				}
+			}
+		}
+		var step *hop.Out
+		if len(s.children) > 0 {
+			var err error
+			if step, err = s.step.Step(s.table, hop.Item{Den: it.Den, Children: s.children}, when, w.rng); err != nil {
+				st, in.reason[i] = wire.ItemError, err.Error()
+			}
+		}
+		if step == nil {
 			if st == "" {
 				st = wire.ItemOK
 			}
@@ -50,46 +61,26 @@ func (w *Worker) forward(ctx context.Context, s *serving, in *inbound) error {
 				Status: st, Reason: in.reason[i], Outputs: out.Tensors})
 			continue
 		}
-		den := it.Den * uint64(k)
-		if den/uint64(k) != it.Den {
-			leaves = append(leaves, wire.ItemResult{ID: it.ID, Den: it.Den, Path: wire.SplitPath(path),
-				Status: wire.ItemError, Reason: "fan-out too deep: item weight overflows"})
-			w.failed.Add(1)
-			continue
+		if step.Rerouted > 0 {
+			w.rerouted.Add(uint64(step.Rerouted))
+			w.observe(s, func(o *Observed) { o.Rerouted += uint64(step.Rerouted) })
 		}
-		// Children are numbered across child tasks in a fixed order, so a re-execution names them the same.
-		groups := map[string]*wire.TaskMessage{} // destination "task/variant" -> items
-		var order []string
-		n := 0
-		for _, child := range s.task.Children {
-			for _, inputs := range out.Children[child] {
-				id := wire.ChildItemID(it.ID, n)
-				n++
-				d := s.stage.Route(child, routes[child], now, atTask, left, w.rng.Float64(), w.rng.Float64())
-				v, reason := d.Variant, d.Reason
-				if d.Rerouted {
-					w.rerouted.Add(1)
-					w.observe(s, func(o *Observed) { o.Rerouted++ })
-				}
-				if v == "" {
-					leaves = append(leaves, wire.ItemResult{ID: id, Den: den, Path: wire.SplitPath(path),
-						Status: wire.ItemDropped, Reason: reason})
-					w.countDrop(s, reason)
-					continue
-				}
-				dest := wire.Hop(child, v)
-				g, ok := groups[dest]
-				if !ok {
-					g = &wire.TaskMessage{}
-					groups[dest] = g
-					order = append(order, dest)
-				}
-				g.Items = append(g.Items, wire.Item{ID: id, Den: den, Inputs: inputs})
+		for _, d := range step.Drops {
+			leaves = append(leaves, wire.ItemResult{ID: wire.ChildItemID(it.ID, d.Sub), Den: step.Den,
+				Path: wire.SplitPath(path), Status: wire.ItemDropped, Reason: d.Reason})
+			w.countDrop(s, d.Reason)
+		}
+		for _, m := range step.Messages {
+			tm := &wire.TaskMessage{Items: make([]wire.Item, len(m.Subs))}
+			for j, n := range m.Subs {
+				tm.Items[j] = wire.Item{ID: wire.ChildItemID(it.ID, n), Den: step.Den, Inputs: s.childInputs[n]}
 			}
-		}
-		for _, dest := range order {
-			task, variant, _ := strings.Cut(dest, "/")
-			msg, err := w.taskMsg(in, s.a.Pipeline, task, variant, path, it.ID, groups[dest])
+			task := s.table.Children[m.Child]
+			id := wire.TaskMsgID(in.requestID, it.ID, task, m.Variant)
+			if m.Parts > 1 {
+				id = wire.TaskPartMsgID(in.requestID, it.ID, task, m.Variant, m.Subs)
+			}
+			msg, err := w.taskMsg(in, s.a.Pipeline, task, m.Variant, path, id, tm)
 			if err != nil {
 				return err
 			}
@@ -121,7 +112,8 @@ func (w *Worker) forward(ctx context.Context, s *serving, in *inbound) error {
 	return nil
 }
 
-func (w *Worker) taskMsg(in *inbound, pipelineName, task, variant, path, parent string, tm *wire.TaskMessage) (*nats.Msg, error) {
+// taskMsg is the task message carrying tm to task/variant, de-duplicated by id.
+func (w *Worker) taskMsg(in *inbound, pipelineName, task, variant, path, id string, tm *wire.TaskMessage) (*nats.Msg, error) {
 	data, err := msgpack.Marshal(tm)
 	if err != nil {
 		return nil, err
@@ -132,7 +124,7 @@ func (w *Worker) taskMsg(in *inbound, pipelineName, task, variant, path, parent 
 	msg.Header.Set(wire.HeaderDeadline, wire.FormatDeadline(in.deadline))
 	msg.Header.Set(wire.HeaderPath, path)
 	msg.Header.Set(wire.HeaderReplyTo, in.replyTo)
-	msg.Header.Set(wire.HeaderMsgID, wire.TaskMsgID(in.requestID, parent, task, variant))
+	msg.Header.Set(wire.HeaderMsgID, id)
 	otel.GetTextMapPropagator().Inject(in.ctx, bus.HeaderCarrier(msg.Header))
 	return msg, nil
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
 	"github.com/sleipnir-serving/sleipnir/pkg/deadline"
 	"github.com/sleipnir-serving/sleipnir/pkg/executor"
+	"github.com/sleipnir-serving/sleipnir/pkg/hop"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/ratelog"
@@ -317,18 +318,24 @@ type serving struct {
 	hop      string
 	policy   deadline.Policy
 	budget   time.Duration // the task's latency budget on this variant: its profiled time at the max batch
-	// stage is what the deadline policy knows of this variant under stagePlan.
+	// stage is what the deadline policy knows of this variant under stagePlan, and table its forwarding (pkg/hop).
 	stage     *deadline.Stage
+	table     *hop.Table
 	stagePlan *plan.Plan
+	// The hop step's scratch: one item's sub-requests (child task index, inputs), and the stepper's.
+	step        hop.Stepper
+	children    []int
+	childInputs [][]wire.Tensor
 }
 
-// refreshStage rebuilds the deadline stage when the plan has changed.
+// refreshStage rebuilds the deadline stage and the forwarding table when the plan has changed.
 func (s *serving) refreshStage() {
 	if s.stage != nil && s.plan == s.stagePlan {
 		return
 	}
 	s.stagePlan = s.plan
 	s.stage = deadline.NewStage(s.spec, s.plan, s.policy, s.a.Task, s.a.Variant, s.budget, 1)
+	s.table = hop.NewTable(s.spec, s.plan, s.stage, s.a.Task, s.a.Variant, s.task.Children)
 }
 
 // same says n is the variant s serves: the executor and the consumer stay. A new max batch, budget or epoch is
