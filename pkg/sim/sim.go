@@ -131,6 +131,7 @@ type event struct {
 
 type request struct {
 	arrival, due int64
+	replied      int64 // when the frontend replied (finish)
 	second       int32
 	pending      int // items not yet finished or dropped
 	ok, dropped  int
@@ -494,6 +495,7 @@ func (s *sim) leaves(r *request, n int) {
 // replied at the deadline with what it had).
 func (s *sim) finish(r *request, at int64) {
 	s.inFlight--
+	r.replied = at
 	if int(r.second) >= len(s.seconds) {
 		return
 	}
