@@ -440,7 +440,8 @@ func (s *sim) batchDone(srv int) {
 		s.hopsDone += int64(m.items)
 		h.items += uint64(m.items)
 		node := s.trie.child(m.node, sv.hop)
-		when := hopstep.When{Now: s.time(), AtTask: time.Duration(s.now - m.enqueued), Left: time.Duration(r.due - s.now)}
+		when := hopstep.When{Now: s.time(), AtTask: time.Duration(s.now - m.enqueued),
+			Left: time.Duration(r.due - s.now)}
 		for range m.items {
 			k := h.exec.SubRequests(s.rng)
 			s.children = s.children[:0]

@@ -113,7 +113,8 @@ func (w *Worker) forward(ctx context.Context, s *serving, in *inbound) error {
 }
 
 // taskMsg is the task message carrying tm to task/variant, de-duplicated by id.
-func (w *Worker) taskMsg(in *inbound, pipelineName, task, variant, path, id string, tm *wire.TaskMessage) (*nats.Msg, error) {
+func (w *Worker) taskMsg(in *inbound, pipelineName, task, variant, path, id string,
+	tm *wire.TaskMessage) (*nats.Msg, error) {
 	data, err := msgpack.Marshal(tm)
 	if err != nil {
 		return nil, err
