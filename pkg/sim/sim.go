@@ -18,6 +18,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/deadline"
 	"github.com/sleipnir-serving/sleipnir/pkg/demand"
 	"github.com/sleipnir-serving/sleipnir/pkg/executor"
+	hopstep "github.com/sleipnir-serving/sleipnir/pkg/hop"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/routing"
@@ -140,8 +141,8 @@ type request struct {
 type message struct {
 	req      *request
 	items    int
-	share    float64 // of the request, per item
-	node     int32   // path of hops before this one (pathTrie)
+	den      uint64 // each item's weight is 1/den of the request (wire.Item.Den)
+	node     int32  // path of hops before this one (pathTrie)
 	enqueued int64
 	dropped  string // reason when dropped before execution
 }
@@ -158,7 +159,7 @@ type hop struct {
 	free     []int32 // idle servers serving this variant
 	stage    *deadline.Stage
 	budget   time.Duration
-	routes   [][]plan.Route // per child (aligned with children), from the current plan
+	table    *hopstep.Table // forwarding under the current plan (children numbered in Emulated's order)
 	// counts since the last heartbeat
 	items   uint64
 	emitted map[string]uint64
@@ -204,8 +205,10 @@ type sim struct {
 	hopsDone     int64
 	replans      int
 	end          int64
-	loaded       bool          // assignments take no swap time (the start)
-	planWall     time.Duration // wall time in the control loop
+	loaded       bool            // assignments take no swap time (the start)
+	planWall     time.Duration   // wall time in the control loop
+	step         hopstep.Stepper // the hop step's scratch
+	children     []int           // one item's sub-requests' child tasks (indices in Emulated's order)
 }
 
 func newSim(cfg Config) (*sim, error) {
@@ -344,7 +347,7 @@ func (s *sim) arrive() {
 		return
 	}
 	s.push(event{at: s.now + s.comm, kind: evDeliver, hop: h,
-		msg: &message{req: r, items: 1, share: 1, node: 0}})
+		msg: &message{req: r, items: 1, den: 1, node: 0}})
 }
 
 // deliver puts a message in its variant's queue, and hands it to an idle replica if there is one.
@@ -421,8 +424,8 @@ func (s *sim) startBatch(srv int) {
 	s.push(event{at: s.now + int64(d), kind: evBatchDone, srv: int32(srv)})
 }
 
-// batchDone is the worker's forward: each executed item's sub-requests go where the routing table and the deadline
-// policy say, grouped per destination variant; leaves and drops are reported to the frontend.
+// batchDone is the worker's forward: each executed item's sub-requests go where the hop step (pkg/hop) routes,
+// groups and splits them; leaves and drops are reported to the frontend.
 func (s *sim) batchDone(srv int) {
 	sv := &s.servers[srv]
 	h := s.hops[sv.hop]
@@ -436,53 +439,34 @@ func (s *sim) batchDone(srv int) {
 		s.hopsDone += int64(m.items)
 		h.items += uint64(m.items)
 		node := s.trie.child(m.node, sv.hop)
-		atTask := time.Duration(s.now - m.enqueued)
+		when := hopstep.When{Now: s.time(), AtTask: time.Duration(s.now - m.enqueued), Left: time.Duration(r.due - s.now)}
 		for range m.items {
 			k := h.exec.SubRequests(s.rng)
-			if k == 0 {
-				r.ok++
-				r.acc.Add(m.share, s.trie.accuracy(node))
+			s.children = s.children[:0]
+			for range k {
+				c := h.exec.ChildOf(s.rng.Float64())
+				h.emitted[h.children[c]]++
+				s.children = append(s.children, c)
+			}
+			out, err := s.step.Step(h.table, hopstep.Item{Den: m.den, Children: s.children}, when, s.rng)
+			if err != nil || k == 0 {
+				if err != nil { // a failed leaf
+					r.dropped++
+				} else {
+					r.ok++
+					r.acc.Add(1/float64(m.den), s.trie.accuracy(node))
+				}
 				s.leaves(r, 1)
 				continue
 			}
 			r.pending += k - 1
-			share := m.share / float64(k)
-			var dests [8]struct {
-				hop   int32
-				items int
+			for range out.Drops {
+				r.dropped++
+				s.leaves(r, 1)
 			}
-			nd := 0
-			for range k {
-				c := h.exec.ChildOf(s.rng.Float64())
-				child := h.children[c]
-				h.emitted[child]++
-				d := h.stage.Route(child, h.routes[c], s.time(), atTask, time.Duration(r.due-s.now), s.rng.Float64(),
-					s.rng.Float64())
-				if d.Variant == "" {
-					r.dropped++
-					s.leaves(r, 1)
-					continue
-				}
-				dh := s.hopIdx[child][d.Variant]
-				found := false
-				for i := range nd {
-					if dests[i].hop == dh {
-						dests[i].items++
-						found = true
-						break
-					}
-				}
-				if !found && nd < len(dests) {
-					dests[nd].hop, dests[nd].items = dh, 1
-					nd++
-				} else if !found { // more destinations than the scratch holds: send on its own
-					s.push(event{at: s.now + s.comm, kind: evDeliver, hop: dh,
-						msg: &message{req: r, items: 1, share: share, node: node}})
-				}
-			}
-			for i := range nd {
-				s.push(event{at: s.now + s.comm, kind: evDeliver, hop: dests[i].hop,
-					msg: &message{req: r, items: dests[i].items, share: share, node: node}})
+			for _, msg := range out.Messages {
+				s.push(event{at: s.now + s.comm, kind: evDeliver, hop: s.hopIdx[h.children[msg.Child]][msg.Variant],
+					msg: &message{req: r, items: len(msg.Subs), den: out.Den, node: node}})
 			}
 		}
 	}
@@ -588,11 +572,7 @@ func (s *sim) applyPlan(p *plan.Plan, replanned bool) {
 		}
 		policy := s.cfg.System.Policy
 		h.stage = deadline.NewStage(s.spec, p, policy, s.tasks[h.task], h.variant.Name, h.budget, replicas)
-		down := p.Routing.Downstream[h.name]
-		h.routes = h.routes[:0]
-		for _, c := range h.children {
-			h.routes = append(h.routes, down[c])
-		}
+		h.table = hopstep.NewTable(s.spec, p, h.stage, s.tasks[h.task], h.variant.Name, h.children)
 	}
 	if !replanned {
 		return

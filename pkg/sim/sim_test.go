@@ -255,7 +255,7 @@ func TestBatchFitsMaxBatch(t *testing.T) {
 			r := &request{due: int64(time.Minute)}
 			var queued []*message
 			for _, n := range tc.items {
-				m := &message{req: r, items: n, share: 1}
+				m := &message{req: r, items: n, den: 1}
 				queued = append(queued, m)
 				h.queue = append(h.queue, m)
 			}

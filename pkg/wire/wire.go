@@ -4,6 +4,7 @@ package wire
 
 import (
 	"fmt"
+	"hash/fnv"
 	"strconv"
 	"strings"
 	"time"
@@ -173,6 +174,38 @@ func SplitPath(path string) []string {
 func TaskMsgID(requestID, parent, task, variant string) string {
 	return requestID + "/" + parent + ">" + task + "/" + variant
 }
+
+// TaskPartMsgID is the de-duplication id of one of the messages a parent's sub-requests to one variant are split
+// into (pkg/hop): TaskMsgID and "#" and the numbers of the sub-requests it carries (as in ChildItemID), as runs
+// "a-b" joined by ".", or, past maxPartName characters, their FNV-1a hash in hex. A message is named by what it
+// carries, so a parent executed again (after a redelivery) republishes the same ids, and one grouped differently
+// the second time (another routing draw, another plan) enqueues a sub-request twice rather than not at all.
+func TaskPartMsgID(requestID, parent, task, variant string, subs []int) string {
+	b := make([]byte, 0, 64)
+	for i := 0; i < len(subs); {
+		j := i
+		for j+1 < len(subs) && subs[j+1] == subs[j]+1 {
+			j++
+		}
+		if i > 0 {
+			b = append(b, '.')
+		}
+		b = strconv.AppendInt(b, int64(subs[i]), 10)
+		if j > i {
+			b = strconv.AppendInt(append(b, '-'), int64(subs[j]), 10)
+		}
+		i = j + 1
+	}
+	if len(b) > maxPartName {
+		h := fnv.New64a()
+		h.Write(b)
+		b = strconv.AppendUint([]byte("h"), h.Sum64(), 16)
+	}
+	return TaskMsgID(requestID, parent, task, variant) + "#" + string(b)
+}
+
+// maxPartName bounds the sub-request list in a part's id; longer lists are hashed.
+const maxPartName = 64
 
 // RehomedMsgID is the de-duplication id of a message the planner moved from a variant a new plan retired to another
 // variant of the same task: the message's own id and the new variant, so that a move done twice (after a

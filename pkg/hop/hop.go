@@ -1,0 +1,209 @@
+// Package hop is the step after a batch executes, written once for the live worker (services/worker) and the
+// simulator (pkg/sim): each executed item's sub-requests are routed (the routing table, then the deadline policy),
+// grouped per destination variant and split into task messages the destination's replicas can share, and what is
+// routed nowhere becomes a dropped leaf. Pure: time and randomness are passed in; what a message carries beyond
+// numbers (tensors, headers) is the caller's.
+package hop
+
+import (
+	"errors"
+	"math/rand/v2"
+	"time"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/deadline"
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
+
+// Dest is what the split knows of a destination variant under a plan: its replicas, its max batch, and its
+// profile (for the latency of a message's items).
+type Dest struct {
+	Replicas, MaxBatch int
+	Variant            *pipeline.Variant
+}
+
+// Table is one variant's forwarding under one plan: its child tasks, in the order its sub-requests are numbered,
+// their routes, the deadline stage that decides per sub-request, and the sizes of the hosted destinations.
+type Table struct {
+	Children []string
+	Stage    *deadline.Stage
+	routes   [][]plan.Route    // aligned with Children
+	dests    []map[string]Dest // per child: hosted variant -> size
+}
+
+// NewTable builds the forwarding of task/variant under plan p (nil before the first plan: nothing is routed) with
+// its deadline stage. children are the task's child tasks in the order the caller numbers sub-requests.
+func NewTable(spec *pipeline.Spec, p *plan.Plan, stage *deadline.Stage, task, variant string,
+	children []string) *Table {
+	t := &Table{Children: children, Stage: stage, routes: make([][]plan.Route, len(children)),
+		dests: make([]map[string]Dest, len(children))}
+	if p == nil {
+		return t
+	}
+	down := p.Routing.Downstream[wire.Hop(task, variant)]
+	for c, child := range children {
+		t.routes[c] = down[child]
+		t.dests[c] = map[string]Dest{}
+		for _, vp := range p.Variants {
+			if vp.Task == child {
+				t.dests[c][vp.Variant] = Dest{Replicas: vp.Replicas, MaxBatch: vp.MaxBatch,
+					Variant: spec.Variant(child, vp.Variant)}
+			}
+		}
+	}
+	return t
+}
+
+// Item is one executed item that emits sub-requests: its weight's denominator (wire.Item.Den) and the child task of
+// each sub-request, as an index in Table.Children, in the order they are numbered (wire.ChildItemID).
+type Item struct {
+	Den      uint64
+	Children []int
+}
+
+// When is the time an item's routing is decided at: now, the time the item spent at the task, and the time left
+// to its deadline.
+type When struct {
+	Now          time.Time
+	AtTask, Left time.Duration
+}
+
+// Message is one task message to send: the sub-requests it carries (their numbers), to child task Children[Child]'s
+// variant Variant; Parts is how many messages the parent sends to that variant (1: the id needs no part name).
+type Message struct {
+	Child   int
+	Variant string
+	Subs    []int
+	Parts   int
+}
+
+// Drop is a sub-request the routing or the deadline policy sent nowhere: a leaf, dropped for Reason.
+type Drop struct {
+	Sub    int
+	Reason string
+}
+
+// Out is what one item's step produced. Its slices belong to the Stepper and are reused by its next Step.
+type Out struct {
+	// Den is each sub-request's weight denominator: the parent's times its number of sub-requests, so that the
+	// weights of the parent's sub-requests sum to exactly the parent's.
+	Den      uint64
+	Messages []Message
+	Drops    []Drop
+	// Rerouted counts the sub-requests the deadline policy sent to a backup variant.
+	Rerouted int
+}
+
+// ErrWeightOverflow is a fan-out so deep that a sub-request's weight denominator overflows: the parent ends as a
+// failed leaf.
+var ErrWeightOverflow = errors.New("fan-out too deep: item weight overflows")
+
+// Stepper runs steps with reusable scratch: one per goroutine.
+type Stepper struct {
+	out    Out
+	group  []int // per sub-request: its destination's index in groups, -1 dropped
+	groups []group
+	subs   []int // the sub-requests, grouped by destination
+}
+
+type group struct {
+	child   int
+	variant string
+	n, at   int // its size, and where its sub-requests start in subs
+	fill    int // where the next of them goes
+}
+
+// Step routes item's sub-requests at w, drawing from rng (two draws each), groups them per destination variant in
+// the order each destination is first drawn, and splits each group into Parts messages. An item without
+// sub-requests yields nothing: it is a leaf for the caller to report.
+func (st *Stepper) Step(t *Table, item Item, w When, rng *rand.Rand) (*Out, error) {
+	out := &st.out
+	out.Messages, out.Drops, out.Rerouted = out.Messages[:0], out.Drops[:0], 0
+	k := len(item.Children)
+	if k == 0 {
+		out.Den = item.Den
+		return out, nil
+	}
+	out.Den = item.Den * uint64(k)
+	if out.Den/uint64(k) != item.Den {
+		return nil, ErrWeightOverflow
+	}
+	st.group, st.groups = st.group[:0], st.groups[:0]
+	for n, c := range item.Children {
+		d := t.Stage.Route(t.Children[c], t.routes[c], w.Now, w.AtTask, w.Left, rng.Float64(), rng.Float64())
+		if d.Rerouted {
+			out.Rerouted++
+		}
+		if d.Variant == "" {
+			out.Drops = append(out.Drops, Drop{Sub: n, Reason: d.Reason})
+			st.group = append(st.group, -1)
+			continue
+		}
+		g := 0
+		for g < len(st.groups) && (st.groups[g].child != c || st.groups[g].variant != d.Variant) {
+			g++
+		}
+		if g == len(st.groups) {
+			st.groups = append(st.groups, group{child: c, variant: d.Variant})
+		}
+		st.groups[g].n++
+		st.group = append(st.group, g)
+	}
+	// Each group's sub-requests, in numbering order, contiguous in subs.
+	at := 0
+	for g := range st.groups {
+		st.groups[g].at, st.groups[g].fill = at, at
+		at += st.groups[g].n
+	}
+	if cap(st.subs) < at {
+		st.subs = make([]int, at)
+	}
+	st.subs = st.subs[:at]
+	for n, g := range st.group {
+		if g >= 0 {
+			st.subs[st.groups[g].fill] = n
+			st.groups[g].fill++
+		}
+	}
+	for _, g := range st.groups {
+		subs := st.subs[g.at : g.at+g.n]
+		parts := Parts(g.n, t.dests[g.child][g.variant])
+		// Sizes differ by at most one: the first n%parts messages carry one more.
+		size, extra := g.n/parts, g.n%parts
+		for p := range parts {
+			m := size
+			if p < extra {
+				m++
+			}
+			out.Messages = append(out.Messages, Message{Child: g.child, Variant: g.variant, Subs: subs[:m],
+				Parts: parts})
+			subs = subs[m:]
+		}
+	}
+	return out, nil
+}
+
+// Parts is how many messages n sub-requests of one parent for destination d go in, of sizes differing by at most
+// one. A message runs whole on one replica, in model batches of at most the max batch one after the other
+// (pkg/batching), so one message of n items takes ceil(n / max batch) batch latencies while the other replicas
+// idle. The rule: n items up to the max batch go in one message (a small fan-out pays nothing: splitting it would
+// spend more replica time on smaller batches, which costs capacity when the replicas are not free). More go in the
+// fewest messages of at most the max batch each, ceil(n / max batch), raised to spread them over the destination's
+// replicas but with no message under half a max batch, min(replicas, floor(n / ceil(max batch / 2))), when that
+// message size's profiled latency is lower (it finishes sooner). So 24 items for a max batch of 8 on 3 replicas go
+// 8+8+8 and on 4 replicas 6+6+6+6 (when 6 runs faster than 8), where one message ran 8, 8 and 8 one after the other.
+// A destination the plan does not host (a variant a new plan retired) gets one message.
+func Parts(n int, d Dest) int {
+	if d.MaxBatch < 1 || n <= d.MaxBatch {
+		return 1
+	}
+	fewest := (n + d.MaxBatch - 1) / d.MaxBatch
+	half := (d.MaxBatch + 1) / 2
+	parts := max(fewest, min(d.Replicas, n/half))
+	if parts > fewest && d.Variant != nil && len(d.Variant.Profile) > 0 &&
+		d.Variant.LatencyFor((n+parts-1)/parts).P50Ms >= d.Variant.LatencyFor((n+fewest-1)/fewest).P50Ms {
+		return fewest
+	}
+	return parts
+}

@@ -1,0 +1,130 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/vmihailenco/msgpack/v5"
+	"go.opentelemetry.io/otel"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/bus"
+	"github.com/sleipnir-serving/sleipnir/pkg/hop"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
+
+// forward publishes the sub-requests of one message's items as the hop step (pkg/hop) routes, groups and splits
+// them, and reports its leaves (finished, dropped or failed items) to the request's frontend.
+func (w *Worker) forward(ctx context.Context, s *serving, in *inbound) error {
+	path := wire.AppendHop(in.path, s.a.Task, s.a.Variant)
+	var leaves []wire.ItemResult
+	var acks []jetstream.PubAckFuture
+	now := time.Now()
+	when := hop.When{Now: now, AtTask: now.Sub(in.enqueued), Left: in.deadline.Sub(now)}
+	s.refreshStage()
+	for i, it := range in.items {
+		st := in.status[i]
+		if st == "" {
+			w.items.Add(1)
+		}
+		out := in.outputs[i]
+		// Sub-requests are numbered across child tasks in the spec's order, so a re-execution names them the same.
+		s.children, s.childInputs = s.children[:0], s.childInputs[:0]
+		if st == "" {
+			for c, child := range s.table.Children {
+				for _, inputs := range out.Children[child] {
+					s.children = append(s.children, c)
+					s.childInputs = append(s.childInputs, inputs)
+				}
+			}
+		}
+		var step *hop.Out
+		if len(s.children) > 0 {
+			var err error
+			if step, err = s.step.Step(s.table, hop.Item{Den: it.Den, Children: s.children}, when, w.rng); err != nil {
+				st, in.reason[i] = wire.ItemError, err.Error()
+			}
+		}
+		if step == nil {
+			if st == "" {
+				st = wire.ItemOK
+			}
+			switch st {
+			case wire.ItemDropped:
+				w.countDrop(s, in.reason[i])
+			case wire.ItemError:
+				w.failed.Add(1)
+			}
+			leaves = append(leaves, wire.ItemResult{ID: it.ID, Den: it.Den, Path: wire.SplitPath(path),
+				Status: st, Reason: in.reason[i], Outputs: out.Tensors})
+			continue
+		}
+		if step.Rerouted > 0 {
+			w.rerouted.Add(uint64(step.Rerouted))
+			w.observe(s, func(o *Observed) { o.Rerouted += uint64(step.Rerouted) })
+		}
+		for _, d := range step.Drops {
+			leaves = append(leaves, wire.ItemResult{ID: wire.ChildItemID(it.ID, d.Sub), Den: step.Den,
+				Path: wire.SplitPath(path), Status: wire.ItemDropped, Reason: d.Reason})
+			w.countDrop(s, d.Reason)
+		}
+		for _, m := range step.Messages {
+			tm := &wire.TaskMessage{Items: make([]wire.Item, len(m.Subs))}
+			for j, n := range m.Subs {
+				tm.Items[j] = wire.Item{ID: wire.ChildItemID(it.ID, n), Den: step.Den, Inputs: s.childInputs[n]}
+			}
+			task := s.table.Children[m.Child]
+			id := wire.TaskMsgID(in.requestID, it.ID, task, m.Variant)
+			if m.Parts > 1 {
+				id = wire.TaskPartMsgID(in.requestID, it.ID, task, m.Variant, m.Subs)
+			}
+			msg, err := w.taskMsg(in, s.a.Pipeline, task, m.Variant, path, id, tm)
+			if err != nil {
+				return err
+			}
+			f, err := w.js.PublishMsgAsync(msg)
+			if err != nil {
+				return fmt.Errorf("publish to %s: %w", msg.Subject, err)
+			}
+			acks = append(acks, f)
+		}
+	}
+	if len(leaves) > 0 {
+		data, err := msgpack.Marshal(&wire.ResultMessage{RequestID: in.requestID, Items: leaves})
+		if err != nil {
+			return err
+		}
+		if err := w.nc.Publish(in.replyTo, data); err != nil {
+			return fmt.Errorf("report to %s: %w", in.replyTo, err)
+		}
+	}
+	for _, f := range acks {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return fmt.Errorf("publish to %s: %w", f.Msg().Subject, err)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// taskMsg is the task message carrying tm to task/variant, de-duplicated by id.
+func (w *Worker) taskMsg(in *inbound, pipelineName, task, variant, path, id string, tm *wire.TaskMessage) (*nats.Msg, error) {
+	data, err := msgpack.Marshal(tm)
+	if err != nil {
+		return nil, err
+	}
+	msg := nats.NewMsg(wire.TaskSubject(pipelineName, task, variant))
+	msg.Data = data
+	msg.Header.Set(wire.HeaderRequestID, in.requestID)
+	msg.Header.Set(wire.HeaderDeadline, wire.FormatDeadline(in.deadline))
+	msg.Header.Set(wire.HeaderPath, path)
+	msg.Header.Set(wire.HeaderReplyTo, in.replyTo)
+	msg.Header.Set(wire.HeaderMsgID, id)
+	otel.GetTextMapPropagator().Inject(in.ctx, bus.HeaderCarrier(msg.Header))
+	return msg, nil
+}

@@ -1,0 +1,102 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"maps"
+	"math"
+	"time"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
+
+// countDrop counts one item dropped at variant s for reason.
+func (w *Worker) countDrop(s *serving, reason string) {
+	w.dropped.Add(1)
+	if c := w.drops[reason]; c != nil {
+		c.Add(1)
+	}
+	w.observe(s, func(o *Observed) { o.Dropped[reason]++ })
+}
+
+// observe updates the measurements of the variant s serves.
+func (w *Worker) observe(s *serving, f func(*Observed)) {
+	key := s.a.Pipeline + ":" + s.hop
+	w.obsMu.Lock()
+	defer w.obsMu.Unlock()
+	o := w.observed[key]
+	if o == nil {
+		o = &Observed{FanoutCounts: wire.FanoutCounts{Children: map[string]uint64{}}, Dropped: map[string]uint64{}}
+		w.observed[key] = o
+	}
+	f(o)
+}
+
+// Observations returns a copy of the worker's cumulative measurements.
+func (w *Worker) Observations() map[string]Observed {
+	w.obsMu.Lock()
+	defer w.obsMu.Unlock()
+	out := make(map[string]Observed, len(w.observed))
+	for k, o := range w.observed {
+		c := *o
+		c.Children = maps.Clone(o.Children)
+		c.Dropped = maps.Clone(o.Dropped)
+		out[k] = c
+	}
+	return out
+}
+
+// Stats returns the worker's counters.
+func (w *Worker) Stats() Stats {
+	st := Stats{Messages: w.messages.Load(), Items: w.items.Load(), Batches: w.batches.Load(),
+		Dropped: w.dropped.Load(), Failed: w.failed.Load(), Discarded: w.discarded.Load(),
+		Rerouted: w.rerouted.Load(), Returned: w.returned.Load(), DropReasons: map[string]uint64{}}
+	for r, c := range w.drops {
+		if n := c.Load(); n > 0 {
+			st.DropReasons[r] = n
+		}
+	}
+	return st
+}
+
+// reconnectCheck is how often the registration loop looks for a re-established connection.
+const reconnectCheck = 50 * time.Millisecond
+
+// register refreshes the worker's registration every RegisterEvery, and at once when the connection comes back
+// after a loss: the planner, which saw no heartbeat while the bus was away, knows the worker is alive without
+// waiting a period.
+func (w *Worker) register(ctx context.Context) {
+	started := time.Now()
+	var beat int64
+	t := time.NewTicker(w.cfg.RegisterEvery)
+	defer t.Stop()
+	check := time.NewTicker(reconnectCheck)
+	defer check.Stop()
+	reconnects := w.nc.Stats().Reconnects
+	for {
+		beat++
+		reg := Registration{ID: w.cfg.ID, Started: started, Updated: time.Now(), Variant: w.Serving(), Stats: w.Stats(),
+			SwapMs: float64frombits(w.swapMs.Load()), Heartbeat: beat, Observed: w.Observations()}
+		data, _ := json.Marshal(reg)
+		if _, err := w.kv.Put(ctx, wire.WorkerKey(w.cfg.ID), data); err != nil && ctx.Err() == nil {
+			w.log.Warn("registration refresh failed", "err", err)
+		}
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				break wait
+			case <-check.C:
+				if r := w.nc.Stats().Reconnects; r != reconnects && w.nc.IsConnected() {
+					reconnects = r
+					break wait
+				}
+			}
+		}
+	}
+}
+
+func float64bits(f float64) uint64     { return math.Float64bits(f) }
+func float64frombits(b uint64) float64 { return math.Float64frombits(b) }

@@ -1,0 +1,252 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/batching"
+	"github.com/sleipnir-serving/sleipnir/pkg/bus"
+	"github.com/sleipnir-serving/sleipnir/pkg/executor"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
+
+// fetchFirst waits (up to FetchWait) for one message of the variant's queue.
+func (w *Worker) fetchFirst(s *serving) jetstream.Msg {
+	batch, err := s.consumer.Fetch(1, jetstream.FetchMaxWait(w.cfg.FetchWait))
+	if err != nil {
+		// Disconnected, or the server is restarting: back off instead of spinning.
+		w.log.Debug("fetch failed", "err", err)
+		time.Sleep(100 * time.Millisecond)
+		return nil
+	}
+	var first jetstream.Msg
+	for m := range batch.Messages() {
+		first = m
+	}
+	return first
+}
+
+// fetchMore takes, without waiting, the messages the batching rule adds to a batch whose first message gave taken
+// items to execute (the first message's NumPending says how many wait, without a round trip).
+func (w *Worker) fetchMore(s *serving, first jetstream.Msg, taken int) []jetstream.Msg {
+	meta, err := first.Metadata()
+	if err != nil {
+		return nil
+	}
+	n := batching.More(s.a.MaxBatch, taken, int(meta.NumPending))
+	if n == 0 {
+		return nil
+	}
+	batch, err := s.consumer.FetchNoWait(n)
+	if err != nil {
+		return nil
+	}
+	var msgs []jetstream.Msg
+	for m := range batch.Messages() {
+		msgs = append(msgs, m)
+	}
+	return msgs
+}
+
+// inbound is one valid task message of a batch.
+type inbound struct {
+	msg       jetstream.Msg
+	requestID string
+	deadline  time.Time
+	path      string // hops before this one
+	replyTo   string
+	enqueued  time.Time // when it reached this variant's queue: the start of its time at this task
+	ctx       context.Context
+	span      trace.Span
+	items     []wire.Item
+	outputs   []executor.Output // aligned with items; nil entries for items not executed
+	status    []string          // per item: "" executed, or the item status it ends with here
+	reason    []string
+}
+
+func (w *Worker) serveOnce(ctx context.Context, s *serving) {
+	first := w.fetchFirst(s)
+	if first == nil {
+		return
+	}
+	var batch []*inbound
+	var inputs []executor.Input
+	var slots []slot
+	s.refreshStage()
+	now := time.Now()
+	// take adds a message to the batch; false when the items it would execute do not fit (batching.Fits).
+	take := func(m jetstream.Msg) bool {
+		in, err := w.decode(ctx, m)
+		if err != nil {
+			w.discarded.Add(1)
+			w.complaints.Warn("discarding invalid task message", "subject", m.Subject(), "err", err)
+			_ = m.Term()
+			return true
+		}
+		drop := s.stage.BeforeExecute(now, in.deadline, in.enqueued)
+		if drop == "" && !batching.Fits(s.a.MaxBatch, len(inputs), len(in.items)) {
+			in.span.End()
+			return false
+		}
+		w.messages.Add(1)
+		in.outputs = make([]executor.Output, len(in.items))
+		in.status = make([]string, len(in.items))
+		in.reason = make([]string, len(in.items))
+		for i, it := range in.items {
+			if drop != "" {
+				in.status[i], in.reason[i] = wire.ItemDropped, drop
+				continue
+			}
+			inputs = append(inputs, executor.Input{RequestID: in.requestID, ItemID: it.ID, Tensors: it.Inputs})
+			slots = append(slots, slot{in: in, i: i})
+		}
+		batch = append(batch, in)
+		return true
+	}
+	// Batch slots count items, and one message may carry several (a parent's items for one variant).
+	take(first)
+	more := w.fetchMore(s, first, len(inputs))
+	for i, m := range more {
+		if !take(m) {
+			// It goes back to the queue, with the messages after it, in order: JetStream delivers them again, before
+			// newer ones, to this replica's next batch or another's.
+			for _, r := range more[i:] {
+				_ = r.Nak()
+			}
+			w.returned.Add(uint64(len(more) - i))
+			break
+		}
+	}
+	// A batch that runs longer than a third of the ack wait is marked in progress, so that JetStream does not hand
+	// it to another replica while this one is alive.
+	done := make(chan struct{})
+	defer close(done)
+	go w.keepInProgress(s, batch, done)
+	// Execute in model batches of at most MaxBatch items (one message may carry several items).
+	for c := range batching.Chunks(len(inputs), s.a.MaxBatch) {
+		lo := c * s.a.MaxBatch
+		hi := min(lo+s.a.MaxBatch, len(inputs))
+		outs, err := s.exec.Execute(ctx, inputs[lo:hi])
+		w.batches.Add(1)
+		if err == nil && len(outs) != hi-lo {
+			err = fmt.Errorf("executor returned %d outputs for %d inputs", len(outs), hi-lo)
+		}
+		if err != nil && ctx.Err() != nil {
+			// Shutting down: hand the whole batch back for another replica.
+			for _, in := range batch {
+				_ = in.msg.Nak()
+				in.span.End()
+			}
+			return
+		}
+		for j := lo; j < hi; j++ {
+			sl := slots[j]
+			itemErr := err // the batch's, or else the item's own
+			if itemErr == nil {
+				itemErr = outs[j-lo].Err
+			}
+			if itemErr != nil {
+				sl.in.status[sl.i], sl.in.reason[sl.i] = wire.ItemError, itemErr.Error()
+				continue
+			}
+			sl.in.outputs[sl.i] = outs[j-lo]
+		}
+	}
+	w.observe(s, func(o *Observed) {
+		o.Batches += uint64(batching.Chunks(len(inputs), s.a.MaxBatch))
+		for _, sl := range slots {
+			if sl.in.status[sl.i] != "" {
+				continue // failed
+			}
+			o.Items++
+			o.QueueWaitMs += float64(now.Sub(sl.in.enqueued)) / float64(time.Millisecond)
+			for child, subs := range sl.in.outputs[sl.i].Children {
+				o.Children[child] += uint64(len(subs))
+			}
+		}
+	})
+	for _, in := range batch {
+		if err := w.forward(ctx, s, in); err != nil {
+			// Not acknowledged: JetStream delivers the message again; sub-requests already published are
+			// de-duplicated by their message ids.
+			w.log.Warn("forwarding failed; message will be redelivered", "request", in.requestID, "err", err)
+			_ = in.msg.NakWithDelay(100 * time.Millisecond)
+		} else {
+			_ = in.msg.Ack()
+		}
+		in.span.End()
+	}
+}
+
+// keepInProgress tells JetStream the batch's messages are being worked on, every third of the ack wait, until done.
+func (w *Worker) keepInProgress(s *serving, batch []*inbound, done <-chan struct{}) {
+	wait := w.cfg.AckWait
+	if info := s.consumer.CachedInfo(); info != nil && info.Config.AckWait > 0 {
+		wait = info.Config.AckWait
+	}
+	t := time.NewTicker(wait / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+			for _, in := range batch {
+				_ = in.msg.InProgress()
+			}
+		}
+	}
+}
+
+type slot struct {
+	in *inbound
+	i  int
+}
+
+// decode validates one message of the variant's subject.
+func (w *Worker) decode(ctx context.Context, m jetstream.Msg) (*inbound, error) {
+	h := m.Headers()
+	in := &inbound{msg: m, requestID: h.Get(wire.HeaderRequestID), path: h.Get(wire.HeaderPath),
+		replyTo: h.Get(wire.HeaderReplyTo)}
+	if in.requestID == "" {
+		return nil, errors.New("no " + wire.HeaderRequestID + " header")
+	}
+	if !strings.HasPrefix(in.replyTo, wire.ResultPrefix) {
+		return nil, fmt.Errorf("%s header %q is not a result subject", wire.HeaderReplyTo, in.replyTo)
+	}
+	d, err := wire.ParseDeadline(h.Get(wire.HeaderDeadline))
+	if err != nil {
+		return nil, err
+	}
+	in.deadline = d
+	in.enqueued = time.Now()
+	if meta, err := m.Metadata(); err == nil {
+		in.enqueued = meta.Timestamp
+	}
+	var tm wire.TaskMessage
+	if err := wire.UnmarshalMsgpack(m.Data(), &tm); err != nil {
+		return nil, fmt.Errorf("payload is not a msgpack task message: %w", err)
+	}
+	if len(tm.Items) == 0 {
+		return nil, errors.New("task message has no items")
+	}
+	for _, it := range tm.Items {
+		if it.ID == "" || it.Den == 0 {
+			return nil, fmt.Errorf("item %q has no id or weight", it.ID)
+		}
+	}
+	in.items = tm.Items
+	in.ctx, in.span = w.tracer.Start(otel.GetTextMapPropagator().Extract(ctx, bus.HeaderCarrier(h)),
+		"execute "+m.Subject(), trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(attribute.String("sleipnir.request_id", in.requestID),
+			attribute.Int("sleipnir.items", len(tm.Items))))
+	return in, nil
+}
