@@ -59,3 +59,59 @@ func NegativeBinomial(rng *rand.Rand, mean, r float64) int {
 	}
 	return Poisson(rng, Gamma(rng, r)*mean/r)
 }
+
+// PoissonPMF is the probability of count k under a Poisson distribution with this mean.
+func PoissonPMF(mean float64, k int) float64 {
+	if mean <= 0 {
+		return b2f(k == 0)
+	}
+	return math.Exp(float64(k)*math.Log(mean) - mean - lgamma(float64(k)+1))
+}
+
+// NegativeBinomialPMF is the probability of count k under NegativeBinomial's distribution with this mean and
+// dispersion r.
+func NegativeBinomialPMF(mean, r float64, k int) float64 {
+	if mean <= 0 {
+		return b2f(k == 0)
+	}
+	q := r / (r + mean) // the chance of "success" in the classic form: pmf(k) = C(k+r-1, k) q^r (1-q)^k
+	kf := float64(k)
+	return math.Exp(lgamma(kf+r) - lgamma(r) - lgamma(kf+1) + r*math.Log(q) + kf*math.Log1p(-q))
+}
+
+// PoissonQuantile is the least count whose Poisson cumulative probability reaches p.
+func PoissonQuantile(mean, p float64) int {
+	return quantile(p, func(k int) float64 { return PoissonPMF(mean, k) }, mean)
+}
+
+// NegativeBinomialQuantile is the least count whose cumulative probability reaches p under NegativeBinomial's
+// distribution with this mean and dispersion r.
+func NegativeBinomialQuantile(mean, r, p float64) int {
+	return quantile(p, func(k int) float64 { return NegativeBinomialPMF(mean, r, k) }, mean)
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// quantile sums pmf from 0 until it reaches p (or the mass left is negligible).
+func quantile(p float64, pmf func(k int) float64, mean float64) int {
+	if mean <= 0 || p <= 0 {
+		return 0
+	}
+	sum := 0.0
+	for k := 0; ; k++ {
+		sum += pmf(k)
+		if sum >= p || (float64(k) > mean && 1-sum < 1e-12) {
+			return k
+		}
+	}
+}
+
+func lgamma(x float64) float64 {
+	v, _ := math.Lgamma(x)
+	return v
+}

@@ -47,3 +47,38 @@ func TestPoissonAndGammaMoments(t *testing.T) {
 		t.Error("a zero mean drew a positive count")
 	}
 }
+
+// TestQuantiles checks the quantiles against the draws: the share of draws at or below a quantile reaches p, and
+// the share below it does not.
+func TestQuantiles(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	const n = 200000
+	check := func(name string, q int, draw func() int, p float64) {
+		at, below := 0, 0
+		for range n {
+			k := draw()
+			if k <= q {
+				at++
+			}
+			if k < q {
+				below++
+			}
+		}
+		if float64(at)/n < p-0.003 || float64(below)/n > p+0.003 {
+			t.Errorf("%s: quantile %d: %.4f of draws at or below, %.4f below, want p = %g between", name, q,
+				float64(at)/n, float64(below)/n, p)
+		}
+	}
+	for _, p := range []float64{0.5, 0.9, 0.99} {
+		for _, c := range []struct{ mean, r float64 }{{18, 2.5}, {2, 2.5}, {9, 1}} {
+			check("negative binomial", NegativeBinomialQuantile(c.mean, c.r, p),
+				func() int { return NegativeBinomial(rng, c.mean, c.r) }, p)
+		}
+		for _, mean := range []float64{0.9, 2.1, 12} {
+			check("poisson", PoissonQuantile(mean, p), func() int { return Poisson(rng, mean) }, p)
+		}
+	}
+	if PoissonQuantile(0, 0.99) != 0 || NegativeBinomialQuantile(0, 2, 0.99) != 0 {
+		t.Error("a zero mean has a positive quantile")
+	}
+}
