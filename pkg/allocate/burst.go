@@ -1,0 +1,279 @@
+package allocate
+
+import (
+	"math"
+	"strconv"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/hop"
+	"github.com/sleipnir-serving/sleipnir/pkg/milp"
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/variate"
+)
+
+// Items reach a task below the root in bursts: one item of its parent sends it k sub-requests at once, k drawn
+// from the parent's fan-out distribution. Loki's model (a batch latency per task within half the SLO, the other
+// half for queueing, and replicas fed at a share of their full-batch throughput) holds for items that arrive one at
+// a time, and three things break it when k is large:
+//   - rounds: a burst of k items at max batch b goes in ceil(k/b) messages (pkg/hop.Parts), which r free replicas
+//     run ceil(ceil(k/b)/r) batches deep. A variant's latency at batch b is budgeted as its p50 times the rounds a
+//     large burst takes (BurstQuantile of the distribution: a request is one frame, so its own burst decides it),
+//     and each batch size comes with options of fewer rounds on more replicas (burstOptions; the replicas a
+//     variant hosts at that option are at least those).
+//   - packing: a batch takes whole messages, so messages of 6 items fill batches of 8 by three quarters; a replica's
+//     throughput is the items a batch holds on average when the queue is never empty (packedRate), not b.
+//   - queueing: Loki leaves each task about one batch latency of waiting, and feeds replicas up to a share of their
+//     throughput (Input.Utilization). With few replicas (a plan for a low demand) Poisson arrivals, and bursts far
+//     more, wait longer than that at any share: a variant keeps a fixed headroom free, whatever its replicas
+//     (headroom), so that one replica runs well below the share and many close to it. It is linear in the load
+//     and the replicas: the MILP's capacity row of a batch size gets it as a constant when the size is chosen
+//     (where it is under one replica's load, the accuracy steps spread it over the throughput: spreadHeadroom).
+// Where items arrive one at a time (every root task) nothing changes. The MILP is the same, with other latencies,
+// throughputs and lower bounds on replicas, and solved as exactly.
+
+// BurstQuantile is the quantile of a task's burst (the items one parent item sends it) that its latency is
+// budgeted for: a request is one frame, and a frame with a large burst misses its deadline if the plan counted only
+// a typical one.
+const BurstQuantile = 0.95
+
+// QueueEpsilon is the chance of waiting longer than its budget that headroom allows an item at a task.
+const QueueEpsilon = 0.1
+
+// arrivals is how items reach a task: pmf[k] is the chance that one item of the parent task sends it k.
+type arrivals struct {
+	pmf  []float64
+	mean float64
+}
+
+// one is the arrivals of the root task: its items come one at a time.
+var one = arrivals{pmf: []float64{0, 1}, mean: 1}
+
+// arrivalsOf is how items reach task in step st: the fan-out distribution, for this task, of the variant of its
+// parent task with the largest mean that the step may host (one at a time at the root).
+func (in Input) arrivalsOf(task string, st step) arrivals {
+	parent := in.Spec.Task(in.Spec.Parent(task))
+	if parent == nil {
+		return one
+	}
+	top := parent.MostAccurate().Accuracy
+	var best *pipeline.Variant
+	mean := -1.0
+	for vi := range parent.Variants {
+		v := &parent.Variants[vi]
+		if st == stepHardware && v.Accuracy < top {
+			continue
+		}
+		if f := in.fanout(parent.Name, v, task); f > mean {
+			best, mean = v, f
+		}
+	}
+	if best == nil || best.Fanout == nil || mean <= 0 {
+		return arrivals{pmf: []float64{1}}
+	}
+	f := best.Fanout
+	var pmf func(k int) float64
+	switch {
+	case f.Distribution == pipeline.FanoutNegativeBinomial:
+		pmf = func(k int) float64 { return variate.NegativeBinomialPMF(mean, f.Dispersion, k) }
+	case f.Distribution == pipeline.FanoutFixed && len(f.Shares) <= 1:
+		n := int(math.Round(mean))
+		pmf = func(k int) float64 { return b2f(k == n) }
+	default: // Poisson, and a fixed count split over several children (a binomial: a Poisson bounds its spread)
+		pmf = func(k int) float64 { return variate.PoissonPMF(mean, k) }
+	}
+	a := arrivals{mean: mean}
+	sum := 0.0
+	for k := 0; sum < 1-1e-9 && k < 100000; k++ {
+		p := pmf(k)
+		a.pmf = append(a.pmf, p)
+		sum += p
+	}
+	return a
+}
+
+// quantile is the least k whose cumulative probability reaches p.
+func (a arrivals) quantile(p float64) int {
+	sum := 0.0
+	for k, q := range a.pmf {
+		if sum += q; sum >= p {
+			return k
+		}
+	}
+	return len(a.pmf) - 1
+}
+
+// burst is the burst a task's latency is budgeted for: the BurstQuantile quantile of the items one parent item sends.
+func (a arrivals) burst() int {
+	return max(1, a.quantile(BurstQuantile))
+}
+
+// burstOption is one way a variant may take its budgeted burst at one batch size: in rounds batches, on at least
+// replicas replicas.
+type burstOption struct{ rounds, replicas int }
+
+// burstOptions are the ways a burst of k items may run at max batch b on a cluster of servers: in ceil(k/b)
+// messages, r replicas take ceil(ceil(k/b)/r) rounds. One option per number of rounds that needs fewer replicas
+// than one round less (more rounds on as many replicas would only be slower).
+func burstOptions(k, b, servers int) []burstOption {
+	msgs := (k + b - 1) / b
+	var out []burstOption
+	for rounds := 1; rounds <= msgs; rounds++ {
+		r := (msgs + rounds - 1) / rounds
+		if r > servers || len(out) > 0 && out[len(out)-1].replicas == r {
+			continue
+		}
+		out = append(out, burstOption{rounds: rounds, replicas: r})
+	}
+	return out
+}
+
+// messageSizes is the distribution of the sizes (1..b) of the messages that bursts drawn from a are sent in at max
+// batch b (pkg/hop.Parts, the fewest parts), each message counted once.
+func (a arrivals) messageSizes(b int) []float64 {
+	w := make([]float64, b+1)
+	total := 0.0
+	for k := 1; k < len(a.pmf); k++ {
+		if a.pmf[k] == 0 {
+			continue
+		}
+		parts := hop.Parts(k, hop.Dest{Replicas: 1, MaxBatch: b})
+		size, big := k/parts, k%parts // big parts of size+1, the others of size
+		w[size] += a.pmf[k] * float64(parts-big)
+		if big > 0 {
+			w[size+1] += a.pmf[k] * float64(big)
+		}
+		total += a.pmf[k] * float64(parts)
+	}
+	for i := range w {
+		w[i] /= total
+	}
+	return w
+}
+
+// packedRate is the items per second one replica of v runs at max batch b when its queue never empties and its
+// messages' sizes are drawn from sizes (1..b): a batch takes the first message and those after it while they fit
+// (pkg/batching), and a batch of n items takes the p50 of the profiled batch size that holds n. The first message
+// that does not fit starts the next batch, so the batches' first sizes are a Markov chain; its stationary
+// distribution weighs the expected items and latency of a batch from each first size.
+func packedRate(v *pipeline.Variant, b int, sizes []float64) float64 {
+	items := make([]float64, b+1)  // items[t]: expected items of a batch holding t so far
+	lat := make([]float64, b+1)    // lat[t]: its expected latency
+	next := make([][]float64, b+1) // next[t][x]: the chance that the next batch starts with a message of x
+	for t := b; t >= 1; t-- {
+		next[t] = make([]float64, b+1)
+		for x := 1; x <= b; x++ {
+			p := sizes[x]
+			if p == 0 {
+				continue
+			}
+			if t+x <= b {
+				items[t] += p * items[t+x]
+				lat[t] += p * lat[t+x]
+				for y := 1; y <= b; y++ {
+					next[t][y] += p * next[t+x][y]
+				}
+			} else {
+				items[t] += p * float64(t)
+				lat[t] += p * v.LatencyFor(t).P50Ms
+				next[t][x] += p
+			}
+		}
+	}
+	pi := append([]float64(nil), sizes...)
+	for range 200 {
+		n := make([]float64, b+1)
+		for s := 1; s <= b; s++ {
+			for x := 1; x <= b; x++ {
+				n[x] += pi[s] * next[s][x]
+			}
+		}
+		pi = n
+	}
+	var it, ms float64
+	for s := 1; s <= b; s++ {
+		it += pi[s] * items[s]
+		ms += pi[s] * lat[s]
+	}
+	return it / (ms / 1000)
+}
+
+// headroom is the load (items/s) a variant at batch size S ms, in rounds rounds a burst, keeps free of its replicas'
+// capacity for queueing: with n*b batch slots of S ms each, items arriving with index of dispersion kappa (the
+// mean of k^2 over the mean of k: 1 one at a time, larger in bursts), the chance that an item waits longer than
+// A is about exp(-2 (free slots) A / (S kappa)) in heavy traffic (Kingman's approximation for many servers);
+// with A the rounds' latency (Loki's queueing half matches the processing half), at most QueueEpsilon takes
+// ln(1/QueueEpsilon) kappa / (2 rounds) free slots, each S ms: that many items per S.
+func (a arrivals) headroom(ms float64, rounds int) float64 {
+	var m1, m2 float64
+	for k, q := range a.pmf {
+		m1 += q * float64(k)
+		m2 += q * float64(k*k)
+	}
+	if m1 <= 0 {
+		return 0
+	}
+	slots := math.Log(1/QueueEpsilon) * (m2 / m1) / (2 * float64(rounds))
+	return slots / (ms / 1000)
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// addBurstReplicas adds, when option bi of kv needs more than one replica, the row that a variant choosing it
+// hosts that many.
+func (m *model) addBurstReplicas(p *milp.Problem, kv *variant, bi int) {
+	if kv.minN[bi] > 1 {
+		p.AddRow("replicas a burst needs at "+kv.task+"/"+kv.v.Name+"@"+kv.label(bi), 0, math.Inf(1),
+			milp.Term{Col: kv.n[bi], Coef: 1}, milp.Term{Col: kv.z[bi], Coef: -kv.minN[bi]})
+	}
+}
+
+// label names allowed batch bi: its size, and the rounds of a burst when more than one ("8x2").
+func (kv *variant) label(bi int) string {
+	if kv.rounds[bi] > 1 {
+		return strconv.Itoa(kv.batches[bi]) + "x" + strconv.Itoa(kv.rounds[bi])
+	}
+	return strconv.Itoa(kv.batches[bi])
+}
+
+// replicasFor is the fewest replicas that carry load (items/s) at allowed batch bi: its capacity row's, and at
+// least those its burst needs (0 without load).
+func (kv *variant) replicasFor(bi int, load float64) int {
+	if load <= 0 {
+		return 0
+	}
+	return max(int(kv.minN[bi]), int(math.Ceil((load+kv.h[bi])/kv.q[bi]-1e-9)))
+}
+
+// absorbs is the load that n replicas at allowed batch bi carry when the batch size's choice is z.
+func (kv *variant) absorbs(bi int, n, z float64) float64 {
+	return kv.q[bi]*n - kv.h[bi]*z
+}
+
+// spreadHeadroom turns each batch size's headroom into a share of its throughput, as at the most load that can
+// reach the variant at the demand asked for (Input.Demand, also in the max-demand step and the allocation of what
+// it finds servable, which must agree): there the same replicas carry the load either way, and below it the share keeps less free.
+// The MILP's capacity rows then need no batch-choice term, whose fractions in the LP relaxation let the headroom
+// vanish and made the accuracy steps several times slower. Hardware scaling, whose loads are the demand's, keeps
+// the headroom exact.
+func (m *model) spreadHeadroom() {
+	ref := m.in.Demand
+	if m.in.headroomDemand > 0 {
+		ref = m.in.headroomDemand
+	}
+	loads := m.loadBounds(ref)
+	for k, kv := range m.variants {
+		for bi := range kv.h {
+			if kv.h[bi] >= kv.q[bi] {
+				continue // a replica's load or more: exact
+			}
+			if ub := loads[k]; kv.h[bi] > 0 && ub > 0 {
+				kv.q[bi] *= ub / (ub + kv.h[bi])
+			}
+			kv.h[bi] = 0
+		}
+	}
+}
