@@ -198,10 +198,6 @@ func build(in Input, st step) (*model, error) {
 				if !ok {
 					continue
 				}
-				rate := float64(b) / (p.P50Ms / 1000)
-				if arr.mean != 1 || len(arr.pmf) != 2 { // not one at a time
-					rate = packedRate(v, b, arr.messageSizes(b))
-				}
 				for _, o := range burstOptions(arr.burst(), b, in.Servers) {
 					lat := p.P50Ms * float64(o.rounds)
 					if !fitsSomeChain(m, t.Name, lat, fastest) {
@@ -213,7 +209,7 @@ func build(in Input, st step) (*model, error) {
 					kv.h = append(kv.h, arr.headroom(p.P50Ms, o.rounds))
 					kv.lat = append(kv.lat, lat)
 					kv.p50 = append(kv.p50, p.P50Ms)
-					kv.q = append(kv.q, in.utilization()*rate)
+					kv.q = append(kv.q, in.utilization()*float64(b)/(p.P50Ms/1000))
 				}
 			}
 			dropDominatedBatches(kv)
