@@ -1,16 +1,16 @@
 // Package batching holds the rule by which a replica forms its next batch from its variant's queue. Pure: the live
 // worker and the simulator batch alike.
 //
-// A free replica waits for the first message of its variant's queue; it then takes, without waiting, one more
-// message per batch slot still free (MaxBatch less the items it will execute so far), if the queue holds that many.
-// A batch executes at most MaxBatch items: a message carries one or more items (a parent's items for one variant),
-// so a taken message whose items do not fit (Fits) goes back to the head of the queue, with every message taken
-// after it, in order (the live worker naks them, and JetStream delivers them again before newer ones), for the
-// next free replica. Only a batch's first message to execute may exceed MaxBatch alone; its items run in model
+// A free replica waits for the first message of its variant's queue; it then takes, without waiting, one more message
+// per batch slot still free (MaxBatch less the items it will execute so far), if the queue holds that many. A batch
+// executes at most MaxBatch items: a message carries one or more items (a parent's items for one variant, or a share of
+// them: pkg/hop), so a taken message whose items do not fit (Fits) goes back to the head of the queue, with every
+// message taken after it, in order (the live worker naks them, and JetStream delivers them again before newer ones),
+// for the next free replica. Only a batch's first message to execute may exceed MaxBatch alone; its items run in model
 // batches of at most MaxBatch, one after the other (Chunks). A batch thus takes about the latency of its max batch
-// size, the latency the plan budgets for the task, and the deadline policy's decision before executing holds for
-// every item in it. A replica does not wait for a batch to fill, so a lightly loaded variant runs small batches at
-// their short latency.
+// size, the latency the plan budgets for the task, and the deadline policy's decision before executing holds for every
+// item in it. A replica does not wait for a batch to fill, so a lightly loaded variant runs small batches at their
+// short latency.
 package batching
 
 // More is how many more messages a replica takes, at once, after the first: one per free batch slot, at most the

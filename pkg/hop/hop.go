@@ -105,6 +105,7 @@ type Stepper struct {
 	group  []int // per sub-request: its destination's index in groups, -1 dropped
 	groups []group
 	subs   []int // the sub-requests, grouped by destination
+	sizes  []int // one group's message sizes
 }
 
 type group struct {
@@ -115,7 +116,7 @@ type group struct {
 }
 
 // Step routes item's sub-requests at w, drawing from rng (two draws each), groups them per destination variant in
-// the order each destination is first drawn, and splits each group into Parts messages. An item without
+// the order each destination is first drawn, and splits each group into messages (Split). An item without
 // sub-requests yields nothing: it is a leaf for the caller to report.
 func (st *Stepper) Step(t *Table, item Item, w When, rng *rand.Rand) (*Out, error) {
 	out := &st.out
@@ -168,42 +169,48 @@ func (st *Stepper) Step(t *Table, item Item, w When, rng *rand.Rand) (*Out, erro
 	}
 	for _, g := range st.groups {
 		subs := st.subs[g.at : g.at+g.n]
-		parts := Parts(g.n, t.dests[g.child][g.variant])
-		// Sizes differ by at most one: the first n%parts messages carry one more.
-		size, extra := g.n/parts, g.n%parts
-		for p := range parts {
-			m := size
-			if p < extra {
-				m++
-			}
+		st.sizes = Split(st.sizes[:0], g.n, t.dests[g.child][g.variant])
+		for _, m := range st.sizes {
 			out.Messages = append(out.Messages, Message{Child: g.child, Variant: g.variant, Subs: subs[:m],
-				Parts: parts})
+				Parts: len(st.sizes)})
 			subs = subs[m:]
 		}
 	}
 	return out, nil
 }
 
-// Parts is how many messages n sub-requests of one parent for destination d go in, of sizes differing by at most
-// one. A message runs whole on one replica, in model batches of at most the max batch one after the other
-// (pkg/batching), so one message of n items takes ceil(n / max batch) batch latencies while the other replicas
-// idle. The rule: n items up to the max batch go in one message (a small fan-out pays nothing: splitting it would
-// spend more replica time on smaller batches, which costs capacity when the replicas are not free). More go in the
-// fewest messages of at most the max batch each, ceil(n / max batch), raised to spread them over the destination's
-// replicas but with no message under half a max batch, min(replicas, floor(n / ceil(max batch / 2))), when that
-// message size's profiled latency is lower (it finishes sooner). So 24 items for a max batch of 8 on 3 replicas go
-// 8+8+8 and on 4 replicas 6+6+6+6 (when 6 runs faster than 8), where one message ran 8, 8 and 8 one after the other.
-// A destination the plan does not host (a variant a new plan retired) gets one message.
-func Parts(n int, d Dest) int {
+// Split appends to sizes the sizes of the messages n sub-requests of one parent for destination d go in. A message
+// runs whole on one replica, in model batches of at most the max batch one after the other (pkg/batching), so one
+// message of n items took ceil(n / max batch) batch latencies while the other replicas idled. The rule:
+//   - n up to the max batch: one message, as before (a small fan-out pays nothing).
+//   - more: the model batches the one message would have run, max batch, max batch, ..., the rest, each a message
+//     of its own, which free replicas run at once: the same replica time, and about one batch latency.
+//   - finer, where that finishes sooner: spread over the destination's replicas, but with no message under half a
+//     max batch, m = min(replicas, floor(n / ceil(max batch / 2))) messages of sizes within one of each other, when
+//     m is more than the fewest and ceil(n / m) items' profiled latency is lower than a max batch's. (It spends more
+//     replica time, one batch's fixed cost per extra message, for a shorter wait.)
+//
+// So 18 items for a max batch of 8 go 8+8+2 on 3 replicas and 5+5+4+4 on 4 (when 5 runs faster than 8). A destination
+// the plan does not host (a variant a new plan retired) gets one message.
+func Split(sizes []int, n int, d Dest) []int {
 	if d.MaxBatch < 1 || n <= d.MaxBatch {
-		return 1
+		return append(sizes, n)
 	}
 	fewest := (n + d.MaxBatch - 1) / d.MaxBatch
-	half := (d.MaxBatch + 1) / 2
-	parts := max(fewest, min(d.Replicas, n/half))
-	if parts > fewest && d.Variant != nil && len(d.Variant.Profile) > 0 &&
-		d.Variant.LatencyFor((n+parts-1)/parts).P50Ms >= d.Variant.LatencyFor((n+fewest-1)/fewest).P50Ms {
-		return fewest
+	spread := min(d.Replicas, n/((d.MaxBatch+1)/2))
+	if spread > fewest && d.Variant != nil && len(d.Variant.Profile) > 0 &&
+		d.Variant.LatencyFor((n+spread-1)/spread).P50Ms < d.Variant.LatencyFor(d.MaxBatch).P50Ms {
+		for p := range spread {
+			size := n / spread
+			if p < n%spread {
+				size++
+			}
+			sizes = append(sizes, size)
+		}
+		return sizes
 	}
-	return parts
+	for ; n > 0; n -= d.MaxBatch {
+		sizes = append(sizes, min(n, d.MaxBatch))
+	}
+	return sizes
 }

@@ -131,6 +131,7 @@ type event struct {
 
 type request struct {
 	arrival, due int64
+	replied      int64 // when the frontend replied (finish)
 	second       int32
 	pending      int // items not yet finished or dropped
 	ok, dropped  int
@@ -209,6 +210,8 @@ type sim struct {
 	planWall     time.Duration   // wall time in the control loop
 	step         hopstep.Stepper // the hop step's scratch
 	children     []int           // one item's sub-requests' child tasks (indices in Emulated's order)
+	routeDraws   replay          // their routing draws, taken from rng in the order the simulator always took them
+	routeRand    *rand.Rand      // routeDraws, for the hop step
 }
 
 func newSim(cfg Config) (*sim, error) {
@@ -257,6 +260,7 @@ func newSim(cfg Config) (*sim, error) {
 		}
 	}
 	s.trie = newPathTrie(spec, s.hops)
+	s.routeRand = rand.New(&s.routeDraws)
 
 	// The planner's start: the static plan, routed for no demand, its replicas given to the workers.
 	initial, err := plan.Static(spec)
@@ -439,16 +443,18 @@ func (s *sim) batchDone(srv int) {
 		s.hopsDone += int64(m.items)
 		h.items += uint64(m.items)
 		node := s.trie.child(m.node, sv.hop)
-		when := hopstep.When{Now: s.time(), AtTask: time.Duration(s.now - m.enqueued), Left: time.Duration(r.due - s.now)}
+		when := hopstep.When{Now: s.time(), AtTask: time.Duration(s.now - m.enqueued),
+			Left: time.Duration(r.due - s.now)}
 		for range m.items {
 			k := h.exec.SubRequests(s.rng)
-			s.children = s.children[:0]
+			s.children, s.routeDraws.next, s.routeDraws.draws = s.children[:0], 0, s.routeDraws.draws[:0]
 			for range k {
 				c := h.exec.ChildOf(s.rng.Float64())
 				h.emitted[h.children[c]]++
 				s.children = append(s.children, c)
+				s.routeDraws.draws = append(s.routeDraws.draws, s.rng.Uint64(), s.rng.Uint64())
 			}
-			out, err := s.step.Step(h.table, hopstep.Item{Den: m.den, Children: s.children}, when, s.rng)
+			out, err := s.step.Step(h.table, hopstep.Item{Den: m.den, Children: s.children}, when, s.routeRand)
 			if err != nil || k == 0 {
 				if err != nil { // a failed leaf
 					r.dropped++
@@ -482,6 +488,20 @@ func (s *sim) batchDone(srv int) {
 	s.idle(srv)
 }
 
+// replay is a rand.Source that gives back draws taken before. The hop step routes an item's sub-requests after
+// they are all known, where the simulator drew each one's child task and then its two routing draws in turn: taking
+// the routing draws in that order and replaying them keeps the simulator's random stream, and so its runs, as they
+// were before the hop step was shared.
+type replay struct {
+	draws []uint64
+	next  int
+}
+
+func (r *replay) Uint64() uint64 {
+	r.next++
+	return r.draws[r.next-1]
+}
+
 // leaves records that n items of r finished or were dropped.
 func (s *sim) leaves(r *request, n int) {
 	r.pending -= n
@@ -494,6 +514,7 @@ func (s *sim) leaves(r *request, n int) {
 // replied at the deadline with what it had).
 func (s *sim) finish(r *request, at int64) {
 	s.inFlight--
+	r.replied = at
 	if int(r.second) >= len(s.seconds) {
 		return
 	}

@@ -45,6 +45,7 @@ func (w *Worker) forward(ctx context.Context, s *serving, in *inbound) error {
 			var err error
 			if step, err = s.step.Step(s.table, hop.Item{Den: it.Den, Children: s.children}, when, w.rng); err != nil {
 				st, in.reason[i] = wire.ItemError, err.Error()
+				out.Tensors = nil // a failed leaf carries no outputs
 			}
 		}
 		if step == nil {
@@ -113,7 +114,8 @@ func (w *Worker) forward(ctx context.Context, s *serving, in *inbound) error {
 }
 
 // taskMsg is the task message carrying tm to task/variant, de-duplicated by id.
-func (w *Worker) taskMsg(in *inbound, pipelineName, task, variant, path, id string, tm *wire.TaskMessage) (*nats.Msg, error) {
+func (w *Worker) taskMsg(in *inbound, pipelineName, task, variant, path, id string,
+	tm *wire.TaskMessage) (*nats.Msg, error) {
 	data, err := msgpack.Marshal(tm)
 	if err != nil {
 		return nil, err

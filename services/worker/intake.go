@@ -111,7 +111,8 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 		batch = append(batch, in)
 		return true
 	}
-	// Batch slots count items, and one message may carry several (a parent's items for one variant).
+	// Batch slots count items, and one message may carry several (a parent's items for one variant, or a share of
+	// them: pkg/hop).
 	take(first)
 	more := w.fetchMore(s, first, len(inputs))
 	for i, m := range more {
