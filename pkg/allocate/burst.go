@@ -18,8 +18,8 @@ import (
 //     large burst takes (BurstQuantile of the distribution: a request is one frame, so its own burst decides it),
 //     and each batch size comes with options of fewer rounds on more replicas (burstOptions; the replicas a
 //     variant hosts at that option are at least those).
-//   - queueing: Loki leaves each task about one batch latency of waiting, and feeds replicas up to a share of their
-//     throughput (Input.Utilization). With few replicas (a plan for a low demand) Poisson arrivals, and bursts far
+//   - queueing: Loki leaves each task at least one batch latency of waiting (waitAllowance), and feeds replicas up to
+//     a share of their throughput (Input.Utilization). With few replicas (a plan for a low demand) Poisson arrivals, and bursts far
 //     more, wait longer than that at any share: a variant keeps a fixed headroom free, whatever its replicas
 //     (headroom), so that one replica runs well below the share and many close to it. It is linear in the load
 //     and the replicas: the MILP's capacity row of a batch size gets it as a constant when the size is chosen
@@ -126,23 +126,64 @@ func burstOptions(k, b, servers int) []burstOption {
 	return out
 }
 
-// headroom is the load (items/s) a variant at batch size S ms, in rounds rounds a burst, keeps free of its replicas'
-// capacity for queueing: with n*b batch slots of S ms each, items arriving with index of dispersion kappa (the
-// mean of k^2 over the mean of k: 1 one at a time, larger in bursts), the chance that an item waits longer than
-// A is about exp(-2 (free slots) A / (S kappa)) in heavy traffic (Kingman's approximation for many servers);
-// with A the rounds' latency (Loki's queueing half matches the processing half), at most QueueEpsilon takes
-// ln(1/QueueEpsilon) kappa / (2 rounds) free slots, each S ms: that many items per S.
-func (a arrivals) headroom(ms float64, rounds int) float64 {
+// headroom is the load (items/s) a variant at batch latency ms (one batch) keeps free of its replicas' capacity for
+// queueing, when an item may wait wait ms at its task: with n*b batch slots of ms each, items arriving with index
+// of dispersion kappa (the mean of k^2 over the mean of k: 1 one at a time, larger in bursts), the chance that an
+// item waits longer than wait is about exp(-2 (free slots) wait / (ms kappa)) in heavy traffic (Kingman's
+// approximation for many servers); at most QueueEpsilon takes ln(1/QueueEpsilon) kappa ms / (2 wait) free slots,
+// each ms: that many items per ms.
+func (a arrivals) headroom(ms, wait float64) float64 {
 	var m1, m2 float64
 	for k, q := range a.pmf {
 		m1 += q * float64(k)
 		m2 += q * float64(k*k)
 	}
-	if m1 <= 0 {
+	if m1 <= 0 || wait <= 0 {
 		return 0
 	}
-	slots := math.Log(1/QueueEpsilon) * (m2 / m1) / (2 * float64(rounds))
+	slots := math.Log(1/QueueEpsilon) * (m2 / m1) * ms / (2 * wait)
 	return slots / (ms / 1000)
+}
+
+// slowestHops is, per task, the most latency any of its variants may be budgeted (its largest batch's p50 times the
+// most rounds of its burst): with the others', the slowest a path through the task can be.
+func (in Input) slowestHops(st step) map[string]float64 {
+	out := map[string]float64{}
+	for ti := range in.Spec.Tasks {
+		t := &in.Spec.Tasks[ti]
+		k := in.arrivalsOf(t.Name, st).burst()
+		for vi := range t.Variants {
+			for _, p := range t.Variants[vi].Profile {
+				out[t.Name] = max(out[t.Name], p.P50Ms*float64((k+p.Batch-1)/p.Batch))
+			}
+		}
+	}
+	return out
+}
+
+// waitAllowance is the least time an item may wait at task when the task's budgeted latency is lat: the workers
+// stretch the plan's latencies to fill the SLO (plan.BudgetScale), so a task's share of the SLO's time beyond
+// processing is lat over the path's latency; the path is at its slowest (each other task at slowestHops, and no
+// more than the chain's budget, where the share is lat itself), through the chain where that is least.
+func (m *model) waitAllowance(task string, lat float64, slowest map[string]float64) float64 {
+	least := math.Inf(1)
+	for ci, chain := range m.chains {
+		path, on := lat, false
+		for _, t := range chain {
+			if t == task {
+				on = true
+			} else {
+				path += slowest[t]
+			}
+		}
+		if !on {
+			continue
+		}
+		path = min(path, m.budget[ci])
+		total := 2 * (m.budget[ci] + m.in.Spec.CommLatencyMs*float64(len(chain))) // the SLO
+		least = min(least, lat/path*(total-m.in.Spec.CommLatencyMs*float64(len(chain))-path))
+	}
+	return max(least, lat)
 }
 
 func b2f(b bool) float64 {

@@ -183,6 +183,7 @@ func build(in Input, st step) (*model, error) {
 		}
 		fastest[t.Name] = best
 	}
+	slowest := in.slowestHops(st)
 	for ti := range spec.Tasks {
 		t := &spec.Tasks[ti]
 		top := t.MostAccurate().Accuracy
@@ -206,7 +207,7 @@ func build(in Input, st step) (*model, error) {
 					kv.batches = append(kv.batches, b)
 					kv.rounds = append(kv.rounds, o.rounds)
 					kv.minN = append(kv.minN, float64(o.replicas))
-					kv.h = append(kv.h, arr.headroom(p.P50Ms, o.rounds))
+					kv.h = append(kv.h, arr.headroom(p.P50Ms, m.waitAllowance(t.Name, lat, slowest)))
 					kv.lat = append(kv.lat, lat)
 					kv.p50 = append(kv.p50, p.P50Ms)
 					kv.q = append(kv.q, in.utilization()*float64(b)/(p.P50Ms/1000))
