@@ -85,9 +85,10 @@ func (m *model) complete() (p *milp.Problem, point func(x []float64) []float64) 
 			}
 		}
 		for bi := range kv.batches {
-			capTerms = append(capTerms, milp.Term{Col: kv.n[bi], Coef: -kv.q[bi]})
+			capTerms = append(capTerms, milp.Term{Col: kv.n[bi], Coef: -kv.q[bi]}, milp.Term{Col: kv.z[bi], Coef: kv.h[bi]})
 			p.AddRow("replicas at the chosen batch", math.Inf(-1), 0,
 				milp.Term{Col: kv.n[bi], Coef: 1}, milp.Term{Col: kv.z[bi], Coef: -p.Upper[kv.n[bi]]})
+			m.addBurstReplicas(p, kv, bi)
 			one = append(one, milp.Term{Col: kv.z[bi], Coef: 1})
 			servers = append(servers, milp.Term{Col: kv.n[bi], Coef: 1})
 		}

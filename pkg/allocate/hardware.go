@@ -51,7 +51,7 @@ func (m *model) enumerateHardware() (res milp.Result, ok bool) {
 	bestServers, bestHeadroom := math.MaxInt, 0.0
 	replicas := func(k, bi int) int {
 		kv := m.variants[k]
-		return max(minReplicas(k), int(math.Ceil(loads[k]/kv.q[bi]-1e-9)))
+		return max(minReplicas(k), kv.replicasFor(bi, loads[k]))
 	}
 	pos := map[int]int{} // variant -> index into vars
 	for i, k := range vars {
@@ -99,8 +99,9 @@ func (m *model) enumerateHardware() (res milp.Result, ok bool) {
 	x[m.demand] = d
 	for i, k := range vars {
 		kv := m.variants[k]
-		x[kv.z[best[i]]] = 1
-		x[kv.n[best[i]]] = float64(replicas(k, best[i]))
+		if n := replicas(k, best[i]); n > 0 {
+			x[kv.z[best[i]]], x[kv.n[best[i]]] = 1, float64(n)
+		}
 	}
 	for _, c := range m.combos {
 		if m.carries(c, func(h int) int { return best[pos[h]] }) {

@@ -11,7 +11,6 @@ import (
 	"math"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/milp"
@@ -36,6 +35,10 @@ type Input struct {
 	// formulation). The planner passes its routing's utilization, so that the plan leaves the headroom the routing
 	// keeps: a replica fed at its full service rate has an unbounded queue.
 	Utilization float64
+	// headroomDemand, when positive, is the demand at which the accuracy and max-demand steps spread headroom
+	// (spreadHeadroom) instead of Demand: the allocation of an overloaded cluster's servable demand uses the
+	// demand asked for, as the max-demand step that found it did.
+	headroomDemand float64
 }
 
 // utilization is the share of throughput a plan may use.
@@ -60,8 +63,15 @@ type variant struct {
 	task    string
 	v       *pipeline.Variant
 	batches []int     // allowed maximum batch sizes after presolve
-	lat     []float64 // p50 latency (ms) per allowed batch
-	q       []float64 // throughput (items/s of one replica) per allowed batch
+	lat     []float64 // latency (ms) the plan budgets per allowed batch: the p50 times a burst's rounds (see burst)
+	p50     []float64 // p50 latency (ms) of one batch per allowed batch
+	// rounds is, per allowed batch, the batches a typical burst takes, and minN the replicas that needs (see
+	// burstOptions): a batch size may be allowed several times, with fewer rounds on more replicas.
+	rounds []int
+	minN   []float64
+	// h is, per allowed batch, the load (items/s) its replicas keep free for queueing (see headroom).
+	h []float64
+	q []float64 // throughput (items/s of one replica) per allowed batch
 	// columns: batch choice and replicas per allowed batch; total is the replicas over every batch (-1 when
 	// the variant has no columns)
 	z, n  []int
@@ -173,6 +183,7 @@ func build(in Input, st step) (*model, error) {
 		}
 		fastest[t.Name] = best
 	}
+	slowest := in.slowestHops(st)
 	for ti := range spec.Tasks {
 		t := &spec.Tasks[ti]
 		top := t.MostAccurate().Accuracy
@@ -182,14 +193,25 @@ func build(in Input, st step) (*model, error) {
 				continue // constraint 10: only the most accurate variants in hardware scaling
 			}
 			kv := &variant{task: t.Name, v: v}
+			arr := in.arrivalsOf(t.Name, st)
 			for _, b := range spec.BatchSizes {
 				p, ok := v.Point(b)
-				if !ok || !fitsSomeChain(m, t.Name, p.P50Ms, fastest) {
+				if !ok {
 					continue
 				}
-				kv.batches = append(kv.batches, b)
-				kv.lat = append(kv.lat, p.P50Ms)
-				kv.q = append(kv.q, in.utilization()*float64(b)/(p.P50Ms/1000))
+				for _, o := range burstOptions(arr.burst(), b, in.Servers) {
+					lat := p.P50Ms * float64(o.rounds)
+					if !fitsSomeChain(m, t.Name, lat, fastest) {
+						continue
+					}
+					kv.batches = append(kv.batches, b)
+					kv.rounds = append(kv.rounds, o.rounds)
+					kv.minN = append(kv.minN, float64(o.replicas))
+					kv.h = append(kv.h, arr.headroom(p.P50Ms, m.waitAllowance(t.Name, lat, slowest)))
+					kv.lat = append(kv.lat, lat)
+					kv.p50 = append(kv.p50, p.P50Ms)
+					kv.q = append(kv.q, in.utilization()*float64(b)/(p.P50Ms/1000))
+				}
 			}
 			dropDominatedBatches(kv)
 			if len(kv.batches) == 0 {
@@ -247,12 +269,15 @@ func build(in Input, st step) (*model, error) {
 		p.Sense = milp.Maximize
 	}
 	m.loadUB = m.loadBounds(demandUB)
+	if st != stepHardware {
+		m.spreadHeadroom()
+	}
 	for k, kv := range m.variants {
 		if !used[k] {
 			continue
 		}
-		for bi, b := range kv.batches {
-			name := fmt.Sprintf("%s/%s@%d", kv.task, kv.v.Name, b)
+		for bi := range kv.batches {
+			name := kv.task + "/" + kv.v.Name + "@" + kv.label(bi)
 			// Batch choices and replica counts are branched on alike, after the servers of each task (addAggregates):
 			// on the examples that closes the gap in fewer nodes than taking every batch choice first.
 			kv.z = append(kv.z, p.AddCol("use "+name, 0, 0, 1, true, prioBatch))
@@ -278,11 +303,12 @@ func build(in Input, st step) (*model, error) {
 		for bi := range kv.batches {
 			// Constraint 2 at the chosen batch size: the traffic reaching the variant (through its task's reference
 			// chain) at this batch size fits its replicas there.
-			kv.capRow = append(kv.capRow, p.AddRow(fmt.Sprintf("capacity of %s/%s@%d", kv.task, kv.v.Name,
-				kv.batches[bi]), math.Inf(-1), 0, milp.Term{Col: kv.n[bi], Coef: -kv.q[bi]}))
-			// Replicas only at the chosen batch size.
+			kv.capRow = append(kv.capRow, p.AddRow("capacity of "+kv.task+"/"+kv.v.Name+"@"+kv.label(bi),
+				math.Inf(-1), 0, milp.Term{Col: kv.n[bi], Coef: -kv.q[bi]}, milp.Term{Col: kv.z[bi], Coef: kv.h[bi]}))
+			// Replicas only at the chosen batch size, and at least as many as its burst's rounds need.
 			p.AddRow("replicas at the chosen batch", math.Inf(-1), 0,
 				milp.Term{Col: kv.n[bi], Coef: 1}, milp.Term{Col: kv.z[bi], Coef: -p.Upper[kv.n[bi]]})
+			m.addBurstReplicas(p, kv, bi)
 			one = append(one, milp.Term{Col: kv.z[bi], Coef: 1})
 			servers = append(servers, milp.Term{Col: kv.n[bi], Coef: 1})
 		}
@@ -339,8 +365,8 @@ func (m *model) addSpills() {
 		}
 		kv.spill = make([]int, len(kv.batches))
 		for bi := 1; bi < len(kv.batches); bi++ {
-			kv.spill[bi] = m.prob.AddColumn(fmt.Sprintf("spill %s/%s@%d to @%d", kv.task, kv.v.Name, kv.batches[bi],
-				kv.batches[bi-1]), 0, 0, milp.Inf, []milp.Term{{Col: kv.capRow[bi], Coef: -1},
+			kv.spill[bi] = m.prob.AddColumn(fmt.Sprintf("spill %s/%s@%s to @%s", kv.task, kv.v.Name, kv.label(bi),
+				kv.label(bi-1)), 0, 0, milp.Inf, []milp.Term{{Col: kv.capRow[bi], Coef: -1},
 				{Col: kv.capRow[bi-1], Coef: 1}})
 		}
 	}
@@ -362,7 +388,7 @@ func (m *model) setSpills(x []float64) {
 		}
 		carry := 0.0
 		for bi := len(kv.batches) - 1; bi >= 1; bi-- {
-			carry = max(0, carry+arriving[kv.capRow[bi]]-kv.q[bi]*x[kv.n[bi]])
+			carry = max(0, carry+arriving[kv.capRow[bi]]-kv.absorbs(bi, x[kv.n[bi]], x[kv.z[bi]]))
 			x[kv.spill[bi]] = carry
 		}
 	}
@@ -626,7 +652,7 @@ func (m *model) reached(task string) bool {
 func (m *model) replicaBound(k, bi int) float64 {
 	ub := float64(m.in.Servers)
 	if m.step != stepMaxDemand {
-		ub = min(ub, math.Ceil(m.loadUB[k]/m.variants[k].q[bi]-1e-9))
+		ub = min(ub, float64(m.variants[k].replicasFor(bi, m.loadUB[k])))
 	}
 	return max(ub, 0)
 }
@@ -652,32 +678,43 @@ func fitsSomeChain(m *model, task string, lat float64, fastest map[string]float6
 }
 
 // dropDominatedBatches removes batch sizes another batch size beats on both latency and throughput: a solution
-// using one could use the other and stay feasible. The batch sizes kept are in order of latency (threshold relies
-// on it): they come in increasing order (the spec's validation), and a larger batch no slower than a smaller one
-// has the higher throughput, so it dominates the smaller one.
+// using one could use the other and stay feasible. The batch sizes kept are put in order of latency (threshold
+// relies on it). A burst's rounds (see burst) can make a larger batch faster than a smaller one; it then has the
+// higher throughput too, and the smaller one goes.
 func dropDominatedBatches(kv *variant) {
-	keep := kv.batches[:0:0]
-	var lat, q []float64
+	var keep []int
 	for i := range kv.batches {
 		dominated := false
 		for j := range kv.batches {
 			if j == i {
 				continue
 			}
-			better := kv.lat[j] <= kv.lat[i] && kv.q[j] >= kv.q[i]
-			strictly := kv.lat[j] < kv.lat[i] || kv.q[j] > kv.q[i] || j < i
+			better := kv.lat[j] <= kv.lat[i] && kv.q[j] >= kv.q[i] && kv.minN[j] <= kv.minN[i] && kv.h[j] <= kv.h[i]
+			strictly := kv.lat[j] < kv.lat[i] || kv.q[j] > kv.q[i] || kv.minN[j] < kv.minN[i] || kv.h[j] < kv.h[i] ||
+				j < i
 			if better && strictly {
 				dominated = true
 				break
 			}
 		}
 		if !dominated {
-			keep = append(keep, kv.batches[i])
-			lat = append(lat, kv.lat[i])
-			q = append(q, kv.q[i])
+			keep = append(keep, i)
 		}
 	}
-	kv.batches, kv.lat, kv.q = keep, lat, q
+	sort.SliceStable(keep, func(a, b int) bool { return kv.lat[keep[a]] < kv.lat[keep[b]] })
+	pick := func(s []float64) []float64 {
+		out := make([]float64, len(keep))
+		for k, i := range keep {
+			out[k] = s[i]
+		}
+		return out
+	}
+	batches, rounds := make([]int, len(keep)), make([]int, len(keep))
+	for k, i := range keep {
+		batches[k], rounds[k] = kv.batches[i], kv.rounds[i]
+	}
+	kv.lat, kv.p50, kv.q, kv.minN, kv.h = pick(kv.lat), pick(kv.p50), pick(kv.q), pick(kv.minN), pick(kv.h)
+	kv.batches, kv.rounds = batches, rounds
 }
 
 // addPath adds the path of variants hops along chain ci if its fastest latency fits the chain's budget.
@@ -820,7 +857,7 @@ func (m *model) hopsName(hops, batches []int) string {
 		b.WriteByte('/')
 		b.WriteString(kv.v.Name)
 		b.WriteByte('@')
-		b.WriteString(strconv.Itoa(kv.batches[batches[i]]))
+		b.WriteString(kv.label(batches[i]))
 	}
 	return b.String()
 }

@@ -170,6 +170,7 @@ func Solve(in Input, opt Options) (*Result, error) {
 	}
 	at := in
 	at.Demand = dmax * (1 - 1e-7) // just inside, so that tolerances do not make it infeasible
+	at.headroomDemand = in.Demand
 	m, err = build(at, stepAccuracy)
 	if err != nil {
 		return nil, err
@@ -616,8 +617,9 @@ func (m *model) hardwareIncumbent() []float64 {
 		loads := m.loads(x)
 		for k, bi := range choice {
 			kv := m.variants[k]
-			x[kv.z[bi]] = 1
-			x[kv.n[bi]] = math.Ceil(loads[k]/kv.q[bi] - 1e-9)
+			if n := kv.replicasFor(bi, loads[k]); n > 0 {
+				x[kv.z[bi]], x[kv.n[bi]] = 1, float64(n)
+			}
 		}
 		m.setSpills(x)
 		m.fillAggregates(x)
@@ -657,7 +659,7 @@ func (m *model) read(sol milp.Result, res *Result) {
 				continue
 			}
 			res.Variants = append(res.Variants, Hosted{Task: kv.task, Variant: kv.v.Name, Replicas: n,
-				BatchSize: kv.batches[bi], LatencyMs: kv.lat[bi], CapacityQPS: float64(n) * kv.q[bi] / m.in.utilization(),
+				BatchSize: kv.batches[bi], LatencyMs: kv.p50[bi], CapacityQPS: kv.absorbs(bi, float64(n), 1) / m.in.utilization(),
 				LoadQPS: loads[k]})
 			res.ServersUsed += n
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/variate"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
@@ -100,28 +101,13 @@ func (e *Emulated) SubRequests(rng *rand.Rand) int {
 	if len(e.children) == 0 || f == nil {
 		return 0
 	}
-	if f.Distribution == pipeline.FanoutFixed {
+	switch f.Distribution {
+	case pipeline.FanoutFixed:
 		return int(math.Round(f.Mean))
+	case pipeline.FanoutNegativeBinomial:
+		return variate.NegativeBinomial(rng, f.Mean, f.Dispersion)
 	}
-	return poisson(rng, f.Mean)
-}
-
-// poisson draws from a Poisson distribution: Knuth's method for small means, a rounded normal for large ones.
-func poisson(rng *rand.Rand, mean float64) int {
-	if mean <= 0 {
-		return 0
-	}
-	if mean > 30 {
-		return max(0, int(math.Round(mean+math.Sqrt(mean)*rng.NormFloat64())))
-	}
-	limit, p, k := math.Exp(-mean), 1.0, 0
-	for {
-		p *= rng.Float64()
-		if p <= limit {
-			return k
-		}
-		k++
-	}
+	return variate.Poisson(rng, f.Mean)
 }
 
 func itemHash(requestID, itemID string) uint64 {

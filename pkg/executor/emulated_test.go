@@ -33,6 +33,13 @@ tasks:
         profile:
           - {batch: 1, p50_ms: 10, p95_ms: 12}
           - {batch: 4, p50_ms: 30, p95_ms: 36}
+      - name: crowd
+        accuracy: 0.95
+        executor: {kind: emulated}
+        fanout: {mean: 18, distribution: negative-binomial, dispersion: 2.5, shares: {cars: 0.9, faces: 0.1}}
+        profile:
+          - {batch: 1, p50_ms: 30, p95_ms: 36}
+          - {batch: 4, p50_ms: 60, p95_ms: 72}
   - name: cars
     variants:
       - name: c
@@ -88,16 +95,19 @@ func TestEmulatedLatency(t *testing.T) {
 	}
 }
 
-// TestEmulatedFanout checks the sub-requests: the profiled mean, split by the shares, the same for the same item.
+// TestEmulatedFanout checks the sub-requests: the profiled mean and variance (Poisson: the mean; negative binomial:
+// mean + mean^2/dispersion), split by the shares, the same for the same item.
 func TestEmulatedFanout(t *testing.T) {
 	spec := loadTree(t)
 	tests := []struct {
 		variant         string
 		mean, carsShare float64
+		variance        float64
 		fixed           bool
 	}{
-		{"big", 3, 0.7, false},
-		{"fixed", 2, 0.5, true},
+		{"big", 3, 0.7, 3, false},
+		{"fixed", 2, 0.5, 0, true},
+		{"crowd", 18, 0.9, 18 + 18*18/2.5, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.variant, func(t *testing.T) {
@@ -112,8 +122,9 @@ func TestEmulatedFanout(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			total, cars := 0, 0
+			total, cars, squares := 0, 0, 0
 			for _, o := range outs {
+				squares += o.NumChildren() * o.NumChildren()
 				if tc.fixed && o.NumChildren() != int(tc.mean) {
 					t.Fatalf("fixed fan-out emitted %d, want %v", o.NumChildren(), tc.mean)
 				}
@@ -124,8 +135,11 @@ func TestEmulatedFanout(t *testing.T) {
 				}
 			}
 			mean := float64(total) / n
-			if math.Abs(mean-tc.mean) > 0.05 {
+			if math.Abs(mean-tc.mean) > 0.02*tc.mean {
 				t.Errorf("mean fan-out %.3f, want %v", mean, tc.mean)
+			}
+			if v := float64(squares)/n - mean*mean; math.Abs(v-tc.variance) > 0.08*tc.variance+0.01 {
+				t.Errorf("fan-out variance %.3f, want %.3f", v, tc.variance)
 			}
 			if share := float64(cars) / float64(total); math.Abs(share-tc.carsShare) > 0.02 {
 				t.Errorf("cars share %.3f, want %v", share, tc.carsShare)

@@ -134,8 +134,10 @@ func SolveCBCFile(ctx context.Context, model string) (Status, float64, error) {
 	}
 	defer os.RemoveAll(dir)
 	sol := filepath.Join(dir, "model.sol")
+	// primalT 1e-9: at CBC's default primal tolerance it declared 36.03 optimal on a max-demand model where 36.72
+	// is feasible (a big-M latency row and a capacity row with a queueing headroom, pkg/allocate's cross-check).
 	out, err := exec.CommandContext(ctx, bin, model, "preprocess", "off", "cuts", "off", "increment", "1e-9", "ratioGap", "0",
-		"allowableGap", "1e-10", "solve", "solution", sol).CombinedOutput()
+		"allowableGap", "1e-10", "primalT", "1e-9", "solve", "solution", sol).CombinedOutput()
 	if err != nil {
 		// CBC 2.10.8 crashes writing the solution file of a problem its presolve finds infeasible (its output, which
 		// said so, is lost with it): ask again without a solution file.

@@ -322,6 +322,7 @@ func (s *Spec) validate() error {
 				add(vp+".fanout", "task %q has no children to fan out to", t.Name)
 			case v.Fanout != nil:
 				s.validateShares(t, v.Fanout, vp+".fanout", add)
+				validateDispersion(v.Fanout, vp+".fanout", add)
 			}
 			s.validateProfile(v.Profile, batches, allowed, vp+".profile", add)
 		}
@@ -397,6 +398,16 @@ func hasVariant(t *Task, name string) bool {
 		}
 	}
 	return false
+}
+
+// validateDispersion checks that a negative binomial has its dispersion, and that no other distribution has one.
+func validateDispersion(f *Fanout, path string, add func(string, string, ...any)) {
+	switch {
+	case f.Distribution == FanoutNegativeBinomial && !(f.Dispersion > 0):
+		add(path+".dispersion", "required and > 0 for distribution %q", FanoutNegativeBinomial)
+	case f.Distribution != FanoutNegativeBinomial && f.Dispersion != 0:
+		add(path+".dispersion", "only distribution %q has a dispersion", FanoutNegativeBinomial)
+	}
 }
 
 func (s *Spec) validateShares(t Task, f *Fanout, path string, add func(string, string, ...any)) {

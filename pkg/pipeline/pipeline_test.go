@@ -153,6 +153,10 @@ func TestParseErrors(t *testing.T) {
 		{"path not from root", "path: [det/big, cls/c1]", "path: [cls/c1]", `path_accuracy[0].path[0]: task "cls" cannot come here`},
 		{"path stops early", "path: [det/big, cls/c1]", "path: [det/big]", "path_accuracy[0].path: ends before a leaf task"},
 		{"path unknown variant", "path: [det/big, cls/c1]", "path: [det/big, cls/c9]", `path_accuracy[0].path[1]: task "cls" has no variant "c9"`},
+		{"negative binomial without dispersion", "fanout: {mean: 3,", "fanout: {mean: 3, distribution: negative-binomial,", "tasks[0].variants[0].fanout.dispersion: required and > 0"},
+		{"dispersion of a poisson", "fanout: {mean: 3,", "fanout: {mean: 3, dispersion: 2,", `tasks[0].variants[0].fanout.dispersion: only distribution "negative-binomial"`},
+		{"dispersion not positive", "fanout: {mean: 3,", "fanout: {mean: 3, distribution: negative-binomial, dispersion: 0,", "tasks[0].variants[0].fanout.dispersion: exclusiveMinimum"},
+		{"unknown distribution", "fanout: {mean: 3,", "fanout: {mean: 3, distribution: zipf,", "tasks[0].variants[0].fanout.distribution: value must be one of"},
 		{"cycle", "  - name: cls\n    variants:", "  - name: cls\n    children: [det]\n    variants:", "no root task"},
 	}
 	for _, tc := range tests {

@@ -85,14 +85,19 @@ type Fanout struct {
 	// Shares is the share of those sub-requests going to each child task; the shares sum to 1. It may be omitted
 	// when the task has exactly one child.
 	Shares map[string]float64 `json:"shares,omitempty"`
-	// Distribution of the per-item count: "poisson" (default) or "fixed" (round(mean) every time).
+	// Distribution of the per-item count: "poisson" (default), "fixed" (round(mean) every time) or
+	// "negative-binomial" (over-dispersed: variance mean + mean^2/Dispersion; a traffic camera's frames range from
+	// empty to crowded, which a Poisson's variance, the mean, is far too small for).
 	Distribution string `json:"distribution,omitempty"`
+	// Dispersion is the negative binomial's shape, > 0 (negative-binomial only): the smaller, the burstier.
+	Dispersion float64 `json:"dispersion,omitempty"`
 }
 
 // Fan-out distributions.
 const (
-	FanoutPoisson = "poisson"
-	FanoutFixed   = "fixed"
+	FanoutPoisson          = "poisson"
+	FanoutFixed            = "fixed"
+	FanoutNegativeBinomial = "negative-binomial"
 )
 
 // ProfilePoint is the measured latency of one batch of a given size.

@@ -7,6 +7,7 @@ package workload
 import (
 	"errors"
 	"fmt"
+	"github.com/sleipnir-serving/sleipnir/pkg/variate"
 	"math"
 	"math/rand/v2"
 	"time"
@@ -111,32 +112,7 @@ func (a *Arrivals) interval() float64 {
 	if a.shape == 1 {
 		return a.rng.ExpFloat64()
 	}
-	return gamma(a.rng, a.shape) / a.shape
-}
-
-// gamma draws from Gamma(k, 1) by Marsaglia and Tsang's method (with Stuart's boost below k = 1).
-func gamma(rng *rand.Rand, k float64) float64 {
-	if k < 1 {
-		u := rng.Float64()
-		for u == 0 {
-			u = rng.Float64()
-		}
-		return gamma(rng, k+1) * math.Pow(u, 1/k)
-	}
-	d := k - 1.0/3
-	c := 1 / math.Sqrt(9*d)
-	for {
-		x := rng.NormFloat64()
-		v := 1 + c*x
-		if v <= 0 {
-			continue
-		}
-		v = v * v * v
-		u := rng.Float64()
-		if u < 1-0.0331*x*x*x*x || math.Log(u) < 0.5*x*x+d*(1-v+math.Log(v)) {
-			return d * v
-		}
-	}
+	return variate.Gamma(a.rng, a.shape) / a.shape
 }
 
 // Constant is a steady demand of qps for d.
