@@ -27,25 +27,40 @@ import (
 // TestFidelity runs a constant demand on the live system (embedded NATS, planner, frontend, 20 emulated workers,
 // this load generator) and in the simulator (the mean of five seeds), and compares the mean accuracy (within 2%),
 // the SLO-violation ratio (within 2 points) and the mean active servers (within 2%) over the measured part.
-// 155 QPS is served by hardware scaling on 11 workers, 450 by accuracy scaling on all 20.
+// On the traffic example 142 QPS is served by hardware scaling on 12 workers, 450 by accuracy scaling on all 20;
+// the traffic camera's 27 and 72 QPS are 30% and 80% of its hardware-mode capacity (90 QPS), where the live run
+// must also miss under 1% of its deadlines.
 //
-// The hardware-scaling demand sits mid-way along a plateau of the plan (11 workers from about 143 to 171 QPS with
-// the example's profiles): the active-server count is a step function of the demand estimate, and at a step (150
-// QPS is 5% above the one at 143) a live run and a simulation each land on either side by chance, which is a
-// coin flip, not a measure of fidelity.
+// The hardware-scaling demand sits on a plateau of the plan (12 workers at 142 QPS in seeds 1-3, where 145 gave
+// 12-13 and 155 sits on a narrow step): the active-server count is a step function of the demand estimate, and at
+// a step a live run and a simulation each land on either side by chance, which is a coin flip, not a measure of
+// fidelity.
 func TestFidelity(t *testing.T) {
-	for _, qps := range []float64{155, 450} {
-		t.Run(fmt.Sprintf("%gqps", qps), func(t *testing.T) { fidelity(t, qps) })
+	for _, tc := range []struct {
+		pipeline string
+		qps      float64
+		// maxViolations, when positive, is the most SLO violations the live run may have (the camera's 30% and
+		// 80% of its hardware-mode capacity, 90 QPS: issue 30's live check).
+		maxViolations float64
+	}{
+		{"traffic", 142, 0},
+		{"traffic", 450, 0},
+		{"traffic-camera", 27, 0.01},
+		{"traffic-camera", 72, 0.01},
+	} {
+		t.Run(fmt.Sprintf("%s/%gqps", tc.pipeline, tc.qps), func(t *testing.T) {
+			fidelity(t, "../examples/"+tc.pipeline+".yaml", tc.qps, tc.maxViolations)
+		})
 	}
 }
 
-func fidelity(t *testing.T, qps float64) {
+func fidelity(t *testing.T, file string, qps, maxViolations float64) {
 	const (
 		servers = 20
 		warmup  = 20 * time.Second
 		measure = 40 * time.Second
 	)
-	spec, err := pipeline.Load("../examples/traffic.yaml")
+	spec, err := pipeline.Load(file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,6 +149,12 @@ func fidelity(t *testing.T, qps float64) {
 	t.Logf("simulated: SLO violations %.2f%%  accuracy %.4f  active servers %.2f  (mean of %d seeds; violations %.2f%%-%.2f%%)",
 		100*simd.SLOViolationRatio, simd.MeanAccuracy, simd.MeanActiveServers, seeds, 100*slices.Min(viols),
 		100*slices.Max(viols))
+	if live.Lost > 0 {
+		t.Errorf("%d requests lost", live.Lost)
+	}
+	if maxViolations > 0 && live.SLOViolationRatio > maxViolations {
+		t.Errorf("live SLO violations %.2f%%, over %.2g%%", 100*live.SLOViolationRatio, 100*maxViolations)
+	}
 	if d := math.Abs(live.MeanAccuracy-simd.MeanAccuracy) / simd.MeanAccuracy; d > 0.02 {
 		t.Errorf("accuracy differs by %.1f%%", 100*d)
 	}
