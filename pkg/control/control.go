@@ -194,10 +194,15 @@ type Loop struct {
 type plannedAt struct {
 	ok         bool
 	overloaded bool
-	demand     float64
-	servers    int
-	fanout     map[string]pipeline.Fanout
-	at         time.Time
+	// estimate is the demand estimate the plan was made from (raised to MinDemandQPS); covers the demand it was
+	// sized for: more by the headroom when padded, the estimate itself when the headroom could only have been
+	// bought with accuracy.
+	estimate float64
+	covers   float64
+	padded   bool
+	servers  int
+	fanout   map[string]pipeline.Fanout
+	at       time.Time
 }
 
 type routedAt struct {
@@ -217,9 +222,7 @@ func New(spec *pipeline.Spec, cfg Config, alloc Allocator, current *plan.Plan) *
 func Resume(spec *pipeline.Spec, cfg Config, alloc Allocator, current *plan.Plan, now time.Time) *Loop {
 	l := New(spec, cfg, alloc, current)
 	if a := current.Allocation; a != nil {
-		// As notePlanned records it: what a plan for the estimate was meant to cover.
-		l.planned = plannedAt{ok: true, overloaded: current.Mode == plan.ModeOverloaded,
-			demand: l.target(Observed{Demand: a.Estimate()}), servers: a.ClusterServers, fanout: current.Fanout, at: now}
+		l.notePlanned(Observed{Demand: a.Estimate(), Servers: a.ClusterServers, Fanout: current.Fanout}, current, now)
 		l.routed = routedAt{demand: a.Estimate(), at: now}
 	}
 	return l
@@ -260,12 +263,14 @@ func (l *Loop) replan(now time.Time, o Observed) Step {
 	last := l.planned
 	due := now.Sub(last.at) >= l.cfg.ReplanEvery
 	// An overloaded plan already serves all it can: a demand above it is no reason to solve again every second.
-	outgrown := l.cfg.headroom() > 0 && !last.overloaded && o.Demand > last.demand &&
-		demand.Significant(last.demand, o.Demand, 0, l.cfg.ReplanSigmas, o.DemandWindow)
-	// The noise is the demand's, not the headroom's: compare demands.
+	// A plan sized for the estimate alone (no headroom, or none to be had without lowering the accuracy) waits for
+	// the thresholds like any other: re-planning at every rise of the estimate would move workers each second.
+	outgrown := last.padded && !last.overloaded && o.Demand > last.covers &&
+		demand.Significant(last.covers, o.Demand, 0, l.cfg.ReplanSigmas, o.DemandWindow)
+	// The noise is the demand's, not the headroom's: compare estimates.
 	moved := func(threshold float64) bool {
-		return demand.Significant(last.demand/(1+l.cfg.headroom()), target/(1+l.cfg.headroom()), threshold,
-			l.cfg.ReplanSigmas, o.DemandWindow)
+		return demand.Significant(last.estimate, max(o.Demand, l.cfg.MinDemandQPS), threshold, l.cfg.ReplanSigmas,
+			o.DemandWindow)
 	}
 	if last.ok && o.Servers == last.servers && !outgrown && !moved(l.cfg.ReplanThreshold) {
 		if !due {
@@ -285,7 +290,7 @@ func (l *Loop) replan(now time.Time, o Observed) Step {
 		p, err = l.alloc.Allocate(l.spec, in)
 	}
 	if err != nil {
-		l.notePlanned(o, now)
+		l.notePlanned(o, nil, now)
 		return Step{Err: err}
 	}
 	p.Pipeline = l.spec.Name
@@ -311,8 +316,16 @@ func (l *Loop) route(p *plan.Plan, o Observed) plan.Routing {
 	return routing.MostAccurateFirst(in)
 }
 
-func (l *Loop) notePlanned(o Observed, now time.Time) {
-	l.planned = plannedAt{ok: true, demand: l.target(o), servers: o.Servers, fanout: o.Fanout, at: now}
+// notePlanned records that p (nil: none, the solve failed) was made from o at now.
+func (l *Loop) notePlanned(o Observed, p *plan.Plan, now time.Time) {
+	est := max(o.Demand, l.cfg.MinDemandQPS)
+	l.planned = plannedAt{ok: true, estimate: est, covers: est, servers: o.Servers, fanout: o.Fanout, at: now}
+	if p != nil && p.Allocation != nil {
+		l.planned.overloaded = p.Mode == plan.ModeOverloaded
+		if c := p.Allocation.DemandQPS; c > est*(1+1e-9) {
+			l.planned.covers, l.planned.padded = c, true
+		}
+	}
 }
 
 // Published records that st.Plan, decided from o, is now in force.
@@ -322,8 +335,7 @@ func (l *Loop) Published(st Step, o Observed, now time.Time) {
 	}
 	l.current = st.Plan
 	if st.Replanned {
-		l.notePlanned(o, now)
-		l.planned.overloaded = st.Plan.Mode == plan.ModeOverloaded
+		l.notePlanned(o, st.Plan, now)
 	}
 	l.routed = routedAt{demand: o.Demand, at: now}
 }
