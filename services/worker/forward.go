@@ -77,10 +77,11 @@ func (w *Worker) forward(ctx context.Context, s *serving, in *inbound) error {
 				tm.Items[j] = wire.Item{ID: wire.ChildItemID(it.ID, n), Den: step.Den, Inputs: s.childInputs[n]}
 			}
 			task := s.table.Children[m.Child]
-			id := wire.TaskMsgID(in.requestID, it.ID, task, m.Variant)
-			if m.Parts > 1 {
-				id = wire.TaskPartMsgID(in.requestID, it.ID, task, m.Variant, m.Subs)
-			}
+			// Named by what it carries, split or not: a parent executed again after a redelivery may route its
+			// sub-requests otherwise (another routing draw, another plan, a reroute), and a message named only by
+			// its variant would then be taken for the first execution's and dropped, with the sub-requests it
+			// carries that the first one did not.
+			id := wire.TaskPartMsgID(in.requestID, it.ID, task, m.Variant, m.Subs)
 			msg, err := w.taskMsg(in, s.a.Pipeline, task, m.Variant, path, id, tm)
 			if err != nil {
 				return err

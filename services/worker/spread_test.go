@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -116,5 +117,75 @@ func TestSplitParentExecutedTwiceEnqueuesOnce(t *testing.T) {
 	pending := info(wire.Consumer("cls", "c")).NumPending
 	if pending != 4 {
 		t.Fatalf("the classifier's queue holds %d messages, want the 4 parts once", pending)
+	}
+}
+
+// TestRegroupedParentLosesNothing: a parent's first execution sent sub-requests 0-2 of its 6 to the classifier and
+// died before sending the others elsewhere (another variant, as its routing drew). Executed again, the parent sends
+// the classifier all 6, in one message (they fit its max batch): named by the sub-requests it carries, it is not
+// taken for a duplicate of the first execution's message and dropped with the sub-requests that one did not carry
+// (named by its variant alone, it was: 3 of 6 lost).
+func TestRegroupedParentLosesNothing(t *testing.T) {
+	fan, err := os.ReadFile("../../pkg/hop/testdata/fan.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const k = 6
+	r := newRigWith(t, strings.Replace(string(fan), "mean: 24", "mean: 6", 1))
+	ctx := context.Background()
+	first := nats.NewMsg(wire.TaskSubject(r.spec.Name, "cls", "c"))
+	first.Header.Set(wire.HeaderRequestID, "frame-1")
+	first.Header.Set(wire.HeaderDeadline, wire.FormatDeadline(time.Now().Add(time.Minute)))
+	first.Header.Set(wire.HeaderReplyTo, r.reply)
+	var subs []int
+	tm := &wire.TaskMessage{}
+	for i := 0; i < k/2; i++ {
+		subs = append(subs, i)
+		tm.Items = append(tm.Items, wire.Item{ID: wire.ChildItemID(wire.RootItemID, i), Den: k})
+	}
+	first.Data, _ = msgpack.Marshal(tm)
+	// The first execution's message, under the id a whole message had before, and under its own content's.
+	for _, id := range []string{wire.TaskMsgID("frame-1", wire.RootItemID, "cls", "c"),
+		wire.TaskPartMsgID("frame-1", wire.RootItemID, "cls", "c", subs)} {
+		first.Header.Set(wire.HeaderMsgID, id)
+		if _, err := r.js.PublishMsg(ctx, first); err != nil {
+			t.Fatal(err)
+		}
+	}
+	det := r.startWorker("det")
+	r.assignTask("det", "det", "d", 1)
+	r.waitServingTask(det, "det", "d")
+	publishFrame(r, "frame-1")
+	c, err := r.js.Consumer(ctx, wire.TaskStream(r.spec.Name), wire.Consumer("cls", "c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(5 * time.Second); det.Stats().Messages < 1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("the detector did not forward the parent: %+v", det.Stats())
+		}
+	}
+	seen := map[string]bool{}
+	for end := time.Now().Add(3 * time.Second); len(seen) < k && time.Now().Before(end); {
+		batch, err := c.FetchNoWait(100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m := range batch.Messages() {
+			var got wire.TaskMessage
+			if err := msgpack.Unmarshal(m.Data(), &got); err != nil {
+				t.Fatal(err)
+			}
+			for _, it := range got.Items {
+				seen[it.ID] = true
+			}
+			m.Ack()
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for i := 0; i < k; i++ {
+		if id := wire.ChildItemID(wire.RootItemID, i); !seen[id] {
+			t.Errorf("sub-request %s never reached the classifier's queue", id)
+		}
 	}
 }
