@@ -7,7 +7,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 )
 
-// TestSweepProven: every plan of the examples' sweeps past their switch points (as the README gives them) is proven
+// TestSweepProven: every plan of the examples' sweeps past their switch points (as docs/measurements.md gives them) is proven
 // optimal, with one branch-and-bound worker and with three, at the same system accuracy. An LP Clp leaves unsolved
 // costs a proof, and only here does it show: the plan may still be the optimum.
 func TestSweepProven(t *testing.T) {

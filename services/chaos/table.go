@@ -37,7 +37,7 @@ func WriteTable(w io.Writer, rows []Row) {
 	}
 }
 
-// WriteMarkdown prints the rows as the README's table (the notes are in the text table and the JSON).
+// WriteMarkdown prints the rows as docs/faults.md's table (the notes are in the text table and the JSON).
 func WriteMarkdown(w io.Writer, rows []Row) {
 	fmt.Fprintln(w, "| fault | sent | ok | lost | duplicates | violations (before the fault) | recovery s | crashes "+
 		"| result |")

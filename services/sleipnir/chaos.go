@@ -46,7 +46,7 @@ func runChaos(args []string) error {
 	faults := fs.String("faults", "", "comma-separated faults to run (default all): "+strings.Join(chaos.Names(), ", "))
 	short := fs.Bool("short", false, "the short version: the short faults, with shorter phases")
 	asJSON := fs.Bool("json", false, "print one JSON object per fault instead of the table")
-	markdown := fs.Bool("markdown", false, "print the table as Markdown (the README's)")
+	markdown := fs.Bool("markdown", false, "print the table as Markdown (docs/faults.md's)")
 	fs.StringVar(&cfg.Dir, "log-dir", "", "keep each fault's process logs here (default: a temporary directory, removed)")
 	natsConf := fs.String("nats-conf", "", "nats-server configuration with users and permissions (enables the "+
 		"forged-message faults)")
