@@ -206,6 +206,7 @@ func runUp(args []string) error {
 	dataDir := fs.String("data-dir", envOr("SLEIPNIR_DATA_DIR", "data"), "directory of the embedded server's JetStream files (env SLEIPNIR_DATA_DIR)")
 	httpAddr := fs.String("http", "127.0.0.1:8080", "KServe v2 HTTP address of the frontend (empty disables it)")
 	maxReq := fs.Int("max-request-bytes", frontend.DefaultMaxRequestBytes, "largest request payload accepted")
+	intake := registerIntakeFlags(fs)
 	storage := storageFlag(fs)
 	policy := policyFlag(fs)
 	allocator := allocatorFlag(fs)
@@ -246,6 +247,7 @@ func runUp(args []string) error {
 	maxPayload := int32(*maxReq + 64<<10)
 	return up.Run(ctx, up.Config{NATSURL: c.natsURL, Auth: c.auth, Permissions: *permissions, DataDir: *dataDir, NATSHost: *host, NATSPort: *port,
 		MaxPayload: maxPayload, Pipelines: specs, Workers: *workers, ModelsDir: *models, HTTPAddr: *httpAddr, MaxRequestBytes: *maxReq,
+		IntakeWorkers: *intake.workers, IntakeQueue: *intake.queue, MaxTimeout: *intake.maxTimeout,
 		Storage: st, Allocator: *allocator, Control: cc, Logger: log,
 		Started: func(url string) {
 			names := make([]string, len(specs))
@@ -257,6 +259,22 @@ func runUp(args []string) error {
 		}})
 }
 
+// intakeFlags are the frontend's intake settings, for `frontend` and `up` alike.
+type intakeFlags struct {
+	workers, queue *int
+	maxTimeout     *time.Duration
+}
+
+func registerIntakeFlags(fs *flag.FlagSet) intakeFlags {
+	return intakeFlags{
+		workers: fs.Int("intake-workers", frontend.DefaultIntakeWorkers, "requests decoded and published at once"),
+		queue: fs.Int("intake-queue", frontend.DefaultIntakeQueue, "requests that may wait for an intake worker; "+
+			"more are refused as overloaded"),
+		maxTimeout: fs.Duration("max-timeout", 0, "furthest ahead a request's deadline may be (default the larger "+
+			"of 1m and 10 SLOs)"),
+	}
+}
+
 func runFrontend(args []string) error {
 	fs := flag.NewFlagSet("frontend", flag.ContinueOnError)
 	var c common
@@ -264,15 +282,13 @@ func runFrontend(args []string) error {
 	id := fs.String("id", "", "frontend id (default hostname-pid)")
 	httpAddr := fs.String("http", ":8080", "KServe v2 HTTP address (empty disables it)")
 	maxReq := fs.Int("max-request-bytes", frontend.DefaultMaxRequestBytes, "largest request payload accepted")
-	intakeWorkers := fs.Int("intake-workers", frontend.DefaultIntakeWorkers, "requests decoded and published at once")
-	intakeQueue := fs.Int("intake-queue", frontend.DefaultIntakeQueue, "requests that may wait for an intake worker; more are refused as overloaded")
-	maxTimeout := fs.Duration("max-timeout", 0, "furthest ahead a request's deadline may be (default the larger of 1m and 10 SLOs)")
+	intake := registerIntakeFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	return c.serve("frontend", auth.Frontend, func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
 		f, err := frontend.New(nc, frontend.Config{ID: *id, HTTPAddr: *httpAddr, MaxRequestBytes: *maxReq,
-			IntakeWorkers: *intakeWorkers, IntakeQueue: *intakeQueue, MaxTimeout: *maxTimeout, Logger: log})
+			IntakeWorkers: *intake.workers, IntakeQueue: *intake.queue, MaxTimeout: *intake.maxTimeout, Logger: log})
 		if err != nil {
 			return err
 		}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -52,8 +53,12 @@ type Config struct {
 	// HTTPAddr is the frontend's KServe v2 HTTP address ("" disables it).
 	HTTPAddr        string
 	MaxRequestBytes int
-	Storage         jetstream.StorageType
-	Logger          *slog.Logger
+	// Intake tunes the frontend's bounded intake (frontend.Config's IntakeWorkers, IntakeQueue, MaxTimeout; zero:
+	// its defaults).
+	IntakeWorkers, IntakeQueue int
+	MaxTimeout                 time.Duration
+	Storage                    jetstream.StorageType
+	Logger                     *slog.Logger
 	// Started, if set, is called once every service is running, with the client URL of the NATS server.
 	Started func(natsURL string)
 }
@@ -154,7 +159,8 @@ func Start(ctx context.Context, cfg Config) (_ *System, err error) {
 		return nil, err
 	}
 	fe, err := frontend.New(nc, frontend.Config{ID: "up-frontend", HTTPAddr: cfg.HTTPAddr,
-		MaxRequestBytes: cfg.MaxRequestBytes, Logger: cfg.Logger})
+		MaxRequestBytes: cfg.MaxRequestBytes, IntakeWorkers: cfg.IntakeWorkers, IntakeQueue: cfg.IntakeQueue,
+		MaxTimeout: cfg.MaxTimeout, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
