@@ -15,7 +15,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/vmihailenco/msgpack/v5"
 
-	"github.com/sleipnir-serving/sleipnir/pkg/executor"
 	"github.com/sleipnir-serving/sleipnir/pkg/ocr"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
@@ -200,8 +199,8 @@ func TestImagesAreCheckedAgainstTheirTruth(t *testing.T) {
 			}
 			b := l.Box
 			rep.Results = append(rep.Results, wire.ItemResult{ID: fmt.Sprint(k), Status: wire.ItemOK, Outputs: []wire.Tensor{
-				wire.NewBytes(executor.TensorText, [][]byte{[]byte(text)}),
-				wire.NewFP32(executor.TensorBox, []int64{4}, []float32{float32(b.X0), float32(b.Y0), float32(b.X1), float32(b.Y1)}),
+				wire.NewBytes(ocr.TensorText, [][]byte{[]byte(text)}),
+				wire.NewFP32(ocr.TensorBox, []int64{4}, []float32{float32(b.X0), float32(b.Y0), float32(b.X1), float32(b.Y1)}),
 			}})
 		}
 		data, _ := msgpack.Marshal(&rep)

@@ -16,7 +16,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/vmihailenco/msgpack/v5"
 
-	"github.com/sleipnir-serving/sleipnir/pkg/executor"
 	"github.com/sleipnir-serving/sleipnir/pkg/ocr"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
@@ -701,7 +700,7 @@ func imagePayloads(set *ocr.Set) ([][]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		if out[i], err = msgpack.Marshal(&wire.InferRequest{Inputs: []wire.Tensor{wire.NewBytes(executor.TensorImage, [][]byte{b})}}); err != nil {
+		if out[i], err = msgpack.Marshal(&wire.InferRequest{Inputs: []wire.Tensor{wire.NewBytes(ocr.TensorImage, [][]byte{b})}}); err != nil {
 			return nil, err
 		}
 	}
@@ -712,7 +711,7 @@ func imagePayloads(set *ocr.Set) ([][]byte, error) {
 func ocrReads(results []wire.ItemResult) []ocr.Read {
 	var reads []ocr.Read
 	for _, it := range results {
-		if read, ok := executor.ReadOCR(it.Outputs); ok {
+		if read, ok := ocr.ReadOf(it.Outputs); ok {
 			reads = append(reads, read)
 		}
 	}

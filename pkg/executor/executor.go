@@ -1,13 +1,15 @@
-// Package executor runs a batch of items through one model variant. The emulated executor sleeps for the variant's
-// profiled latency and emits its profiled fan-out; real executors (ONNX) implement the same interface.
+// Package executor runs a batch of items through one model variant: the interface every executor kind implements,
+// and the table of kinds. A kind lives in a package of its own that registers its constructor when imported
+// (executor/emulated, executor/onnxexec; executor/all imports every kind), so a program links only the kinds it
+// imports: the simulator runs the emulated executor without linking ONNX Runtime.
 package executor
 
 import (
 	"context"
 	"fmt"
-	"time"
+	"slices"
+	"sync"
 
-	"github.com/sleipnir-serving/sleipnir/pkg/onnx"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
@@ -52,23 +54,54 @@ type Options struct {
 	ModelsDir string
 }
 
-// New builds the executor a variant's spec asks for.
+// Constructor builds (and loads) the executor of variant v of task.
+type Constructor func(spec *pipeline.Spec, task string, v *pipeline.Variant, opts Options) (Executor, error)
+
+var (
+	kindsMu sync.RWMutex
+	kinds   = map[string]Constructor{}
+)
+
+// Register makes New build variants of kind (pipeline.Executor*) with c. A kind's package calls it from init;
+// registering a kind twice is a programming error and panics.
+func Register(kind string, c Constructor) {
+	kindsMu.Lock()
+	defer kindsMu.Unlock()
+	if _, dup := kinds[kind]; dup {
+		panic("executor: kind " + kind + " registered twice")
+	}
+	kinds[kind] = c
+}
+
+// Kinds lists the registered kinds, sorted.
+func Kinds() []string {
+	kindsMu.RLock()
+	defer kindsMu.RUnlock()
+	out := make([]string, 0, len(kinds))
+	for k := range kinds {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// New builds the executor a variant's spec asks for, with the constructor registered for its kind (emulated when
+// the spec names none).
 func New(spec *pipeline.Spec, task, variant string, opts Options) (Executor, error) {
 	v := spec.Variant(task, variant)
 	if v == nil {
 		return nil, fmt.Errorf("pipeline %s has no variant %s/%s", spec.Name, task, variant)
 	}
-	switch v.Executor.Kind {
-	case pipeline.ExecutorEmulated, "":
-		time.Sleep(time.Duration(v.SwapMs * float64(time.Millisecond))) // loading the model
-		return NewEmulated(spec, task, v, opts.Seed), nil
-	case pipeline.ExecutorONNX:
-		dir := opts.ModelsDir
-		if dir == "" {
-			dir = onnx.ModelsDir()
-		}
-		return NewONNX(spec, task, v, dir)
-	default:
-		return nil, fmt.Errorf("variant %s/%s: executor kind %q is not supported", task, variant, v.Executor.Kind)
+	kind := v.Executor.Kind
+	if kind == "" {
+		kind = pipeline.ExecutorEmulated
 	}
+	kindsMu.RLock()
+	c := kinds[kind]
+	kindsMu.RUnlock()
+	if c == nil {
+		return nil, fmt.Errorf("variant %s/%s: executor kind %q is not supported by this program (it has %v)",
+			task, variant, kind, Kinds())
+	}
+	return c(spec, task, v, opts)
 }

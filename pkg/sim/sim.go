@@ -17,7 +17,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/control"
 	"github.com/sleipnir-serving/sleipnir/pkg/deadline"
 	"github.com/sleipnir-serving/sleipnir/pkg/demand"
-	"github.com/sleipnir-serving/sleipnir/pkg/executor"
+	"github.com/sleipnir-serving/sleipnir/pkg/executor/emulated"
 	hopstep "github.com/sleipnir-serving/sleipnir/pkg/hop"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
@@ -153,8 +153,8 @@ type hop struct {
 	name     string
 	task     int
 	variant  *pipeline.Variant
-	exec     *executor.Emulated
-	children []string // the task's child tasks, in Emulated's order
+	exec     *emulated.Executor
+	children []string // the task's child tasks, in emulated.Executor's order
 	queue    []*message
 	head     int
 	free     []int32 // idle servers serving this variant
@@ -250,7 +250,7 @@ func newSim(cfg Config) (*sim, error) {
 		for vi := range t.Variants {
 			v := &t.Variants[vi]
 			name := wire.Hop(t.Name, v.Name)
-			e := executor.NewEmulated(spec, t.Name, v, cfg.Seed^uint64(len(s.hops)+1)*0x9e3779b97f4a7c15)
+			e := emulated.New(spec, t.Name, v, cfg.Seed^uint64(len(s.hops)+1)*0x9e3779b97f4a7c15)
 			h := &hop{name: name, task: ti, variant: v, exec: e, children: e.Children(), emitted: map[string]uint64{}}
 			if s.hopIdx[t.Name] == nil {
 				s.hopIdx[t.Name] = map[string]int32{}

@@ -3,6 +3,7 @@
 package wire
 
 import (
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"strconv"
@@ -60,16 +61,34 @@ func KVSubject(key string) string { return "$KV." + Bucket + "." + key }
 // KVStream is the JetStream stream behind Bucket.
 const KVStream = "KV_" + Bucket
 
-// KV keys in Bucket.
-func SpecKey(pipeline string) string { return "spec." + pipeline }
-func PlanKey(pipeline string) string { return "plan." + pipeline }
-func AssignKey(worker string) string { return "assign." + worker }
-func WorkerKey(worker string) string { return "worker." + worker }
+// KeyKind is what a key in Bucket holds: the key is the kind, ".", and the pipeline (spec, plan) or worker (assign,
+// worker) it is about.
+type KeyKind string
 
-// KV key prefixes, for watches.
+// The kinds of keys in Bucket.
 const (
-	WorkerKeys = "worker.*"
+	SpecKeys   KeyKind = "spec"   // a pipeline's spec
+	PlanKeys   KeyKind = "plan"   // a pipeline's plan
+	AssignKeys KeyKind = "assign" // a worker's assignment
+	WorkerKeys KeyKind = "worker" // a worker's registration (heartbeat)
 )
+
+// Key is the key of kind k about name (a pipeline or a worker).
+func (k KeyKind) Key(name string) string { return string(k) + "." + name }
+
+// Pattern matches every key of kind k, for watches and listings.
+func (k KeyKind) Pattern() string { return string(k) + ".*" }
+
+// Name is the pipeline or worker key is about; ok is false when key is not of kind k.
+func (k KeyKind) Name(key string) (name string, ok bool) {
+	return strings.CutPrefix(key, string(k)+".")
+}
+
+// KV keys in Bucket.
+func SpecKey(pipeline string) string { return SpecKeys.Key(pipeline) }
+func PlanKey(pipeline string) string { return PlanKeys.Key(pipeline) }
+func AssignKey(worker string) string { return AssignKeys.Key(worker) }
+func WorkerKey(worker string) string { return WorkerKeys.Key(worker) }
 
 // Headers. Clients set HeaderDeadline or HeaderTimeout (optional) and HeaderContentType; the frontend sets the others
 // on every task message.
@@ -140,6 +159,46 @@ func ParseTimeout(s string) (time.Duration, error) {
 		return 0, fmt.Errorf("%s %q: want a duration such as 250ms", HeaderTimeout, s)
 	}
 	return d, nil
+}
+
+// TaskHeaders are the headers of a task message: the frontend writes them on a request's root message, workers on
+// the sub-requests they forward, and workers read them from every message they take.
+type TaskHeaders struct {
+	RequestID string
+	Deadline  time.Time
+	Path      string // the hops before this one (AppendHop); "" on the root message
+	ReplyTo   string // the result subject of the frontend that owns the request
+	MsgID     string // JetStream de-duplication id (TaskMsgID, TaskPartMsgID)
+}
+
+// Write sets the headers with set (such as nats.Header.Set); an empty Path is left out.
+func (h TaskHeaders) Write(set func(key, value string)) {
+	set(HeaderRequestID, h.RequestID)
+	set(HeaderDeadline, FormatDeadline(h.Deadline))
+	if h.Path != "" {
+		set(HeaderPath, h.Path)
+	}
+	set(HeaderReplyTo, h.ReplyTo)
+	set(HeaderMsgID, h.MsgID)
+}
+
+// ReadTaskHeaders reads a task message's headers with get (such as nats.Header.Get). A message without a request
+// id, with a reply-to that is not a result subject, or without a valid deadline is refused.
+func ReadTaskHeaders(get func(key string) string) (TaskHeaders, error) {
+	h := TaskHeaders{RequestID: get(HeaderRequestID), Path: get(HeaderPath), ReplyTo: get(HeaderReplyTo),
+		MsgID: get(HeaderMsgID)}
+	if h.RequestID == "" {
+		return TaskHeaders{}, errors.New("no " + HeaderRequestID + " header")
+	}
+	if !strings.HasPrefix(h.ReplyTo, ResultPrefix) {
+		return TaskHeaders{}, fmt.Errorf("%s header %q is not a result subject", HeaderReplyTo, h.ReplyTo)
+	}
+	d, err := ParseDeadline(get(HeaderDeadline))
+	if err != nil {
+		return TaskHeaders{}, err
+	}
+	h.Deadline = d
+	return h, nil
 }
 
 // RequestID is the frontend's id of the n-th request it accepted since it started: boot, random per start, keeps the

@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
-	"strings"
 	"sync"
 
 	"github.com/nats-io/nats.go"
@@ -23,6 +22,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/ratelog"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
 // Complaints the catalog counts (pkg/ratelog keys).
@@ -57,8 +57,8 @@ func Watch(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, log *slog.
 		plans:    map[string]*plan.Plan{}, pending: map[string]*plan.Plan{}, ready: make(chan struct{})}
 	var loaded sync.WaitGroup
 	loaded.Add(2)
-	go bus.WatchKV(ctx, nc, kv, "spec.*", c.onSpec, loaded.Done)
-	go bus.WatchKV(ctx, nc, kv, "plan.*", c.onPlan, loaded.Done)
+	go bus.WatchKV(ctx, nc, kv, wire.SpecKeys.Pattern(), c.onSpec, loaded.Done)
+	go bus.WatchKV(ctx, nc, kv, wire.PlanKeys.Pattern(), c.onPlan, loaded.Done)
 	go func() { loaded.Wait(); close(c.ready) }()
 	return c
 }
@@ -91,7 +91,7 @@ func (c *Catalog) Pipelines() []string {
 func (c *Catalog) Complaints() map[string]uint64 { return c.complaints.Counts() }
 
 func (c *Catalog) onSpec(e jetstream.KeyValueEntry) {
-	name := strings.TrimPrefix(e.Key(), "spec.")
+	name, _ := wire.SpecKeys.Name(e.Key())
 	c.mu.Lock()
 	if e.Operation() != jetstream.KeyValuePut {
 		delete(c.specs, name)
@@ -141,7 +141,7 @@ func (c *Catalog) onSpec(e jetstream.KeyValueEntry) {
 }
 
 func (c *Catalog) onPlan(e jetstream.KeyValueEntry) {
-	name := strings.TrimPrefix(e.Key(), "plan.")
+	name, _ := wire.PlanKeys.Name(e.Key())
 	if e.Operation() != jetstream.KeyValuePut {
 		c.mu.Lock()
 		delete(c.plans, name)

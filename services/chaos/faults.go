@@ -93,7 +93,7 @@ var Registry = []Fault{
 		Doc: "a client writes plan.<pipeline> in the KV bucket: the server must refuse it",
 		Inject: func(ctx context.Context, s *System) ([]string, []string, error) {
 			data, _ := json.Marshal(&plan.Plan{Epoch: 1 << 40, Mode: "forged"})
-			return s.expectRefused("$KV."+wire.Bucket+"."+wire.PlanKey(s.cfg.spec.Name), data)
+			return s.expectRefused(wire.KVSubject(wire.PlanKey(s.cfg.spec.Name)), data)
 		}},
 }
 

@@ -258,7 +258,7 @@ func (f *Frontend) decodeHTTP(r *http.Request, sub *submission) error {
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", wire.ContentJSON)
+	w.Header().Set(wire.HeaderContentType, wire.ContentJSON)
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(v)
 }

@@ -428,10 +428,8 @@ func (f *Frontend) submit(ctx context.Context, sub *submission, t *turn) error {
 	}
 	msg := nats.NewMsg(wire.TaskSubject(sub.pipeline, root, variant))
 	msg.Data = data
-	msg.Header.Set(wire.HeaderRequestID, r.id)
-	msg.Header.Set(wire.HeaderDeadline, wire.FormatDeadline(r.deadline))
-	msg.Header.Set(wire.HeaderReplyTo, f.result)
-	msg.Header.Set(wire.HeaderMsgID, wire.TaskMsgID(r.id, "", root, variant))
+	wire.TaskHeaders{RequestID: r.id, Deadline: r.deadline, ReplyTo: f.result,
+		MsgID: wire.TaskMsgID(r.id, "", root, variant)}.Write(msg.Header.Set)
 	otel.GetTextMapPropagator().Inject(spanCtx, bus.HeaderCarrier(msg.Header))
 
 	// Register before publishing: a fast worker may report before the publish returns. From here the deadline timer

@@ -205,10 +205,10 @@ func (p *Planner) Run(ctx context.Context) error {
 	if err := p.loadAssignments(ctx); err != nil {
 		return err
 	}
-	go bus.WatchKV(ctx, p.nc, kv, wire.WorkerKeys, p.onWorker, func() { p.workersReady.Store(true) })
+	go bus.WatchKV(ctx, p.nc, kv, wire.WorkerKeys.Pattern(), p.onWorker, func() { p.workersReady.Store(true) })
 	// What the planner writes, it keeps: a value someone else wrote is put back (see onWritten).
-	for _, keys := range []string{"spec.*", "plan.*", "assign.*"} {
-		go bus.WatchKV(ctx, p.nc, kv, keys, p.onWritten, nil)
+	for _, keys := range []wire.KeyKind{wire.SpecKeys, wire.PlanKeys, wire.AssignKeys} {
+		go bus.WatchKV(ctx, p.nc, kv, keys.Pattern(), p.onWritten, nil)
 	}
 	// Workers register within a refresh period of the planner's start; a shortage before that is no news.
 	p.quietUntil = time.Now().Add(p.cfg.WorkerTimeout)
@@ -513,7 +513,8 @@ func (p *Planner) onWritten(e jetstream.KeyValueEntry) {
 		// The planner's own write, or an older one.
 	case !ours:
 		// Only assignments are the planner's whether it wrote them or not: it assigns every worker.
-		foreign = strings.HasPrefix(key, "assign.") && e.Operation() == jetstream.KeyValuePut
+		_, assignment := wire.AssignKeys.Name(key)
+		foreign = assignment && e.Operation() == jetstream.KeyValuePut
 	case e.Operation() == jetstream.KeyValuePut:
 		foreign = !bytes.Equal(e.Value(), w.value)
 	default:
@@ -546,11 +547,12 @@ func (p *Planner) repair(ctx context.Context) {
 		p.mu.Lock()
 		w, ours := p.written[key]
 		p.mu.Unlock()
+		_, assignment := wire.AssignKeys.Name(key)
 		var err error
 		switch {
 		case ours && w.value != nil:
 			err = p.put(ctx, key, w.value)
-		case strings.HasPrefix(key, "assign."):
+		case assignment:
 			err = p.deleteKey(ctx, key)
 		}
 		if err != nil {
@@ -657,7 +659,7 @@ func (p *Planner) resume(ctx context.Context, spec *pipeline.Spec, pl *plan.Plan
 // loadAssignments reads the assignments already in the bucket, so a restarted planner moves no worker needlessly.
 // One that is not an assignment of a variant the planner serves is left out (and so replaced).
 func (p *Planner) loadAssignments(ctx context.Context) error {
-	lister, err := p.kv.ListKeysFiltered(ctx, "assign.*")
+	lister, err := p.kv.ListKeysFiltered(ctx, wire.AssignKeys.Pattern())
 	if err != nil {
 		return err
 	}
@@ -666,7 +668,7 @@ func (p *Planner) loadAssignments(ctx context.Context) error {
 		if err != nil {
 			continue
 		}
-		id := strings.TrimPrefix(key, "assign.")
+		id, _ := wire.AssignKeys.Name(key)
 		var a plan.Assignment
 		if json.Unmarshal(e.Value(), &a) != nil || a.Worker != id {
 			continue
@@ -693,7 +695,7 @@ func (p *Planner) spec(name string) *pipeline.Spec {
 }
 
 func (p *Planner) onWorker(e jetstream.KeyValueEntry) {
-	id := strings.TrimPrefix(e.Key(), "worker.")
+	id, _ := wire.WorkerKeys.Name(e.Key())
 	var changed bool
 	if e.Operation() == jetstream.KeyValuePut {
 		var reg wire.Registration

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/executor"
+	"github.com/sleipnir-serving/sleipnir/pkg/executor/onnxexec"
 	"github.com/sleipnir-serving/sleipnir/pkg/ocr"
 	"github.com/sleipnir-serving/sleipnir/pkg/onnx"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
@@ -75,7 +76,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		images[i] = executor.Input{RequestID: fmt.Sprint(i), ItemID: "0", Tensors: []wire.Tensor{wire.NewBytes(executor.TensorImage, [][]byte{b})}}
+		images[i] = executor.Input{RequestID: fmt.Sprint(i), ItemID: "0", Tensors: []wire.Tensor{wire.NewBytes(ocr.TensorImage, [][]byte{b})}}
 	}
 	p := &run{cfg: cfg, spec: cfg.Spec, total: (len(det.Variants) + len(rec.Variants)) * (1 + len(cfg.Spec.BatchSizes))}
 	res := &Result{File: pipeline.ProfileFile{Pipeline: cfg.Spec.Name, Measured: pipeline.Measurement{
@@ -106,7 +107,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		res.File.Variants = append(res.File.Variants, vp)
 	}
 	for _, r := range rec.Variants {
-		e, err := executor.NewONNX(cfg.Spec, rec.Name, &r, cfg.ModelsDir)
+		e, err := onnxexec.New(cfg.Spec, rec.Name, &r, cfg.ModelsDir)
 		if err != nil {
 			return nil, err
 		}
@@ -164,9 +165,9 @@ func (p *run) step(what string) {
 }
 
 // load creates a variant's executor and measures it: the swap time is the load and warm-up.
-func (p *run) load(task string, v pipeline.Variant) (*executor.ONNX, float64, error) {
+func (p *run) load(task string, v pipeline.Variant) (*onnxexec.Executor, float64, error) {
 	t0 := time.Now()
-	e, err := executor.NewONNX(p.spec, task, &v, p.cfg.ModelsDir)
+	e, err := onnxexec.New(p.spec, task, &v, p.cfg.ModelsDir)
 	return e, ms(time.Since(t0)), err
 }
 
@@ -242,7 +243,7 @@ func (p *run) detector(ctx context.Context, task string, v pipeline.Variant, ima
 			var boxes []ocr.Box
 			for k, ts := range o.Children[child] {
 				crops[i] = append(crops[i], executor.Input{RequestID: fmt.Sprint(i), ItemID: fmt.Sprint(k), Tensors: ts})
-				b, _ := executor.BoxOf(ts)
+				b, _ := ocr.BoxOf(ts)
 				boxes = append(boxes, b)
 			}
 			for _, m := range ocr.MatchLines(boxes, docs[i].Lines) {
@@ -318,7 +319,7 @@ func (p *run) path(ctx context.Context, e executor.Executor, crops [][]executor.
 	for i, d := range docs {
 		reads := make([]ocr.Read, len(crops[i]))
 		for j, c := range crops[i] {
-			box, _ := executor.BoxOf(c.Tensors)
+			box, _ := ocr.BoxOf(c.Tensors)
 			reads[j] = ocr.Read{Box: box, Text: texts[k]}
 			k++
 		}
@@ -343,7 +344,7 @@ func recognize(ctx context.Context, e executor.Executor, inputs []executor.Input
 			if o.Err != nil {
 				return nil, o.Err
 			}
-			read, _ := executor.ReadOCR(o.Tensors)
+			read, _ := ocr.ReadOf(o.Tensors)
 			texts = append(texts, read.Text)
 		}
 	}
@@ -358,7 +359,7 @@ func truthCrops(set *ocr.Set, docs []ocr.Document) ([][]executor.Input, error) {
 		if err != nil {
 			return nil, err
 		}
-		img, err := executor.DecodeImage([]wire.Tensor{wire.NewBytes(executor.TensorImage, [][]byte{b})})
+		img, err := ocr.DecodeImage([]wire.Tensor{wire.NewBytes(ocr.TensorImage, [][]byte{b})})
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", d.File, err)
 		}
@@ -366,7 +367,7 @@ func truthCrops(set *ocr.Set, docs []ocr.Document) ([][]executor.Input, error) {
 			pad := 0.25 * (l.Box.Y1 - l.Box.Y0)
 			box := ocr.Box{X0: l.Box.X0 - pad, Y0: l.Box.Y0 - pad, X1: l.Box.X1 + pad, Y1: l.Box.Y1 + pad}
 			out[i] = append(out[i], executor.Input{RequestID: fmt.Sprint(i), ItemID: fmt.Sprint(j),
-				Tensors: []wire.Tensor{executor.PixelTensor(executor.TensorImage, ocr.Crop(img, box))}})
+				Tensors: []wire.Tensor{ocr.PixelTensor(ocr.TensorImage, ocr.Crop(img, box))}})
 		}
 	}
 	return out, nil

@@ -23,6 +23,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/onnx"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/telemetry"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 	"github.com/sleipnir-serving/sleipnir/services/frontend"
 	"github.com/sleipnir-serving/sleipnir/services/planner"
 	"github.com/sleipnir-serving/sleipnir/services/up"
@@ -255,7 +256,7 @@ func runUp(args []string) error {
 				names[i] = s.Name
 			}
 			log.Info("sleipnir is up", "nats", bus.RedactURL(url), "http", *httpAddr, "pipelines", strings.Join(names, ","),
-				"workers", *workers, "requests", "sleipnir.infer.<pipeline>")
+				"workers", *workers, "requests", wire.InferSubject("<pipeline>"))
 		}})
 }
 

@@ -13,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/vmihailenco/msgpack/v5"
 
-	"github.com/sleipnir-serving/sleipnir/pkg/executor"
 	"github.com/sleipnir-serving/sleipnir/pkg/ocr"
 	"github.com/sleipnir-serving/sleipnir/pkg/onnx/onnxtest"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
@@ -67,11 +66,11 @@ func TestOCRPipelineServesImages(t *testing.T) {
 		if err := png.Encode(&buf, img); err != nil {
 			t.Fatal(err)
 		}
-		data, _ := msgpack.Marshal(&wire.InferRequest{ID: fmt.Sprint(i), Inputs: []wire.Tensor{wire.NewBytes(executor.TensorImage, [][]byte{buf.Bytes()})}})
+		data, _ := msgpack.Marshal(&wire.InferRequest{ID: fmt.Sprint(i), Inputs: []wire.Tensor{wire.NewBytes(ocr.TensorImage, [][]byte{buf.Bytes()})}})
 		subjects = append(subjects, c.Send(t, spec.Name, data, nats.Header{wire.HeaderContentType: {wire.ContentMsgpack}}))
 	}
 	// A request that is not an image gets an error reply of its own.
-	bad, _ := msgpack.Marshal(&wire.InferRequest{Inputs: []wire.Tensor{wire.NewBytes(executor.TensorImage, [][]byte{[]byte("no image")})}})
+	bad, _ := msgpack.Marshal(&wire.InferRequest{Inputs: []wire.Tensor{wire.NewBytes(ocr.TensorImage, [][]byte{[]byte("no image")})}})
 	badSubject := c.Send(t, spec.Name, bad, nats.Header{wire.HeaderContentType: {wire.ContentMsgpack}})
 	replies := c.Wait(t, append(subjects, badSubject), 2*time.Minute)
 	exact, lines := 0, 0
@@ -85,7 +84,7 @@ func TestOCRPipelineServesImages(t *testing.T) {
 		}
 		var reads []ocr.Read
 		for _, r := range rep.Results {
-			if read, ok := executor.ReadOCR(r.Outputs); ok && len(r.Path) == 2 {
+			if read, ok := ocr.ReadOf(r.Outputs); ok && len(r.Path) == 2 {
 				reads = append(reads, read)
 			}
 		}

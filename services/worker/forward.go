@@ -123,11 +123,8 @@ func (w *Worker) taskMsg(in *inbound, pipelineName, task, variant, path, id stri
 	}
 	msg := nats.NewMsg(wire.TaskSubject(pipelineName, task, variant))
 	msg.Data = data
-	msg.Header.Set(wire.HeaderRequestID, in.requestID)
-	msg.Header.Set(wire.HeaderDeadline, wire.FormatDeadline(in.deadline))
-	msg.Header.Set(wire.HeaderPath, path)
-	msg.Header.Set(wire.HeaderReplyTo, in.replyTo)
-	msg.Header.Set(wire.HeaderMsgID, id)
+	wire.TaskHeaders{RequestID: in.requestID, Deadline: in.deadline, Path: path, ReplyTo: in.replyTo,
+		MsgID: id}.Write(msg.Header.Set)
 	otel.GetTextMapPropagator().Inject(in.ctx, bus.HeaderCarrier(msg.Header))
 	return msg, nil
 }

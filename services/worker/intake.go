@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -215,19 +214,11 @@ type slot struct {
 // decode validates one message of the variant's subject.
 func (w *Worker) decode(ctx context.Context, m jetstream.Msg) (*inbound, error) {
 	h := m.Headers()
-	in := &inbound{msg: m, requestID: h.Get(wire.HeaderRequestID), path: h.Get(wire.HeaderPath),
-		replyTo: h.Get(wire.HeaderReplyTo)}
-	if in.requestID == "" {
-		return nil, errors.New("no " + wire.HeaderRequestID + " header")
-	}
-	if !strings.HasPrefix(in.replyTo, wire.ResultPrefix) {
-		return nil, fmt.Errorf("%s header %q is not a result subject", wire.HeaderReplyTo, in.replyTo)
-	}
-	d, err := wire.ParseDeadline(h.Get(wire.HeaderDeadline))
+	th, err := wire.ReadTaskHeaders(h.Get)
 	if err != nil {
 		return nil, err
 	}
-	in.deadline = d
+	in := &inbound{msg: m, requestID: th.RequestID, path: th.Path, replyTo: th.ReplyTo, deadline: th.Deadline}
 	in.enqueued = time.Now()
 	if meta, err := m.Metadata(); err == nil {
 		in.enqueued = meta.Timestamp

@@ -1,4 +1,4 @@
-package executor
+package onnxexec
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 
 	ort "github.com/yalue/onnxruntime_go"
 
+	"github.com/sleipnir-serving/sleipnir/pkg/executor"
 	"github.com/sleipnir-serving/sleipnir/pkg/ocr"
 	"github.com/sleipnir-serving/sleipnir/pkg/onnx/onnxgen"
 	"github.com/sleipnir-serving/sleipnir/pkg/onnx/onnxtest"
@@ -57,20 +58,20 @@ tasks:
 func TestONNXTensorProgram(t *testing.T) {
 	m := onnxgen.MLP{In: 8, Width: 16, Depth: 2, Out: 3, Seed: 5}
 	spec, dir := mlpSpec(t, m)
-	e, err := New(spec, "score", "mlp", Options{ModelsDir: dir})
+	e, err := executor.New(spec, "score", "mlp", executor.Options{ModelsDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	var batch []Input
+	var batch []executor.Input
 	for i := 0; i < 4; i++ {
 		x := make([]float32, m.In)
 		for j := range x {
 			x[j] = float32(math.Cos(float64(i*m.In + j)))
 		}
-		batch = append(batch, Input{RequestID: "r", ItemID: fmt.Sprint(i), Tensors: []wire.Tensor{wire.NewFP32("x", []int64{int64(m.In)}, x)}})
+		batch = append(batch, executor.Input{RequestID: "r", ItemID: fmt.Sprint(i), Tensors: []wire.Tensor{wire.NewFP32("x", []int64{int64(m.In)}, x)}})
 	}
-	batch = append(batch, Input{RequestID: "r", ItemID: "bad", Tensors: []wire.Tensor{wire.NewFP32("x", []int64{3}, []float32{1, 2, 3})}})
+	batch = append(batch, executor.Input{RequestID: "r", ItemID: "bad", Tensors: []wire.Tensor{wire.NewFP32("x", []int64{3}, []float32{1, 2, 3})}})
 	outs, err := e.Execute(context.Background(), batch)
 	if err != nil {
 		t.Fatal(err)
@@ -93,29 +94,6 @@ func TestONNXTensorProgram(t *testing.T) {
 	}
 	if outs[4].Err == nil || !strings.Contains(outs[4].Err.Error(), "shape") {
 		t.Errorf("the wrongly shaped item: err %v, want a shape error", outs[4].Err)
-	}
-}
-
-func TestDecodeImageErrors(t *testing.T) {
-	tests := []struct {
-		name string
-		in   []wire.Tensor
-		want string
-	}{
-		{"no image", []wire.Tensor{wire.NewFP32("x", []int64{1}, []float32{1})}, `no "image" input`},
-		{"not an image", []wire.Tensor{wire.NewBytes("image", [][]byte{[]byte("hello")})}, "not a PNG or JPEG"},
-		{"two images", []wire.Tensor{wire.NewBytes("image", [][]byte{{1}, {2}})}, "want one encoded image"},
-		{"pixels shape", []wire.Tensor{{Name: "image", Datatype: "UINT8", Shape: []int64{2, 2}, Data: make([]byte, 4)}}, "UINT8 [H, W, 3]"},
-		{"pixels short", []wire.Tensor{{Name: "image", Datatype: "UINT8", Shape: []int64{2, 2, 3}, Data: make([]byte, 5)}}, "5 bytes"},
-		{"fp32", []wire.Tensor{wire.NewFP32("image", []int64{1}, []float32{1})}, "want BYTES"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err := DecodeImage(tc.in)
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("error %v, want it to contain %q", err, tc.want)
-			}
-		})
 	}
 }
 
@@ -146,12 +124,12 @@ tasks:
 // sub-request each, with its crop and box), the recogniser reads them, and most lines come back exactly.
 func TestONNXOCRReadsRenderedLines(t *testing.T) {
 	spec, models := ocrSpec(t)
-	det, err := New(spec, "find_text", "det", Options{ModelsDir: models})
+	det, err := executor.New(spec, "find_text", "det", executor.Options{ModelsDir: models})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer det.Close()
-	rec, err := New(spec, "read_text", "rec", Options{ModelsDir: models})
+	rec, err := executor.New(spec, "read_text", "rec", executor.Options{ModelsDir: models})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,13 +139,13 @@ func TestONNXOCRReadsRenderedLines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var batch []Input
+	var batch []executor.Input
 	for i, img := range imgs {
 		var buf bytes.Buffer
 		png.Encode(&buf, img)
-		batch = append(batch, Input{RequestID: fmt.Sprint(i), ItemID: "0", Tensors: []wire.Tensor{wire.NewBytes(TensorImage, [][]byte{buf.Bytes()})}})
+		batch = append(batch, executor.Input{RequestID: fmt.Sprint(i), ItemID: "0", Tensors: []wire.Tensor{wire.NewBytes(ocr.TensorImage, [][]byte{buf.Bytes()})}})
 	}
-	batch = append(batch, Input{RequestID: "bad", ItemID: "0", Tensors: []wire.Tensor{wire.NewBytes(TensorImage, [][]byte{[]byte("not a png")})}})
+	batch = append(batch, executor.Input{RequestID: "bad", ItemID: "0", Tensors: []wire.Tensor{wire.NewBytes(ocr.TensorImage, [][]byte{[]byte("not a png")})}})
 	outs, err := det.Execute(context.Background(), batch)
 	if err != nil {
 		t.Fatal(err)
@@ -180,11 +158,11 @@ func TestONNXOCRReadsRenderedLines(t *testing.T) {
 		if o.Err != nil {
 			t.Fatalf("image %d: %v", i, o.Err)
 		}
-		var in []Input
+		var in []executor.Input
 		for k, ts := range o.Children["read_text"] {
-			in = append(in, Input{RequestID: fmt.Sprint(i), ItemID: fmt.Sprint(k), Tensors: ts})
+			in = append(in, executor.Input{RequestID: fmt.Sprint(i), ItemID: fmt.Sprint(k), Tensors: ts})
 		}
-		if boxes := o.Tensors[0]; boxes.Name != TensorBoxes || boxes.Shape[0] != int64(len(in)) {
+		if boxes := o.Tensors[0]; boxes.Name != ocr.TensorBoxes || boxes.Shape[0] != int64(len(in)) {
 			t.Errorf("image %d: boxes tensor %v for %d lines", i, boxes.Shape, len(in))
 		}
 		var reads []ocr.Read
@@ -194,7 +172,7 @@ func TestONNXOCRReadsRenderedLines(t *testing.T) {
 				t.Fatal(err)
 			}
 			for k, ro := range routs {
-				r, ok := ReadOCR(ro.Tensors)
+				r, ok := ocr.ReadOf(ro.Tensors)
 				if !ok || r.Box == (ocr.Box{}) {
 					t.Errorf("image %d line %d: no text, or the box did not come through the recogniser: %+v", i, k, ro.Tensors)
 				}
@@ -225,14 +203,14 @@ func BenchmarkONNX(b *testing.B) {
 				for i := range x {
 					x[i] = float32(i%7) / 7
 				}
-				e, err := New(spec, "score", "mlp", Options{ModelsDir: dir})
+				e, err := executor.New(spec, "score", "mlp", executor.Options{ModelsDir: dir})
 				if err != nil {
 					b.Fatal(err)
 				}
 				defer e.Close()
-				batch := make([]Input, n)
+				batch := make([]executor.Input, n)
 				for i := range batch {
-					batch[i] = Input{Tensors: []wire.Tensor{wire.NewFP32("x", []int64{int64(m.In)}, x[i*m.In:(i+1)*m.In])}}
+					batch[i] = executor.Input{Tensors: []wire.Tensor{wire.NewFP32("x", []int64{int64(m.In)}, x[i*m.In:(i+1)*m.In])}}
 				}
 				execute := func() {
 					if _, err := e.Execute(context.Background(), batch); err != nil {
@@ -308,24 +286,24 @@ func median(ds []time.Duration) time.Duration {
 // recognisers on the lines the first detector finds): pre- and post-processing included, as a worker runs them.
 func BenchmarkOCRVariants(b *testing.B) {
 	models := onnxtest.Runtime(b)
-	spec, err := pipeline.LoadForProfiling("../../examples/ocr.yaml")
+	spec, err := pipeline.LoadForProfiling("../../../examples/ocr.yaml")
 	if err != nil {
 		b.Fatal(err)
 	}
 	fonts, _ := ocr.LoadFonts("")
 	imgs, _, _ := ocr.Generate(8, 2, fonts)
-	var pages, lines []Input
+	var pages, lines []executor.Input
 	for i, img := range imgs {
 		var buf bytes.Buffer
 		png.Encode(&buf, img)
-		pages = append(pages, Input{RequestID: fmt.Sprint(i), Tensors: []wire.Tensor{wire.NewBytes(TensorImage, [][]byte{buf.Bytes()})}})
+		pages = append(pages, executor.Input{RequestID: fmt.Sprint(i), Tensors: []wire.Tensor{wire.NewBytes(ocr.TensorImage, [][]byte{buf.Bytes()})}})
 	}
 	for _, task := range spec.Tasks {
 		for _, v := range task.Variants {
 			if _, err := os.Stat(filepath.Join(models, v.Executor.Model)); err != nil {
 				b.Skipf("model %s not found: run `make models`", v.Executor.Model)
 			}
-			e, err := New(spec, task.Name, v.Name, Options{ModelsDir: models})
+			e, err := executor.New(spec, task.Name, v.Name, executor.Options{ModelsDir: models})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -353,7 +331,7 @@ func BenchmarkOCRVariants(b *testing.B) {
 				}
 				for _, o := range outs {
 					for _, ts := range o.Children[task.Children[0]] {
-						lines = append(lines, Input{Tensors: ts})
+						lines = append(lines, executor.Input{Tensors: ts})
 					}
 				}
 				if len(lines) == 0 {
@@ -372,7 +350,7 @@ func BenchmarkOCRVariants(b *testing.B) {
 // crop to the width of its batch (with its own last column) costs at most a couple of points.
 func TestRecognizerReadsTheSameInAnyBatch(t *testing.T) {
 	spec, models := ocrSpec(t)
-	rec, err := New(spec, "read_text", "rec", Options{ModelsDir: models})
+	rec, err := executor.New(spec, "read_text", "rec", executor.Options{ModelsDir: models})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -382,12 +360,12 @@ func TestRecognizerReadsTheSameInAnyBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var lines []Input
+	var lines []executor.Input
 	for i, d := range docs {
 		for _, l := range d.Lines {
 			pad := 0.25 * (l.Box.Y1 - l.Box.Y0)
 			box := ocr.Box{X0: l.Box.X0 - pad, Y0: l.Box.Y0 - pad, X1: l.Box.X1 + pad, Y1: l.Box.Y1 + pad}
-			lines = append(lines, Input{Tensors: []wire.Tensor{PixelTensor(TensorImage, ocr.Crop(imgs[i], box))}})
+			lines = append(lines, executor.Input{Tensors: []wire.Tensor{ocr.PixelTensor(ocr.TensorImage, ocr.Crop(imgs[i], box))}})
 		}
 	}
 	read := func(batch int) []string {

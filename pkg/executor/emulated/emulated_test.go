@@ -1,4 +1,4 @@
-package executor
+package emulated
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sleipnir-serving/sleipnir/pkg/executor"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 )
 
@@ -80,7 +81,7 @@ func TestEmulatedLatency(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(fmt.Sprint(tc.batch), func(t *testing.T) {
-			e := NewEmulated(spec, "detect", spec.Variant("detect", "big"), 7)
+			e := New(spec, "detect", spec.Variant("detect", "big"), 7)
 			const n = 20000
 			ms := make([]float64, n)
 			for i := range ms {
@@ -111,12 +112,12 @@ func TestEmulatedFanout(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.variant, func(t *testing.T) {
-			e := NewEmulated(spec, "detect", spec.Variant("detect", tc.variant), 11)
+			e := New(spec, "detect", spec.Variant("detect", tc.variant), 11)
 			e.sleep = func(context.Context, time.Duration) error { return nil }
 			const n = 20000
-			batch := make([]Input, n)
+			batch := make([]executor.Input, n)
 			for i := range batch {
-				batch[i] = Input{RequestID: fmt.Sprint("r", i), ItemID: "0"}
+				batch[i] = executor.Input{RequestID: fmt.Sprint("r", i), ItemID: "0"}
 			}
 			outs, err := e.Execute(context.Background(), batch)
 			if err != nil {
@@ -155,9 +156,9 @@ func TestEmulatedFanout(t *testing.T) {
 
 func TestEmulatedSleepsAndStops(t *testing.T) {
 	spec := loadTree(t)
-	e := NewEmulated(spec, "cars", spec.Variant("cars", "c"), 1)
+	e := New(spec, "cars", spec.Variant("cars", "c"), 1)
 	start := time.Now()
-	if _, err := e.Execute(context.Background(), []Input{{RequestID: "r", ItemID: "0"}}); err != nil {
+	if _, err := e.Execute(context.Background(), []executor.Input{{RequestID: "r", ItemID: "0"}}); err != nil {
 		t.Fatal(err)
 	}
 	if time.Since(start) < 2*time.Millisecond {
@@ -165,10 +166,10 @@ func TestEmulatedSleepsAndStops(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := e.Execute(ctx, []Input{{RequestID: "r", ItemID: "0"}}); err == nil {
+	if _, err := e.Execute(ctx, []executor.Input{{RequestID: "r", ItemID: "0"}}); err == nil {
 		t.Error("a cancelled batch did not fail")
 	}
-	if _, err := New(spec, "cars", "nope", Options{}); err == nil {
+	if _, err := executor.New(spec, "cars", "nope", executor.Options{}); err == nil {
 		t.Error("an unknown variant was accepted")
 	}
 }

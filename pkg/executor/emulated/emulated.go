@@ -1,4 +1,6 @@
-package executor
+// Package emulated is the executor kind "emulated": it stands in for a model by its profile, so that pipelines can be
+// served and simulated without the models. Importing it registers the kind.
+package emulated
 
 import (
 	"context"
@@ -8,17 +10,26 @@ import (
 	"sort"
 	"time"
 
+	"github.com/sleipnir-serving/sleipnir/pkg/executor"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/variate"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
-// Emulated stands in for a model: a batch takes the profiled p50 latency of its size, with log-normal jitter whose
+func init() {
+	executor.Register(pipeline.ExecutorEmulated, func(spec *pipeline.Spec, task string, v *pipeline.Variant,
+		opts executor.Options) (executor.Executor, error) {
+		time.Sleep(time.Duration(v.SwapMs * float64(time.Millisecond))) // loading the model
+		return New(spec, task, v, opts.Seed), nil
+	})
+}
+
+// Executor stands in for a model: a batch takes the profiled p50 latency of its size, with log-normal jitter whose
 // 95th percentile is the profiled p95, and sleeps (never spins) so that many emulated servers share a small machine.
 // Each item emits a seeded number of sub-requests with the profiled mean, split across child tasks by the profiled
 // shares. The fan-out of an item depends only on the seed and the item's identity, so a batch executed again after
 // a redelivery emits the same sub-requests.
-type Emulated struct {
+type Executor struct {
 	variant  *pipeline.Variant
 	seed     uint64
 	jitter   *rand.Rand
@@ -27,9 +38,9 @@ type Emulated struct {
 	sleep    func(ctx context.Context, d time.Duration) error
 }
 
-// NewEmulated returns the emulated executor of variant v of task.
-func NewEmulated(spec *pipeline.Spec, task string, v *pipeline.Variant, seed uint64) *Emulated {
-	e := &Emulated{variant: v, seed: seed, jitter: rand.New(rand.NewPCG(seed, 0x51e1)), sleep: sleepCtx}
+// New returns the emulated executor of variant v of task.
+func New(spec *pipeline.Spec, task string, v *pipeline.Variant, seed uint64) *Executor {
+	e := &Executor{variant: v, seed: seed, jitter: rand.New(rand.NewPCG(seed, 0x51e1)), sleep: sleepCtx}
 	if t := spec.Task(task); t != nil && v.Fanout != nil {
 		e.children = append([]string(nil), t.Children...)
 		sort.Strings(e.children)
@@ -43,7 +54,7 @@ func NewEmulated(spec *pipeline.Spec, task string, v *pipeline.Variant, seed uin
 }
 
 // Latency draws the duration of one batch of n items.
-func (e *Emulated) Latency(n int) time.Duration {
+func (e *Executor) Latency(n int) time.Duration {
 	p := e.variant.LatencyFor(n)
 	ms := p.P50Ms
 	if p.P95Ms > p.P50Ms {
@@ -54,20 +65,20 @@ func (e *Emulated) Latency(n int) time.Duration {
 }
 
 // Execute sleeps for one batch and returns each item's result and sub-requests.
-func (e *Emulated) Execute(ctx context.Context, batch []Input) ([]Output, error) {
+func (e *Executor) Execute(ctx context.Context, batch []executor.Input) ([]executor.Output, error) {
 	if err := e.sleep(ctx, e.Latency(len(batch))); err != nil {
 		return nil, err
 	}
-	out := make([]Output, len(batch))
+	out := make([]executor.Output, len(batch))
 	for i, in := range batch {
 		out[i] = e.output(in)
 	}
 	return out, nil
 }
 
-func (e *Emulated) output(in Input) Output {
+func (e *Executor) output(in executor.Input) executor.Output {
 	rng := rand.New(rand.NewPCG(e.seed, itemHash(in.RequestID, in.ItemID)))
-	o := Output{Tensors: []wire.Tensor{wire.NewFP32("score", []int64{1}, []float32{float32(rng.Float64())})}}
+	o := executor.Output{Tensors: []wire.Tensor{wire.NewFP32("score", []int64{1}, []float32{float32(rng.Float64())})}}
 	if len(e.children) == 0 {
 		return o
 	}
@@ -87,16 +98,16 @@ func (e *Emulated) output(in Input) Output {
 }
 
 // Children are the child tasks the variant's sub-requests go to, in the order ChildOf numbers them.
-func (e *Emulated) Children() []string { return e.children }
+func (e *Executor) Children() []string { return e.children }
 
 // ChildOf is the index in Children of the child task a sub-request drawn with u in [0, 1) goes to, by the
 // profiled shares.
-func (e *Emulated) ChildOf(u float64) int {
+func (e *Executor) ChildOf(u float64) int {
 	return min(sort.SearchFloat64s(e.shares, u), len(e.children)-1)
 }
 
 // SubRequests draws the number of sub-requests of one item (0 at a leaf task).
-func (e *Emulated) SubRequests(rng *rand.Rand) int {
+func (e *Executor) SubRequests(rng *rand.Rand) int {
 	f := e.variant.Fanout
 	if len(e.children) == 0 || f == nil {
 		return 0
@@ -130,4 +141,4 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 }
 
 // Close releases nothing: the emulated executor holds no resources.
-func (e *Emulated) Close() error { return nil }
+func (e *Executor) Close() error { return nil }

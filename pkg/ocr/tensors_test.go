@@ -1,4 +1,4 @@
-package executor
+package ocr
 
 import (
 	"bytes"
@@ -42,5 +42,28 @@ func TestDecodeImageRefusesClaimedSizes(t *testing.T) {
 	// The same bytes claiming 1x1 decode: the refusal is the size, not the crafting.
 	if _, err := DecodeImage([]wire.Tensor{wire.NewBytes(TensorImage, [][]byte{pngClaiming(t, 1, 1)})}); err != nil {
 		t.Fatalf("a 1x1 PNG: %v", err)
+	}
+}
+
+func TestDecodeImageErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		in   []wire.Tensor
+		want string
+	}{
+		{"no image", []wire.Tensor{wire.NewFP32("x", []int64{1}, []float32{1})}, `no "image" input`},
+		{"not an image", []wire.Tensor{wire.NewBytes("image", [][]byte{[]byte("hello")})}, "not a PNG or JPEG"},
+		{"two images", []wire.Tensor{wire.NewBytes("image", [][]byte{{1}, {2}})}, "want one encoded image"},
+		{"pixels shape", []wire.Tensor{{Name: "image", Datatype: "UINT8", Shape: []int64{2, 2}, Data: make([]byte, 4)}}, "UINT8 [H, W, 3]"},
+		{"pixels short", []wire.Tensor{{Name: "image", Datatype: "UINT8", Shape: []int64{2, 2, 3}, Data: make([]byte, 5)}}, "5 bytes"},
+		{"fp32", []wire.Tensor{wire.NewFP32("image", []int64{1}, []float32{1})}, "want BYTES"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := DecodeImage(tc.in)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want it to contain %q", err, tc.want)
+			}
+		})
 	}
 }

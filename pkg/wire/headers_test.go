@@ -1,0 +1,54 @@
+package wire
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// What the frontend and the workers write, the workers read back; the root message carries no path.
+func TestTaskHeadersRoundTrip(t *testing.T) {
+	deadline := time.Unix(0, 1_700_000_000_123_456_789)
+	for _, want := range []TaskHeaders{
+		{RequestID: "fe1-b-1", Deadline: deadline, ReplyTo: ResultSubject("fe1"), MsgID: TaskMsgID("fe1-b-1", "", "t", "v")},
+		{RequestID: "fe1-b-1", Deadline: deadline, Path: AppendHop("", "t", "v"), ReplyTo: ResultSubject("fe1"),
+			MsgID: TaskPartMsgID("fe1-b-1", RootItemID, "c", "w", []int{0, 1})},
+	} {
+		h := map[string]string{}
+		want.Write(func(k, v string) { h[k] = v })
+		if _, has := h[HeaderPath]; has != (want.Path != "") {
+			t.Errorf("%+v: path header present %v", want, has)
+		}
+		got, err := ReadTaskHeaders(func(k string) string { return h[k] })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !got.Deadline.Equal(want.Deadline) {
+			t.Errorf("deadline %v, want %v", got.Deadline, want.Deadline)
+		}
+		got.Deadline = want.Deadline
+		if got != want {
+			t.Errorf("read %+v, want %+v", got, want)
+		}
+	}
+}
+
+func TestReadTaskHeadersRefuses(t *testing.T) {
+	good := map[string]string{HeaderRequestID: "r", HeaderDeadline: FormatDeadline(time.Now()),
+		HeaderReplyTo: ResultSubject("fe1")}
+	for _, tc := range []struct{ header, value, want string }{
+		{HeaderRequestID, "", "no " + HeaderRequestID},
+		{HeaderReplyTo, InferSubject("p"), "not a result subject"},
+		{HeaderDeadline, "soon", "Unix nanoseconds"},
+		{HeaderDeadline, "", "Unix nanoseconds"},
+	} {
+		h := map[string]string{}
+		for k, v := range good {
+			h[k] = v
+		}
+		h[tc.header] = tc.value
+		if _, err := ReadTaskHeaders(func(k string) string { return h[k] }); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s %q: %v, want an error saying %q", tc.header, tc.value, err, tc.want)
+		}
+	}
+}
