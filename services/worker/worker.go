@@ -240,13 +240,20 @@ func (w *Worker) want(cat *catalog.Catalog) wanted {
 	if fresh := (checkedAssignment{a: a, spec: spec, plan: p}); w.checked.a != a || w.checked.spec != spec ||
 		w.checked.plan != p {
 		err = a.Validate(w.cfg.ID, spec, p)
-		fresh.err = err
+		fresh.err, fresh.at = err, time.Now()
 		w.checked = fresh
-		// A plan and its assignment arriving one before the other is no news, nor is an assignment read before the
-		// catalog's first load (at the worker's start): only an assignment that cannot be right is.
-		if err != nil && !errors.Is(err, plan.ErrEpoch) && !(errors.Is(err, plan.ErrNoPlan) && !loaded(cat)) {
+		// A plan and its assignment arriving one before the other is no news (they are watched apart: at a clean
+		// start the catalog may load an empty bucket and see the plan after the assignment), nor is an assignment
+		// read before the catalog's first load: only an assignment that cannot be right is, or one still without
+		// its spec and plan after noPlanGrace.
+		if err != nil && !errors.Is(err, plan.ErrEpoch) && !errors.Is(err, plan.ErrNoPlan) {
 			w.complaints.Error(ComplainAssignment, "err", err)
 		}
+	}
+	if c := &w.checked; errors.Is(err, plan.ErrNoPlan) && !c.complained && loaded(cat) &&
+		time.Since(c.at) > noPlanGrace {
+		c.complained = true
+		w.complaints.Error(ComplainAssignment, "err", err)
 	}
 	w.mu.Lock()
 	if err == nil {
@@ -276,7 +283,13 @@ type checkedAssignment struct {
 	spec *pipeline.Spec
 	plan *plan.Plan
 	err  error
+	// at is when the verdict was reached; complained, whether an ErrNoPlan verdict was logged.
+	at         time.Time
+	complained bool
 }
+
+// noPlanGrace is how long an assignment may wait for its pipeline's spec and plan before the worker says so.
+const noPlanGrace = 2 * time.Second
 
 func (w *Worker) wait(ctx context.Context) {
 	select {
