@@ -131,13 +131,18 @@ func Solve(in Input, opt Options) (*Result, error) {
 		r.Nodes = nodes
 		return r, nil
 	}
+	// solveModel solves m, counting its nodes.
+	solveModel := func(m *model) (milp.Result, error) {
+		sol, err := m.solve(opt)
+		nodes += sol.Nodes
+		return sol, err
+	}
 	maxServable := func() (float64, error) {
 		m, err := build(in, stepMaxDemand)
 		if err != nil {
 			return 0, err
 		}
-		sol, err := m.solve(opt)
-		nodes += sol.Nodes
+		sol, err := solveModel(m)
 		if err != nil {
 			return 0, err
 		}
@@ -148,23 +153,27 @@ func Solve(in Input, opt Options) (*Result, error) {
 		res.Gap = max(res.Gap, sol.Gap)
 		return sol.Objective, nil
 	}
+	// served is the allocation of a step that serves the demand.
+	served := func(m *model, sol milp.Result, mode string) (*Result, error) {
+		m.read(sol, res)
+		res.Mode = mode
+		if opt.MaxServable {
+			var err error
+			if res.MaxServableQPS, err = maxServable(); err != nil {
+				return nil, err
+			}
+		}
+		return finish(res)
+	}
 
 	// Step 1: hardware scaling.
 	if m, err := build(in, stepHardware); err == nil {
-		sol, err := m.solve(opt)
-		nodes += sol.Nodes
+		sol, err := solveModel(m)
 		if err != nil {
 			return nil, err
 		}
 		if sol.X != nil {
-			m.read(sol, res)
-			res.Mode = ModeHardware
-			if opt.MaxServable {
-				if res.MaxServableQPS, err = maxServable(); err != nil {
-					return nil, err
-				}
-			}
-			return finish(res)
+			return served(m, sol, ModeHardware)
 		}
 	}
 	// Step 2: accuracy scaling.
@@ -172,20 +181,12 @@ func Solve(in Input, opt Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	sol, err := m.solve(opt)
-	nodes += sol.Nodes
+	sol, err := solveModel(m)
 	if err != nil {
 		return nil, err
 	}
 	if sol.X != nil {
-		m.read(sol, res)
-		res.Mode = ModeAccuracy
-		if opt.MaxServable {
-			if res.MaxServableQPS, err = maxServable(); err != nil {
-				return nil, err
-			}
-		}
-		return finish(res)
+		return served(m, sol, ModeAccuracy)
 	}
 	// Overloaded: allocate for the most these servers can serve.
 	dmax, err := maxServable()
@@ -204,8 +205,7 @@ func Solve(in Input, opt Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	sol, err = m.solve(opt)
-	nodes += sol.Nodes
+	sol, err = solveModel(m)
 	if err != nil {
 		return nil, err
 	}

@@ -194,10 +194,11 @@ func indicator(b bool) float64 {
 
 // addBurstReplicas adds, when option bi of kv needs more than one replica, the row that a variant choosing it
 // hosts that many.
-func (m *model) addBurstReplicas(p *milp.Problem, kv *keptVariant, bi int) {
+func addBurstReplicas(p *milp.Problem, kv *keptVariant, bi int) {
 	if kv.minReplicas[bi] > 1 {
 		p.AddRow("replicas a burst needs at "+kv.task+"/"+kv.variant.Name+"@"+kv.label(bi), 0, math.Inf(1),
-			milp.Term{Col: kv.replicasCol[bi], Coef: 1}, milp.Term{Col: kv.batchChoiceCol[bi], Coef: -kv.minReplicas[bi]})
+			milp.Term{Col: kv.replicasCol[bi], Coef: 1},
+			milp.Term{Col: kv.batchChoiceCol[bi], Coef: -kv.minReplicas[bi]})
 	}
 }
 

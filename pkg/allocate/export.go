@@ -88,9 +88,7 @@ func (m *model) complete() (p *milp.Problem, point func(x []float64) []float64) 
 			use, replicas := kv.batchChoiceCol[bi], kv.replicasCol[bi]
 			capTerms = append(capTerms, milp.Term{Col: replicas, Coef: -kv.throughput[bi]},
 				milp.Term{Col: use, Coef: kv.headroom[bi]})
-			p.AddRow("replicas at the chosen batch", math.Inf(-1), 0,
-				milp.Term{Col: replicas, Coef: 1}, milp.Term{Col: use, Coef: -p.Upper[replicas]})
-			m.addBurstReplicas(p, kv, bi)
+			addChosenBatchRows(p, kv, bi)
 			oneBatch = append(oneBatch, milp.Term{Col: use, Coef: 1})
 			servers = append(servers, milp.Term{Col: replicas, Coef: 1})
 		}

@@ -269,10 +269,7 @@ func (m *model) addRows() {
 			kv.capacityRow = append(kv.capacityRow, p.AddRow("capacity of "+kv.task+"/"+kv.variant.Name+"@"+
 				kv.label(bi), math.Inf(-1), 0, milp.Term{Col: replicas, Coef: -kv.throughput[bi]},
 				milp.Term{Col: use, Coef: kv.headroom[bi]}))
-			// Replicas only at the chosen batch size, and at least as many as its burst's rounds need.
-			p.AddRow("replicas at the chosen batch", math.Inf(-1), 0,
-				milp.Term{Col: replicas, Coef: 1}, milp.Term{Col: use, Coef: -p.Upper[replicas]})
-			m.addBurstReplicas(p, kv, bi)
+			addChosenBatchRows(p, kv, bi)
 			oneBatch = append(oneBatch, milp.Term{Col: use, Coef: 1})
 			servers = append(servers, milp.Term{Col: replicas, Coef: 1})
 		}
@@ -442,6 +439,16 @@ func (m *model) addAggregateColumns() {
 			m.taskServersCol[t.Name] = c
 		}
 	}
+}
+
+// addChosenBatchRows adds to p the rows that tie variant kv's replicas at allowed batch bi to its choice: replicas
+// only at the chosen batch size, and at least as many as its burst's rounds need. The model and the paper's form
+// (complete) share them.
+func addChosenBatchRows(p *milp.Problem, kv *keptVariant, bi int) {
+	use, replicas := kv.batchChoiceCol[bi], kv.replicasCol[bi]
+	p.AddRow("replicas at the chosen batch", math.Inf(-1), 0,
+		milp.Term{Col: replicas, Coef: 1}, milp.Term{Col: use, Coef: -p.Upper[replicas]})
+	addBurstReplicas(p, kv, bi)
 }
 
 // addReplicaPerTask adds to p, when there is demand to serve, a row per task its requests reach: at least one
