@@ -18,11 +18,12 @@ import (
 //     and each batch size comes with options of fewer rounds on more replicas (burstOptions; the replicas a
 //     variant hosts at that option are at least those).
 //   - queueing: Loki leaves each task at least one batch latency of waiting (waitAllowance), and feeds replicas up to
-//     a share of their throughput (Input.Utilization). With few replicas (a plan for a low demand) Poisson arrivals, and bursts far
-//     more, wait longer than that at any share: a variant keeps a fixed headroom free, whatever its replicas
-//     (headroom), so that one replica runs well below the share and many close to it. It is linear in the load
-//     and the replicas: the MILP's capacity row of a batch size gets it as a constant when the size is chosen
-//     (where it is under one replica's load, the accuracy steps spread it over the throughput: spreadHeadroom).
+//     a share of their throughput (Input.Utilization). With few replicas (a plan for a low demand) Poisson
+//     arrivals, and bursts far more, wait longer than that at any share: a variant keeps a fixed headroom free,
+//     whatever its replicas (headroom), so that one replica runs well below the share and many close to it. It is
+//     linear in the load and the replicas: the MILP's capacity row of a batch size gets it as a constant when the
+//     size is chosen (where it is under one replica's load, the accuracy steps spread it over the throughput:
+//     spreadHeadroom).
 // A batch also takes whole messages, so messages of 6 items fill batches of 8 by three quarters under saturation;
 // modelling that (measured with a Markov chain of the batches' first messages) cost the traffic example half a
 // point of accuracy and changed nothing on the camera once the headroom was there, so the throughput stays b/p50.
@@ -204,10 +205,10 @@ func addBurstReplicas(p *milp.Problem, kv *keptVariant, bi int) {
 
 // spreadHeadroom turns each batch size's headroom into a share of its throughput, as at the most load that can
 // reach the variant at the demand asked for (Input.Demand, also in the max-demand step and the allocation of what
-// it finds servable, which must agree): there the same replicas carry the load either way, and below it the share keeps less free.
-// The MILP's capacity rows then need no batch-choice term, whose fractions in the LP relaxation let the headroom
-// vanish and made the accuracy steps several times slower. Hardware scaling, whose loads are the demand's, keeps
-// the headroom exact.
+// it finds servable, which must agree): there the same replicas carry the load either way, and below it the share
+// keeps less free. The MILP's capacity rows then need no batch-choice term, whose fractions in the LP relaxation
+// let the headroom vanish and made the accuracy steps several times slower. Hardware scaling, whose loads are the
+// demand's, keeps the headroom exact.
 func (m *model) spreadHeadroom() {
 	ref := m.in.Demand
 	if m.in.headroomDemand > 0 {
