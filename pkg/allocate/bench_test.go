@@ -53,9 +53,9 @@ func BenchmarkSolve(b *testing.B) {
 	}
 }
 
-// BenchmarkSweep solves the traffic tree at every demand of the 50:1200:50 sweep docs/measurements.md reports, as the issue's
-// target reads ("at every demand of a sweep"): per iteration, every demand once; with one branch-and-bound worker,
-// and with one per CPU (the default) when there are more. Metrics: the slowest demand's solve ("max-ms"), the
+// BenchmarkSweep solves the traffic tree at every demand of the 50:1200:50 sweep README.md here reports, as the
+// issue's target reads ("at every demand of a sweep"): per iteration, every demand once; with one branch-and-bound
+// worker, and with one per CPU (the default) when there are more. Metrics: the slowest demand's solve ("max-ms"), the
 // median over the accuracy-scaling demands ("median-ms"), and their nodes in all. Single demands are a weak guide:
 // the node count of one moves by up to 2x with which optimal vertex an LP ends at. The ",gap=0.01" runs stop at a
 // 1% optimality tolerance instead of the default 1e-6: how much of the time is the last of the proof.
@@ -154,8 +154,8 @@ func BenchmarkProof(b *testing.B) {
 
 // BenchmarkAccuracySolves solves every demand past the switch point of the traffic tree at 14, 20 and 26 servers
 // (25:1800:25, 171 accuracy-scaling or overloaded solves) and of the OCR chain at 4, 6 and 9 servers (10:900:10,
-// 213), each once per iteration: the corpus behind docs/measurements.md's ratios for changes to the search. Metrics per
-// example: "<name>-ms" and "<name>-nodes" in all.
+// 213), each once per iteration: the corpus behind the ratios for changes to the search in README.md here. Metrics
+// per example: "<name>-ms" and "<name>-nodes" in all.
 func BenchmarkAccuracySolves(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		for _, c := range []struct {

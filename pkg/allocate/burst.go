@@ -2,7 +2,6 @@ package allocate
 
 import (
 	"math"
-	"strconv"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/milp"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
@@ -19,11 +18,12 @@ import (
 //     and each batch size comes with options of fewer rounds on more replicas (burstOptions; the replicas a
 //     variant hosts at that option are at least those).
 //   - queueing: Loki leaves each task at least one batch latency of waiting (waitAllowance), and feeds replicas up to
-//     a share of their throughput (Input.Utilization). With few replicas (a plan for a low demand) Poisson arrivals, and bursts far
-//     more, wait longer than that at any share: a variant keeps a fixed headroom free, whatever its replicas
-//     (headroom), so that one replica runs well below the share and many close to it. It is linear in the load
-//     and the replicas: the MILP's capacity row of a batch size gets it as a constant when the size is chosen
-//     (where it is under one replica's load, the accuracy steps spread it over the throughput: spreadHeadroom).
+//     a share of their throughput (Input.Utilization). With few replicas (a plan for a low demand) Poisson
+//     arrivals, and bursts far more, wait longer than that at any share: a variant keeps a fixed headroom free,
+//     whatever its replicas (headroom), so that one replica runs well below the share and many close to it. It is
+//     linear in the load and the replicas: the MILP's capacity row of a batch size gets it as a constant when the
+//     size is chosen (where it is under one replica's load, the accuracy steps spread it over the throughput:
+//     spreadHeadroom).
 // A batch also takes whole messages, so messages of 6 items fill batches of 8 by three quarters under saturation;
 // modelling that (measured with a Markov chain of the batches' first messages) cost the traffic example half a
 // point of accuracy and changed nothing on the camera once the headroom was there, so the throughput stays b/p50.
@@ -44,15 +44,15 @@ type arrivals struct {
 	mean float64
 }
 
-// one is the arrivals of the root task: its items come one at a time.
-var one = arrivals{pmf: []float64{0, 1}, mean: 1}
+// oneAtATime is the arrivals of the root task: its items come one at a time.
+var oneAtATime = arrivals{pmf: []float64{0, 1}, mean: 1}
 
 // arrivalsOf is how items reach task in step st: the fan-out distribution, for this task, of the variant of its
 // parent task with the largest mean that the step may host (one at a time at the root).
 func (in Input) arrivalsOf(task string, st step) arrivals {
 	parent := in.Spec.Task(in.Spec.Parent(task))
 	if parent == nil {
-		return one
+		return oneAtATime
 	}
 	top := parent.MostAccurate().Accuracy
 	var best *pipeline.Variant
@@ -76,7 +76,7 @@ func (in Input) arrivalsOf(task string, st step) arrivals {
 		pmf = func(k int) float64 { return variate.NegativeBinomialPMF(mean, f.Dispersion, k) }
 	case f.Distribution == pipeline.FanoutFixed && len(f.Shares) <= 1:
 		n := int(math.Round(mean))
-		pmf = func(k int) float64 { return b2f(k == n) }
+		pmf = func(k int) float64 { return indicator(k == n) }
 	default: // Poisson, and a fixed count split over several children (a binomial: a Poisson bounds its spread)
 		pmf = func(k int) float64 { return variate.PoissonPMF(mean, k) }
 	}
@@ -179,14 +179,14 @@ func (m *model) waitAllowance(task string, lat float64, slowest map[string]float
 		if !on {
 			continue
 		}
-		path = min(path, m.budget[ci])
-		total := 2 * (m.budget[ci] + m.in.Spec.CommLatencyMs*float64(len(chain))) // the SLO
+		path = min(path, m.chainBudgetMs[ci])
+		total := 2 * (m.chainBudgetMs[ci] + m.in.Spec.CommLatencyMs*float64(len(chain))) // the SLO
 		least = min(least, lat/path*(total-m.in.Spec.CommLatencyMs*float64(len(chain))-path))
 	}
 	return max(least, lat)
 }
 
-func b2f(b bool) float64 {
+func indicator(b bool) float64 {
 	if b {
 		return 1
 	}
@@ -195,41 +195,20 @@ func b2f(b bool) float64 {
 
 // addBurstReplicas adds, when option bi of kv needs more than one replica, the row that a variant choosing it
 // hosts that many.
-func (m *model) addBurstReplicas(p *milp.Problem, kv *variant, bi int) {
-	if kv.minN[bi] > 1 {
-		p.AddRow("replicas a burst needs at "+kv.task+"/"+kv.v.Name+"@"+kv.label(bi), 0, math.Inf(1),
-			milp.Term{Col: kv.n[bi], Coef: 1}, milp.Term{Col: kv.z[bi], Coef: -kv.minN[bi]})
+func addBurstReplicas(p *milp.Problem, kv *keptVariant, bi int) {
+	if kv.minReplicas[bi] > 1 {
+		p.AddRow("replicas a burst needs at "+kv.task+"/"+kv.variant.Name+"@"+kv.label(bi), 0, math.Inf(1),
+			milp.Term{Col: kv.replicasCol[bi], Coef: 1},
+			milp.Term{Col: kv.batchChoiceCol[bi], Coef: -kv.minReplicas[bi]})
 	}
-}
-
-// label names allowed batch bi: its size, and the rounds of a burst when more than one ("8x2").
-func (kv *variant) label(bi int) string {
-	if kv.rounds[bi] > 1 {
-		return strconv.Itoa(kv.batches[bi]) + "x" + strconv.Itoa(kv.rounds[bi])
-	}
-	return strconv.Itoa(kv.batches[bi])
-}
-
-// replicasFor is the fewest replicas that carry load (items/s) at allowed batch bi: its capacity row's, and at
-// least those its burst needs (0 without load).
-func (kv *variant) replicasFor(bi int, load float64) int {
-	if load <= 0 {
-		return 0
-	}
-	return max(int(kv.minN[bi]), int(math.Ceil((load+kv.h[bi])/kv.q[bi]-1e-9)))
-}
-
-// absorbs is the load that n replicas at allowed batch bi carry when the batch size's choice is z.
-func (kv *variant) absorbs(bi int, n, z float64) float64 {
-	return kv.q[bi]*n - kv.h[bi]*z
 }
 
 // spreadHeadroom turns each batch size's headroom into a share of its throughput, as at the most load that can
 // reach the variant at the demand asked for (Input.Demand, also in the max-demand step and the allocation of what
-// it finds servable, which must agree): there the same replicas carry the load either way, and below it the share keeps less free.
-// The MILP's capacity rows then need no batch-choice term, whose fractions in the LP relaxation let the headroom
-// vanish and made the accuracy steps several times slower. Hardware scaling, whose loads are the demand's, keeps
-// the headroom exact.
+// it finds servable, which must agree): there the same replicas carry the load either way, and below it the share
+// keeps less free. The MILP's capacity rows then need no batch-choice term, whose fractions in the LP relaxation
+// let the headroom vanish and made the accuracy steps several times slower. Hardware scaling, whose loads are the
+// demand's, keeps the headroom exact.
 func (m *model) spreadHeadroom() {
 	ref := m.in.Demand
 	if m.in.headroomDemand > 0 {
@@ -237,14 +216,14 @@ func (m *model) spreadHeadroom() {
 	}
 	loads := m.loadBounds(ref)
 	for k, kv := range m.variants {
-		for bi := range kv.h {
-			if kv.h[bi] >= kv.q[bi] {
+		for bi := range kv.headroom {
+			if kv.headroom[bi] >= kv.throughput[bi] {
 				continue // a replica's load or more: exact
 			}
-			if ub := loads[k]; kv.h[bi] > 0 && ub > 0 {
-				kv.q[bi] *= ub / (ub + kv.h[bi])
+			if ub := loads[k]; kv.headroom[bi] > 0 && ub > 0 {
+				kv.throughput[bi] *= ub / (ub + kv.headroom[bi])
 			}
-			kv.h[bi] = 0
+			kv.headroom[bi] = 0
 		}
 	}
 }

@@ -16,7 +16,7 @@ import (
 // batch-choice and replica columns, at the same indexes; point maps a point of the model onto it.
 func (m *model) complete() (p *milp.Problem, point func(x []float64) []float64) {
 	src := m.prob
-	base := m.firstFlow // the columns before the flow columns are the complete model's too
+	base := m.firstFlowCol // the columns before the flow columns are the complete model's too
 	p = &milp.Problem{Sense: src.Sense}
 	for j := 0; j < base; j++ {
 		p.AddCol(src.Names[j], src.Obj[j], src.Lower[j], src.Upper[j], src.Integer[j], src.Priority[j])
@@ -24,12 +24,12 @@ func (m *model) complete() (p *milp.Problem, point func(x []float64) []float64) 
 	flow := make(map[*path]int, len(m.paths))
 	used := make(map[*path]int, len(m.paths))
 	for _, pa := range m.paths {
-		flow[pa] = p.AddCol("flow "+m.pathName(pa), m.comboObj(pa), 0, milp.Inf, false, 0)
+		flow[pa] = p.AddCol("flow "+m.pathName(pa), m.flowObjective(pa), 0, milp.Inf, false, 0)
 		used[pa] = p.AddCol("carries "+m.pathName(pa), 0, 0, 1, true, 0)
 	}
 
 	for ci := range m.chains {
-		terms := []milp.Term{{Col: m.demand, Coef: -1}}
+		terms := []milp.Term{{Col: m.demandCol, Coef: -1}}
 		for _, pa := range m.paths {
 			if pa.chain == ci {
 				terms = append(terms, milp.Term{Col: flow[pa], Coef: 1})
@@ -73,32 +73,32 @@ func (m *model) complete() (p *milp.Problem, point func(x []float64) []float64) 
 	}
 	var servers []milp.Term
 	for k, kv := range m.variants {
-		if len(kv.z) == 0 {
+		if len(kv.batchChoiceCol) == 0 {
 			continue
 		}
-		var capTerms, one []milp.Term
+		var capTerms, oneBatch []milp.Term
 		for _, pa := range m.paths {
 			for i, h := range pa.hops {
 				if h == k && pa.chain == m.refChain[kv.task] {
-					capTerms = append(capTerms, milp.Term{Col: flow[pa], Coef: pa.mult[i]})
+					capTerms = append(capTerms, milp.Term{Col: flow[pa], Coef: pa.itemsPerRequest[i]})
 				}
 			}
 		}
 		for bi := range kv.batches {
-			capTerms = append(capTerms, milp.Term{Col: kv.n[bi], Coef: -kv.q[bi]}, milp.Term{Col: kv.z[bi], Coef: kv.h[bi]})
-			p.AddRow("replicas at the chosen batch", math.Inf(-1), 0,
-				milp.Term{Col: kv.n[bi], Coef: 1}, milp.Term{Col: kv.z[bi], Coef: -p.Upper[kv.n[bi]]})
-			m.addBurstReplicas(p, kv, bi)
-			one = append(one, milp.Term{Col: kv.z[bi], Coef: 1})
-			servers = append(servers, milp.Term{Col: kv.n[bi], Coef: 1})
+			use, replicas := kv.batchChoiceCol[bi], kv.replicasCol[bi]
+			capTerms = append(capTerms, milp.Term{Col: replicas, Coef: -kv.throughput[bi]},
+				milp.Term{Col: use, Coef: kv.headroom[bi]})
+			addChosenBatchRows(p, kv, bi)
+			oneBatch = append(oneBatch, milp.Term{Col: use, Coef: 1})
+			servers = append(servers, milp.Term{Col: replicas, Coef: 1})
 		}
-		p.AddRow("capacity of "+kv.task+"/"+kv.v.Name, math.Inf(-1), 0, capTerms...)
-		p.AddRow("one batch size of "+kv.task+"/"+kv.v.Name, math.Inf(-1), 1, one...)
+		p.AddRow("capacity of "+kv.task+"/"+kv.variant.Name, math.Inf(-1), 0, capTerms...)
+		p.AddRow("one batch size of "+kv.task+"/"+kv.variant.Name, math.Inf(-1), 1, oneBatch...)
 	}
 	p.AddRow("servers", math.Inf(-1), float64(m.in.Servers), servers...)
 	m.addReplicaPerTask(p)
 	// Constraint 7.
-	flowUB := p.Upper[m.demand]
+	flowUB := p.Upper[m.demandCol]
 	for _, pa := range m.paths {
 		p.AddRow("I(p) of "+m.pathName(pa), math.Inf(-1), 0, milp.Term{Col: flow[pa], Coef: 1},
 			milp.Term{Col: used[pa], Coef: -flowUB})
@@ -107,22 +107,22 @@ func (m *model) complete() (p *milp.Problem, point func(x []float64) []float64) 
 		for _, h := range pa.hops {
 			kv := m.variants[h]
 			hosted := []milp.Term{{Col: used[pa], Coef: 1}}
-			for bi, z := range kv.z {
-				lat = append(lat, milp.Term{Col: z, Coef: kv.lat[bi]})
+			for bi, z := range kv.batchChoiceCol {
+				lat = append(lat, milp.Term{Col: z, Coef: kv.latencyMs[bi]})
 				hosted = append(hosted, milp.Term{Col: z, Coef: -1})
 			}
-			worst += slicesMax(kv.lat)
+			worst += slicesMax(kv.latencyMs)
 			p.AddRow("hosted on "+m.pathName(pa), math.Inf(-1), 0, hosted...)
 		}
-		if bigM := worst - pa.maxLat; bigM > 0 {
+		if bigM := worst - pa.budgetMs; bigM > 0 {
 			lat = append(lat, milp.Term{Col: used[pa], Coef: bigM})
-			p.AddRow("latency of "+m.pathName(pa), math.Inf(-1), pa.maxLat+bigM, lat...)
+			p.AddRow("latency of "+m.pathName(pa), math.Inf(-1), pa.budgetMs+bigM, lat...)
 		}
 	}
 	if m.in.MinAccuracy > 0 && m.step == stepAccuracy {
-		terms := []milp.Term{{Col: m.demand, Coef: -m.in.MinAccuracy}}
+		terms := []milp.Term{{Col: m.demandCol, Coef: -m.in.MinAccuracy}}
 		for _, pa := range m.paths {
-			terms = append(terms, milp.Term{Col: flow[pa], Coef: m.weights[pa.chain] * pa.accuracy})
+			terms = append(terms, milp.Term{Col: flow[pa], Coef: m.chainShare[pa.chain] * pa.accuracy})
 		}
 		p.AddRow("minimum accuracy", 0, math.Inf(1), terms...)
 	}

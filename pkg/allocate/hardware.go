@@ -9,17 +9,17 @@ import (
 // enumerateHardware solves step 1 exactly without branch-and-bound when every task keeps a single variant (its most
 // accurate one, the usual case): then each chain has one path, the traffic reaching every variant is fixed by the
 // demand, and a batch size per variant decides everything else. The fewest replicas that carry a variant's load at
-// batch b are ceil(load/q(b)), so the optimum is the batch vector whose paths fit their latency budgets with the
-// fewest servers: at most |B|^tasks vectors (7^4 = 2401 for a 4-task chain with 7 batch sizes), each checked in
-// microseconds. Ties go to the vector with the most headroom (the largest least ratio of a variant's capacity to its
-// load): workers batch dynamically, so a larger maximum batch costs no latency at low load and absorbs bursts.
-// ok is false when the model is not of that shape (several variants of a task tie for the top accuracy) and the
-// MILP must be solved instead.
+// batch b are ceil(load/throughput(b)), so the optimum is the batch vector whose paths fit their latency budgets
+// with the fewest servers: at most |B|^tasks vectors (7^4 = 2401 for a 4-task chain with 7 batch sizes), each
+// checked in microseconds. Ties go to the vector with the most headroom (the largest least ratio of a variant's
+// capacity to its load): workers batch dynamically, so a larger maximum batch costs no latency at low load and
+// absorbs bursts. ok is false when the model is not of that shape (several variants of a task tie for the top
+// accuracy) and the MILP must be solved instead.
 func (m *model) enumerateHardware() (res milp.Result, ok bool) {
 	seen := map[string]bool{}
 	var vars []int // indexes into m.variants of the variants on some path
 	for k, kv := range m.variants {
-		if len(kv.z) == 0 {
+		if len(kv.batchChoiceCol) == 0 {
 			continue
 		}
 		if seen[kv.task] {
@@ -34,7 +34,7 @@ func (m *model) enumerateHardware() (res milp.Result, ok bool) {
 	for _, pa := range m.paths {
 		for i, h := range pa.hops {
 			if pa.chain == m.refChain[m.variants[h].task] {
-				loads[h] += pa.mult[i] * d
+				loads[h] += pa.itemsPerRequest[i] * d
 			}
 		}
 	}
@@ -66,9 +66,9 @@ func (m *model) enumerateHardware() (res milp.Result, ok bool) {
 			for _, pa := range m.paths {
 				lat := 0.0
 				for _, h := range pa.hops {
-					lat += m.variants[h].lat[choice[pos[h]]]
+					lat += m.variants[h].latencyMs[choice[pos[h]]]
 				}
-				if lat > pa.maxLat+1e-9 {
+				if lat > pa.budgetMs+1e-9 {
 					return
 				}
 			}
@@ -76,7 +76,7 @@ func (m *model) enumerateHardware() (res milp.Result, ok bool) {
 			for j, k := range vars {
 				if loads[k] > 0 {
 					kv := m.variants[k]
-					headroom = min(headroom, float64(replicas(k, choice[j]))*kv.q[choice[j]]/loads[k])
+					headroom = min(headroom, float64(replicas(k, choice[j]))*kv.throughput[choice[j]]/loads[k])
 				}
 			}
 			if servers < bestServers || headroom > bestHeadroom {
@@ -96,20 +96,20 @@ func (m *model) enumerateHardware() (res milp.Result, ok bool) {
 		return milp.Result{Status: milp.Infeasible}, true
 	}
 	x := make([]float64, m.prob.NumCols())
-	x[m.demand] = d
+	x[m.demandCol] = d
 	for i, k := range vars {
 		kv := m.variants[k]
 		if n := replicas(k, best[i]); n > 0 {
-			x[kv.z[best[i]]], x[kv.n[best[i]]] = 1, float64(n)
+			x[kv.batchChoiceCol[best[i]]], x[kv.replicasCol[best[i]]] = 1, float64(n)
 		}
 	}
-	for _, c := range m.combos {
+	for _, c := range m.flows {
 		if m.carries(c, func(h int) int { return best[pos[h]] }) {
 			x[c.col] = d
 		}
 	}
-	m.setSpills(x)
-	m.fillAggregates(x)
+	m.setSpillColumns(x)
+	m.setAggregateColumns(x)
 	v := float64(bestServers)
 	return milp.Result{Status: milp.Optimal, X: x, Objective: v, Bound: v}, true
 }

@@ -41,7 +41,7 @@ func TestEnumeratedHardwarePointSatisfiesModel(t *testing.T) {
 				in.Spec.Name, in.Demand, in.Servers, v)
 		}
 		for _, kv := range m.variants {
-			for _, s := range kv.spill {
+			for _, s := range kv.spillDownCol {
 				if s > 0 && res.X[s] > 1e-9 {
 					spilled++
 					break

@@ -7,9 +7,9 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 )
 
-// TestSweepProven: every plan of the examples' sweeps past their switch points (as docs/measurements.md gives them) is proven
-// optimal, with one branch-and-bound worker and with three, at the same system accuracy. An LP Clp leaves unsolved
-// costs a proof, and only here does it show: the plan may still be the optimum.
+// TestSweepProven: every plan of the examples' sweeps past their switch points (as README.md here gives them) is
+// proven optimal, with one branch-and-bound worker and with three, at the same system accuracy. An LP Clp leaves
+// unsolved costs a proof, and only here does it show: the plan may still be the optimum.
 func TestSweepProven(t *testing.T) {
 	for _, c := range []struct {
 		file           string

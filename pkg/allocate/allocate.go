@@ -1,0 +1,262 @@
+// Package allocate is Loki's resource manager (section 4.1 of the paper): which model variants to host, with how
+// many replicas and which maximum batch size, so that the cluster serves the demand with the fewest servers at full
+// accuracy (hardware scaling) or, when it cannot, with the highest system accuracy (accuracy scaling). It builds the
+// MILP and solves it with pkg/milp. Pure: no NATS; the planner service and the plan command call it.
+//
+// The files follow a solve (README.md beside them explains the model, the search and what was measured):
+//   - allocate.go: Input, Options, Solve (the steps, in order) and WriteLP;
+//   - formulation.go: the MILP of one step, its columns and rows (build);
+//   - paths.go: chains, paths of variants, and the flow columns that carry a path's traffic at batch sizes that
+//     fit its latency budget (the paper's constraint 7);
+//   - burst.go: the burst model (budgeted latencies, replicas a burst needs, queueing headroom);
+//   - pricing.go: flow columns generated as the LPs need them, for models too large to list them all;
+//   - heuristics.go, hardware.go: first points for branch-and-bound, and step 1 solved by enumeration;
+//   - result.go: a solution read back into a Result, and the plan workers follow;
+//   - export.go: the paper's own formulation, for the cross-check with CBC.
+package allocate
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"runtime"
+	"time"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/milp"
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+)
+
+// Input is one allocation problem.
+type Input struct {
+	Spec *pipeline.Spec
+	// Demand is the request rate at the root task, in requests per second.
+	Demand float64
+	// Servers is the cluster size: how many workers (one variant replica each) there are.
+	Servers int
+	// SLOMs overrides the spec's SLO when positive.
+	SLOMs float64
+	// Fanout optionally overrides multiplicative factors ("task/variant" -> factor), e.g. with what workers
+	// measure; the profile's factor is the prior.
+	Fanout map[string]pipeline.Fanout
+	// MinAccuracy is an optional floor on the system accuracy in accuracy scaling.
+	MinAccuracy float64
+	// Utilization is the share of each replica's profiled throughput the plan may use (0 means 1, the paper's
+	// formulation). The planner passes its routing's utilization, so that the plan leaves the headroom the routing
+	// keeps: a replica fed at its full service rate has an unbounded queue.
+	Utilization float64
+	// headroomDemand, when positive, is the demand at which the accuracy and max-demand steps spread headroom
+	// (spreadHeadroom) instead of Demand: the allocation of an overloaded cluster's servable demand uses the
+	// demand asked for, as the max-demand step that found it did.
+	headroomDemand float64
+}
+
+// utilization is the share of throughput a plan may use.
+func (in Input) utilization() float64 {
+	if in.Utilization <= 0 || in.Utilization > 1 {
+		return 1
+	}
+	return in.Utilization
+}
+
+// check says what is wrong with in, if anything.
+func (in Input) check() error {
+	if in.Spec == nil {
+		return errors.New("allocate: no pipeline spec")
+	}
+	if in.Servers <= 0 {
+		return ErrNoServers
+	}
+	if in.Demand < 0 || math.IsNaN(in.Demand) || math.IsInf(in.Demand, 0) {
+		return fmt.Errorf("allocate: demand %v QPS: want a finite number >= 0", in.Demand)
+	}
+	return nil
+}
+
+// Options tune the solver.
+type Options struct {
+	// TimeLimit bounds each MILP solve (0: none); a solve that hits it reports Optimal false and its Gap.
+	TimeLimit time.Duration
+	// MaxServable also computes MaxServableQPS when the demand is servable (it always is when it is not).
+	MaxServable bool
+	// Workers is how many branch-and-bound nodes are solved at once (0: runtime.GOMAXPROCS, one per CPU). With
+	// more than one, which of several equally good allocations is returned may vary from run to run.
+	Workers int
+	// Gap is the optimality tolerance of each MILP solve, relative: a result is Optimal when no allocation can beat
+	// it by more than this share of its objective. 0 means pkg/milp's default, 1e-6; it must be below 1.
+	Gap float64
+}
+
+// check says what is wrong with o, if anything.
+func (o Options) check() error {
+	if !(o.Gap >= 0 && o.Gap < 1) {
+		return fmt.Errorf("allocate: optimality gap %v: want a share in [0, 1)", o.Gap)
+	}
+	return nil
+}
+
+// workers is Workers, or one per CPU.
+func (o Options) workers() int {
+	if o.Workers > 0 {
+		return o.Workers
+	}
+	return runtime.GOMAXPROCS(0)
+}
+
+// Modes of an allocation (the plan's).
+const (
+	ModeHardware   = plan.ModeHardware
+	ModeAccuracy   = plan.ModeAccuracy
+	ModeOverloaded = plan.ModeOverloaded
+)
+
+// ErrNoServers says the cluster has no servers to allocate.
+var ErrNoServers = errors.New("allocate: the cluster has no servers")
+
+// Solve allocates the cluster: hardware scaling if the most accurate variants can serve the demand, accuracy scaling
+// otherwise, and when not even that can serve it, the allocation of the largest demand it can serve.
+func Solve(in Input, opt Options) (*Result, error) {
+	start := time.Now()
+	if err := in.check(); err != nil {
+		return nil, err
+	}
+	if err := opt.check(); err != nil {
+		return nil, err
+	}
+	res := &Result{Demand: in.Demand, Servers: in.Servers, ServedQPS: in.Demand, Optimal: true}
+	nodes := 0
+	finish := func(r *Result) (*Result, error) {
+		r.SolveMs = float64(time.Since(start).Microseconds()) / 1000
+		r.Nodes = nodes
+		return r, nil
+	}
+	// solveModel solves m, counting its nodes.
+	solveModel := func(m *model) (milp.Result, error) {
+		sol, err := m.solve(opt)
+		nodes += sol.Nodes
+		return sol, err
+	}
+	maxServable := func() (float64, error) {
+		m, err := build(in, stepMaxDemand)
+		if err != nil {
+			return 0, err
+		}
+		sol, err := solveModel(m)
+		if err != nil {
+			return 0, err
+		}
+		if sol.Status == milp.Infeasible || sol.X == nil {
+			return 0, nil
+		}
+		res.Optimal = res.Optimal && sol.Status == milp.Optimal
+		res.Gap = max(res.Gap, sol.Gap)
+		return sol.Objective, nil
+	}
+	// served is the allocation of a step that serves the demand.
+	served := func(m *model, sol milp.Result, mode string) (*Result, error) {
+		m.read(sol, res)
+		res.Mode = mode
+		if opt.MaxServable {
+			var err error
+			if res.MaxServableQPS, err = maxServable(); err != nil {
+				return nil, err
+			}
+		}
+		return finish(res)
+	}
+
+	// Step 1: hardware scaling.
+	if m, err := build(in, stepHardware); err == nil {
+		sol, err := solveModel(m)
+		if err != nil {
+			return nil, err
+		}
+		if sol.X != nil {
+			return served(m, sol, ModeHardware)
+		}
+	}
+	// Step 2: accuracy scaling.
+	m, err := build(in, stepAccuracy)
+	if err != nil {
+		return nil, err
+	}
+	sol, err := solveModel(m)
+	if err != nil {
+		return nil, err
+	}
+	if sol.X != nil {
+		return served(m, sol, ModeAccuracy)
+	}
+	// Overloaded: allocate for the most these servers can serve.
+	dmax, err := maxServable()
+	if err != nil {
+		return nil, err
+	}
+	res.MaxServableQPS = dmax
+	res.Mode = ModeOverloaded
+	if dmax <= 0 {
+		return finish(res)
+	}
+	at := in
+	at.Demand = dmax * (1 - 1e-7) // just inside, so that tolerances do not make it infeasible
+	at.headroomDemand = in.Demand
+	m, err = build(at, stepAccuracy)
+	if err != nil {
+		return nil, err
+	}
+	sol, err = solveModel(m)
+	if err != nil {
+		return nil, err
+	}
+	if sol.X == nil {
+		return nil, fmt.Errorf("allocate: no allocation for %.3f QPS, the largest demand found servable", at.Demand)
+	}
+	m.read(sol, res)
+	res.ServedQPS = at.Demand
+	return finish(res)
+}
+
+// WriteLP writes the accuracy-scaling MILP of in (Solve's step 2: every variant, the highest system accuracy that
+// serves in.Demand) in LP format: to read, or to solve with another solver (cbc FILE solve). A model past
+// MaxFlowColumns generates its flow columns as it solves and has no whole form to write: ErrModelTooLarge.
+func WriteLP(w io.Writer, in Input) error {
+	if err := in.check(); err != nil {
+		return err
+	}
+	m, err := build(in, stepAccuracy)
+	if err != nil {
+		return err
+	}
+	if m.priced {
+		return fmt.Errorf("%w: its flow columns are generated while solving, so it has no whole LP form to write",
+			ErrModelTooLarge)
+	}
+	return milp.WriteLP(w, m.prob)
+}
+
+// solve runs branch-and-bound on the model, from a first point found by a heuristic.
+func (m *model) solve(opt Options) (milp.Result, error) {
+	if m.step == stepHardware {
+		if res, ok := m.enumerateHardware(); ok {
+			if res.X == nil || m.prob.Violation(res.X) <= 1e-6 {
+				return res, nil
+			}
+			// Not expected: the enumeration's point breaks the model. The MILP decides.
+		}
+	}
+	return milp.Solve(m.prob, m.milpOptions(opt))
+}
+
+// milpOptions are the branch-and-bound's options for the model: its first point (or the heuristic that finds one
+// from the root's LP), pricer and tolerances.
+func (m *model) milpOptions(opt Options) milp.Options {
+	o := milp.Options{TimeLimit: opt.TimeLimit, Pricer: m.pricer(), Workers: opt.workers(), RelGap: opt.Gap}
+	if m.step == stepHardware {
+		o.IntegralObjective = true
+		o.Incumbent = m.hardwareIncumbent()
+	} else {
+		o.RootHeuristic = func(x []float64) []float64 { return m.fixedBatchIncumbent(x, opt) }
+	}
+	return o
+}

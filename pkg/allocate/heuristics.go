@@ -1,0 +1,281 @@
+// First points for branch-and-bound: a good incumbent early lets the search prune from its first nodes.
+
+package allocate
+
+import (
+	"math"
+	"slices"
+	"sort"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/milp"
+)
+
+// fixedBatchIncumbent is a first point for steps 2 and 3, found the way an experienced operator would: from the
+// solution x of the LP relaxation (the search's root), give each variant it uses the batch size where it gives that
+// variant the most capacity (or the largest below it at which the paths the LP sends traffic on still fit), and
+// every other variant the largest batch size that still fits some path through it; then solve the much smaller
+// MILP left (replica counts and flows only) with a node limit. nil when that restricted problem has no point within
+// its limit; the search then starts without one.
+func (m *model) fixedBatchIncumbent(x []float64, opt Options) []float64 {
+	p := m.prob
+	flows := m.pathFlows(x)
+	fixed := make([]int, len(m.variants)) // batch index per variant, -1 while undecided
+	// fits says path pa fits its budget with variant k at batch bi, the hops decided at theirs, the rest at their
+	// fastest.
+	fits := func(pa *path, k, bi int) bool {
+		lat := 0.0
+		for _, h := range pa.hops {
+			switch {
+			case h == k:
+				lat += m.variants[k].latencyMs[bi]
+			case fixed[h] >= 0:
+				lat += m.variants[h].latencyMs[fixed[h]]
+			default:
+				lat += slicesMin(m.variants[h].latencyMs)
+			}
+		}
+		return lat <= pa.budgetMs+1e-9
+	}
+	// The variants the LP gives capacity, the most replicas first.
+	pick := make([]int, len(m.variants))
+	weight := make([]float64, len(m.variants))
+	var order []int
+	for k, kv := range m.variants {
+		fixed[k], pick[k] = -1, -1
+		for bi, col := range kv.replicasCol {
+			weight[k] += x[col]
+			if x[col] > 1e-9 && (pick[k] < 0 || x[col] > x[kv.replicasCol[pick[k]]]) {
+				pick[k] = bi
+			}
+		}
+		if pick[k] >= 0 {
+			order = append(order, k)
+		}
+	}
+	sort.SliceStable(order, func(i, j int) bool { return weight[order[i]] > weight[order[j]] })
+	for _, k := range order {
+		for bi := pick[k]; bi >= 0 && fixed[k] < 0; bi-- {
+			ok := true
+			for _, pa := range m.paths {
+				if flows[pa] > 1e-9 && slices.Contains(pa.hops, k) && !fits(pa, k, bi) {
+					ok = false
+					break
+				}
+			}
+			if ok || bi == 0 {
+				fixed[k] = bi
+			}
+		}
+	}
+	// The others, most accurate first: the largest batch at which some path through the variant and variants the
+	// LP uses fits (so that the restricted problem can move traffic onto it), else some path at all.
+	lpUsed := make([]bool, len(m.variants))
+	for _, k := range order {
+		lpUsed[k] = true
+	}
+	order = order[:0]
+	for k := range m.variants {
+		if fixed[k] < 0 && len(m.variants[k].batchChoiceCol) > 0 {
+			order = append(order, k)
+		}
+	}
+	sort.SliceStable(order, func(i, j int) bool {
+		return m.variants[order[i]].variant.Accuracy > m.variants[order[j]].variant.Accuracy
+	})
+	withUsed := func(pa *path, k int) bool {
+		for _, h := range pa.hops {
+			if h != k && !lpUsed[h] {
+				return false
+			}
+		}
+		return true
+	}
+	for _, k := range order {
+		for _, strict := range []bool{true, false} {
+			for bi := len(m.variants[k].batches) - 1; bi >= 0 && fixed[k] < 0; bi-- {
+				for _, pa := range m.paths {
+					if slices.Contains(pa.hops, k) && (!strict || withUsed(pa, k)) && fits(pa, k, bi) {
+						fixed[k] = bi
+						break
+					}
+				}
+			}
+		}
+	}
+	if m.priced {
+		// The one combination of batch sizes per path the fixed batches allow, if it fits and is not a column yet.
+		for _, pa := range m.paths {
+			batches := make([]int, len(pa.hops))
+			lat, last := 0.0, len(pa.hops)-1
+			for i, h := range pa.hops[:last] {
+				if batches[i] = fixed[h]; batches[i] < 0 {
+					lat = math.Inf(1)
+					break
+				}
+				lat += m.variants[h].latencyMs[batches[i]]
+			}
+			batches[last] = m.threshold(pa, lat)
+			if fixed[pa.hops[last]] >= 0 && fixed[pa.hops[last]] <= batches[last] {
+				if _, ok := m.flowColByKey[flowKey(pa, batches)]; !ok {
+					m.addFlowColumn(pa, batches)
+				}
+			}
+		}
+	}
+	sub := *p
+	sub.Lower = append([]float64(nil), p.Lower...)
+	sub.Upper = append([]float64(nil), p.Upper...)
+	for k, kv := range m.variants {
+		for bi := range kv.batchChoiceCol {
+			if bi == fixed[k] {
+				sub.Lower[kv.batchChoiceCol[bi]], sub.Upper[kv.batchChoiceCol[bi]] = 1, 1
+				continue
+			}
+			sub.Upper[kv.batchChoiceCol[bi]], sub.Upper[kv.replicasCol[bi]] = 0, 0
+		}
+	}
+	for _, c := range m.flows {
+		if !m.carries(c, func(h int) int { return fixed[h] }) {
+			sub.Upper[c.col] = 0
+		}
+	}
+	for _, u := range m.unservedCols {
+		sub.Upper[u] = 0
+	}
+	// Pseudo-costs alone choose its branchings: with strong branching, most of its LPs, whole solves took 1.1-1.3x
+	// as long (384 accuracy-scaling solves of the examples).
+	o := milp.Options{MaxNodes: 2000, NoStrongBranching: true}
+	if opt.TimeLimit > 0 {
+		o.TimeLimit = opt.TimeLimit / 4
+	}
+	// Most columns are now fixed at zero: solved without them, the restricted problem is a fraction of the size.
+	small, expand := sub.WithoutZeroColumns()
+	res, err := milp.Solve(small, o)
+	if err != nil {
+		return nil
+	}
+	return expand(res.X)
+}
+
+// hardwareIncumbent is a first feasible point of step 1: every most accurate variant at the largest batch size
+// (one for all) at which every chain fits, with just enough replicas. nil when it does not fit the cluster.
+func (m *model) hardwareIncumbent() []float64 {
+	p := m.prob
+	var batches []int
+	seen := map[int]bool{}
+	for _, kv := range m.variants {
+		for _, b := range kv.batches {
+			if !seen[b] {
+				seen[b] = true
+				batches = append(batches, b)
+			}
+		}
+	}
+	sort.Sort(sort.Reverse(sort.IntSlice(batches)))
+	// One variant per task (the first kept), all paths through them.
+	pick := map[string]int{}
+	for k, kv := range m.variants {
+		if _, ok := pick[kv.task]; !ok && len(kv.batchChoiceCol) > 0 {
+			pick[kv.task] = k
+		}
+	}
+	for _, b := range batches {
+		x := make([]float64, p.NumCols())
+		copy(x, p.Lower)
+		choice := map[int]int{}
+		okAll := true
+		for _, k := range pick {
+			kv := m.variants[k]
+			bi := -1
+			for i, kb := range kv.batches {
+				if kb <= b {
+					bi = i // the largest allowed batch not above b
+				}
+			}
+			if bi < 0 {
+				okAll = false
+				break
+			}
+			choice[k] = bi
+		}
+		if !okAll {
+			continue
+		}
+		for ci := range m.chains {
+			var found *flowColumn
+			for _, c := range m.flows {
+				if c.path.chain == ci && m.carries(c, func(h int) int {
+					if bi, ok := choice[h]; ok {
+						return bi
+					}
+					return -1
+				}) {
+					found = c
+					break
+				}
+			}
+			if found == nil {
+				okAll = false
+				break
+			}
+			x[found.col] = m.in.Demand
+		}
+		if !okAll {
+			continue
+		}
+		loads := m.loads(x)
+		for k, bi := range choice {
+			kv := m.variants[k]
+			if n := kv.replicasFor(bi, loads[k]); n > 0 {
+				x[kv.batchChoiceCol[bi]], x[kv.replicasCol[bi]] = 1, float64(n)
+			}
+		}
+		m.setSpillColumns(x)
+		m.setAggregateColumns(x)
+		if p.Violation(x) <= 1e-6 {
+			return x
+		}
+	}
+	return nil
+}
+
+// setSpillColumns sets the spill columns of x to carry the load of its flow columns to its replicas: the load
+// arriving at each batch index, from the slowest down, runs there as far as the replicas there allow, and the rest
+// moves on to the next faster batch size (the best order: load that may use a batch size may use every faster one
+// too).
+func (m *model) setSpillColumns(x []float64) {
+	arriving := map[int]float64{} // capacity row -> load
+	for _, c := range m.flows {
+		last := len(c.batches) - 1
+		kv := m.variants[c.path.hops[last]]
+		arriving[kv.capacityRow[c.batches[last]]] += c.path.itemsPerRequest[last] * x[c.col]
+	}
+	for _, kv := range m.variants {
+		if kv.spillDownCol == nil {
+			continue
+		}
+		carry := 0.0
+		for bi := len(kv.batches) - 1; bi >= 1; bi-- {
+			absorbed := kv.absorbs(bi, x[kv.replicasCol[bi]], x[kv.batchChoiceCol[bi]])
+			carry = max(0, carry+arriving[kv.capacityRow[bi]]-absorbed)
+			x[kv.spillDownCol[bi]] = carry
+		}
+	}
+}
+
+// setAggregateColumns sets the aggregate columns of x from its replica columns.
+func (m *model) setAggregateColumns(x []float64) {
+	for _, c := range m.taskServersCol {
+		x[c] = 0
+	}
+	for _, kv := range m.variants {
+		if kv.replicasTotalCol < 0 {
+			continue
+		}
+		x[kv.replicasTotalCol] = 0
+		for _, col := range kv.replicasCol {
+			x[kv.replicasTotalCol] += x[col]
+		}
+		x[m.taskServersCol[kv.task]] += x[kv.replicasTotalCol]
+	}
+}
