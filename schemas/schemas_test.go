@@ -31,7 +31,8 @@ func TestReadmeNamesTheWire(t *testing.T) {
 		wire.ContentJSON, wire.ContentMsgpack,
 		wire.StatusOK, wire.StatusPartial, wire.StatusDropped, wire.StatusLate, wire.StatusError,
 		wire.DropDeadline, wire.DropUnrouted,
-		"`" + wire.TaskMsgID("<request-id>", "<parent-item>", "<task>", "<variant>") + "`",
+		"`" + wire.TaskMsgID("<request-id>", "", "<task>", "<variant>") + "`",
+		"`" + wire.TaskMsgID("<request-id>", "<parent-item>", "<task>", "<variant>") + "#<subs>`",
 	}
 	for _, s := range must {
 		if !strings.Contains(text, s) {
