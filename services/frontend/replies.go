@@ -1,0 +1,146 @@
+// From the workers' results to the one reply each request gets, and the demand reports to the planner.
+
+package frontend
+
+import (
+	"context"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/vmihailenco/msgpack/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/completion"
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
+
+// reportDemand tells the planner, every DemandEvery, how many requests each pipeline received (zero included, so
+// the estimate falls when traffic stops).
+func (f *Frontend) reportDemand(ctx context.Context) {
+	t := time.NewTicker(f.cfg.DemandEvery)
+	defer t.Stop()
+	last := time.Now()
+	reconnects := f.nc.Stats().Reconnects
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			f.mu.Lock()
+			counts := f.demand
+			f.demand = make(map[string]int, len(counts))
+			f.mu.Unlock()
+			interval := now.Sub(last)
+			last = now
+			// What a frontend counts while its clients cannot reach it (the connection lost, or the server
+			// restarting) is not the demand: a report of it, flushed on reconnect, made the planner shrink the plan
+			// for a second after every server restart. Withheld, the planner holds its estimate meanwhile.
+			if r := f.nc.Stats().Reconnects; r != reconnects || !f.nc.IsConnected() {
+				reconnects = r
+				f.demandWithheld.Add(1)
+				continue
+			}
+			for _, name := range f.Pipelines() {
+				data, _ := msgpack.Marshal(&wire.DemandReport{Frontend: f.cfg.ID, Count: counts[name],
+					IntervalMs: float64(interval) / float64(time.Millisecond)})
+				if err := f.nc.Publish(wire.DemandSubject(name), data); err != nil {
+					f.log.Debug("demand report failed", "err", err)
+				}
+			}
+		}
+	}
+}
+
+// onResult records leaf reports and replies to requests they complete.
+func (f *Frontend) onResult(m *nats.Msg) {
+	var rm wire.ResultMessage
+	if err := wire.UnmarshalMsgpack(m.Data, &rm); err != nil {
+		f.badReports.Add(1)
+		f.complaints.Warn("discarding undecodable result message", "err", err)
+		return
+	}
+	f.mu.Lock()
+	r, ok := f.pending[rm.RequestID]
+	if !ok {
+		f.mu.Unlock()
+		f.stray.Add(uint64(len(rm.Items)))
+		return
+	}
+	done := false
+	for _, it := range rm.Items {
+		d, _, err := r.tracker.Add(it)
+		if err != nil {
+			f.badReports.Add(1)
+			f.complaints.Warn("inconsistent leaf report", "request", rm.RequestID, "err", err)
+		}
+		done = done || d
+	}
+	if done {
+		delete(f.pending, r.id)
+		r.timer.Stop()
+	}
+	f.mu.Unlock()
+	if done {
+		f.finish(r, false, "")
+	}
+}
+
+// expire answers a request at its deadline with what has finished.
+func (f *Frontend) expire(id string) {
+	f.mu.Lock()
+	r, ok := f.pending[id]
+	delete(f.pending, id)
+	f.mu.Unlock()
+	if ok {
+		f.late.Add(1)
+		f.finish(r, true, "")
+	}
+}
+
+// failAll answers every pending request with an error (at shutdown).
+func (f *Frontend) failAll(why string) {
+	f.mu.Lock()
+	all := f.pending
+	f.pending = map[string]*request{}
+	f.mu.Unlock()
+	for _, r := range all {
+		r.timer.Stop()
+		f.finish(r, false, why)
+	}
+}
+
+// finish sends the one reply of a request that has left the pending map.
+func (f *Frontend) finish(r *request, late bool, failure string) {
+	rep := &wire.InferReply{ID: r.clientID, RequestID: r.id, Pipeline: r.pipeline,
+		Status: r.tracker.Status(late), Results: r.tracker.Results(),
+		LatencyMs: float64(time.Since(r.start).Microseconds()) / 1000}
+	if failure != "" {
+		rep.Status, rep.Error = wire.StatusError, failure
+	}
+	if rep.Results == nil {
+		rep.Results = []wire.ItemResult{}
+	}
+	if spec, _ := f.lookup(r.pipeline); spec != nil {
+		rep.Accuracy = servedAccuracy(spec, rep.Results)
+	}
+	r.span.SetAttributes(attribute.String("sleipnir.status", rep.Status))
+	if rep.Status != wire.StatusOK {
+		r.span.SetStatus(codes.Error, rep.Status)
+	}
+	r.span.End()
+	f.replied.Add(1)
+	r.reply(rep)
+}
+
+// servedAccuracy is the weighted mean of the path accuracies of the finished leaves.
+func servedAccuracy(spec *pipeline.Spec, results []wire.ItemResult) float64 {
+	var acc completion.Accuracy
+	for _, it := range results {
+		if it.Status == wire.ItemOK && it.Den != 0 {
+			acc.Add(1/float64(it.Den), spec.PathAccuracyOf(it.Path))
+		}
+	}
+	return acc.Value()
+}

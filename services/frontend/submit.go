@@ -1,0 +1,250 @@
+// From a client request to its root task message: the deadline, decoding, and publishing into JetStream.
+
+package frontend
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/vmihailenco/msgpack/v5"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/bus"
+	"github.com/sleipnir-serving/sleipnir/pkg/completion"
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
+
+// request is one accepted request, pending until complete or due.
+type request struct {
+	id       string
+	clientID string
+	pipeline string
+	start    time.Time
+	deadline time.Time
+	tracker  *completion.Tracker
+	timer    *time.Timer
+	reply    func(*wire.InferReply)
+	span     trace.Span
+}
+
+// submission is a decoded client request, whatever API it came through.
+type submission struct {
+	pipeline string
+	req      wire.InferRequest
+	arrival  time.Time // when the frontend received it: its deadline runs from here
+	deadline time.Time
+	trace    propagation.TextMapCarrier
+	reply    func(*wire.InferReply)
+}
+
+// Error kinds of refused requests; the HTTP API maps them to status codes.
+var (
+	ErrBadRequest      = errors.New("bad request")
+	ErrUnknownPipeline = errors.New("unknown pipeline")
+	ErrUnavailable     = errors.New("unavailable")
+	// ErrOverloaded: the frontend had no room for the request, or it waited past its deadline; retry later.
+	ErrOverloaded = errors.New("overloaded")
+	// ErrInternal: the frontend failed the request itself (its task message was taken for a duplicate).
+	ErrInternal = errors.New("internal error")
+)
+
+// refusal is an error reply to a request that was never sent into the pipeline.
+type refusal struct {
+	kind error
+	msg  string
+}
+
+func (r *refusal) Error() string { return r.msg }
+func (r *refusal) Unwrap() error { return r.kind }
+
+func refuse(kind error, format string, args ...any) *refusal {
+	return &refusal{kind: kind, msg: fmt.Sprintf(format, args...)}
+}
+
+// maxAhead is how far ahead of its arrival a request's deadline may be.
+func (f *Frontend) maxAhead(spec *pipeline.Spec) time.Duration {
+	if f.cfg.MaxTimeout > 0 {
+		return f.cfg.MaxTimeout
+	}
+	return min(max(DefaultMaxTimeout, time.Duration(10*spec.SLOMs*float64(time.Millisecond))), maxMaxTimeout)
+}
+
+// deadlineOf reads the request's deadline from its headers: absolute (wire.HeaderDeadline), relative to its arrival
+// (wire.HeaderTimeout), or the pipeline's SLO from its arrival. A deadline more than maxAhead after the arrival is
+// refused: the request would hold its place in the frontend for that long, and past 2262 it cannot even be written.
+func deadlineOf(arrival time.Time, get func(string) string, spec *pipeline.Spec, maxAhead time.Duration) (time.Time, error) {
+	if s := get(wire.HeaderDeadline); s != "" {
+		d, err := wire.ParseDeadline(s)
+		if err != nil {
+			return time.Time{}, refuse(ErrBadRequest, "%v", err)
+		}
+		if !d.After(arrival) {
+			return time.Time{}, refuse(ErrBadRequest, "deadline %s has already passed", d.UTC().Format(time.RFC3339Nano))
+		}
+		if d.Sub(arrival) > maxAhead {
+			return time.Time{}, refuse(ErrBadRequest, "%s %s is further ahead than the limit of %v",
+				wire.HeaderDeadline, d.UTC().Format(time.RFC3339Nano), maxAhead)
+		}
+		return d, nil
+	}
+	if s := get(wire.HeaderTimeout); s != "" {
+		d, err := wire.ParseTimeout(s)
+		if err != nil {
+			return time.Time{}, refuse(ErrBadRequest, "%v", err)
+		}
+		if d <= 0 {
+			return time.Time{}, refuse(ErrBadRequest, "%s %s: the deadline has already passed", wire.HeaderTimeout, s)
+		}
+		if d > maxAhead {
+			return time.Time{}, refuse(ErrBadRequest, "%s %s is further ahead than the limit of %v", wire.HeaderTimeout, s, maxAhead)
+		}
+		return arrival.Add(d), nil
+	}
+	return arrival.Add(time.Duration(spec.SLOMs * float64(time.Millisecond))), nil
+}
+
+// decodeRequest turns a request's payload and headers into what submit needs, or a refusal saying what is wrong. It
+// is pure (no NATS, no clock): NATS and HTTP requests go through it, and FuzzDecodeRequest drives it.
+// badJSON opens the error for a payload that is not JSON (the two APIs word it differently).
+func decodeRequest(data []byte, asJSON bool, header func(string) string, arrival time.Time, spec *pipeline.Spec,
+	maxBytes int, maxAhead time.Duration, badJSON string) (wire.InferRequest, time.Time, error) {
+	var req wire.InferRequest
+	if len(data) > maxBytes {
+		return req, time.Time{}, refuse(ErrBadRequest, "request of %d bytes exceeds the limit of %d", len(data), maxBytes)
+	}
+	if asJSON {
+		if err := json.Unmarshal(data, &req); err != nil {
+			return req, time.Time{}, refuse(ErrBadRequest, "%s: %v", badJSON, err)
+		}
+	} else if err := wire.UnmarshalMsgpack(data, &req); err != nil {
+		return req, time.Time{}, refuse(ErrBadRequest, "request is not a msgpack InferRequest (or set %s: %s): %v",
+			wire.HeaderContentType, wire.ContentJSON, err)
+	}
+	if len(req.Inputs) == 0 {
+		return req, time.Time{}, refuse(ErrBadRequest, "request has no inputs")
+	}
+	for i := range req.Inputs {
+		if err := req.Inputs[i].Validate(); err != nil {
+			return req, time.Time{}, refuse(ErrBadRequest, "inputs[%d]: %v", i, err)
+		}
+	}
+	d, err := deadlineOf(arrival, header, spec, maxAhead)
+	return req, d, err
+}
+
+// submit sends an accepted request into the pipeline, in its turn, or returns why it was refused. On success,
+// sub.reply is called exactly once, later. The publish is bounded by the request's deadline.
+func (f *Frontend) submit(ctx context.Context, sub *submission, t *turn) error {
+	spec, p := f.lookup(sub.pipeline)
+	if spec == nil {
+		return refuse(ErrUnknownPipeline, "unknown pipeline %q (serving: %s)", sub.pipeline, strings.Join(f.Pipelines(), ", "))
+	}
+	if p == nil {
+		return refuse(ErrUnavailable, "pipeline %q has no plan yet", sub.pipeline)
+	}
+	now := time.Now()
+	if !sub.deadline.After(now) {
+		return refuse(ErrOverloaded, "overloaded: the request waited %v in the frontend, past its deadline; retry later",
+			now.Sub(sub.arrival).Round(time.Millisecond))
+	}
+	root := spec.Root().Name
+	f.mu.Lock()
+	variant := plan.Pick(p.Routing.Root, f.rng.Float64())
+	f.mu.Unlock()
+	if variant == "" {
+		return refuse(ErrUnavailable, "pipeline %q: the plan hosts no variant of task %s", sub.pipeline, root)
+	}
+	r := &request{
+		id: wire.RequestID(f.cfg.ID, f.boot, f.seq.Add(1)), clientID: sub.req.ID, pipeline: sub.pipeline,
+		start: sub.arrival, deadline: sub.deadline, tracker: completion.New(), reply: sub.reply,
+	}
+	var spanCtx context.Context
+	spanCtx, r.span = f.tracer.Start(otel.GetTextMapPropagator().Extract(ctx, sub.trace), "infer "+sub.pipeline,
+		trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(sub.arrival),
+		trace.WithAttributes(attribute.String("sleipnir.request_id", r.id)))
+
+	data, err := msgpack.Marshal(&wire.TaskMessage{Items: []wire.Item{{ID: wire.RootItemID, Den: 1, Inputs: sub.req.Inputs}}})
+	if err != nil {
+		r.span.End()
+		return refuse(ErrBadRequest, "encode request: %v", err)
+	}
+	msg := nats.NewMsg(wire.TaskSubject(sub.pipeline, root, variant))
+	msg.Data = data
+	wire.TaskHeaders{RequestID: r.id, Deadline: r.deadline, ReplyTo: f.result,
+		MsgID: wire.TaskMsgID(r.id, "", root, variant)}.Write(msg.Header.Set)
+	otel.GetTextMapPropagator().Inject(spanCtx, bus.HeaderCarrier(msg.Header))
+
+	// Register before publishing: a fast worker may report before the publish returns. From here the deadline timer
+	// guarantees the reply, whatever becomes of the task message.
+	f.mu.Lock()
+	f.demand[sub.pipeline]++
+	f.pending[r.id] = r
+	r.timer = time.AfterFunc(time.Until(r.deadline), func() { f.expire(r.id) })
+	f.mu.Unlock()
+	pubCtx, cancel := context.WithDeadline(ctx, r.deadline)
+	defer cancel()
+	defer context.AfterFunc(f.stopping, cancel)()
+	ack, err := f.publish(pubCtx, msg, t)
+	if err != nil && errors.Is(pubCtx.Err(), context.DeadlineExceeded) {
+		// The deadline came first: answer as its timer does (late), whichever of the two got here first.
+		r.timer.Stop()
+		f.expire(r.id)
+		return nil
+	}
+	if err == nil && ack.Duplicate {
+		// The stream kept an earlier message with this id and dropped this one: no worker will ever see it.
+		err = refuse(ErrInternal, "request %s: the stream took its task message for a duplicate of one it already "+
+			"holds (%s %q), so it was not enqueued", r.id, wire.HeaderMsgID, msg.Header.Get(wire.HeaderMsgID))
+	} else if err != nil && f.stopping.Err() != nil {
+		err = refuse(ErrUnavailable, "the frontend is shutting down")
+	} else if err != nil {
+		err = refuse(ErrUnavailable, "cannot enqueue request on %s: %v", msg.Subject, err)
+	}
+	if err != nil {
+		f.mu.Lock()
+		_, still := f.pending[r.id]
+		delete(f.pending, r.id)
+		f.mu.Unlock()
+		r.timer.Stop()
+		r.span.End()
+		if !still {
+			return nil // already answered (the deadline passed during the publish)
+		}
+		return err
+	}
+	f.accepted.Add(1)
+	return nil
+}
+
+// publish sends msg in its turn and waits for JetStream's acknowledgement until ctx ends.
+func (f *Frontend) publish(ctx context.Context, msg *nats.Msg, t *turn) (*jetstream.PubAck, error) {
+	if !t.take(ctx) {
+		return nil, ctx.Err()
+	}
+	// No retry when no stream answers (nats.go waits 250 ms twice by default): the client, told at once, can retry
+	// as well as the frontend could. Stalled (too many acknowledgements outstanding), give up soon: the turn is held.
+	fut, err := f.js.PublishMsgAsync(msg, jetstream.WithRetryAttempts(0), jetstream.WithStallWait(publishStallWait))
+	t.pass()
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case ack := <-fut.Ok():
+		return ack, nil
+	case err := <-fut.Err():
+		return nil, err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
