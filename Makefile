@@ -115,7 +115,7 @@ WARMUP ?= 15s
 ablation: build
 	@for p in none last-task per-task reroute; do \
 	  dir=$$(mktemp -d); \
-	  bin/sleipnir up --pipeline examples/$(PIPELINE).yaml --allocator static --deadline-policy $$p --data-dir $$dir --storage memory \
+	  bin/sleipnir up --pipeline examples/$(PIPELINE).yaml --policy static:$$p --data-dir $$dir --storage memory \
 	    --nats-port 4333 --http "" --log-level warn >$$dir/up.log 2>&1 & pid=$$!; \
 	  sleep 3; \
 	  bin/loadgen --nats nats://127.0.0.1:4333 --pipeline $(PIPELINE) --qps $(QPS) --warmup $(WARMUP) --duration $(DURATION) --json \

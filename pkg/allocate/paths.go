@@ -45,27 +45,17 @@ type flowColumn struct {
 
 // fanout is the multiplicative factor from a variant of task to one child task.
 func (in Input) fanout(task string, v *pipeline.Variant, child string) float64 {
-	f := v.Fanout
-	if o, ok := in.Fanout[task+"/"+v.Name]; ok {
-		f = &o
-	}
-	if f == nil {
-		return 0
-	}
-	if len(f.Shares) == 0 {
-		return f.Mean
-	}
-	return f.Mean * f.Shares[child]
+	return in.Spec.Task(task).FanoutTo(v, child, in.Fanout)
 }
 
-// chainBudget is the execution time a chain's variants may take: half the SLO (the other half is left for queueing,
-// as Loki does) minus the communication latency of its hops.
+// chainBudget is the execution time a chain's variants may take: the SLO's processing budget (half of it, the other
+// half is left for queueing, as Loki does) minus the communication latency of its hops.
 func (in Input) chainBudget(chain []string) float64 {
 	slo := in.Spec.SLOMs
 	if in.SLOMs > 0 {
 		slo = in.SLOMs
 	}
-	return slo/2 - in.Spec.CommLatencyMs*float64(len(chain))
+	return pipeline.ProcessingBudgetMs(slo) - in.Spec.CommLatencyMs*float64(len(chain))
 }
 
 // chainWeights is each chain's share of the leaf traffic, from the multiplicative factors of the most accurate

@@ -2,6 +2,10 @@
 // multiplicative factors and the number of live workers, whether to solve the allocation again or only to recompute
 // the routing tables, and computes the new plan. Pure: the planner service publishes what it decides, and the
 // simulator runs the very same loop.
+//
+// It also names the systems that can run the loop (Systems: Sleipnir's allocator and the baselines, each with its
+// deadline policy) and the flags that choose and tune them (RegisterFlags), one vocabulary for the planner, up and
+// the simulator.
 package control
 
 import (
@@ -52,6 +56,12 @@ type Config struct {
 	// 15% headroom in accuracy mode too cost 9% of the mean accuracy). 0 means DefaultHeadroom; negative, none:
 	// plans are sized for the estimate, and a rising demand waits for the thresholds too.
 	Headroom float64
+	// SolveTimeLimit bounds each allocation solve; a solve stopped by it returns its best plan with its gap. 0: none
+	// (the planner makes it 1 s; the simulator keeps none, so that its runs do not depend on the machine's speed).
+	SolveTimeLimit time.Duration
+	// SolveWorkers is how many branch-and-bound nodes a solve works on at once; 0: one per CPU (the simulator makes
+	// it one: with one, the same input always gives the same plan).
+	SolveWorkers int
 }
 
 // DefaultHeadroom is Config.Headroom's default. A plan sized for the estimate alone runs short whenever the estimate
@@ -121,7 +131,9 @@ type Observed struct {
 	// same test; nil: none.
 	FanoutSamples map[string]float64
 	// TaskDemand is the estimated items per second reaching each task, for allocators that plan each task on its
-	// own (may be nil otherwise).
+	// own (Proteus): the planner's from the sub-requests the workers' heartbeats count (tasks below the root, once
+	// counted), the simulator's from the items reaching each task's queue. A task without one gets the root demand
+	// times the profiled factors.
 	TaskDemand map[string]float64
 	// Servers is how many workers the pipeline may use.
 	Servers int
@@ -228,6 +240,18 @@ func Resume(spec *pipeline.Spec, cfg Config, alloc Allocator, current *plan.Plan
 		l.routed = routedAt{demand: a.Estimate(), at: now}
 	}
 	return l
+}
+
+// FirstPlan is the plan a pipeline starts with when there is none to resume (planner and simulator alike): the
+// spec's static allocation, routed for no demand (every table sends to the most accurate variant), epoch 0. Until
+// demand is measured, it stands.
+func FirstPlan(spec *pipeline.Spec) (*plan.Plan, error) {
+	p, err := plan.Static(spec)
+	if err != nil {
+		return nil, err
+	}
+	p.Routing = routing.MostAccurateFirst(routing.Input{Spec: spec, Plan: p})
+	return p, nil
 }
 
 // Current is the plan in force (the last one published).

@@ -57,11 +57,7 @@ func (e *FanoutEstimator) Observe(hop string, delta wire.FanoutCounts) {
 func (e *FanoutEstimator) Seed(hop string, f pipeline.Fanout, children []string) {
 	s := &smoothedCounts{items: e.MinItems, children: map[string]float64{}}
 	for _, c := range children {
-		share, ok := f.Shares[c]
-		if !ok && len(children) == 1 {
-			share = 1
-		}
-		s.children[c] = f.Mean * share * e.MinItems
+		s.children[c] = f.Mean * f.Share(c, children) * e.MinItems
 	}
 	e.smoothed[hop] = s
 }

@@ -164,3 +164,40 @@ func (v *Variant) Throughput(batch int) float64 {
 	p := v.LatencyFor(batch)
 	return float64(p.Batch) / (p.P50Ms / 1000)
 }
+
+// Share is the share of f's sub-requests that go to child, one of children (the child tasks of f's task). Shares
+// may be omitted for a task of one child, which then gets them all; a child without a share gets none.
+func (f Fanout) Share(child string, children []string) float64 {
+	if s, ok := f.Shares[child]; ok {
+		return s
+	}
+	if len(f.Shares) == 0 && len(children) == 1 && children[0] == child {
+		return 1
+	}
+	return 0
+}
+
+// FanoutOf is the multiplicative factor in force for v, a variant of t: measured's ("task/variant" -> factor, the
+// planner's estimates) when it has v, otherwise v's profile's; nil for a variant of a leaf task. The allocation and
+// the routing both read factors through it (and Share).
+func (t *Task) FanoutOf(v *Variant, measured map[string]Fanout) *Fanout {
+	if m, ok := measured[t.Name+"/"+v.Name]; ok {
+		return &m
+	}
+	return v.Fanout
+}
+
+// FanoutTo is the mean number of sub-requests an item executed by v, a variant of t, sends to the child task
+// child (FanoutOf and Share).
+func (t *Task) FanoutTo(v *Variant, child string, measured map[string]Fanout) float64 {
+	f := t.FanoutOf(v, measured)
+	if f == nil {
+		return 0
+	}
+	return f.Mean * f.Share(child, t.Children)
+}
+
+// ProcessingBudgetMs is the time a chain's execution and hops may take under an SLO of sloMs: half of it, the other
+// half being left for queueing, as Loki does. The allocation sizes batches and variants to it; the static plan's
+// batch size too.
+func ProcessingBudgetMs(sloMs float64) float64 { return sloMs / 2 }

@@ -136,9 +136,18 @@ func (p *Plan) Find(task, variant string) *VariantPlan {
 	return nil
 }
 
+// Upstream is the hop a message whose path (the hops its items went through, wire.HeaderPath) is path came from:
+// the last of them; "" for a message at the root task.
+func Upstream(path []string) string {
+	if len(path) == 0 {
+		return ""
+	}
+	return path[len(path)-1]
+}
+
 // Rehome is where a message queued at task/variant goes when p hosts no replica of that variant (a plan retired it
 // while the message waited): the variant p routes the task's traffic to from upstream, the message's previous hop
-// ("task/variant", or "" at the root task), drawn with u in [0, 1). "" when p hosts task/variant, or routes the task
+// ("task/variant", or "" at the root task: see Upstream), drawn with u in [0, 1). "" when p hosts task/variant, or routes the task
 // nowhere from upstream: the message stays.
 func (p *Plan) Rehome(task, variant, upstream string, u float64) string {
 	if p.Hosts(task, variant) {
@@ -210,7 +219,7 @@ func Static(spec *pipeline.Spec) (*Plan, error) {
 }
 
 // largestBatchWithinHalfSLO is the largest allowed batch size at which every chain of most accurate variants takes
-// at most half the SLO (the other half is left for queueing, as Loki does).
+// at most the SLO's processing budget (pipeline.ProcessingBudgetMs: half of it).
 func largestBatchWithinHalfSLO(spec *pipeline.Spec) int {
 	best := spec.BatchSizes[0]
 	for _, b := range spec.BatchSizes {
@@ -220,7 +229,7 @@ func largestBatchWithinHalfSLO(spec *pipeline.Spec) int {
 			for _, task := range chain {
 				total += spec.Task(task).MostAccurate().LatencyFor(b).P50Ms + spec.CommLatencyMs
 			}
-			if total > spec.SLOMs/2 {
+			if total > pipeline.ProcessingBudgetMs(spec.SLOMs) {
 				fits = false
 			}
 		}

@@ -74,15 +74,12 @@ func MostAccurateFirst(in Input) plan.Routing {
 			continue
 		}
 		for _, u := range hosted[t.Name] {
-			f := u.variant.Fanout
-			if o, ok := in.Fanout[u.hop]; ok {
-				f = &o
-			}
 			tables := make(map[string][]plan.Route, len(t.Children))
+			f := t.FanoutOf(u.variant, in.Fanout)
 			for _, child := range t.Children {
 				out := 0.0
 				if f != nil {
-					out = incoming[u.hop] * f.Mean * f.Shares[child]
+					out = incoming[u.hop] * f.Mean * f.Share(child, t.Children)
 				}
 				tables[child] = fill(hosted[child], out, left, incoming)
 			}

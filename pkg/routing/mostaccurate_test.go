@@ -239,3 +239,35 @@ func BenchmarkMostAccurateFirst(b *testing.B) {
 		b.Fatalf("tables for %v", hops)
 	}
 }
+
+// TestFactorWithoutShares: a measured factor of a task with one child may leave out its shares (pipeline.Fanout):
+// it then sends all of its sub-requests to that child, as the allocation reads it, not none.
+func TestFactorWithoutShares(t *testing.T) {
+	spec, err := pipeline.Parse([]byte(`
+name: r
+slo_ms: 1000
+tasks:
+  - name: a
+    children: [b]
+    variants:
+      - {name: x, accuracy: 0.9, executor: {kind: emulated}, fanout: {mean: 1}, profile: [{batch: 1, p50_ms: 10, p95_ms: 10}]}
+  - name: b
+    variants:
+      - {name: p, accuracy: 0.9, executor: {kind: emulated}, profile: [{batch: 1, p50_ms: 8, p95_ms: 8}]}
+      - {name: q, accuracy: 0.7, executor: {kind: emulated}, profile: [{batch: 1, p50_ms: 2, p95_ms: 2}]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := hosting("a/x=100", "b/p=50", "b/q=500")
+	// 10 QPS times 10 sub-requests each: 100 for b, beyond p's 50.
+	route := func(f pipeline.Fanout) string {
+		r := MostAccurateFirst(Input{Spec: spec, Plan: p, Demand: 10, Utilization: 1,
+			Fanout: map[string]pipeline.Fanout{"a/x": f}})
+		return routes(r.Downstream["a/x"]["b"])
+	}
+	with, without := route(pipeline.Fanout{Mean: 10, Shares: map[string]float64{"b": 1}}), route(pipeline.Fanout{Mean: 10})
+	if with != without || with != "p:0.5 q:0.5" {
+		t.Errorf("a/x's table for b: %q with its share, %q without; want both p:0.5 q:0.5", with, without)
+	}
+}

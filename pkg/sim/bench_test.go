@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sleipnir-serving/sleipnir/pkg/control"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/workload"
 )
@@ -25,15 +24,11 @@ func benchmarkSimulate(b *testing.B, qps float64) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	sys, err := ParseSystem("loki", spec, control.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
 	var hops int64
 	var planning float64
 	start := time.Now()
 	for range b.N {
-		res, err := Run(Config{Spec: spec, Workload: workload.Constant(qps, 10*time.Minute), Servers: 20, System: sys,
+		res, err := Run(Config{Spec: spec, Workload: workload.Constant(qps, 10*time.Minute), Servers: 20, System: "loki",
 			Seed: 1, CommLatency: -1})
 		if err != nil {
 			b.Fatal(err)

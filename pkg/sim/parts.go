@@ -1,68 +1,8 @@
 package sim
 
 import (
-	"fmt"
-	"strings"
-
-	"github.com/sleipnir-serving/sleipnir/pkg/baseline"
-	"github.com/sleipnir-serving/sleipnir/pkg/control"
-	"github.com/sleipnir-serving/sleipnir/pkg/deadline"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 )
-
-// System is a serving policy under test: an allocator for the planner's loop and the workers' deadline policy.
-type System struct {
-	Name      string
-	Allocator control.Allocator
-	Policy    deadline.Policy
-}
-
-// SystemSyntax is the syntax of a system name, for flag help and errors.
-const SystemSyntax = "loki, inferline, proteus or static, optionally with a deadline policy, e.g. loki:per-task " +
-	"(defaults: loki and static the pipeline's deadline_policy, inferline none, proteus per-task)"
-
-// ParseSystem reads a system name: "loki" (Sleipnir's planner: the allocation MILP), "inferline" or "proteus" (the
-// baselines of pkg/baseline), or "static" (the pipeline's static allocation for good, routed as the demand
-// moves: the live planner's --allocator static), optionally followed by ":" and a deadline policy. Without one,
-// Loki and static run the pipeline's deadline policy; InferLine none (it provisions for the tail latency and drops
-// nothing); Proteus per-task (it serves each task as a model of its own, with its own share of the SLO, and drops a
-// query that overran it).
-// The allocators size plans for the control loop's routing utilization (cc; zero values are its defaults).
-func ParseSystem(s string, spec *pipeline.Spec, cc control.Config) (System, error) {
-	name, pol, hasPolicy := strings.Cut(s, ":")
-	cc.SetDefaults()
-	// One branch-and-bound worker: with more, a solve may return another of several equally good plans, and the
-	// simulator is deterministic.
-	milp := control.MILP{Utilization: cc.RouteUtilization, Workers: 1}
-	var sys System
-	switch name {
-	case "loki":
-		sys.Allocator, sys.Policy = milp, deadline.Policy(spec.DeadlinePolicy)
-		if sys.Policy == "" {
-			sys.Policy = deadline.Default
-		}
-	case "inferline":
-		sys.Allocator, sys.Policy = baseline.NewInferLine(milp), deadline.None
-	case "proteus":
-		sys.Allocator, sys.Policy = baseline.Proteus{MILP: milp}, deadline.PerTask
-	case "static":
-		sys.Policy = deadline.Policy(spec.DeadlinePolicy)
-		if sys.Policy == "" {
-			sys.Policy = deadline.Default
-		}
-	default:
-		return System{}, fmt.Errorf("system %q: want %s", s, SystemSyntax)
-	}
-	if hasPolicy {
-		p, err := deadline.ParsePolicy(pol)
-		if err != nil || pol == "" {
-			return System{}, fmt.Errorf("system %q: deadline policy %q: want none, last-task, per-task or reroute", s, pol)
-		}
-		sys.Policy = p
-	}
-	sys.Name = name + ":" + string(sys.Policy)
-	return sys, nil
-}
 
 // eventHeap is a binary min-heap of events by time, then by the order they were pushed (so runs are
 // deterministic). Written out rather than through container/heap to avoid boxing every event.

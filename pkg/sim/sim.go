@@ -9,6 +9,7 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"time"
 
@@ -21,7 +22,6 @@ import (
 	hopstep "github.com/sleipnir-serving/sleipnir/pkg/hop"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
-	"github.com/sleipnir-serving/sleipnir/pkg/routing"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 	"github.com/sleipnir-serving/sleipnir/pkg/workload"
 )
@@ -32,8 +32,10 @@ type Config struct {
 	Workload *workload.Workload
 	// Servers is the cluster size.
 	Servers int
-	System  System
-	Seed    uint64
+	// System is the system that plans (control.ParseSystem; default loki). Its solves are as Control says, but
+	// with one branch-and-bound worker unless it sets more: a run must not depend on the machine's CPUs.
+	System string
+	Seed   uint64
 	// Control tunes the planner's loop (pkg/control; zero values are its defaults).
 	Control control.Config
 	// DemandAlpha is the weight of the newest second in the demand and multiplicative-factor averages (default
@@ -161,7 +163,8 @@ type hop struct {
 	stage    *deadline.Stage
 	budget   time.Duration
 	table    *hopstep.Table // forwarding under the current plan (children numbered in Emulated's order)
-	// counts since the last heartbeat
+	// What the variant's replicas executed and the sub-requests they emitted per child task, cumulative as a
+	// worker's heartbeat reports them (wire.Observed); the planner's tick folds them (demand.Counters).
 	items   uint64
 	emitted map[string]uint64
 }
@@ -178,26 +181,28 @@ type server struct {
 }
 
 type sim struct {
-	cfg     Config
-	spec    *pipeline.Spec
-	comm    int64
-	rng     *rand.Rand
-	events  eventHeap
-	seq     uint64
-	now     int64
-	hops    []*hop
-	hopIdx  map[string]map[string]int32 // task -> variant -> index in hops (no string building per item)
-	tasks   []string
-	servers []server
-	names   []string // worker names, for plan.Assign
-	assign  map[string]plan.Assignment
-	loop    *control.Loop
-	plan    *plan.Plan
-	est     *demand.Estimator
-	fan     *demand.FanoutEstimator
-	taskEst []*demand.Estimator
-	trie    pathTrie
-	arr     *workload.Arrivals
+	cfg      Config
+	system   control.System
+	spec     *pipeline.Spec
+	comm     int64
+	rng      *rand.Rand
+	events   eventHeap
+	seq      uint64
+	now      int64
+	hops     []*hop
+	hopIdx   map[string]map[string]int32 // task -> variant -> index in hops (no string building per item)
+	tasks    []string
+	servers  []server
+	names    []string // worker names, for plan.Assign
+	assign   map[string]plan.Assignment
+	loop     *control.Loop
+	plan     *plan.Plan
+	est      *demand.Estimator
+	fan      *demand.FanoutEstimator
+	counters *demand.Counters
+	taskEst  *demand.TaskDemand
+	trie     pathTrie
+	arr      *workload.Arrivals
 	// per-second accounting
 	seconds      []Second
 	arrivedNow   int
@@ -226,24 +231,31 @@ func newSim(cfg Config) (*sim, error) {
 	if err := cfg.Workload.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.System.Name == "" {
-		var err error
-		if cfg.System, err = ParseSystem("loki", cfg.Spec, cfg.Control); err != nil {
-			return nil, err
-		}
+	name, solve := cfg.System, cfg.Control
+	if name == "" {
+		name = "loki"
+	}
+	if solve.SolveWorkers == 0 {
+		solve.SolveWorkers = 1
+	}
+	system, err := control.ParseSystem(name, cfg.Spec, solve)
+	if err != nil {
+		return nil, err
 	}
 	spec := cfg.Spec
-	s := &sim{cfg: cfg, spec: spec, rng: rand.New(rand.NewPCG(cfg.Seed, 0x51a)), hopIdx: map[string]map[string]int32{},
+	s := &sim{cfg: cfg, system: system, spec: spec, rng: rand.New(rand.NewPCG(cfg.Seed, 0x51a)), hopIdx: map[string]map[string]int32{},
 		est: cfg.Control.DemandEstimator(cfg.DemandAlpha), fan: demand.NewFanoutEstimator(cfg.DemandAlpha, 0),
-		assign: map[string]plan.Assignment{}}
+		counters: demand.NewCounters(), assign: map[string]plan.Assignment{}}
 	s.comm = int64(cfg.CommLatency)
 	if cfg.CommLatency < 0 {
 		s.comm = int64(spec.CommLatencyMs * float64(time.Millisecond))
 	}
 	for _, t := range spec.Tasks {
 		s.tasks = append(s.tasks, t.Name)
-		s.taskEst = append(s.taskEst, cfg.Control.DemandEstimator(cfg.DemandAlpha))
 	}
+	s.taskEst = demand.NewTaskDemand(s.tasks, func() *demand.Estimator {
+		return cfg.Control.DemandEstimator(cfg.DemandAlpha)
+	})
 	s.taskArrivals = make([]int, len(spec.Tasks))
 	for ti := range spec.Tasks {
 		t := &spec.Tasks[ti]
@@ -262,14 +274,13 @@ func newSim(cfg Config) (*sim, error) {
 	s.trie = newPathTrie(spec, s.hops)
 	s.routeRand = rand.New(&s.routeDraws)
 
-	// The planner's start: the static plan, routed for no demand, its replicas given to the workers.
-	initial, err := plan.Static(spec)
+	// The planner's start: its first plan, its replicas given to the workers.
+	initial, err := control.FirstPlan(spec)
 	if err != nil {
 		return nil, err
 	}
 	initial.Epoch = 1
-	initial.Routing = routing.MostAccurateFirst(routing.Input{Spec: spec, Plan: initial})
-	s.loop = control.New(spec, cfg.Control, cfg.System.Allocator, initial)
+	s.loop = control.New(spec, cfg.Control, system.Allocator, initial)
 	s.servers = make([]server, cfg.Servers)
 	for i := range s.servers {
 		s.servers[i].hop = -1
@@ -541,19 +552,25 @@ func (s *sim) tick() {
 	now := s.time()
 	s.est.Observe("frontend", s.arrivedNow, time.Second, now)
 	s.arrivedNow = 0
+	// The workers' heartbeat, as one worker's: the counters of every variant that executed anything.
+	beat := wire.Registration{Observed: map[string]wire.Observed{}}
 	for _, h := range s.hops {
-		if h.items == 0 {
-			continue
+		if h.items > 0 {
+			beat.Observed[h.name] = wire.Observed{FanoutCounts: wire.FanoutCounts{Items: h.items,
+				Children: maps.Clone(h.emitted)}}
 		}
-		s.fan.Observe(h.name, wire.FanoutCounts{Items: h.items, Children: h.emitted})
-		h.items, h.emitted = 0, map[string]uint64{}
 	}
-	taskDemand := make(map[string]float64, len(s.tasks))
+	delta := s.counters.Fold("workers", beat)
+	for _, h := range s.hops {
+		if d := delta[h.name]; d.Items > 0 {
+			s.fan.Observe(h.name, d)
+		}
+	}
 	for ti, name := range s.tasks {
-		s.taskEst[ti].Observe("frontend", s.taskArrivals[ti], time.Second, now)
+		s.taskEst.Add(name, uint64(s.taskArrivals[ti]))
 		s.taskArrivals[ti] = 0
-		taskDemand[name] = s.taskEst[ti].Tick(now)
 	}
+	taskDemand := s.taskEst.Tick(now, time.Second)
 	s.fan.Tick()
 	o := control.Observed{Demand: s.est.Tick(now), DemandWindow: s.est.Window(), Fanout: s.fan.Estimate(s.spec),
 		FanoutSamples: s.fan.Samples(), TaskDemand: taskDemand, Servers: len(s.servers)}
@@ -591,8 +608,7 @@ func (s *sim) applyPlan(p *plan.Plan, replanned bool) {
 			h.budget = time.Duration(vp.BudgetMs * float64(time.Millisecond))
 			replicas = vp.Replicas
 		}
-		policy := s.cfg.System.Policy
-		h.stage = deadline.NewStage(s.spec, p, policy, s.tasks[h.task], h.variant.Name, h.budget, replicas)
+		h.stage = deadline.NewStage(s.spec, p, s.system.Policy, s.tasks[h.task], h.variant.Name, h.budget, replicas)
 		h.table = hopstep.NewTable(s.spec, p, h.stage, s.tasks[h.task], h.variant.Name, h.children)
 	}
 	if !replanned {
@@ -625,11 +641,7 @@ func (s *sim) rehome(p *plan.Plan) {
 		}
 		kept := h.queue[:0]
 		for _, m := range h.queue[h.head:] {
-			upstream := ""
-			if path := s.trie.path[m.node]; len(path) > 0 {
-				upstream = path[len(path)-1]
-			}
-			if to := p.Rehome(task, h.variant.Name, upstream, s.rng.Float64()); to != "" {
+			if to := p.Rehome(task, h.variant.Name, plan.Upstream(s.trie.path[m.node]), s.rng.Float64()); to != "" {
 				s.push(event{at: s.now + s.comm, kind: evDeliver, hop: s.hopIdx[task][to], msg: m})
 				continue
 			}
@@ -675,9 +687,9 @@ func (s *sim) take(srv int, a plan.Assignment) {
 
 func (s *sim) result() *Result {
 	// Requests still in flight are stuck where no worker serves: the frontend replied late at their deadline.
-	res := &Result{System: s.cfg.System.Name, Seconds: s.seconds}
+	res := &Result{System: s.system.Name, Seconds: s.seconds}
 	sum := &res.Summary
-	sum.System = s.cfg.System.Name
+	sum.System = s.system.Name
 	for i := range s.seconds {
 		x := &s.seconds[i]
 		x.Late += x.Arrivals - x.OK - x.Partial - x.Dropped - x.Late

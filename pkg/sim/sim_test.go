@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sleipnir-serving/sleipnir/pkg/control"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/workload"
@@ -26,21 +25,12 @@ func traffic(t testing.TB) *pipeline.Spec {
 	return spec
 }
 
-func system(t testing.TB, name string, spec *pipeline.Spec) System {
-	t.Helper()
-	s, err := ParseSystem(name, spec, control.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
 // TestDeterministic: two runs with the same seed are the same run, at a demand the plans must scale accuracy for
 // (where the MILP, not the hardware enumeration, chooses them).
 func TestDeterministic(t *testing.T) {
 	spec := traffic(t)
 	cfg := Config{Spec: spec, Workload: workload.Constant(700, 10*time.Second), Servers: 20,
-		System: system(t, "loki", spec), Seed: 42, CommLatency: -1}
+		System: "loki", Seed: 42, CommLatency: -1}
 	a, err := Run(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +59,7 @@ func TestEveryRequestAnswered(t *testing.T) {
 	spec := traffic(t)
 	for _, name := range []string{"loki", "loki:none", "loki:per-task", "loki:last-task", "inferline", "proteus"} {
 		s, err := newSim(Config{Spec: spec, Workload: workload.Constant(150, 30*time.Second), Servers: 20,
-			System: system(t, name, spec), Seed: 1, CommLatency: -1})
+			System: name, Seed: 1, CommLatency: -1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -99,7 +89,7 @@ func TestSystems(t *testing.T) {
 	spec := traffic(t)
 	run := func(name string, qps float64) Summary {
 		res, err := Run(Config{Spec: spec, Workload: workload.Constant(qps, 45*time.Second), Warmup: 15 * time.Second,
-			Servers: 20, System: system(t, name, spec), Seed: 1, CommLatency: -1})
+			Servers: 20, System: name, Seed: 1, CommLatency: -1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -134,7 +124,7 @@ func TestCapacity(t *testing.T) {
 	spec := traffic(t)
 	cs := CapacitySearch{Warmup: 15 * time.Second, Measure: 30 * time.Second, Precision: 0.05}
 	capOf := func(name string) float64 {
-		q, probes, err := Capacity(Config{Spec: spec, Servers: 20, System: system(t, name, spec), Seed: 1,
+		q, probes, err := Capacity(Config{Spec: spec, Servers: 20, System: name, Seed: 1,
 			CommLatency: -1}, cs)
 		if err != nil {
 			t.Fatal(err)
@@ -148,30 +138,13 @@ func TestCapacity(t *testing.T) {
 	}
 }
 
-func TestParseSystem(t *testing.T) {
-	spec := traffic(t)
-	for in, want := range map[string]string{"loki": "loki:reroute", "loki:none": "loki:none",
-		"inferline": "inferline:none", "proteus": "proteus:per-task", "proteus:reroute": "proteus:reroute",
-		"static": "static:reroute", "static:none": "static:none"} {
-		s, err := ParseSystem(in, spec, control.Config{})
-		if err != nil || s.Name != want {
-			t.Errorf("%q: %q %v, want %q", in, s.Name, err, want)
-		}
-	}
-	for _, bad := range []string{"", "clipper", "loki:", "loki:sometimes"} {
-		if _, err := ParseSystem(bad, spec, control.Config{}); err == nil {
-			t.Errorf("%q: no error", bad)
-		}
-	}
-}
-
 // TestStaticSystem: the static system keeps the spec's allocation (20 replicas) whatever the demand, where Loki's
 // planner scales down to a few workers at 60 QPS.
 func TestStaticSystem(t *testing.T) {
 	spec := traffic(t)
 	for _, name := range []string{"static", "loki"} {
 		r, err := Run(Config{Spec: spec, Workload: workload.Constant(60, 30*time.Second), Warmup: 15 * time.Second,
-			Servers: 20, System: system(t, name, spec), Seed: 1, CommLatency: -1})
+			Servers: 20, System: name, Seed: 1, CommLatency: -1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -188,7 +161,7 @@ func TestReport(t *testing.T) {
 	var results []*Result
 	for _, name := range []string{"loki", "proteus"} {
 		r, err := Run(Config{Spec: spec, Workload: workload.Diurnal(20, 200, 60*time.Second, time.Second),
-			Servers: 20, System: system(t, name, spec), Seed: 1, CommLatency: -1})
+			Servers: 20, System: name, Seed: 1, CommLatency: -1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -235,7 +208,7 @@ func TestBatchFitsMaxBatch(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := newSim(Config{Spec: spec, Workload: workload.Constant(100, time.Second), Servers: 20,
-				System: system(t, "loki:none", spec), Seed: 1})
+				System: "loki:none", Seed: 1})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -278,7 +251,7 @@ func TestBatchFitsMaxBatch(t *testing.T) {
 func TestRehome(t *testing.T) {
 	spec := traffic(t)
 	s, err := newSim(Config{Spec: spec, Workload: workload.Constant(100, time.Second), Servers: 20,
-		System: system(t, "loki", spec), Seed: 1, CommLatency: -1})
+		System: "loki", Seed: 1, CommLatency: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,7 +315,7 @@ func TestCameraHoldsItsSLO(t *testing.T) {
 	}
 	for _, qps := range []float64{9, 45, 81} {
 		res, err := Run(Config{Spec: spec, Workload: workload.Constant(qps, 40*time.Second), Servers: 20,
-			System: system(t, "loki", spec), Seed: 1, CommLatency: -1, Warmup: 15 * time.Second})
+			System: "loki", Seed: 1, CommLatency: -1, Warmup: 15 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -21,7 +21,7 @@ func TestParentSpreadOverReplicas(t *testing.T) {
 			}
 			spec.Allocation[1].Replicas = replicas
 			s, err := newSim(Config{Spec: spec, Workload: workload.Constant(1, time.Second), Servers: 1 + replicas,
-				System: system(t, "static", spec), Seed: 1, CommLatency: -1})
+				System: "static", Seed: 1, CommLatency: -1})
 			if err != nil {
 				t.Fatal(err)
 			}

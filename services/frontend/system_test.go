@@ -64,7 +64,7 @@ func startTestSystem(t testing.TB, workers int) *testSystem {
 		}()
 	}
 	pl, err := planner.New(s.connect(t, "planner"), planner.Config{Pipelines: []*pipeline.Spec{spec},
-		Storage: jetstream.MemoryStorage, Allocator: planner.AllocatorStatic, Logger: s.log})
+		Storage: jetstream.MemoryStorage, System: "static", Logger: s.log})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,6 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/ratelog"
-	"github.com/sleipnir-serving/sleipnir/pkg/routing"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
@@ -41,7 +40,11 @@ type Config struct {
 	WorkerTimeout time.Duration
 	// AckWait of the variant consumers.
 	AckWait time.Duration
-	// Config tunes the control loop: when to re-plan and re-route (see pkg/control).
+	// System is the system that plans (control.ParseSystem: loki, the default, inferline, proteus or static,
+	// optionally with a deadline policy); its deadline policy goes into the specs the planner publishes.
+	System string
+	// Config tunes the control loop: when to re-plan and re-route, and the solves (see pkg/control; the solves'
+	// time limit defaults to 1 s here).
 	control.Config
 	// DemandAlpha is the weight of the newest demand report in the moving average (default 0.3).
 	DemandAlpha float64
@@ -51,28 +54,16 @@ type Config struct {
 	// MaxReportQPS is the largest rate one frontend's demand report may claim (default 50000, beyond what one
 	// frontend accepts); reports above it are refused and counted.
 	MaxReportQPS float64
-	// Allocator says where the plans come from: AllocatorMILP (the default) solves the allocation MILP for the
-	// demand estimate and the live workers; AllocatorStatic publishes the spec's allocation section once.
-	Allocator string
-	// SolveTimeLimit bounds each MILP solve (default 1 s); a solve stopped by it publishes its best plan with its
-	// gap.
-	SolveTimeLimit time.Duration
-	Logger         *slog.Logger
+	Logger       *slog.Logger
 }
-
-// Allocators.
-const (
-	AllocatorMILP   = "milp"
-	AllocatorStatic = "static"
-)
 
 func (c *Config) setDefaults() {
 	if c.WorkerTimeout == 0 {
 		c.WorkerTimeout = 5 * time.Second
 	}
 	c.Config.SetDefaults()
-	if c.Allocator == "" {
-		c.Allocator = AllocatorMILP
+	if c.System == "" {
+		c.System = "loki"
 	}
 	if c.SolveTimeLimit == 0 {
 		c.SolveTimeLimit = time.Second
@@ -107,14 +98,17 @@ type Planner struct {
 
 	complaints *ratelog.Limiter
 
-	mu     sync.Mutex
-	specs  []*pipeline.Spec
-	demand map[string]*demand.Estimator       // per pipeline, under mu
-	fanout map[string]*demand.FanoutEstimator // per pipeline, under mu
-	// observed is each worker's last heartbeat measurements, to fold in only what is new; under mu.
-	observed map[string]wire.Registration
-	loops    []*control.Loop   // per pipeline, aligned with specs; only Run's goroutine uses them
-	live     *control.Liveness // under mu
+	mu         sync.Mutex
+	specs      []*pipeline.Spec
+	demand     map[string]*demand.Estimator       // per pipeline, under mu
+	fanout     map[string]*demand.FanoutEstimator // per pipeline, under mu
+	taskDemand map[string]*demand.TaskDemand      // per pipeline, under mu
+	// counters folds the workers' heartbeats into what is new since each one's previous; under mu.
+	counters *demand.Counters
+	// systems are the pipelines' systems (the configured one, per spec), aligned with cfg.Pipelines.
+	systems []control.System
+	loops   []*control.Loop   // per pipeline, aligned with specs; only Run's goroutine uses them
+	live    *control.Liveness // under mu
 	// reconnects is the connection's reconnect count when liveness last looked; under mu.
 	reconnects   uint64
 	workersReady atomic.Bool // the worker watch delivered the registrations already in the bucket
@@ -135,24 +129,48 @@ func New(nc *nats.Conn, cfg Config) (*Planner, error) {
 	if len(cfg.Pipelines) == 0 {
 		return nil, errors.New("planner: no pipeline to serve")
 	}
-	if cfg.Allocator != AllocatorMILP && cfg.Allocator != AllocatorStatic {
-		return nil, fmt.Errorf("planner: allocator %q: want %s or %s", cfg.Allocator, AllocatorMILP, AllocatorStatic)
+	// The system's deadline policy is the published spec's: the workers read it there.
+	specs := make([]*pipeline.Spec, len(cfg.Pipelines))
+	systems := make([]control.System, len(cfg.Pipelines))
+	for i, s := range cfg.Pipelines {
+		sys, err := control.ParseSystem(cfg.System, s, cfg.Config)
+		if err != nil {
+			return nil, fmt.Errorf("planner: %w", err)
+		}
+		specs[i], systems[i] = s, sys
+		if string(sys.Policy) != s.DeadlinePolicy {
+			c := *s
+			c.DeadlinePolicy = string(sys.Policy)
+			specs[i] = &c
+		}
 	}
+	cfg.Pipelines = specs
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
 	}
 	est := map[string]*demand.Estimator{}
 	fan := map[string]*demand.FanoutEstimator{}
+	tasks := map[string]*demand.TaskDemand{}
 	for _, s := range cfg.Pipelines {
 		e := cfg.Config.DemandEstimator(cfg.DemandAlpha)
 		e.Warmup, e.MaxRate = cfg.DemandWarmup, cfg.MaxReportQPS
 		est[s.Name] = e
 		fan[s.Name] = demand.NewFanoutEstimator(cfg.DemandAlpha, 0)
+		// Tasks below the root: the root's demand is the frontends' reports.
+		var below []string
+		for _, t := range s.Tasks {
+			if t.Name != s.Root().Name {
+				below = append(below, t.Name)
+			}
+		}
+		tasks[s.Name] = demand.NewTaskDemand(below, func() *demand.Estimator {
+			return cfg.Config.DemandEstimator(cfg.DemandAlpha)
+		})
 	}
 	return &Planner{cfg: cfg, nc: nc, js: js, log: cfg.Logger, complaints: ratelog.New(cfg.Logger, 0, 0),
-		live: control.NewLiveness(cfg.WorkerTimeout), demand: est, fanout: fan,
-		observed: map[string]wire.Registration{}, assign: map[string]plan.Assignment{},
+		live: control.NewLiveness(cfg.WorkerTimeout), demand: est, fanout: fan, taskDemand: tasks, systems: systems,
+		counters: demand.NewCounters(), assign: map[string]plan.Assignment{},
 		written: map[string]writtenValue{}, tampered: map[string]bool{}, changed: make(chan struct{}, 1)}, nil
 }
 
@@ -173,11 +191,8 @@ func (p *Planner) Run(ctx context.Context) error {
 	}
 	p.kv = kv
 	p.reconnects = p.nc.Stats().Reconnects
-	for _, spec := range p.cfg.Pipelines {
-		var alloc control.Allocator
-		if p.cfg.Allocator == AllocatorMILP {
-			alloc = control.MILP{Utilization: p.cfg.RouteUtilization, TimeLimit: p.cfg.SolveTimeLimit}
-		}
+	for i, spec := range p.cfg.Pipelines {
+		alloc := p.systems[i].Allocator // nil: static
 		// A restarted planner resumes the plan it (or its predecessor) left in the bucket: the workers serve it,
 		// and the demand it was sized for is a better estimate than the nothing a new planner knows.
 		if alloc != nil {
@@ -215,7 +230,7 @@ func (p *Planner) Run(ctx context.Context) error {
 
 	tick := time.NewTicker(p.cfg.WorkerTimeout / 5)
 	defer tick.Stop()
-	demandTick := time.NewTicker(time.Second)
+	demandTick := time.NewTicker(estimateEvery)
 	defer demandTick.Stop()
 	for {
 		select {
@@ -241,6 +256,9 @@ func (p *Planner) Run(ctx context.Context) error {
 	}
 }
 
+// estimateEvery is how often the planner folds what was reported into its estimates and runs the control loops.
+const estimateEvery = time.Second
+
 // estimates are a pipeline's demand and multiplicative factors as of the latest tick.
 type estimates struct {
 	demand  float64
@@ -248,6 +266,7 @@ type estimates struct {
 	unknown bool          // no demand measured yet: see control.Observed.DemandUnknown
 	fanout  map[string]pipeline.Fanout
 	samples map[string]float64 // items behind each factor: see control.Observed.FanoutSamples
+	tasks   map[string]float64 // items per second reaching each task: see control.Observed.TaskDemand
 }
 
 // estimate folds the reports since the last tick into each pipeline's estimates.
@@ -260,7 +279,7 @@ func (p *Planner) estimate(now time.Time) []estimates {
 		fe.Tick()
 		e := p.demand[spec.Name]
 		out[i] = estimates{demand: e.Tick(now), window: e.Window(), unknown: !e.Known(), fanout: fe.Estimate(spec),
-			samples: fe.Samples()}
+			samples: fe.Samples(), tasks: p.taskDemand[spec.Name].Tick(now, estimateEvery)}
 	}
 	return out
 }
@@ -297,7 +316,8 @@ func (p *Planner) step(ctx context.Context, now time.Time, ests []estimates) {
 	live := len(p.liveWorkers(now))
 	for i, spec := range p.specs {
 		o := control.Observed{Demand: ests[i].demand, DemandWindow: ests[i].window, DemandUnknown: ests[i].unknown,
-			Fanout: ests[i].fanout, FanoutSamples: ests[i].samples, Servers: p.serversFor(i, live)}
+			Fanout: ests[i].fanout, FanoutSamples: ests[i].samples, TaskDemand: ests[i].tasks,
+			Servers: p.serversFor(i, live)}
 		p.stepPipeline(ctx, now, i, o)
 		p.rehome(ctx, spec, p.loops[i].Current())
 	}
@@ -388,11 +408,7 @@ func (p *Planner) rehomeQueue(ctx context.Context, pipelineName, task, variant s
 		got := 0
 		for m := range batch.Messages() {
 			got++
-			path := wire.SplitPath(m.Headers().Get(wire.HeaderPath))
-			upstream := ""
-			if len(path) > 0 {
-				upstream = path[len(path)-1]
-			}
+			upstream := plan.Upstream(wire.SplitPath(m.Headers().Get(wire.HeaderPath)))
 			to := pl.Rehome(task, variant, upstream, rand.Float64())
 			if to == "" {
 				_ = m.Nak()
@@ -568,14 +584,13 @@ func (p *Planner) repair(ctx context.Context) {
 	}
 }
 
-// publish writes a pipeline's spec and static plan, after the stream and consumers the plan needs. Until demand is
-// reported, the routing assumes none: every table sends to the most accurate variant.
+// publish writes a pipeline's spec and first plan (control.FirstPlan), after the stream and consumers the plan
+// needs.
 func (p *Planner) publish(ctx context.Context, spec *pipeline.Spec) (*plan.Plan, error) {
-	pl, err := plan.Static(spec)
+	pl, err := control.FirstPlan(spec)
 	if err != nil {
 		return nil, fmt.Errorf("pipeline %s: %w", spec.Name, err)
 	}
-	pl.Routing = routing.MostAccurateFirst(routing.Input{Spec: spec, Plan: pl})
 	if _, err := bus.EnsureTaskStream(ctx, p.js, spec.Name, p.cfg.Storage); err != nil {
 		return nil, fmt.Errorf("pipeline %s: task stream: %w", spec.Name, err)
 	}
@@ -686,7 +701,7 @@ func (p *Planner) loadAssignments(ctx context.Context) error {
 
 // spec is the spec of a pipeline the planner serves; nil otherwise.
 func (p *Planner) spec(name string) *pipeline.Spec {
-	for _, s := range p.specs {
+	for _, s := range p.cfg.Pipelines {
 		if s.Name == name {
 			return s
 		}
@@ -714,7 +729,7 @@ func (p *Planner) onWorker(e jetstream.KeyValueEntry) {
 	} else {
 		p.mu.Lock()
 		changed = p.live.Forget(id)
-		delete(p.observed, id)
+		p.counters.Forget(id)
 		p.mu.Unlock()
 	}
 	if changed {
@@ -725,31 +740,22 @@ func (p *Planner) onWorker(e jetstream.KeyValueEntry) {
 	}
 }
 
-// foldObservations adds what a worker measured since its previous heartbeat to the multiplicative-factor estimates.
-// Called with mu held.
+// foldObservations adds what a worker measured since its previous heartbeat to the multiplicative-factor
+// estimates, and the sub-requests its variants emitted to the demand of the tasks they went to. Called with mu held.
 func (p *Planner) foldObservations(id string, reg wire.Registration) {
-	prev, ok := p.observed[id]
-	if !ok || !prev.Started.Equal(reg.Started) {
-		prev = wire.Registration{} // a new or restarted worker: its counters start from zero
-	}
-	p.observed[id] = reg
-	for key, cur := range reg.Observed {
+	for key, delta := range p.counters.Fold(id, reg) {
 		name, hop, found := strings.Cut(key, ":")
-		fe := p.fanout[name]
-		if !found || fe == nil {
+		fe, spec := p.fanout[name], p.spec(name)
+		if !found || fe == nil || spec == nil {
 			continue
 		}
-		old := prev.Observed[key]
-		if cur.Items < old.Items {
-			old = wire.Observed{}
-		}
-		delta := wire.FanoutCounts{Items: cur.Items - old.Items, Children: map[string]uint64{}}
-		for c, n := range cur.Children {
-			if n >= old.Children[c] {
-				delta.Children[c] = n - old.Children[c]
+		fe.Observe(hop, delta)
+		task, _, _ := strings.Cut(hop, "/")
+		if t := spec.Task(task); t != nil && delta.Items > 0 {
+			for _, child := range t.Children {
+				p.taskDemand[name].Add(child, delta.Children[child])
 			}
 		}
-		fe.Observe(hop, delta)
 	}
 }
 

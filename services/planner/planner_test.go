@@ -98,7 +98,7 @@ func TestPlannerAssignsLiveWorkers(t *testing.T) {
 			t.Fatal(err)
 		}
 		p, err := New(nc, Config{Pipelines: []*pipeline.Spec{sp}, Storage: jetstream.MemoryStorage, WorkerTimeout: time.Second,
-			Allocator: AllocatorStatic})
+			System: "static"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -201,7 +201,7 @@ func TestPlannerRoutesByReportedDemand(t *testing.T) {
 	nc, _ := bus.ConnectInProcess(s, "planner")
 	defer nc.Close()
 	p, err := New(nc, Config{Pipelines: []*pipeline.Spec{sp}, Storage: jetstream.MemoryStorage, DemandAlpha: 1,
-		Config: control.Config{RouteUtilization: 1}, Allocator: AllocatorStatic})
+		Config: control.Config{RouteUtilization: 1}, System: "static"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +287,7 @@ func TestPlannerUsesMeasuredFanout(t *testing.T) {
 	nc, _ := bus.ConnectInProcess(s, "planner")
 	defer nc.Close()
 	p, err := New(nc, Config{Pipelines: []*pipeline.Spec{sp}, Storage: jetstream.MemoryStorage, DemandAlpha: 1,
-		Config: control.Config{RouteUtilization: 1}, Allocator: AllocatorStatic})
+		Config: control.Config{RouteUtilization: 1}, System: "static"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,7 +357,7 @@ func TestPlannerReplansForDemand(t *testing.T) {
 	// No headroom: each plan is the solver's for the reported demand (TestHeadroomIsSpentInServersOnly, in
 	// pkg/control, covers the headroom).
 	p, err := New(nc, Config{Pipelines: []*pipeline.Spec{sp}, Storage: jetstream.MemoryStorage, DemandAlpha: 1,
-		WorkerTimeout: 2 * time.Second, SolveTimeLimit: 2 * time.Second, Config: control.Config{Headroom: -1}})
+		WorkerTimeout: 2 * time.Second, Config: control.Config{Headroom: -1, SolveTimeLimit: 2 * time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}

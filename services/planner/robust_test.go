@@ -333,7 +333,7 @@ func TestPlannerRepairsTheBucket(t *testing.T) {
 	pnc, _ := bus.ConnectInProcess(s, "planner")
 	defer pnc.Close()
 	p, err := New(pnc, Config{Pipelines: []*pipeline.Spec{sp}, Storage: jetstream.MemoryStorage,
-		WorkerTimeout: time.Second, Allocator: AllocatorStatic, Logger: quiet})
+		WorkerTimeout: time.Second, System: "static", Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,6 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/auth"
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
 	"github.com/sleipnir-serving/sleipnir/pkg/control"
-	"github.com/sleipnir-serving/sleipnir/pkg/deadline"
 	"github.com/sleipnir-serving/sleipnir/pkg/onnx"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/telemetry"
@@ -142,15 +141,7 @@ type pipelineFiles []string
 func (p *pipelineFiles) String() string     { return strings.Join(*p, ",") }
 func (p *pipelineFiles) Set(v string) error { *p = append(*p, v); return nil }
 
-// policyFlag overrides the deadline policy of every pipeline loaded.
-func policyFlag(fs *flag.FlagSet) *string {
-	return fs.String("deadline-policy", "", "override every pipeline's deadline_policy: none, last-task, per-task or reroute")
-}
-
-func loadPipelines(files []string, policy string) ([]*pipeline.Spec, error) {
-	if _, err := deadline.ParsePolicy(policy); err != nil {
-		return nil, fmt.Errorf("--deadline-policy: %w", err)
-	}
+func loadPipelines(files []string) ([]*pipeline.Spec, error) {
 	var specs []*pipeline.Spec
 	seen := map[string]string{}
 	for _, f := range files {
@@ -162,17 +153,9 @@ func loadPipelines(files []string, policy string) ([]*pipeline.Spec, error) {
 			return nil, fmt.Errorf("%s and %s both define pipeline %q", other, f, s.Name)
 		}
 		seen[s.Name] = f
-		if policy != "" {
-			s.DeadlinePolicy = policy
-		}
 		specs = append(specs, s)
 	}
 	return specs, nil
-}
-
-func allocatorFlag(fs *flag.FlagSet) *string {
-	return fs.String("allocator", planner.AllocatorMILP, "where plans come from: milp (solve the allocation MILP for "+
-		"the demand and the live workers, re-planning as they change) or static (each spec's allocation section)")
 }
 
 func storageFlag(fs *flag.FlagSet) *string {
@@ -209,9 +192,7 @@ func runUp(args []string) error {
 	maxReq := fs.Int("max-request-bytes", frontend.DefaultMaxRequestBytes, "largest request payload accepted")
 	intake := registerIntakeFlags(fs)
 	storage := storageFlag(fs)
-	policy := policyFlag(fs)
-	allocator := allocatorFlag(fs)
-	ctl := registerControlFlags(fs)
+	ctl := control.RegisterFlags(fs)
 	permissions := fs.Bool("nats-auth", false, "give the embedded server the deployment's users and permissions "+
 		"(pkg/auth): each service connects as its role, and connections without credentials are clients, which "+
 		"may only send requests")
@@ -228,14 +209,18 @@ func runUp(args []string) error {
 	if err != nil {
 		return err
 	}
-	specs, err := loadPipelines(files, *policy)
+	specs, err := loadPipelines(files)
 	if err != nil {
 		return err
 	}
 	if *workers < 0 {
 		return fmt.Errorf("--workers %d: want 0 or more (0 runs the server, planner and frontend only)", *workers)
 	}
-	cc, err := ctl.config()
+	cc, err := ctl.Config()
+	if err != nil {
+		return err
+	}
+	system, err := ctl.System(specs...)
 	if err != nil {
 		return err
 	}
@@ -249,7 +234,7 @@ func runUp(args []string) error {
 	return up.Run(ctx, up.Config{NATSURL: c.natsURL, Auth: c.auth, Permissions: *permissions, DataDir: *dataDir, NATSHost: *host, NATSPort: *port,
 		MaxPayload: maxPayload, Pipelines: specs, Workers: *workers, ModelsDir: *models, HTTPAddr: *httpAddr, MaxRequestBytes: *maxReq,
 		IntakeWorkers: *intake.workers, IntakeQueue: *intake.queue, MaxTimeout: *intake.maxTimeout,
-		Storage: st, Allocator: *allocator, Control: cc, Logger: log,
+		Storage: st, System: system, Control: cc, Logger: log,
 		Started: func(url string) {
 			names := make([]string, len(specs))
 			for i, s := range specs {
@@ -322,10 +307,7 @@ func runPlanner(args []string) error {
 	var files pipelineFiles
 	fs.Var(&files, "pipeline", "pipeline spec YAML file, repeatable (required)")
 	storage := storageFlag(fs)
-	policy := policyFlag(fs)
-	allocator := allocatorFlag(fs)
-	ctl := registerControlFlags(fs)
-	solveLimit := fs.Duration("solve-time-limit", time.Second, "time limit of each MILP solve")
+	ctl := control.RegisterFlags(fs)
 	ackWait := fs.Duration("ack-wait", bus.DefaultAckWait, "the variant consumers' ack wait: how long a fetched message may "+
 		"stay unacknowledged before another replica gets it (workers mark batches that run longer in progress)")
 	if err := fs.Parse(args); err != nil {
@@ -338,17 +320,21 @@ func runPlanner(args []string) error {
 	if err != nil {
 		return err
 	}
-	specs, err := loadPipelines(files, *policy)
+	specs, err := loadPipelines(files)
 	if err != nil {
 		return err
 	}
-	cc, err := ctl.config()
+	cc, err := ctl.Config()
+	if err != nil {
+		return err
+	}
+	system, err := ctl.System(specs...)
 	if err != nil {
 		return err
 	}
 	return c.serve("planner", auth.Planner, func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
-		p, err := planner.New(nc, planner.Config{Pipelines: specs, Storage: st, Allocator: *allocator, AckWait: *ackWait,
-			Config: cc, SolveTimeLimit: *solveLimit, Logger: log})
+		p, err := planner.New(nc, planner.Config{Pipelines: specs, Storage: st, System: system, AckWait: *ackWait,
+			Config: cc, Logger: log})
 		if err != nil {
 			return err
 		}
@@ -378,46 +364,4 @@ func (c *common) serve(service string, role auth.Role, run func(context.Context,
 	}
 	defer nc.Close()
 	return run(ctx, nc, log)
-}
-
-// controlFlags are the control loop's settings (control.Config), one set of flags for the planner and the
-// simulator: a simulated run and a live one are tuned with the same words. Zero values mean the loop's defaults.
-type controlFlags struct {
-	replanEvery   *time.Duration
-	replan, route *float64
-	headroom      *float64
-	utilization   *float64
-}
-
-func registerControlFlags(fs *flag.FlagSet) controlFlags {
-	return controlFlags{
-		replanEvery: fs.Duration("replan-every", 0, "how often the allocation MILP is solved again (0: 10s)"),
-		replan: fs.Float64("replan-sigmas", 0, "re-plan only on moves of the demand estimate beyond this many standard "+
-			"deviations of its Poisson noise (0: off; 3 keeps a steady load on one plan, and trails a rising one)"),
-		route: fs.Float64("route-sigmas", 0, "the same for re-routing (0: off)"),
-		headroom: fs.Float64("headroom", control.DefaultHeadroom, "size plans for this much more than the demand "+
-			"estimate where the cluster has the servers for it (0.1: 10%), and re-plan at once when the estimate "+
-			"outgrows them (0: sized for the estimate)"),
-		utilization: fs.Float64("utilization", 0, "share of each variant's capacity plans and routing use "+
-			"(0: 0.85)"),
-	}
-}
-
-func (f controlFlags) config() (control.Config, error) {
-	c := control.Config{ReplanEvery: *f.replanEvery, ReplanSigmas: *f.replan, RouteSigmas: *f.route,
-		Headroom: *f.headroom, RouteUtilization: *f.utilization}
-	if c.Headroom == 0 {
-		c.Headroom = -1 // none (control.Config's 0 is its default)
-	}
-	switch {
-	case c.ReplanEvery < 0:
-		return c, fmt.Errorf("--replan-every %v: want a positive duration", c.ReplanEvery)
-	case c.ReplanSigmas < 0 || c.RouteSigmas < 0:
-		return c, errors.New("--replan-sigmas and --route-sigmas must not be negative")
-	case *f.headroom < 0:
-		return c, fmt.Errorf("--headroom %v: want 0 or more", *f.headroom)
-	case c.RouteUtilization < 0 || c.RouteUtilization > 1:
-		return c, fmt.Errorf("--utilization %v: want a share in (0, 1]", c.RouteUtilization)
-	}
-	return c, nil
 }

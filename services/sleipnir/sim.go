@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sleipnir-serving/sleipnir/pkg/control"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/sim"
 	"github.com/sleipnir-serving/sleipnir/pkg/workload"
@@ -23,14 +24,13 @@ func runSim(args []string) error {
 	file := fs.String("pipeline", "", "pipeline spec YAML file (required)")
 	wl := fs.String("workload", "constant:300:60s", "the demand: "+workload.Syntax)
 	cv := fs.Float64("cv", 1, "coefficient of variation of inter-arrival times: 1 is Poisson, otherwise Gamma")
-	systems := fs.String("policy", "loki", "comma-separated systems to simulate: "+sim.SystemSyntax)
 	servers := fs.Int("servers", 20, "cluster size")
 	seed := fs.Uint64("seed", 1, "seed of arrivals, latencies, fan-out and routing")
 	out := fs.String("out", "", "directory for the report: SYSTEM.csv time series, figure.svg, figure.png, summary.json")
 	interval := fs.Int("interval", 0, "report interval in seconds (0: about 300 points over the run)")
 	warmup := fs.Duration("warmup", 0, "leave the first part of the run out of the summary (the time series keep it)")
 	comm := fs.Duration("comm", -1, "latency of one hop (negative: the pipeline's comm_latency_ms)")
-	ctl := registerControlFlags(fs)
+	ctl := control.RegisterFlags(fs)
 	capacity := fs.Bool("capacity", false, "find each system's effective capacity: the largest constant demand "+
 		"served with under 1% SLO violations (ignores --workload)")
 	capWarmup := fs.Duration("capacity-warmup", 20*time.Second, "with --capacity: warmup of each probe")
@@ -47,17 +47,17 @@ func runSim(args []string) error {
 	if err != nil {
 		return err
 	}
-	cc, err := ctl.config()
+	cc, err := ctl.Config()
 	if err != nil {
 		return err
 	}
-	var syss []sim.System
-	for _, name := range strings.Split(*systems, ",") {
-		s, err := sim.ParseSystem(strings.TrimSpace(name), spec, cc)
+	var syss []string // their full names (with the deadline policy), as the summaries name them
+	for _, name := range ctl.Systems() {
+		s, err := control.ParseSystem(name, spec, cc)
 		if err != nil {
 			return fmt.Errorf("--policy: %w", err)
 		}
-		syss = append(syss, s)
+		syss = append(syss, s.Name)
 	}
 	base := sim.Config{Spec: spec, Servers: *servers, Seed: *seed, CommLatency: *comm, Warmup: *warmup,
 		Control: cc}
@@ -111,7 +111,7 @@ func runSim(args []string) error {
 
 // eachSystem runs f for every system at once (the simulations are independent and single-threaded), each with
 // base configured for its system.
-func eachSystem(base sim.Config, syss []sim.System, f func(i int, c sim.Config) error) error {
+func eachSystem(base sim.Config, syss []string, f func(i int, c sim.Config) error) error {
 	errs := make([]error, len(syss))
 	var wg sync.WaitGroup
 	for i, s := range syss {
@@ -134,11 +134,11 @@ type capacityReport struct {
 	Probes      []sim.Probe `json:"probes"`
 }
 
-func runCapacity(base sim.Config, syss []sim.System, cs sim.CapacitySearch, out string, asJSON bool) error {
+func runCapacity(base sim.Config, syss []string, cs sim.CapacitySearch, out string, asJSON bool) error {
 	reps := make([]capacityReport, len(syss))
 	err := eachSystem(base, syss, func(i int, c sim.Config) error {
 		q, probes, err := sim.Capacity(c, cs)
-		reps[i] = capacityReport{System: c.System.Name, CapacityQPS: q, Probes: probes}
+		reps[i] = capacityReport{System: c.System, CapacityQPS: q, Probes: probes}
 		return err
 	})
 	if err != nil {

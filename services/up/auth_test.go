@@ -315,7 +315,7 @@ func startDeployed(t *testing.T, url string, seeds map[string][]byte, storage je
 	plNC, plV := connectAs(t, url, seeds, auth.User{Role: auth.Planner})
 	services["planner"] = plV
 	pl, err := planner.New(plNC, planner.Config{Pipelines: []*pipeline.Spec{spec}, Storage: storage,
-		Allocator: planner.AllocatorStatic, Logger: quiet})
+		System: "static", Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,8 +46,8 @@ type Config struct {
 	Workers    int
 	// ModelsDir is where the workers find onnx variants' model files (default $SLEIPNIR_MODELS, else models).
 	ModelsDir string
-	// Allocator is the planner's (planner.AllocatorMILP, the default, or planner.AllocatorStatic).
-	Allocator string
+	// System is the system the planner runs (control.ParseSystem; default loki).
+	System string
 	// Control tunes the planner's control loop (zero: its defaults).
 	Control control.Config
 	// HTTPAddr is the frontend's KServe v2 HTTP address ("" disables it).
@@ -148,7 +148,7 @@ func Start(ctx context.Context, cfg Config) (_ *System, err error) {
 	if err != nil {
 		return nil, err
 	}
-	pl, err := planner.New(nc, planner.Config{Pipelines: cfg.Pipelines, Storage: cfg.Storage, Allocator: cfg.Allocator,
+	pl, err := planner.New(nc, planner.Config{Pipelines: cfg.Pipelines, Storage: cfg.Storage, System: cfg.System,
 		Config: cfg.Control, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err

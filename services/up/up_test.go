@@ -15,7 +15,6 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/testrig"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
-	"github.com/sleipnir-serving/sleipnir/services/planner"
 )
 
 // startSystem runs the whole system on an in-process embedded server, and waits until every planned replica is
@@ -29,8 +28,8 @@ func startSystem(t testing.TB, specFile string, workers int) (*System, *pipeline
 func startSystemWith(t testing.TB, specFile string, cfg Config, edits ...func(*pipeline.Spec)) (*System, *pipeline.Spec) {
 	t.Helper()
 	workers := cfg.Workers
-	if cfg.Allocator == "" {
-		cfg.Allocator = planner.AllocatorStatic
+	if cfg.System == "" {
+		cfg.System = "static"
 	}
 	spec, err := pipeline.Load(specFile)
 	if err != nil {

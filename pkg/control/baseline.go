@@ -1,14 +1,13 @@
-// Package baseline holds the allocators Loki is evaluated against (its section 6.1), as control.Allocators, so the
-// simulator runs them through the same control loop, routing and deadline policies as Sleipnir's own:
+package control
+
+// The allocators Loki is evaluated against (its section 6.1), so that they run through the same control loop,
+// routing and deadline policies as Sleipnir's own, in the simulator and live (see Systems):
 //   - InferLine: pipeline-aware hardware scaling with one fixed variant per task (the most accurate); when the
 //     cluster is full it keeps them and misses deadlines;
 //   - Proteus: accuracy scaling that is pipeline-agnostic: each task chooses its variants and replicas on its own,
 //     from its own observed demand and a share of the servers, blind to end-to-end accuracy and to the
 //     multiplicative factors; it keeps the whole cluster busy (no hardware scaling), and balances each task's load
 //     over its variants in proportion to their capacity.
-//
-// Pure: no NATS.
-package baseline
 
 import (
 	"fmt"
@@ -16,7 +15,6 @@ import (
 	"sort"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/allocate"
-	"github.com/sleipnir-serving/sleipnir/pkg/control"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/routing"
@@ -25,17 +23,17 @@ import (
 // InferLine allocates the pipeline with the most accurate variant of each task only, on the fewest servers that
 // serve the demand; past the cluster's capacity, the allocation of the most it can serve.
 type InferLine struct {
-	control.MILP
+	MILP
 	fixed map[*pipeline.Spec]*pipeline.Spec
 }
 
 // NewInferLine returns InferLine's allocator; the MILP's options apply.
-func NewInferLine(m control.MILP) *InferLine {
+func NewInferLine(m MILP) *InferLine {
 	return &InferLine{MILP: m, fixed: map[*pipeline.Spec]*pipeline.Spec{}}
 }
 
 // Allocate solves the allocation MILP of the pipeline restricted to its most accurate variants.
-func (a *InferLine) Allocate(spec *pipeline.Spec, o control.Observed) (*plan.Plan, error) {
+func (a *InferLine) Allocate(spec *pipeline.Spec, o Observed) (*plan.Plan, error) {
 	fixed, ok := a.fixed[spec]
 	if !ok {
 		fixed = MostAccurateOnly(spec)
@@ -59,7 +57,7 @@ func MostAccurateOnly(spec *pipeline.Spec) *pipeline.Spec {
 
 // Proteus plans each task on its own.
 type Proteus struct {
-	control.MILP
+	MILP
 }
 
 // Route spreads each task's traffic over its hosted variants in proportion to their capacity: Proteus balances
@@ -71,11 +69,11 @@ func (Proteus) Route(in routing.Input) plan.Routing { return routing.CapacityPro
 // chain, and solves each task as a pipeline of its own: the most accurate mix of variants that serves the task's
 // demand on its servers. A task served with servers to spare gets them as more replicas of its most accurate
 // hosted variant: Proteus keeps the whole cluster running.
-func (a Proteus) Allocate(spec *pipeline.Spec, o control.Observed) (*plan.Plan, error) {
+func (a Proteus) Allocate(spec *pipeline.Spec, o Observed) (*plan.Plan, error) {
 	demand := taskDemand(spec, o)
 	shares := serverShares(spec, demand, o.Servers)
 	if shares == nil {
-		return nil, fmt.Errorf("%w: %d servers for %d tasks", control.ErrCannotServe, o.Servers, len(spec.Tasks))
+		return nil, fmt.Errorf("%w: %d servers for %d tasks", ErrCannotServe, o.Servers, len(spec.Tasks))
 	}
 	slo := sloShares(spec)
 	p := &plan.Plan{Pipeline: spec.Name, Mode: plan.ModeHardware,
@@ -90,7 +88,7 @@ func (a Proteus) Allocate(spec *pipeline.Spec, o control.Observed) (*plan.Plan, 
 			return nil, fmt.Errorf("task %s: %w", t.Name, err)
 		}
 		if len(res.Variants) == 0 {
-			return nil, fmt.Errorf("%w: task %s on %d servers", control.ErrCannotServe, t.Name, shares[i])
+			return nil, fmt.Errorf("%w: task %s on %d servers", ErrCannotServe, t.Name, shares[i])
 		}
 		if res.Mode != plan.ModeHardware {
 			p.Mode = plan.ModeAccuracy
@@ -127,7 +125,7 @@ func leafVariants(t pipeline.Task) []pipeline.Variant {
 
 // taskDemand is the observed demand of each task; a task not observed yet gets the root demand times the profiled
 // multiplicative factors of the most accurate variants above it (what it will see once traffic flows).
-func taskDemand(spec *pipeline.Spec, o control.Observed) map[string]float64 {
+func taskDemand(spec *pipeline.Spec, o Observed) map[string]float64 {
 	out := map[string]float64{}
 	var walk func(task string, d float64)
 	walk = func(task string, d float64) {
@@ -139,7 +137,7 @@ func taskDemand(spec *pipeline.Spec, o control.Observed) map[string]float64 {
 		f := t.MostAccurate().Fanout
 		for _, c := range t.Children {
 			if f != nil {
-				walk(c, d*f.Mean*f.Shares[c])
+				walk(c, d*f.Mean*f.Share(c, t.Children))
 			}
 		}
 	}

@@ -1,10 +1,9 @@
-package baseline
+package control
 
 import (
 	"testing"
 	"time"
 
-	"github.com/sleipnir-serving/sleipnir/pkg/control"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/routing"
@@ -20,12 +19,12 @@ func traffic(t *testing.T) *pipeline.Spec {
 
 func TestInferLine(t *testing.T) {
 	spec := traffic(t)
-	a := NewInferLine(control.MILP{Utilization: 0.85, TimeLimit: 5 * time.Second})
+	a := NewInferLine(MILP{Utilization: 0.85, TimeLimit: 5 * time.Second})
 	for _, tc := range []struct {
 		demand float64
 		mode   string
 	}{{100, plan.ModeHardware}, {800, plan.ModeOverloaded}} {
-		p, err := a.Allocate(spec, control.Observed{Demand: tc.demand, Servers: 20})
+		p, err := a.Allocate(spec, Observed{Demand: tc.demand, Servers: 20})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -45,9 +44,9 @@ func TestInferLine(t *testing.T) {
 
 func TestProteus(t *testing.T) {
 	spec := traffic(t)
-	a := Proteus{control.MILP{Utilization: 0.85, TimeLimit: 5 * time.Second}}
+	a := Proteus{MILP{Utilization: 0.85, TimeLimit: 5 * time.Second}}
 	for _, demand := range []float64{20, 300, 900} {
-		p, err := a.Allocate(spec, control.Observed{Demand: demand, Servers: 20})
+		p, err := a.Allocate(spec, Observed{Demand: demand, Servers: 20})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -60,11 +59,11 @@ func TestProteus(t *testing.T) {
 			}
 		}
 	}
-	if _, err := a.Allocate(spec, control.Observed{Demand: 10, Servers: 2}); err == nil {
+	if _, err := a.Allocate(spec, Observed{Demand: 10, Servers: 2}); err == nil {
 		t.Error("2 servers for 3 tasks: no error")
 	}
 	// Its routing ignores accuracy: capacity shares.
-	p, _ := a.Allocate(spec, control.Observed{Demand: 900, Servers: 20})
+	p, _ := a.Allocate(spec, Observed{Demand: 900, Servers: 20})
 	r := a.Route(routingInput(spec, p))
 	sum := 0.0
 	for _, rt := range r.Root {

@@ -1,0 +1,93 @@
+package control
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+)
+
+// Flags are the control flags: which system runs (--policy) and how its control loop is tuned. The planner, up and
+// the simulator register the same set, so that a simulated run can be run live with the same words.
+type Flags struct {
+	systems        *string
+	replanEvery    *time.Duration
+	replanSigmas   *float64
+	routeSigmas    *float64
+	headroom       *float64
+	utilization    *float64
+	solveTimeLimit *time.Duration
+	solveWorkers   *int
+}
+
+// RegisterFlags registers the control flags on fs.
+func RegisterFlags(fs *flag.FlagSet) *Flags {
+	return &Flags{
+		systems: fs.String("policy", "loki", "the system that plans: "+SystemSyntax+"; the simulator takes several, "+
+			"comma-separated, and simulates each"),
+		replanEvery: fs.Duration("replan-every", 0, "how often the allocation is solved again (0: 10s)"),
+		replanSigmas: fs.Float64("replan-sigmas", 0, "re-plan only on moves of the demand estimate beyond this many "+
+			"standard deviations of its Poisson noise (0: off; 3 keeps a steady load on one plan, and trails a rising one)"),
+		routeSigmas: fs.Float64("route-sigmas", 0, "the same for re-routing (0: off)"),
+		headroom: fs.Float64("headroom", DefaultHeadroom, "size plans for this much more than the demand "+
+			"estimate where the cluster has the servers for it (0.1: 10%), and re-plan at once when the estimate "+
+			"outgrows them (0: sized for the estimate)"),
+		utilization: fs.Float64("utilization", 0, "share of each variant's capacity plans and routing use (0: 0.85)"),
+		solveTimeLimit: fs.Duration("solve-time-limit", 0, "time limit of each allocation solve (0: 1s live; none in "+
+			"the simulator, whose runs must not depend on the machine's speed)"),
+		solveWorkers: fs.Int("solve-workers", 0, "branch-and-bound nodes a solve works on at once (0: one per CPU "+
+			"live; one in the simulator, whose runs must not depend on the machine's CPUs)"),
+	}
+}
+
+// Config is the control loop's configuration the flags give; zero values are the loop's defaults, left for the
+// planner or the simulator to fill.
+func (f *Flags) Config() (Config, error) {
+	c := Config{ReplanEvery: *f.replanEvery, ReplanSigmas: *f.replanSigmas, RouteSigmas: *f.routeSigmas,
+		Headroom: *f.headroom, RouteUtilization: *f.utilization, SolveTimeLimit: *f.solveTimeLimit,
+		SolveWorkers: *f.solveWorkers}
+	if c.Headroom == 0 {
+		c.Headroom = -1 // none (Config's 0 is its default)
+	}
+	switch {
+	case c.ReplanEvery < 0:
+		return c, fmt.Errorf("--replan-every %v: want a positive duration", c.ReplanEvery)
+	case c.ReplanSigmas < 0 || c.RouteSigmas < 0:
+		return c, errors.New("--replan-sigmas and --route-sigmas must not be negative")
+	case *f.headroom < 0:
+		return c, fmt.Errorf("--headroom %v: want 0 or more", *f.headroom)
+	case c.RouteUtilization < 0 || c.RouteUtilization > 1:
+		return c, fmt.Errorf("--utilization %v: want a share in (0, 1]", c.RouteUtilization)
+	case c.SolveTimeLimit < 0:
+		return c, fmt.Errorf("--solve-time-limit %v: want 0 or more", c.SolveTimeLimit)
+	case c.SolveWorkers < 0:
+		return c, fmt.Errorf("--solve-workers %d: want 0 or more", c.SolveWorkers)
+	}
+	return c, nil
+}
+
+// Systems are the system names --policy gives (comma-separated), not yet checked: see ParseSystem.
+func (f *Flags) Systems() []string {
+	var out []string
+	for _, s := range strings.Split(*f.systems, ",") {
+		out = append(out, strings.TrimSpace(s))
+	}
+	return out
+}
+
+// System is the one system --policy names, for a planner (which runs one), checked for each of specs.
+func (f *Flags) System(specs ...*pipeline.Spec) (string, error) {
+	s := f.Systems()
+	if len(s) != 1 {
+		return "", fmt.Errorf("--policy %q: the planner runs one system", *f.systems)
+	}
+	for _, spec := range specs {
+		if _, err := ParseSystem(s[0], spec, Config{}); err != nil {
+			return "", fmt.Errorf("--policy: %w", err)
+		}
+	}
+	return s[0], nil
+}

@@ -1,0 +1,91 @@
+package control
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/deadline"
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+)
+
+// System is a serving system by name, as the planner runs it live and the simulator in simulated time: the
+// allocator of its control loop (which may route its plans its own way: Router) and the workers' deadline policy.
+type System struct {
+	// Name is the system's name with its deadline policy, e.g. "loki:reroute".
+	Name string
+	// Allocator is nil for a static system: the first plan's allocation stands, only its routing follows the demand.
+	Allocator Allocator
+	Policy    deadline.Policy
+}
+
+// SystemKind is an entry of Systems.
+type SystemKind struct {
+	Name string
+	// About says what the system is, for help texts.
+	About string
+	// New makes its allocator from the MILP options in force; nil: a static system.
+	New func(MILP) Allocator
+	// Policy is its deadline policy; "" means the pipeline's (its deadline_policy).
+	Policy deadline.Policy
+}
+
+// Systems are the systems ParseSystem knows: Sleipnir's own and the baselines Loki is evaluated against.
+var Systems = []SystemKind{
+	{Name: "loki", About: "Sleipnir's planner: the allocation MILP for the demand and the live workers",
+		New: func(m MILP) Allocator { return m }},
+	// InferLine provisions for the tail latency and drops nothing.
+	{Name: "inferline", About: "InferLine: the most accurate variant of each task only, hardware scaling",
+		New: func(m MILP) Allocator { return NewInferLine(m) }, Policy: deadline.None},
+	// Proteus serves each task as a model of its own, with its own share of the SLO, and drops a query that
+	// overran it.
+	{Name: "proteus", About: "Proteus: each task planned on its own, on its share of the servers",
+		New: func(m MILP) Allocator { return Proteus{MILP: m} }, Policy: deadline.PerTask},
+	{Name: "static", About: "the pipeline's allocation section for good, routed as the demand moves"},
+}
+
+// SystemSyntax is the syntax of a system name, for flag help and errors.
+var SystemSyntax = func() string {
+	names := make([]string, len(Systems))
+	for i, k := range Systems {
+		names[i] = k.Name
+	}
+	return strings.Join(names, ", ") + ", optionally with a deadline policy, e.g. loki:per-task (defaults: " +
+		"loki and static the pipeline's deadline_policy, inferline none, proteus per-task)"
+}()
+
+// ParseSystem reads a system name of Systems, optionally followed by ":" and a deadline policy (none, last-task,
+// per-task or reroute) that replaces the system's. Its allocator sizes plans for the routing utilization of cfg
+// and solves within its solve limits (zero values are their defaults).
+func ParseSystem(s string, spec *pipeline.Spec, cfg Config) (System, error) {
+	name, pol, hasPolicy := strings.Cut(s, ":")
+	var kind *SystemKind
+	for i := range Systems {
+		if Systems[i].Name == name {
+			kind = &Systems[i]
+		}
+	}
+	if kind == nil {
+		return System{}, fmt.Errorf("system %q: want %s", s, SystemSyntax)
+	}
+	cfg.SetDefaults()
+	sys := System{Policy: kind.Policy}
+	if kind.New != nil {
+		sys.Allocator = kind.New(MILP{Utilization: cfg.RouteUtilization, TimeLimit: cfg.SolveTimeLimit,
+			Workers: cfg.SolveWorkers})
+	}
+	if sys.Policy == "" {
+		sys.Policy = deadline.Policy(spec.DeadlinePolicy)
+		if sys.Policy == "" {
+			sys.Policy = deadline.Default
+		}
+	}
+	if hasPolicy {
+		p, err := deadline.ParsePolicy(pol)
+		if err != nil || pol == "" {
+			return System{}, fmt.Errorf("system %q: deadline policy %q: want none, last-task, per-task or reroute", s, pol)
+		}
+		sys.Policy = p
+	}
+	sys.Name = name + ":" + string(sys.Policy)
+	return sys, nil
+}

@@ -1,0 +1,95 @@
+package demand
+
+import (
+	"math"
+	"time"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
+
+// Counters folds the cumulative counters workers report with every heartbeat (wire.Registration.Observed, per
+// "pipeline:task/variant") into what each counted since its previous heartbeat, which is what the estimators take.
+// The planner folds the workers' heartbeats with it, and the simulator its workers' counters. Not safe for
+// concurrent use.
+type Counters struct {
+	last map[string]wire.Registration // by worker id
+}
+
+// NewCounters returns a folder that has seen no heartbeat.
+func NewCounters() *Counters { return &Counters{last: map[string]wire.Registration{}} }
+
+// Fold returns what worker id counted since its previous heartbeat, per key of reg.Observed, and keeps reg (which
+// the caller must not change afterwards). A worker seen for the first time, or restarted since (another Started),
+// counts from zero; so does a variant whose item count went back, and a child count that went back counts nothing:
+// a difference is never negative.
+func (c *Counters) Fold(id string, reg wire.Registration) map[string]wire.FanoutCounts {
+	prev, ok := c.last[id]
+	if !ok || !prev.Started.Equal(reg.Started) {
+		prev = wire.Registration{}
+	}
+	c.last[id] = reg
+	out := make(map[string]wire.FanoutCounts, len(reg.Observed))
+	for key, cur := range reg.Observed {
+		old := prev.Observed[key]
+		if cur.Items < old.Items {
+			old = wire.Observed{}
+		}
+		delta := wire.FanoutCounts{Items: cur.Items - old.Items, Children: map[string]uint64{}}
+		for child, n := range cur.Children {
+			if n >= old.Children[child] {
+				delta.Children[child] = n - old.Children[child]
+			}
+		}
+		out[key] = delta
+	}
+	return out
+}
+
+// Forget drops a worker that is gone: if it comes back, it counts from zero.
+func (c *Counters) Forget(id string) { delete(c.last, id) }
+
+// TaskDemand estimates the items per second reaching each task of a pipeline (control.Observed.TaskDemand, for
+// allocators that plan each task on its own), one Estimator per task, from counts of the items that reached it. A
+// task is estimated from its first count on; before that it has no estimate, and an allocator falls back to the
+// root demand and the profiled factors. Not safe for concurrent use.
+type TaskDemand struct {
+	tasks   []string
+	est     map[string]*Estimator
+	counted map[string]bool
+	pending map[string]int
+}
+
+// NewTaskDemand estimates the demand of tasks, each with an estimator newEstimator returns.
+func NewTaskDemand(tasks []string, newEstimator func() *Estimator) *TaskDemand {
+	d := &TaskDemand{tasks: tasks, est: map[string]*Estimator{}, counted: map[string]bool{}, pending: map[string]int{}}
+	for _, t := range tasks {
+		d.est[t] = newEstimator()
+	}
+	return d
+}
+
+// Add counts n items that reached task since the last Tick. Tasks not estimated are ignored.
+func (d *TaskDemand) Add(task string, n uint64) {
+	if d.est[task] == nil {
+		return
+	}
+	d.counted[task] = true
+	// Capped: a count beyond any real tick's (a corrupt counter) must not wrap around.
+	d.pending[task] += int(min(n, uint64(math.MaxInt32-d.pending[task])))
+}
+
+// Tick folds the items counted over the interval since the last Tick into the estimates, and returns the estimate
+// of every task counted so far (items per second).
+func (d *TaskDemand) Tick(now time.Time, interval time.Duration) map[string]float64 {
+	out := make(map[string]float64, len(d.tasks))
+	for _, t := range d.tasks {
+		if !d.counted[t] {
+			continue
+		}
+		e := d.est[t]
+		_ = e.Observe("items", d.pending[t], interval, now) // refused only above the estimator's MaxRate: then it holds
+		d.pending[t] = 0
+		out[t] = e.Tick(now)
+	}
+	return out
+}

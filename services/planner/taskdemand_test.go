@@ -1,0 +1,114 @@
+package planner
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/bus"
+	"github.com/sleipnir-serving/sleipnir/pkg/control"
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
+
+// twoTasks: a's profile says one sub-request for b per 10 items; the workers will count 10 per item.
+const twoTasks = `
+name: two
+slo_ms: 1000
+tasks:
+  - name: a
+    children: [b]
+    variants:
+      - {name: x, accuracy: 0.9, executor: {kind: emulated}, fanout: {mean: 0.1},
+         profile: [{batch: 1, p50_ms: 10, p95_ms: 12}]}
+  - name: b
+    variants:
+      - {name: y, accuracy: 0.9, executor: {kind: emulated}, profile: [{batch: 1, p50_ms: 10, p95_ms: 12}]}
+allocation:
+  - {task: a, variant: x, replicas: 1, max_batch: 1}
+  - {task: b, variant: y, replicas: 1, max_batch: 1}
+`
+
+// TestPlannerFillsTaskDemand: the planner estimates each task's demand from the sub-requests the workers' heartbeats
+// count, so that Proteus, which plans each task from its own demand, runs live. The frontend reports 20 QPS; the
+// heartbeats say a's items send b 10 sub-requests each (200 per second), where the profile says 0.1 (2 per second).
+// On 6 workers, Proteus splits the servers by each task's work: b, with 10 times a's demand, gets 5 and a 1. With
+// the profile's demand instead (no per-task demand), a would get 5 and b 1.
+func TestPlannerFillsTaskDemand(t *testing.T) {
+	s, err := bus.StartServer(bus.ServerConfig{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Shutdown)
+	sp, err := pipeline.Parse([]byte(twoTasks))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := bus.ConnectInProcess(s, "planner")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	p, err := New(nc, Config{Pipelines: []*pipeline.Spec{sp}, Storage: jetstream.MemoryStorage, System: "proteus",
+		DemandAlpha: 1, WorkerTimeout: 2 * time.Second, Config: control.Config{SolveTimeLimit: 5 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go p.Run(ctx)
+	js, _ := jetstream.New(nc)
+	kv, err := bus.OpenBucket(ctx, js, jetstream.MemoryStorage)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Six workers' heartbeats every 200 ms; w1 serves a/x and counts 4 items and 40 sub-requests for b a beat.
+	started := time.Now()
+	go func() {
+		for beat := int64(1); ctx.Err() == nil; beat++ {
+			for i := 1; i <= 6; i++ {
+				id := fmt.Sprintf("w%d", i)
+				reg := wire.Registration{ID: id, Started: started, Updated: time.Now(), Heartbeat: beat}
+				if i == 1 {
+					n := uint64(beat) * 4
+					reg.Variant = "two:a/x"
+					reg.Observed = map[string]wire.Observed{"two:a/x": {FanoutCounts: wire.FanoutCounts{Items: n,
+						Children: map[string]uint64{"b": 10 * n}}}}
+				}
+				data, _ := json.Marshal(reg)
+				kv.Put(ctx, wire.WorkerKey(id), data)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}()
+	go func() { // one frontend reporting 20 QPS every 500 ms
+		for ctx.Err() == nil {
+			data, _ := msgpack.Marshal(&wire.DemandReport{Frontend: "f", Count: 10, IntervalMs: 500})
+			nc.Publish(wire.DemandSubject(sp.Name), data)
+			time.Sleep(500 * time.Millisecond)
+		}
+	}()
+
+	var pl plan.Plan
+	waitFor(t, "a plan of Proteus for 20 QPS on 6 servers", func() bool {
+		if e, err := kv.Get(ctx, wire.PlanKey(sp.Name)); err == nil {
+			json.Unmarshal(e.Value(), &pl)
+		}
+		return pl.Allocation != nil && pl.Allocation.ClusterServers == 6
+	})
+	replicas := map[string]int{}
+	for _, v := range pl.Variants {
+		replicas[v.Task] += v.Replicas
+	}
+	if replicas["a"] != 1 || replicas["b"] != 5 {
+		t.Errorf("proteus gave a %d servers and b %d, want 1 and 5 (b's measured demand is 10 times a's)",
+			replicas["a"], replicas["b"])
+	}
+}
