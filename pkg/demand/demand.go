@@ -142,6 +142,16 @@ func (e *Estimator) Observe(frontend string, count int, interval time.Duration, 
 	return nil
 }
 
+// Grace counts every frontend's latest report as if it had arrived at now: for a planner whose own connection was
+// down, reports the bus could not carry were not missed by the frontends (planner.Planner calls it while it is
+// disconnected and when it is back, as control.Liveness.Grace for the workers).
+func (e *Estimator) Grace(now time.Time) {
+	for id, r := range e.frontends {
+		r.at = now
+		e.frontends[id] = r
+	}
+}
+
 // Seed sets the estimate, as if the average had reached qps: a restarted planner starts from the demand the plan
 // in force was sized for rather than from nothing.
 func (e *Estimator) Seed(qps float64) {

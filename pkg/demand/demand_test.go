@@ -333,3 +333,32 @@ func TestKilledFrontendIsNotCountedTwice(t *testing.T) {
 		t.Fatalf("20 s after a 10 s report: %v, want its 100 QPS", got)
 	}
 }
+
+// TestGraceAfterThePlannersOutage: the planner's own connection is down for 2.3 s, so its frontends' reports could
+// not reach it; the two frontends report out of step, and when it is back one's last report is older than its
+// missed-report limit and the other's is not. Without grace the estimate took that tick's total, half the load, as
+// a drop (in the fault suite: 99 to 80 QPS, a smaller plan, and a late reply 7 s after a NATS restart); with grace
+// both count until their next reports.
+func TestGraceAfterThePlannersOutage(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	sec := time.Second
+	for _, grace := range []bool{false, true} {
+		e := New(0.3, 5*time.Second)
+		for i := 0; i <= 9; i++ {
+			e.Observe("fe1", 50, sec, t0.Add(time.Duration(i)*sec))
+			e.Observe("fe2", 50, sec, t0.Add(time.Duration(i)*sec+600*time.Millisecond))
+			e.Tick(t0.Add(time.Duration(i)*sec + 800*time.Millisecond))
+		}
+		back := t0.Add(11800 * time.Millisecond) // cut off from 9.8 s
+		if grace {
+			e.Grace(back)
+		}
+		got := e.Tick(back.Add(100 * time.Millisecond))
+		switch {
+		case grace && got < 99:
+			t.Errorf("with grace: estimate %.1f after the outage, want 100 (both frontends' last reports count)", got)
+		case !grace && got > 90:
+			t.Errorf("without grace: estimate %.1f; the test no longer shows the drop it guards against", got)
+		}
+	}
+}

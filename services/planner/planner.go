@@ -104,10 +104,11 @@ type Planner struct {
 	systems []control.System
 	loops   []*control.Loop   // per pipeline, aligned with specs; only Run's goroutine uses them
 	live    *control.Liveness // under mu
-	// reconnects is the connection's reconnect count when liveness last looked; under mu.
-	reconnects   uint64
-	workersReady atomic.Bool // the worker watch delivered the registrations already in the bucket
-	assign       map[string]plan.Assignment
+	// reconnects is the connection's reconnect count when liveness last looked, demandReconnects when the demand
+	// estimates last did; under mu.
+	reconnects, demandReconnects uint64
+	workersReady                 atomic.Bool // the worker watch delivered the registrations already in the bucket
+	assign                       map[string]plan.Assignment
 	// written is, per key the planner writes (spec, plan, assign), the value and revision of its last write;
 	// tampered the keys someone else wrote since. Under mu.
 	written  map[string]writtenValue
@@ -186,6 +187,7 @@ func (p *Planner) Run(ctx context.Context) error {
 	}
 	p.kv = kv
 	p.reconnects = p.nc.Stats().Reconnects
+	p.demandReconnects = p.reconnects
 	for i, spec := range p.cfg.Pipelines {
 		alloc := p.systems[i].Allocator // nil: static
 		// A restarted planner resumes the plan it (or its predecessor) left in the bucket: the workers serve it,
@@ -269,7 +271,15 @@ func (p *Planner) estimate(now time.Time) []estimates {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := make([]estimates, len(p.specs))
+	// The frontends' reports the bus could not carry while the planner was cut off were not missed by them.
+	grace := false
+	if r := p.nc.Stats().Reconnects; r != p.demandReconnects || !p.nc.IsConnected() {
+		p.demandReconnects, grace = r, true
+	}
 	for i, spec := range p.specs {
+		if grace {
+			p.demand[spec.Name].Grace(now)
+		}
 		fe := p.fanout[spec.Name]
 		fe.Tick()
 		e := p.demand[spec.Name]
