@@ -15,13 +15,13 @@ import (
 
 // TestNothingLostAcrossAServerRestart: a real nats-server is killed under load and restarted 600 ms later. The
 // responder (in place of a frontend) refuses a request whose Sleipnir-Deadline has passed and answers the others ok
-// 300 ms after they arrive; it keeps no reconnect buffer, so that its replies during the outage are gone as those
-// inside a dying server are, and it reconnects 500 ms after the client does, so that what the client sends first
-// after the restart reaches no one. With loadgen's defaults nothing is lost: the requests unanswered at the kill are
-// sent again after the reconnect (answered ok with a 3 s timeout; refused, their deadline past, with 500 ms), and
-// "no responders" is tried again until the responder is back (with 3 s every request is answered ok). The same run without them (Config.NoRetry) loses
-// requests, which shows the run can fail. The grace (3 s past the deadline) leaves the
-// resends of requests the kill caught time to find the responder back.
+// 300 ms after they arrive. The kill closes it, so that its replies pending then are gone as those inside a dying
+// server are, and a new one subscribes 500 ms after the client reconnects, so that what the client sends first after
+// the restart reaches no one. With loadgen's defaults nothing is lost: the requests unanswered at the kill are sent
+// again after the reconnect (answered ok with a 3 s timeout; refused, their deadline past, with 500 ms), and "no
+// responders" is tried again until the responder is back (with 3 s every request is answered ok). The same run
+// without them (Config.NoRetry) loses requests, which shows the run can fail. The grace (3 s past the deadline) leaves
+// the resends of requests the kill caught time to find the responder back.
 func TestNothingLostAcrossAServerRestart(t *testing.T) {
 	if _, err := natsproc.Binary(); err != nil {
 		t.Skip(err)
@@ -39,29 +39,40 @@ func TestNothingLostAcrossAServerRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 		var replyFailures atomic.Int64
-		responder, err := nats.Connect(srv.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(600*time.Millisecond),
-			nats.ReconnectJitter(0, 0), nats.ReconnectBufSize(-1))
-		if err != nil {
-			t.Fatal(err)
-		}
 		ok, _ := msgpack.Marshal(&wire.InferReply{RequestID: "x", Pipeline: "p", Status: wire.StatusOK})
 		passed, _ := msgpack.Marshal(&wire.InferReply{RequestID: "x", Pipeline: "p", Status: wire.StatusError,
 			Error: "deadline has already passed"})
-		if _, err := responder.Subscribe(wire.InferSubject("p"), func(m *nats.Msg) {
-			if d, err := wire.ParseDeadline(m.Header.Get(wire.HeaderDeadline)); err != nil || !d.After(time.Now()) {
-				m.Respond(passed)
-				return
+		// The responder does not reconnect by itself: the kill closes it (its replies pending then fail), and a new
+		// one subscribes 500 ms after the client is back, so that the client meets "no responders" whatever the
+		// machine's speed (left to the two reconnect timers, both came back together in CI and nothing was retried).
+		startResponder := func() (*nats.Conn, error) {
+			nc, err := nats.Connect(srv.URL(), nats.NoReconnect())
+			if err != nil {
+				return nil, err
 			}
-			go func() {
-				time.Sleep(300 * time.Millisecond)
-				if m.Respond(ok) != nil {
-					replyFailures.Add(1)
+			if _, err := nc.Subscribe(wire.InferSubject("p"), func(m *nats.Msg) {
+				if d, err := wire.ParseDeadline(m.Header.Get(wire.HeaderDeadline)); err != nil || !d.After(time.Now()) {
+					m.Respond(passed)
+					return
 				}
-			}()
-		}); err != nil {
+				go func() {
+					time.Sleep(300 * time.Millisecond)
+					if m.Respond(ok) != nil {
+						replyFailures.Add(1)
+					}
+				}()
+			}); err != nil {
+				nc.Close()
+				return nil, err
+			}
+			return nc, nc.Flush()
+		}
+		first, err := startResponder()
+		if err != nil {
 			t.Fatal(err)
 		}
-		responder.Flush()
+		var responder atomic.Pointer[nats.Conn]
+		responder.Store(first)
 		client, err := nats.Connect(srv.URL(), ClientOptions("loadgen-test")...)
 		if err != nil {
 			t.Fatal(err)
@@ -72,12 +83,23 @@ func TestNothingLostAcrossAServerRestart(t *testing.T) {
 			time.Sleep(600 * time.Millisecond)
 			if err := srv.Restart(); err != nil {
 				t.Error(err)
+				return
 			}
+			for !client.IsConnected() && !client.IsClosed() {
+				time.Sleep(10 * time.Millisecond)
+			}
+			time.Sleep(500 * time.Millisecond)
+			nc, err := startResponder()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			responder.Store(nc)
 		}()
 		s, err := Run(context.Background(), client, Config{Pipeline: "p", QPS: 50, Duration: 3 * time.Second,
 			Timeout: c.timeout, Grace: 3 * time.Second, NoRetry: noRetry}, nil)
 		client.Close()
-		responder.Close()
+		responder.Load().Close()
 		srv.Stop()
 		if err != nil {
 			t.Fatal(err)
