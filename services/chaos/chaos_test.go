@@ -18,19 +18,30 @@ func TestRecovery(t *testing.T) {
 		name    string
 		series  []Second
 		faultAt float64
+		window  int
 		want    float64
 		settled bool
 	}{
-		{"never rose", []Second{good, good, good, good, good}, 1.5, 0, true},
-		{"rose and settled", []Second{good, bad(30), bad(5), good, good, good}, 1.2, 1.8, true},
-		{"a relapse counts", []Second{good, bad(30), good, bad(2), good, good}, 1.2, 2.8, true},
-		{"1% is a violation, under it is not", []Second{good, bad(1), good, good}, 0.5, 1.5, true},
-		{"the last, partial, second is left out", []Second{good, bad(9), good, {Sent: 3, Violations: 3}}, 0.5, 1.5, true},
-		{"not settled by the end", []Second{good, bad(9), good, bad(50), good}, 0.5, 0, false},
-		{"violations before the fault only", []Second{bad(9), good, good, good}, 2, 0, true},
+		{"never rose", []Second{good, good, good, good, good}, 1.5, 1, 0, true},
+		{"rose and settled", []Second{good, bad(30), bad(5), good, good, good}, 1.2, 1, 1.8, true},
+		{"a relapse counts", []Second{good, bad(30), good, bad(2), good, good}, 1.2, 1, 2.8, true},
+		{"1% is a violation, under it is not", []Second{good, bad(1), good, good}, 0.5, 1, 1.5, true},
+		{"the last, partial, second is left out", []Second{good, bad(9), good, {Sent: 3, Violations: 3}}, 0.5, 1, 1.5, true},
+		{"not settled by the end", []Second{good, bad(9), good, bad(50), good}, 0.5, 1, 0, false},
+		{"violations before the fault only", []Second{bad(9), good, good, good}, 2, 1, 0, true},
+		// Over 3 s windows: one straggler after clean seconds is under 1%; a relapse near the fault is not, nor
+		// is 1% kept up for a few seconds.
+		{"a straggler after clean seconds", []Second{good, bad(50), good, good, good, bad(1), good, good, good, good},
+			0.5, 3, 1.5, true},
+		{"a straggler in one-second windows", []Second{good, bad(50), good, good, good, bad(1), good, good, good, good},
+			0.5, 1, 5.5, true},
+		{"a relapse within the window", []Second{good, bad(50), good, bad(1), good, good, good}, 0.5, 3, 3.5, true},
+		{"1% kept up", []Second{good, bad(50), good, good, bad(1), bad(1), bad(1), good, good, good, good}, 0.5, 3,
+			6.5, true},
+		{"not settled by the end, in windows", []Second{good, bad(50), good, good, bad(9), good}, 0.5, 3, 0, false},
 	}
 	for _, tc := range tests {
-		got, settled := Recovery(tc.series, tc.faultAt, 0.01)
+		got, settled := Recovery(tc.series, tc.faultAt, 0.01, tc.window)
 		if settled != tc.settled || settled && (got < tc.want-1e-9 || got > tc.want+1e-9) {
 			t.Errorf("%s: %.2f %v, want %.2f %v", tc.name, got, settled, tc.want, tc.settled)
 		}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -274,8 +275,12 @@ func runFault(ctx context.Context, cfg *Config, f Fault) (Row, error) {
 			break
 		}
 	}
-	if r, ok := Recovery(sum.Series, row.FaultAtS, 0.01); ok {
+	if r, ok := Recovery(sum.Series, row.FaultAtS, 0.01, RecoveryWindow); ok {
 		row.RecoveryS = r
+		// What the window forgave is said, not hidden.
+		if sent, v := violationsAfter(sum.Series, int(math.Ceil(row.FaultAtS+r))); v > 0 {
+			notes = append(notes, fmt.Sprintf("after recovery: %d violations of %d requests", v, sent))
+		}
 	}
 	row.Crashes = sys.Crashes()
 	row.Notes = notes
@@ -302,7 +307,7 @@ func check(cfg *Config, f Fault, row Row) []string {
 	}
 	switch {
 	case row.RecoveryS < 0:
-		fails = append(fails, "violations did not settle under 1% a second by the end")
+		fails = append(fails, "violations did not settle under 1% (over 3 s windows) by the end")
 	case row.RecoveryS > cfg.MaxRecovery.Seconds():
 		fails = append(fails, fmt.Sprintf("recovery %.1f s, over %v", row.RecoveryS, cfg.MaxRecovery))
 	}
@@ -314,27 +319,50 @@ func lastLine(b []byte) []byte {
 	return lines[len(lines)-1]
 }
 
-// Recovery is the time from the fault (faultAt, seconds into the series) to the start of the first second after
-// which every second's violations stay under ratio of its requests; 0 if they never rose. False if they had not
-// settled by the series' end. The series' last second is partial and left out unless it is the only one after the
-// fault.
-func Recovery(series []Second, faultAt, ratio float64) (float64, bool) {
+// RecoveryWindow is the span, in seconds of sending, over which Recovery judges violations. At 100 requests a second,
+// 1% of one second is one request: one late reply among thousands after the system had settled (seen once in ten
+// NATS restarts, 8 s after the fault and after 5 clean seconds) set the recovery time. Over 3 s it takes three.
+const RecoveryWindow = 3
+
+// Recovery is the time from the fault (faultAt, seconds into the series) to the end of the last second whose
+// violations lie in a window of `window` seconds where they reach ratio of the window's requests; 0 if they never
+// did. False if the violations had not settled by the series' end. The series' last second is partial and left out
+// unless it is the only one after the fault.
+func Recovery(series []Second, faultAt, ratio float64, window int) (float64, bool) {
 	end := len(series)
 	if end > 1 && float64(end-1) > faultAt {
 		end-- // the last second is cut short by the end of sending
 	}
-	settled := end // the first second of the final run of good seconds
-	for i := end - 1; i >= 0; i-- {
-		s := series[i]
-		if s.Sent > 0 && float64(s.Violations) >= ratio*float64(s.Sent) {
-			break
+	w := max(1, min(window, end))
+	troubled := -1 // the last second with violations inside a window at or above ratio
+	for j := 0; j+w <= end; j++ {
+		var sent, violations int
+		for _, s := range series[j : j+w] {
+			sent, violations = sent+s.Sent, violations+s.Violations
 		}
-		settled = i
+		if sent == 0 || violations == 0 || float64(violations) < ratio*float64(sent) {
+			continue
+		}
+		for i := j + w - 1; i >= j; i-- {
+			if series[i].Violations > 0 {
+				troubled = max(troubled, i)
+				break
+			}
+		}
 	}
-	if settled == end {
+	settled := troubled + 1
+	if settled >= end && troubled >= 0 {
 		return 0, false
 	}
 	return max(0, float64(settled)-faultAt), true
+}
+
+// violationsAfter counts the requests sent from second `from` to the series' end and the violations among them.
+func violationsAfter(series []Second, from int) (sent, violations int) {
+	for i := max(0, from); i < len(series); i++ {
+		sent, violations = sent+series[i].Sent, violations+series[i].Violations
+	}
+	return sent, violations
 }
 
 // baseline is the violation ratio of the whole seconds before the fault.
