@@ -2,6 +2,7 @@ package up
 
 import (
 	"context"
+	"fmt"
 	"math/big"
 	"strings"
 	"testing"
@@ -56,26 +57,27 @@ func startSystemWith(t testing.TB, specFile string, cfg Config, edits ...func(*p
 		t.Fatal(err)
 	}
 	want := min(p.Servers(), workers)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		serving := 0
+	serving := func() int {
+		n := 0
 		for _, w := range sys.Workers {
 			if w.Serving() != "" {
-				serving++
+				n++
 			}
 		}
-		select {
-		case <-sys.Frontend.Ready():
-			if serving == want {
-				return sys, spec
-			}
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 10s, %d of %d planned replicas are served", serving, want)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return n
 	}
+	if err := testrig.WaitFor(10*time.Second, fmt.Sprintf("the frontend ready and %d planned replicas served", want),
+		func() bool {
+			select {
+			case <-sys.Frontend.Ready():
+				return serving() == want
+			default:
+				return false
+			}
+		}); err != nil {
+		t.Fatalf("%v: %d are", err, serving())
+	}
+	return sys, spec
 }
 
 // client sends requests with their own reply subjects on one wildcard subscription and records every reply, so a
@@ -119,18 +121,14 @@ func TestTreeEndToEnd(t *testing.T) {
 	data := inputRequest(t)
 	for i := 0; i < n; i++ {
 		subjects = append(subjects, c.Send(t, spec.Name, data, nats.Header{wire.HeaderTimeout: []string{"5s"}}))
-		time.Sleep(2 * time.Millisecond) // about 500 QPS
+		time.Sleep(2 * time.Millisecond) // the load: about 500 QPS
 	}
 	replies := c.Wait(t, subjects, 15*time.Second)
-	time.Sleep(200 * time.Millisecond) // a second reply, if any, would arrive by now
+	c.ExpectOneReply(t, subjects, 200*time.Millisecond)
 
 	branches := map[string]int{}
 	for _, s := range subjects {
-		msgs := replies[s]
-		if len(msgs) != 1 {
-			t.Fatalf("request %s got %d replies, want exactly 1", s, len(msgs))
-		}
-		rep := decodeReply(t, msgs[0])
+		rep := decodeReply(t, replies[s][0])
 		if rep.Status != wire.StatusOK {
 			t.Fatalf("request %s: status %q (%s), want ok", s, rep.Status, rep.Error)
 		}
