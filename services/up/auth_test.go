@@ -330,30 +330,6 @@ func (d *deployed) checkNoViolations(t *testing.T) {
 	}
 }
 
-// waitServing waits until the frontend has the plans and n workers serve a variant.
-func waitServing(t *testing.T, fe *frontend.Frontend, workers []*worker.Worker, n int) {
-	t.Helper()
-	serving := func() int {
-		k := 0
-		for _, w := range workers {
-			if w.Serving() != "" {
-				k++
-			}
-		}
-		return k
-	}
-	if err := testrig.WaitFor(10*time.Second, fmt.Sprintf("the frontend ready and %d workers serving", n), func() bool {
-		select {
-		case <-fe.Ready():
-			return serving() == n
-		default:
-			return false
-		}
-	}); err != nil {
-		t.Fatalf("%v: %d are", err, serving())
-	}
-}
-
 // TestUpEmbeddedPermissions: `sleipnir up --nats-auth` runs its embedded server with the same permissions: a client
 // (a connection without credentials) is served, and cannot forge a result or write the bucket.
 func TestUpEmbeddedPermissions(t *testing.T) {

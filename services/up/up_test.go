@@ -16,6 +16,8 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/testrig"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+	"github.com/sleipnir-serving/sleipnir/services/frontend"
+	"github.com/sleipnir-serving/sleipnir/services/worker"
 )
 
 // startSystem runs the whole system on an in-process embedded server, and waits until every planned replica is
@@ -56,28 +58,32 @@ func startSystemWith(t testing.TB, specFile string, cfg Config, edits ...func(*p
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := min(p.Servers(), workers)
+	waitServing(t, sys.Frontend, sys.Workers, min(p.Servers(), workers))
+	return sys, spec
+}
+
+// waitServing waits until the frontend has the plans and n workers serve a variant.
+func waitServing(t testing.TB, fe *frontend.Frontend, workers []*worker.Worker, n int) {
+	t.Helper()
 	serving := func() int {
-		n := 0
-		for _, w := range sys.Workers {
+		k := 0
+		for _, w := range workers {
 			if w.Serving() != "" {
-				n++
+				k++
 			}
 		}
-		return n
+		return k
 	}
-	if err := testrig.WaitFor(10*time.Second, fmt.Sprintf("the frontend ready and %d planned replicas served", want),
-		func() bool {
-			select {
-			case <-sys.Frontend.Ready():
-				return serving() == want
-			default:
-				return false
-			}
-		}); err != nil {
+	if err := testrig.WaitFor(10*time.Second, fmt.Sprintf("the frontend ready and %d workers serving", n), func() bool {
+		select {
+		case <-fe.Ready():
+			return serving() == n
+		default:
+			return false
+		}
+	}); err != nil {
 		t.Fatalf("%v: %d are", err, serving())
 	}
-	return sys, spec
 }
 
 // client sends requests with their own reply subjects on one wildcard subscription and records every reply, so a
