@@ -191,13 +191,9 @@ func TestPlannerRoutesByReportedDemand(t *testing.T) {
 	runPlanner(t, s, Config{Pipelines: []*pipeline.Spec{sp}, Storage: jetstream.MemoryStorage, DemandAlpha: 1,
 		Config: control.Config{RouteUtilization: 1}, System: "static"})
 	nc := s.Connect(t, "frontend")
-	ctx := t.Context()
 	kv := testrig.Bucket(t, nc)
 	current := func() plan.Plan {
-		var pl plan.Plan
-		if e, err := kv.Get(ctx, wire.PlanKey("dem")); err == nil {
-			json.Unmarshal(e.Value(), &pl)
-		}
+		pl, _ := readPlan(kv, "dem")
 		return pl
 	}
 	waitFor(t, "the first plan", func() bool { return len(current().Routing.Root) == 1 })
@@ -265,10 +261,7 @@ func TestPlannerUsesMeasuredFanout(t *testing.T) {
 	ctx := t.Context()
 	kv := testrig.Bucket(t, nc)
 	current := func() plan.Plan {
-		var pl plan.Plan
-		if e, err := kv.Get(ctx, wire.PlanKey("fan")); err == nil {
-			json.Unmarshal(e.Value(), &pl)
-		}
+		pl, _ := readPlan(kv, "fan")
 		return pl
 	}
 	waitFor(t, "the first plan", func() bool { return current().Epoch > 0 })
@@ -325,10 +318,7 @@ func TestPlannerReplansForDemand(t *testing.T) {
 	ctx := t.Context()
 	kv := testrig.Bucket(t, nc)
 	current := func() plan.Plan {
-		var pl plan.Plan
-		if e, err := kv.Get(ctx, wire.PlanKey(sp.Name)); err == nil {
-			json.Unmarshal(e.Value(), &pl)
-		}
+		pl, _ := readPlan(kv, sp.Name)
 		return pl
 	}
 	var qps atomicFloat

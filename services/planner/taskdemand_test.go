@@ -80,9 +80,7 @@ func TestPlannerFillsTaskDemand(t *testing.T) {
 
 	var pl plan.Plan
 	waitFor(t, "a plan of Proteus for 20 QPS on 6 servers", func() bool {
-		if e, err := kv.Get(ctx, wire.PlanKey(sp.Name)); err == nil {
-			json.Unmarshal(e.Value(), &pl)
-		}
+		pl, _ = readPlan(kv, sp.Name)
 		return pl.Allocation != nil && pl.Allocation.ClusterServers == 6
 	})
 	replicas := map[string]int{}
