@@ -201,21 +201,9 @@ func TestPlannerRoutesByReportedDemand(t *testing.T) {
 		t.Fatalf("with no demand the root routes %+v, want all to x", r)
 	}
 	epoch := current().Epoch
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() { // two frontends, 50 QPS each
-		for {
-			for _, f := range []string{"f1", "f2"} {
-				data, _ := msgpack.Marshal(&wire.DemandReport{Frontend: f, Count: 25, IntervalMs: 500})
-				nc.Publish(wire.DemandSubject("dem"), data)
-			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(500 * time.Millisecond):
-			}
-		}
-	}()
+	for _, f := range []string{"f1", "f2"} { // two frontends, 50 QPS each
+		reportDemand(t.Context(), nc, "dem", f, 500*time.Millisecond, fixed(25))
+	}
 	waitFor(t, "routing for 100 QPS", func() bool { return len(current().Routing.Root) == 2 })
 	pl := current()
 	if r := pl.Routing.Root; r[0].Variant != "x" || math.Abs(r[0].Prob-0.5) > 1e-9 || r[1].Variant != "y" {
@@ -322,13 +310,7 @@ func TestPlannerReplansForDemand(t *testing.T) {
 		return pl
 	}
 	var qps atomicFloat
-	go func() { // one frontend reporting every 500 ms
-		for ctx.Err() == nil {
-			data, _ := msgpack.Marshal(&wire.DemandReport{Frontend: "f", Count: int(qps.load() / 2), IntervalMs: 500})
-			nc.Publish(wire.DemandSubject(sp.Name), data)
-			time.Sleep(500 * time.Millisecond) // the reporting period
-		}
-	}()
+	reportDemand(ctx, nc, sp.Name, "f", 500*time.Millisecond, func() int { return int(qps.load() / 2) })
 
 	var lastEpoch uint64
 	var lastAccuracy float64

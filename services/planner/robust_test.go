@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
 
@@ -46,20 +47,27 @@ func startWorkerAt(t *testing.T, url, id string) *runningWorker {
 		Logger: quiet})
 }
 
-// reportDemand plays a frontend reporting qps every second on its own connection until ctx is done.
-func reportDemand(ctx context.Context, t *testing.T, url, pipelineName string, qps int) {
-	nc := testrig.Connect(t, url, "frontend")
+// reportDemand plays a frontend named frontend on nc: every period until ctx is done, it reports the requests count
+// says it took in that period, or nothing while count is negative (a silent frontend).
+func reportDemand(ctx context.Context, nc *nats.Conn, pipelineName, frontend string, period time.Duration,
+	count func() int) {
 	go func() {
 		for ctx.Err() == nil {
-			data, _ := msgpack.Marshal(&wire.DemandReport{Frontend: "f1", Count: qps, IntervalMs: 1000})
-			nc.Publish(wire.DemandSubject(pipelineName), data)
+			if n := count(); n >= 0 {
+				data, _ := msgpack.Marshal(&wire.DemandReport{Frontend: frontend, Count: n,
+					IntervalMs: float64(period.Milliseconds())})
+				nc.Publish(wire.DemandSubject(pipelineName), data)
+			}
 			select {
 			case <-ctx.Done():
-			case <-time.After(time.Second):
+			case <-time.After(period):
 			}
 		}
 	}()
 }
+
+// fixed is a count for reportDemand.
+func fixed(n int) func() int { return func() int { return n } }
 
 // waitLong is waitFor for what takes a demand estimate some seconds to settle.
 func waitLong(t *testing.T, what string, cond func() bool) {
@@ -106,7 +114,7 @@ func TestPlannerRidesOutABusOutage(t *testing.T) {
 		ws[id] = startWorkerAt(t, srv.URL(), id)
 	}
 	ctx := t.Context()
-	reportDemand(ctx, t, srv.URL(), sp.Name, 400)
+	reportDemand(ctx, testrig.Connect(t, srv.URL(), "frontend"), sp.Name, "f1", time.Second, fixed(400))
 
 	kv := testrig.Bucket(t, testrig.Connect(t, srv.URL(), "reader"))
 	waitLong(t, "a plan for 400 QPS served by 3 workers", func() bool {
@@ -189,13 +197,7 @@ allocation:
 	nc := s.Connect(t, "test")
 	ctx := t.Context()
 	kv := testrig.Bucket(t, nc)
-	go func() { // a frontend: 400 QPS
-		for ctx.Err() == nil {
-			data, _ := msgpack.Marshal(&wire.DemandReport{Frontend: "f1", Count: 400, IntervalMs: 1000})
-			nc.Publish(wire.DemandSubject(sp.Name), data)
-			time.Sleep(time.Second) // the reporting period
-		}
-	}()
+	reportDemand(ctx, nc, sp.Name, "f1", time.Second, fixed(400))
 	waitLong(t, "a plan for 400 QPS served by 3 workers", func() bool {
 		pl, ok := readPlan(kv, sp.Name)
 		return ok && pl.Allocation != nil && math.Abs(pl.Allocation.Estimate()-400) < 40 && len(serving(ws)) == 3
@@ -394,15 +396,12 @@ func TestPlannerHoldsDemandWhileFrontendsAreSilent(t *testing.T) {
 	var qps atomicFloat
 	qps.store(400)
 	var silent atomic.Bool
-	go func() {
-		for ctx.Err() == nil {
-			if !silent.Load() {
-				data, _ := msgpack.Marshal(&wire.DemandReport{Frontend: "f1", Count: int(qps.load()), IntervalMs: 1000})
-				nc.Publish(wire.DemandSubject(sp.Name), data)
-			}
-			time.Sleep(time.Second) // the reporting period
+	reportDemand(ctx, nc, sp.Name, "f1", time.Second, func() int {
+		if silent.Load() {
+			return -1
 		}
-	}()
+		return int(qps.load())
+	})
 	waitLong(t, "a plan for 400 QPS on 3 workers", func() bool {
 		pl, ok := readPlan(kv, sp.Name)
 		return ok && pl.Allocation != nil && math.Abs(pl.Allocation.Estimate()-400) < 40 && pl.Servers() == 3

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/control"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
@@ -70,13 +69,7 @@ func TestPlannerFillsTaskDemand(t *testing.T) {
 			time.Sleep(200 * time.Millisecond) // the heartbeat period
 		}
 	}()
-	go func() { // one frontend reporting 20 QPS every 500 ms
-		for ctx.Err() == nil {
-			data, _ := msgpack.Marshal(&wire.DemandReport{Frontend: "f", Count: 10, IntervalMs: 500})
-			nc.Publish(wire.DemandSubject(sp.Name), data)
-			time.Sleep(500 * time.Millisecond) // the reporting period
-		}
-	}()
+	reportDemand(ctx, nc, sp.Name, "f", 500*time.Millisecond, fixed(10)) // 20 QPS
 
 	var pl plan.Plan
 	waitFor(t, "a plan of Proteus for 20 QPS on 6 servers", func() bool {
