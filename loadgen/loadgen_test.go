@@ -11,31 +11,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/ocr"
+	"github.com/sleipnir-serving/sleipnir/pkg/testrig"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
+// connect is a connection with loadgen's settings to a server of the test's own, over loopback as loadgen reaches
+// Sleipnir.
 func connect(t *testing.T) *nats.Conn {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{Port: -1, NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(5 * time.Second) {
-		t.Fatal("server not ready")
-	}
-	t.Cleanup(s.Shutdown)
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	return nc
+	return testrig.Connect(t, testrig.Server(t, testrig.Listen()).URL(), "loadgen-test", ClientOptions("loadgen-test")...)
 }
 
 // respond answers requests on the pipeline's subject with the status status(i) returns for the i-th request;
@@ -49,7 +37,7 @@ func respond(t *testing.T, nc *nats.Conn, status func(i int64) string, delay tim
 		}
 		data, _ := msgpack.Marshal(&wire.InferReply{RequestID: "x", Pipeline: "p", Status: st})
 		go func() {
-			time.Sleep(delay)
+			time.Sleep(delay) // the responder's latency
 			m.Respond(data)
 		}()
 	})

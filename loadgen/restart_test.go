@@ -10,6 +10,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/natsproc"
+	"github.com/sleipnir-serving/sleipnir/pkg/testrig"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
@@ -56,7 +57,7 @@ func TestNothingLostAcrossAServerRestart(t *testing.T) {
 					return
 				}
 				go func() {
-					time.Sleep(300 * time.Millisecond)
+					time.Sleep(300 * time.Millisecond) // the responder's latency
 					if m.Respond(ok) != nil {
 						replyFailures.Add(1)
 					}
@@ -77,7 +78,7 @@ func TestNothingLostAcrossAServerRestart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		go func() {
+		go func() { // the outage: the kill 1.2 s into the load, 600 ms down, the responder back 500 ms after the client
 			time.Sleep(1200 * time.Millisecond)
 			srv.Kill()
 			time.Sleep(600 * time.Millisecond)
@@ -85,8 +86,11 @@ func TestNothingLostAcrossAServerRestart(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			for !client.IsConnected() && !client.IsClosed() {
-				time.Sleep(10 * time.Millisecond)
+			if err := testrig.WaitFor(10*time.Second, "the client reconnects", func() bool {
+				return client.IsConnected() || client.IsClosed()
+			}); err != nil {
+				t.Error(err)
+				return
 			}
 			time.Sleep(500 * time.Millisecond)
 			nc, err := startResponder()

@@ -276,7 +276,7 @@ func TestBindWaitsForThePlanner(t *testing.T) {
 		_, err := BindVariantConsumer(ctx, js, "p", "a", "x")
 		got <- err
 	}()
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // the scenario: the binds keep waiting while nothing is made
 	select {
 	case err := <-got:
 		t.Fatalf("a bind returned (%v) before the planner made anything", err)
@@ -342,7 +342,7 @@ func TestPermissionViolationLogged(t *testing.T) {
 			t.Fatalf("the refused publish was not logged: %q", logs.String())
 		}
 	}
-	time.Sleep(100 * time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // the log lines of the other refusals would be here by now
 	if n := strings.Count(logs.String(), "NATS refused a permission"); n > 5 {
 		t.Errorf("%d lines for 20 refusals: not rate-limited", n)
 	}

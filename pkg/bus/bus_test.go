@@ -204,7 +204,7 @@ func TestWatchSurvivesServerRestart(t *testing.T) {
 	if got[1] != "KeyValuePutOp k.b=2" {
 		t.Errorf("after the restart the watch delivered %v", got)
 	}
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // a revision delivered twice would be here by now
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for rev, n := range r.revs {

@@ -1,5 +1,6 @@
-// Package testrig is what tests of the services share: for now a client that sends requests the way Sleipnir's
-// clients do and sees every reply.
+// A test client of its own, rather than nats.Conn.Request, because a test must see every reply to a request (a
+// second one is a defect), and when the first came.
+
 package testrig
 
 import (
@@ -66,31 +67,53 @@ func (c *Client) Send(t testing.TB, pipeline string, data []byte, hdr nats.Heade
 	return m.Reply
 }
 
-// Wait returns the replies of the given subjects once each has at least one, failing after timeout.
+// Wait returns the replies of the given subjects once each has at least one, failing after timeout. A reply that
+// comes later is not in the map: see ExpectOneReply and Replies.
 func (c *Client) Wait(t testing.TB, subjects []string, timeout time.Duration) map[string][]*nats.Msg {
 	t.Helper()
-	end := time.Now().Add(timeout)
-	for {
+	missing := func() int {
 		c.mu.Lock()
-		missing := 0
+		defer c.mu.Unlock()
+		n := 0
 		for _, s := range subjects {
 			if len(c.replies[s]) == 0 {
-				missing++
+				n++
 			}
 		}
-		if missing == 0 {
-			out := make(map[string][]*nats.Msg, len(subjects))
-			for _, s := range subjects {
-				out[s] = c.replies[s]
+		return n
+	}
+	if err := WaitFor(timeout, fmt.Sprintf("a reply to each of %d requests", len(subjects)), func() bool {
+		return missing() == 0
+	}); err != nil {
+		t.Fatalf("%v: %d got none", err, missing())
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string][]*nats.Msg, len(subjects))
+	for _, s := range subjects {
+		out[s] = c.replies[s]
+	}
+	return out
+}
+
+// ExpectOneReply waits d, the time a second reply to a request would take to come, and fails the test as soon as one
+// of subjects has more than one reply. (The map Wait returned holds only the replies that had come by then.)
+func (c *Client) ExpectOneReply(t testing.TB, subjects []string, d time.Duration) {
+	t.Helper()
+	var twice string
+	var n int
+	if _, ok := holds(d, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for _, s := range subjects {
+			if n = len(c.replies[s]); n > 1 {
+				twice = s
+				return false
 			}
-			c.mu.Unlock()
-			return out
 		}
-		c.mu.Unlock()
-		if time.Now().After(end) {
-			t.Fatalf("%d of %d requests got no reply within %v", missing, len(subjects), timeout)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return true
+	}); !ok {
+		t.Fatalf("request %s got %d replies, want exactly 1", twice, n)
 	}
 }
 

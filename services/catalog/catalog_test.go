@@ -14,6 +14,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/routing"
+	"github.com/sleipnir-serving/sleipnir/pkg/testrig"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
@@ -29,33 +30,21 @@ allocation:
   - {task: a, variant: x, replicas: 1, max_batch: 1}
 `
 
+// waitFor waits up to 5 s for what.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for end := time.Now().Add(5 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-	}
+	testrig.Eventually(t, 5*time.Second, what, cond)
 }
 
 // TestCatalogKeepsTheLastGoodValues: a plan that fails validation against its spec (`{}`, `null`, one routing to a
 // variant it does not host) and a spec that does not parse are refused and counted, and the last good ones stay; a
 // plan read before its spec is followed once the spec arrives; a spec written again unchanged keeps its *Spec.
 func TestCatalogKeepsTheLastGoodValues(t *testing.T) {
-	s, err := bus.StartServer(bus.ServerConfig{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Shutdown()
-	nc, err := bus.ConnectInProcess(s, "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	nc := testrig.Server(t).Connect(t, "test")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	kv, err := bus.OpenBucket(ctx, js, jetstream.MemoryStorage)
+	// The planner's part, with its function: the test writes what the planner would.
+	kv, err := bus.OpenBucket(ctx, testrig.JetStream(t, nc), jetstream.MemoryStorage)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +92,10 @@ func TestCatalogKeepsTheLastGoodValues(t *testing.T) {
 	put(wire.SpecKey(sp.Name), []byte(`{"name": "cat"}`))
 	waitFor(t, "the bad spec is refused", func() bool { return c.Complaints()[ComplainSpec] == 1 })
 	put(wire.SpecKey(sp.Name), specJSON) // unchanged, written again
-	time.Sleep(100 * time.Millisecond)
+	testrig.Consistently(t, 100*time.Millisecond, "the spec in use and the last good plan kept", func() bool {
+		s2, p := c.Lookup(sp.Name)
+		return s2 == specBefore && p != nil && p.Epoch == 4
+	})
 	s2, p := c.Lookup(sp.Name)
 	if p == nil || p.Epoch != 4 || p.Routing.Root[0].Variant != "x" {
 		t.Fatalf("after bad plans the catalog follows %+v, want the last good one (epoch 4, root to x)", p)

@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/sleipnir-serving/sleipnir/pkg/testrig"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
@@ -58,12 +60,9 @@ func TestPublishFailureDoesNotStall(t *testing.T) {
 		subjects = append(subjects, c.Send(t, s.spec.Name, goodRequest(t), nil))
 	}
 	replies := c.Wait(t, subjects, 5*time.Second)
-	time.Sleep(100 * time.Millisecond)
+	c.ExpectOneReply(t, subjects, 100*time.Millisecond)
 	var worst time.Duration
 	for _, subj := range subjects {
-		if n := len(replies[subj]); n != 1 {
-			t.Errorf("%d replies, want 1", n)
-		}
 		rep := decodeReply(t, replies[subj][0])
 		if rep.Status != wire.StatusError || !strings.Contains(rep.Error, "cannot enqueue") {
 			t.Errorf("reply %q %q, want an error saying the request could not be enqueued", rep.Status, rep.Error)
@@ -151,10 +150,9 @@ func TestBadInputFloodIsCountedNotLogged(t *testing.T) {
 		}
 		return d
 	}
-	for end := time.Now().Add(10 * time.Second); f.Stats().BadReports < n || discarded() < n; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatalf("after 10s: %d bad reports, %d task messages discarded, want %d each", f.Stats().BadReports, discarded(), n)
-		}
+	if err := testrig.WaitFor(10*time.Second, fmt.Sprintf("%d bad reports and %d task messages discarded", n, n),
+		func() bool { return f.Stats().BadReports >= n && discarded() >= n }); err != nil {
+		t.Fatalf("%v: %d bad reports, %d task messages discarded", err, f.Stats().BadReports, discarded())
 	}
 	if st := f.Stats(); st.Refused != n {
 		t.Errorf("refused %d requests, want %d", st.Refused, n)
@@ -232,10 +230,9 @@ func TestStalledJetStreamRefusesOverload(t *testing.T) {
 	}
 	// Once the intake is full (the first publishes wait for an acknowledgement until their deadline), so is it for
 	// HTTP requests.
-	for end := time.Now().Add(5 * time.Second); f.Stats().Overloaded < n-workers-queue; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatalf("after 5s, %d requests refused as overloaded, want %d", f.Stats().Overloaded, n-workers-queue)
-		}
+	if err := testrig.WaitFor(5*time.Second, fmt.Sprintf("%d requests refused as overloaded", n-workers-queue),
+		func() bool { return f.Stats().Overloaded >= n-workers-queue }); err != nil {
+		t.Fatalf("%v: %d are", err, f.Stats().Overloaded)
 	}
 	resp, err := http.Post(srv.URL+"/v2/models/"+s.spec.Name+"/infer", wire.ContentJSON,
 		strings.NewReader(`{"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 2], "data": [0.5, 1.5]}]}`))
@@ -251,13 +248,10 @@ func TestStalledJetStreamRefusesOverload(t *testing.T) {
 	}
 
 	replies := c.Wait(t, subjects, 5*time.Second)
-	time.Sleep(200 * time.Millisecond)
+	c.ExpectOneReply(t, subjects, 200*time.Millisecond)
 	overloaded, late, atOnce := 0, 0, 0
 	var worst time.Duration
 	for _, subj := range subjects {
-		if got := len(replies[subj]); got != 1 {
-			t.Errorf("%d replies, want 1", got)
-		}
 		rep := decodeReply(t, replies[subj][0])
 		switch {
 		case rep.Status == wire.StatusError && strings.Contains(rep.Error, "overloaded"):
@@ -315,7 +309,9 @@ func TestShutdownWithStalledJetStream(t *testing.T) {
 		subjects = append(subjects, c.Send(t, s.spec.Name, goodRequest(t), nats.Header{wire.HeaderTimeout: []string{"30s"}}))
 	}
 	c.Conn().Flush()
-	time.Sleep(100 * time.Millisecond)
+	testrig.Eventually(t, 5*time.Second, "2 requests in flight and 4 waiting in the intake", func() bool {
+		return len(f.intake.jobs) == 4
+	})
 	start := time.Now()
 	stop()
 	if took := time.Since(start); took > 3*time.Second {
@@ -358,19 +354,15 @@ func TestRequestsAreEnqueuedInArrivalOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for end := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		info, err := stream.Info(context.Background())
-		if err != nil {
+	var info *jetstream.StreamInfo
+	if err := testrig.WaitFor(10*time.Second, fmt.Sprintf("%d requests in the stream", n), func() bool {
+		if info, err = stream.Info(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		if info.State.Msgs == n {
-			break
-		}
-		if time.Now().After(end) {
-			t.Fatalf("%d of %d requests in the stream after 10s", info.State.Msgs, n)
-		}
+		return info.State.Msgs == n
+	}); err != nil {
+		t.Fatalf("%v: %d are", err, info.State.Msgs)
 	}
-	info, _ := stream.Info(context.Background())
 	var got []int
 	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
 		m, err := stream.GetMsg(context.Background(), seq)
@@ -414,11 +406,9 @@ func TestDemandWithheldAcrossAReconnect(t *testing.T) {
 	if err := f.nc.ForceReconnect(); err != nil {
 		t.Fatal(err)
 	}
-	for end := time.Now().Add(5 * time.Second); f.Stats().DemandWithheld == 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatal("no demand report withheld after a reconnect")
-		}
-	}
+	testrig.Eventually(t, 5*time.Second, "a demand report withheld after a reconnect", func() bool {
+		return f.Stats().DemandWithheld > 0
+	})
 	// Those sent meanwhile are drained; reports go on.
 	for n, _, _ := reports.Pending(); n > 0; n-- {
 		next()

@@ -8,12 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
 
-	"github.com/sleipnir-serving/sleipnir/pkg/bus"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/testrig"
@@ -25,7 +23,7 @@ import (
 // testSystem is a real embedded JetStream server with the planner (the spec's static allocation) and, optionally,
 // workers; tests start their own frontends on it. (services/up cannot be used here: it imports this package.)
 type testSystem struct {
-	srv     *server.Server
+	srv     *testrig.Embedded
 	spec    *pipeline.Spec
 	log     *slog.Logger
 	logs    *countingHandler
@@ -40,73 +38,43 @@ func startTestSystem(t testing.TB, workers int) *testSystem {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := bus.StartServer(bus.ServerConfig{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
 	logs := &countingHandler{counts: map[string]int{}}
-	s := &testSystem{srv: srv, spec: spec, logs: logs, log: slog.New(logs)}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	t.Cleanup(func() {
-		cancel()
-		wg.Wait()
-		srv.Shutdown()
-		srv.WaitForShutdown()
-	})
-	run := func(name string, f func(context.Context) error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := f(ctx); err != nil && ctx.Err() == nil {
-				t.Errorf("%s: %v", name, err)
-			}
-		}()
-	}
+	s := &testSystem{srv: testrig.Server(t), spec: spec, logs: logs, log: slog.New(logs)}
 	pl, err := planner.New(s.connect(t, "planner"), planner.Config{Pipelines: []*pipeline.Spec{spec},
 		Storage: jetstream.MemoryStorage, System: "static", Logger: s.log})
 	if err != nil {
 		t.Fatal(err)
 	}
-	run("planner", pl.Run)
+	testrig.Run(t, "planner", pl.Run)
 	for i := 0; i < workers; i++ {
-		w, err := worker.New(s.connect(t, fmt.Sprintf("w%d", i)), worker.Config{ID: fmt.Sprintf("w%02d", i), Logger: s.log})
+		id := fmt.Sprintf("w%02d", i)
+		w, err := worker.New(s.connect(t, id), worker.Config{ID: id, Logger: s.log})
 		if err != nil {
 			t.Fatal(err)
 		}
 		s.workers = append(s.workers, w)
-		run("worker", w.Run)
+		testrig.Run(t, "worker "+id, w.Run)
 	}
 	p, err := plan.Static(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := min(p.Servers(), workers)
-	for end := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testrig.Eventually(t, 10*time.Second, fmt.Sprintf("%d planned replicas served", want), func() bool {
 		serving := 0
 		for _, w := range s.workers {
 			if w.Serving() != "" {
 				serving++
 			}
 		}
-		if serving == want {
-			break
-		}
-		if time.Now().After(end) {
-			t.Fatalf("after 10s, %d of %d planned replicas are served", serving, want)
-		}
-	}
+		return serving == want
+	})
 	return s
 }
 
 func (s *testSystem) connect(t testing.TB, name string) *nats.Conn {
 	t.Helper()
-	nc, err := bus.ConnectInProcess(s.srv, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	return nc
+	return s.srv.Connect(t, name)
 }
 
 // startFrontend runs a frontend until the returned stop is called (or the test ends); stop waits until Run returned.
@@ -120,27 +88,16 @@ func (s *testSystem) startFrontend(t testing.TB, cfg Config) (*Frontend, func())
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := f.Run(ctx); err != nil {
-			t.Errorf("frontend %s: %v", cfg.ID, err)
-		}
-	}()
-	var once sync.Once
-	stop := func() { once.Do(func() { cancel(); <-done; nc.Close() }) }
-	t.Cleanup(stop)
+	stopRun := testrig.Run(t, "frontend "+cfg.ID, f.Run)
+	stop := func() { stopRun(); nc.Close() }
 	select {
 	case <-f.Ready():
 	case <-time.After(10 * time.Second):
 		t.Fatal("frontend not ready after 10s")
 	}
-	for end := time.Now().Add(10 * time.Second); len(f.Pipelines()) == 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatal("the frontend sees no pipeline with a plan after 10s")
-		}
-	}
+	testrig.Eventually(t, 10*time.Second, "the frontend sees a pipeline with a plan", func() bool {
+		return len(f.Pipelines()) > 0
+	})
 	return f, stop
 }
 

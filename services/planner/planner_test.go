@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
@@ -19,6 +18,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/control"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/testrig"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 	"github.com/sleipnir-serving/sleipnir/services/worker"
 )
@@ -38,26 +38,43 @@ allocation:
 `
 
 type runningWorker struct {
-	w      *worker.Worker
-	nc     *nats.Conn
-	cancel context.CancelFunc
-	done   chan struct{}
+	w    *worker.Worker
+	nc   *nats.Conn
+	stop func() // returns once the worker has stopped
 }
 
-func startWorker(t *testing.T, s *server.Server, id string) *runningWorker {
-	nc, err := bus.ConnectInProcess(s, id)
+// startWorker runs a worker on the embedded server s, registering every 100 ms.
+func startWorker(t *testing.T, s *testrig.Embedded, id string) *runningWorker {
+	return runWorker(t, s.Connect(t, id), worker.Config{ID: id, RegisterEvery: 100 * time.Millisecond,
+		FetchWait: 100 * time.Millisecond})
+}
+
+// runWorker runs a worker on nc until the test ends or its stop is called.
+func runWorker(t *testing.T, nc *nats.Conn, cfg worker.Config) *runningWorker {
+	w, err := worker.New(nc, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := worker.New(nc, worker.Config{ID: id, RegisterEvery: 100 * time.Millisecond, FetchWait: 100 * time.Millisecond})
+	stop := testrig.Run(t, "worker "+cfg.ID, func(ctx context.Context) error {
+		err := w.Run(ctx)
+		if nc.IsClosed() { // the test cut its connection: a worker that died, as the test meant
+			return nil
+		}
+		return err
+	})
+	return &runningWorker{w: w, nc: nc, stop: stop}
+}
+
+// runPlanner runs a planner on a connection of its own to s; stop returns once the planner has stopped, and closes
+// its connection.
+func runPlanner(t *testing.T, s *testrig.Embedded, cfg Config) (p *Planner, stop func()) {
+	nc := s.Connect(t, "planner")
+	p, err := New(nc, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	rw := &runningWorker{w: w, nc: nc, cancel: cancel, done: make(chan struct{})}
-	go func() { defer close(rw.done); w.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-rw.done; nc.Close() })
-	return rw
+	stopRun := testrig.Run(t, "planner", p.Run)
+	return p, func() { stopRun(); nc.Close() }
 }
 
 func serving(ws map[string]*runningWorker) map[string]bool {
@@ -70,55 +87,33 @@ func serving(ws map[string]*runningWorker) map[string]bool {
 	return out
 }
 
+// waitFor waits up to 10 s for what.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for end := time.Now().Add(10 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-	}
+	testrig.Eventually(t, 10*time.Second, what, cond)
 }
 
 // TestPlannerAssignsLiveWorkers: the plan's replicas go to registered workers, the rest stay idle; a worker that
 // stops (deregistering) or dies (its registration goes stale) is replaced by an idle one, and the plan and spec are
 // in the bucket with an epoch that survives a planner restart.
 func TestPlannerAssignsLiveWorkers(t *testing.T) {
-	s, err := bus.StartServer(bus.ServerConfig{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Shutdown()
+	s := testrig.Server(t)
 	sp, err := pipeline.Parse([]byte(spec))
 	if err != nil {
 		t.Fatal(err)
 	}
-	runPlanner := func() context.CancelFunc {
-		nc, err := bus.ConnectInProcess(s, "planner")
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := New(nc, Config{Pipelines: []*pipeline.Spec{sp}, Storage: jetstream.MemoryStorage, WorkerTimeout: time.Second,
-			System: "static"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { defer close(done); p.Run(ctx) }()
-		return func() { cancel(); <-done; nc.Close() }
-	}
-	stopPlanner := runPlanner()
-	defer func() { stopPlanner() }()
+	cfg := Config{Pipelines: []*pipeline.Spec{sp}, Storage: jetstream.MemoryStorage, WorkerTimeout: time.Second,
+		System: "static"}
+	_, stopPlanner := runPlanner(t, s, cfg)
 
 	ws := map[string]*runningWorker{}
 	for _, id := range []string{"w1", "w2", "w3"} {
 		ws[id] = startWorker(t, s, id)
 	}
 	waitFor(t, "2 of 3 workers serve", func() bool { return len(serving(ws)) == 2 })
-	time.Sleep(300 * time.Millisecond)
-	if n := len(serving(ws)); n != 2 {
-		t.Fatalf("%d workers serve a plan of 2 replicas", n)
-	}
+	testrig.Consistently(t, 300*time.Millisecond, "2 workers serve a plan of 2 replicas", func() bool {
+		return len(serving(ws)) == 2
+	})
 
 	// A worker that stops deregisters: the idle one takes over.
 	var stopped string
@@ -126,8 +121,7 @@ func TestPlannerAssignsLiveWorkers(t *testing.T) {
 		stopped = id
 		break
 	}
-	ws[stopped].cancel()
-	<-ws[stopped].done
+	ws[stopped].stop()
 	delete(ws, stopped)
 	waitFor(t, "the idle worker replaces the stopped one", func() bool { return len(serving(ws)) == 2 })
 
@@ -143,10 +137,7 @@ func TestPlannerAssignsLiveWorkers(t *testing.T) {
 	waitFor(t, "w4 replaces the dead worker", func() bool { return ws["w4"].w.Serving() != "" })
 
 	// The bucket holds the spec and the plan; a restarted planner continues the epoch and moves no one.
-	nc, _ := bus.ConnectInProcess(s, "check")
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	kv, _ := bus.OpenBucket(context.Background(), js, jetstream.MemoryStorage)
+	kv := testrig.Bucket(t, s.Connect(t, "check"))
 	epoch := func() uint64 {
 		e, err := kv.Get(context.Background(), wire.PlanKey("pl"))
 		if err != nil {
@@ -162,15 +153,18 @@ func TestPlannerAssignsLiveWorkers(t *testing.T) {
 	before := serving(ws)
 	e1 := epoch()
 	stopPlanner()
-	stopPlanner = runPlanner()
+	runPlanner(t, s, cfg)
 	waitFor(t, "the new planner publishes", func() bool { return epoch() == e1+1 })
-	time.Sleep(500 * time.Millisecond)
-	after := serving(ws)
-	for id := range before {
-		if !after[id] {
-			t.Errorf("planner restart moved worker %s", id)
-		}
-	}
+	testrig.Consistently(t, 500*time.Millisecond, "every worker serving before the planner restart serves",
+		func() bool {
+			after := serving(ws)
+			for id := range before {
+				if !after[id] {
+					return false
+				}
+			}
+			return true
+		})
 }
 
 const twoVariants = `
@@ -189,36 +183,17 @@ allocation:
 // TestPlannerRoutesByReportedDemand: with no demand everything goes to the most accurate variant (x, 50 QPS); when
 // frontends report 100 QPS, the routing sends the half x cannot take to y, without changing the plan's epoch.
 func TestPlannerRoutesByReportedDemand(t *testing.T) {
-	s, err := bus.StartServer(bus.ServerConfig{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Shutdown()
+	s := testrig.Server(t)
 	sp, err := pipeline.Parse([]byte(twoVariants))
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, _ := bus.ConnectInProcess(s, "planner")
-	defer nc.Close()
-	p, err := New(nc, Config{Pipelines: []*pipeline.Spec{sp}, Storage: jetstream.MemoryStorage, DemandAlpha: 1,
+	runPlanner(t, s, Config{Pipelines: []*pipeline.Spec{sp}, Storage: jetstream.MemoryStorage, DemandAlpha: 1,
 		Config: control.Config{RouteUtilization: 1}, System: "static"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go p.Run(ctx)
-
-	js, _ := jetstream.New(nc)
-	var kv jetstream.KeyValue
+	nc := s.Connect(t, "frontend")
+	kv := testrig.Bucket(t, nc)
 	current := func() plan.Plan {
-		var pl plan.Plan
-		if kv == nil {
-			kv, _ = bus.OpenBucket(ctx, js, jetstream.MemoryStorage)
-		}
-		if e, err := kv.Get(ctx, wire.PlanKey("dem")); err == nil {
-			json.Unmarshal(e.Value(), &pl)
-		}
+		pl, _ := readPlan(kv, "dem")
 		return pl
 	}
 	waitFor(t, "the first plan", func() bool { return len(current().Routing.Root) == 1 })
@@ -226,21 +201,9 @@ func TestPlannerRoutesByReportedDemand(t *testing.T) {
 		t.Fatalf("with no demand the root routes %+v, want all to x", r)
 	}
 	epoch := current().Epoch
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() { // two frontends, 50 QPS each
-		for {
-			for _, f := range []string{"f1", "f2"} {
-				data, _ := msgpack.Marshal(&wire.DemandReport{Frontend: f, Count: 25, IntervalMs: 500})
-				nc.Publish(wire.DemandSubject("dem"), data)
-			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(500 * time.Millisecond):
-			}
-		}
-	}()
+	for _, f := range []string{"f1", "f2"} { // two frontends, 50 QPS each
+		reportDemand(t.Context(), nc, "dem", f, 500*time.Millisecond, fixed(25))
+	}
 	waitFor(t, "routing for 100 QPS", func() bool { return len(current().Routing.Root) == 2 })
 	pl := current()
 	if r := pl.Routing.Root; r[0].Variant != "x" || math.Abs(r[0].Prob-0.5) > 1e-9 || r[1].Variant != "y" {
@@ -275,35 +238,18 @@ allocation:
 // TestPlannerUsesMeasuredFanout: the profile says a/x emits 1 sub-request per item, so 20 QPS fit b/p (50 QPS);
 // when a worker's heartbeats say it emits 4, the planner routes the 80 QPS reaching b as 50 to p and 30 to q.
 func TestPlannerUsesMeasuredFanout(t *testing.T) {
-	s, err := bus.StartServer(bus.ServerConfig{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Shutdown()
+	s := testrig.Server(t)
 	sp, err := pipeline.Parse([]byte(measuredFanout))
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, _ := bus.ConnectInProcess(s, "planner")
-	defer nc.Close()
-	p, err := New(nc, Config{Pipelines: []*pipeline.Spec{sp}, Storage: jetstream.MemoryStorage, DemandAlpha: 1,
+	runPlanner(t, s, Config{Pipelines: []*pipeline.Spec{sp}, Storage: jetstream.MemoryStorage, DemandAlpha: 1,
 		Config: control.Config{RouteUtilization: 1}, System: "static"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go p.Run(ctx)
-	js, _ := jetstream.New(nc)
-	var kv jetstream.KeyValue
+	nc := s.Connect(t, "frontend")
+	ctx := t.Context()
+	kv := testrig.Bucket(t, nc)
 	current := func() plan.Plan {
-		var pl plan.Plan
-		if kv == nil {
-			kv, _ = bus.OpenBucket(ctx, js, jetstream.MemoryStorage)
-		}
-		if e, err := kv.Get(ctx, wire.PlanKey("fan")); err == nil {
-			json.Unmarshal(e.Value(), &pl)
-		}
+		pl, _ := readPlan(kv, "fan")
 		return pl
 	}
 	waitFor(t, "the first plan", func() bool { return current().Epoch > 0 })
@@ -319,9 +265,7 @@ func TestPlannerUsesMeasuredFanout(t *testing.T) {
 			reg, _ := json.Marshal(wire.Registration{ID: "meter", Started: started, Updated: time.Now(), Heartbeat: beat,
 				Observed: map[string]wire.Observed{"fan:a/x": {FanoutCounts: wire.FanoutCounts{Items: items,
 					Children: map[string]uint64{"b": 4 * items}}}}})
-			if kv != nil {
-				kv.Put(ctx, wire.WorkerKey("meter"), reg)
-			}
+			kv.Put(ctx, wire.WorkerKey("meter"), reg)
 			select {
 			case <-stop:
 				return
@@ -343,53 +287,30 @@ func TestPlannerUsesMeasuredFanout(t *testing.T) {
 // live workers: few servers at low demand (the rest idle), more as it rises (hardware scaling), then all of them
 // with faster variants and a lower expected accuracy (accuracy scaling), each plan under a new epoch.
 func TestPlannerReplansForDemand(t *testing.T) {
-	s, err := bus.StartServer(bus.ServerConfig{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Shutdown) // after the workers' cleanups
+	s := testrig.Server(t)
 	sp, err := pipeline.Load("../../examples/ocr-chain.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, _ := bus.ConnectInProcess(s, "planner")
-	defer nc.Close()
 	// No headroom: each plan is the solver's for the reported demand (TestHeadroomIsSpentInServersOnly, in
 	// pkg/control, covers the headroom).
-	p, err := New(nc, Config{Pipelines: []*pipeline.Spec{sp}, Storage: jetstream.MemoryStorage, DemandAlpha: 1,
+	p, _ := runPlanner(t, s, Config{Pipelines: []*pipeline.Spec{sp}, Storage: jetstream.MemoryStorage, DemandAlpha: 1,
 		WorkerTimeout: 2 * time.Second, Config: control.Config{Headroom: -1, SolveTimeLimit: 2 * time.Second}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go p.Run(ctx)
 	ws := map[string]*runningWorker{}
 	for i := 1; i <= 6; i++ {
 		id := fmt.Sprintf("w%d", i)
 		ws[id] = startWorker(t, s, id)
 	}
 
-	js, _ := jetstream.New(nc)
-	kv, err := bus.OpenBucket(ctx, js, jetstream.MemoryStorage)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc := s.Connect(t, "frontend")
+	ctx := t.Context()
+	kv := testrig.Bucket(t, nc)
 	current := func() plan.Plan {
-		var pl plan.Plan
-		if e, err := kv.Get(ctx, wire.PlanKey(sp.Name)); err == nil {
-			json.Unmarshal(e.Value(), &pl)
-		}
+		pl, _ := readPlan(kv, sp.Name)
 		return pl
 	}
 	var qps atomicFloat
-	go func() { // one frontend reporting every 500 ms
-		for ctx.Err() == nil {
-			data, _ := msgpack.Marshal(&wire.DemandReport{Frontend: "f", Count: int(qps.load() / 2), IntervalMs: 500})
-			nc.Publish(wire.DemandSubject(sp.Name), data)
-			time.Sleep(500 * time.Millisecond)
-		}
-	}()
+	reportDemand(ctx, nc, sp.Name, "f", 500*time.Millisecond, func() int { return int(qps.load() / 2) })
 
 	var lastEpoch uint64
 	var lastAccuracy float64
@@ -472,16 +393,7 @@ tasks:
 // under an id of its own, moved by the planner's step; one the plan routes nowhere stays; moving again moves nothing
 // twice.
 func TestRehomeMovesRetiredQueue(t *testing.T) {
-	s, err := bus.StartServer(bus.ServerConfig{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Shutdown()
-	nc, err := bus.ConnectInProcess(s, "planner")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := testrig.Server(t).Connect(t, "planner")
 	sp, err := pipeline.Parse([]byte(treeSpec))
 	if err != nil {
 		t.Fatal(err)
@@ -491,7 +403,8 @@ func TestRehomeMovesRetiredQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	js, _ := jetstream.New(nc)
+	js := testrig.JetStream(t, nc)
+	// The planner's declarations, which its Run would make: this test calls its steps itself.
 	stream, err := bus.EnsureTaskStream(ctx, js, sp.Name, jetstream.MemoryStorage)
 	if err != nil {
 		t.Fatal(err)

@@ -13,13 +13,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
 
-	"github.com/sleipnir-serving/sleipnir/pkg/bus"
 	"github.com/sleipnir-serving/sleipnir/pkg/natsproc"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/testrig"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 	"github.com/sleipnir-serving/sleipnir/services/catalog"
 	"github.com/sleipnir-serving/sleipnir/services/worker"
@@ -42,64 +43,36 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // startWorkerAt runs a worker connected to url, with the default registration period (1 s).
 func startWorkerAt(t *testing.T, url, id string) *runningWorker {
-	nc, err := bus.Connect(url, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := worker.New(nc, worker.Config{ID: id, FetchWait: 100 * time.Millisecond, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	rw := &runningWorker{w: w, nc: nc, cancel: cancel, done: make(chan struct{})}
-	go func() { defer close(rw.done); w.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-rw.done; nc.Close() })
-	return rw
+	return runWorker(t, testrig.Connect(t, url, id), worker.Config{ID: id, FetchWait: 100 * time.Millisecond,
+		Logger: quiet})
 }
 
-// reportDemand plays a frontend reporting qps every second on its own connection until ctx is done.
-func reportDemand(ctx context.Context, t *testing.T, url, pipelineName string, qps int) {
-	nc, err := bus.Connect(url, "frontend")
-	if err != nil {
-		t.Fatal(err)
-	}
+// reportDemand plays a frontend named frontend on nc: every period until ctx is done, it reports the requests count
+// says it took in that period, or nothing while count is negative (a silent frontend).
+func reportDemand(ctx context.Context, nc *nats.Conn, pipelineName, frontend string, period time.Duration,
+	count func() int) {
 	go func() {
-		defer nc.Close()
 		for ctx.Err() == nil {
-			data, _ := msgpack.Marshal(&wire.DemandReport{Frontend: "f1", Count: qps, IntervalMs: 1000})
-			nc.Publish(wire.DemandSubject(pipelineName), data)
+			if n := count(); n >= 0 {
+				data, _ := msgpack.Marshal(&wire.DemandReport{Frontend: frontend, Count: n,
+					IntervalMs: float64(period.Milliseconds())})
+				nc.Publish(wire.DemandSubject(pipelineName), data)
+			}
 			select {
 			case <-ctx.Done():
-			case <-time.After(time.Second):
+			case <-time.After(period):
 			}
 		}
 	}()
 }
 
+// fixed is a count for reportDemand.
+func fixed(n int) func() int { return func() int { return n } }
+
 // waitLong is waitFor for what takes a demand estimate some seconds to settle.
 func waitLong(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for end := time.Now().Add(30 * time.Second); !cond(); time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-	}
-}
-
-// kvReader opens the bucket on a connection of its own.
-func kvReader(t *testing.T, url string) jetstream.KeyValue {
-	nc, err := bus.Connect(url, "reader")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, _ := jetstream.New(nc)
-	var kv jetstream.KeyValue
-	waitFor(t, "the bucket", func() bool {
-		kv, err = js.KeyValue(context.Background(), wire.Bucket)
-		return err == nil
-	})
-	return kv
+	testrig.Eventually(t, 30*time.Second, what, cond)
 }
 
 func readPlan(kv jetstream.KeyValue, name string) (plan.Plan, bool) {
@@ -119,6 +92,7 @@ func TestPlannerRidesOutABusOutage(t *testing.T) {
 	if _, err := natsproc.Binary(); err != nil {
 		t.Skip(err)
 	}
+	// A real server, which the test can kill and restart on the same store.
 	srv, err := natsproc.Start(natsproc.Config{StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -128,33 +102,27 @@ func TestPlannerRidesOutABusOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, err := bus.Connect(srv.URL(), "planner")
+	p, err := New(testrig.Connect(t, srv.URL(), "planner"), Config{Pipelines: []*pipeline.Spec{sp},
+		Storage: jetstream.FileStorage, WorkerTimeout: 2 * time.Second, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := New(nc, Config{Pipelines: []*pipeline.Spec{sp}, Storage: jetstream.FileStorage,
-		WorkerTimeout: 2 * time.Second, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); p.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done; nc.Close() })
+	testrig.Run(t, "planner", p.Run)
 	ws := map[string]*runningWorker{}
 	for i := 1; i <= 4; i++ {
 		id := fmt.Sprintf("w%d", i)
 		ws[id] = startWorkerAt(t, srv.URL(), id)
 	}
-	reportDemand(ctx, t, srv.URL(), sp.Name, 400)
+	ctx := t.Context()
+	reportDemand(ctx, testrig.Connect(t, srv.URL(), "frontend"), sp.Name, "f1", time.Second, fixed(400))
 
-	kv := kvReader(t, srv.URL())
+	kv := testrig.Bucket(t, testrig.Connect(t, srv.URL(), "reader"))
 	waitLong(t, "a plan for 400 QPS served by 3 workers", func() bool {
 		pl, ok := readPlan(kv, sp.Name)
 		return ok && pl.Allocation != nil && math.Abs(pl.Allocation.Estimate()-400) < 40 && pl.Servers() == 3 &&
 			len(serving(ws)) == 3
 	})
-	time.Sleep(time.Second) // settled
+	time.Sleep(time.Second) // settled: a re-plan or reassignment still under way finishes before the snapshot
 	before, _ := readPlan(kv, sp.Name)
 	servingBefore := map[string]string{}
 	for id, w := range ws {
@@ -176,16 +144,16 @@ func TestPlannerRidesOutABusOutage(t *testing.T) {
 					servingBefore[id] = got
 				}
 			}
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // the watch's resolution
 		}
 	}()
 
 	srv.Kill()
-	time.Sleep(7 * time.Second)
+	time.Sleep(7 * time.Second) // the outage
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(6 * time.Second) // three WorkerTimeouts after the restart
+	time.Sleep(6 * time.Second) // three WorkerTimeouts after the restart, for the planner to wrongly drop a worker
 	stopWatching()
 
 	mu.Lock()
@@ -210,11 +178,7 @@ func TestPlannerRidesOutABusOutage(t *testing.T) {
 // plan KV holds (same epoch, same replicas) rather than the static plan, and does not re-plan from its first second
 // of demand: no worker moves.
 func TestRestartedPlannerResumesThePlanInKV(t *testing.T) {
-	s, err := bus.StartServer(bus.ServerConfig{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Shutdown)
+	s := testrig.Server(t)
 	sp, err := pipeline.Parse([]byte(milpSpec + `
 allocation:
   - {task: a, variant: x, replicas: 1, max_batch: 1}
@@ -222,43 +186,18 @@ allocation:
 	if err != nil {
 		t.Fatal(err)
 	}
-	runPlanner := func() context.CancelFunc {
-		nc, err := bus.ConnectInProcess(s, "planner")
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := New(nc, Config{Pipelines: []*pipeline.Spec{sp}, Storage: jetstream.MemoryStorage,
-			WorkerTimeout: 2 * time.Second, Logger: quiet})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { defer close(done); p.Run(ctx) }()
-		return func() { cancel(); <-done; nc.Close() }
-	}
-	stop := runPlanner()
+	cfg := Config{Pipelines: []*pipeline.Spec{sp}, Storage: jetstream.MemoryStorage, WorkerTimeout: 2 * time.Second,
+		Logger: quiet}
+	_, stop := runPlanner(t, s, cfg)
 	ws := map[string]*runningWorker{}
 	for i := 1; i <= 4; i++ {
 		id := fmt.Sprintf("w%d", i)
 		ws[id] = startWorker(t, s, id)
 	}
-	nc, _ := bus.ConnectInProcess(s, "test")
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	kv, err := bus.OpenBucket(ctx, js, jetstream.MemoryStorage)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { // a frontend: 400 QPS
-		for ctx.Err() == nil {
-			data, _ := msgpack.Marshal(&wire.DemandReport{Frontend: "f1", Count: 400, IntervalMs: 1000})
-			nc.Publish(wire.DemandSubject(sp.Name), data)
-			time.Sleep(time.Second)
-		}
-	}()
+	nc := s.Connect(t, "test")
+	ctx := t.Context()
+	kv := testrig.Bucket(t, nc)
+	reportDemand(ctx, nc, sp.Name, "f1", time.Second, fixed(400))
 	waitLong(t, "a plan for 400 QPS served by 3 workers", func() bool {
 		pl, ok := readPlan(kv, sp.Name)
 		return ok && pl.Allocation != nil && math.Abs(pl.Allocation.Estimate()-400) < 40 && len(serving(ws)) == 3
@@ -275,8 +214,7 @@ allocation:
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	stop = runPlanner()
-	defer func() { stop() }()
+	runPlanner(t, s, cfg)
 	var published []plan.Plan
 	for end := time.After(4 * time.Second); ; {
 		select {
@@ -321,38 +259,22 @@ allocation:
 // (deleted); a registration under another worker's key gets no replica, and a demand report of 1e6 QPS is refused
 // and counted.
 func TestPlannerRepairsTheBucket(t *testing.T) {
-	s, err := bus.StartServer(bus.ServerConfig{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Shutdown)
+	s := testrig.Server(t)
 	sp, err := pipeline.Parse([]byte(spec))
 	if err != nil {
 		t.Fatal(err)
 	}
-	pnc, _ := bus.ConnectInProcess(s, "planner")
-	defer pnc.Close()
-	p, err := New(pnc, Config{Pipelines: []*pipeline.Spec{sp}, Storage: jetstream.MemoryStorage,
+	p, _ := runPlanner(t, s, Config{Pipelines: []*pipeline.Spec{sp}, Storage: jetstream.MemoryStorage,
 		WorkerTimeout: time.Second, System: "static", Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go p.Run(ctx)
 	ws := map[string]*runningWorker{}
 	for _, id := range []string{"w1", "w2", "w3"} {
 		ws[id] = startWorker(t, s, id)
 	}
 	waitFor(t, "2 of 3 workers serve", func() bool { return len(serving(ws)) == 2 })
 
-	nc, _ := bus.ConnectInProcess(s, "stranger")
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	kv, err := bus.OpenBucket(ctx, js, jetstream.MemoryStorage)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc := s.Connect(t, "stranger")
+	ctx := t.Context()
+	kv := testrig.Bucket(t, nc)
 	get := func(key string) []byte {
 		e, err := kv.Get(ctx, key)
 		if err != nil {
@@ -373,6 +295,14 @@ func TestPlannerRepairsTheBucket(t *testing.T) {
 			busy = id
 		}
 	}
+	asBefore := func() bool {
+		for id, w := range ws {
+			if w.w.Serving() != servingBefore[id] {
+				return false
+			}
+		}
+		return true
+	}
 	unchanged := func(what string) {
 		t.Helper()
 		for id, w := range ws {
@@ -388,8 +318,7 @@ func TestPlannerRepairsTheBucket(t *testing.T) {
 		waitFor(t, "the planner puts the plan back after "+bad, func() bool {
 			return string(get(wire.PlanKey("pl"))) == string(good)
 		})
-		time.Sleep(200 * time.Millisecond)
-		unchanged("plan " + bad)
+		testrig.Consistently(t, 200*time.Millisecond, "every worker serves what it served, after plan "+bad, asBefore)
 	}
 
 	goodSpec := get(wire.SpecKey("pl"))
@@ -418,7 +347,7 @@ func TestPlannerRepairsTheBucket(t *testing.T) {
 	for range 3 {
 		put(wire.WorkerKey("fake"), string(reg))
 		put(wire.WorkerKey("junk"), `"hello"`)
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(300 * time.Millisecond) // as often as heartbeats come: time for the planner to assign a worker
 	}
 	if get(wire.AssignKey("fake")) != nil || get(wire.AssignKey("junk")) != nil {
 		t.Error("a forged registration got an assignment")
@@ -433,13 +362,12 @@ func TestPlannerRepairsTheBucket(t *testing.T) {
 	nc.Publish(wire.DemandSubject("pl"), data)
 	nc.Flush()
 	waitFor(t, "the forged demand reports are counted", func() bool { return p.Complaints()[complainReport] >= 2 })
-	time.Sleep(1500 * time.Millisecond)
-	p.mu.Lock()
-	est := p.demand["pl"].Estimate()
-	p.mu.Unlock()
-	if est != 0 {
-		t.Errorf("demand estimate %v after refused reports, want 0", est)
-	}
+	// A report taken in moves the estimate at the planner's next step, within a second.
+	testrig.Consistently(t, 1500*time.Millisecond, "a demand estimate of 0 after refused reports", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.demand["pl"].Estimate() == 0
+	})
 	if n := p.Complaints()[complainTampered]; n < 6 {
 		t.Errorf("%d repairs counted, want at least 6", n)
 	}
@@ -450,61 +378,41 @@ func TestPlannerRepairsTheBucket(t *testing.T) {
 // off): that is no data, not zero demand, so the plan sized for 400 QPS stays; when it reports zero, the planner
 // scales down.
 func TestPlannerHoldsDemandWhileFrontendsAreSilent(t *testing.T) {
-	s, err := bus.StartServer(bus.ServerConfig{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Shutdown)
+	s := testrig.Server(t)
 	sp, err := pipeline.Parse([]byte(milpSpec))
 	if err != nil {
 		t.Fatal(err)
 	}
-	pnc, _ := bus.ConnectInProcess(s, "planner")
-	defer pnc.Close()
-	p, err := New(pnc, Config{Pipelines: []*pipeline.Spec{sp}, Storage: jetstream.MemoryStorage,
+	runPlanner(t, s, Config{Pipelines: []*pipeline.Spec{sp}, Storage: jetstream.MemoryStorage,
 		WorkerTimeout: 2 * time.Second, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go p.Run(ctx)
 	ws := map[string]*runningWorker{}
 	for i := 1; i <= 4; i++ {
 		id := fmt.Sprintf("w%d", i)
 		ws[id] = startWorker(t, s, id)
 	}
-	nc, _ := bus.ConnectInProcess(s, "frontend")
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	kv, err := bus.OpenBucket(ctx, js, jetstream.MemoryStorage)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc := s.Connect(t, "frontend")
+	ctx := t.Context()
+	kv := testrig.Bucket(t, nc)
 	var qps atomicFloat
 	qps.store(400)
 	var silent atomic.Bool
-	go func() {
-		for ctx.Err() == nil {
-			if !silent.Load() {
-				data, _ := msgpack.Marshal(&wire.DemandReport{Frontend: "f1", Count: int(qps.load()), IntervalMs: 1000})
-				nc.Publish(wire.DemandSubject(sp.Name), data)
-			}
-			time.Sleep(time.Second)
+	reportDemand(ctx, nc, sp.Name, "f1", time.Second, func() int {
+		if silent.Load() {
+			return -1
 		}
-	}()
+		return int(qps.load())
+	})
 	waitLong(t, "a plan for 400 QPS on 3 workers", func() bool {
 		pl, ok := readPlan(kv, sp.Name)
 		return ok && pl.Allocation != nil && math.Abs(pl.Allocation.Estimate()-400) < 40 && pl.Servers() == 3
 	})
 	before, _ := readPlan(kv, sp.Name)
 	silent.Store(true)
-	time.Sleep(10 * time.Second)
-	after, _ := readPlan(kv, sp.Name)
-	if after.Epoch != before.Epoch || after.Servers() != 3 {
-		t.Errorf("after 10 s without reports: epoch %d with %d replicas (demand %v), want epoch %d with 3",
-			after.Epoch, after.Servers(), after.Allocation.Estimate(), before.Epoch)
-	}
+	testrig.Consistently(t, 10*time.Second, fmt.Sprintf("the plan of epoch %d with 3 replicas, without reports",
+		before.Epoch), func() bool {
+		after, _ := readPlan(kv, sp.Name)
+		return after.Epoch == before.Epoch && after.Servers() == 3
+	})
 	qps.store(0)
 	silent.Store(false)
 	waitLong(t, "a plan for the reported zero on 1 worker", func() bool {

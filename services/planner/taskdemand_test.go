@@ -1,19 +1,17 @@
 package planner
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/vmihailenco/msgpack/v5"
 
-	"github.com/sleipnir-serving/sleipnir/pkg/bus"
 	"github.com/sleipnir-serving/sleipnir/pkg/control"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/testrig"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
@@ -41,33 +39,16 @@ allocation:
 // On 6 workers, Proteus splits the servers by each task's work: b, with 10 times a's demand, gets 5 and a 1. With
 // the profile's demand instead (no per-task demand), a would get 5 and b 1.
 func TestPlannerFillsTaskDemand(t *testing.T) {
-	s, err := bus.StartServer(bus.ServerConfig{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Shutdown)
+	s := testrig.Server(t)
 	sp, err := pipeline.Parse([]byte(twoTasks))
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, err := bus.ConnectInProcess(s, "planner")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	p, err := New(nc, Config{Pipelines: []*pipeline.Spec{sp}, Storage: jetstream.MemoryStorage, System: "proteus",
+	runPlanner(t, s, Config{Pipelines: []*pipeline.Spec{sp}, Storage: jetstream.MemoryStorage, System: "proteus",
 		DemandAlpha: 1, WorkerTimeout: 2 * time.Second, Config: control.Config{SolveTimeLimit: 5 * time.Second}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go p.Run(ctx)
-	js, _ := jetstream.New(nc)
-	kv, err := bus.OpenBucket(ctx, js, jetstream.MemoryStorage)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc := s.Connect(t, "test") // plays the workers and the frontend
+	ctx := t.Context()
+	kv := testrig.Bucket(t, nc)
 
 	// Six workers' heartbeats every 200 ms; w1 serves a/x and counts 4 items and 40 sub-requests for b a beat.
 	started := time.Now()
@@ -85,22 +66,14 @@ func TestPlannerFillsTaskDemand(t *testing.T) {
 				data, _ := json.Marshal(reg)
 				kv.Put(ctx, wire.WorkerKey(id), data)
 			}
-			time.Sleep(200 * time.Millisecond)
+			time.Sleep(200 * time.Millisecond) // the heartbeat period
 		}
 	}()
-	go func() { // one frontend reporting 20 QPS every 500 ms
-		for ctx.Err() == nil {
-			data, _ := msgpack.Marshal(&wire.DemandReport{Frontend: "f", Count: 10, IntervalMs: 500})
-			nc.Publish(wire.DemandSubject(sp.Name), data)
-			time.Sleep(500 * time.Millisecond)
-		}
-	}()
+	reportDemand(ctx, nc, sp.Name, "f", 500*time.Millisecond, fixed(10)) // 20 QPS
 
 	var pl plan.Plan
 	waitFor(t, "a plan of Proteus for 20 QPS on 6 servers", func() bool {
-		if e, err := kv.Get(ctx, wire.PlanKey(sp.Name)); err == nil {
-			json.Unmarshal(e.Value(), &pl)
-		}
+		pl, _ = readPlan(kv, sp.Name)
 		return pl.Allocation != nil && pl.Allocation.ClusterServers == 6
 	})
 	replicas := map[string]int{}

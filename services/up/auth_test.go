@@ -3,6 +3,7 @@ package up
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
 	"github.com/sleipnir-serving/sleipnir/pkg/natsproc"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/testrig"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 	"github.com/sleipnir-serving/sleipnir/services/frontend"
 	"github.com/sleipnir-serving/sleipnir/services/planner"
@@ -99,17 +101,21 @@ func (v *violations) handler(_ *nats.Conn, _ *nats.Subscription, err error) {
 // expect waits for the server's permissions violation naming subject.
 func (v *violations) expect(t *testing.T, what, subject string) {
 	t.Helper()
-	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-		v.mu.Lock()
-		for _, s := range v.seen {
-			if strings.Contains(s, `"`+subject+`"`) {
-				v.mu.Unlock()
-				return
+	if err := testrig.WaitFor(3*time.Second, fmt.Sprintf("%s: a permissions violation for %q", what, subject),
+		func() bool {
+			v.mu.Lock()
+			defer v.mu.Unlock()
+			for _, s := range v.seen {
+				if strings.Contains(s, `"`+subject+`"`) {
+					return true
+				}
 			}
-		}
-		v.mu.Unlock()
+			return false
+		}); err != nil {
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		t.Errorf("%v (seen: %v)", err, v.seen)
 	}
-	t.Errorf("%s: no permissions violation for %q (seen: %v)", what, subject, v.seen)
 }
 
 // connectAs connects to url as user u (its seed from seeds), with its role's inbox prefix.
@@ -276,18 +282,6 @@ func startDeployed(t *testing.T, url string, seeds map[string][]byte, storage je
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	run := func(name string, f func(context.Context) error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := f(ctx); err != nil && ctx.Err() == nil {
-				t.Errorf("%s: %v", name, err)
-			}
-		}()
-	}
 	quiet := slog.New(slog.DiscardHandler)
 	// What the server refused the services themselves: nothing, or their permissions miss a subject they need.
 	services := map[string]*violations{}
@@ -302,7 +296,7 @@ func startDeployed(t *testing.T, url string, seeds map[string][]byte, storage je
 			t.Fatal(err)
 		}
 		workers = append(workers, w)
-		run("worker "+id, w.Run)
+		testrig.Run(t, "worker "+id, w.Run)
 	}
 	feNC, feV := connectAs(t, url, seeds, auth.User{Role: auth.Frontend})
 	services["frontend"] = feV
@@ -310,8 +304,8 @@ func startDeployed(t *testing.T, url string, seeds map[string][]byte, storage je
 	if err != nil {
 		t.Fatal(err)
 	}
-	run("frontend", fe.Run)
-	time.Sleep(300 * time.Millisecond)
+	testrig.Run(t, "frontend", fe.Run)
+	time.Sleep(300 * time.Millisecond) // the scenario: the planner comes last, while the others wait for it
 	plNC, plV := connectAs(t, url, seeds, auth.User{Role: auth.Planner})
 	services["planner"] = plV
 	pl, err := planner.New(plNC, planner.Config{Pipelines: []*pipeline.Spec{spec}, Storage: storage,
@@ -319,9 +313,9 @@ func startDeployed(t *testing.T, url string, seeds map[string][]byte, storage je
 	if err != nil {
 		t.Fatal(err)
 	}
-	run("planner", pl.Run)
+	testrig.Run(t, "planner", pl.Run)
 	waitServing(t, fe, workers, 2)
-	return &deployed{spec: spec, fe: fe, workers: workers, services: services, ctx: ctx}
+	return &deployed{spec: spec, fe: fe, workers: workers, services: services, ctx: t.Context()}
 }
 
 // checkNoViolations fails the test if the server refused a service anything.
@@ -333,29 +327,6 @@ func (d *deployed) checkNoViolations(t *testing.T) {
 			t.Errorf("the server refused the %s: %v", name, v.seen)
 		}
 		v.mu.Unlock()
-	}
-}
-
-// waitServing waits until the frontend has the plans and n workers serve a variant.
-func waitServing(t *testing.T, fe *frontend.Frontend, workers []*worker.Worker, n int) {
-	t.Helper()
-	for end := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		serving := 0
-		for _, w := range workers {
-			if w.Serving() != "" {
-				serving++
-			}
-		}
-		select {
-		case <-fe.Ready():
-			if serving == n {
-				return
-			}
-		default:
-		}
-		if time.Now().After(end) {
-			t.Fatalf("after 10s, %d of %d workers serve", serving, n)
-		}
 	}
 }
 
@@ -414,13 +385,11 @@ func TestDeployConfigSurvivesServerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	var err error
-	for end := time.Now().Add(15 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
-		if err = request(); err == nil {
-			break
-		}
-	}
-	if err != nil {
-		t.Fatalf("no ok reply within 15s of the restart: %v", err)
+	if werr := testrig.WaitFor(15*time.Second, "an ok reply after the restart", func() bool {
+		err = request()
+		return err == nil
+	}); werr != nil {
+		t.Fatalf("%v: %v", werr, err)
 	}
 	d.checkNoViolations(t)
 }

@@ -72,13 +72,9 @@ func TestBadInputOverNATS(t *testing.T) {
 	}
 	goodSubject := c.Send(t, spec.Name, good, nil)
 	replies := c.Wait(t, append(subjects, goodSubject), 10*time.Second)
-	time.Sleep(100 * time.Millisecond)
+	c.ExpectOneReply(t, append(subjects, goodSubject), 100*time.Millisecond)
 	for i, tc := range tests {
 		msgs := replies[subjects[i]]
-		if len(msgs) != 1 {
-			t.Errorf("%s: %d replies, want 1", tc.name, len(msgs))
-			continue
-		}
 		var rep wire.InferReply
 		if strings.HasPrefix(msgs[0].Header.Get(wire.HeaderContentType), wire.ContentJSON) {
 			if err := json.Unmarshal(msgs[0].Data, &rep); err != nil {
@@ -202,7 +198,7 @@ func TestShutdownAnswersEveryRequest(t *testing.T) {
 		subjects = append(subjects, c.Send(t, spec.Name, inputRequest(t), nats.Header{wire.HeaderTimeout: []string{"10s"}}))
 	}
 	nc.Flush()
-	time.Sleep(20 * time.Millisecond)
+	time.Sleep(20 * time.Millisecond) // the scenario: the stop comes while the requests are in flight
 	sys.Stop()
 	if err := sys.Wait(); err != nil {
 		t.Fatal(err)
@@ -270,19 +266,16 @@ func TestClaimedLengthsOnEverySubject(t *testing.T) {
 	if rep := decodeReply(t, c.Wait(t, []string{good}, 10*time.Second)[good][0]); rep.Status != wire.StatusOK {
 		t.Errorf("a good request after the claims: status %q %q", rep.Status, rep.Error)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		discarded := uint64(0)
+	var discarded, bad uint64
+	if err := testrig.WaitFor(5*time.Second, "2 task messages discarded by the workers and 2 bad reports counted by "+
+		"the frontend", func() bool {
+		discarded = 0
 		for _, w := range sys.Workers {
 			discarded += w.Stats().Discarded
 		}
-		bad := sys.Frontend.Stats().BadReports
-		if discarded == 2 && bad == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("workers discarded %d task messages, want 2; the frontend counted %d bad reports, want 2", discarded, bad)
-		}
-		time.Sleep(20 * time.Millisecond)
+		bad = sys.Frontend.Stats().BadReports
+		return discarded == 2 && bad == 2
+	}); err != nil {
+		t.Fatalf("%v: %d discarded, %d bad reports", err, discarded, bad)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/sleipnir-serving/sleipnir/pkg/testrig"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
@@ -32,25 +33,41 @@ func TestTraceContextFlowsThroughEveryHop(t *testing.T) {
 	if rep.Status != wire.StatusOK {
 		t.Fatalf("status %q", rep.Status)
 	}
-	time.Sleep(100 * time.Millisecond) // the last hop ends its span just after reporting
+	read := 0
+	for _, r := range rep.Results {
+		if len(r.Path) == 2 {
+			read++
+		}
+	}
 
-	byName := map[string][]sdktrace.ReadOnlySpan{}
-	ids := map[string]string{} // span id -> name
-	for _, s := range rec.Ended() {
-		if s.SpanContext().TraceID().String() != traceID {
-			continue
+	var byName map[string][]sdktrace.ReadOnlySpan
+	var ids map[string]string // span id -> name
+	ended := func() {
+		byName, ids = map[string][]sdktrace.ReadOnlySpan{}, map[string]string{}
+		for _, s := range rec.Ended() {
+			if s.SpanContext().TraceID().String() != traceID {
+				continue
+			}
+			name := s.Name()
+			switch {
+			case strings.HasPrefix(name, "infer "):
+				name = "frontend"
+			case strings.Contains(name, ".find_text."):
+				name = "find_text"
+			case strings.Contains(name, ".read_text."):
+				name = "read_text"
+			}
+			byName[name] = append(byName[name], s)
+			ids[s.SpanContext().SpanID().String()] = name
 		}
-		name := s.Name()
-		switch {
-		case strings.HasPrefix(name, "infer "):
-			name = "frontend"
-		case strings.Contains(name, ".find_text."):
-			name = "find_text"
-		case strings.Contains(name, ".read_text."):
-			name = "read_text"
-		}
-		byName[name] = append(byName[name], s)
-		ids[s.SpanContext().SpanID().String()] = name
+	}
+	// The last hop ends its span just after reporting, so after the reply.
+	if err := testrig.WaitFor(5*time.Second, "the frontend's and find_text's spans ended, and read_text's if lines "+
+		"were read", func() bool {
+		ended()
+		return len(byName["frontend"]) >= 1 && len(byName["find_text"]) >= 1 && (read == 0 || len(byName["read_text"]) > 0)
+	}); err != nil {
+		t.Fatalf("%v: spans in the client's trace: %v", err, byName)
 	}
 	if len(byName["frontend"]) != 1 || len(byName["find_text"]) != 1 {
 		t.Fatalf("spans in the client's trace: %v", byName)
@@ -60,15 +77,6 @@ func TestTraceContextFlowsThroughEveryHop(t *testing.T) {
 	}
 	if p := ids[byName["find_text"][0].Parent().SpanID().String()]; p != "frontend" {
 		t.Errorf("find_text's span has parent %q, want the frontend's", p)
-	}
-	read := 0
-	for _, r := range rep.Results {
-		if len(r.Path) == 2 {
-			read++
-		}
-	}
-	if read > 0 && len(byName["read_text"]) == 0 {
-		t.Fatalf("%d lines were read but no read_text span is in the trace", read)
 	}
 	for _, s := range byName["read_text"] {
 		if p := ids[s.Parent().SpanID().String()]; p != "find_text" {

@@ -2,6 +2,7 @@ package up
 
 import (
 	"context"
+	"fmt"
 	"math/big"
 	"strings"
 	"testing"
@@ -15,6 +16,8 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/testrig"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+	"github.com/sleipnir-serving/sleipnir/services/frontend"
+	"github.com/sleipnir-serving/sleipnir/services/worker"
 )
 
 // startSystem runs the whole system on an in-process embedded server, and waits until every planned replica is
@@ -55,26 +58,31 @@ func startSystemWith(t testing.TB, specFile string, cfg Config, edits ...func(*p
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := min(p.Servers(), workers)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		serving := 0
-		for _, w := range sys.Workers {
+	waitServing(t, sys.Frontend, sys.Workers, min(p.Servers(), workers))
+	return sys, spec
+}
+
+// waitServing waits until the frontend has the plans and n workers serve a variant.
+func waitServing(t testing.TB, fe *frontend.Frontend, workers []*worker.Worker, n int) {
+	t.Helper()
+	serving := func() int {
+		k := 0
+		for _, w := range workers {
 			if w.Serving() != "" {
-				serving++
+				k++
 			}
 		}
+		return k
+	}
+	if err := testrig.WaitFor(10*time.Second, fmt.Sprintf("the frontend ready and %d workers serving", n), func() bool {
 		select {
-		case <-sys.Frontend.Ready():
-			if serving == want {
-				return sys, spec
-			}
+		case <-fe.Ready():
+			return serving() == n
 		default:
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 10s, %d of %d planned replicas are served", serving, want)
-		}
-		time.Sleep(20 * time.Millisecond)
+	}); err != nil {
+		t.Fatalf("%v: %d are", err, serving())
 	}
 }
 
@@ -119,18 +127,14 @@ func TestTreeEndToEnd(t *testing.T) {
 	data := inputRequest(t)
 	for i := 0; i < n; i++ {
 		subjects = append(subjects, c.Send(t, spec.Name, data, nats.Header{wire.HeaderTimeout: []string{"5s"}}))
-		time.Sleep(2 * time.Millisecond) // about 500 QPS
+		time.Sleep(2 * time.Millisecond) // the load: about 500 QPS
 	}
 	replies := c.Wait(t, subjects, 15*time.Second)
-	time.Sleep(200 * time.Millisecond) // a second reply, if any, would arrive by now
+	c.ExpectOneReply(t, subjects, 200*time.Millisecond)
 
 	branches := map[string]int{}
 	for _, s := range subjects {
-		msgs := replies[s]
-		if len(msgs) != 1 {
-			t.Fatalf("request %s got %d replies, want exactly 1", s, len(msgs))
-		}
-		rep := decodeReply(t, msgs[0])
+		rep := decodeReply(t, replies[s][0])
 		if rep.Status != wire.StatusOK {
 			t.Fatalf("request %s: status %q (%s), want ok", s, rep.Status, rep.Error)
 		}

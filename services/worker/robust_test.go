@@ -13,6 +13,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
 	"github.com/sleipnir-serving/sleipnir/pkg/natsproc"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/testrig"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
@@ -47,21 +48,18 @@ func TestWorkerRefusesBogusAssignments(t *testing.T) {
 	}
 	for i, v := range bogus {
 		put(v)
-		for end := time.Now().Add(5 * time.Second); w.Complaints()[ComplainAssignment] < uint64(i+1); time.Sleep(5 * time.Millisecond) {
-			if time.Now().After(end) {
-				t.Fatalf("the bogus assignment %s was not refused", v)
-			}
-		}
+		testrig.Eventually(t, 5*time.Second, "the bogus assignment "+v+" is refused", func() bool {
+			return w.Complaints()[ComplainAssignment] >= uint64(i+1)
+		})
 		if got := w.Serving(); got != r.spec.Name+":a/fast" {
 			t.Fatalf("after the bogus assignment %s the worker serves %q, want a/fast still", v, got)
 		}
 	}
 	// Ahead of the plan (epoch 2 while the plan is 1): not followed until the plan of epoch 2 arrives.
 	put(mk(func(a *plan.Assignment) { a.Epoch = 2 }))
-	time.Sleep(300 * time.Millisecond)
-	if got := w.Serving(); got != r.spec.Name+":a/fast" {
-		t.Fatalf("an assignment ahead of the plan was followed: serving %q", got)
-	}
+	testrig.Consistently(t, 300*time.Millisecond, "serving a/fast under an assignment ahead of the plan", func() bool {
+		return w.Serving() == r.spec.Name+":a/fast"
+	})
 	r.plan.Epoch = 2
 	data, _ := json.Marshal(r.plan)
 	if _, err := r.kv.Put(ctx, wire.PlanKey(r.spec.Name), data); err != nil {
@@ -70,10 +68,9 @@ func TestWorkerRefusesBogusAssignments(t *testing.T) {
 	r.waitServing(w, "slow")
 	// Stale (epoch 1 under the plan of epoch 2): refused.
 	put(mk(func(a *plan.Assignment) { a.Variant, a.Epoch = "fast", 1 }))
-	time.Sleep(300 * time.Millisecond)
-	if got := w.Serving(); got != r.spec.Name+":a/slow" {
-		t.Fatalf("a stale assignment was followed: serving %q", got)
-	}
+	testrig.Consistently(t, 300*time.Millisecond, "serving a/slow under a stale assignment", func() bool {
+		return w.Serving() == r.spec.Name+":a/slow"
+	})
 }
 
 // TestWorkerRegistersAtOnceAfterReconnecting: after the NATS server comes back, the worker refreshes its
@@ -82,40 +79,26 @@ func TestWorkerRegistersAtOnceAfterReconnecting(t *testing.T) {
 	if _, err := natsproc.Binary(); err != nil {
 		t.Skip(err)
 	}
+	// A real server, which the test can kill and restart on the same store.
 	srv, err := natsproc.Start(natsproc.Config{StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Stop)
-	// The planner owns the bucket; here the test makes it, as the planner would, for the worker to bind.
-	pnc, err := bus.Connect(srv.URL(), "planner")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pnc.Close)
-	pjs, _ := jetstream.New(pnc)
+	// The planner owns the bucket; here the test makes it, with the planner's function, for the worker to bind.
+	pjs := testrig.JetStream(t, testrig.Connect(t, srv.URL(), "planner"))
 	if _, err := bus.OpenBucket(t.Context(), pjs, jetstream.FileStorage); err != nil {
 		t.Fatal(err)
 	}
-	nc, err := bus.Connect(srv.URL(), "w1")
+	w, err := New(testrig.Connect(t, srv.URL(), "w1"), Config{ID: "w1", RegisterEvery: time.Hour,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := New(nc, Config{ID: "w1", RegisterEvery: time.Hour, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); w.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done; nc.Close() })
+	testrig.Run(t, "worker w1", w.Run)
 
-	rnc, err := bus.Connect(srv.URL(), "reader")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rnc.Close)
-	js, _ := jetstream.New(rnc)
+	js := testrig.JetStream(t, testrig.Connect(t, srv.URL(), "reader"))
+	ctx := t.Context()
 	heartbeat := func() int64 {
 		kv, err := js.KeyValue(ctx, wire.Bucket)
 		if err != nil {
@@ -129,19 +112,11 @@ func TestWorkerRegistersAtOnceAfterReconnecting(t *testing.T) {
 		json.Unmarshal(e.Value(), &reg)
 		return reg.Heartbeat
 	}
-	waitUntil := func(what string, within time.Duration, cond func() bool) {
-		t.Helper()
-		for end := time.Now().Add(within); !cond(); time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(end) {
-				t.Fatalf("not within %v: %s", within, what)
-			}
-		}
-	}
-	waitUntil("the first registration", 5*time.Second, func() bool { return heartbeat() == 1 })
+	testrig.Eventually(t, 5*time.Second, "the first registration", func() bool { return heartbeat() == 1 })
 	srv.Kill()
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // the outage
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil("a registration after the restart", 5*time.Second, func() bool { return heartbeat() >= 2 })
+	testrig.Eventually(t, 5*time.Second, "a registration after the restart", func() bool { return heartbeat() >= 2 })
 }

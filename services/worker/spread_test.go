@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/sleipnir-serving/sleipnir/pkg/testrig"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
@@ -106,13 +107,11 @@ func TestSplitParentExecutedTwiceEnqueuesOnce(t *testing.T) {
 		}
 		return i
 	}
-	for end := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if i := info(wire.Consumer("det", "d")); i.NumPending == 0 && i.NumAckPending == 0 && det.Stats().Messages == 2 {
-			break
-		}
-		if time.Now().After(end) {
-			t.Fatalf("the detector did not forward both parents: %+v", det.Stats())
-		}
+	if err := testrig.WaitFor(5*time.Second, "the detector forwards both parents", func() bool {
+		i := info(wire.Consumer("det", "d"))
+		return i.NumPending == 0 && i.NumAckPending == 0 && det.Stats().Messages == 2
+	}); err != nil {
+		t.Fatalf("%v: %+v", err, det.Stats())
 	}
 	pending := info(wire.Consumer("cls", "c")).NumPending
 	if pending != 4 {
@@ -160,13 +159,12 @@ func TestRegroupedParentLosesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for end := time.Now().Add(5 * time.Second); det.Stats().Messages < 1; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatalf("the detector did not forward the parent: %+v", det.Stats())
-		}
-	}
+	testrig.Eventually(t, 5*time.Second, "the detector forwards the parent", func() bool {
+		return det.Stats().Messages >= 1
+	})
 	seen := map[string]bool{}
-	for end := time.Now().Add(3 * time.Second); len(seen) < k && time.Now().Before(end); {
+	// What has not reached the queue within 3 s is reported below, by sub-request.
+	_ = testrig.WaitFor(3*time.Second, "every sub-request in the classifier's queue", func() bool {
 		batch, err := c.FetchNoWait(100)
 		if err != nil {
 			t.Fatal(err)
@@ -181,8 +179,8 @@ func TestRegroupedParentLosesNothing(t *testing.T) {
 			}
 			m.Ack()
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return len(seen) >= k
+	})
 	for i := 0; i < k; i++ {
 		if id := wire.ChildItemID(wire.RootItemID, i); !seen[id] {
 			t.Errorf("sub-request %s never reached the classifier's queue", id)

@@ -19,6 +19,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/routing"
+	"github.com/sleipnir-serving/sleipnir/pkg/testrig"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
@@ -60,18 +61,11 @@ func newRig(t testing.TB) *rig { return newRigWith(t, oneTask) }
 
 func newRigWith(t testing.TB, specYAML string) *rig {
 	t.Helper()
-	s, err := bus.StartServer(bus.ServerConfig{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Shutdown)
-	nc, err := bus.ConnectInProcess(s, "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, _ := jetstream.New(nc)
+	nc := testrig.Server(t).Connect(t, "test")
+	js := testrig.JetStream(t, nc)
 	ctx := context.Background()
+	// The planner's part, with its own functions: the bucket, the stream, and every variant's consumer, which
+	// workers only bind.
 	kv, err := bus.OpenBucket(ctx, js, jetstream.MemoryStorage)
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +77,6 @@ func newRigWith(t testing.TB, specYAML string) *rig {
 	if _, err := bus.EnsureTaskStream(ctx, js, spec.Name, jetstream.MemoryStorage); err != nil {
 		t.Fatal(err)
 	}
-	// The planner's part: every variant's consumer, which workers only bind.
 	for _, task := range spec.Tasks {
 		for _, v := range task.Variants {
 			if _, err := bus.EnsureVariantConsumer(ctx, js, spec.Name, task.Name, v.Name, 0); err != nil {
@@ -132,10 +125,7 @@ func (r *rig) startWorkerWith(cfg Config) *Worker {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); w.Run(ctx) }()
-	r.t.Cleanup(func() { cancel(); <-done })
+	testrig.Run(r.t, "worker "+cfg.ID, w.Run)
 	return w
 }
 
@@ -167,10 +157,10 @@ func (r *rig) waitServing(w *Worker, variant string) { r.waitServingTask(w, "a",
 func (r *rig) waitServingTask(w *Worker, task, variant string) {
 	r.t.Helper()
 	want := r.spec.Name + ":" + task + "/" + variant
-	for end := time.Now().Add(5 * time.Second); w.Serving() != want; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(end) {
-			r.t.Fatalf("worker %s serves %q, want %q", w.ID(), w.Serving(), want)
-		}
+	if err := testrig.WaitFor(5*time.Second, fmt.Sprintf("worker %s serves %q", w.ID(), want), func() bool {
+		return w.Serving() == want
+	}); err != nil {
+		r.t.Fatalf("%v: it serves %q", err, w.Serving())
 	}
 }
 
@@ -312,7 +302,7 @@ func TestWorkerSwitchLosesNothing(t *testing.T) {
 	for len(seen) < n+1 {
 		record(r.next(5 * time.Second))
 	}
-	time.Sleep(100 * time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // a second result for a request, if any, would be here by now
 	for id, c := range seen {
 		if c != 1 {
 			t.Errorf("request %s served %d times", id, c)
@@ -408,7 +398,7 @@ func TestWorkerFollowsMaxBatchInPlace(t *testing.T) {
 	soon := time.Now().Add(time.Minute)
 	// The assignment reaches the worker between batches: send until a batch of more than one is seen.
 	for round := 0; ; round++ {
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // a round's pace: the worker shows no sign of having the assignment
 		for i := range 8 {
 			r.publish("slow", fmt.Sprint(round, ".", i), soon, nil, nil)
 		}
