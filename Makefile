@@ -73,6 +73,7 @@ run: build $(RUN_NEEDS)
 # Tests use the real ONNX Runtime and OCR models; those that need them skip, saying how to get them, when absent.
 test: deps models $(NATS_SERVER)
 	$(GO) vet ./...
+	$(GO) vet -tags fidelity ./loadgen # make fidelity's test, not run here: compiled, so that it cannot rot
 	SLEIPNIR_MODELS=$(MODELS) SLEIPNIR_NATS_SERVER=$(NATS_SERVER) $(GO) test -race -count=1 -timeout 15m ./...
 	@$(MAKE) --no-print-directory fuzz-short
 
@@ -134,6 +135,7 @@ fidelity: deps
 
 vet: deps
 	$(GO) vet ./...
+	$(GO) vet -tags fidelity ./loadgen
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

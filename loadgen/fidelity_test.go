@@ -17,7 +17,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/sleipnir-serving/sleipnir/pkg/control"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/sim"
 	"github.com/sleipnir-serving/sleipnir/pkg/workload"
