@@ -20,10 +20,10 @@ import (
 //   - queueing: Loki leaves each task at least one batch latency of waiting (waitAllowance), and feeds replicas up to
 //     a share of their throughput (Input.Utilization). With few replicas (a plan for a low demand) Poisson
 //     arrivals, and bursts far more, wait longer than that at any share: a variant keeps a fixed headroom free,
-//     whatever its replicas (headroom, less what the share leaves free: headroomBeyondShare), so that one replica
-//     runs well below the share and many close to it. It is linear in the load and the replicas: the MILP's
-//     capacity row of a batch size gets it as a constant when the size is chosen (where it is under one replica's
-//     load, the accuracy steps spread it over the throughput: spreadHeadroom).
+//     whatever its replicas (headroom), so that one replica runs well below the share and many close to it. It is
+//     linear in the load and the replicas: the MILP's capacity row of a batch size gets it as a constant when the
+//     size is chosen (where it is under one replica's load, the accuracy steps spread it over the throughput:
+//     spreadHeadroom).
 // A batch also takes whole messages, so messages of 6 items fill batches of 8 by three quarters under saturation;
 // modelling that (measured with a Markov chain of the batches' first messages) cost the traffic example half a
 // point of accuracy and changed nothing on the camera once the headroom was there, so the throughput stays b/p50.
@@ -143,15 +143,6 @@ func (a arrivals) headroom(ms, wait float64) float64 {
 	}
 	slots := math.Log(1/QueueEpsilon) * (m2 / m1) * ms / (2 * wait)
 	return slots / (ms / 1000)
-}
-
-// headroomBeyondShare is the headroom a variant keeps besides what its replicas leave free by running at a share of
-// their throughput (Input.Utilization), free at the fewest replicas of the option: both are free capacity for
-// queueing, and counting both (as the burst model first did) kept more free than the queueing needs and cost the
-// traffic example half a point of accuracy over its diurnal hour. With more replicas than the fewest, the share
-// leaves more free and the headroom stays: the capacity kept free is at least the larger of the two.
-func (a arrivals) headroomBeyondShare(ms, wait, freeByShare float64) float64 {
-	return max(0, a.headroom(ms, wait)-freeByShare)
 }
 
 // slowestHops is, per task, the most latency any of its variants may be budgeted (its largest batch's p50 times the

@@ -184,12 +184,10 @@ func (m *model) keepVariants() {
 					kv.batches = append(kv.batches, b)
 					kv.rounds = append(kv.rounds, o.rounds)
 					kv.minReplicas = append(kv.minReplicas, float64(o.replicas))
-					full := float64(b) / (p.P50Ms / 1000)
-					kv.headroom = append(kv.headroom, arr.headroomBeyondShare(p.P50Ms, m.waitAllowance(t.Name, lat, slowest),
-						(1-in.utilization())*full*float64(o.replicas)))
+					kv.headroom = append(kv.headroom, arr.headroom(p.P50Ms, m.waitAllowance(t.Name, lat, slowest)))
 					kv.latencyMs = append(kv.latencyMs, lat)
 					kv.p50Ms = append(kv.p50Ms, p.P50Ms)
-					kv.throughput = append(kv.throughput, in.utilization()*full)
+					kv.throughput = append(kv.throughput, in.utilization()*float64(b)/(p.P50Ms/1000))
 				}
 			}
 			dropDominatedBatches(kv)
