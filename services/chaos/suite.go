@@ -307,7 +307,8 @@ func check(cfg *Config, f Fault, row Row) []string {
 	}
 	switch {
 	case row.RecoveryS < 0:
-		fails = append(fails, fmt.Sprintf("violations did not settle under 1%% (over %d s windows) by the end", RecoveryWindow))
+		fails = append(fails, fmt.Sprintf("violations did not settle under 1%% (over %d s windows) by the end",
+			RecoveryWindow))
 	case row.RecoveryS > cfg.MaxRecovery.Seconds():
 		fails = append(fails, fmt.Sprintf("recovery %.1f s, over %v", row.RecoveryS, cfg.MaxRecovery))
 	}
