@@ -18,6 +18,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/routing"
+	"github.com/sleipnir-serving/sleipnir/pkg/tuner"
 )
 
 // Config tunes the loop. The zero value of a field means its default.
@@ -27,11 +28,12 @@ type Config struct {
 	// whose inputs have barely changed (demand within 5%, same servers, same multiplicative factors) is skipped: it
 	// would find the same plan, or move workers for nothing.
 	//
-	// With ReplanSigmas > 0, each of these moves must also be significant: beyond ReplanSigmas standard deviations of
-	// the noise a steady Poisson load leaves in the estimate (Observed.DemandWindow, FanoutSamples), so that a steady
-	// load does not flip plans (3: at most one re-plan a minute at a steady 10, 100 or 300 QPS, where 4-53 was seen
-	// without). Off by default: on a rising demand the plan then trails by the noise margin, and the simulator's
-	// diurnal hour (seed 1) missed 0.29% of its deadlines with 3 against 0.16% without.
+	// With ReplanSigmas > 0, the small moves a due re-plan looks at must also be significant: beyond ReplanSigmas
+	// standard deviations of the noise a steady Poisson load leaves in the estimate (Observed.DemandWindow,
+	// FanoutSamples). Off by default: the estimate's average is sized to the rate (DemandEstimator), which keeps a
+	// steady load on its plan without it (the simulator's steady 10 and 300 QPS: at most one re-plan a minute), and
+	// on the diurnal hour the test made the plans trail a rising demand (0.22% of the deadlines missed against
+	// 0.19%, seeds 1-5).
 	ReplanEvery     time.Duration
 	ReplanThreshold float64
 	ReplanSigmas    float64
@@ -62,6 +64,9 @@ type Config struct {
 	// SolveWorkers is how many branch-and-bound nodes a solve works on at once; 0: one per CPU (the simulator makes
 	// it one: with one, the same input always gives the same plan).
 	SolveWorkers int
+	// TuneEvery is how often the tuner (pkg/tuner) looks at the queues between plans and lends idle workers to the
+	// variants whose queues outgrow their replicas (default tuner.Every, 250 ms); negative: never.
+	TuneEvery time.Duration
 }
 
 // DefaultHeadroom is Config.Headroom's default. A plan sized for the estimate alone runs short whenever the estimate
@@ -74,14 +79,15 @@ type Config struct {
 // understood (docs/measurements.md).
 const DefaultHeadroom = 0.15
 
-// DemandEstimator is the demand estimator these settings call for (planner and simulator alike): with the
-// significance tests on (ReplanSigmas > 0), one that takes steps and shifts of the load at once, so that a real
-// change is still planned for within a second.
+// DemandEstimator is the demand estimator of the control loop (planner and simulator alike): one that takes steps
+// and shifts of the load at once, so that a real change is planned for within a second or two (a step from 100 to
+// 600 QPS: the second after it under 1% in the simulator, where the plain average took 9 s), and whose average is
+// long enough at low rates not to swing on Poisson noise (demand.Estimator.RelativeError: at a steady 10 QPS the
+// plain average swung by 13%, and flipped the OCR pipeline's plan 49 times in 5 minutes).
 func (c Config) DemandEstimator(alpha float64) *demand.Estimator {
 	e := demand.New(alpha, 0)
-	if c.ReplanSigmas > 0 {
-		e.FollowSteps()
-	}
+	e.FollowSteps()
+	e.RelativeError, e.MaxWindow = demand.DefaultRelativeError, demand.DefaultMaxWindow
 	return e
 }
 
@@ -108,10 +114,21 @@ func (c *Config) SetDefaults() {
 	if c.Headroom == 0 {
 		c.Headroom = DefaultHeadroom // negative stays: none (headroom)
 	}
+	if c.TuneEvery == 0 {
+		c.TuneEvery = tuner.Every // negative stays: no tuner
+	}
 }
+
+// Tunes says whether the tuner runs (TuneEvery after SetDefaults).
+func (c Config) Tunes() bool { return c.TuneEvery > 0 }
 
 // headroom is the headroom in force (Headroom after SetDefaults; negative is none).
 func (c Config) headroom() float64 { return max(c.Headroom, 0) }
+
+// FallSigmas is how many standard deviations of its noise (Observed.DemandWindow) a small fall of the demand
+// estimate must exceed before a due re-plan follows it, and a move of a measured multiplicative factor
+// (Observed.FanoutSamples).
+const FallSigmas = 3
 
 // replanMinChange is how far the demand must have moved for a due re-plan to be solved: the estimate of a steady
 // Poisson load wanders by a few percent, and each new plan may move workers.
@@ -293,17 +310,28 @@ func (l *Loop) replan(now time.Time, o Observed) Step {
 	// the thresholds like any other: re-planning at every rise of the estimate would move workers each second.
 	outgrown := last.padded && !last.overloaded && o.Demand > last.covers &&
 		demand.Significant(last.covers, o.Demand, 0, l.cfg.ReplanSigmas, o.DemandWindow)
-	// The noise is the demand's, not the headroom's: compare estimates.
-	moved := func(threshold float64) bool {
-		return demand.Significant(last.estimate, max(o.Demand, l.cfg.MinDemandQPS), threshold, l.cfg.ReplanSigmas,
-			o.DemandWindow)
+	// The noise is the demand's, not the headroom's: compare estimates. A move beyond ReplanThreshold is planned for
+	// at once (a 20% move of a steady load's estimate is a 3-sigma event even at 10 QPS, where the average is
+	// sized to the rate); with ReplanSigmas, the small moves a due re-plan looks at must also be significant.
+	moved := func(threshold, sigmas float64) bool {
+		return demand.Significant(last.estimate, max(o.Demand, l.cfg.MinDemandQPS), threshold, sigmas, o.DemandWindow)
 	}
-	if last.ok && o.Servers == last.servers && !outgrown && !moved(l.cfg.ReplanThreshold) {
+	forced := !last.ok || o.Servers != last.servers || outgrown || moved(l.cfg.ReplanThreshold, -1)
+	if !forced {
 		if !due {
 			return Step{}
 		}
-		if !moved(replanMinChange) && !demand.FanoutSignificant(last.fanout, o.Fanout, l.cfg.RouteThreshold,
-			l.cfg.ReplanSigmas, o.FanoutSamples) {
+		// Hysteresis: a small fall must be significant (FallSigmas) before it is planned for. Each re-plan to
+		// the estimate of the moment would otherwise follow the noise up and down, a server more, a server less
+		// (a steady 100 QPS on 10 workers re-planned every 20 s); a small rise is planned for, the fall after it
+		// is not, and the plan settles on the high side of the noise.
+		sigmas := l.cfg.ReplanSigmas
+		if o.Demand < last.estimate {
+			sigmas = max(sigmas, FallSigmas)
+		}
+		// The measured multiplicative factors wander too: a move counts when significant either way.
+		if !moved(replanMinChange, sigmas) && !demand.FanoutSignificant(last.fanout, o.Fanout, l.cfg.RouteThreshold,
+			max(l.cfg.ReplanSigmas, FallSigmas), o.FanoutSamples) {
 			l.planned.at = now // looked again: nothing worth a new plan
 			return Step{}
 		}
@@ -319,6 +347,10 @@ func (l *Loop) replan(now time.Time, o Observed) Step {
 		l.notePlanned(o, nil, now)
 		return Step{Err: err}
 	}
+	if !forced && (sameAllocation(l.current, p) || !l.worthSwapping(p, o)) {
+		l.planned.at = now // looked again: the same plan, or a better one not worth its model loads
+		return Step{}
+	}
 	p.Pipeline = l.spec.Name
 	p.Epoch = l.current.Epoch + 1
 	if p.Allocation != nil {
@@ -327,6 +359,53 @@ func (l *Loop) replan(now time.Time, o Observed) Step {
 	p.Fanout = o.Fanout
 	p.Routing = l.route(p, o)
 	return Step{Plan: p, Replanned: true}
+}
+
+// worthSwapping says whether a re-plan that nothing forced (a due one, on a small move of the demand or of the
+// multiplicative factors) is worth the model loads it costs. Each replica the new plan adds to a variant is a worker
+// that loads the variant's model (its swap time) before it serves: for that long, the items it would have served
+// wait, and are counted as lost, at the current plan's accuracy. The gain is the accuracy the new plan adds to every
+// request until the next due re-plan. A plan that frees servers (hardware scaling down) or whose variants load
+// instantly is always taken; one that moves models for less accuracy than its loads cost is not, so that the
+// estimate's small moves do not flip a plan between two variants at each swap's price.
+func (l *Loop) worthSwapping(p *plan.Plan, o Observed) bool {
+	cur := l.current
+	if cur.Allocation == nil || p.Allocation == nil || p.Allocation.ActiveServers < cur.Allocation.ActiveServers {
+		return true
+	}
+	lost := 0.0 // items not served during the model loads
+	for _, vp := range p.Variants {
+		added := vp.Replicas
+		if old := cur.Find(vp.Task, vp.Variant); old != nil {
+			added -= old.Replicas
+		}
+		v := l.spec.Variant(vp.Task, vp.Variant)
+		if added <= 0 || v == nil || vp.Replicas == 0 {
+			continue
+		}
+		lost += float64(added) * v.SwapMs / 1000 * vp.CapacityQPS / float64(vp.Replicas)
+	}
+	if lost == 0 {
+		return true
+	}
+	cost := lost * cur.Allocation.SystemAccuracy
+	gain := (p.Allocation.SystemAccuracy - cur.Allocation.SystemAccuracy) * max(o.Demand, l.cfg.MinDemandQPS) *
+		l.cfg.ReplanEvery.Seconds()
+	return gain > cost
+}
+
+// sameAllocation says whether two plans host the same replicas of the same variants at the same batch sizes: a new
+// epoch for it would move no worker, and only count as a plan change.
+func sameAllocation(a, b *plan.Plan) bool {
+	if a.Allocation == nil || b.Allocation == nil || a.Mode != b.Mode || len(a.Variants) != len(b.Variants) {
+		return false
+	}
+	for _, v := range b.Variants {
+		if w := a.Find(v.Task, v.Variant); w == nil || w.Replicas != v.Replicas || w.MaxBatch != v.MaxBatch {
+			return false
+		}
+	}
+	return true
 }
 
 // target is the demand a plan for o is sized for.

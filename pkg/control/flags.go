@@ -21,6 +21,7 @@ type Flags struct {
 	utilization    *float64
 	solveTimeLimit *time.Duration
 	solveWorkers   *int
+	tuneEvery      *time.Duration
 }
 
 // RegisterFlags registers the control flags on fs.
@@ -29,9 +30,10 @@ func RegisterFlags(fs *flag.FlagSet) *Flags {
 		systems: fs.String("policy", "loki", "the system that plans: "+SystemSyntax+"; the simulator takes several, "+
 			"comma-separated, and simulates each"),
 		replanEvery: fs.Duration("replan-every", 0, "how often the allocation is solved again (0: 10s)"),
-		replanSigmas: fs.Float64("replan-sigmas", 0, "re-plan only on moves of the demand estimate beyond this many "+
-			"standard deviations of its Poisson noise (0: off; 3 keeps a steady load on one plan, and trails a rising one)"),
-		routeSigmas: fs.Float64("route-sigmas", 0, "the same for re-routing (0: off)"),
+		replanSigmas: fs.Float64("replan-sigmas", 0, "a due re-plan only on moves of the demand estimate beyond "+
+			"this many standard deviations of its Poisson noise (0: off)"),
+		routeSigmas: fs.Float64("route-sigmas", 0, "re-route only on moves of the estimate beyond this many standard "+
+			"deviations of its noise (0: off)"),
 		headroom: fs.Float64("headroom", DefaultHeadroom, "size plans for this much more than the demand "+
 			"estimate where the cluster has the servers for it (0.1: 10%), and re-plan at once when the estimate "+
 			"outgrows them (0: sized for the estimate)"),
@@ -40,6 +42,8 @@ func RegisterFlags(fs *flag.FlagSet) *Flags {
 			"the simulator, whose runs must not depend on the machine's speed)"),
 		solveWorkers: fs.Int("solve-workers", 0, "branch-and-bound nodes a solve works on at once (0: one per CPU "+
 			"live; one in the simulator, whose runs must not depend on the machine's CPUs)"),
+		tuneEvery: fs.Duration("tune-every", 0, "how often the tuner looks at the queues between plans and lends "+
+			"idle workers to variants whose queues outgrow their replicas (0: 250ms; negative: no tuner)"),
 	}
 }
 
@@ -48,7 +52,7 @@ func RegisterFlags(fs *flag.FlagSet) *Flags {
 func (f *Flags) Config() (Config, error) {
 	c := Config{ReplanEvery: *f.replanEvery, ReplanSigmas: *f.replanSigmas, RouteSigmas: *f.routeSigmas,
 		Headroom: *f.headroom, RouteUtilization: *f.utilization, SolveTimeLimit: *f.solveTimeLimit,
-		SolveWorkers: *f.solveWorkers}
+		SolveWorkers: *f.solveWorkers, TuneEvery: *f.tuneEvery}
 	if c.Headroom == 0 {
 		c.Headroom = -1 // none (Config's 0 is its default)
 	}

@@ -45,6 +45,25 @@ func (c *Counters) Fold(id string, reg wire.Registration) map[string]wire.Fanout
 	return out
 }
 
+// ItemsPerMessage is, per key of the workers' Observed, the items their task messages held on average (over every
+// worker's latest heartbeat; keys with no message counted are absent).
+func (c *Counters) ItemsPerMessage() map[string]float64 {
+	items, msgs := map[string]uint64{}, map[string]uint64{}
+	for _, reg := range c.last {
+		for key, o := range reg.Observed {
+			items[key] += o.Items
+			msgs[key] += o.Messages
+		}
+	}
+	out := make(map[string]float64, len(msgs))
+	for key, m := range msgs {
+		if m > 0 && items[key] > 0 {
+			out[key] = float64(items[key]) / float64(m)
+		}
+	}
+	return out
+}
+
 // Forget drops a worker that is gone: if it comes back, it counts from zero.
 func (c *Counters) Forget(id string) { delete(c.last, id) }
 

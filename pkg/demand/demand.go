@@ -43,6 +43,13 @@ type Estimator struct {
 	// moved by less than a step is not averaged towards for many seconds, each of them a plan for a demand already
 	// gone. A steady load makes such a pair about once in 10^5-10^6 ticks (3 sigma). Negative: never.
 	ShiftSigmas float64
+	// RelativeError, when positive, sizes the average to the rate: at low rates Alpha is lowered until a steady
+	// Poisson load moves the estimate by at most this share of itself (one standard deviation), so that the
+	// estimate does not swing on noise (at 10 QPS and Alpha 0.3, one standard deviation is 13%, and a steady load
+	// was seen estimated between 4.7 and 11.6 QPS). The average then spans at most MaxWindow. Steps and shifts are
+	// still taken at once, so a real change is not averaged towards any slower.
+	RelativeError float64
+	MaxWindow     time.Duration
 
 	frontends map[string]report
 	estimate  float64
@@ -73,6 +80,10 @@ const (
 	DefaultStepRatio  = 0.25
 	// DefaultShiftSigmas is Estimator.ShiftSigmas's default.
 	DefaultShiftSigmas = 3
+	// DefaultRelativeError and DefaultMaxWindow size the average to the rate (Estimator.RelativeError): 5% at
+	// 10 QPS takes a 30 s average, and above about 70 QPS the plain Alpha of 0.3 is already that steady.
+	DefaultRelativeError = 0.05
+	DefaultMaxWindow     = 30 * time.Second
 )
 
 type report struct {
@@ -197,9 +208,25 @@ func (e *Estimator) Tick(now time.Time) float64 {
 	} else if mean, ok := e.shift(total); ok {
 		e.estimate = mean
 	} else {
-		e.estimate = e.Alpha*total + (1-e.Alpha)*e.estimate
+		a := e.alpha()
+		e.estimate = a*total + (1-a)*e.estimate
 	}
 	return e.estimate
+}
+
+// alpha is the weight of the newest tick in force: Alpha, or less at a low estimate (RelativeError).
+func (e *Estimator) alpha() float64 {
+	if e.RelativeError <= 0 {
+		return e.Alpha
+	}
+	// A plain mean over n ticks of span s has the standard deviation sqrt(rate/(n*s)); the average has the variance
+	// of a plain mean over (2-a)/a ticks.
+	tick := e.tickSpan().Seconds()
+	n := 1 / (e.RelativeError * e.RelativeError * max(e.estimate, 1) * tick)
+	if e.MaxWindow > 0 {
+		n = min(n, e.MaxWindow.Seconds()/tick)
+	}
+	return min(e.Alpha, 2/(n+1))
 }
 
 // shift notes whether total is ShiftSigmas away from the estimate, and says (with the mean of the two) when the
@@ -246,7 +273,8 @@ func (e *Estimator) tickSpan() time.Duration {
 // tick (ticks a report interval apart) has the variance of a plain mean over (2-Alpha)/Alpha ticks. On a steady
 // Poisson load of rate r the estimate's standard deviation is sqrt(r/Window) (in seconds).
 func (e *Estimator) Window() time.Duration {
-	return time.Duration(float64(e.tickSpan()) * (2 - e.Alpha) / e.Alpha)
+	a := e.alpha()
+	return time.Duration(float64(e.tickSpan()) * (2 - a) / a)
 }
 
 // Estimate is the current estimate, in requests per second.

@@ -29,6 +29,7 @@ type Interval struct {
 	ActiveServers     float64 // mean
 	EstimateQPS       float64 // the planner's estimate at the interval's end
 	Mode              string  // the plan's mode at the interval's end
+	Epoch             uint64  // the plan's epoch at the interval's end: each new allocation raises it
 }
 
 // Intervals aggregates the time series into intervals of width seconds (at least 1).
@@ -40,7 +41,7 @@ func (r *Result) Intervals(width int) []Interval {
 		out = append(out, Interval{StartS: float64(lo), DemandQPS: t.demand / float64(t.n), Arrivals: t.arrivals,
 			OK: t.ok, Partial: t.partial, Dropped: t.dropped, Late: t.late, SLOViolationRatio: t.violationRatio(),
 			Accuracy: t.accuracy(), ActiveServers: t.servers / float64(t.n), EstimateQPS: t.last.EstimateQPS,
-			Mode: t.last.Mode})
+			Mode: t.last.Mode, Epoch: t.last.Epoch})
 	}
 	return out
 }
@@ -95,7 +96,7 @@ func IntervalFor(d time.Duration) int { return max(1, int(math.Round(d.Seconds()
 func WriteCSV(w io.Writer, ivs []Interval) error {
 	cw := csv.NewWriter(w)
 	cw.Write([]string{"t_s", "demand_qps", "arrivals", "ok", "partial", "dropped", "late", "slo_violation_ratio",
-		"accuracy", "active_servers", "estimate_qps", "mode"})
+		"accuracy", "active_servers", "estimate_qps", "mode", "epoch"})
 	f := func(v float64) string {
 		if math.IsNaN(v) {
 			return ""
@@ -106,7 +107,7 @@ func WriteCSV(w io.Writer, ivs []Interval) error {
 		cw.Write([]string{f(iv.StartS), f(round(iv.DemandQPS, 3)), strconv.Itoa(iv.Arrivals), strconv.Itoa(iv.OK),
 			strconv.Itoa(iv.Partial), strconv.Itoa(iv.Dropped), strconv.Itoa(iv.Late),
 			f(round(iv.SLOViolationRatio, 5)), f(round(iv.Accuracy, 5)), f(round(iv.ActiveServers, 3)),
-			f(round(iv.EstimateQPS, 3)), iv.Mode})
+			f(round(iv.EstimateQPS, 3)), iv.Mode, strconv.FormatUint(iv.Epoch, 10)})
 	}
 	cw.Flush()
 	return cw.Error()

@@ -22,6 +22,7 @@ import (
 	hopstep "github.com/sleipnir-serving/sleipnir/pkg/hop"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/tuner"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 	"github.com/sleipnir-serving/sleipnir/pkg/workload"
 )
@@ -68,6 +69,8 @@ type Second struct {
 	// EstimateQPS is the planner's demand estimate at the end of the second.
 	EstimateQPS float64 `json:"estimate_qps"`
 	Mode        string  `json:"mode"`
+	// Epoch is the plan's epoch at the end of the second: each new allocation raises it.
+	Epoch uint64 `json:"epoch"`
 }
 
 // Result is what a simulation measured.
@@ -120,6 +123,7 @@ const (
 	evBatchDone
 	evSwapDone
 	evTick // the planner's, frontends' and workers' once-a-second reports
+	evTune // the tuner's look at the queues (pkg/tuner)
 )
 
 type event struct {
@@ -167,6 +171,8 @@ type hop struct {
 	// worker's heartbeat reports them (wire.Observed); the planner's tick folds them (demand.Counters).
 	items   uint64
 	emitted map[string]uint64
+	// load is the items in its queue or in service: what the tuner sees wait.
+	load float64
 }
 
 type server struct {
@@ -197,6 +203,9 @@ type sim struct {
 	assign   map[string]plan.Assignment
 	loop     *control.Loop
 	plan     *plan.Plan
+	control  control.Config // cfg.Control with its defaults
+	tune     *tuner.Tuner   // nil: no tuner
+	lent     map[string]int
 	est      *demand.Estimator
 	fan      *demand.FanoutEstimator
 	counters *demand.Counters
@@ -281,6 +290,12 @@ func newSim(cfg Config) (*sim, error) {
 	}
 	initial.Epoch = 1
 	s.loop = control.New(spec, cfg.Control, system.Allocator, initial)
+	s.control = cfg.Control
+	s.control.SetDefaults()
+	if s.control.Tunes() {
+		s.tune = tuner.New()
+		s.push(event{at: int64(s.control.TuneEvery), kind: evTune})
+	}
 	s.servers = make([]server, cfg.Servers)
 	for i := range s.servers {
 		s.servers[i].hop = -1
@@ -329,6 +344,11 @@ func (s *sim) run() {
 				sv.swapping = false
 				s.idle(int(e.srv))
 			}
+		case evTune:
+			s.tuneLook()
+			if s.now < s.end || s.inFlight > 0 && s.now < s.end+int64(time.Minute) {
+				s.push(event{at: s.now + int64(s.control.TuneEvery), kind: evTune})
+			}
 		case evTick:
 			s.tick()
 			// Ticks go on past the workload while requests are in flight, so the loop keeps serving them.
@@ -370,6 +390,7 @@ func (s *sim) deliver(hi int, m *message) {
 	h := s.hops[hi]
 	m.enqueued = s.now
 	h.queue = append(h.queue, m)
+	h.load += float64(m.items)
 	s.taskArrivals[h.task] += m.items
 	if n := len(h.free); n > 0 {
 		srv := h.free[n-1]
@@ -446,6 +467,7 @@ func (s *sim) batchDone(srv int) {
 	h := s.hops[sv.hop]
 	for _, m := range sv.batch {
 		r := m.req
+		h.load -= float64(m.items)
 		if m.dropped != "" {
 			r.dropped += m.items
 			s.leaves(r, m.items)
@@ -593,7 +615,7 @@ func (s *sim) tick() {
 			}
 		}
 		x := &s.seconds[sec]
-		x.ActiveServers, x.EstimateQPS, x.Mode = active, o.Demand, s.plan.Mode
+		x.ActiveServers, x.EstimateQPS, x.Mode, x.Epoch = active, o.Demand, s.plan.Mode, s.plan.Epoch
 		x.DemandQPS = s.cfg.Workload.RateAt(time.Duration(sec) * time.Second)
 	}
 }
@@ -614,7 +636,38 @@ func (s *sim) applyPlan(p *plan.Plan, replanned bool) {
 	if !replanned {
 		return
 	}
-	next, _ := plan.Assign([]*plan.Plan{p}, s.names, s.assign)
+	if s.tune != nil { // the tuner sees the new plan at once: lent workers stay where the plan still wants them
+		s.lent = s.tune.Look(s.time(), s.tuneInput(p))
+	}
+	s.assignWorkers(p)
+}
+
+// tuneInput is what the tuner sees under plan p.
+func (s *sim) tuneInput(p *plan.Plan) tuner.Input {
+	return tuner.Observe(s.spec, p, func(hop string) float64 {
+		for _, h := range s.hops {
+			if h.name == hop {
+				return h.load
+			}
+		}
+		return 0
+	}, len(s.servers), s.est.Estimate(), s.control.RouteUtilization)
+}
+
+// tuneLook is the tuner's look at the queues, as the planner's: workers lent or taken back are reassigned at once.
+func (s *sim) tuneLook() {
+	lent := s.tune.Look(s.time(), s.tuneInput(s.plan))
+	if maps.Equal(lent, s.lent) {
+		return
+	}
+	s.lent = lent
+	s.assignWorkers(s.plan)
+}
+
+// assignWorkers gives the replicas of plan p and the tuner's loans to the workers (plan.Assign, as the planner
+// does), moving as few as it can.
+func (s *sim) assignWorkers(p *plan.Plan) {
+	next, _ := plan.Assign([]*plan.Plan{tuner.WithLoans(p, s.lent)}, s.names, s.assign)
 	s.assign = next
 	for i, name := range s.names {
 		a := next[name]
@@ -642,6 +695,7 @@ func (s *sim) rehome(p *plan.Plan) {
 		kept := h.queue[:0]
 		for _, m := range h.queue[h.head:] {
 			if to := p.Rehome(task, h.variant.Name, plan.Upstream(s.trie.path[m.node]), s.rng.Float64()); to != "" {
+				h.load -= float64(m.items)
 				s.push(event{at: s.now + s.comm, kind: evDeliver, hop: s.hopIdx[task][to], msg: m})
 				continue
 			}

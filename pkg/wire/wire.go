@@ -313,6 +313,9 @@ type Observed struct {
 	// Items executed and the sub-requests they emitted per child task: the observed multiplicative factor.
 	FanoutCounts
 	Batches uint64 `json:"batches"`
+	// Messages counts the task messages the items came in (a message holds the items of one parent item for one
+	// variant): the planner's tuner turns the messages waiting in a queue into items with Items/Messages.
+	Messages uint64 `json:"messages,omitempty"`
 	// QueueWaitMs is the total time the executed items waited in the variant's queue (mean: divide by Items).
 	QueueWaitMs float64 `json:"queue_wait_ms"`
 	// Dropped counts items dropped at this variant, by reason.

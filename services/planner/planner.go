@@ -22,6 +22,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/ratelog"
+	"github.com/sleipnir-serving/sleipnir/pkg/tuner"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
@@ -102,7 +103,12 @@ type Planner struct {
 	counters *demand.Counters
 	// systems are the pipelines' systems (the configured one, per spec), aligned with cfg.Pipelines.
 	systems []control.System
-	loops   []*control.Loop   // per pipeline, aligned with specs; only Run's goroutine uses them
+	loops   []*control.Loop // per pipeline, aligned with specs; only Run's goroutine uses them
+	// tuners are the pipelines' tuners (nil entries: no tuner), lent their loans, waiting the messages in each
+	// variant's queue at the last look; aligned with specs, only Run's goroutine uses them.
+	tuners  []*tuner.Tuner
+	lent    []map[string]int
+	waiting []map[string]float64
 	live    *control.Liveness // under mu
 	// reconnects is the connection's reconnect count when liveness last looked, demandReconnects when the demand
 	// estimates last did; under mu.
@@ -209,6 +215,13 @@ func (p *Planner) Run(ctx context.Context) error {
 		p.specs = append(p.specs, spec)
 		p.loops = append(p.loops, control.New(spec, p.cfg.Config, alloc, pl))
 	}
+	for range p.specs {
+		var t *tuner.Tuner
+		if p.cfg.Tunes() {
+			t = tuner.New()
+		}
+		p.tuners, p.lent, p.waiting = append(p.tuners, t), append(p.lent, nil), append(p.waiting, nil)
+	}
 	reports, err := p.nc.Subscribe(wire.DemandPrefix+"*", p.onDemand)
 	if err != nil {
 		return err
@@ -229,10 +242,21 @@ func (p *Planner) Run(ctx context.Context) error {
 	defer tick.Stop()
 	demandTick := time.NewTicker(estimateEvery)
 	defer demandTick.Stop()
+	var tuneTick <-chan time.Time // nil: no tuner
+	if p.cfg.Tunes() {
+		t := time.NewTicker(p.cfg.TuneEvery)
+		defer t.Stop()
+		tuneTick = t.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case now := <-tuneTick:
+			if p.workersReady.Load() {
+				p.tuneLook(ctx, now)
+			}
+			continue
 		case <-p.changed:
 		case <-tick.C:
 		case now := <-demandTick.C:
@@ -351,6 +375,9 @@ func (p *Planner) stepPipeline(ctx context.Context, now time.Time, i int, o cont
 		return
 	}
 	p.loops[i].Published(st, o, now)
+	if st.Replanned {
+		p.retune(i, now)
+	}
 	if !st.Replanned {
 		p.log.Debug("routing published", "pipeline", spec.Name, "demand_qps", round(o.Demand))
 		return

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/tuner"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
@@ -115,7 +116,7 @@ func (p *Planner) reassign(ctx context.Context) error {
 
 	plans := make([]*plan.Plan, len(p.loops))
 	for i, l := range p.loops {
-		plans[i] = l.Current()
+		plans[i] = tuner.WithLoans(l.Current(), p.lent[i])
 	}
 	next, unplaced := plan.Assign(plans, live, prev)
 	for id, a := range next {

@@ -162,6 +162,7 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 	}
 	w.observe(s, func(o *Observed) {
 		o.Batches += uint64(batching.Chunks(len(inputs), s.a.MaxBatch))
+		o.Messages += uint64(len(batch))
 		for _, sl := range slots {
 			if sl.in.status[sl.i] != "" {
 				continue // failed

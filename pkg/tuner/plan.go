@@ -1,0 +1,54 @@
+package tuner
+
+import (
+	"time"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
+
+// Observe builds a look's input from the plan in force p (the planner and the simulator alike): its hosted
+// variants with what waits at each (waiting, by "task/variant"), the workers the pipeline may use (servers), the
+// demand estimate and the routing's utilisation.
+func Observe(spec *pipeline.Spec, p *plan.Plan, waiting func(hop string) float64, servers int,
+	estimate, utilization float64) Input {
+	in := Input{Epoch: p.Epoch, Idle: max(0, servers-p.Servers()), Covered: true, Utilization: utilization}
+	if a := p.Allocation; a != nil {
+		in.Covered = a.DemandQPS >= estimate
+	}
+	scale := p.BudgetScale(spec)
+	for _, vp := range p.Variants {
+		if vp.Replicas <= 0 {
+			continue
+		}
+		hop := wire.Hop(vp.Task, vp.Variant)
+		v := Variant{Hop: hop, Replicas: vp.Replicas, MaxBatch: vp.MaxBatch,
+			ReplicaQPS: vp.CapacityQPS / float64(vp.Replicas),
+			Budget:     time.Duration(vp.BudgetMs * scale * float64(time.Millisecond)), Waiting: waiting(hop)}
+		if sv := spec.Variant(vp.Task, vp.Variant); sv != nil {
+			v.Accuracy = sv.Accuracy
+			v.Swap = time.Duration(sv.SwapMs * float64(time.Millisecond))
+		}
+		in.Variants = append(in.Variants, v)
+	}
+	return in
+}
+
+// WithLoans is p with each variant's replicas raised by its loans: what plan.Assign places on the workers, so that
+// lent workers are assigned like the plan's own, and a new plan moves as few of them as it can.
+func WithLoans(p *plan.Plan, lent map[string]int) *plan.Plan {
+	if len(lent) == 0 {
+		return p
+	}
+	c := *p
+	c.Variants = make([]plan.VariantPlan, len(p.Variants))
+	for i, vp := range p.Variants {
+		if n := lent[wire.Hop(vp.Task, vp.Variant)]; n > 0 {
+			vp.CapacityQPS *= float64(vp.Replicas+n) / float64(vp.Replicas)
+			vp.Replicas += n
+		}
+		c.Variants[i] = vp
+	}
+	return &c
+}
