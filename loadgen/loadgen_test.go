@@ -17,6 +17,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/ocr"
 	"github.com/sleipnir-serving/sleipnir/pkg/testrig"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+	"github.com/sleipnir-serving/sleipnir/pkg/workload"
 )
 
 // connect is a connection with loadgen's settings to a server of the test's own, over loopback as loadgen reaches
@@ -284,5 +285,32 @@ func TestDuplicatesAndSeries(t *testing.T) {
 	want := Second{Sent: s.Sent, OK: s.OK, Violations: s.Sent - s.OK, Lost: s.Lost, Duplicates: s.Duplicates}
 	if tot != want {
 		t.Errorf("series adds up to %+v, want %+v", tot, want)
+	}
+}
+
+// TestWorkloadSteps: --workload sends the simulator's workloads live: a step from 50 to 250 QPS shows in the
+// per-second series as it would in bin/sleipnir sim's.
+func TestWorkloadSteps(t *testing.T) {
+	nc := connect(t)
+	respond(t, nc, func(int64) string { return wire.StatusOK }, 0)
+	w, err := workload.Parse("steps:50:2s,250:2s", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Run(context.Background(), nc, Config{Pipeline: "p", Workload: w, Grace: time.Second, Series: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Series) != 4 {
+		t.Fatalf("%d seconds in the series, want 4", len(s.Series))
+	}
+	before := s.Series[0].Sent + s.Series[1].Sent
+	after := s.Series[2].Sent + s.Series[3].Sent
+	// Poisson counts over 2 s: 100 +- 10 and 500 +- 22; 5 standard deviations either way.
+	if before < 50 || before > 150 || after < 390 || after > 610 || s.OK != s.Sent {
+		t.Fatalf("sent %d then %d over 2 s each (want about 100 then 500), %d ok of %d", before, after, s.OK, s.Sent)
+	}
+	if s.QPS != 150 {
+		t.Fatalf("summary qps %v, want the workload's mean 150", s.QPS)
 	}
 }

@@ -38,6 +38,9 @@ func main() {
 	flag.BoolVar(&cfg.Series, "series", false, "with --json: add the per-second series (sent, ok, violations, lost, duplicates by second of sending)")
 	retry := flag.Bool("retry", true, "what a client should do to lose nothing: after a reconnect, send again the requests "+
 		"unanswered when the connection dropped; retry \"no responders\" after a short wait; both within the deadline")
+	workloadFlag := flag.String("workload", "", "send a workload of the simulator's instead of --qps for --duration: "+
+		"constant:QPS:D, steps:QPS:D,QPS:D,..., diurnal:MIN:MAX:D, trace:FILE[:MIN:MAX[:D]] (after --warmup at its "+
+		"first rate); with --series, its seconds line up with bin/sleipnir sim's")
 	stepsFlag := flag.String("steps", "", "step the demand: QPS:DURATION,... (each after --warmup at its rate); "+
 		"prints a line per step with the plan the planner published by its end")
 	flag.Parse()
@@ -51,6 +54,12 @@ func main() {
 	if cfg.InputShape, err = parseShape(shape); err != nil {
 		fmt.Fprintln(os.Stderr, "loadgen:", err)
 		os.Exit(2)
+	}
+	if *workloadFlag != "" {
+		if cfg.Workload, err = workload.Parse(*workloadFlag, 1); err != nil {
+			fmt.Fprintln(os.Stderr, "loadgen: --workload:", err)
+			os.Exit(2)
+		}
 	}
 	if *images != "" {
 		if cfg.Images, err = ocr.ReadSet(*images); err != nil {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sleipnir-serving/sleipnir/pkg/ocr"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+	"github.com/sleipnir-serving/sleipnir/pkg/workload"
 )
 
 // Config is one load run.
@@ -44,6 +45,9 @@ type Config struct {
 	// NoRetry turns off what a client should do to lose nothing (see resend): resending after a reconnect the
 	// requests unanswered when the connection dropped, and retrying "no responders".
 	NoRetry bool
+	// Workload, if set, gives the arrivals instead of QPS and Duration: the simulator's workloads (pkg/workload,
+	// such as steps:100:30s,600:30s), sent live after Warmup at its first rate.
+	Workload *workload.Workload
 }
 
 // Summary is the result of a run; its JSON form is loadgen's last line with --json.
@@ -205,6 +209,18 @@ type ocrTally struct {
 
 // Run sends open-loop Poisson arrivals for cfg.Duration, then waits for every reply or its loss.
 func Run(ctx context.Context, nc *nats.Conn, cfg Config, progress io.Writer) (Summary, error) {
+	var arrivals *workload.Arrivals // nil: Poisson at QPS
+	if w := cfg.Workload; w != nil {
+		if err := w.Validate(); err != nil {
+			return Summary{}, err
+		}
+		cfg.Duration = w.Duration()
+		cfg.QPS = 0
+		for _, r := range w.Rates {
+			cfg.QPS += r / float64(len(w.Rates))
+		}
+		arrivals = w.Arrivals(cfg.Seed)
+	}
 	if cfg.QPS <= 0 || cfg.Duration <= 0 {
 		return Summary{}, errors.New("--qps and --duration must be positive")
 	}
@@ -275,7 +291,19 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, progress io.Writer) (Su
 	next := start
 	var sendEnd, measureStart time.Time
 	for i := 0; ; i++ {
-		next = next.Add(time.Duration(rng.ExpFloat64() / cfg.QPS * float64(time.Second)))
+		if arrivals != nil && next.Sub(start) >= cfg.Warmup {
+			at, ok := arrivals.Next()
+			if !ok {
+				break
+			}
+			next = start.Add(cfg.Warmup + at)
+		} else {
+			rate := cfg.QPS
+			if arrivals != nil { // its warmup, at its first rate
+				rate = cfg.Workload.Rates[0]
+			}
+			next = next.Add(time.Duration(rng.ExpFloat64() / rate * float64(time.Second)))
+		}
 		if next.Sub(start) >= cfg.Warmup+cfg.Duration {
 			break
 		}

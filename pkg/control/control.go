@@ -348,8 +348,13 @@ func (l *Loop) replan(now time.Time, o Observed) Step {
 		return Step{Err: err}
 	}
 	if !forced && (sameAllocation(l.current, p) || !l.worthSwapping(p, o)) {
-		l.planned.at = now // looked again: the same plan, or a better one not worth its model loads
-		return Step{}
+		// Looked again: the same allocation, or a better one not worth its model loads. The demand moved, so the
+		// routing follows it, as a re-plan's would have.
+		l.planned.at = now
+		r := *l.current
+		r.Fanout = o.Fanout
+		r.Routing = l.route(&r, o)
+		return Step{Plan: &r}
 	}
 	p.Pipeline = l.spec.Name
 	p.Epoch = l.current.Epoch + 1
