@@ -143,3 +143,37 @@ func TestOIPClaimsAllocateNothing(t *testing.T) {
 		t.Errorf("decoding allocated %d bytes for a claim its 8 bytes do not back", n)
 	}
 }
+
+// FuzzDecodeOIP drives the OIP decoder with a body and its header length: it must never panic, never allocate more
+// than the body's size allows, and what it accepts has inputs whose data lies in the body.
+func FuzzDecodeOIP(f *testing.F) {
+	body, hl := binaryBody(`{"inputs":[{"name":"image","datatype":"BYTES","shape":[1],"parameters":{"binary_data_size":12}}]}`, pngMagic)
+	f.Add(body, hl)
+	body, hl = binaryBody(`{"inputs":[{"name":"x","datatype":"FP32","shape":[1],"parameters":{"binary_data_size":4}},`+
+		`{"name":"s","datatype":"BYTES","shape":[1],"parameters":{"content_type":"base64"},"data":["aGk="]}],`+
+		`"outputs":[{"name":"y","parameters":{"binary_data":true}}],"parameters":{"binary_data_output":true}}`, []byte{0, 0, 128, 63})
+	f.Add(body, hl)
+	f.Add([]byte(`{"inputs":[{"name":"x","datatype":"BYTES","shape":[2],"parameters":{"binary_data_size":8}}]}`+"\xff\xff\xff\x7f\x00\x00\x00\x00"), "87")
+	f.Add([]byte(`{"inputs":[]}`), "")
+	f.Fuzz(func(t *testing.T, body []byte, headerLength string) {
+		var req OIPRequest
+		var err error
+		n := alloctest.Bytes(func() {
+			var head, bin []byte
+			if head, bin, err = SplitBinaryBody(body, headerLength); err == nil {
+				req, err = DecodeOIPRequest(head, bin)
+			}
+		})
+		if n > alloctest.JSONBound(len(body)) {
+			t.Fatalf("decoding %d bytes allocated %d", len(body), n)
+		}
+		if err != nil {
+			return
+		}
+		for _, in := range req.Inputs {
+			if in.Datatype == DatatypeBytes && in.Validate() != nil {
+				t.Fatalf("accepted BYTES input %q whose data does not match its shape", in.Name)
+			}
+		}
+	})
+}
