@@ -6,8 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -91,12 +89,8 @@ func oipDo(t *testing.T, url, method, path string, header map[string]string, bod
 // and one request for each HTTP status the live system can be made to answer; httpStatus's own test covers the
 // rest of the mapping.
 func TestHTTPConformance(t *testing.T) {
-	specFile := filepath.Join(t.TempDir(), "oip.yaml")
-	if err := os.WriteFile(specFile, []byte(oipSpec), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	const limit = 64 << 10
-	sys, _ := startSystemWith(t, specFile, Config{Workers: 2, MaxRequestBytes: limit})
+	sys, _ := startSpecSystem(t, oipSpec, Config{Workers: 2, MaxRequestBytes: limit})
 	srv := httptest.NewServer(sys.Frontend.Handler())
 	defer srv.Close()
 	do := func(method, path string, header map[string]string, body string) oipResponse {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/sleipnir-serving/sleipnir/pkg/ocr"
 	"github.com/sleipnir-serving/sleipnir/pkg/onnx/onnxtest"
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
@@ -48,16 +49,27 @@ allocation:
   - {task: read_text, variant: rec, replicas: 1, max_batch: 2}
 `
 
+// startOCRSystem serves ocrSpec on two workers, or skips the test without the models.
+func startOCRSystem(t *testing.T) (*System, *pipeline.Spec) {
+	models := onnxtest.Models(t, "paddleocr/en_PP-OCRv3_det_infer.onnx", "paddleocr/en_PP-OCRv3_rec_infer.onnx")
+	return startSpecSystem(t, ocrSpec, Config{Workers: 2, ModelsDir: models})
+}
+
+// startSpecSystem starts the system with cfg on a spec written out from specYAML.
+func startSpecSystem(t *testing.T, specYAML string, cfg Config) (*System, *pipeline.Spec) {
+	t.Helper()
+	specFile := filepath.Join(t.TempDir(), "spec.yaml")
+	if err := os.WriteFile(specFile, []byte(specYAML), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return startSystemWith(t, specFile, cfg)
+}
+
 // TestOCRPipelineServesImages runs the real OCR models through the whole system: a request carries a PNG, the
 // detector's worker sends each line it finds to the recogniser's, and the one reply has the text and the box of
 // every line, most of them read exactly.
 func TestOCRPipelineServesImages(t *testing.T) {
-	models := onnxtest.Models(t, "paddleocr/en_PP-OCRv3_det_infer.onnx", "paddleocr/en_PP-OCRv3_rec_infer.onnx")
-	specFile := filepath.Join(t.TempDir(), "ocr.yaml")
-	if err := os.WriteFile(specFile, []byte(ocrSpec), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	sys, spec := startSystemWith(t, specFile, Config{Workers: 2, ModelsDir: models})
+	sys, spec := startOCRSystem(t)
 	c := newClient(t, sys)
 	fonts, _ := ocr.LoadFonts("")
 	imgs, docs, err := ocr.Generate(4, 21, fonts)
@@ -110,12 +122,7 @@ func TestOCRPipelineServesImages(t *testing.T) {
 // header (the binary tensor data extension), and as base64 in JSON. Both are read; bytes that are not an image are
 // a 422 saying so.
 func TestOCRPipelineOverHTTP(t *testing.T) {
-	models := onnxtest.Models(t, "paddleocr/en_PP-OCRv3_det_infer.onnx", "paddleocr/en_PP-OCRv3_rec_infer.onnx")
-	specFile := filepath.Join(t.TempDir(), "ocr.yaml")
-	if err := os.WriteFile(specFile, []byte(ocrSpec), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	sys, spec := startSystemWith(t, specFile, Config{Workers: 2, ModelsDir: models})
+	sys, spec := startOCRSystem(t)
 	srv := httptest.NewServer(sys.Frontend.Handler())
 	defer srv.Close()
 	fonts, _ := ocr.LoadFonts("")
