@@ -679,8 +679,8 @@ func (r *run) report(w io.Writer, start time.Time, warmup time.Duration, stop <-
 		warmupSent := len(r.requests) - s.Sent
 		r.mu.Unlock()
 		if elapsed := time.Since(start); elapsed < warmup {
-			fmt.Fprintf(w, "%5.1fs warming up (%v left, not measured): sent %d in-flight %d\n",
-				elapsed.Seconds(), (warmup - elapsed).Round(time.Second), warmupSent, inflight)
+			fmt.Fprintf(w, "%5.1fs warming up (%.1fs left, not measured): sent %d in-flight %d\n",
+				elapsed.Seconds(), (warmup - elapsed).Seconds(), warmupSent, inflight)
 			continue
 		}
 		slices.Sort(lat)
