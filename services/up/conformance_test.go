@@ -14,9 +14,10 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
-// oipSpec is a chain of two slow emulated tasks under the last-task policy, so that a request's fate follows from
-// its timeout: with the SLO it finishes (200); with 100 ms its reply is due while the first task still runs (late,
-// 504); with 450 ms the first task finishes with less time left than the last takes, which drops it (503).
+// oipSpec is a chain of two emulated tasks, 100 ms and a slow 1 s, under the last-task policy, so that a request's
+// fate follows from its timeout, with a wide margin for a slow machine: with the SLO it finishes (200); with 50 ms
+// its reply is due while the first task still runs (late, 504); with 600 ms the first task finishes with less time
+// left than the last takes, which drops it at once (503).
 const oipSpec = `
 name: oip
 slo_ms: 2000
@@ -33,13 +34,13 @@ tasks:
         accuracy: 0.9
         executor: {kind: emulated}
         fanout: {mean: 1, distribution: fixed}
-        profile: [{batch: 1, p50_ms: 300, p95_ms: 310}]
+        profile: [{batch: 1, p50_ms: 100, p95_ms: 110}]
   - name: last
     variants:
       - name: b
         accuracy: 0.9
         executor: {kind: emulated}
-        profile: [{batch: 1, p50_ms: 300, p95_ms: 310}]
+        profile: [{batch: 1, p50_ms: 1000, p95_ms: 1050}]
 allocation:
   - {task: first, variant: a, replicas: 1, max_batch: 1}
   - {task: last, variant: b, replicas: 1, max_batch: 1}
@@ -165,12 +166,12 @@ func TestHTTPConformance(t *testing.T) {
 	expect(do("POST", "/v2/models/oip/infer", nil, `{"inputs": [{"name": "x", "datatype": "FP32", "shape": [3], "data": [1]}]}`),
 		"infer a bad tensor", 400, errorSays("1 data elements, want 3"))
 	// Dropped first: the late request leaves the first task's one worker busy after its reply.
-	expect(do("POST", "/v2/models/oip/infer", map[string]string{wire.HeaderTimeout: "450ms"}, good),
+	expect(do("POST", "/v2/models/oip/infer", map[string]string{wire.HeaderTimeout: "600ms"}, good),
 		"infer dropped at its last task", 503, func(j map[string]any) bool {
 			return j["status"] == wire.StatusDropped && strings.Contains(j["error"].(string), wire.DropLastTask)
 		})
 
-	expect(do("POST", "/v2/models/oip/infer", map[string]string{wire.HeaderTimeout: "100ms"}, good),
+	expect(do("POST", "/v2/models/oip/infer", map[string]string{wire.HeaderTimeout: "50ms"}, good),
 		"infer due while its first task runs", 504, func(j map[string]any) bool { return j["status"] == wire.StatusLate })
 	// A body over the limit is 413, whether its Content-Length says so or it is sent in chunks.
 	big := `{"inputs": [{"name": "x", "datatype": "BYTES", "shape": [1], "data": ["` + strings.Repeat("a", limit) + `"]}]}`
