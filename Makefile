@@ -56,8 +56,11 @@ $(DATA)/ocr/labels.json:
 	@[ -d $(FONTS) ] || $(SUDO) apt-get install -y -q fonts-dejavu-core >/dev/null || { $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q fonts-dejavu-core >/dev/null; }
 	$(GO) run ./services/sleipnir ocrdata --out $(DATA)/ocr --images $(OCR_IMAGES) --fonts $(FONTS)
 
+# The version `bin/sleipnir --version` prints and the HTTP API reports: the commit, without Go's VCS stamping (which
+# -buildvcs=false turns off).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 build: deps
-	$(GO) build -o bin/sleipnir ./services/sleipnir
+	$(GO) build -ldflags "-X github.com/sleipnir-serving/sleipnir/pkg/buildinfo.version=$(VERSION)" -o bin/sleipnir ./services/sleipnir
 	$(GO) build -o bin/loadgen ./loadgen
 
 # The whole system on an embedded NATS server, serving examples/$(PIPELINE).yaml. Ctrl-C stops it. The OCR pipeline
@@ -67,8 +70,11 @@ ifeq ($(PIPELINE),ocr)
 RUN_NEEDS = models data
 RUN_ARGS  = --workers $(shell nproc)
 endif
+# JetStream's files go to $(STATE), apart from data/ (the OCR images); each run starts clean unless FRESH=false.
+STATE ?= $(CURDIR)/state
+FRESH ?= true
 run: build $(RUN_NEEDS)
-	SLEIPNIR_MODELS=$(MODELS) bin/sleipnir up --pipeline examples/$(PIPELINE).yaml $(RUN_ARGS) $(ARGS)
+	SLEIPNIR_MODELS=$(MODELS) bin/sleipnir up --pipeline examples/$(PIPELINE).yaml --state-dir $(STATE) --fresh=$(FRESH) $(RUN_ARGS) $(ARGS)
 
 # Tests use the real ONNX Runtime and OCR models; those that need them skip, saying how to get them, when absent.
 test: deps models $(NATS_SERVER)
@@ -170,4 +176,4 @@ bin/nats:
 	  $(GO) build -o $(CURDIR)/bin/nats github.com/nats-io/natscli/nats && rm -rf $$tmp
 
 clean:
-	rm -rf bin bench.out
+	rm -rf bin bench.out state

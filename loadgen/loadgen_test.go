@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -140,10 +141,14 @@ func TestWarmupIsNotCounted(t *testing.T) {
 		}
 		return wire.StatusOK
 	}, 0)
+	var progress bytes.Buffer
 	s, err := Run(context.Background(), nc, Config{Pipeline: "p", QPS: 200, Warmup: 600 * time.Millisecond,
-		Duration: time.Second, Grace: time.Second}, nil)
+		Duration: time.Second, Grace: time.Second}, &progress)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !strings.HasPrefix(progress.String(), "warming up for 600ms at 200 QPS (sent, not measured), then measuring for 1s\n") {
+		t.Errorf("progress does not open with the warmup:\n%s", progress.String())
 	}
 	if s.Sent < 100 || s.OK != s.Sent || s.Errors != 0 {
 		t.Fatalf("errors of the warmup were counted, or too little was measured: %+v", s)

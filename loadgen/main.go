@@ -34,7 +34,7 @@ func main() {
 	flag.DurationVar(&cfg.Grace, "grace", 5*time.Second, "how long past its deadline a request may go unanswered before it counts as lost")
 	flag.StringVar(&shape, "input-shape", "1,3,64,64", "shape of the FP32 input tensor")
 	flag.Uint64Var(&cfg.Seed, "seed", 1, "seed of arrivals and input values")
-	images := flag.String("images", "", "a labelled OCR set (`make data`: data/ocr): send its images in turn and check the replies against their ground truth")
+	images := flag.String("images", "", "a labelled OCR set's `DIR` (make data makes data/ocr): send its images in turn and check the replies against their ground truth")
 	flag.BoolVar(&cfg.Series, "series", false, "with --json: add the per-second series (sent, ok, violations, lost, duplicates by second of sending)")
 	retry := flag.Bool("retry", true, "what a client should do to lose nothing: after a reconnect, send again the requests "+
 		"unanswered when the connection dropped; retry \"no responders\" after a short wait; both within the deadline")

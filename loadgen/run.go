@@ -283,9 +283,13 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, progress io.Writer) (Su
 	var progressDone sync.WaitGroup
 	progressDone.Add(1)
 	start := time.Now()
+	if progress != nil && cfg.Warmup > 0 {
+		fmt.Fprintf(progress, "warming up for %v at %g QPS (sent, not measured), then measuring for %v\n",
+			cfg.Warmup, cfg.QPS, cfg.Duration)
+	}
 	go func() {
 		defer progressDone.Done()
-		r.report(progress, start, stopProgress)
+		r.report(progress, start, cfg.Warmup, stopProgress)
 	}()
 
 	next := start
@@ -677,8 +681,8 @@ func quantile(sorted []float64, q float64) float64 {
 	return sorted[int(math.Round(q*float64(len(sorted)-1)))]
 }
 
-// report prints progress once per second until stop.
-func (r *run) report(w io.Writer, start time.Time, stop <-chan struct{}) {
+// report prints progress once per second until stop; during the warmup, what the warmup sent.
+func (r *run) report(w io.Writer, start time.Time, warmup time.Duration, stop <-chan struct{}) {
 	if w == nil {
 		<-stop
 		return
@@ -700,7 +704,13 @@ func (r *run) report(w io.Writer, start time.Time, stop <-chan struct{}) {
 			}
 		}
 		lat := slices.Clone(r.latencies)
+		warmupSent := len(r.requests) - s.Sent
 		r.mu.Unlock()
+		if elapsed := time.Since(start); elapsed < warmup {
+			fmt.Fprintf(w, "%5.1fs warming up (%.1fs left, not measured): sent %d in-flight %d\n",
+				elapsed.Seconds(), (warmup - elapsed).Seconds(), warmupSent, inflight)
+			continue
+		}
 		slices.Sort(lat)
 		fmt.Fprintf(w, "%5.1fs sent %d ok %d partial %d dropped %d late %d errors %d in-flight %d p50 %.1fms\n",
 			time.Since(start).Seconds(), s.Sent, s.OK, s.Partial, s.Dropped, s.Late, s.Errors, inflight, quantile(lat, 0.5))

@@ -357,10 +357,24 @@ func (s *Spec) validate() error {
 		}
 		placed[key] = i
 	}
+	validateTensorNames("inputs", s.Inputs, add)
+	validateTensorNames("outputs", s.Outputs, add)
 	if len(errs) > 0 {
 		return errorList(errs)
 	}
 	return nil
+}
+
+// validateTensorNames refuses a declared tensor name used twice: a client could not tell the two apart.
+func validateTensorNames(field string, ts []TensorSpec, add func(string, string, ...any)) {
+	seen := map[string]int{}
+	for i, t := range ts {
+		if j, dup := seen[t.Name]; dup {
+			add(fmt.Sprintf("%s[%d].name", field, i), "tensor %q is also %s[%d]", t.Name, field, j)
+			continue
+		}
+		seen[t.Name] = i
+	}
 }
 
 // validateExecutor checks what the schema cannot: which fields go with which kind and program, and which programs fit

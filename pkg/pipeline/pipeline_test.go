@@ -157,6 +157,8 @@ func TestParseErrors(t *testing.T) {
 		{"dispersion of a poisson", "fanout: {mean: 3,", "fanout: {mean: 3, dispersion: 2,", `tasks[0].variants[0].fanout.dispersion: only distribution "negative-binomial"`},
 		{"dispersion not positive", "fanout: {mean: 3,", "fanout: {mean: 3, distribution: negative-binomial, dispersion: 0,", "tasks[0].variants[0].fanout.dispersion: exclusiveMinimum"},
 		{"unknown distribution", "fanout: {mean: 3,", "fanout: {mean: 3, distribution: zipf,", "tasks[0].variants[0].fanout.distribution: value must be one of"},
+		{"tensor declared twice", "slo_ms: 500", "slo_ms: 500\ninputs: [{name: image, datatype: BYTES, shape: [1]}, {name: image, datatype: UINT8, shape: [-1, -1, 3]}]", `inputs[1].name: tensor "image" is also inputs[0]`},
+		{"unknown tensor datatype", "slo_ms: 500", "slo_ms: 500\noutputs: [{name: text, datatype: STRING, shape: [1]}]", "outputs[0].datatype: value must be one of"},
 		{"cycle", "  - name: cls\n    variants:", "  - name: cls\n    children: [det]\n    variants:", "no root task"},
 	}
 	for _, tc := range tests {
@@ -248,6 +250,31 @@ func fastest(t *Task) *Variant {
 }
 
 // TestExamples loads the shipped examples and checks the numbers their comments claim.
+// Every example declares its inputs and outputs (the HTTP API's model metadata), and they survive the KV's JSON.
+func TestExamplesDeclareTensors(t *testing.T) {
+	for _, name := range []string{"traffic", "traffic-camera", "ocr-chain", "ocr"} {
+		file := "../../examples/" + name + ".yaml"
+		s, err := LoadForProfiling(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(s.Inputs) == 0 || len(s.Outputs) == 0 {
+			t.Errorf("%s declares %d inputs and %d outputs, want some of each", file, len(s.Inputs), len(s.Outputs))
+		}
+		js, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := ParseJSON(js)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(back.Inputs, back.Outputs) != fmt.Sprint(s.Inputs, s.Outputs) {
+			t.Errorf("%s: declared tensors %v %v after JSON, want %v %v", file, back.Inputs, back.Outputs, s.Inputs, s.Outputs)
+		}
+	}
+}
+
 func TestExamples(t *testing.T) {
 	for _, tc := range []struct {
 		file            string

@@ -26,6 +26,18 @@ type Spec struct {
 	PathAccuracy []PathAccuracy `json:"path_accuracy,omitempty"`
 	// Allocation is an optional static plan: which variants to host, with how many replicas and which max batch.
 	Allocation []Allocation `json:"allocation,omitempty"`
+	// Inputs declares the tensors a request carries and Outputs those each result of the reply holds: the KServe v2
+	// model metadata of the pipeline. Optional and descriptive: requests are not checked against them.
+	Inputs  []TensorSpec `json:"inputs,omitempty"`
+	Outputs []TensorSpec `json:"outputs,omitempty"`
+}
+
+// TensorSpec declares one input or output tensor: its name, datatype (a KServe v2 datatype) and shape, where -1 is
+// a dimension of any size.
+type TensorSpec struct {
+	Name     string  `json:"name"`
+	Datatype string  `json:"datatype"`
+	Shape    []int64 `json:"shape" yaml:"shape,flow"`
 }
 
 // Task is one node of the pipeline tree.

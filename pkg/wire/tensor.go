@@ -277,13 +277,24 @@ func appendElem(dst []byte, dt string, e []byte) []byte {
 	}
 }
 
-// UnmarshalJSON reads the KServe v2 shape; data may be flat or nested as the shape.
+// UnmarshalJSON reads the KServe v2 shape; data may be flat or nested as the shape. BYTES elements are strings,
+// taken as they are, or base64 when the tensor's parameters say content_type "base64".
 func (t *Tensor) UnmarshalJSON(b []byte) error {
-	var jt jsonTensor
-	if err := json.Unmarshal(b, &jt); err != nil {
+	var in oipInput
+	if err := json.Unmarshal(b, &in); err != nil {
 		return err
 	}
-	*t = Tensor{Name: jt.Name, Datatype: jt.Datatype, Shape: jt.Shape}
+	if in.Parameters.BinaryDataSize != nil {
+		return fmt.Errorf("tensor %q: %s, but the data has no binary section (%s)", in.Name, ParamBinaryDataSize,
+			HeaderInferenceHeaderLength)
+	}
+	*t = Tensor{Name: in.Name, Datatype: in.Datatype, Shape: in.Shape}
+	return t.decodeJSONData(in.Data, in.Parameters.ContentType)
+}
+
+// decodeJSONData sets t.Data from the JSON data of a tensor whose name, datatype and shape are set.
+func (t *Tensor) decodeJSONData(data json.RawMessage, contentType string) error {
+	jt := jsonTensor{Name: t.Name, Datatype: t.Datatype, Shape: t.Shape, Data: data}
 	n, err := NumElements(jt.Shape)
 	if err != nil {
 		return fmt.Errorf("tensor %q: %v", jt.Name, err)
@@ -301,6 +312,10 @@ func (t *Tensor) UnmarshalJSON(b []byte) error {
 	flatten(raw, &flat)
 	if len(flat) != n {
 		return fmt.Errorf("tensor %q: %d data elements, want %d for shape %v", jt.Name, len(flat), n, jt.Shape)
+	}
+	if jt.Datatype == DatatypeBytes && contentType == ContentTypeBase64 {
+		t.Data, err = decodeBase64Elements(jt.Name, flat)
+		return err
 	}
 	if jt.Datatype == DatatypeBytes {
 		vals := make([][]byte, n)

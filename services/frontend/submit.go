@@ -4,10 +4,8 @@ package frontend
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -42,7 +40,8 @@ type request struct {
 type submission struct {
 	pipeline string
 	req      wire.InferRequest
-	arrival  time.Time // when the frontend received it: its deadline runs from here
+	oip      wire.OIPRequest // the request as decoded, with the outputs asked for (JSON requests)
+	arrival  time.Time       // when the frontend received it: its deadline runs from here
 	deadline time.Time
 	trace    propagation.TextMapCarrier
 	reply    func(*wire.InferReply)
@@ -51,6 +50,7 @@ type submission struct {
 // Error kinds of refused requests; the HTTP API maps them to status codes.
 var (
 	ErrBadRequest      = errors.New("bad request")
+	ErrTooLarge        = errors.New("request too large")
 	ErrUnknownPipeline = errors.New("unknown pipeline")
 	ErrUnavailable     = errors.New("unavailable")
 	// ErrOverloaded: the frontend had no room for the request, or it waited past its deadline; retry later.
@@ -115,32 +115,38 @@ func deadlineOf(arrival time.Time, get func(string) string, spec *pipeline.Spec,
 }
 
 // decodeRequest turns a request's payload and headers into what submit needs, or a refusal saying what is wrong. It
-// is pure (no NATS, no clock): NATS and HTTP requests go through it, and FuzzDecodeRequest drives it.
+// is pure (no NATS, no clock): NATS and HTTP requests go through it, and FuzzDecodeRequest drives it. JSON is the
+// OIP's, with its binary extension when the header wire.HeaderInferenceHeaderLength says where the JSON ends.
 // badJSON opens the error for a payload that is not JSON (the two APIs word it differently).
 func decodeRequest(data []byte, asJSON bool, header func(string) string, arrival time.Time, spec *pipeline.Spec,
-	maxBytes int, maxAhead time.Duration, badJSON string) (wire.InferRequest, time.Time, error) {
-	var req wire.InferRequest
+	maxBytes int, maxAhead time.Duration, badJSON string) (wire.OIPRequest, time.Time, error) {
+	var oip wire.OIPRequest
+	req := &oip.InferRequest
 	if len(data) > maxBytes {
-		return req, time.Time{}, refuse(ErrBadRequest, "request of %d bytes exceeds the limit of %d", len(data), maxBytes)
+		return oip, time.Time{}, refuse(ErrTooLarge, "request of %d bytes exceeds the limit of %d", len(data), maxBytes)
 	}
 	if asJSON {
-		if err := json.Unmarshal(data, &req); err != nil {
-			return req, time.Time{}, refuse(ErrBadRequest, "%s: %v", badJSON, err)
+		head, binarySection, err := wire.SplitBinaryBody(data, header(wire.HeaderInferenceHeaderLength))
+		if err == nil {
+			oip, err = wire.DecodeOIPRequest(head, binarySection)
 		}
-	} else if err := wire.UnmarshalMsgpack(data, &req); err != nil {
-		return req, time.Time{}, refuse(ErrBadRequest, "request is not a msgpack InferRequest (or set %s: %s): %v",
+		if err != nil {
+			return oip, time.Time{}, refuse(ErrBadRequest, "%s: %v", badJSON, err)
+		}
+	} else if err := wire.UnmarshalMsgpack(data, req); err != nil {
+		return oip, time.Time{}, refuse(ErrBadRequest, "request is not a msgpack InferRequest (or set %s: %s): %v",
 			wire.HeaderContentType, wire.ContentJSON, err)
 	}
 	if len(req.Inputs) == 0 {
-		return req, time.Time{}, refuse(ErrBadRequest, "request has no inputs")
+		return oip, time.Time{}, refuse(ErrBadRequest, "request has no inputs")
 	}
 	for i := range req.Inputs {
 		if err := req.Inputs[i].Validate(); err != nil {
-			return req, time.Time{}, refuse(ErrBadRequest, "inputs[%d]: %v", i, err)
+			return oip, time.Time{}, refuse(ErrBadRequest, "inputs[%d]: %v", i, err)
 		}
 	}
 	d, err := deadlineOf(arrival, header, spec, maxAhead)
-	return req, d, err
+	return oip, d, err
 }
 
 // submit sends an accepted request into the pipeline, in its turn, or returns why it was refused. On success,
@@ -148,7 +154,7 @@ func decodeRequest(data []byte, asJSON bool, header func(string) string, arrival
 func (f *Frontend) submit(ctx context.Context, sub *submission, t *turn) error {
 	spec, p := f.lookup(sub.pipeline)
 	if spec == nil {
-		return refuse(ErrUnknownPipeline, "unknown pipeline %q (serving: %s)", sub.pipeline, strings.Join(f.Pipelines(), ", "))
+		return f.unknownPipeline(sub.pipeline)
 	}
 	if p == nil {
 		return refuse(ErrUnavailable, "pipeline %q has no plan yet", sub.pipeline)

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/auth"
+	"github.com/sleipnir-serving/sleipnir/pkg/buildinfo"
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
 	"github.com/sleipnir-serving/sleipnir/pkg/control"
 	"github.com/sleipnir-serving/sleipnir/pkg/onnx"
@@ -42,12 +43,10 @@ commands:
   ocrdata   generate the labelled OCR set (document images and their ground truth)
   nats-auth generate the nkeys of a deployment and render its NATS authorization (deploy/nats-auth.conf)
   chaos     the fault suite: the services as processes around nats-server, under load, one fault at a time
-  version   print the version
+  version   print the version (also --version)
 
 Run 'sleipnir <command> -h' for the flags of a command.
 `
-
-var version = "dev"
 
 func main() {
 	if len(os.Args) < 2 {
@@ -77,8 +76,8 @@ func main() {
 		err = runNATSAuth(args)
 	case "chaos":
 		err = runChaos(args)
-	case "version":
-		fmt.Println("sleipnir", version)
+	case "version", "--version", "-version":
+		fmt.Println("sleipnir", buildinfo.Version())
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 	default:
@@ -174,7 +173,7 @@ func parseStorage(s string) (jetstream.StorageType, error) {
 
 // modelsFlag is where onnx variants' model files (and the ONNX Runtime library) are.
 func modelsFlag(fs *flag.FlagSet) *string {
-	return fs.String("models", onnx.ModelsDir(), "directory of the ONNX models and runtime that `make models` fetches (env "+onnx.EnvModels+"; the library: env "+onnx.EnvLibrary+")")
+	return fs.String("models", onnx.ModelsDir(), "`DIR` of the ONNX models and runtime that make models fetches (env "+onnx.EnvModels+"; the library: env "+onnx.EnvLibrary+")")
 }
 
 func runUp(args []string) error {
@@ -182,12 +181,16 @@ func runUp(args []string) error {
 	var c common
 	c.register(fs, "an external NATS server URL; empty starts an embedded server")
 	var files pipelineFiles
-	fs.Var(&files, "pipeline", "pipeline spec YAML file, repeatable (default examples/traffic.yaml)")
+	fs.Var(&files, "pipeline", "pipeline spec YAML `FILE`, repeatable (default examples/traffic.yaml)")
 	workers := fs.Int("workers", 20, "number of workers")
 	models := modelsFlag(fs)
 	port := fs.Int("nats-port", 4222, "client port of the embedded NATS server (0: in-process only)")
 	host := fs.String("nats-host", "127.0.0.1", "address the embedded NATS server listens on")
-	dataDir := fs.String("data-dir", envOr("SLEIPNIR_DATA_DIR", "data"), "directory of the embedded server's JetStream files (env SLEIPNIR_DATA_DIR)")
+	stateDir := fs.String("state-dir", envOr("SLEIPNIR_STATE_DIR", envOr("SLEIPNIR_DATA_DIR", "state")),
+		"`DIR` of the embedded server's JetStream files: streams and the KV bucket (env SLEIPNIR_STATE_DIR)")
+	fs.StringVar(stateDir, "data-dir", *stateDir, "the former name of --state-dir")
+	fresh := fs.Bool("fresh", true, "start the embedded server on an empty state: remove the JetStream files of an "+
+		"earlier run (its plans, workers and queued tasks); --fresh=false keeps them")
 	httpAddr := fs.String("http", "127.0.0.1:8080", "KServe v2 HTTP address of the frontend (empty disables it)")
 	maxReq := fs.Int("max-request-bytes", frontend.DefaultMaxRequestBytes, "largest request payload accepted")
 	intake := registerIntakeFlags(fs)
@@ -231,7 +234,7 @@ func runUp(args []string) error {
 	defer stop()
 	// The server's payload limit leaves room for headers above the largest request.
 	maxPayload := int32(*maxReq + 64<<10)
-	return up.Run(ctx, up.Config{NATSURL: c.natsURL, Auth: c.auth, Permissions: *permissions, DataDir: *dataDir, NATSHost: *host, NATSPort: *port,
+	return up.Run(ctx, up.Config{NATSURL: c.natsURL, Auth: c.auth, Permissions: *permissions, DataDir: *stateDir, Fresh: *fresh, NATSHost: *host, NATSPort: *port,
 		MaxPayload: maxPayload, Pipelines: specs, Workers: *workers, ModelsDir: *models, HTTPAddr: *httpAddr, MaxRequestBytes: *maxReq,
 		IntakeWorkers: *intake.workers, IntakeQueue: *intake.queue, MaxTimeout: *intake.maxTimeout,
 		Storage: st, System: system, Control: cc, Logger: log,
@@ -305,7 +308,7 @@ func runPlanner(args []string) error {
 	var c common
 	c.register(fs, "NATS server URL")
 	var files pipelineFiles
-	fs.Var(&files, "pipeline", "pipeline spec YAML file, repeatable (required)")
+	fs.Var(&files, "pipeline", "pipeline spec YAML `FILE`, repeatable (required)")
 	storage := storageFlag(fs)
 	ctl := control.RegisterFlags(fs)
 	ackWait := fs.Duration("ack-wait", bus.DefaultAckWait, "the variant consumers' ack wait: how long a fetched message may "+

@@ -19,7 +19,7 @@ import (
 // runPlan solves the allocation MILP for one demand, or a sweep of demands, and prints it.
 func runPlan(args []string) error {
 	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
-	file := fs.String("pipeline", "", "pipeline spec YAML file (required)")
+	file := fs.String("pipeline", "", "pipeline spec YAML `FILE` (required)")
 	servers := fs.Int("servers", 20, "cluster size: how many workers")
 	demand := fs.Float64("demand", 0, "demand at the root task, requests per second")
 	slo := fs.Duration("slo", 0, "end-to-end SLO (default: the pipeline's)")

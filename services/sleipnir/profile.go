@@ -17,8 +17,8 @@ import (
 // runProfile measures an OCR pipeline's variants and writes the profile file its spec names.
 func runProfile(args []string) error {
 	fs := flag.NewFlagSet("profile", flag.ContinueOnError)
-	specPath := fs.String("pipeline", "examples/ocr.yaml", "pipeline spec YAML file (its `profiles:` names the file written)")
-	data := fs.String("data", envOr("SLEIPNIR_OCR_DATA", "data/ocr"), "labelled set made by `sleipnir ocrdata` (env SLEIPNIR_OCR_DATA)")
+	specPath := fs.String("pipeline", "examples/ocr.yaml", "pipeline spec YAML `FILE` (its profiles field names the file written)")
+	data := fs.String("data", envOr("SLEIPNIR_OCR_DATA", "data/ocr"), "`DIR` of the labelled set that sleipnir ocrdata makes (env SLEIPNIR_OCR_DATA)")
 	models := modelsFlag(fs)
 	images := fs.Int("images", 0, "images of the labelled set to measure accuracy on (0: all)")
 	reps := fs.Int("repetitions", 10, "timed batches per variant and batch size")

@@ -21,7 +21,7 @@ import (
 // system's effective capacity instead.
 func runSim(args []string) error {
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
-	file := fs.String("pipeline", "", "pipeline spec YAML file (required)")
+	file := fs.String("pipeline", "", "pipeline spec YAML `FILE` (required)")
 	wl := fs.String("workload", "constant:300:60s", "the demand: "+workload.Syntax)
 	cv := fs.Float64("cv", 1, "coefficient of variation of inter-arrival times: 1 is Poisson, otherwise Gamma")
 	servers := fs.Int("servers", 20, "cluster size")

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -37,6 +38,9 @@ type Config struct {
 	Permissions bool
 	// DataDir holds the embedded server's JetStream files.
 	DataDir string
+	// Fresh removes the JetStream files an earlier run left in DataDir before the embedded server starts, so that
+	// it inherits no plans, workers or queued tasks.
+	Fresh bool
 	// NATSHost and NATSPort are where the embedded server listens for clients (port 0: in-process only).
 	NATSHost string
 	NATSPort int
@@ -125,7 +129,14 @@ func Start(ctx context.Context, cfg Config) (_ *System, err error) {
 		}
 	}()
 	if cfg.NATSURL == "" {
-		scfg := bus.ServerConfig{StoreDir: filepath.Join(cfg.DataDir, "jetstream"),
+		storeDir := filepath.Join(cfg.DataDir, "jetstream")
+		if cfg.Fresh {
+			// Only the server's own directory: DataDir may hold other files.
+			if err := os.RemoveAll(storeDir); err != nil {
+				return nil, fmt.Errorf("up: fresh start: %w", err)
+			}
+		}
+		scfg := bus.ServerConfig{StoreDir: storeDir,
 			Host: cfg.NATSHost, Port: cfg.NATSPort, MaxPayload: cfg.MaxPayload}
 		if cfg.Permissions {
 			if err := sys.makeUsers(&scfg); err != nil {
@@ -140,8 +151,8 @@ func Start(ctx context.Context, cfg Config) (_ *System, err error) {
 		if cfg.NATSPort != 0 {
 			sys.URL = s.ClientURL()
 		}
-		cfg.Logger.Info("embedded NATS server with JetStream", "url", sys.URL, "data", cfg.DataDir,
-			"permissions", cfg.Permissions)
+		cfg.Logger.Info("embedded NATS server with JetStream", "url", sys.URL, "state", cfg.DataDir,
+			"fresh", cfg.Fresh, "permissions", cfg.Permissions)
 	}
 
 	nc, err := sys.connect("sleipnir-planner", auth.User{Role: auth.Planner})
