@@ -329,9 +329,10 @@ func (l *Loop) replan(now time.Time, o Observed) Step {
 		if o.Demand < last.estimate {
 			sigmas = max(sigmas, FallSigmas)
 		}
-		// The measured multiplicative factors wander too: a move counts when significant either way.
-		if !moved(replanMinChange, sigmas) && !demand.FanoutSignificant(last.fanout, o.Fanout, l.cfg.RouteThreshold,
-			max(l.cfg.ReplanSigmas, FallSigmas), o.FanoutSamples) {
+		// The measured multiplicative factors wander too, and the same hysteresis holds: a factor that fell (less
+		// load below it) must have fallen significantly.
+		if !moved(replanMinChange, sigmas) && !demand.FanoutChanged(last.fanout, o.Fanout, l.cfg.RouteThreshold,
+			l.cfg.ReplanSigmas, max(l.cfg.ReplanSigmas, FallSigmas), o.FanoutSamples) {
 			l.planned.at = now // looked again: nothing worth a new plan
 			return Step{}
 		}
