@@ -52,7 +52,8 @@ func (f *Frontend) onRequest(m *nats.Msg) {
 // serveNATS decodes and submits a NATS request, on an intake goroutine.
 func (f *Frontend) serveNATS(m *nats.Msg, pipelineName string, asJSON bool, arrival time.Time,
 	respond func(*wire.InferReply), t *turn) {
-	sub := &submission{pipeline: pipelineName, arrival: arrival, trace: bus.HeaderCarrier(m.Header), reply: respond}
+	sub := &submission{pipeline: pipelineName, arrival: arrival, trace: bus.HeaderCarrier(m.Header), subject: m.Subject,
+		reply: respond}
 	err := f.decodeNATS(m, asJSON, sub)
 	if err == nil {
 		err = f.submit(context.Background(), sub, t)
@@ -87,6 +88,9 @@ func (f *Frontend) natsReplier(m *nats.Msg, asJSON bool) func(*wire.InferReply) 
 		}
 		if rep.Error != "" {
 			out.Header.Set(wire.HeaderError, rep.Error)
+		}
+		if rep.TraceID != "" {
+			out.Header.Set(wire.HeaderTraceID, rep.TraceID)
 		}
 		if err := m.RespondMsg(out); err != nil {
 			f.replyFailures.Add(1)
@@ -145,14 +149,18 @@ func (f *Frontend) decodeNATS(m *nats.Msg, asJSON bool, sub *submission) error {
 
 // v2Response is the KServe Open Inference Protocol v2 response, extended with Sleipnir's reply fields.
 type v2Response struct {
-	ModelName       string        `json:"model_name"`
-	Outputs         []wire.Tensor `json:"outputs"`
-	wire.InferReply               // "id" (the client's), "status", "results", ...
+	ModelName       string         `json:"model_name"`
+	Outputs         []wire.Tensor  `json:"outputs"`
+	Parameters      map[string]any `json:"parameters,omitempty"` // "trace_id"
+	wire.InferReply                // "id" (the client's), "status", "results", ...
 }
 
 type v2Error struct {
 	Error string `json:"error"`
 }
+
+// inferRoute is the HTTP API's inference route, also its spans' http.route.
+const inferRoute = "/v2/models/{name}/infer"
 
 // Handler is the KServe v2 HTTP API.
 func (f *Frontend) Handler() http.Handler {
@@ -187,7 +195,7 @@ func (f *Frontend) Handler() http.Handler {
 		}
 		w.WriteHeader(http.StatusOK)
 	})
-	mux.HandleFunc("POST /v2/models/{name}/infer", f.serveInfer)
+	mux.HandleFunc("POST "+inferRoute, f.serveInfer)
 	return mux
 }
 
@@ -236,6 +244,10 @@ func (f *Frontend) serveInfer(w http.ResponseWriter, r *http.Request) {
 			t.Name = leaf.ID + "/" + t.Name
 			resp.Outputs = append(resp.Outputs, t)
 		}
+	}
+	if rep.TraceID != "" {
+		w.Header().Set(wire.HeaderTraceID, rep.TraceID)
+		resp.Parameters = map[string]any{"trace_id": rep.TraceID}
 	}
 	writeJSON(w, http.StatusOK, resp)
 }
