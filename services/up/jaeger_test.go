@@ -157,6 +157,30 @@ func fetchTrace(queryURL, traceID string) ([]hopSpan, map[string]string, error) 
 	return spans, services, nil
 }
 
+// traceTree prints a trace as an indented tree from root's children: each span's name, kind, service and the
+// attributes a reader looks at first.
+func traceTree(spans []hopSpan, services map[string]string, root string) string {
+	var b strings.Builder
+	var walk func(parent string, depth int)
+	walk = func(parent string, depth int) {
+		for _, s := range spans {
+			if s.Parent != parent {
+				continue
+			}
+			fmt.Fprintf(&b, "%s%s [%s, %s]", strings.Repeat("  ", depth), s.Name, s.Kind, services[s.ID])
+			for _, k := range []string{"sleipnir.batch.size", "sleipnir.deadline.slack_ms", "sleipnir.status"} {
+				if v, ok := s.Attrs[k]; ok {
+					fmt.Fprintf(&b, " %s=%s", k, v)
+				}
+			}
+			b.WriteString("\n")
+			walk(s.ID, depth+1)
+		}
+	}
+	walk(root, 0)
+	return b.String()
+}
+
 // TestJaegerShowsEveryHop runs a real Jaeger and the system as separate processes around a real nats-server (the
 // planner, a frontend, workers, each exporting its spans over OTLP), sends a request with a client's trace
 // context, and reads its trace back through Jaeger's query API: the frontend's span and every hop's span, each
@@ -278,8 +302,8 @@ func TestJaegerShowsEveryHop(t *testing.T) {
 			t.Errorf("span %q comes from service %q, want %q", s.Name, services[s.ID], want)
 		}
 	}
-	t.Logf("trace %s in Jaeger: %d spans, %d of them a frontend's or a hop's process span (lines read: %v)",
-		traceID, len(spans), hops, read)
+	t.Logf("trace %s in Jaeger: %d spans, %d of them a frontend's or a hop's process span (lines read: %v)\n%s",
+		traceID, len(spans), hops, read, traceTree(spans, services, clientSpan))
 
 	// Over HTTP: the response names its trace (header and the OIP parameters), and Jaeger has it.
 	body := `{"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 3, 8, 8], "data": [` +
