@@ -49,8 +49,17 @@ type Panel struct {
 	YMin, YMax float64
 	// LogY makes the y axis logarithmic, from YMin (which must then be positive) to YMax: values at or under YMin,
 	// zero included, are drawn on the floor, labelled "≤YMin".
-	LogY   bool
+	LogY bool
+	// Height in pixels (0: the default, 190).
+	Height int
 	Series []Series
+}
+
+func (p *Panel) height() int {
+	if p.Height > 0 {
+		return p.Height
+	}
+	return panelHeight
 }
 
 // Mark is a dotted vertical line across every panel at X (in the paper, a switch between hardware and accuracy
@@ -126,7 +135,11 @@ func (f *Figure) legendRows() int {
 func (f *Figure) top() int { return titleHeight + f.legendRows()*legendRow + 24 }
 
 func (f *Figure) height() int {
-	return f.top() + len(f.Panels)*(panelHeight+gap) - gap + marginBot
+	h := f.top() - gap + marginBot
+	for i := range f.Panels {
+		h += f.Panels[i].height() + gap
+	}
+	return h
 }
 
 // xRange is the x extent of every series of every panel.
@@ -231,8 +244,12 @@ func (f *Figure) frame(i int) frame {
 	xlo, xhi := f.xRange()
 	p := &f.Panels[i]
 	ylo, yhi := p.yRange()
-	return frame{x0: marginLeft, y0: float64(f.top() + i*(panelHeight+gap)), w: width - marginLeft - marginRight,
-		h: panelHeight, xlo: xlo, xhi: xhi, ylo: ylo, yhi: yhi, log: p.LogY && ylo > 0}
+	y0 := f.top()
+	for j := range i {
+		y0 += f.Panels[j].height() + gap
+	}
+	return frame{x0: marginLeft, y0: float64(y0), w: width - marginLeft - marginRight,
+		h: float64(p.height()), xlo: xlo, xhi: xhi, ylo: ylo, yhi: yhi, log: p.LogY && ylo > 0}
 }
 
 // px maps a point to pixels; y is clamped to the panel.

@@ -125,12 +125,16 @@ func round(v float64, digits int) float64 {
 const (
 	violationFloorPct = 0.01
 	violationCeilPct  = 100
+	// More systems than this get a violations panel each: four spiky lines on one panel hide each other.
+	sharedViolationPanel = 3
+	ownViolationHeight   = 110
 )
 
 // Figure is the report figure of results over the same workload: demand, system accuracy, active servers and
 // SLO-violation ratio, one panel each, one line per system in the same style in every panel (as Loki's figures 5 and
 // 6). Violations are on a log scale: 0.2% and 2.5% differ as much as 2.5% and 25%. Dotted vertical lines mark the
-// first Loki system's switches between hardware and accuracy scaling, as in the paper.
+// first Loki system's switches between hardware and accuracy scaling, as in the paper. With more than three systems,
+// each has its own violations panel.
 func Figure(title string, results []*Result, width int) *plot.Figure {
 	f := &plot.Figure{Title: title, XLabel: "time (s)", Panels: []plot.Panel{
 		{Title: "Demand: the workload and each system's estimate", YLabel: "QPS"},
@@ -161,7 +165,17 @@ func Figure(title string, results []*Result, width int) *plot.Figure {
 		f.Panels[0].Series = append(f.Panels[0].Series, plot.Series{Name: r.System + " estimate", Key: r.System, X: x, Y: est})
 		f.Panels[1].Series = append(f.Panels[1].Series, plot.Series{Name: r.System, X: x, Y: acc})
 		f.Panels[2].Series = append(f.Panels[2].Series, plot.Series{Name: r.System, X: x, Y: act})
-		f.Panels[3].Series = append(f.Panels[3].Series, plot.Series{Name: r.System, X: x, Y: viol})
+		vs := plot.Series{Name: r.System, X: x, Y: viol}
+		if len(results) <= sharedViolationPanel {
+			f.Panels[3].Series = append(f.Panels[3].Series, vs)
+			continue
+		}
+		p := f.Panels[3]
+		p.Title, p.Height, p.Series = p.Title+": "+r.System, ownViolationHeight, []plot.Series{vs}
+		f.Panels = append(f.Panels, p)
+	}
+	if len(results) > sharedViolationPanel {
+		f.Panels = append(f.Panels[:3], f.Panels[4:]...)
 	}
 	return f
 }
