@@ -1,7 +1,10 @@
 package up
 
 import (
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/testrig"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
@@ -91,17 +95,63 @@ func checkHops(spans []hopSpan, pipelineName, clientSpan string, readText bool) 
 	return problems, true
 }
 
+// recordSpans installs, for the test's length, a tracer provider that records every span, and the W3C propagator.
+func recordSpans(t *testing.T) *tracetest.SpanRecorder {
+	rec := tracetest.NewSpanRecorder()
+	prevTP, prevProp := otel.GetTracerProvider(), otel.GetTextMapPropagator()
+	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)))
+	otel.SetTextMapPropagator(propagation.TraceContext{})
+	t.Cleanup(func() { otel.SetTracerProvider(prevTP); otel.SetTextMapPropagator(prevProp) })
+	return rec
+}
+
+// TestHTTPResponseCarriesTraceID: an HTTP request's response names the trace it continued, in the header, the OIP
+// parameters and the reply's field, and the request's span is the HTTP server span of the infer route.
+func TestHTTPResponseCarriesTraceID(t *testing.T) {
+	rec := recordSpans(t)
+	sys, spec := startSystem(t, "../../examples/ocr-chain.yaml", 20)
+	srv := httptest.NewServer(sys.Frontend.Handler())
+	defer srv.Close()
+	const traceID = "5bf92f3577b34da6a3ce929d0e0e4737"
+	req, err := http.NewRequest(http.MethodPost, srv.URL+"/v2/models/"+spec.Name+"/infer", strings.NewReader(
+		`{"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 2], "data": [0.5, 1.5]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("traceparent", "00-"+traceID+"-00f067aa0ba902b7-01")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Parameters map[string]string `json:"parameters"`
+		TraceID    string            `json:"trace_id"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	if h := resp.Header.Get(wire.HeaderTraceID); h != traceID || out.Parameters["trace_id"] != traceID || out.TraceID != traceID {
+		t.Errorf("header %s %q, parameters %v, trace_id %q: want %s in each", wire.HeaderTraceID, h, out.Parameters,
+			out.TraceID, traceID)
+	}
+	server := 0
+	for _, s := range rec.Ended() {
+		if s.SpanContext().TraceID().String() == traceID && s.Name() == "POST /v2/models/{name}/infer" &&
+			s.SpanKind() == trace.SpanKindServer {
+			server++
+		}
+	}
+	if server != 1 {
+		t.Errorf("%d server spans of the infer route in the client's trace, want 1", server)
+	}
+}
+
 // TestTraceContextFlowsThroughEveryHop sends a request with a client's traceparent: the frontend's span and the span
 // of every hop it went through belong to the client's trace, each hop's span a child of the span that published its
 // message, and the reply carries the trace id.
 func TestTraceContextFlowsThroughEveryHop(t *testing.T) {
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	prevTP, prevProp := otel.GetTracerProvider(), otel.GetTextMapPropagator()
-	otel.SetTracerProvider(tp)
-	otel.SetTextMapPropagator(propagation.TraceContext{})
-	defer func() { otel.SetTracerProvider(prevTP); otel.SetTextMapPropagator(prevProp) }()
-
+	rec := recordSpans(t)
 	sys, spec := startSystem(t, "../../examples/ocr-chain.yaml", 20)
 	c := newClient(t, sys)
 	const traceID, clientSpan = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
