@@ -308,22 +308,16 @@ func TestJaegerShowsEveryHop(t *testing.T) {
 	// Over HTTP: the response names its trace (header and the OIP parameters), and Jaeger has it.
 	body := `{"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 3, 8, 8], "data": [` +
 		strings.TrimSuffix(strings.Repeat("0,", 3*8*8), ",") + `]}]}`
-	resp, err := http.Post(fmt.Sprintf("http://127.0.0.1:%d/v2/models/ocr-chain/infer", httpPort), wire.ContentJSON,
+	req, err := http.NewRequest(http.MethodPost, fmt.Sprintf("http://127.0.0.1:%d/v2/models/ocr-chain/infer", httpPort),
 		strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	var out struct {
-		Parameters map[string]string `json:"parameters"`
-		Status     string            `json:"status"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		t.Fatal(err)
-	}
-	httpTrace := resp.Header.Get(wire.HeaderTraceID)
-	if len(httpTrace) != 32 || out.Parameters["trace_id"] != httpTrace {
-		t.Fatalf("HTTP response: header %s %q, parameters %v", wire.HeaderTraceID, httpTrace, out.Parameters)
+	req.Header.Set(wire.HeaderContentType, wire.ContentJSON)
+	ids := httpTraceIDs(t, req)
+	httpTrace := ids[0]
+	if len(httpTrace) != 32 || ids != [3]string{httpTrace, httpTrace, httpTrace} {
+		t.Fatalf("HTTP response: header %s, parameters.trace_id and trace_id %q: want one trace id", wire.HeaderTraceID, ids)
 	}
 	testrig.Eventually(t, 30*time.Second, "Jaeger holds the HTTP request's trace, its server span first", func() bool {
 		spans, _, err := fetchTrace(queryURL, httpTrace)

@@ -105,6 +105,24 @@ func recordSpans(t *testing.T) *tracetest.SpanRecorder {
 	return rec
 }
 
+// httpTraceIDs sends req and returns the trace ids its response names: the header, parameters.trace_id, trace_id.
+func httpTraceIDs(t *testing.T, req *http.Request) [3]string {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Parameters map[string]string `json:"parameters"`
+		TraceID    string            `json:"trace_id"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	return [3]string{resp.Header.Get(wire.HeaderTraceID), out.Parameters["trace_id"], out.TraceID}
+}
+
 // TestHTTPResponseCarriesTraceID: an HTTP request's response names the trace it continued, in the header, the OIP
 // parameters and the reply's field, and the request's span is the HTTP server span of the infer route.
 func TestHTTPResponseCarriesTraceID(t *testing.T) {
@@ -119,21 +137,8 @@ func TestHTTPResponseCarriesTraceID(t *testing.T) {
 		t.Fatal(err)
 	}
 	req.Header.Set("traceparent", "00-"+traceID+"-00f067aa0ba902b7-01")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var out struct {
-		Parameters map[string]string `json:"parameters"`
-		TraceID    string            `json:"trace_id"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		t.Fatal(err)
-	}
-	if h := resp.Header.Get(wire.HeaderTraceID); h != traceID || out.Parameters["trace_id"] != traceID || out.TraceID != traceID {
-		t.Errorf("header %s %q, parameters %v, trace_id %q: want %s in each", wire.HeaderTraceID, h, out.Parameters,
-			out.TraceID, traceID)
+	if ids := httpTraceIDs(t, req); ids != [3]string{traceID, traceID, traceID} {
+		t.Errorf("header %s, parameters.trace_id and trace_id: %q, want %s in each", wire.HeaderTraceID, ids, traceID)
 	}
 	server := 0
 	for _, s := range rec.Ended() {
