@@ -159,9 +159,6 @@ type v2Error struct {
 	Error string `json:"error"`
 }
 
-// inferRoute is the HTTP API's inference route, also its spans' http.route.
-const inferRoute = "/v2/models/{name}/infer"
-
 // Handler is the KServe v2 HTTP API.
 func (f *Frontend) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -195,7 +192,7 @@ func (f *Frontend) Handler() http.Handler {
 		}
 		w.WriteHeader(http.StatusOK)
 	})
-	mux.HandleFunc("POST "+inferRoute, f.serveInfer)
+	mux.HandleFunc("POST /v2/models/{name}/infer", f.serveInfer)
 	return mux
 }
 
@@ -207,7 +204,7 @@ func (f *Frontend) serveInfer(w http.ResponseWriter, r *http.Request) {
 	arrival := time.Now()
 	replies := make(chan *wire.InferReply, 1)
 	sub := &submission{pipeline: r.PathValue("name"), arrival: arrival, trace: propagation.HeaderCarrier(r.Header),
-		reply: func(rep *wire.InferReply) { replies <- rep }}
+		httpRoute: r.Pattern, reply: func(rep *wire.InferReply) { replies <- rep }}
 	err := f.decodeHTTP(r, sub)
 	if err == nil {
 		// Publish through the intake too: it bounds the publishes in flight, whatever API they came through.

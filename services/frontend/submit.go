@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 
@@ -48,7 +49,9 @@ type submission struct {
 	deadline time.Time
 	trace    propagation.TextMapCarrier
 	subject  string // the NATS subject it came on; "" for HTTP
-	reply    func(*wire.InferReply)
+	// httpRoute is the pattern an HTTP request matched ("[METHOD ]/v2/models/{name}/infer"), for its span.
+	httpRoute string
+	reply     func(*wire.InferReply)
 }
 
 // Error kinds of refused requests; the HTTP API maps them to status codes.
@@ -241,9 +244,13 @@ func (f *Frontend) startRequestSpan(ctx context.Context, sub *submission, r *req
 		ctx, r.span = telemetry.StartProcess(ctx, f.tracer, sub.subject, wire.QueueFrontend, sub.trace, opts...)
 		return ctx
 	}
-	ctx, r.span = f.tracer.Start(otel.GetTextMapPropagator().Extract(ctx, sub.trace), "POST "+inferRoute,
+	route := sub.httpRoute
+	if _, path, ok := strings.Cut(route, " "); ok {
+		route = path
+	}
+	ctx, r.span = f.tracer.Start(otel.GetTextMapPropagator().Extract(ctx, sub.trace), http.MethodPost+" "+route,
 		append(opts, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
-			semconv.HTTPRequestMethodPost, semconv.HTTPRoute(inferRoute)))...)
+			semconv.HTTPRequestMethodPost, semconv.HTTPRoute(route)))...)
 	return ctx
 }
 
