@@ -1,6 +1,10 @@
 // Package plot draws line charts as SVG and PNG: one figure of stacked panels sharing the x axis, one line per
 // series, like the time-series figures of the Loki paper. Small and dependency-light on purpose: the reports of
 // the simulator need nothing more.
+//
+// Made to be read: a series keeps its colour and line style in every panel (its Key), one legend for the figure
+// sits above the panels (never over data), lines drawn later are thinner and dashed, so a line equal to an earlier
+// one shows both, and a panel may have a logarithmic y axis, so that 0.2% and 2.5% do not both lie on the floor.
 package plot
 
 import (
@@ -12,16 +16,29 @@ import (
 	"io"
 	"math"
 	"strings"
+	"sync"
 
 	"golang.org/x/image/font"
-	"golang.org/x/image/font/basicfont"
+	"golang.org/x/image/font/gofont/gobold"
+	"golang.org/x/image/font/gofont/goregular"
+	"golang.org/x/image/font/opentype"
 	"golang.org/x/image/math/fixed"
 )
 
 // Series is one line.
 type Series struct {
 	Name string
+	// Key names what the line stands for (a system); lines of the same key have the same style in every panel and
+	// one entry in the legend. Empty: the Name.
+	Key  string
 	X, Y []float64
+}
+
+func (s *Series) key() string {
+	if s.Key != "" {
+		return s.Key
+	}
+	return s.Name
 }
 
 // Panel is one chart of the figure.
@@ -30,7 +47,26 @@ type Panel struct {
 	YLabel string
 	// YMin and YMax fix the y range when YMax > YMin; otherwise it fits the data (from 0 when all are positive).
 	YMin, YMax float64
-	Series     []Series
+	// LogY makes the y axis logarithmic, from YMin (which must then be positive) to YMax: values at or under YMin,
+	// zero included, are drawn on the floor, labelled "≤YMin".
+	LogY bool
+	// Height in pixels (0: the default, 190).
+	Height int
+	Series []Series
+}
+
+func (p *Panel) height() int {
+	if p.Height > 0 {
+		return p.Height
+	}
+	return panelHeight
+}
+
+// Mark is a dotted vertical line across every panel at X (in the paper, a switch between hardware and accuracy
+// scaling), labelled at the top.
+type Mark struct {
+	X     float64
+	Label string
 }
 
 // Figure is panels stacked vertically over a shared x axis.
@@ -38,27 +74,72 @@ type Figure struct {
 	Title  string
 	XLabel string
 	Panels []Panel
+	Marks  []Mark
 }
 
 // Layout, in pixels.
 const (
 	width       = 1000
-	panelHeight = 200
-	marginLeft  = 70
-	marginRight = 230 // room for the legend
-	marginTop   = 56
-	gap         = 46
-	marginBot   = 40
+	panelHeight = 190
+	marginLeft  = 78
+	marginRight = 20
+	titleHeight = 34
+	legendRow   = 24
+	gap         = 48
+	marginBot   = 48
+	fontSize    = 14
+	titleSize   = 18
+	legendItem  = 220 // width of one legend entry
 )
 
-// palette is colour-blind friendly (Okabe-Ito).
+// palette is colour-blind friendly (Okabe-Ito), black first: the first key is usually the reference (the workload).
 var palette = []color.RGBA{
-	{0, 114, 178, 255}, {213, 94, 0, 255}, {0, 158, 115, 255}, {204, 121, 167, 255},
-	{230, 159, 0, 255}, {86, 180, 233, 255}, {0, 0, 0, 255}, {240, 228, 66, 255},
+	{0, 0, 0, 255}, {0, 114, 178, 255}, {213, 94, 0, 255}, {0, 158, 115, 255}, {204, 121, 167, 255},
+	{230, 159, 0, 255}, {86, 180, 233, 255}, {120, 120, 120, 255},
 }
 
+// dashes are the line styles, in the order keys get them: on and off lengths in pixels; nil is solid.
+var dashes = [][]float64{nil, {10, 5}, {3, 4}, {12, 4, 3, 4}}
+
+// style is how one key's lines are drawn.
+type style struct {
+	color color.RGBA
+	dash  []float64
+	width float64
+}
+
+// styles gives each key, in the order of first appearance, a colour and a line style; later keys are thinner, so a
+// line drawn over an equal one leaves the earlier visible.
+func (f *Figure) styles() (keys []string, by map[string]style) {
+	by = map[string]style{}
+	for _, p := range f.Panels {
+		for _, s := range p.Series {
+			k := s.key()
+			if _, ok := by[k]; ok {
+				continue
+			}
+			i := len(keys)
+			keys = append(keys, k)
+			by[k] = style{color: palette[i%len(palette)], dash: dashes[i%len(dashes)], width: max(1.5, 4-0.8*float64(i))}
+		}
+	}
+	return keys, by
+}
+
+func (f *Figure) legendRows() int {
+	keys, _ := f.styles()
+	perRow := max(1, (width-marginLeft-marginRight)/legendItem)
+	return (len(keys) + perRow - 1) / perRow
+}
+
+func (f *Figure) top() int { return titleHeight + f.legendRows()*legendRow + 24 }
+
 func (f *Figure) height() int {
-	return marginTop + len(f.Panels)*(panelHeight+gap) - gap + marginBot
+	h := f.top() - gap + marginBot
+	for i := range f.Panels {
+		h += f.Panels[i].height() + gap
+	}
+	return h
 }
 
 // xRange is the x extent of every series of every panel.
@@ -118,68 +199,151 @@ func ticks(lo, hi float64, n int) []float64 {
 	return out
 }
 
+// logTicks are the powers of ten in [lo, hi].
+func logTicks(lo, hi float64) []float64 {
+	var out []float64
+	for e := math.Ceil(math.Log10(lo) - 1e-9); e <= math.Log10(hi)+1e-9; e++ {
+		out = append(out, math.Pow(10, e))
+	}
+	return out
+}
+
 func label(v float64) string {
 	if v == math.Trunc(v) && math.Abs(v) < 1e6 {
 		return fmt.Sprintf("%.0f", v)
 	}
-	return strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.3f", v), "0"), ".")
+	return strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.4f", v), "0"), ".")
+}
+
+// yTicks are the panel's y ticks and their labels.
+func (p *Panel) yTicks(lo, hi float64) ([]float64, []string) {
+	var ts []float64
+	if p.LogY {
+		ts = logTicks(lo, hi)
+	} else {
+		ts = ticks(lo, hi, 4)
+	}
+	labels := make([]string, len(ts))
+	for i, t := range ts {
+		labels[i] = label(t)
+		if p.LogY && t <= lo*(1+1e-9) {
+			labels[i] = "≤" + labels[i]
+		}
+	}
+	return ts, labels
 }
 
 // frame maps data to pixels for one panel.
 type frame struct {
 	x0, y0, w, h       float64
 	xlo, xhi, ylo, yhi float64
+	log                bool
 }
 
 func (f *Figure) frame(i int) frame {
 	xlo, xhi := f.xRange()
-	ylo, yhi := f.Panels[i].yRange()
-	return frame{x0: marginLeft, y0: float64(marginTop + i*(panelHeight+gap)), w: width - marginLeft - marginRight,
-		h: panelHeight, xlo: xlo, xhi: xhi, ylo: ylo, yhi: yhi}
+	p := &f.Panels[i]
+	ylo, yhi := p.yRange()
+	y0 := f.top()
+	for j := range i {
+		y0 += f.Panels[j].height() + gap
+	}
+	return frame{x0: marginLeft, y0: float64(y0), w: width - marginLeft - marginRight,
+		h: float64(p.height()), xlo: xlo, xhi: xhi, ylo: ylo, yhi: yhi, log: p.LogY && ylo > 0}
 }
 
+// px maps a point to pixels; y is clamped to the panel.
 func (fr frame) px(x, y float64) (float64, float64) {
-	return fr.x0 + (x-fr.xlo)/(fr.xhi-fr.xlo)*fr.w, fr.y0 + fr.h - (y-fr.ylo)/(fr.yhi-fr.ylo)*fr.h
+	y = max(fr.ylo, min(fr.yhi, y))
+	t := (y - fr.ylo) / (fr.yhi - fr.ylo)
+	if fr.log {
+		t = math.Log(y/fr.ylo) / math.Log(fr.yhi/fr.ylo)
+	}
+	return fr.x0 + (x-fr.xlo)/(fr.xhi-fr.xlo)*fr.w, fr.y0 + fr.h - t*fr.h
+}
+
+// runs are the series' points in pixels, split where a value is missing.
+func (fr frame) runs(s *Series) [][][2]float64 {
+	var out [][][2]float64
+	var cur [][2]float64
+	for k := range s.X {
+		if k >= len(s.Y) || math.IsNaN(s.Y[k]) {
+			if len(cur) > 0 {
+				out = append(out, cur)
+			}
+			cur = nil
+			continue
+		}
+		x, y := fr.px(s.X[k], s.Y[k])
+		cur = append(cur, [2]float64{x, y})
+	}
+	if len(cur) > 0 {
+		out = append(out, cur)
+	}
+	return out
+}
+
+// legendAt is where legend entry i starts (the line sample's left end and the text's baseline).
+func legendAt(i int) (x, y float64) {
+	perRow := max(1, (width-marginLeft-marginRight)/legendItem)
+	return float64(marginLeft + (i%perRow)*legendItem), float64(titleHeight + (i/perRow)*legendRow + 14)
 }
 
 // WriteSVG writes the figure as SVG.
 func (f *Figure) WriteSVG(w io.Writer) error {
 	var b strings.Builder
 	h := f.height()
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", width, h, width, h)
+	keys, st := f.styles()
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="%d">`+"\n", width, h, width, h, fontSize)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
-	fmt.Fprintf(&b, `<text x="%d" y="20" font-size="15" font-weight="bold">%s</text>`+"\n", marginLeft, esc(f.Title))
+	fmt.Fprintf(&b, `<text x="%d" y="22" font-size="%d" font-weight="bold">%s</text>`+"\n", marginLeft, titleSize, esc(f.Title))
+	stroke := func(s style) string {
+		a := fmt.Sprintf(`stroke="rgb(%d,%d,%d)" stroke-width="%g"`, s.color.R, s.color.G, s.color.B, s.width)
+		if s.dash != nil {
+			a += fmt.Sprintf(` stroke-dasharray="%s"`, strings.Trim(fmt.Sprint(s.dash), "[]"))
+		}
+		return a
+	}
+	for i, k := range keys {
+		x, y := legendAt(i)
+		fmt.Fprintf(&b, `<line x1="%g" y1="%g" x2="%g" y2="%g" %s/>`, x, y-5, x+36, y-5, stroke(st[k]))
+		fmt.Fprintf(&b, `<text x="%g" y="%g">%s</text>`+"\n", x+42, y, esc(k))
+	}
 	for i := range f.Panels {
 		p := &f.Panels[i]
 		fr := f.frame(i)
-		fmt.Fprintf(&b, `<text x="%g" y="%g" font-weight="bold">%s</text>`+"\n", fr.x0, fr.y0-6, esc(p.Title))
-		fmt.Fprintf(&b, `<rect x="%g" y="%g" width="%g" height="%g" fill="none" stroke="#888"/>`+"\n", fr.x0, fr.y0, fr.w, fr.h)
-		for _, t := range ticks(fr.ylo, fr.yhi, 4) {
+		fmt.Fprintf(&b, `<text x="%g" y="%g" font-weight="bold">%s</text>`+"\n", fr.x0, fr.y0-8, esc(p.Title))
+		ts, labels := p.yTicks(fr.ylo, fr.yhi)
+		for j, t := range ts {
 			_, y := fr.px(fr.xlo, t)
 			fmt.Fprintf(&b, `<line x1="%g" y1="%.1f" x2="%g" y2="%.1f" stroke="#ddd"/>`, fr.x0, y, fr.x0+fr.w, y)
-			fmt.Fprintf(&b, `<text x="%g" y="%.1f" text-anchor="end">%s</text>`+"\n", fr.x0-5, y+4, label(t))
+			fmt.Fprintf(&b, `<text x="%g" y="%.1f" text-anchor="end">%s</text>`+"\n", fr.x0-6, y+5, esc(labels[j]))
 		}
+		for _, m := range f.Marks {
+			x, _ := fr.px(m.X, fr.ylo)
+			fmt.Fprintf(&b, `<line x1="%.1f" y1="%g" x2="%.1f" y2="%g" stroke="#555" stroke-dasharray="2 3"/>`, x, fr.y0, x, fr.y0+fr.h)
+			if i == 0 && m.Label != "" {
+				fmt.Fprintf(&b, `<text x="%.1f" y="%g" font-size="%d" text-anchor="middle" fill="#555">%s</text>`, x, fr.y0+12, fontSize-2, esc(m.Label))
+			}
+		}
+		fmt.Fprintf(&b, `<rect x="%g" y="%g" width="%g" height="%g" fill="none" stroke="#888"/>`+"\n", fr.x0, fr.y0, fr.w, fr.h)
 		if i == len(f.Panels)-1 {
 			for _, t := range ticks(fr.xlo, fr.xhi, 8) {
 				x, _ := fr.px(t, fr.ylo)
-				fmt.Fprintf(&b, `<text x="%.1f" y="%g" text-anchor="middle">%s</text>`, x, fr.y0+fr.h+15, label(t))
+				fmt.Fprintf(&b, `<text x="%.1f" y="%g" text-anchor="middle">%s</text>`, x, fr.y0+fr.h+18, label(t))
 			}
-			fmt.Fprintf(&b, `<text x="%g" y="%g" text-anchor="middle">%s</text>`+"\n", fr.x0+fr.w/2, fr.y0+fr.h+32, esc(f.XLabel))
+			fmt.Fprintf(&b, `<text x="%g" y="%g" text-anchor="middle">%s</text>`+"\n", fr.x0+fr.w/2, fr.y0+fr.h+38, esc(f.XLabel))
 		}
-		fmt.Fprintf(&b, `<text transform="translate(14,%g) rotate(-90)" text-anchor="middle">%s</text>`+"\n", fr.y0+fr.h/2, esc(p.YLabel))
-		for si, s := range p.Series {
-			c := palette[si%len(palette)]
-			var pts strings.Builder
-			for k := range s.X {
-				if k < len(s.Y) && !math.IsNaN(s.Y[k]) {
-					x, y := fr.px(s.X[k], clamp(s.Y[k], fr.ylo, fr.yhi))
-					fmt.Fprintf(&pts, "%.1f,%.1f ", x, y)
+		fmt.Fprintf(&b, `<text transform="translate(16,%g) rotate(-90)" text-anchor="middle">%s</text>`+"\n", fr.y0+fr.h/2, esc(p.YLabel))
+		for si := range p.Series {
+			s := &p.Series[si]
+			for _, run := range fr.runs(s) {
+				var pts strings.Builder
+				for _, pt := range run {
+					fmt.Fprintf(&pts, "%.1f,%.1f ", pt[0], pt[1])
 				}
+				fmt.Fprintf(&b, `<polyline fill="none" %s points="%s"><title>%s</title></polyline>`+"\n", stroke(st[s.key()]), pts.String(), esc(s.Name))
 			}
-			fmt.Fprintf(&b, `<polyline fill="none" stroke="rgb(%d,%d,%d)" stroke-width="1.5" points="%s"/>`+"\n", c.R, c.G, c.B, pts.String())
-			ly := fr.y0 + 12 + float64(si)*16
-			fmt.Fprintf(&b, `<line x1="%g" y1="%g" x2="%g" y2="%g" stroke="rgb(%d,%d,%d)" stroke-width="3"/>`, fr.x0+fr.w+10, ly-4, fr.x0+fr.w+28, ly-4, c.R, c.G, c.B)
-			fmt.Fprintf(&b, `<text x="%g" y="%g">%s</text>`+"\n", fr.x0+fr.w+33, ly, esc(s.Name))
 		}
 	}
 	b.WriteString("</svg>\n")
@@ -191,104 +355,172 @@ func esc(s string) string {
 	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&quot;").Replace(s)
 }
 
-func clamp(v, lo, hi float64) float64 { return max(lo, min(hi, v)) }
-
 // WritePNG writes the figure as PNG.
 func (f *Figure) WritePNG(w io.Writer) error {
+	regular, bold, err := faces()
+	if err != nil {
+		return err
+	}
 	img := image.NewRGBA(image.Rect(0, 0, width, f.height()))
 	draw.Draw(img, img.Bounds(), image.White, image.Point{}, draw.Src)
-	grey, light := color.RGBA{136, 136, 136, 255}, color.RGBA{221, 221, 221, 255}
-	text(img, marginLeft, 20, f.Title, color.Black)
+	grey, light, markC := color.RGBA{136, 136, 136, 255}, color.RGBA{221, 221, 221, 255}, color.RGBA{85, 85, 85, 255}
+	keys, st := f.styles()
+	text(img, bold.title, marginLeft, 22, f.Title, color.Black)
+	for i, k := range keys {
+		x, y := legendAt(i)
+		polyline(img, [][2]float64{{x, y - 5}, {x + 36, y - 5}}, st[k])
+		text(img, regular.text, int(x)+42, int(y), k, color.Black)
+	}
 	for i := range f.Panels {
 		p := &f.Panels[i]
 		fr := f.frame(i)
-		text(img, int(fr.x0), int(fr.y0)-6, p.Title+"  ("+p.YLabel+")", color.Black)
-		for _, t := range ticks(fr.ylo, fr.yhi, 4) {
+		text(img, bold.text, int(fr.x0), int(fr.y0)-8, p.Title, color.Black)
+		ts, labels := p.yTicks(fr.ylo, fr.yhi)
+		for j, t := range ts {
 			_, y := fr.px(fr.xlo, t)
-			line(img, fr.x0, y, fr.x0+fr.w, y, light, 1)
-			s := label(t)
-			text(img, int(fr.x0)-5-7*len(s), int(y)+4, s, color.Black)
+			polyline(img, [][2]float64{{fr.x0, y}, {fr.x0 + fr.w, y}}, style{color: light, width: 1})
+			text(img, regular.text, int(fr.x0)-6-textWidth(regular.text, labels[j]), int(y)+5, labels[j], color.Black)
 		}
-		line(img, fr.x0, fr.y0, fr.x0+fr.w, fr.y0, grey, 1)
-		line(img, fr.x0, fr.y0+fr.h, fr.x0+fr.w, fr.y0+fr.h, grey, 1)
-		line(img, fr.x0, fr.y0, fr.x0, fr.y0+fr.h, grey, 1)
-		line(img, fr.x0+fr.w, fr.y0, fr.x0+fr.w, fr.y0+fr.h, grey, 1)
+		for _, m := range f.Marks {
+			x, _ := fr.px(m.X, fr.ylo)
+			polyline(img, [][2]float64{{x, fr.y0}, {x, fr.y0 + fr.h}}, style{color: markC, width: 1, dash: []float64{2, 3}})
+			if i == 0 && m.Label != "" {
+				text(img, regular.small, int(x)-textWidth(regular.small, m.Label)/2, int(fr.y0)+12, m.Label, markC)
+			}
+		}
+		box := [][2]float64{{fr.x0, fr.y0}, {fr.x0 + fr.w, fr.y0}, {fr.x0 + fr.w, fr.y0 + fr.h}, {fr.x0, fr.y0 + fr.h}, {fr.x0, fr.y0}}
+		polyline(img, box, style{color: grey, width: 1})
 		if i == len(f.Panels)-1 {
 			for _, t := range ticks(fr.xlo, fr.xhi, 8) {
 				x, _ := fr.px(t, fr.ylo)
 				s := label(t)
-				text(img, int(x)-7*len(s)/2, int(fr.y0+fr.h)+16, s, color.Black)
+				text(img, regular.text, int(x)-textWidth(regular.text, s)/2, int(fr.y0+fr.h)+18, s, color.Black)
 			}
-			text(img, int(fr.x0+fr.w/2)-7*len(f.XLabel)/2, int(fr.y0+fr.h)+32, f.XLabel, color.Black)
+			text(img, regular.text, int(fr.x0+fr.w/2)-textWidth(regular.text, f.XLabel)/2, int(fr.y0+fr.h)+38, f.XLabel, color.Black)
 		}
-		for si, s := range p.Series {
-			c := palette[si%len(palette)]
-			havePrev := false
-			var px, py float64
-			for k := range s.X {
-				if k >= len(s.Y) || math.IsNaN(s.Y[k]) {
-					havePrev = false
-					continue
-				}
-				x, y := fr.px(s.X[k], clamp(s.Y[k], fr.ylo, fr.yhi))
-				if havePrev {
-					line(img, px, py, x, y, c, 2)
-				}
-				px, py, havePrev = x, y, true
+		verticalText(img, regular.text, 4, int(fr.y0+fr.h/2), p.YLabel)
+		for si := range p.Series {
+			s := &p.Series[si]
+			for _, run := range fr.runs(s) {
+				polyline(img, run, st[s.key()])
 			}
-			ly := fr.y0 + 12 + float64(si)*16
-			line(img, fr.x0+fr.w+10, ly-4, fr.x0+fr.w+28, ly-4, c, 3)
-			text(img, int(fr.x0+fr.w)+33, int(ly), s.Name, color.Black)
 		}
 	}
 	return png.Encode(w, img)
 }
 
-func text(img draw.Image, x, y int, s string, c color.Color) {
-	d := font.Drawer{Dst: img, Src: image.NewUniform(c), Face: basicfont.Face7x13, Dot: fixed.P(x, y)}
+type faceSet struct{ text, small, title font.Face }
+
+var (
+	facesOnce           sync.Once
+	regularSet, boldSet faceSet
+	facesErr            error
+)
+
+// faces are the Go fonts (golang.org/x/image, BSD licence), parsed once.
+func faces() (regular, bold faceSet, err error) {
+	facesOnce.Do(func() {
+		set := func(ttf []byte) (faceSet, error) {
+			f, err := opentype.Parse(ttf)
+			if err != nil {
+				return faceSet{}, err
+			}
+			var fs faceSet
+			for _, x := range []struct {
+				face *font.Face
+				size float64
+			}{{&fs.text, fontSize}, {&fs.small, fontSize - 2}, {&fs.title, titleSize}} {
+				if *x.face, err = opentype.NewFace(f, &opentype.FaceOptions{Size: x.size, DPI: 72, Hinting: font.HintingFull}); err != nil {
+					return faceSet{}, err
+				}
+			}
+			return fs, nil
+		}
+		if regularSet, facesErr = set(goregular.TTF); facesErr == nil {
+			boldSet, facesErr = set(gobold.TTF)
+		}
+	})
+	return regularSet, boldSet, facesErr
+}
+
+func text(img draw.Image, face font.Face, x, y int, s string, c color.Color) {
+	d := font.Drawer{Dst: img, Src: image.NewUniform(c), Face: face, Dot: fixed.P(x, y)}
 	d.DrawString(s)
 }
 
-// line draws a line of the given thickness (Bresenham, with a square pen).
-func line(img *image.RGBA, x0, y0, x1, y1 float64, c color.RGBA, thick int) {
-	ax, ay, bx, by := int(math.Round(x0)), int(math.Round(y0)), int(math.Round(x1)), int(math.Round(y1))
-	dx, dy := abs(bx-ax), -abs(by-ay)
-	sx, sy := sign(bx-ax), sign(by-ay)
-	e := dx + dy
-	for {
-		for i := range thick {
-			for j := range thick {
-				img.SetRGBA(ax+i-thick/2, ay+j-thick/2, c)
+func textWidth(face font.Face, s string) int { return font.MeasureString(face, s).Round() }
+
+// verticalText draws s rotated a quarter turn anticlockwise, centred on y, its top at x.
+func verticalText(img *image.RGBA, face font.Face, x, y int, s string) {
+	w := textWidth(face, s)
+	m := face.Metrics()
+	h := (m.Ascent + m.Descent).Ceil()
+	tmp := image.NewRGBA(image.Rect(0, 0, w, h))
+	text(tmp, face, 0, m.Ascent.Ceil(), s, color.Black)
+	for ty := 0; ty < h; ty++ {
+		for tx := 0; tx < w; tx++ {
+			if c := tmp.RGBAAt(tx, ty); c.A > 0 {
+				// Anticlockwise: the text's x runs up the image, its y runs right.
+				px, py := x+ty, y+w/2-tx
+				img.Set(px, py, blend(img.RGBAAt(px, py), c))
 			}
 		}
-		if ax == bx && ay == by {
-			return
-		}
-		e2 := 2 * e
-		if e2 >= dy {
-			e += dy
-			ax += sx
-		}
-		if e2 <= dx {
-			e += dx
-			ay += sy
-		}
 	}
 }
 
-func abs(v int) int {
-	if v < 0 {
-		return -v
-	}
-	return v
+// blend draws the premultiplied colour c over dst.
+func blend(dst, c color.RGBA) color.RGBA {
+	a := 255 - uint32(c.A)
+	return color.RGBA{uint8(uint32(c.R) + uint32(dst.R)*a/255), uint8(uint32(c.G) + uint32(dst.G)*a/255),
+		uint8(uint32(c.B) + uint32(dst.B)*a/255), 255}
 }
 
-func sign(v int) int {
-	switch {
-	case v > 0:
-		return 1
-	case v < 0:
-		return -1
+// polyline draws connected segments with a square pen of s's width, dashed as s says: the dash pattern runs on
+// across segments, so a line of many short segments is dashed as one.
+func polyline(img *image.RGBA, pts [][2]float64, s style) {
+	period := 0.0
+	for _, d := range s.dash {
+		period += d
 	}
-	return 0
+	along := 0.0
+	on := func() bool {
+		if period == 0 {
+			return true
+		}
+		p := math.Mod(along, period)
+		for i, d := range s.dash {
+			if p < d {
+				return i%2 == 0
+			}
+			p -= d
+		}
+		return true
+	}
+	half := s.width / 2
+	dot := func(x, y float64) {
+		for yy := int(math.Round(y - half)); yy < int(math.Round(y+half)); yy++ {
+			for xx := int(math.Round(x - half)); xx < int(math.Round(x+half)); xx++ {
+				img.SetRGBA(xx, yy, s.color)
+			}
+		}
+	}
+	if len(pts) == 1 {
+		dot(pts[0][0], pts[0][1])
+	}
+	for i := 1; i < len(pts); i++ {
+		x0, y0, x1, y1 := pts[i-1][0], pts[i-1][1], pts[i][0], pts[i][1]
+		n := int(math.Ceil(math.Hypot(x1-x0, y1-y0) * 2)) // half-pixel steps
+		for k := 0; k <= n; k++ {
+			t := 0.0
+			if n > 0 {
+				t = float64(k) / float64(n)
+			}
+			if on() {
+				dot(x0+(x1-x0)*t, y0+(y1-y0)*t)
+			}
+			if k < n {
+				along += math.Hypot(x1-x0, y1-y0) / float64(n)
+			}
+		}
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/plot"
 )
 
@@ -121,15 +122,29 @@ func round(v float64, digits int) float64 {
 	return math.Round(v*p) / p
 }
 
+// Violation floor and ceiling of the figure's log axis, in percent: a second with no violation is drawn at the floor.
+const (
+	violationFloorPct = 0.01
+	violationCeilPct  = 100
+	// More systems than this get a violations panel each: four spiky lines on one panel hide each other.
+	sharedViolationPanel = 3
+	ownViolationHeight   = 110
+)
+
 // Figure is the report figure of results over the same workload: demand, system accuracy, active servers and
-// SLO-violation ratio, one panel each, one line per system (as Loki's figures 5 and 6).
+// SLO-violation ratio, one panel each, one line per system in the same style in every panel (as Loki's figures 5 and
+// 6). Violations are on a log scale: 0.2% and 2.5% differ as much as 2.5% and 25%. Dotted vertical lines mark the
+// first Loki system's switches between hardware and accuracy scaling, as in the paper. With more than three systems,
+// each has its own violations panel.
 func Figure(title string, results []*Result, width int) *plot.Figure {
 	f := &plot.Figure{Title: title, XLabel: "time (s)", Panels: []plot.Panel{
-		{Title: "Demand", YLabel: "QPS"},
+		{Title: "Demand: the workload and each system's estimate", YLabel: "QPS"},
 		{Title: "System accuracy", YLabel: "accuracy"},
 		{Title: "Active servers", YLabel: "servers"},
-		{Title: "SLO violation ratio", YLabel: "ratio", YMin: 0, YMax: 1},
+		{Title: "SLO violations (log scale)", YLabel: "% of requests", LogY: true,
+			YMin: violationFloorPct, YMax: violationCeilPct},
 	}}
+	marked := false
 	for i, r := range results {
 		ivs := r.Intervals(width)
 		x := make([]float64, len(ivs))
@@ -140,17 +155,43 @@ func Figure(title string, results []*Result, width int) *plot.Figure {
 			est = append(est, iv.EstimateQPS)
 			acc = append(acc, iv.Accuracy)
 			act = append(act, iv.ActiveServers)
-			viol = append(viol, iv.SLOViolationRatio)
+			viol = append(viol, 100*iv.SLOViolationRatio)
 		}
 		if i == 0 {
 			f.Panels[0].Series = append(f.Panels[0].Series, plot.Series{Name: "workload", X: x, Y: demand})
 		}
-		f.Panels[0].Series = append(f.Panels[0].Series, plot.Series{Name: r.System + " estimate", X: x, Y: est})
+		if !marked && strings.HasPrefix(r.System, "loki") {
+			f.Marks, marked = modeSwitches(r.System, ivs), true
+		}
+		f.Panels[0].Series = append(f.Panels[0].Series, plot.Series{Name: r.System + " estimate", Key: r.System, X: x, Y: est})
 		f.Panels[1].Series = append(f.Panels[1].Series, plot.Series{Name: r.System, X: x, Y: acc})
 		f.Panels[2].Series = append(f.Panels[2].Series, plot.Series{Name: r.System, X: x, Y: act})
-		f.Panels[3].Series = append(f.Panels[3].Series, plot.Series{Name: r.System, X: x, Y: viol})
+		vs := plot.Series{Name: r.System, X: x, Y: viol}
+		if len(results) <= sharedViolationPanel {
+			f.Panels[3].Series = append(f.Panels[3].Series, vs)
+			continue
+		}
+		p := f.Panels[3]
+		p.Title, p.Height, p.Series = p.Title+": "+r.System, ownViolationHeight, []plot.Series{vs}
+		f.Panels = append(f.Panels, p)
+	}
+	if len(results) > sharedViolationPanel {
+		f.Panels = append(f.Panels[:3], f.Panels[4:]...)
 	}
 	return f
+}
+
+// modeSwitches marks the intervals where the plan switched between hardware and accuracy scaling.
+func modeSwitches(system string, ivs []Interval) []plot.Mark {
+	var marks []plot.Mark
+	for k := 1; k < len(ivs); k++ {
+		from, to := ivs[k-1].Mode, ivs[k].Mode
+		if from != to && (to == plan.ModeAccuracy || to == plan.ModeHardware) &&
+			(from == plan.ModeAccuracy || from == plan.ModeHardware) {
+			marks = append(marks, plot.Mark{X: ivs[k].StartS, Label: strings.SplitN(system, ":", 2)[0] + ": " + to})
+		}
+	}
+	return marks
 }
 
 // fileName turns a system name into a file name ("loki:per-task" -> "loki_per-task").

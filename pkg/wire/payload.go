@@ -29,6 +29,8 @@ type InferReply struct {
 	// path accuracies of the leaves that finished (0 when none did).
 	Accuracy float64      `msgpack:"accuracy" json:"accuracy"`
 	Results  []ItemResult `msgpack:"results" json:"results"`
+	// TraceID is the request's OpenTelemetry trace id (32 hex digits), also in HeaderTraceID; absent on a refusal.
+	TraceID string `msgpack:"trace_id,omitempty" json:"trace_id,omitempty"`
 }
 
 // TaskMessage is the payload on a variant subject: items of one parent item going to one variant.

@@ -27,7 +27,7 @@ var wirePrefixes = []string{
 // words name the program, the embedded server and connections.
 var wireNames = []string{
 	HeaderRequestID, HeaderDeadline, HeaderTimeout, HeaderPath, HeaderReplyTo, HeaderContentType, HeaderError,
-	HeaderMsgID, HeaderTraceParent, HeaderRetryAfter, HeaderInferenceHeaderLength, TaskStream(""),
+	HeaderMsgID, HeaderTraceParent, HeaderTraceID, HeaderRetryAfter, HeaderInferenceHeaderLength, TaskStream(""),
 }
 
 // handSpelled says which wire name a string literal's value spells by hand, if any.

@@ -102,6 +102,9 @@ const (
 	HeaderError       = "Sleipnir-Error" // set on error replies, with the reply's error text
 	HeaderMsgID       = "Nats-Msg-Id"    // JetStream de-duplication
 	HeaderTraceParent = "traceparent"
+	// HeaderTraceID is on every reply to an accepted request (NATS and HTTP): the request's trace id, to look it up
+	// in a tracing backend.
+	HeaderTraceID = "Sleipnir-Trace-Id"
 	// HeaderRetryAfter is on the HTTP API's 429 and 503 responses: seconds to wait before retrying.
 	HeaderRetryAfter = "Retry-After"
 )

@@ -56,7 +56,8 @@ func (f *Frontend) onRequest(m *nats.Msg) {
 // serveNATS decodes and submits a NATS request, on an intake goroutine.
 func (f *Frontend) serveNATS(m *nats.Msg, pipelineName string, asJSON bool, arrival time.Time,
 	respond func(*wire.InferReply), t *turn) {
-	sub := &submission{pipeline: pipelineName, arrival: arrival, trace: bus.HeaderCarrier(m.Header), reply: respond}
+	sub := &submission{pipeline: pipelineName, arrival: arrival, trace: bus.HeaderCarrier(m.Header), subject: m.Subject,
+		reply: respond}
 	err := f.decodeNATS(m, asJSON, sub)
 	if err == nil {
 		err = f.submit(context.Background(), sub, t)
@@ -91,6 +92,9 @@ func (f *Frontend) natsReplier(m *nats.Msg, asJSON bool) func(*wire.InferReply) 
 		}
 		if rep.Error != "" {
 			out.Header.Set(wire.HeaderError, rep.Error)
+		}
+		if rep.TraceID != "" {
+			out.Header.Set(wire.HeaderTraceID, rep.TraceID)
 		}
 		if err := m.RespondMsg(out); err != nil {
 			f.replyFailures.Add(1)
@@ -158,10 +162,11 @@ const modelVersion = "1"
 // v2Response is the OIP inference response, extended with Sleipnir's reply fields. Outputs holds tensors, or
 // their headers when their data is in the binary section.
 type v2Response struct {
-	ModelName       string `json:"model_name"`
-	ModelVersion    string `json:"model_version"`
-	Outputs         []any  `json:"outputs"`
-	wire.InferReply        // "id" (the client's), "status", "results", "error" unless ok, ...
+	ModelName       string         `json:"model_name"`
+	ModelVersion    string         `json:"model_version"`
+	Outputs         []any          `json:"outputs"`
+	Parameters      map[string]any `json:"parameters,omitempty"` // "trace_id"
+	wire.InferReply                // "id" (the client's), "status", "results", "error" unless ok, ...
 }
 
 type v2Error struct {
@@ -281,7 +286,7 @@ func (f *Frontend) serveInfer(w http.ResponseWriter, r *http.Request) {
 	}
 	replies := make(chan *wire.InferReply, 1)
 	sub := &submission{pipeline: r.PathValue("name"), arrival: arrival, trace: propagation.HeaderCarrier(r.Header),
-		reply: func(rep *wire.InferReply) { replies <- rep }}
+		httpRoute: r.Pattern, reply: func(rep *wire.InferReply) { replies <- rep }}
 	err := f.decodeHTTP(w, r, sub)
 	if err == nil {
 		// Publish through the intake too: it bounds the publishes in flight, whatever API they came through.
@@ -332,6 +337,10 @@ func writeInferResponse(w http.ResponseWriter, sub *submission, rep *wire.InferR
 			leaf.Outputs = nil
 			resp.Results[i] = leaf
 		}
+	}
+	if rep.TraceID != "" {
+		w.Header().Set(wire.HeaderTraceID, rep.TraceID)
+		resp.Parameters = map[string]any{"trace_id": rep.TraceID}
 	}
 	code, retry := httpStatus(rep, nil)
 	if code != http.StatusOK && resp.Error == "" {

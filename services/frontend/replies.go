@@ -8,11 +8,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/vmihailenco/msgpack/v5"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/completion"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/telemetry"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
@@ -125,7 +125,15 @@ func (f *Frontend) finish(r *request, late bool, failure string) {
 	if spec, _ := f.lookup(r.pipeline); spec != nil {
 		rep.Accuracy = servedAccuracy(spec, rep.Results)
 	}
-	r.span.SetAttributes(attribute.String("sleipnir.status", rep.Status))
+	rep.TraceID = telemetry.TraceID(r.span)
+	r.span.SetAttributes(telemetry.AttrStatus.String(rep.Status), telemetry.AttrAccuracy.Float64(rep.Accuracy),
+		telemetry.AttrDeadlineSlackMs.Float64(float64(time.Until(r.deadline).Microseconds())/1000))
+	for _, it := range rep.Results {
+		if it.Status == wire.ItemDropped {
+			r.span.SetAttributes(telemetry.AttrDropReason.String(it.Reason))
+			break
+		}
+	}
 	if rep.Status != wire.StatusOK {
 		r.span.SetStatus(codes.Error, rep.Status)
 	}

@@ -6,20 +6,24 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
 	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
 	"github.com/sleipnir-serving/sleipnir/pkg/completion"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/telemetry"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
@@ -44,7 +48,10 @@ type submission struct {
 	arrival  time.Time       // when the frontend received it: its deadline runs from here
 	deadline time.Time
 	trace    propagation.TextMapCarrier
-	reply    func(*wire.InferReply)
+	subject  string // the NATS subject it came on; "" for HTTP
+	// httpRoute is the pattern an HTTP request matched ("[METHOD ]/v2/models/{name}/infer"), for its span.
+	httpRoute string
+	reply     func(*wire.InferReply)
 }
 
 // Error kinds of refused requests; the HTTP API maps them to status codes.
@@ -175,10 +182,7 @@ func (f *Frontend) submit(ctx context.Context, sub *submission, t *turn) error {
 		id: wire.RequestID(f.cfg.ID, f.boot, f.seq.Add(1)), clientID: sub.req.ID, pipeline: sub.pipeline,
 		start: sub.arrival, deadline: sub.deadline, tracker: completion.New(), reply: sub.reply,
 	}
-	var spanCtx context.Context
-	spanCtx, r.span = f.tracer.Start(otel.GetTextMapPropagator().Extract(ctx, sub.trace), "infer "+sub.pipeline,
-		trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(sub.arrival),
-		trace.WithAttributes(attribute.String("sleipnir.request_id", r.id)))
+	spanCtx := f.startRequestSpan(ctx, sub, r)
 
 	data, err := msgpack.Marshal(&wire.TaskMessage{Items: []wire.Item{{ID: wire.RootItemID, Den: 1, Inputs: sub.req.Inputs}}})
 	if err != nil {
@@ -187,9 +191,10 @@ func (f *Frontend) submit(ctx context.Context, sub *submission, t *turn) error {
 	}
 	msg := nats.NewMsg(wire.TaskSubject(sub.pipeline, root, variant))
 	msg.Data = data
-	wire.TaskHeaders{RequestID: r.id, Deadline: r.deadline, ReplyTo: f.result,
-		MsgID: wire.TaskMsgID(r.id, "", root, variant)}.Write(msg.Header.Set)
-	otel.GetTextMapPropagator().Inject(spanCtx, bus.HeaderCarrier(msg.Header))
+	msgID := wire.TaskMsgID(r.id, "", root, variant)
+	wire.TaskHeaders{RequestID: r.id, Deadline: r.deadline, ReplyTo: f.result, MsgID: msgID}.Write(msg.Header.Set)
+	send := telemetry.StartSend(spanCtx, f.tracer, msg.Subject, bus.HeaderCarrier(msg.Header),
+		semconv.MessagingMessageID(msgID), telemetry.AttrTask.String(root), telemetry.AttrVariant.String(variant))
 
 	// Register before publishing: a fast worker may report before the publish returns. From here the deadline timer
 	// guarantees the reply, whatever becomes of the task message.
@@ -202,6 +207,10 @@ func (f *Frontend) submit(ctx context.Context, sub *submission, t *turn) error {
 	defer cancel()
 	defer context.AfterFunc(f.stopping, cancel)()
 	ack, err := f.publish(pubCtx, msg, t)
+	if err != nil {
+		send.SetStatus(codes.Error, err.Error())
+	}
+	send.End()
 	if err != nil && errors.Is(pubCtx.Err(), context.DeadlineExceeded) {
 		// The deadline came first: answer as its timer does (late), whichever of the two got here first.
 		r.timer.Stop()
@@ -231,6 +240,25 @@ func (f *Frontend) submit(ctx context.Context, sub *submission, t *turn) error {
 	}
 	f.accepted.Add(1)
 	return nil
+}
+
+// startRequestSpan starts r's span, a child of the client's trace context if it sent one: for a NATS request the
+// "process" span of its message (messaging conventions), for HTTP the server span of its route.
+func (f *Frontend) startRequestSpan(ctx context.Context, sub *submission, r *request) context.Context {
+	opts := []trace.SpanStartOption{trace.WithTimestamp(sub.arrival),
+		trace.WithAttributes(telemetry.AttrPipeline.String(sub.pipeline), telemetry.AttrRequestID.String(r.id))}
+	if sub.subject != "" {
+		ctx, r.span = telemetry.StartProcess(ctx, f.tracer, sub.subject, wire.QueueFrontend, sub.trace, opts...)
+		return ctx
+	}
+	route := sub.httpRoute
+	if _, path, ok := strings.Cut(route, " "); ok {
+		route = path
+	}
+	ctx, r.span = f.tracer.Start(otel.GetTextMapPropagator().Extract(ctx, sub.trace), http.MethodPost+" "+route,
+		append(opts, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
+			semconv.HTTPRequestMethodPost, semconv.HTTPRoute(route)))...)
+	return ctx
 }
 
 // publish sends msg in its turn and waits for JetStream's acknowledgement until ctx ends.

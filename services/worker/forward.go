@@ -8,10 +8,13 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
-	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
 	"github.com/sleipnir-serving/sleipnir/pkg/hop"
+	"github.com/sleipnir-serving/sleipnir/pkg/telemetry"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
@@ -21,6 +24,12 @@ func (w *Worker) forward(ctx context.Context, s *serving, in *inbound) error {
 	path := wire.AppendHop(in.path, s.a.Task, s.a.Variant)
 	var leaves []wire.ItemResult
 	var acks []jetstream.PubAckFuture
+	var sends []trace.Span // each published message's "send" span, ended when its publish is acknowledged
+	defer func() {
+		for _, sp := range sends {
+			sp.End()
+		}
+	}()
 	now := time.Now()
 	when := hop.When{Now: now, AtTask: now.Sub(in.enqueued), Left: in.deadline.Sub(now)}
 	s.refreshStage()
@@ -82,15 +91,22 @@ func (w *Worker) forward(ctx context.Context, s *serving, in *inbound) error {
 			// its variant would then be taken for the first execution's and dropped, with the sub-requests it
 			// carries that the first one did not.
 			id := wire.TaskPartMsgID(in.requestID, it.ID, task, m.Variant, m.Subs)
-			msg, err := w.taskMsg(in, s.a.Pipeline, task, m.Variant, path, id, tm)
+			msg, send, err := w.taskMsg(in, s.a.Pipeline, task, m.Variant, path, id, tm)
 			if err != nil {
 				return err
 			}
+			sends = append(sends, send)
 			f, err := w.js.PublishMsgAsync(msg)
 			if err != nil {
 				return fmt.Errorf("publish to %s: %w", msg.Subject, err)
 			}
 			acks = append(acks, f)
+		}
+	}
+	for _, l := range leaves {
+		if l.Status == wire.ItemDropped {
+			in.span.SetAttributes(telemetry.AttrDropReason.String(l.Reason))
+			break
 		}
 	}
 	if len(leaves) > 0 {
@@ -102,10 +118,11 @@ func (w *Worker) forward(ctx context.Context, s *serving, in *inbound) error {
 			return fmt.Errorf("report to %s: %w", in.replyTo, err)
 		}
 	}
-	for _, f := range acks {
+	for i, f := range acks {
 		select {
 		case <-f.Ok():
 		case err := <-f.Err():
+			sends[i].SetStatus(codes.Error, err.Error())
 			return fmt.Errorf("publish to %s: %w", f.Msg().Subject, err)
 		case <-ctx.Done():
 			return ctx.Err()
@@ -114,17 +131,20 @@ func (w *Worker) forward(ctx context.Context, s *serving, in *inbound) error {
 	return nil
 }
 
-// taskMsg is the task message carrying tm to task/variant, de-duplicated by id.
+// taskMsg is the task message carrying tm to task/variant, de-duplicated by id, and its "send" span (a child of
+// in's), whose context the message carries.
 func (w *Worker) taskMsg(in *inbound, pipelineName, task, variant, path, id string,
-	tm *wire.TaskMessage) (*nats.Msg, error) {
+	tm *wire.TaskMessage) (*nats.Msg, trace.Span, error) {
 	data, err := msgpack.Marshal(tm)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	msg := nats.NewMsg(wire.TaskSubject(pipelineName, task, variant))
 	msg.Data = data
 	wire.TaskHeaders{RequestID: in.requestID, Deadline: in.deadline, Path: path, ReplyTo: in.replyTo,
 		MsgID: id}.Write(msg.Header.Set)
-	otel.GetTextMapPropagator().Inject(in.ctx, bus.HeaderCarrier(msg.Header))
-	return msg, nil
+	send := telemetry.StartSend(in.ctx, w.tracer, msg.Subject, bus.HeaderCarrier(msg.Header),
+		semconv.MessagingMessageID(id), telemetry.AttrItems.Int(len(tm.Items)),
+		telemetry.AttrTask.String(task), telemetry.AttrVariant.String(variant))
+	return msg, send, nil
 }

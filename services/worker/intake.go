@@ -7,13 +7,13 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/batching"
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
 	"github.com/sleipnir-serving/sleipnir/pkg/executor"
+	"github.com/sleipnir-serving/sleipnir/pkg/telemetry"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
@@ -83,7 +83,7 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 	now := time.Now()
 	// take adds a message to the batch; false when the items it would execute do not fit (batching.Fits).
 	take := func(m jetstream.Msg) bool {
-		in, err := w.decode(ctx, m)
+		in, err := w.decode(ctx, s, m)
 		if err != nil {
 			w.discarded.Add(1)
 			w.complaints.Warn("discarding invalid task message", "subject", m.Subject(), "err", err)
@@ -124,6 +124,9 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 			w.returned.Add(uint64(len(more) - i))
 			break
 		}
+	}
+	if span := w.startBatchSpan(ctx, s, batch, len(inputs)); span != nil {
+		defer span.End()
 	}
 	// A batch that runs longer than a third of the ack wait is marked in progress, so that JetStream does not hand
 	// it to another replica while this one is alive.
@@ -187,6 +190,28 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 	}
 }
 
+// startBatchSpan starts the span of a batch's execution, and gives each message's span the batch's size. Its
+// messages belong to many requests, so to many traces: it links to each message's span (the conventions' way to
+// correlate a batch). A batch of one message has none (nil): the message's span says all it would, and a span
+// fewer per hop is a measurable share of a hop's time (BenchmarkHop).
+func (w *Worker) startBatchSpan(ctx context.Context, s *serving, batch []*inbound, items int) trace.Span {
+	for _, in := range batch {
+		in.span.SetAttributes(telemetry.AttrBatchSize.Int(items))
+	}
+	if len(batch) < 2 {
+		return nil
+	}
+	links := make([]trace.Link, len(batch))
+	for i, in := range batch {
+		links[i] = trace.Link{SpanContext: in.span.SpanContext()}
+	}
+	_, span := w.tracer.Start(ctx, "execute "+s.a.Task+"/"+s.a.Variant, trace.WithLinks(links...),
+		trace.WithAttributes(semconv.MessagingBatchMessageCount(len(batch)), telemetry.AttrBatchSize.Int(items),
+			telemetry.AttrPipeline.String(s.a.Pipeline), telemetry.AttrTask.String(s.a.Task),
+			telemetry.AttrVariant.String(s.a.Variant)))
+	return span
+}
+
 // keepInProgress tells JetStream the batch's messages are being worked on, every third of the ack wait, until done.
 func (w *Worker) keepInProgress(s *serving, batch []*inbound, done <-chan struct{}) {
 	wait := w.cfg.AckWait
@@ -212,8 +237,8 @@ type slot struct {
 	i  int
 }
 
-// decode validates one message of the variant's subject.
-func (w *Worker) decode(ctx context.Context, m jetstream.Msg) (*inbound, error) {
+// decode validates one message of the variant's subject and starts its "process" span.
+func (w *Worker) decode(ctx context.Context, s *serving, m jetstream.Msg) (*inbound, error) {
 	h := m.Headers()
 	th, err := wire.ReadTaskHeaders(h.Get)
 	if err != nil {
@@ -237,9 +262,11 @@ func (w *Worker) decode(ctx context.Context, m jetstream.Msg) (*inbound, error) 
 		}
 	}
 	in.items = tm.Items
-	in.ctx, in.span = w.tracer.Start(otel.GetTextMapPropagator().Extract(ctx, bus.HeaderCarrier(h)),
-		"execute "+m.Subject(), trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(attribute.String("sleipnir.request_id", in.requestID),
-			attribute.Int("sleipnir.items", len(tm.Items))))
+	in.ctx, in.span = telemetry.StartProcess(ctx, w.tracer, m.Subject(), wire.Consumer(s.a.Task, s.a.Variant),
+		bus.HeaderCarrier(h), trace.WithAttributes(semconv.MessagingMessageID(h.Get(wire.HeaderMsgID)),
+			semconv.MessagingClientID(w.cfg.ID), telemetry.AttrPipeline.String(s.a.Pipeline),
+			telemetry.AttrTask.String(s.a.Task), telemetry.AttrVariant.String(s.a.Variant),
+			telemetry.AttrRequestID.String(in.requestID), telemetry.AttrItems.Int(len(tm.Items)),
+			telemetry.AttrDeadlineSlackMs.Float64(float64(time.Until(in.deadline).Microseconds())/1000)))
 	return in, nil
 }
