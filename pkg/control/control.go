@@ -126,8 +126,7 @@ func (c Config) Tunes() bool { return c.TuneEvery > 0 }
 func (c Config) headroom() float64 { return max(c.Headroom, 0) }
 
 // FallSigmas is how many standard deviations of its noise (Observed.DemandWindow) a small fall of the demand
-// estimate must exceed before a due re-plan follows it, and a move of a measured multiplicative factor
-// (Observed.FanoutSamples).
+// estimate must exceed before a due re-plan follows it.
 const FallSigmas = 3
 
 // replanMinChange is how far the demand must have moved for a due re-plan to be solved: the estimate of a steady
@@ -329,10 +328,11 @@ func (l *Loop) replan(now time.Time, o Observed) Step {
 		if o.Demand < last.estimate {
 			sigmas = max(sigmas, FallSigmas)
 		}
-		// The measured multiplicative factors wander too, and the same hysteresis holds: a factor that fell (less
-		// load below it) must have fallen significantly.
-		if !moved(replanMinChange, sigmas) && !demand.FanoutChanged(last.fanout, o.Fanout, l.cfg.RouteThreshold,
-			l.cfg.ReplanSigmas, max(l.cfg.ReplanSigmas, FallSigmas), o.FanoutSamples) {
+		// A move of a measured multiplicative factor is planned for either way: holding a factor that fell, as the
+		// demand's falls are held, cost the simulator's diurnal hour a tenth of a point of accuracy and 0.04 points of
+		// violations (seeds 1-5).
+		if !moved(replanMinChange, sigmas) && !demand.FanoutSignificant(last.fanout, o.Fanout, l.cfg.RouteThreshold,
+			l.cfg.ReplanSigmas, o.FanoutSamples) {
 			l.planned.at = now // looked again: nothing worth a new plan
 			return Step{}
 		}

@@ -154,13 +154,6 @@ func FanoutMoved(previous, current map[string]pipeline.Fanout, threshold float64
 // threshold alone.
 func FanoutSignificant(previous, current map[string]pipeline.Fanout, threshold, sigmas float64,
 	samples map[string]float64) bool {
-	return FanoutChanged(previous, current, threshold, sigmas, sigmas, samples)
-}
-
-// FanoutChanged is FanoutSignificant with a test of its own for each direction: a factor that rose must have moved
-// by more than rise standard deviations, one that fell by more than fall.
-func FanoutChanged(previous, current map[string]pipeline.Fanout, threshold, rise, fall float64,
-	samples map[string]float64) bool {
 	if len(previous) != len(current) {
 		return true
 	}
@@ -174,10 +167,6 @@ func FanoutChanged(previous, current map[string]pipeline.Fanout, threshold, rise
 			d := math.Abs(a - b)
 			if d <= threshold*b {
 				continue
-			}
-			sigmas := rise
-			if a < b {
-				sigmas = fall
 			}
 			if n := samples[hop]; n > 0 && d <= sigmas*math.Sqrt(2*b/n) {
 				continue
