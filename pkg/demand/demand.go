@@ -36,7 +36,10 @@ type Estimator struct {
 	// StepSigmas and StepRatio say what a step is: a tick whose total rate differs from the estimate by more than
 	// StepSigmas standard deviations of one interval's Poisson noise at the estimate, and by more than StepRatio of
 	// it. The estimate then jumps to that total. A steady load makes such a tick about once in 10^5 (5 sigma).
-	// Negative StepSigmas: never.
+	// Negative StepSigmas: never. Only rises are steps: a fall waits for the shift rule's second tick, since one
+	// low tick is as often a frontend that could not count its requests for a moment (on a saturated machine, a
+	// second's count came in at half the rate and the next at one and a half: taken as two steps, they re-planned
+	// the cluster twice), and a plan sized a second too long costs less than one sized too short.
 	StepSigmas, StepRatio float64
 	// ShiftSigmas says what a shift is: two ticks in a row whose totals are both more than ShiftSigmas standard
 	// deviations away from the estimate, on the same side. The estimate then jumps to their mean: a load that
@@ -258,7 +261,7 @@ func (e *Estimator) step(total float64) bool {
 	if e.StepSigmas < 0 {
 		return false
 	}
-	d := math.Abs(total - e.estimate)
+	d := total - e.estimate
 	return d > e.StepSigmas*e.sigma() && d > e.StepRatio*e.estimate
 }
 

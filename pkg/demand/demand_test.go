@@ -3,6 +3,7 @@ package demand
 import (
 	"errors"
 	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -76,6 +77,54 @@ func TestEstimatorStep(t *testing.T) {
 	}
 	if w := e.Window(); math.Abs(w.Seconds()-1.7/0.3) > 1e-6 {
 		t.Fatalf("window %v, want (2-0.3)/0.3 s", w)
+	}
+	// A fall is no step: one second at half the rate is averaged; a second one makes it a shift.
+	e.Seed(600)
+	e.Observe("f", 300, time.Second, t0.Add(5*time.Second))
+	if got := e.Tick(t0.Add(5 * time.Second)); math.Abs(got-510) > 1e-9 {
+		t.Fatalf("one second at 300 after 600: %v, want the average 510, not a step", got)
+	}
+	e.Observe("f", 310, time.Second, t0.Add(6*time.Second))
+	if got := e.Tick(t0.Add(6 * time.Second)); got != 305 {
+		t.Fatalf("a second second at 310: %v, want the shift taken, 305", got)
+	}
+}
+
+// TestEstimatorSizesItsWindowToTheRate: with RelativeError, a low rate is averaged longer (up to MaxWindow), so that
+// a steady Poisson load moves the estimate by about RelativeError; a high one keeps Alpha.
+func TestEstimatorSizesItsWindowToTheRate(t *testing.T) {
+	e := New(0.3, 0)
+	e.RelativeError, e.MaxWindow = 0.05, 30*time.Second
+	e.Seed(10)
+	if w := e.Window(); math.Abs(w.Seconds()-30) > 0.01 {
+		t.Fatalf("window at 10 QPS: %v, want 30 s (40 s capped)", w)
+	}
+	e.Seed(50)
+	if w := e.Window(); math.Abs(w.Seconds()-8) > 0.01 {
+		t.Fatalf("window at 50 QPS: %v, want 8 s (1/(0.05^2 * 50))", w)
+	}
+	e.Seed(300)
+	if w := e.Window(); math.Abs(w.Seconds()-1.7/0.3) > 1e-6 {
+		t.Fatalf("window at 300 QPS: %v, want Alpha's (2-0.3)/0.3 s", w)
+	}
+	// The estimate of a steady 10 QPS Poisson load, over 10 minutes: within +-20% (4 standard deviations of the
+	// sized window's noise), where Alpha 0.3 alone swung 4.7-11.6 in the run.
+	rng := rand.New(rand.NewPCG(1, 2))
+	t0 := time.Unix(1000, 0)
+	e.Seed(10)
+	lo, hi := 10.0, 10.0
+	for s := range 600 {
+		n := 0
+		for at := rng.ExpFloat64() / 10; at < 1; at += rng.ExpFloat64() / 10 {
+			n++
+		}
+		now := t0.Add(time.Duration(s) * time.Second)
+		e.Observe("f", n, time.Second, now)
+		got := e.Tick(now)
+		lo, hi = min(lo, got), max(hi, got)
+	}
+	if lo < 8 || hi > 12 {
+		t.Fatalf("a steady 10 QPS estimated between %.1f and %.1f, want within 8-12", lo, hi)
 	}
 }
 
