@@ -128,6 +128,7 @@ var refusalLogKeys = []struct {
 // noteRefusal counts a refusal and logs it, rate-limited.
 func (f *Frontend) noteRefusal(pipelineName string, err error) {
 	f.refused.Add(1)
+	f.measureRefusal(pipelineName)
 	if errors.Is(err, ErrOverloaded) {
 		f.overloaded.Add(1)
 	}

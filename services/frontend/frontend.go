@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
+	"github.com/sleipnir-serving/sleipnir/pkg/metrics"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/ratelog"
@@ -48,7 +49,10 @@ type Config struct {
 	// MaxTimeout is the furthest ahead a request's deadline may be (Sleipnir-Timeout or Sleipnir-Deadline); further
 	// is refused. Default: the larger of DefaultMaxTimeout and 10 times the pipeline's SLO. At most 24 h.
 	MaxTimeout time.Duration
-	Logger     *slog.Logger
+	// Metrics, if set, records the frontend's requests and exports its counters (pkg/metrics; shared by the
+	// frontends of a process).
+	Metrics *metrics.Frontend
+	Logger  *slog.Logger
 }
 
 // Defaults of Config.
@@ -161,7 +165,7 @@ func New(nc *nats.Conn, cfg Config) (*Frontend, error) {
 		return nil, err
 	}
 	stopping, stopPublish := context.WithCancel(context.Background())
-	return &Frontend{
+	f := &Frontend{
 		stopping: stopping, stopPublish: stopPublish,
 		cfg: cfg, nc: nc, js: js, log: cfg.Logger, tracer: otel.Tracer("sleipnir/frontend"),
 		result: wire.ResultSubject(cfg.ID), boot: fmt.Sprintf("%012x", rand.Uint64()>>16),
@@ -169,7 +173,9 @@ func New(nc *nats.Conn, cfg Config) (*Frontend, error) {
 		complaints: ratelog.New(cfg.Logger, 0, 0),
 		ready:      make(chan struct{}), pending: map[string]*request{}, demand: map[string]int{},
 		rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0xf00d)),
-	}, nil
+	}
+	f.exportCounters()
+	return f, nil
 }
 
 // Stats returns the frontend's counters.
