@@ -20,6 +20,8 @@ type QueueDepth struct {
 type PlannerState struct {
 	// Demand is the demand estimate per pipeline, requests per second.
 	Demand map[string]float64
+	// SLO is each pipeline's latency objective, seconds.
+	SLO map[string]float64
 	// Queues are the variants' queues as JetStream reports them.
 	Queues []QueueDepth
 }
@@ -31,10 +33,10 @@ type Planner struct {
 	mode, replicas, maxBatch, fanout                                                       *prometheus.GaugeVec
 	plans                                                                                  *prometheus.CounterVec
 
-	state                       func() PlannerState
-	demandD, pendingD, unackedD *prometheus.Desc
-	mu                          sync.Mutex
-	lastEpoch                   map[string]uint64
+	state                             func() PlannerState
+	demandD, sloD, pendingD, unackedD *prometheus.Desc
+	mu                                sync.Mutex
+	lastEpoch                         map[string]uint64
 }
 
 // Modes a plan may be in (plan.Mode*): each pipeline has a series per mode, 1 for the plan's.
@@ -66,6 +68,7 @@ func NewPlanner(reg prometheus.Registerer, state func() PlannerState) *Planner {
 		plans: prometheus.NewCounterVec(prometheus.CounterOpts{Name: name("planner", "plans_total"),
 			Help: "Plans (new allocations) published."}, pipe),
 		state: state,
+		sloD:  prometheus.NewDesc(name("pipeline", "slo_seconds"), "The pipeline's end-to-end latency objective.", pipe, nil),
 		demandD: prometheus.NewDesc(name("planner", "demand_estimate_qps"),
 			"The planner's current demand estimate, requests per second.", pipe, nil),
 		pendingD: prometheus.NewDesc(name("queue", "pending_messages"),
@@ -139,6 +142,7 @@ func (m *Planner) Plan(pl *plan.Plan) {
 // Describe implements prometheus.Collector for what is read at scrape time.
 func (m *Planner) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.demandD
+	ch <- m.sloD
 	ch <- m.pendingD
 	ch <- m.unackedD
 }
@@ -151,6 +155,9 @@ func (m *Planner) Collect(ch chan<- prometheus.Metric) {
 	st := m.state()
 	for p, qps := range st.Demand {
 		ch <- prometheus.MustNewConstMetric(m.demandD, prometheus.GaugeValue, qps, p)
+	}
+	for p, slo := range st.SLO {
+		ch <- prometheus.MustNewConstMetric(m.sloD, prometheus.GaugeValue, slo, p)
 	}
 	for _, q := range st.Queues {
 		ch <- prometheus.MustNewConstMetric(m.pendingD, prometheus.GaugeValue, float64(q.Pending), q.Pipeline, q.Task, q.Variant)

@@ -15,7 +15,10 @@ const queueLookupTimeout = 2 * time.Second
 // metricsState is what the planner's metrics read at scrape time: the demand estimates and, from JetStream, what
 // waits at each variant's consumer.
 func (p *Planner) metricsState() metrics.PlannerState {
-	st := metrics.PlannerState{Demand: map[string]float64{}}
+	st := metrics.PlannerState{Demand: map[string]float64{}, SLO: map[string]float64{}}
+	for _, spec := range p.cfg.Pipelines {
+		st.SLO[spec.Name] = spec.SLOMs / 1000
+	}
 	p.mu.Lock()
 	for name, e := range p.demand {
 		st.Demand[name] = e.Estimate()
