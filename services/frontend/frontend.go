@@ -136,6 +136,7 @@ type Frontend struct {
 	stopPublish context.CancelFunc
 	// complaints rate-limits the log lines of bad input and failed replies; Stats counts every one.
 	complaints *ratelog.Limiter
+	micro      *microService // the NATS micro protocol's view of the frontend
 
 	catalog *catalog.Catalog
 	ready   chan struct{} // closed when the KV's initial specs and plans are loaded
@@ -174,6 +175,7 @@ func New(nc *nats.Conn, cfg Config) (*Frontend, error) {
 		ready:      make(chan struct{}), pending: map[string]*request{}, demand: map[string]int{},
 		rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0xf00d)),
 	}
+	f.micro = newMicroService(f)
 	f.exportCounters()
 	return f, nil
 }
@@ -229,6 +231,15 @@ func (f *Frontend) Run(ctx context.Context) error {
 	}
 	_ = requests.SetPendingLimits(-1, -1)
 	defer requests.Unsubscribe()
+	service, err := f.micro.subscribe(f.nc)
+	defer func() {
+		for _, sub := range service {
+			_ = sub.Unsubscribe()
+		}
+	}()
+	if err != nil {
+		return fmt.Errorf("frontend: micro service: %w", err)
+	}
 	if err := f.nc.Flush(); err != nil {
 		return fmt.Errorf("frontend: subscribe: %w", err)
 	}

@@ -40,6 +40,7 @@ func (p *Planner) putPlan(ctx context.Context, pl *plan.Plan) error {
 	if err := p.put(ctx, wire.PlanKey(pl.Pipeline), data); err != nil {
 		return err
 	}
+	p.published.Store(pl.Pipeline, data)
 	p.metrics.Plan(pl)
 	return nil
 }

@@ -128,6 +128,7 @@ type Planner struct {
 	quietUntil time.Time
 	unplaced   int              // replicas without a worker at the last assignment
 	metrics    *metrics.Planner // nil without Config.Metrics
+	published  sync.Map         // pipeline -> the JSON of the last plan put, for the status endpoint
 }
 
 // New prepares a planner on a connection; Run serves.
@@ -201,6 +202,11 @@ func (p *Planner) Run(ctx context.Context) error {
 		return fmt.Errorf("planner: open KV bucket: %w", err)
 	}
 	p.kv = kv
+	svc, err := p.addService()
+	if err != nil {
+		return fmt.Errorf("planner: micro service: %w", err)
+	}
+	defer svc.Stop()
 	p.reconnects = p.nc.Stats().Reconnects
 	p.demandReconnects = p.reconnects
 	for i, spec := range p.cfg.Pipelines {

@@ -169,6 +169,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		return fmt.Errorf("worker %s: bind KV bucket: %w", w.cfg.ID, err)
 	}
 	w.kv = kv
+	svc, err := w.addService()
+	if err != nil {
+		return fmt.Errorf("worker %s: micro service: %w", w.cfg.ID, err)
+	}
+	defer svc.Stop()
 	watchCtx, stopWatches := context.WithCancel(ctx)
 	defer stopWatches()
 	go bus.WatchKV(watchCtx, w.nc, kv, wire.AssignKey(w.cfg.ID), w.onAssignment, nil)
