@@ -19,10 +19,10 @@ func TestPlanSeriesFollowThePlan(t *testing.T) {
 	m.Plan(&plan.Plan{Pipeline: "p", Epoch: 1, Mode: plan.ModeHardware,
 		Variants: []plan.VariantPlan{{Task: "a", Variant: "x", Replicas: 2, MaxBatch: 4}}})
 	m.Plan(&plan.Plan{Pipeline: "p", Epoch: 2, Mode: plan.ModeAccuracy,
-		Variants: []plan.VariantPlan{{Task: "a", Variant: "y", Replicas: 3, MaxBatch: 8}},
+		Variants:   []plan.VariantPlan{{Task: "a", Variant: "y", Replicas: 3, MaxBatch: 8}},
 		Allocation: &plan.Allocation{SystemAccuracy: 0.8, ActiveServers: 3, SolveMs: 250}})
 	m.Plan(&plan.Plan{Pipeline: "p", Epoch: 2, Mode: plan.ModeAccuracy, // new routing, same allocation
-		Variants: []plan.VariantPlan{{Task: "a", Variant: "y", Replicas: 3, MaxBatch: 8}},
+		Variants:   []plan.VariantPlan{{Task: "a", Variant: "y", Replicas: 3, MaxBatch: 8}},
 		Allocation: &plan.Allocation{SystemAccuracy: 0.8, ActiveServers: 3, SolveMs: 250}})
 	want := `
 # HELP sleipnir_plan_replicas Replicas the plan in force gives a variant.
