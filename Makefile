@@ -224,19 +224,19 @@ SHOT_PORTS = --nats-port 14222 --http 127.0.0.1:18080 --metrics-addr 127.0.0.1:1
 # The graph page: p99 latency and replies by status.
 SHOT_URL = http://127.0.0.1:19090/graph?g0.expr=histogram_quantile%280.99%2C%20sum%20by%20%28le%29%20%28rate%28sleipnir_frontend_request_duration_seconds_bucket%5B10s%5D%29%29%29&g0.tab=0&g0.range_input=1m&g1.expr=sum%20by%20%28status%29%20%28rate%28sleipnir_frontend_requests_total%5B10s%5D%29%29&g1.tab=0&g1.range_input=1m
 screenshot-metrics: build prometheus chromium
-	@dir=$$(mktemp -d) && trap 'kill $$up $$prom 2>/dev/null; wait 2>/dev/null; rm -rf $$dir' EXIT && \
-	  printf 'global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: sleipnir\n    static_configs:\n      - targets: ["127.0.0.1:19464"]\n' > $$dir/prometheus.yml && \
+	@set -e; dir=$$(mktemp -d); up=; prom=; \
+	  trap 'kill $$up $$prom 2>/dev/null || true; wait 2>/dev/null || true; rm -rf $$dir' EXIT; trap 'exit 1' INT TERM; \
+	  printf 'global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: sleipnir\n    static_configs:\n      - targets: ["127.0.0.1:19464"]\n' > $$dir/prometheus.yml; \
 	  prometheus --config.file=$$dir/prometheus.yml --storage.tsdb.path=$$dir/tsdb --web.listen-address=127.0.0.1:19090 \
-	    --log.level=warn >$$dir/prometheus.log 2>&1 & prom=$$! ; \
+	    --log.level=warn >$$dir/prometheus.log 2>&1 & prom=$$!; \
 	  bin/sleipnir up --pipeline examples/traffic.yaml --data-dir $$dir/up --storage memory $(SHOT_PORTS) \
-	    --log-level warn >$$dir/up.log 2>&1 & up=$$! ; \
-	  sleep 4 && bin/loadgen --nats nats://127.0.0.1:14222 --pipeline traffic --steps 40:20s,120:20s,240:20s >/dev/null 2>&1; \
+	    --log-level warn >$$dir/up.log 2>&1 & up=$$!; \
+	  sleep 4; bin/loadgen --nats nats://127.0.0.1:14222 --pipeline traffic --steps 40:20s,120:20s,240:20s >/dev/null 2>&1; \
 	  sleep 2; \
 	  chromium --headless --no-sandbox --disable-gpu --disable-background-networking --disable-component-update \
 	    --disable-sync --no-first-run --hide-scrollbars --window-size=1400,1560 --virtual-time-budget=15000 \
-	    --screenshot=$(CURDIR)/docs/prometheus-graph.png \
-	    '$(SHOT_URL)' \
-	    2>/dev/null && echo "wrote docs/prometheus-graph.png"
+	    --screenshot=$(CURDIR)/docs/prometheus-graph.png '$(SHOT_URL)' 2>/dev/null; \
+	  echo "wrote docs/prometheus-graph.png"
 
 clean:
 	rm -rf bin bench.out state

@@ -103,18 +103,15 @@ func (m *Frontend) Collect(ch chan<- prometheus.Metric) {
 	m.mu.Lock()
 	sources := append([]func() FrontendCounts(nil), m.sources...)
 	m.mu.Unlock()
-	var sum FrontendCounts
-	for _, f := range sources {
-		c := f()
-		sum.Accepted += c.Accepted
-		sum.Refused += c.Refused
-		sum.Overloaded += c.Overloaded
-		sum.Late += c.Late
-		sum.StrayLeaves += c.StrayLeaves
-		sum.BadReports += c.BadReports
-		sum.ReplyFailures += c.ReplyFailures
+	counts := make([]FrontendCounts, len(sources))
+	for i, f := range sources {
+		counts[i] = f()
 	}
 	for _, c := range frontendCounters {
-		ch <- prometheus.MustNewConstMetric(m.descs[c.name], prometheus.CounterValue, float64(c.get(sum)))
+		var sum uint64
+		for _, n := range counts {
+			sum += c.get(n)
+		}
+		ch <- prometheus.MustNewConstMetric(m.descs[c.name], prometheus.CounterValue, float64(sum))
 	}
 }

@@ -16,10 +16,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/metrics"
-	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/testrig"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
@@ -39,28 +37,9 @@ func TestPrometheusScrapesTheSystem(t *testing.T) {
 		}
 		load = d
 	}
-	spec, err := pipeline.Load("../../examples/traffic.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	sys, err := Start(ctx, Config{DataDir: t.TempDir(), Pipelines: []*pipeline.Spec{spec}, Workers: 6,
-		Storage: jetstream.MemoryStorage, MaxPayload: 8 << 20, MetricsAddr: "127.0.0.1:0"})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		if err := sys.Wait(); err != nil {
-			t.Errorf("system stopped with: %v", err)
-		}
-	})
-	select {
-	case <-sys.Frontend.Ready():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the frontend did not get ready")
-	}
+	// The planner plans for the demand (loki), so that the plan's allocation series exist.
+	sys, spec := startSystemWith(t, "../../examples/traffic.yaml", Config{Workers: 6, System: "loki",
+		MetricsAddr: "127.0.0.1:0"})
 	prom := startPrometheus(t, bin, sys.MetricsAddr)
 
 	nc, err := sys.Connect("load")
