@@ -229,7 +229,7 @@ screenshot-metrics: build prometheus chromium
 	  printf 'global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: sleipnir\n    static_configs:\n      - targets: ["127.0.0.1:19464"]\n' > $$dir/prometheus.yml; \
 	  prometheus --config.file=$$dir/prometheus.yml --storage.tsdb.path=$$dir/tsdb --web.listen-address=127.0.0.1:19090 \
 	    --log.level=warn >$$dir/prometheus.log 2>&1 & prom=$$!; \
-	  bin/sleipnir up --pipeline examples/traffic.yaml --data-dir $$dir/up --storage memory $(SHOT_PORTS) \
+	  bin/sleipnir up --pipeline examples/traffic.yaml --state-dir $$dir/up --storage memory $(SHOT_PORTS) \
 	    --log-level warn >$$dir/up.log 2>&1 & up=$$!; \
 	  sleep 4; bin/loadgen --nats nats://127.0.0.1:14222 --pipeline traffic --steps 40:20s,120:20s,240:20s >/dev/null 2>&1; \
 	  sleep 2; \
