@@ -28,8 +28,11 @@ type Frontend struct {
 	descs   map[string]*prometheus.Desc
 }
 
-// NewFrontend registers the frontend metrics with reg.
+// NewFrontend registers the frontend metrics with reg; with none (nil), there are none (nil).
 func NewFrontend(reg prometheus.Registerer) *Frontend {
+	if reg == nil {
+		return nil
+	}
 	m := &Frontend{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: name("frontend", "requests_total"),
 			Help: "Requests answered, by pipeline and reply status (ok, partial, dropped, late, error)."},

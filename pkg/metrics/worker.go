@@ -29,8 +29,11 @@ type Worker struct {
 	failed, discarded, returned, workers                    *prometheus.Desc
 }
 
-// NewWorker registers the worker metrics with reg.
+// NewWorker registers the worker metrics with reg; with none (nil), there are none (nil).
 func NewWorker(reg prometheus.Registerer) *Worker {
+	if reg == nil {
+		return nil
+	}
 	variant := []string{LabelPipeline, LabelTask, LabelVariant}
 	desc := func(n, help string, extra ...string) *prometheus.Desc {
 		return prometheus.NewDesc(name("worker", n), help, append(append([]string(nil), variant...), extra...), nil)

@@ -284,13 +284,9 @@ func runFrontend(args []string) error {
 			return err
 		}
 		defer stop()
-		var m *metrics.Frontend
-		if reg != nil {
-			m = metrics.NewFrontend(reg)
-		}
 		f, err := frontend.New(nc, frontend.Config{ID: *id, HTTPAddr: *httpAddr, MaxRequestBytes: *maxReq,
-			IntakeWorkers: *intake.workers, IntakeQueue: *intake.queue, MaxTimeout: *intake.maxTimeout, Metrics: m,
-			Logger: log})
+			IntakeWorkers: *intake.workers, IntakeQueue: *intake.queue, MaxTimeout: *intake.maxTimeout,
+			Metrics: metrics.NewFrontend(reg), Logger: log})
 		if err != nil {
 			return err
 		}
@@ -314,11 +310,7 @@ func runWorker(args []string) error {
 			return err
 		}
 		defer stop()
-		var m *metrics.Worker
-		if reg != nil {
-			m = metrics.NewWorker(reg)
-		}
-		w, err := worker.New(nc, worker.Config{ID: *id, ModelsDir: *models, Metrics: m, Logger: log})
+		w, err := worker.New(nc, worker.Config{ID: *id, ModelsDir: *models, Metrics: metrics.NewWorker(reg), Logger: log})
 		if err != nil {
 			return err
 		}
@@ -365,11 +357,8 @@ func runPlanner(args []string) error {
 			return err
 		}
 		defer stop()
-		cfg := planner.Config{Pipelines: specs, Storage: st, System: system, AckWait: *ackWait, Config: cc, Logger: log}
-		if reg != nil {
-			cfg.Metrics = reg
-		}
-		p, err := planner.New(nc, cfg)
+		p, err := planner.New(nc, planner.Config{Pipelines: specs, Storage: st, System: system, AckWait: *ackWait,
+			Config: cc, Metrics: reg, Logger: log})
 		if err != nil {
 			return err
 		}

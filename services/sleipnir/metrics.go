@@ -16,9 +16,9 @@ func metricsFlag(fs *flag.FlagSet, def string) *string {
 		metrics.Path+" (empty disables it; env SLEIPNIR_METRICS_ADDR)")
 }
 
-// serveMetrics starts a service's metrics endpoint at addr: the registry to register with (nil when addr is empty)
-// and a function that stops it.
-func serveMetrics(addr string, log *slog.Logger) (*prometheus.Registry, func(), error) {
+// serveMetrics starts a service's metrics endpoint at addr: the registry to register with (nil when addr is empty:
+// no metrics) and a function that stops it.
+func serveMetrics(addr string, log *slog.Logger) (prometheus.Registerer, func(), error) {
 	if addr == "" {
 		return nil, func() {}, nil
 	}
