@@ -8,7 +8,7 @@ BENCHCOUNT ?= 6
 # The standalone nats-server (see nats-server below); defined before the targets whose prerequisites name it.
 NATS_SERVER = $(CURDIR)/bin/nats-server
 
-.PHONY: all deps models data build ablation fidelity chaos run test fuzz fuzz-short bench vet fmt nats-cli nats-server jaeger observe-traces clean
+.PHONY: all deps models data build ablation fidelity chaos run test fuzz fuzz-short bench vet fmt nats-cli nats-server jaeger observe-traces prometheus chromium observe-metrics screenshot-metrics clean
 
 all: build
 
@@ -77,7 +77,7 @@ run: build $(RUN_NEEDS)
 	SLEIPNIR_MODELS=$(MODELS) bin/sleipnir up --pipeline examples/$(PIPELINE).yaml --state-dir $(STATE) --fresh=$(FRESH) $(RUN_ARGS) $(ARGS)
 
 # Tests use the real ONNX Runtime and OCR models; those that need them skip, saying how to get them, when absent.
-test: deps models $(NATS_SERVER)
+test: deps models $(NATS_SERVER) prometheus
 	$(GO) vet ./...
 	$(GO) vet -tags fidelity ./loadgen # make fidelity's test, not run here: compiled, so that it cannot rot
 	$(GO) vet -tags jaeger ./services/up # make observe-traces's test, likewise
@@ -200,6 +200,43 @@ $(JAEGER):
 observe-traces: build $(JAEGER) $(NATS_SERVER)
 	SLEIPNIR_JAEGER=$(JAEGER) SLEIPNIR_BIN=$(CURDIR)/bin/sleipnir SLEIPNIR_NATS_SERVER=$(NATS_SERVER) \
 	  $(GO) test -tags jaeger -run TestJaegerShowsEveryHop -count=1 -v ./services/up
+
+# Observability. Debian's Prometheus (2.42), installed with apt-get when `prometheus` is not on the PATH (about 20 s),
+# for the test that lets a real Prometheus scrape the running system and checks every series and every query of the
+# Grafana dashboard (deploy/grafana/sleipnir.json) through its HTTP API. `make test` runs it with an 8 s load;
+# observe-metrics with a minute of it (OBSERVE_LOAD).
+prometheus:
+	@command -v prometheus >/dev/null || { $(SUDO) apt-get install -y -q prometheus >/dev/null || \
+	  { $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q prometheus >/dev/null; }; }
+OBSERVE_LOAD ?= 60s
+observe-metrics: deps prometheus
+	SLEIPNIR_OBSERVE_LOAD=$(OBSERVE_LOAD) $(GO) test -run TestPrometheusScrapesTheSystem -count=1 -v -timeout 10m ./services/up
+
+# Headless Debian Chromium (about 15 s to install), for screenshots of Prometheus's own pages.
+chromium:
+	@command -v chromium >/dev/null || { $(SUDO) apt-get install -y -q --no-install-recommends chromium >/dev/null || \
+	  { $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q --no-install-recommends chromium >/dev/null; }; }
+
+# docs/prometheus-graph.png: `sleipnir up` (on ports of its own) under a load that steps 40 -> 120 -> 240 QPS, scraped
+# by Prometheus every second, and Prometheus's graph page of the end-to-end latency quantiles, taken by headless
+# Chromium after the run (about 80 s).
+SHOT_PORTS = --nats-port 14222 --http 127.0.0.1:18080 --metrics-addr 127.0.0.1:19464
+# The graph page: p99 latency and replies by status.
+SHOT_URL = http://127.0.0.1:19090/graph?g0.expr=histogram_quantile%280.99%2C%20sum%20by%20%28le%29%20%28rate%28sleipnir_frontend_request_duration_seconds_bucket%5B10s%5D%29%29%29&g0.tab=0&g0.range_input=1m&g1.expr=sum%20by%20%28status%29%20%28rate%28sleipnir_frontend_requests_total%5B10s%5D%29%29&g1.tab=0&g1.range_input=1m
+screenshot-metrics: build prometheus chromium
+	@set -e; dir=$$(mktemp -d); up=; prom=; \
+	  trap 'kill $$up $$prom 2>/dev/null || true; wait 2>/dev/null || true; rm -rf $$dir' EXIT; trap 'exit 1' INT TERM; \
+	  printf 'global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: sleipnir\n    static_configs:\n      - targets: ["127.0.0.1:19464"]\n' > $$dir/prometheus.yml; \
+	  prometheus --config.file=$$dir/prometheus.yml --storage.tsdb.path=$$dir/tsdb --web.listen-address=127.0.0.1:19090 \
+	    --log.level=warn >$$dir/prometheus.log 2>&1 & prom=$$!; \
+	  bin/sleipnir up --pipeline examples/traffic.yaml --state-dir $$dir/up --storage memory $(SHOT_PORTS) \
+	    --log-level warn >$$dir/up.log 2>&1 & up=$$!; \
+	  sleep 4; bin/loadgen --nats nats://127.0.0.1:14222 --pipeline traffic --steps 40:20s,120:20s,240:20s >/dev/null 2>&1; \
+	  sleep 2; \
+	  chromium --headless --no-sandbox --disable-gpu --disable-background-networking --disable-component-update \
+	    --disable-sync --no-first-run --hide-scrollbars --window-size=1400,1560 --virtual-time-budget=15000 \
+	    --screenshot=$(CURDIR)/docs/prometheus-graph.png '$(SHOT_URL)' 2>/dev/null; \
+	  echo "wrote docs/prometheus-graph.png"
 
 clean:
 	rm -rf bin bench.out state

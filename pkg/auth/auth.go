@@ -10,8 +10,10 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/micro"
 	"github.com/nats-io/nkeys"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
@@ -67,13 +69,16 @@ func Permissions(r Role, workerID string) (*server.Permissions, error) {
 	switch r {
 	case Planner:
 		p.Publish.Allow = []string{"$JS.API.>", wire.KVSubject(">"), "$JS.ACK.>", "$JS.FC.>", tasks}
-		p.Subscribe.Allow = []string{wire.DemandPrefix + ">", inbox}
+		p.Subscribe.Allow = append([]string{wire.DemandPrefix + ">", inbox, wire.PlannerStatusSubject()},
+			microSubjects(wire.ServicePlanner)...)
+		p.Response = monitoringResponses()
 	case Frontend:
 		// Frontends answer clients on the clients' inboxes. Not by response permissions (allow_responses): the
 		// server keeps those in memory, so one restarted forgets them and refuses every reply to a request delivered
 		// before the restart (measured: 55 requests lost in make chaos's nats-restart).
 		p.Publish.Allow = append(kvRead, tasks, wire.DemandPrefix+">", ClientInbox+".>")
-		p.Subscribe.Allow = []string{wire.InferPrefix + ">", wire.ResultPrefix + ">", inbox}
+		p.Subscribe.Allow = append([]string{wire.InferPrefix + ">", wire.ResultPrefix + ">", inbox},
+			microSubjects(wire.ServiceFrontend)...)
 	case Worker:
 		if !wire.ValidName(workerID) {
 			return nil, fmt.Errorf("worker id %q: use letters, digits, '_' and '-' only", workerID)
@@ -83,17 +88,33 @@ func Permissions(r Role, workerID string) (*server.Permissions, error) {
 		p.Publish.Allow = append(kvRead, wire.KVSubject(wire.WorkerKey(workerID)), tasks, wire.ResultPrefix+"*",
 			"$JS.API.CONSUMER.INFO.*.*", "$JS.API.CONSUMER.MSG.NEXT.*.*", "$JS.ACK.>")
 		p.Publish.Deny = []string{"$JS.API.CONSUMER.MSG.NEXT." + wire.KVStream + ".*", "$JS.ACK." + wire.KVStream + ".>"}
-		p.Subscribe.Allow = []string{inbox}
+		p.Subscribe.Allow = append([]string{inbox, wire.WorkerStatusSubject(workerID)}, microSubjects(wire.ServiceWorker)...)
+		p.Response = monitoringResponses()
 	case Client:
 		p.Publish.Allow = []string{wire.InferPrefix + ">"}
 		p.Subscribe.Allow = []string{inbox}
 	case Observer:
-		p.Publish.Allow = append([]string{wire.InferPrefix + ">"}, kvRead...)
+		// Observers may also ask the services' micro endpoints ($SRV.PING, INFO, STATS; the status endpoints).
+		p.Publish.Allow = append([]string{wire.InferPrefix + ">", micro.APIPrefix + ".>", wire.StatusPrefix + ">"}, kvRead...)
 		p.Subscribe.Allow = []string{inbox}
 	default:
 		return nil, fmt.Errorf("unknown role %q", r)
 	}
 	return p, nil
+}
+
+// microSubjects are the subjects the NATS micro framework answers a service's PING, INFO and STATS on: for every
+// service, for the service's name, and for one instance of it.
+func microSubjects(service string) []string {
+	return []string{micro.APIPrefix + ".*", micro.APIPrefix + ".*." + service, micro.APIPrefix + ".*." + service + ".*"}
+}
+
+// monitoringResponses let the planner and workers answer a request sent to their micro and status endpoints, once,
+// and publish nowhere else in the askers' inboxes. (Frontends answer clients through publish permissions: see
+// Permissions.) A response permission is the server's memory, lost when it restarts: for a monitoring question,
+// which is asked again, that is fine.
+func monitoringResponses() *server.ResponsePermission {
+	return &server.ResponsePermission{MaxMsgs: 1, Expires: time.Minute}
 }
 
 // User is one NATS user: a role, and for a worker its id.
@@ -159,6 +180,9 @@ func RenderConf(users []User) (string, error) {
 		fmt.Fprintf(&b, "    # %s\n    {\n      nkey: %s\n      permissions: {\n", u.Name(), key)
 		writeSubjects(&b, "publish", p.Publish)
 		writeSubjects(&b, "subscribe", p.Subscribe)
+		if r := p.Response; r != nil {
+			fmt.Fprintf(&b, "        allow_responses: { max: %d, expires: %q }\n", r.MaxMsgs, r.Expires.String())
+		}
 		b.WriteString("      }\n    }\n")
 	}
 	b.WriteString("  ]\n}\n")

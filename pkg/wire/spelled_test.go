@@ -15,7 +15,7 @@ import (
 // wirePrefixes start the names this package makes: a string literal that starts with one spells a subject, KV key,
 // KV subject or stream, inbox or header by hand.
 var wirePrefixes = []string{
-	InferPrefix, TaskPrefix, ResultPrefix, DemandPrefix, // subjects
+	InferPrefix, TaskPrefix, ResultPrefix, DemandPrefix, StatusPrefix, // subjects
 	SpecKeys.Key(""), PlanKeys.Key(""), AssignKeys.Key(""), WorkerKeys.Key(""), // KV keys
 	"$KV.", "KV_", // KVSubject and KVStream, also when the bucket's name is added to them
 	InboxPrefix(""),
@@ -27,7 +27,8 @@ var wirePrefixes = []string{
 // words name the program, the embedded server and connections.
 var wireNames = []string{
 	HeaderRequestID, HeaderDeadline, HeaderTimeout, HeaderPath, HeaderReplyTo, HeaderContentType, HeaderError,
-	HeaderMsgID, HeaderTraceParent, HeaderTraceID, HeaderRetryAfter, HeaderInferenceHeaderLength, TaskStream(""),
+	HeaderMsgID, HeaderTraceParent, HeaderTraceID, HeaderRetryAfter, HeaderInferenceHeaderLength, HeaderServiceError,
+	HeaderServiceErrorCode, TaskStream(""),
 }
 
 // handSpelled says which wire name a string literal's value spells by hand, if any.

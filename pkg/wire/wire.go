@@ -107,7 +107,29 @@ const (
 	HeaderTraceID = "Sleipnir-Trace-Id"
 	// HeaderRetryAfter is on the HTTP API's 429 and 503 responses: seconds to wait before retrying.
 	HeaderRetryAfter = "Retry-After"
+	// HeaderServiceError and HeaderServiceErrorCode are the NATS micro framework's error headers (micro.ErrorHeader,
+	// micro.ErrorCodeHeader): error replies carry them too, the code as the HTTP API's status code.
+	HeaderServiceError     = "Nats-Service-Error"
+	HeaderServiceErrorCode = "Nats-Service-Error-Code"
 )
+
+// NATS micro services (github.com/nats-io/nats.go/micro): what `nats micro list` shows. Frontends list an infer
+// endpoint per pipeline (InferSubject, queue group QueueFrontend); the planner and each worker a status endpoint.
+const (
+	ServiceFrontend = "sleipnir-frontend"
+	ServicePlanner  = "sleipnir-planner"
+	ServiceWorker   = "sleipnir-worker"
+	// ServiceVersion is the version of the services' endpoints (SemVer, as micro requires).
+	ServiceVersion = "1.0.0"
+	// StatusPrefix + "planner" or "worker.<id>" answers a request with the service's status (JSON).
+	StatusPrefix = "sleipnir.status."
+)
+
+// PlannerStatusSubject is the planner's status endpoint.
+func PlannerStatusSubject() string { return StatusPrefix + "planner" }
+
+// WorkerStatusSubject is a worker's status endpoint.
+func WorkerStatusSubject(worker string) string { return StatusPrefix + "worker." + worker }
 
 // Content types of client requests and replies.
 const (

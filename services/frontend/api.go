@@ -49,7 +49,7 @@ func (f *Frontend) onRequest(m *nats.Msg) {
 	respond := f.natsReplier(m, asJSON)
 	pipelineName := strings.TrimPrefix(m.Subject, wire.InferPrefix)
 	if !f.intake.offer(func(t *turn) { f.serveNATS(m, pipelineName, asJSON, arrival, respond, t) }) {
-		f.refuseNATS(respond, pipelineName, "", f.intakeRefusal())
+		f.refuseNATS(m, asJSON, pipelineName, "", f.intakeRefusal())
 	}
 }
 
@@ -63,44 +63,51 @@ func (f *Frontend) serveNATS(m *nats.Msg, pipelineName string, asJSON bool, arri
 		err = f.submit(context.Background(), sub, t)
 	}
 	if err != nil {
-		f.refuseNATS(respond, pipelineName, sub.req.ID, err)
+		f.refuseNATS(m, asJSON, pipelineName, sub.req.ID, err)
 	}
 }
 
-func (f *Frontend) refuseNATS(respond func(*wire.InferReply), pipelineName, clientID string, err error) {
+func (f *Frontend) refuseNATS(m *nats.Msg, asJSON bool, pipelineName, clientID string, err error) {
 	f.noteRefusal(pipelineName, err)
-	respond(&wire.InferReply{ID: clientID, Pipeline: pipelineName, Status: wire.StatusError,
-		Error: err.Error(), Results: []wire.ItemResult{}})
+	f.replyNATS(m, asJSON, &wire.InferReply{ID: clientID, Pipeline: pipelineName, Status: wire.StatusError,
+		Error: err.Error(), Results: []wire.ItemResult{}}, err)
 }
 
 // natsReplier returns the function that sends a NATS request's reply, in the request's encoding.
 func (f *Frontend) natsReplier(m *nats.Msg, asJSON bool) func(*wire.InferReply) {
-	return func(rep *wire.InferReply) {
-		out := nats.NewMsg(m.Reply)
-		var err error
-		if asJSON {
-			out.Header.Set(wire.HeaderContentType, wire.ContentJSON)
-			out.Data, err = json.Marshal(rep)
-		} else {
-			out.Header.Set(wire.HeaderContentType, wire.ContentMsgpack)
-			out.Data, err = msgpack.Marshal(rep)
-		}
-		if err != nil {
-			f.replyFailures.Add(1)
-			f.complaints.Error("cannot encode reply", "request", rep.RequestID, "err", err)
-			out.Data = []byte(err.Error())
-		}
-		if rep.Error != "" {
-			out.Header.Set(wire.HeaderError, rep.Error)
-		}
-		if rep.TraceID != "" {
-			out.Header.Set(wire.HeaderTraceID, rep.TraceID)
-		}
-		if err := m.RespondMsg(out); err != nil {
-			f.replyFailures.Add(1)
-			f.complaints.Warn("reply failed", "request", rep.RequestID, "err", err)
-		}
+	return func(rep *wire.InferReply) { f.replyNATS(m, asJSON, rep, nil) }
+}
+
+// replyNATS sends a NATS request's reply; refusal is why it was refused, if it was.
+func (f *Frontend) replyNATS(m *nats.Msg, asJSON bool, rep *wire.InferReply, refusal error) {
+	out := nats.NewMsg(m.Reply)
+	var err error
+	if asJSON {
+		out.Header.Set(wire.HeaderContentType, wire.ContentJSON)
+		out.Data, err = json.Marshal(rep)
+	} else {
+		out.Header.Set(wire.HeaderContentType, wire.ContentMsgpack)
+		out.Data, err = msgpack.Marshal(rep)
 	}
+	if err != nil {
+		f.replyFailures.Add(1)
+		f.complaints.Error("cannot encode reply", "request", rep.RequestID, "err", err)
+		out.Data = []byte(err.Error())
+	}
+	if rep.Error != "" {
+		out.Header.Set(wire.HeaderError, rep.Error)
+	}
+	if rep.TraceID != "" {
+		out.Header.Set(wire.HeaderTraceID, rep.TraceID)
+	}
+	if rep.Status == wire.StatusError {
+		setServiceError(out.Header, rep, refusal)
+	}
+	if err := m.RespondMsg(out); err != nil {
+		f.replyFailures.Add(1)
+		f.complaints.Warn("reply failed", "request", rep.RequestID, "err", err)
+	}
+	f.micro.replied(pipelineOf(m.Subject), rep)
 }
 
 // intakeRefusal is why the intake did not take a request.
@@ -128,6 +135,7 @@ var refusalLogKeys = []struct {
 // noteRefusal counts a refusal and logs it, rate-limited.
 func (f *Frontend) noteRefusal(pipelineName string, err error) {
 	f.refused.Add(1)
+	f.measureRefusal(pipelineName)
 	if errors.Is(err, ErrOverloaded) {
 		f.overloaded.Add(1)
 	}

@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
+	"github.com/sleipnir-serving/sleipnir/pkg/metrics"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/ratelog"
@@ -48,7 +49,10 @@ type Config struct {
 	// MaxTimeout is the furthest ahead a request's deadline may be (Sleipnir-Timeout or Sleipnir-Deadline); further
 	// is refused. Default: the larger of DefaultMaxTimeout and 10 times the pipeline's SLO. At most 24 h.
 	MaxTimeout time.Duration
-	Logger     *slog.Logger
+	// Metrics, if set, records the frontend's requests and exports its counters (pkg/metrics; shared by the
+	// frontends of a process).
+	Metrics *metrics.Frontend
+	Logger  *slog.Logger
 }
 
 // Defaults of Config.
@@ -132,6 +136,7 @@ type Frontend struct {
 	stopPublish context.CancelFunc
 	// complaints rate-limits the log lines of bad input and failed replies; Stats counts every one.
 	complaints *ratelog.Limiter
+	micro      *microService // the NATS micro protocol's view of the frontend
 
 	catalog *catalog.Catalog
 	ready   chan struct{} // closed when the KV's initial specs and plans are loaded
@@ -161,7 +166,7 @@ func New(nc *nats.Conn, cfg Config) (*Frontend, error) {
 		return nil, err
 	}
 	stopping, stopPublish := context.WithCancel(context.Background())
-	return &Frontend{
+	f := &Frontend{
 		stopping: stopping, stopPublish: stopPublish,
 		cfg: cfg, nc: nc, js: js, log: cfg.Logger, tracer: otel.Tracer("sleipnir/frontend"),
 		result: wire.ResultSubject(cfg.ID), boot: fmt.Sprintf("%012x", rand.Uint64()>>16),
@@ -169,7 +174,10 @@ func New(nc *nats.Conn, cfg Config) (*Frontend, error) {
 		complaints: ratelog.New(cfg.Logger, 0, 0),
 		ready:      make(chan struct{}), pending: map[string]*request{}, demand: map[string]int{},
 		rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0xf00d)),
-	}, nil
+	}
+	f.micro = newMicroService(f)
+	f.exportCounters()
+	return f, nil
 }
 
 // Stats returns the frontend's counters.
@@ -223,6 +231,15 @@ func (f *Frontend) Run(ctx context.Context) error {
 	}
 	_ = requests.SetPendingLimits(-1, -1)
 	defer requests.Unsubscribe()
+	service, err := f.micro.subscribe(f.nc)
+	defer func() {
+		for _, sub := range service {
+			_ = sub.Unsubscribe()
+		}
+	}()
+	if err != nil {
+		return fmt.Errorf("frontend: micro service: %w", err)
+	}
 	if err := f.nc.Flush(); err != nil {
 		return fmt.Errorf("frontend: subscribe: %w", err)
 	}

@@ -138,6 +138,7 @@ func (f *Frontend) finish(r *request, late bool, failure string) {
 		r.span.SetStatus(codes.Error, rep.Status)
 	}
 	r.span.End()
+	f.measureReply(r, rep.Status, rep.Accuracy)
 	f.replied.Add(1)
 	r.reply(rep)
 }

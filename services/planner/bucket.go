@@ -37,7 +37,12 @@ func (p *Planner) putPlan(ctx context.Context, pl *plan.Plan) error {
 	if err != nil {
 		return err
 	}
-	return p.put(ctx, wire.PlanKey(pl.Pipeline), data)
+	if err := p.put(ctx, wire.PlanKey(pl.Pipeline), data); err != nil {
+		return err
+	}
+	p.published.Store(pl.Pipeline, data)
+	p.metrics.Plan(pl)
+	return nil
 }
 
 // put writes key and remembers the write, so that onWritten tells it from someone else's.

@@ -15,10 +15,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
 	"github.com/sleipnir-serving/sleipnir/pkg/control"
 	"github.com/sleipnir-serving/sleipnir/pkg/demand"
+	"github.com/sleipnir-serving/sleipnir/pkg/metrics"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/ratelog"
@@ -50,7 +52,9 @@ type Config struct {
 	// MaxReportQPS is the largest rate one frontend's demand report may claim (default 50000, beyond what one
 	// frontend accepts); reports above it are refused and counted.
 	MaxReportQPS float64
-	Logger       *slog.Logger
+	// Metrics, if set, is where the planner registers its metrics (pkg/metrics).
+	Metrics prometheus.Registerer
+	Logger  *slog.Logger
 }
 
 func (c *Config) setDefaults() {
@@ -122,7 +126,9 @@ type Planner struct {
 	changed  chan struct{}
 	// quietUntil suppresses the shortage warning while workers are still registering.
 	quietUntil time.Time
-	unplaced   int // replicas without a worker at the last assignment
+	unplaced   int              // replicas without a worker at the last assignment
+	metrics    *metrics.Planner // nil without Config.Metrics
+	published  sync.Map         // pipeline -> the JSON of the last plan put, for the status endpoint
 }
 
 // New prepares a planner on a connection; Run serves.
@@ -170,10 +176,14 @@ func New(nc *nats.Conn, cfg Config) (*Planner, error) {
 			return cfg.Config.DemandEstimator(cfg.DemandAlpha)
 		})
 	}
-	return &Planner{cfg: cfg, nc: nc, js: js, log: cfg.Logger, complaints: ratelog.New(cfg.Logger, 0, 0),
+	p := &Planner{cfg: cfg, nc: nc, js: js, log: cfg.Logger, complaints: ratelog.New(cfg.Logger, 0, 0),
 		live: control.NewLiveness(cfg.WorkerTimeout), demand: est, fanout: fan, taskDemand: tasks, systems: systems,
 		counters: demand.NewCounters(), assign: map[string]plan.Assignment{},
-		written: map[string]writtenValue{}, tampered: map[string]bool{}, changed: make(chan struct{}, 1)}, nil
+		written: map[string]writtenValue{}, tampered: map[string]bool{}, changed: make(chan struct{}, 1)}
+	if cfg.Metrics != nil {
+		p.metrics = metrics.NewPlanner(cfg.Metrics, p.metricsState)
+	}
+	return p, nil
 }
 
 // Complaints counts the bad input the planner refused or repaired, by kind.
@@ -192,6 +202,11 @@ func (p *Planner) Run(ctx context.Context) error {
 		return fmt.Errorf("planner: open KV bucket: %w", err)
 	}
 	p.kv = kv
+	svc, err := p.addService()
+	if err != nil {
+		return fmt.Errorf("planner: micro service: %w", err)
+	}
+	defer svc.Stop()
 	p.reconnects = p.nc.Stats().Reconnects
 	p.demandReconnects = p.reconnects
 	for i, spec := range p.cfg.Pipelines {

@@ -20,6 +20,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/buildinfo"
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
 	"github.com/sleipnir-serving/sleipnir/pkg/control"
+	"github.com/sleipnir-serving/sleipnir/pkg/metrics"
 	"github.com/sleipnir-serving/sleipnir/pkg/onnx"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/telemetry"
@@ -192,6 +193,7 @@ func runUp(args []string) error {
 	fresh := fs.Bool("fresh", true, "start the embedded server on an empty state: remove the JetStream files of an "+
 		"earlier run (its plans, workers and queued tasks); --fresh=false keeps them")
 	httpAddr := fs.String("http", "127.0.0.1:8080", "KServe v2 HTTP address of the frontend (empty disables it)")
+	metricsAddr := metricsFlag(fs, DefaultUpMetricsAddr)
 	maxReq := fs.Int("max-request-bytes", frontend.DefaultMaxRequestBytes, "largest request payload accepted")
 	intake := registerIntakeFlags(fs)
 	storage := storageFlag(fs)
@@ -237,7 +239,7 @@ func runUp(args []string) error {
 	return up.Run(ctx, up.Config{NATSURL: c.natsURL, Auth: c.auth, Permissions: *permissions, DataDir: *stateDir, Fresh: *fresh, NATSHost: *host, NATSPort: *port,
 		MaxPayload: maxPayload, Pipelines: specs, Workers: *workers, ModelsDir: *models, HTTPAddr: *httpAddr, MaxRequestBytes: *maxReq,
 		IntakeWorkers: *intake.workers, IntakeQueue: *intake.queue, MaxTimeout: *intake.maxTimeout,
-		Storage: st, System: system, Control: cc, Logger: log,
+		Storage: st, System: system, Control: cc, MetricsAddr: *metricsAddr, Logger: log,
 		Started: func(url string) {
 			names := make([]string, len(specs))
 			for i, s := range specs {
@@ -272,12 +274,19 @@ func runFrontend(args []string) error {
 	httpAddr := fs.String("http", ":8080", "KServe v2 HTTP address (empty disables it)")
 	maxReq := fs.Int("max-request-bytes", frontend.DefaultMaxRequestBytes, "largest request payload accepted")
 	intake := registerIntakeFlags(fs)
+	metricsAddr := metricsFlag(fs, "")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	return c.serve("frontend", auth.Frontend, func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
+		reg, stop, err := serveMetrics(*metricsAddr, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
 		f, err := frontend.New(nc, frontend.Config{ID: *id, HTTPAddr: *httpAddr, MaxRequestBytes: *maxReq,
-			IntakeWorkers: *intake.workers, IntakeQueue: *intake.queue, MaxTimeout: *intake.maxTimeout, Logger: log})
+			IntakeWorkers: *intake.workers, IntakeQueue: *intake.queue, MaxTimeout: *intake.maxTimeout,
+			Metrics: metrics.NewFrontend(reg), Logger: log})
 		if err != nil {
 			return err
 		}
@@ -291,11 +300,17 @@ func runWorker(args []string) error {
 	c.register(fs, "NATS server URL")
 	id := fs.String("id", "", "worker id (default hostname-pid); with NATS permissions, the one its user may heartbeat as")
 	models := modelsFlag(fs)
+	metricsAddr := metricsFlag(fs, "")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	return c.serve("worker", auth.Worker, func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
-		w, err := worker.New(nc, worker.Config{ID: *id, ModelsDir: *models, Logger: log})
+		reg, stop, err := serveMetrics(*metricsAddr, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		w, err := worker.New(nc, worker.Config{ID: *id, ModelsDir: *models, Metrics: metrics.NewWorker(reg), Logger: log})
 		if err != nil {
 			return err
 		}
@@ -313,6 +328,7 @@ func runPlanner(args []string) error {
 	ctl := control.RegisterFlags(fs)
 	ackWait := fs.Duration("ack-wait", bus.DefaultAckWait, "the variant consumers' ack wait: how long a fetched message may "+
 		"stay unacknowledged before another replica gets it (workers mark batches that run longer in progress)")
+	metricsAddr := metricsFlag(fs, "")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -336,8 +352,13 @@ func runPlanner(args []string) error {
 		return err
 	}
 	return c.serve("planner", auth.Planner, func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
+		reg, stop, err := serveMetrics(*metricsAddr, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
 		p, err := planner.New(nc, planner.Config{Pipelines: specs, Storage: st, System: system, AckWait: *ackWait,
-			Config: cc, Logger: log})
+			Config: cc, Metrics: reg, Logger: log})
 		if err != nil {
 			return err
 		}

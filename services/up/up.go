@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/auth"
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
@@ -62,7 +63,9 @@ type Config struct {
 	IntakeWorkers, IntakeQueue int
 	MaxTimeout                 time.Duration
 	Storage                    jetstream.StorageType
-	Logger                     *slog.Logger
+	// MetricsAddr is where one Prometheus endpoint (/metrics) serves every service's metrics ("" disables it).
+	MetricsAddr string
+	Logger      *slog.Logger
 	// Started, if set, is called once every service is running, with the client URL of the NATS server.
 	Started func(natsURL string)
 }
@@ -73,6 +76,11 @@ type System struct {
 	URL      string         // client URL of the NATS server ("" when the embedded one only serves in-process)
 	Frontend *frontend.Frontend
 	Workers  []*worker.Worker
+	// MetricsAddr is where the metrics endpoint listens ("" without Config.MetricsAddr).
+	MetricsAddr string
+
+	metrics  serviceMetrics
+	registry prometheus.Registerer // nil without metrics
 
 	workerConns []*nats.Conn
 	seeds       map[string][]byte // nkey seed by user name (auth.User.Name), with Permissions
@@ -155,12 +163,15 @@ func Start(ctx context.Context, cfg Config) (_ *System, err error) {
 			"fresh", cfg.Fresh, "permissions", cfg.Permissions)
 	}
 
+	if err := sys.startMetrics(); err != nil {
+		return nil, err
+	}
 	nc, err := sys.connect("sleipnir-planner", auth.User{Role: auth.Planner})
 	if err != nil {
 		return nil, err
 	}
 	pl, err := planner.New(nc, planner.Config{Pipelines: cfg.Pipelines, Storage: cfg.Storage, System: cfg.System,
-		Config: cfg.Control, Logger: cfg.Logger})
+		Config: cfg.Control, Metrics: sys.registry, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -171,7 +182,7 @@ func Start(ctx context.Context, cfg Config) (_ *System, err error) {
 	}
 	fe, err := frontend.New(nc, frontend.Config{ID: "up-frontend", HTTPAddr: cfg.HTTPAddr,
 		MaxRequestBytes: cfg.MaxRequestBytes, IntakeWorkers: cfg.IntakeWorkers, IntakeQueue: cfg.IntakeQueue,
-		MaxTimeout: cfg.MaxTimeout, Logger: cfg.Logger})
+		MaxTimeout: cfg.MaxTimeout, Metrics: sys.metrics.frontend, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -184,7 +195,8 @@ func Start(ctx context.Context, cfg Config) (_ *System, err error) {
 		if err != nil {
 			return nil, err
 		}
-		w, err := worker.New(nc, worker.Config{ID: id, ModelsDir: cfg.ModelsDir, Logger: cfg.Logger})
+		w, err := worker.New(nc, worker.Config{ID: id, ModelsDir: cfg.ModelsDir, Metrics: sys.metrics.worker,
+			Logger: cfg.Logger})
 		if err != nil {
 			return nil, err
 		}
@@ -301,6 +313,9 @@ func (s *System) close() {
 		nc.Close()
 	}
 	s.conns = nil
+	if s.metrics.server != nil {
+		_ = s.metrics.server.Close()
+	}
 	if s.Server != nil {
 		s.Server.Shutdown()
 		s.Server.WaitForShutdown()

@@ -137,7 +137,9 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 	for c := range batching.Chunks(len(inputs), s.a.MaxBatch) {
 		lo := c * s.a.MaxBatch
 		hi := min(lo+s.a.MaxBatch, len(inputs))
+		began := time.Now()
 		outs, err := s.exec.Execute(ctx, inputs[lo:hi])
+		w.cfg.Metrics.Batch(s.a.Pipeline, s.a.Task, s.a.Variant, hi-lo, time.Since(began))
 		w.batches.Add(1)
 		if err == nil && len(outs) != hi-lo {
 			err = fmt.Errorf("executor returned %d outputs for %d inputs", len(outs), hi-lo)
@@ -172,6 +174,7 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 			}
 			o.Items++
 			o.QueueWaitMs += float64(now.Sub(sl.in.enqueued)) / float64(time.Millisecond)
+			w.cfg.Metrics.QueueWait(s.a.Pipeline, s.a.Task, s.a.Variant, now.Sub(sl.in.enqueued))
 			for child, subs := range sl.in.outputs[sl.i].Children {
 				o.Children[child] += uint64(len(subs))
 			}

@@ -26,6 +26,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/executor"
 	_ "github.com/sleipnir-serving/sleipnir/pkg/executor/all" // the worker runs variants of every kind
 	"github.com/sleipnir-serving/sleipnir/pkg/hop"
+	"github.com/sleipnir-serving/sleipnir/pkg/metrics"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/ratelog"
@@ -50,7 +51,10 @@ type Config struct {
 	ModelsDir string
 	// NewExecutor builds the executor of an assigned variant; default executor.New.
 	NewExecutor func(spec *pipeline.Spec, task, variant string, opts executor.Options) (executor.Executor, error)
-	Logger      *slog.Logger
+	// Metrics, if set, records batches and queue waits and exports the worker's counters (pkg/metrics; shared by
+	// the workers of a process).
+	Metrics *metrics.Worker
+	Logger  *slog.Logger
 }
 
 func (c *Config) setDefaults() {
@@ -146,6 +150,7 @@ func New(nc *nats.Conn, cfg Config) (*Worker, error) {
 	for _, r := range wire.DropReasons {
 		w.drops[r] = new(atomic.Uint64)
 	}
+	cfg.Metrics.AddSource(w)
 	return w, nil
 }
 
@@ -164,6 +169,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		return fmt.Errorf("worker %s: bind KV bucket: %w", w.cfg.ID, err)
 	}
 	w.kv = kv
+	svc, err := w.addService()
+	if err != nil {
+		return fmt.Errorf("worker %s: micro service: %w", w.cfg.ID, err)
+	}
+	defer svc.Stop()
 	watchCtx, stopWatches := context.WithCancel(ctx)
 	defer stopWatches()
 	go bus.WatchKV(watchCtx, w.nc, kv, wire.AssignKey(w.cfg.ID), w.onAssignment, nil)

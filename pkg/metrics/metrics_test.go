@@ -1,0 +1,99 @@
+package metrics
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
+
+// TestPlanSeriesFollowThePlan: a new plan replaces the variants' series (a retired variant's go), sets the mode's
+// series to 1 and the others to 0, and counts a new epoch once.
+func TestPlanSeriesFollowThePlan(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewPlanner(reg, nil)
+	m.Plan(&plan.Plan{Pipeline: "p", Epoch: 1, Mode: plan.ModeHardware,
+		Variants: []plan.VariantPlan{{Task: "a", Variant: "x", Replicas: 2, MaxBatch: 4}}})
+	m.Plan(&plan.Plan{Pipeline: "p", Epoch: 2, Mode: plan.ModeAccuracy,
+		Variants:   []plan.VariantPlan{{Task: "a", Variant: "y", Replicas: 3, MaxBatch: 8}},
+		Allocation: &plan.Allocation{SystemAccuracy: 0.8, ActiveServers: 3, SolveMs: 250}})
+	m.Plan(&plan.Plan{Pipeline: "p", Epoch: 2, Mode: plan.ModeAccuracy, // new routing, same allocation
+		Variants:   []plan.VariantPlan{{Task: "a", Variant: "y", Replicas: 3, MaxBatch: 8}},
+		Allocation: &plan.Allocation{SystemAccuracy: 0.8, ActiveServers: 3, SolveMs: 250}})
+	want := `
+# HELP sleipnir_plan_replicas Replicas the plan in force gives a variant.
+# TYPE sleipnir_plan_replicas gauge
+sleipnir_plan_replicas{pipeline="p",task="a",variant="y"} 3
+# HELP sleipnir_plan_mode 1 for the mode of the plan in force (static, hardware, accuracy, overloaded), 0 for the others.
+# TYPE sleipnir_plan_mode gauge
+sleipnir_plan_mode{mode="accuracy",pipeline="p"} 1
+sleipnir_plan_mode{mode="hardware",pipeline="p"} 0
+sleipnir_plan_mode{mode="overloaded",pipeline="p"} 0
+sleipnir_plan_mode{mode="static",pipeline="p"} 0
+# HELP sleipnir_planner_plans_total Plans (new allocations) published.
+# TYPE sleipnir_planner_plans_total counter
+sleipnir_planner_plans_total{pipeline="p"} 2
+# HELP sleipnir_plan_solve_duration_seconds Time the allocation solve of the plan in force took.
+# TYPE sleipnir_plan_solve_duration_seconds gauge
+sleipnir_plan_solve_duration_seconds{pipeline="p"} 0.25
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "sleipnir_plan_replicas", "sleipnir_plan_mode",
+		"sleipnir_planner_plans_total", "sleipnir_plan_solve_duration_seconds"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// workerCounts is one worker's counters, as its heartbeat has them.
+type workerCounts struct {
+	serving string
+	stats   wire.WorkerStats
+	obs     map[string]wire.Observed
+}
+
+func (w workerCounts) Stats() wire.WorkerStats                { return w.stats }
+func (w workerCounts) Observations() map[string]wire.Observed { return w.obs }
+func (w workerCounts) Serving() string                        { return w.serving }
+
+// TestWorkerCountersSumPerVariant: the workers of a process are summed per variant, every drop reason has a series,
+// and a variant no worker serves any longer keeps its counters and shows 0 workers serving.
+func TestWorkerCountersSumPerVariant(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewWorker(reg)
+	m.AddSource(workerCounts{serving: "p:a/x", obs: map[string]wire.Observed{
+		"p:a/x": {FanoutCounts: wire.FanoutCounts{Items: 3, Children: map[string]uint64{"b": 6}},
+			Dropped: map[string]uint64{wire.DropDeadline: 1}},
+		"p:a/old": {FanoutCounts: wire.FanoutCounts{Items: 5}},
+	}})
+	m.AddSource(workerCounts{serving: "p:a/x", obs: map[string]wire.Observed{
+		"p:a/x": {FanoutCounts: wire.FanoutCounts{Items: 4, Children: map[string]uint64{"b": 2}}},
+	}})
+	m.AddSource(workerCounts{})
+	want := `
+# HELP sleipnir_worker_items_total Items executed.
+# TYPE sleipnir_worker_items_total counter
+sleipnir_worker_items_total{pipeline="p",task="a",variant="old"} 5
+sleipnir_worker_items_total{pipeline="p",task="a",variant="x"} 7
+# HELP sleipnir_worker_subrequests_total Sub-requests emitted per child task (over items_total: the measured multiplicative factor).
+# TYPE sleipnir_worker_subrequests_total counter
+sleipnir_worker_subrequests_total{child="b",pipeline="p",task="a",variant="x"} 8
+# HELP sleipnir_worker_serving Workers serving the variant now.
+# TYPE sleipnir_worker_serving gauge
+sleipnir_worker_serving{pipeline="p",task="a",variant="old"} 0
+sleipnir_worker_serving{pipeline="p",task="a",variant="x"} 2
+# HELP sleipnir_worker_workers Workers in this process, by whether they serve a variant.
+# TYPE sleipnir_worker_workers gauge
+sleipnir_worker_workers{state="idle"} 1
+sleipnir_worker_workers{state="serving"} 2
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "sleipnir_worker_items_total",
+		"sleipnir_worker_subrequests_total", "sleipnir_worker_serving", "sleipnir_worker_workers"); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(m, "sleipnir_worker_dropped_items_total"); n != 2*len(wire.DropReasons) {
+		t.Errorf("%d drop series, want one per reason per variant (%d)", n, 2*len(wire.DropReasons))
+	}
+}

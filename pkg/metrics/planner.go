@@ -1,0 +1,166 @@
+package metrics
+
+import (
+	"strings"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+)
+
+// QueueDepth is what waits at one variant's consumer.
+type QueueDepth struct {
+	Pipeline, Task, Variant string
+	// Pending messages not yet delivered, and delivered but not acknowledged (in a worker's batch).
+	Pending, Unacked uint64
+}
+
+// PlannerState is what the planner knows now, read at scrape time.
+type PlannerState struct {
+	// Demand is the demand estimate per pipeline, requests per second.
+	Demand map[string]float64
+	// SLO is each pipeline's latency objective, seconds.
+	SLO map[string]float64
+	// Queues are the variants' queues as JetStream reports them.
+	Queues []QueueDepth
+}
+
+// Planner holds the planner's metrics: the plan in force per pipeline, and the demand estimate and the variants'
+// queues (read at scrape time through the function given to NewPlanner).
+type Planner struct {
+	epoch, accuracy, active, cluster, estimate, served, solve, gap, optimal, plannedDemand *prometheus.GaugeVec
+	mode, replicas, maxBatch, fanout                                                       *prometheus.GaugeVec
+	plans                                                                                  *prometheus.CounterVec
+
+	state                             func() PlannerState
+	demandD, sloD, pendingD, unackedD *prometheus.Desc
+	mu                                sync.Mutex
+	lastEpoch                         map[string]uint64
+}
+
+// Modes a plan may be in (plan.Mode*): each pipeline has a series per mode, 1 for the plan's.
+var Modes = []string{plan.ModeStatic, plan.ModeHardware, plan.ModeAccuracy, plan.ModeOverloaded}
+
+// NewPlanner registers the planner metrics with reg; state (nil: none) reads the demand estimates and queues.
+func NewPlanner(reg prometheus.Registerer, state func() PlannerState) *Planner {
+	pipe := []string{LabelPipeline}
+	variant := []string{LabelPipeline, LabelTask, LabelVariant}
+	gauge := func(n, help string, labels []string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name("plan", n), Help: help}, labels)
+	}
+	m := &Planner{
+		epoch:         gauge("epoch", "Epoch of the plan in force.", pipe),
+		mode:          gauge("mode", "1 for the mode of the plan in force (static, hardware, accuracy, overloaded), 0 for the others.", []string{LabelPipeline, LabelMode}),
+		accuracy:      gauge("accuracy", "End-to-end accuracy the plan in force expects.", pipe),
+		active:        gauge("active_servers", "Workers the plan in force uses.", pipe),
+		cluster:       gauge("cluster_servers", "Workers the planner could use for the pipeline.", pipe),
+		plannedDemand: gauge("demand_qps", "Demand the plan in force was sized for (the estimate plus headroom), requests per second.", pipe),
+		estimate:      gauge("estimate_qps", "Demand estimate the plan in force was made from, requests per second.", pipe),
+		served:        gauge("served_qps", "Requests per second the plan in force serves (less than its demand when overloaded).", pipe),
+		solve:         gauge("solve_duration_seconds", "Time the allocation solve of the plan in force took.", pipe),
+		gap:           gauge("gap", "Relative optimality gap of the plan in force (0: proven optimal).", pipe),
+		optimal:       gauge("optimal", "1 when the solver proved the plan in force optimal.", pipe),
+		replicas:      gauge("replicas", "Replicas the plan in force gives a variant.", variant),
+		maxBatch:      gauge("max_batch", "Largest batch the plan in force runs a variant at.", variant),
+		fanout: gauge("multiplicative_factor", "Measured multiplicative factor (sub-requests per item) the plan in force used for a variant.",
+			variant),
+		plans: prometheus.NewCounterVec(prometheus.CounterOpts{Name: name("planner", "plans_total"),
+			Help: "Plans (new allocations) published."}, pipe),
+		state: state,
+		sloD:  prometheus.NewDesc(name("pipeline", "slo_seconds"), "The pipeline's end-to-end latency objective.", pipe, nil),
+		demandD: prometheus.NewDesc(name("planner", "demand_estimate_qps"),
+			"The planner's current demand estimate, requests per second.", pipe, nil),
+		pendingD: prometheus.NewDesc(name("queue", "pending_messages"),
+			"Task messages waiting at a variant's consumer, not yet delivered.", variant, nil),
+		unackedD: prometheus.NewDesc(name("queue", "unacked_messages"),
+			"Task messages delivered to a variant's workers and not yet acknowledged.", variant, nil),
+		lastEpoch: map[string]uint64{},
+	}
+	reg.MustRegister(m.epoch, m.mode, m.accuracy, m.active, m.cluster, m.plannedDemand, m.estimate, m.served, m.solve,
+		m.gap, m.optimal, m.replicas, m.maxBatch, m.fanout, m.plans, m)
+	return m
+}
+
+// Plan records a published plan (new allocation or new routing) of its pipeline.
+func (m *Planner) Plan(pl *plan.Plan) {
+	if m == nil || pl == nil {
+		return
+	}
+	p := pl.Pipeline
+	m.mu.Lock()
+	if last, ok := m.lastEpoch[p]; !ok || last != pl.Epoch {
+		m.plans.WithLabelValues(p).Inc()
+	}
+	m.lastEpoch[p] = pl.Epoch
+	m.mu.Unlock()
+	m.epoch.WithLabelValues(p).Set(float64(pl.Epoch))
+	for _, mode := range Modes {
+		v := 0.0
+		if mode == pl.Mode {
+			v = 1
+		}
+		m.mode.WithLabelValues(p, mode).Set(v)
+	}
+	if a := pl.Allocation; a != nil {
+		m.accuracy.WithLabelValues(p).Set(a.SystemAccuracy)
+		m.active.WithLabelValues(p).Set(float64(a.ActiveServers))
+		m.cluster.WithLabelValues(p).Set(float64(a.ClusterServers))
+		m.plannedDemand.WithLabelValues(p).Set(a.DemandQPS)
+		m.estimate.WithLabelValues(p).Set(a.Estimate())
+		m.served.WithLabelValues(p).Set(a.ServedQPS)
+		m.solve.WithLabelValues(p).Set(a.SolveMs / 1000)
+		m.gap.WithLabelValues(p).Set(a.Gap)
+		opt := 0.0
+		if a.Optimal {
+			opt = 1
+		}
+		m.optimal.WithLabelValues(p).Set(opt)
+	} else {
+		active := 0
+		for _, v := range pl.Variants {
+			active += v.Replicas
+		}
+		m.active.WithLabelValues(p).Set(float64(active))
+	}
+	// A retired variant's series go; the plan's are set anew.
+	only := prometheus.Labels{LabelPipeline: p}
+	m.replicas.DeletePartialMatch(only)
+	m.maxBatch.DeletePartialMatch(only)
+	m.fanout.DeletePartialMatch(only)
+	for _, v := range pl.Variants {
+		m.replicas.WithLabelValues(p, v.Task, v.Variant).Set(float64(v.Replicas))
+		m.maxBatch.WithLabelValues(p, v.Task, v.Variant).Set(float64(v.MaxBatch))
+	}
+	for hop, f := range pl.Fanout {
+		if t, v, ok := strings.Cut(hop, "/"); ok {
+			m.fanout.WithLabelValues(p, t, v).Set(f.Mean)
+		}
+	}
+}
+
+// Describe implements prometheus.Collector for what is read at scrape time.
+func (m *Planner) Describe(ch chan<- *prometheus.Desc) {
+	ch <- m.demandD
+	ch <- m.sloD
+	ch <- m.pendingD
+	ch <- m.unackedD
+}
+
+// Collect implements prometheus.Collector: the demand estimates and the queues now.
+func (m *Planner) Collect(ch chan<- prometheus.Metric) {
+	if m.state == nil {
+		return
+	}
+	st := m.state()
+	for p, qps := range st.Demand {
+		ch <- prometheus.MustNewConstMetric(m.demandD, prometheus.GaugeValue, qps, p)
+	}
+	for p, slo := range st.SLO {
+		ch <- prometheus.MustNewConstMetric(m.sloD, prometheus.GaugeValue, slo, p)
+	}
+	for _, q := range st.Queues {
+		ch <- prometheus.MustNewConstMetric(m.pendingD, prometheus.GaugeValue, float64(q.Pending), q.Pipeline, q.Task, q.Variant)
+		ch <- prometheus.MustNewConstMetric(m.unackedD, prometheus.GaugeValue, float64(q.Unacked), q.Pipeline, q.Task, q.Variant)
+	}
+}

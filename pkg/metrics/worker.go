@@ -1,0 +1,176 @@
+package metrics
+
+import (
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
+
+// WorkerSource is what a worker already counts (its heartbeat): the collector reads it at scrape time.
+type WorkerSource interface {
+	Stats() wire.WorkerStats
+	Observations() map[string]wire.Observed // by "pipeline:task/variant"
+	Serving() string                        // "pipeline:task/variant", or "" when idle
+}
+
+// Worker holds the workers' metrics: one per registry, shared by the workers of a process (`up` runs many), whose
+// counters it sums per variant.
+type Worker struct {
+	batchSize, batchDuration, queueWait *prometheus.HistogramVec
+
+	mu      sync.Mutex
+	sources []WorkerSource
+
+	items, batches, dropped, rerouted, subrequests, serving *prometheus.Desc
+	failed, discarded, returned, workers                    *prometheus.Desc
+}
+
+// NewWorker registers the worker metrics with reg; with none (nil), there are none (nil).
+func NewWorker(reg prometheus.Registerer) *Worker {
+	if reg == nil {
+		return nil
+	}
+	variant := []string{LabelPipeline, LabelTask, LabelVariant}
+	desc := func(n, help string, extra ...string) *prometheus.Desc {
+		return prometheus.NewDesc(name("worker", n), help, append(append([]string(nil), variant...), extra...), nil)
+	}
+	m := &Worker{
+		batchSize: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name("worker", "batch_size"),
+			Help: "Items per executed model batch.", Buckets: BatchSizeBuckets}, variant),
+		batchDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name("worker", "batch_duration_seconds"),
+			Help: "Time to execute one model batch.", Buckets: LatencyBuckets}, variant),
+		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name("worker", "queue_wait_seconds"),
+			Help: "Time an executed item waited in its variant's queue.", Buckets: LatencyBuckets}, variant),
+		items:       desc("items_total", "Items executed."),
+		batches:     desc("batches_total", "Model batches executed."),
+		dropped:     desc("dropped_items_total", "Items dropped, by reason.", LabelReason),
+		rerouted:    desc("rerouted_total", "Sub-requests sent to a backup variant instead of the routing table's choice."),
+		subrequests: desc("subrequests_total", "Sub-requests emitted per child task (over items_total: the measured multiplicative factor).", LabelChild),
+		serving:     desc("serving", "Workers serving the variant now."),
+		failed:      prometheus.NewDesc(name("worker", "failed_items_total"), "Items whose execution failed.", nil, nil),
+		discarded:   prometheus.NewDesc(name("worker", "discarded_messages_total"), "Messages that were not valid task messages.", nil, nil),
+		returned:    prometheus.NewDesc(name("worker", "returned_messages_total"), "Messages handed back to the queue: they did not fit a batch.", nil, nil),
+		workers:     prometheus.NewDesc(name("worker", "workers"), "Workers in this process, by whether they serve a variant.", []string{"state"}, nil),
+	}
+	reg.MustRegister(m.batchSize, m.batchDuration, m.queueWait, m)
+	return m
+}
+
+// AddSource adds a worker to the exported sums.
+func (m *Worker) AddSource(s WorkerSource) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	m.sources = append(m.sources, s)
+	m.mu.Unlock()
+}
+
+// Batch records one executed model batch of a variant.
+func (m *Worker) Batch(pipeline, task, variant string, items int, took time.Duration) {
+	if m == nil {
+		return
+	}
+	m.batchSize.WithLabelValues(pipeline, task, variant).Observe(float64(items))
+	m.batchDuration.WithLabelValues(pipeline, task, variant).Observe(took.Seconds())
+}
+
+// QueueWait records how long an executed item waited in a variant's queue.
+func (m *Worker) QueueWait(pipeline, task, variant string, waited time.Duration) {
+	if m == nil {
+		return
+	}
+	m.queueWait.WithLabelValues(pipeline, task, variant).Observe(waited.Seconds())
+}
+
+// Describe implements prometheus.Collector for what is read from the sources.
+func (m *Worker) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{m.items, m.batches, m.dropped, m.rerouted, m.subrequests, m.serving,
+		m.failed, m.discarded, m.returned, m.workers} {
+		ch <- d
+	}
+}
+
+// variantKey is a variant's labels.
+type variantKey struct{ pipeline, task, variant string }
+
+// parseServed splits "pipeline:task/variant"; ok is false for anything else.
+func parseServed(s string) (variantKey, bool) {
+	p, hop, ok := strings.Cut(s, ":")
+	if !ok {
+		return variantKey{}, false
+	}
+	t, v, ok := strings.Cut(hop, "/")
+	return variantKey{p, t, v}, ok
+}
+
+// Collect implements prometheus.Collector: the sources' counters summed per variant.
+func (m *Worker) Collect(ch chan<- prometheus.Metric) {
+	m.mu.Lock()
+	sources := append([]WorkerSource(nil), m.sources...)
+	m.mu.Unlock()
+	obs := map[variantKey]*wire.Observed{}
+	serving := map[variantKey]int{}
+	var failed, discarded, returned uint64
+	idle := 0
+	for _, s := range sources {
+		st := s.Stats()
+		failed += st.Failed
+		discarded += st.Discarded
+		returned += st.Returned
+		if k, ok := parseServed(s.Serving()); ok {
+			serving[k]++
+		} else {
+			idle++
+		}
+		for key, o := range s.Observations() {
+			k, ok := parseServed(key)
+			if !ok {
+				continue
+			}
+			sum := obs[k]
+			if sum == nil {
+				sum = &wire.Observed{FanoutCounts: wire.FanoutCounts{Children: map[string]uint64{}}, Dropped: map[string]uint64{}}
+				obs[k] = sum
+			}
+			sum.Items += o.Items
+			sum.Batches += o.Batches
+			sum.Rerouted += o.Rerouted
+			for c, n := range o.Children {
+				sum.Children[c] += n
+			}
+			for r, n := range o.Dropped {
+				sum.Dropped[r] += n
+			}
+		}
+	}
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	for k, o := range obs {
+		counter(m.items, o.Items, k.pipeline, k.task, k.variant)
+		counter(m.batches, o.Batches, k.pipeline, k.task, k.variant)
+		counter(m.rerouted, o.Rerouted, k.pipeline, k.task, k.variant)
+		for _, r := range wire.DropReasons {
+			counter(m.dropped, o.Dropped[r], k.pipeline, k.task, k.variant, r)
+		}
+		for c, n := range o.Children {
+			counter(m.subrequests, n, k.pipeline, k.task, k.variant, c)
+		}
+		if _, ok := serving[k]; !ok {
+			serving[k] = 0
+		}
+	}
+	for k, n := range serving {
+		ch <- prometheus.MustNewConstMetric(m.serving, prometheus.GaugeValue, float64(n), k.pipeline, k.task, k.variant)
+	}
+	counter(m.failed, failed)
+	counter(m.discarded, discarded)
+	counter(m.returned, returned)
+	ch <- prometheus.MustNewConstMetric(m.workers, prometheus.GaugeValue, float64(len(sources)-idle), "serving")
+	ch <- prometheus.MustNewConstMetric(m.workers, prometheus.GaugeValue, float64(idle), "idle")
+}

@@ -1,0 +1,46 @@
+package planner
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/metrics"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
+
+// queueLookupTimeout bounds the JetStream lookups of one scrape.
+const queueLookupTimeout = 2 * time.Second
+
+// metricsState is what the planner's metrics read at scrape time: the demand estimates and, from JetStream, what
+// waits at each variant's consumer.
+func (p *Planner) metricsState() metrics.PlannerState {
+	st := metrics.PlannerState{Demand: map[string]float64{}, SLO: map[string]float64{}}
+	for _, spec := range p.cfg.Pipelines {
+		st.SLO[spec.Name] = spec.SLOMs / 1000
+	}
+	p.mu.Lock()
+	for name, e := range p.demand {
+		st.Demand[name] = e.Estimate()
+	}
+	p.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), queueLookupTimeout)
+	defer cancel()
+	for _, spec := range p.cfg.Pipelines {
+		stream, err := p.js.Stream(ctx, wire.TaskStream(spec.Name))
+		if err != nil {
+			continue // not made yet, or JetStream is away: no series rather than a wrong zero
+		}
+		prefix := wire.TaskPrefix + spec.Name + "."
+		consumers := stream.ListConsumers(ctx)
+		for info := range consumers.Info() {
+			task, variant, ok := strings.Cut(strings.TrimPrefix(info.Config.FilterSubject, prefix), ".")
+			if !ok {
+				continue
+			}
+			st.Queues = append(st.Queues, metrics.QueueDepth{Pipeline: spec.Name, Task: task, Variant: variant,
+				Pending: info.NumPending, Unacked: uint64(info.NumAckPending)})
+		}
+	}
+	return st
+}

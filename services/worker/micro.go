@@ -1,0 +1,28 @@
+package worker
+
+import (
+	"time"
+
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
+
+// addService registers the worker with the NATS micro framework: `nats micro list` shows it, and its status
+// endpoint (wire.WorkerStatusSubject) answers with what its heartbeat says. Stop it when the worker stops.
+func (w *Worker) addService() (micro.Service, error) {
+	svc, err := micro.AddService(w.nc, micro.Config{Name: wire.ServiceWorker, Version: wire.ServiceVersion,
+		Description: "Sleipnir worker: serves one model variant at a time", Metadata: map[string]string{"worker": w.cfg.ID}})
+	if err != nil {
+		return nil, err
+	}
+	err = svc.AddEndpoint("status", micro.HandlerFunc(func(req micro.Request) {
+		_ = req.RespondJSON(Registration{ID: w.cfg.ID, Updated: time.Now(), Variant: w.Serving(), Stats: w.Stats(),
+			SwapMs: float64frombits(w.swapMs.Load()), Observed: w.Observations()})
+	}), micro.WithEndpointSubject(wire.WorkerStatusSubject(w.cfg.ID)))
+	if err != nil {
+		_ = svc.Stop()
+		return nil, err
+	}
+	return svc, nil
+}
