@@ -97,3 +97,18 @@ sleipnir_worker_workers{state="serving"} 2
 		t.Errorf("%d drop series, want one per reason per variant (%d)", n, 2*len(wire.DropReasons))
 	}
 }
+
+func TestTunerLoansAreSeries(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	NewPlanner(reg, func() PlannerState {
+		return PlannerState{Lent: map[string]map[string]int{"traffic": {"detect/yolov5x": 3}}}
+	})
+	want := `
+# HELP sleipnir_tuner_lent_workers Idle workers the tuner lends a variant on top of the plan's replicas (pkg/tuner).
+# TYPE sleipnir_tuner_lent_workers gauge
+sleipnir_tuner_lent_workers{pipeline="traffic",task="detect",variant="yolov5x"} 3
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "sleipnir_tuner_lent_workers"); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -24,6 +24,8 @@ type PlannerState struct {
 	SLO map[string]float64
 	// Queues are the variants' queues as JetStream reports them.
 	Queues []QueueDepth
+	// Lent is, per pipeline, the workers the tuner lends each variant ("task/variant") on top of the plan's.
+	Lent map[string]map[string]int
 }
 
 // Planner holds the planner's metrics: the plan in force per pipeline, and the demand estimate and the variants'
@@ -35,6 +37,7 @@ type Planner struct {
 
 	state                             func() PlannerState
 	demandD, sloD, pendingD, unackedD *prometheus.Desc
+	lentD                             *prometheus.Desc
 	mu                                sync.Mutex
 	lastEpoch                         map[string]uint64
 }
@@ -75,6 +78,8 @@ func NewPlanner(reg prometheus.Registerer, state func() PlannerState) *Planner {
 			"Task messages waiting at a variant's consumer, not yet delivered.", variant, nil),
 		unackedD: prometheus.NewDesc(name("queue", "unacked_messages"),
 			"Task messages delivered to a variant's workers and not yet acknowledged.", variant, nil),
+		lentD: prometheus.NewDesc(name("tuner", "lent_workers"),
+			"Idle workers the tuner lends a variant on top of the plan's replicas (pkg/tuner).", variant, nil),
 		lastEpoch: map[string]uint64{},
 	}
 	reg.MustRegister(m.epoch, m.mode, m.accuracy, m.active, m.cluster, m.plannedDemand, m.estimate, m.served, m.solve,
@@ -145,6 +150,7 @@ func (m *Planner) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.sloD
 	ch <- m.pendingD
 	ch <- m.unackedD
+	ch <- m.lentD
 }
 
 // Collect implements prometheus.Collector: the demand estimates and the queues now.
@@ -158,6 +164,12 @@ func (m *Planner) Collect(ch chan<- prometheus.Metric) {
 	}
 	for p, slo := range st.SLO {
 		ch <- prometheus.MustNewConstMetric(m.sloD, prometheus.GaugeValue, slo, p)
+	}
+	for p, lent := range st.Lent {
+		for hop, n := range lent {
+			task, variant, _ := strings.Cut(hop, "/")
+			ch <- prometheus.MustNewConstMetric(m.lentD, prometheus.GaugeValue, float64(n), p, task, variant)
+		}
 	}
 	for _, q := range st.Queues {
 		ch <- prometheus.MustNewConstMetric(m.pendingD, prometheus.GaugeValue, float64(q.Pending), q.Pipeline, q.Task, q.Variant)

@@ -23,6 +23,7 @@ func (p *Planner) metricsState() metrics.PlannerState {
 	for name, e := range p.demand {
 		st.Demand[name] = e.Estimate()
 	}
+	st.Lent = p.lentShown
 	p.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), queueLookupTimeout)
 	defer cancel()

@@ -113,7 +113,9 @@ type Planner struct {
 	tuners  []*tuner.Tuner
 	lent    []map[string]int
 	waiting []map[string]float64
-	live    *control.Liveness // under mu
+	// lentShown is the loans per pipeline for the metrics, replaced (never changed in place) under mu.
+	lentShown map[string]map[string]int
+	live      *control.Liveness // under mu
 	// reconnects is the connection's reconnect count when liveness last looked, demandReconnects when the demand
 	// estimates last did; under mu.
 	reconnects, demandReconnects uint64

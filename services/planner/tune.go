@@ -40,6 +40,7 @@ func (p *Planner) tuneLook(ctx context.Context, now time.Time) {
 		p.lent[i], changed = lent, true
 	}
 	if changed {
+		p.showLoans()
 		if err := p.reassign(ctx); err != nil && ctx.Err() == nil {
 			p.log.Warn("assigning workers failed; will retry", "err", err)
 		}
@@ -89,4 +90,16 @@ func (p *Planner) retune(i int, now time.Time) {
 		return
 	}
 	p.lent[i] = p.tuners[i].Look(now, p.tuneInput(i, p.loops[i].Current(), len(p.liveWorkers(now))))
+	p.showLoans()
+}
+
+// showLoans publishes the loans to the metrics.
+func (p *Planner) showLoans() {
+	shown := make(map[string]map[string]int, len(p.specs))
+	for i, spec := range p.specs {
+		shown[spec.Name] = p.lent[i]
+	}
+	p.mu.Lock()
+	p.lentShown = shown
+	p.mu.Unlock()
 }
