@@ -178,6 +178,22 @@ func (e *Estimator) Seed(qps float64) {
 // Known says the estimate rests on data: reports folded in, or a seed. Before that it is 0 for want of data.
 func (e *Estimator) Known() bool { return e.primed }
 
+// Stepped says the reports live at now add up to a step from the estimate (StepSigmas, StepRatio): the next Tick
+// will take it. The planner ticks at once when a report makes one, rather than at its next tick, up to a second
+// later.
+func (e *Estimator) Stepped(now time.Time) bool {
+	if !e.primed || now.Sub(e.since) < e.Warmup {
+		return false
+	}
+	total := 0.0
+	for _, r := range e.frontends {
+		if !e.expired(r, now) {
+			total += r.rate
+		}
+	}
+	return e.step(total)
+}
+
 // Tick folds the current total rate into the average; call it once per reporting interval. It returns the estimate.
 // With no frontend live, or while reports are gathered for Warmup, the estimate holds.
 func (e *Estimator) Tick(now time.Time) float64 {

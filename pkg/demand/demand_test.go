@@ -54,7 +54,13 @@ func TestEstimatorStep(t *testing.T) {
 	if got := e.Tick(t0); math.Abs(got-109) > 1e-9 {
 		t.Fatalf("after 130 requests in a second at 100 QPS: %v, want the average 109", got)
 	}
+	if e.Stepped(t0) {
+		t.Fatal("130 at 100 QPS said to be a step")
+	}
 	e.Observe("f", 600, time.Second, t0.Add(time.Second))
+	if !e.Stepped(t0.Add(time.Second)) {
+		t.Fatal("600 at 109 QPS not said to be a step before the tick")
+	}
 	if got := e.Tick(t0.Add(time.Second)); got != 600 {
 		t.Fatalf("after a second of 600 at 109 QPS: %v, want the step taken, 600", got)
 	}

@@ -126,6 +126,8 @@ type Planner struct {
 	written  map[string]writtenValue
 	tampered map[string]bool
 	changed  chan struct{}
+	// stepped says a demand report made a step of the estimate (demand.Estimator.Stepped): Run ticks at once.
+	stepped chan struct{}
 	// quietUntil suppresses the shortage warning while workers are still registering.
 	quietUntil time.Time
 	unplaced   int              // replicas without a worker at the last assignment
@@ -181,7 +183,8 @@ func New(nc *nats.Conn, cfg Config) (*Planner, error) {
 	p := &Planner{cfg: cfg, nc: nc, js: js, log: cfg.Logger, complaints: ratelog.New(cfg.Logger, 0, 0),
 		live: control.NewLiveness(cfg.WorkerTimeout), demand: est, fanout: fan, taskDemand: tasks, systems: systems,
 		counters: demand.NewCounters(), assign: map[string]plan.Assignment{},
-		written: map[string]writtenValue{}, tampered: map[string]bool{}, changed: make(chan struct{}, 1)}
+		written: map[string]writtenValue{}, tampered: map[string]bool{}, changed: make(chan struct{}, 1),
+		stepped: make(chan struct{}, 1)}
 	if cfg.Metrics != nil {
 		p.metrics = metrics.NewPlanner(cfg.Metrics, p.metricsState)
 	}
@@ -276,6 +279,13 @@ func (p *Planner) Run(ctx context.Context) error {
 			continue
 		case <-p.changed:
 		case <-tick.C:
+		case <-p.stepped:
+			// A step of the demand: planned for now, and the next tick a period from now.
+			demandTick.Reset(estimateEvery)
+			if now := time.Now(); p.workersReady.Load() {
+				p.step(ctx, now, p.estimate(now))
+			}
+			continue
 		case now := <-demandTick.C:
 			// Until the registrations already in the bucket are read, the live workers are not known.
 			if p.workersReady.Load() {

@@ -38,10 +38,20 @@ func (p *Planner) onDemand(m *nats.Msg) {
 	p.mu.Lock()
 	e := p.demand[name]
 	var err error
+	stepped := false
 	if e != nil {
-		err = e.Observe(r.Frontend, r.Count, interval, time.Now())
+		now := time.Now()
+		if err = e.Observe(r.Frontend, r.Count, interval, now); err == nil {
+			stepped = e.Stepped(now)
+		}
 	}
 	p.mu.Unlock()
+	if stepped {
+		select {
+		case p.stepped <- struct{}{}:
+		default:
+		}
+	}
 	if err != nil {
 		p.complaints.Warn(complainReport, "pipeline", name, "frontend", r.Frontend, "err", err)
 	}
