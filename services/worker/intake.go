@@ -137,7 +137,11 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 	for c := range batching.Chunks(len(inputs), s.a.MaxBatch) {
 		lo := c * s.a.MaxBatch
 		hi := min(lo+s.a.MaxBatch, len(inputs))
+		began := time.Now()
 		outs, err := s.exec.Execute(ctx, inputs[lo:hi])
+		if err == nil {
+			w.measure(s, hi-lo, began, time.Now())
+		}
 		w.batches.Add(1)
 		if err == nil && len(outs) != hi-lo {
 			err = fmt.Errorf("executor returned %d outputs for %d inputs", len(outs), hi-lo)
