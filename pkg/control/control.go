@@ -329,7 +329,7 @@ func (l *Loop) replan(now time.Time, o Observed) Step {
 		return demand.Significant(last.estimate, max(o.Demand, l.cfg.MinDemandQPS), threshold, sigmas, o.DemandWindow)
 	}
 	forced := !last.ok || o.Servers != last.servers || outgrown || moved(l.cfg.ReplanThreshold, -1) ||
-		l.latencyMoved(o)
+		l.latencyMoved(now, o)
 	if !forced {
 		if !due {
 			return Step{}
