@@ -115,10 +115,14 @@ func usable(e wire.BatchLatency) bool {
 }
 
 // Blend is, per measured variant of spec ("task/variant"), its profile scaled by what was measured: a batch size
-// measured n times scales its point by the measured 95th percentile over the profiled one, moved
-// n/(n+PriorBatches) of the way from 1 and bounded to [MinScale, MaxScale]; a batch size not measured takes the
-// scale of the nearest measured one (the larger on a tie). Latency stays non-decreasing in the batch size, as the
-// profiler writes it. Variants not measured are not listed: they keep their profile.
+// measured n times scales its point's p50 by the measured p50 over the profiled one, and its p95 and p99 by the
+// measured p95 over the profiled p95, each moved n/(n+PriorBatches) of the way from 1 and bounded to [MinScale,
+// MaxScale]; a batch size not measured takes the scales of the nearest measured one (the larger on a tie). The
+// allocation's rows (latency and throughput of a replica) read the p50, as they read the profile's: scaling them
+// by the p95's ratio would take a slower machine's longer tail for a lower throughput (with a CPU hog on one of two
+// cores, the OCR detector's p50 ran 3 times its profile and its p95 7 times, and the planner so scaled found 10 QPS
+// beyond the cluster). Latency stays non-decreasing in the batch size, as the profiler writes it. Variants not
+// measured are not listed: they keep their profile.
 func Blend(spec *pipeline.Spec, measured map[string][]wire.BatchLatency) map[string][]pipeline.ProfilePoint {
 	out := map[string][]pipeline.ProfilePoint{}
 	for hop, entries := range measured {
@@ -127,28 +131,33 @@ func Blend(spec *pipeline.Spec, measured map[string][]wire.BatchLatency) map[str
 		if v == nil || len(entries) == 0 {
 			continue
 		}
-		scale := make([]float64, len(v.Profile)) // 0: not measured
+		s50 := make([]float64, len(v.Profile)) // 0: not measured
+		s95 := make([]float64, len(v.Profile))
 		for _, e := range entries {
 			i := slices.IndexFunc(v.Profile, func(p pipeline.ProfilePoint) bool { return p.Batch == e.Batch })
 			if i < 0 || e.Count <= 0 {
 				continue
 			}
 			p := v.Profile[i]
-			ref := p.P95Ms
-			if ref <= 0 {
-				ref = p.P50Ms
-			}
 			w := float64(e.Count) / (float64(e.Count) + PriorBatches)
-			scale[i] = min(max(1+w*(e.P95Ms/ref-1), MinScale), MaxScale)
+			scale := func(measured, profiled float64) float64 {
+				return min(max(1+w*(measured/profiled-1), MinScale), MaxScale)
+			}
+			ref95 := p.P95Ms
+			if ref95 <= 0 {
+				ref95 = p.P50Ms
+			}
+			s50[i], s95[i] = scale(e.P50Ms, p.P50Ms), scale(e.P95Ms, ref95)
 		}
-		if !slices.ContainsFunc(scale, func(s float64) bool { return s > 0 }) {
+		if !slices.ContainsFunc(s50, func(s float64) bool { return s > 0 }) {
 			continue
 		}
 		points := make([]pipeline.ProfilePoint, len(v.Profile))
 		for i, p := range v.Profile {
-			s := nearest(scale, i)
-			points[i] = pipeline.ProfilePoint{Batch: p.Batch, P50Ms: p.P50Ms * s, P95Ms: p.P95Ms * s,
-				P99Ms: p.P99Ms * s}
+			j := nearest(s50, i)
+			points[i] = pipeline.ProfilePoint{Batch: p.Batch, P50Ms: p.P50Ms * s50[j], P95Ms: p.P95Ms * s95[j],
+				P99Ms: p.P99Ms * s95[j]}
+			points[i].P95Ms = max(points[i].P95Ms, points[i].P50Ms)
 			if i > 0 {
 				prev := points[i-1]
 				points[i].P50Ms = max(points[i].P50Ms, prev.P50Ms)
@@ -163,17 +172,17 @@ func Blend(spec *pipeline.Spec, measured map[string][]wire.BatchLatency) map[str
 	return out
 }
 
-// nearest is scale[i] when measured, else the measured scale nearest i (the larger index on a tie).
-func nearest(scale []float64, i int) float64 {
-	for d := 0; d < len(scale); d++ {
+// nearest is i when scale[i] was measured, else the index of the measured scale nearest i (the larger on a tie);
+// some scale must have been measured.
+func nearest(scale []float64, i int) int {
+	for d := 0; ; d++ {
 		if j := i + d; j < len(scale) && scale[j] > 0 {
-			return scale[j]
+			return j
 		}
 		if j := i - d; j >= 0 && scale[j] > 0 {
-			return scale[j]
+			return j
 		}
 	}
-	return 1
 }
 
 // Apply is spec with the profiles of profiles ("task/variant" -> points) in place of its own; spec itself when there

@@ -88,7 +88,7 @@ func TestBoardMergesFreshValidReports(t *testing.T) {
 
 func TestBlend(t *testing.T) {
 	spec := testSpec()
-	// Batch 2 measured at twice its profiled p95 over 180 batches: 1 + 0.9 x 1 = 1.9.
+	// Batch 2 measured at twice its profiled p50 and p95 over 180 batches: 1 + 0.9 x 1 = 1.9.
 	got := Blend(spec, map[string][]wire.BatchLatency{"t/a": {{Batch: 2, Count: 180, P50Ms: 30, P95Ms: 36}}})
 	if _, ok := got["t/b"]; ok {
 		t.Fatal("a variant never run does not keep its profile")
@@ -108,6 +108,11 @@ func TestBlend(t *testing.T) {
 	if s := got["t/a"][0].P50Ms / 10; math.Abs(s-MaxScale) > 1e-9 {
 		t.Fatalf("scale %v: want bounded at %v", s, MaxScale)
 	}
+	// The p50 and the p95 scale by their own measurements.
+	got = Blend(spec, map[string][]wire.BatchLatency{"t/a": {{Batch: 1, Count: 1e6, P50Ms: 20, P95Ms: 48}}})
+	if p := got["t/a"][0]; math.Abs(p.P50Ms-20) > 0.01 || math.Abs(p.P95Ms-48) > 0.01 {
+		t.Fatalf("blended %+v: want p50 20, p95 48", p)
+	}
 	// Latency stays non-decreasing in the batch size.
 	got = Blend(spec, map[string][]wire.BatchLatency{"t/a": {{Batch: 1, Count: 1e6, P50Ms: 24, P95Ms: 24},
 		{Batch: 2, Count: 1e6, P50Ms: 18, P95Ms: 18}}})
@@ -118,7 +123,7 @@ func TestBlend(t *testing.T) {
 
 func TestApplyAndMoved(t *testing.T) {
 	spec := testSpec()
-	slow := Blend(spec, map[string][]wire.BatchLatency{"t/a": {{Batch: 1, Count: 1e6, P50Ms: 24, P95Ms: 24}}})
+	slow := Blend(spec, map[string][]wire.BatchLatency{"t/a": {{Batch: 1, Count: 1e6, P50Ms: 20, P95Ms: 24}}})
 	c := Apply(spec, slow)
 	if math.Abs(c.Variant("t", "a").Profile[0].P50Ms-20) > 0.01 || spec.Variant("t", "a").Profile[0].P50Ms != 10 {
 		t.Fatalf("applied %v, spec %v: want 20 in the copy, the spec unchanged", c.Variant("t", "a").Profile,
@@ -133,7 +138,7 @@ func TestApplyAndMoved(t *testing.T) {
 	if !Moved(spec, nil, slow, 0.2) || !Moved(spec, slow, nil, 0.2) || Moved(spec, slow, slow, 0.2) {
 		t.Fatal("Moved: a doubled profile must count, the same one not")
 	}
-	near := Blend(spec, map[string][]wire.BatchLatency{"t/a": {{Batch: 1, Count: 1e6, P50Ms: 13, P95Ms: 13}}})
+	near := Blend(spec, map[string][]wire.BatchLatency{"t/a": {{Batch: 1, Count: 1e6, P50Ms: 10.8, P95Ms: 13}}})
 	if Moved(spec, nil, near, 0.2) || !Moved(spec, nil, near, 0.05) {
 		t.Fatal("Moved: an 8% change is within 20%, beyond 5%")
 	}

@@ -19,7 +19,7 @@ import (
 // of a bucket: a variant the planner moved away from keeps its last measurement while its worker lives, so that a
 // slow variant does not look fast again (its idle profile) as soon as nobody runs it, and get planned again.
 const (
-	WindowSpan = 30 * time.Second
+	WindowSpan = 10 * time.Second
 	KeepNewest = 32
 	// maxSamples bounds one bucket's memory (a second of small fast batches can be hundreds).
 	maxSamples = 1024
