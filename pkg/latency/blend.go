@@ -16,8 +16,10 @@ const (
 	// 95th percentile is (or is next to) its slowest batch, and one outlier would move the plan.
 	MinBatches = 20
 	// PriorBatches is the profile's weight, in batches: n measured batches move a point n/(n+PriorBatches) of the
-	// way from the profile to the measurement.
-	PriorBatches = 20
+	// way from the profile to the measurement. Small: a worker that runs few batches reports the newest 32 of them
+	// (KeepNewest), and these should outweigh an idle machine's profile (with 20, a hog's slowdown was planned 40%
+	// short of what the OCR workers measured).
+	PriorBatches = 10
 	// MinScale and MaxScale bound how far measurements may scale a profile point.
 	MinScale = 0.25
 	MaxScale = 8

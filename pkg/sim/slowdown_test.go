@@ -35,7 +35,7 @@ func TestParseSlowdowns(t *testing.T) {
 
 // TestSlowdownAdapts: every worker runs twice as slow from 30 s on, at a demand the cluster serves at that speed
 // on more servers. With the measured latencies the planner plans for what the workers really do (more servers),
-// and the violations fall back within 30 s (seeds 1-3: 2.16%, 0.10% and 0% from 60 s on); with the profiles alone
+// and the violations fall back within 30 s (seeds 1-3: 0.10%, 0% and 0% from 60 s on); with the profiles alone
 // it keeps the plan that no longer holds, and most requests miss (85-89%).
 func TestSlowdownAdapts(t *testing.T) {
 	spec := traffic(t)
@@ -68,8 +68,8 @@ func TestSlowdownAdapts(t *testing.T) {
 				"tests nothing)", seed, 100*v)
 		}
 	}
-	if mean := sum / 3; mean > 0.015 {
-		t.Errorf("with the measured latencies: %.2f%% violations from 60 s on, over seeds 1-3: want under 1.5%%",
+	if mean := sum / 3; mean > 0.01 {
+		t.Errorf("with the measured latencies: %.2f%% violations from 60 s on, over seeds 1-3: want under 1%%",
 			100*mean)
 	}
 }

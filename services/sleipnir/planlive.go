@@ -8,11 +8,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/auth"
-	"github.com/sleipnir-serving/sleipnir/pkg/bus"
 	"github.com/sleipnir-serving/sleipnir/pkg/latency"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
@@ -23,15 +21,7 @@ import (
 // per variant hosted or measured, its latency per batch size as profiled, as the live workers measure it now
 // (merged over their heartbeats), and as the plan was made with (the blend of the two).
 func showLivePlan(c *common, name string, w io.Writer) error {
-	url := c.natsURL
-	if url == "" {
-		url = nats.DefaultURL
-	}
-	opts, err := c.auth.Options()
-	if err != nil {
-		return err
-	}
-	nc, err := bus.Connect(url, "sleipnir-plan", append(opts, nats.CustomInboxPrefix(auth.Inbox(auth.Observer)))...)
+	nc, err := c.connect("plan", auth.Observer)
 	if err != nil {
 		return err
 	}
