@@ -153,7 +153,7 @@ HOG_ARGS ?=
 ocr-hog: build models data
 	@command -v taskset >/dev/null || { echo "ocr-hog needs taskset (Debian's util-linux)"; exit 1; }
 	@dir=$$(mktemp -d); \
-	SLEIPNIR_MODELS=$(MODELS) bin/sleipnir up --pipeline examples/ocr.yaml --workers 2 --data-dir $$dir \
+	SLEIPNIR_MODELS=$(MODELS) bin/sleipnir up --pipeline examples/ocr.yaml --workers 2 --state-dir $$dir \
 	  --storage memory --nats-port 4335 --http "" $(HOG_ARGS) >$$dir/up.log 2>&1 & up=$$!; \
 	timeout 5m taskset -c $(HOG_CORE) sh -c 'while :; do :; done' & hog=$$!; \
 	trap 'kill $$hog $$up 2>/dev/null; rm -rf $$dir' EXIT; \
