@@ -8,7 +8,7 @@ BENCHCOUNT ?= 6
 # The standalone nats-server (see nats-server below); defined before the targets whose prerequisites name it.
 NATS_SERVER = $(CURDIR)/bin/nats-server
 
-.PHONY: all deps models data build ablation fidelity chaos run test fuzz fuzz-short bench vet fmt nats-cli nats-server jaeger observe-traces prometheus chromium observe-metrics screenshot-metrics clean
+.PHONY: all deps models data build ablation fidelity chaos ocr-hog run test fuzz fuzz-short bench vet fmt nats-cli nats-server jaeger observe-traces prometheus chromium observe-metrics screenshot-metrics clean
 
 all: build
 
@@ -139,6 +139,29 @@ ablation: build
 # agree within 2% (about 2 minutes; not part of `make test`, whose race detector would slow the live side).
 fidelity: deps
 	$(GO) test -tags fidelity -run TestFidelity -count=1 -v ./loadgen
+
+# A slower machine, live (issue 26): the OCR pipeline (real models) on 2 workers at a steady HOG_QPS, with a CPU hog
+# (a busy loop pinned by taskset to core HOG_CORE) for the whole run. Prints loadgen's summary (after HOG_WARMUP),
+# then the plan in force with each variant's latency as profiled, as measured and as planned (`sleipnir plan
+# --live`; docs/latency.md). HOG_ARGS goes to `up`: HOG_ARGS=--measured-latency=false plans with the profiles
+# alone. About 1.5 minutes; the hog stops with the run, or after 5 minutes whatever happens.
+HOG_QPS ?= 10
+HOG_WARMUP ?= 30s
+HOG_DURATION ?= 60s
+HOG_CORE ?= 0
+HOG_ARGS ?=
+ocr-hog: build models data
+	@command -v taskset >/dev/null || { echo "ocr-hog needs taskset (Debian's util-linux)"; exit 1; }
+	@dir=$$(mktemp -d); \
+	SLEIPNIR_MODELS=$(MODELS) bin/sleipnir up --pipeline examples/ocr.yaml --workers 2 --state-dir $$dir \
+	  --storage memory --nats-port 4335 --http "" $(HOG_ARGS) >$$dir/up.log 2>&1 & up=$$!; \
+	timeout 5m taskset -c $(HOG_CORE) sh -c 'while :; do :; done' & hog=$$!; \
+	trap 'kill $$hog $$up 2>/dev/null; rm -rf $$dir' EXIT; \
+	sleep 3; \
+	bin/loadgen --nats nats://127.0.0.1:4335 --pipeline ocr --images $(DATA)/ocr --qps $(HOG_QPS) \
+	  --warmup $(HOG_WARMUP) --duration $(HOG_DURATION) --json 2>/dev/null | tail -1; \
+	bin/sleipnir plan --live ocr --nats nats://127.0.0.1:4335; \
+	echo "plans published: $$(grep -c 'plan published' $$dir/up.log)"
 
 vet: deps
 	$(GO) vet ./...

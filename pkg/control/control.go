@@ -67,6 +67,9 @@ type Config struct {
 	// TuneEvery is how often the tuner (pkg/tuner) looks at the queues between plans and lends idle workers to the
 	// variants whose queues outgrow their replicas (default tuner.Every, 250 ms); negative: never.
 	TuneEvery time.Duration
+	// ProfilesOnly plans and routes with the spec's profiles alone, ignoring Observed.Profiles (the measured
+	// latencies).
+	ProfilesOnly bool
 }
 
 // DefaultHeadroom is Config.Headroom's default. A plan sized for the estimate alone runs short whenever the estimate
@@ -151,6 +154,10 @@ type Observed struct {
 	// counted), the simulator's from the items reaching each task's queue. A task without one gets the root demand
 	// times the profiled factors.
 	TaskDemand map[string]float64
+	// Profiles holds the latency profiles blended with what the workers measured ("task/variant" -> points,
+	// pkg/latency.Blend); variants not listed use the spec's. The allocation and the routing plan with them, and a
+	// move of more than ReplanThreshold at any point solves the allocation again at once.
+	Profiles map[string][]pipeline.ProfilePoint
 	// Servers is how many workers the pipeline may use.
 	Servers int
 	// DemandUnknown says no demand has been measured yet (no frontend has reported, and no earlier plan gave a
@@ -232,6 +239,7 @@ type plannedAt struct {
 	padded   bool
 	servers  int
 	fanout   map[string]pipeline.Fanout
+	profiles map[string][]pipeline.ProfilePoint
 	at       time.Time
 }
 
@@ -252,7 +260,8 @@ func New(spec *pipeline.Spec, cfg Config, alloc Allocator, current *plan.Plan) *
 func Resume(spec *pipeline.Spec, cfg Config, alloc Allocator, current *plan.Plan, now time.Time) *Loop {
 	l := New(spec, cfg, alloc, current)
 	if a := current.Allocation; a != nil {
-		l.notePlanned(Observed{Demand: a.Estimate(), Servers: a.ClusterServers, Fanout: current.Fanout}, current, now)
+		l.notePlanned(Observed{Demand: a.Estimate(), Servers: a.ClusterServers, Fanout: current.Fanout,
+			Profiles: current.Profiles}, current, now)
 		l.routed = routedAt{demand: a.Estimate(), at: now}
 	}
 	return l
@@ -277,6 +286,9 @@ func (l *Loop) Current() *plan.Plan { return l.current }
 // the loop proposes it again.
 func (l *Loop) Next(now time.Time, o Observed) Step {
 	var st Step
+	if l.cfg.ProfilesOnly {
+		o.Profiles = nil
+	}
 	if o.DemandUnknown {
 		return st
 	}
@@ -294,6 +306,7 @@ func (l *Loop) Next(now time.Time, o Observed) Step {
 	}
 	p := *l.current
 	p.Fanout = o.Fanout
+	p.Profiles = o.Profiles
 	p.Routing = l.route(&p, o)
 	st.Plan = &p
 	return st
@@ -315,7 +328,8 @@ func (l *Loop) replan(now time.Time, o Observed) Step {
 	moved := func(threshold, sigmas float64) bool {
 		return demand.Significant(last.estimate, max(o.Demand, l.cfg.MinDemandQPS), threshold, sigmas, o.DemandWindow)
 	}
-	forced := !last.ok || o.Servers != last.servers || outgrown || moved(l.cfg.ReplanThreshold, -1)
+	forced := !last.ok || o.Servers != last.servers || outgrown || moved(l.cfg.ReplanThreshold, -1) ||
+		l.latencyMoved(now, o)
 	if !forced {
 		if !due {
 			return Step{}
@@ -339,10 +353,11 @@ func (l *Loop) replan(now time.Time, o Observed) Step {
 	}
 	in := o
 	in.Demand = target
-	p, err := l.alloc.Allocate(l.spec, in)
+	spec := l.specFor(o)
+	p, err := l.alloc.Allocate(spec, in)
 	if err == nil && l.cfg.headroom() > 0 && p.Mode != plan.ModeHardware {
 		in.Demand = max(o.Demand, l.cfg.MinDemandQPS)
-		p, err = l.alloc.Allocate(l.spec, in)
+		p, err = l.alloc.Allocate(spec, in)
 	}
 	if err != nil {
 		l.notePlanned(o, nil, now)
@@ -353,7 +368,7 @@ func (l *Loop) replan(now time.Time, o Observed) Step {
 		// routing follows it, as a re-plan's would have.
 		l.planned.at = now
 		r := *l.current
-		r.Fanout = o.Fanout
+		r.Fanout, r.Profiles = o.Fanout, o.Profiles
 		r.Routing = l.route(&r, o)
 		return Step{Plan: &r}
 	}
@@ -363,6 +378,7 @@ func (l *Loop) replan(now time.Time, o Observed) Step {
 		p.Allocation.EstimateQPS = o.Demand
 	}
 	p.Fanout = o.Fanout
+	p.Profiles = o.Profiles
 	p.Routing = l.route(p, o)
 	return Step{Plan: p, Replanned: true}
 }
@@ -420,7 +436,7 @@ func (l *Loop) target(o Observed) float64 {
 }
 
 func (l *Loop) route(p *plan.Plan, o Observed) plan.Routing {
-	in := routing.Input{Spec: l.spec, Plan: p, Demand: o.Demand, Fanout: o.Fanout, Utilization: l.cfg.RouteUtilization}
+	in := routing.Input{Spec: l.specFor(o), Plan: p, Demand: o.Demand, Fanout: o.Fanout, Utilization: l.cfg.RouteUtilization}
 	if r, ok := l.alloc.(Router); ok {
 		return r.Route(in)
 	}
@@ -430,7 +446,8 @@ func (l *Loop) route(p *plan.Plan, o Observed) plan.Routing {
 // notePlanned records that p (nil: none, the solve failed) was made from o at now.
 func (l *Loop) notePlanned(o Observed, p *plan.Plan, now time.Time) {
 	est := max(o.Demand, l.cfg.MinDemandQPS)
-	l.planned = plannedAt{ok: true, estimate: est, covers: est, servers: o.Servers, fanout: o.Fanout, at: now}
+	l.planned = plannedAt{ok: true, estimate: est, covers: est, servers: o.Servers, fanout: o.Fanout,
+		profiles: o.Profiles, at: now}
 	if p != nil && p.Allocation != nil {
 		l.planned.overloaded = p.Mode == plan.ModeOverloaded
 		if c := p.Allocation.DemandQPS; c > est*(1+1e-9) {

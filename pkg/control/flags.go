@@ -22,6 +22,7 @@ type Flags struct {
 	solveTimeLimit *time.Duration
 	solveWorkers   *int
 	tuneEvery      *time.Duration
+	measured       *bool
 }
 
 // RegisterFlags registers the control flags on fs.
@@ -44,6 +45,8 @@ func RegisterFlags(fs *flag.FlagSet) *Flags {
 			"live; one in the simulator, whose runs must not depend on the machine's CPUs)"),
 		tuneEvery: fs.Duration("tune-every", 0, "how often the tuner looks at the queues between plans and lends "+
 			"idle workers to variants whose queues outgrow their replicas (0: 250ms; negative: no tuner)"),
+		measured: fs.Bool("measured-latency", true, "plan and route with the batch latencies the workers measure, "+
+			"blended with the profiles (false: with the profiles alone)"),
 	}
 }
 
@@ -52,7 +55,8 @@ func RegisterFlags(fs *flag.FlagSet) *Flags {
 func (f *Flags) Config() (Config, error) {
 	c := Config{ReplanEvery: *f.replanEvery, ReplanSigmas: *f.replanSigmas, RouteSigmas: *f.routeSigmas,
 		Headroom: *f.headroom, RouteUtilization: *f.utilization, SolveTimeLimit: *f.solveTimeLimit,
-		SolveWorkers: *f.solveWorkers, TuneEvery: *f.tuneEvery}
+		SolveWorkers: *f.solveWorkers, TuneEvery: *f.tuneEvery,
+		ProfilesOnly: !*f.measured}
 	if c.Headroom == 0 {
 		c.Headroom = -1 // none (Config's 0 is its default)
 	}

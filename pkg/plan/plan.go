@@ -31,6 +31,10 @@ type Plan struct {
 	// Fanout holds the multiplicative factors ("task/variant" -> factor) that workers measured and the planner used
 	// in place of the profile's; variants not listed use their profile's.
 	Fanout map[string]pipeline.Fanout `json:"fanout,omitempty"`
+	// Profiles holds the latency profiles ("task/variant" -> one point per batch size) the planner planned and
+	// routed with in place of the spec's: the profile blended with the batch latencies workers measured
+	// (pkg/latency); variants not listed use the spec's.
+	Profiles map[string][]pipeline.ProfilePoint `json:"profiles,omitempty"`
 	// Allocation says what the allocation MILP was solved for and what it found; absent from static plans.
 	Allocation *Allocation `json:"allocation,omitempty"`
 }

@@ -110,6 +110,22 @@ func (p *Plan) Validate(spec *pipeline.Spec) error {
 			}
 		}
 	}
+	for hop, points := range p.Profiles {
+		task, variant, _ := strings.Cut(hop, "/")
+		v := spec.Variant(task, variant)
+		if v == nil {
+			return fmt.Errorf("latency profile of %q, which the pipeline does not have", hop)
+		}
+		if len(points) != len(v.Profile) {
+			return fmt.Errorf("latency profile of %s: %d points, the spec's %d", hop, len(points), len(v.Profile))
+		}
+		for i, pt := range points {
+			if pt.Batch != v.Profile[i].Batch || !finiteNonNegative(pt.P50Ms) || pt.P50Ms == 0 ||
+				!finiteNonNegative(pt.P95Ms) || !finiteNonNegative(pt.P99Ms) {
+				return fmt.Errorf("latency profile of %s: point %+v", hop, pt)
+			}
+		}
+	}
 	if a := p.Allocation; a != nil {
 		for _, v := range []float64{a.DemandQPS, a.ServedQPS, a.EstimateQPS, a.SystemAccuracy, a.Gap, a.SolveMs} {
 			if !finiteNonNegative(v) {

@@ -88,6 +88,25 @@ func TestValidatePlan(t *testing.T) {
 			p.Fanout = map[string]pipeline.Fanout{"x/y": {Mean: 1}}
 		}},
 		{"negative demand", "allocation", func(p *plan.Plan) { p.Allocation = &plan.Allocation{DemandQPS: -5} }},
+		{"latency profile of an unknown hop", "latency profile", func(p *plan.Plan) {
+			p.Profiles = map[string][]pipeline.ProfilePoint{"x/y": {{Batch: 1, P50Ms: 1}}}
+		}},
+		{"latency profile with too few points", "latency profile", func(p *plan.Plan) {
+			v := p.Variants[0]
+			p.Profiles = map[string][]pipeline.ProfilePoint{wire.Hop(v.Task, v.Variant): {{Batch: 1, P50Ms: 1}}}
+		}},
+		{"latency profile of a zero p50", "latency profile", func(p *plan.Plan) {
+			v := p.Variants[0]
+			points := append([]pipeline.ProfilePoint(nil), spec.Variant(v.Task, v.Variant).Profile...)
+			points[1].P50Ms = 0
+			p.Profiles = map[string][]pipeline.ProfilePoint{wire.Hop(v.Task, v.Variant): points}
+		}},
+		{"latency profile of NaN", "latency profile", func(p *plan.Plan) {
+			v := p.Variants[0]
+			points := append([]pipeline.ProfilePoint(nil), spec.Variant(v.Task, v.Variant).Profile...)
+			points[0].P95Ms = math.NaN()
+			p.Profiles = map[string][]pipeline.ProfilePoint{wire.Hop(v.Task, v.Variant): points}
+		}},
 	} {
 		p := clone(t, good)
 		c.edit(p)

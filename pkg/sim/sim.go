@@ -20,6 +20,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/demand"
 	"github.com/sleipnir-serving/sleipnir/pkg/executor/emulated"
 	hopstep "github.com/sleipnir-serving/sleipnir/pkg/hop"
+	"github.com/sleipnir-serving/sleipnir/pkg/latency"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/tuner"
@@ -50,6 +51,9 @@ type Config struct {
 	Warmup time.Duration
 	// Progress, when set, is called about every simulated minute with the simulated time done and the total.
 	Progress func(done, total time.Duration)
+	// Slowdown emulates slower machines (ParseSlowdowns): the workers' batches take longer than emulated, and the
+	// workers measure and report it as live ones do (unless Control.ProfilesOnly).
+	Slowdown []Slowdown
 }
 
 // Second is one second of a simulation's time series. Requests are counted in the second they arrived.
@@ -173,6 +177,7 @@ type hop struct {
 	emitted map[string]uint64
 	// load is the items in its queue or in service: what the tuner sees wait.
 	load float64
+	key  string // "pipeline:task/variant", the key of its measurements in a heartbeat
 }
 
 type server struct {
@@ -184,6 +189,7 @@ type server struct {
 	batch    []*message
 	next     *plan.Assignment // an assignment to take when the running batch is done
 	assigned plan.Assignment
+	measured *latency.Window // the batch latencies it measured; nil until it runs one
 }
 
 type sim struct {
@@ -209,6 +215,7 @@ type sim struct {
 	est      *demand.Estimator
 	fan      *demand.FanoutEstimator
 	counters *demand.Counters
+	latency  *latency.Board // the workers' latency reports, as the planner keeps them
 	taskEst  *demand.TaskDemand
 	trie     pathTrie
 	arr      *workload.Arrivals
@@ -254,7 +261,7 @@ func newSim(cfg Config) (*sim, error) {
 	spec := cfg.Spec
 	s := &sim{cfg: cfg, system: system, spec: spec, rng: rand.New(rand.NewPCG(cfg.Seed, 0x51a)), hopIdx: map[string]map[string]int32{},
 		est: cfg.Control.DemandEstimator(cfg.DemandAlpha), fan: demand.NewFanoutEstimator(cfg.DemandAlpha, 0),
-		counters: demand.NewCounters(), assign: map[string]plan.Assignment{}}
+		counters: demand.NewCounters(), latency: latency.NewBoard(), assign: map[string]plan.Assignment{}}
 	s.comm = int64(cfg.CommLatency)
 	if cfg.CommLatency < 0 {
 		s.comm = int64(spec.CommLatencyMs * float64(time.Millisecond))
@@ -272,7 +279,8 @@ func newSim(cfg Config) (*sim, error) {
 			v := &t.Variants[vi]
 			name := wire.Hop(t.Name, v.Name)
 			e := emulated.New(spec, t.Name, v, cfg.Seed^uint64(len(s.hops)+1)*0x9e3779b97f4a7c15)
-			h := &hop{name: name, task: ti, variant: v, exec: e, children: e.Children(), emitted: map[string]uint64{}}
+			h := &hop{name: name, task: ti, variant: v, exec: e, children: e.Children(), emitted: map[string]uint64{},
+				key: spec.Name + ":" + name}
 			if s.hopIdx[t.Name] == nil {
 				s.hopIdx[t.Name] = map[string]int32{}
 			}
@@ -453,8 +461,12 @@ func (s *sim) startBatch(srv int) {
 		h.pop()
 	}
 	var d time.Duration
+	scale := slowdownAt(s.cfg.Slowdown, srv, time.Duration(s.now))
 	for c := range batching.Chunks(taken, sv.maxBatch) {
-		d += h.exec.Latency(min(sv.maxBatch, taken-c*sv.maxBatch))
+		n := min(sv.maxBatch, taken-c*sv.maxBatch)
+		b := time.Duration(float64(h.exec.Latency(n)) * scale)
+		d += b
+		s.measure(srv, h, n, b, d)
 	}
 	sv.busy = true
 	s.push(event{at: s.now + int64(d), kind: evBatchDone, srv: int32(srv)})
@@ -595,7 +607,7 @@ func (s *sim) tick() {
 	taskDemand := s.taskEst.Tick(now, time.Second)
 	s.fan.Tick()
 	o := control.Observed{Demand: s.est.Tick(now), DemandWindow: s.est.Window(), Fanout: s.fan.Estimate(s.spec),
-		FanoutSamples: s.fan.Samples(), TaskDemand: taskDemand, Servers: len(s.servers)}
+		FanoutSamples: s.fan.Samples(), TaskDemand: taskDemand, Servers: len(s.servers), Profiles: s.profiles(now)}
 	t0 := time.Now()
 	st := s.loop.Next(now, o)
 	s.planWall += time.Since(t0)

@@ -347,6 +347,18 @@ type Observed struct {
 	Dropped map[string]uint64 `json:"dropped,omitempty"`
 	// Rerouted counts sub-requests this variant sent to a backup variant instead of the routing table's choice.
 	Rerouted uint64 `json:"rerouted,omitempty"`
+	// Latency summarises the model batches this variant ran over a recent window (not cumulative), one entry per
+	// profiled batch size, in increasing batch order: the planner blends them with the profile (pkg/latency).
+	Latency []BatchLatency `json:"latency,omitempty"`
+}
+
+// BatchLatency summarises the model batches of one profiled batch size a worker ran recently. A batch of n items
+// counts at the smallest profiled batch size of at least n (the profile point the planner budgets it at).
+type BatchLatency struct {
+	Batch int     `json:"batch"`
+	Count int     `json:"count"` // batches the quantiles rest on
+	P50Ms float64 `json:"p50_ms"`
+	P95Ms float64 `json:"p95_ms"`
 }
 
 // WorkerStats counts what a worker did since it started.

@@ -20,6 +20,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
 	"github.com/sleipnir-serving/sleipnir/pkg/control"
 	"github.com/sleipnir-serving/sleipnir/pkg/demand"
+	"github.com/sleipnir-serving/sleipnir/pkg/latency"
 	"github.com/sleipnir-serving/sleipnir/pkg/metrics"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
@@ -105,6 +106,8 @@ type Planner struct {
 	taskDemand map[string]*demand.TaskDemand      // per pipeline, under mu
 	// counters folds the workers' heartbeats into what is new since each one's previous; under mu.
 	counters *demand.Counters
+	// latency holds the batch latencies the workers' heartbeats report; under mu.
+	latency *latency.Board
 	// systems are the pipelines' systems (the configured one, per spec), aligned with cfg.Pipelines.
 	systems []control.System
 	loops   []*control.Loop // per pipeline, aligned with specs; only Run's goroutine uses them
@@ -182,7 +185,7 @@ func New(nc *nats.Conn, cfg Config) (*Planner, error) {
 	}
 	p := &Planner{cfg: cfg, nc: nc, js: js, log: cfg.Logger, complaints: ratelog.New(cfg.Logger, 0, 0),
 		live: control.NewLiveness(cfg.WorkerTimeout), demand: est, fanout: fan, taskDemand: tasks, systems: systems,
-		counters: demand.NewCounters(), assign: map[string]plan.Assignment{},
+		counters: demand.NewCounters(), latency: latency.NewBoard(), assign: map[string]plan.Assignment{},
 		written: map[string]writtenValue{}, tampered: map[string]bool{}, changed: make(chan struct{}, 1),
 		stepped: make(chan struct{}, 1)}
 	if cfg.Metrics != nil {
@@ -315,6 +318,8 @@ type estimates struct {
 	fanout  map[string]pipeline.Fanout
 	samples map[string]float64 // items behind each factor: see control.Observed.FanoutSamples
 	tasks   map[string]float64 // items per second reaching each task: see control.Observed.TaskDemand
+	// profiles are the profiles blended with the latencies the live workers measured: see control.Observed.Profiles.
+	profiles map[string][]pipeline.ProfilePoint
 }
 
 // estimate folds the reports since the last tick into each pipeline's estimates.
@@ -335,7 +340,8 @@ func (p *Planner) estimate(now time.Time) []estimates {
 		fe.Tick()
 		e := p.demand[spec.Name]
 		out[i] = estimates{demand: e.Tick(now), window: e.Window(), unknown: !e.Known(), fanout: fe.Estimate(spec),
-			samples: fe.Samples(), tasks: p.taskDemand[spec.Name].Tick(now, estimateEvery)}
+			samples: fe.Samples(), tasks: p.taskDemand[spec.Name].Tick(now, estimateEvery),
+			profiles: latency.Blend(spec, p.latency.Measured(spec, now, p.cfg.WorkerTimeout))}
 	}
 	return out
 }
@@ -372,7 +378,7 @@ func (p *Planner) step(ctx context.Context, now time.Time, ests []estimates) {
 	live := len(p.liveWorkers(now))
 	for i, spec := range p.specs {
 		o := control.Observed{Demand: ests[i].demand, DemandWindow: ests[i].window, DemandUnknown: ests[i].unknown,
-			Fanout: ests[i].fanout, FanoutSamples: ests[i].samples, TaskDemand: ests[i].tasks,
+			Fanout: ests[i].fanout, FanoutSamples: ests[i].samples, TaskDemand: ests[i].tasks, Profiles: ests[i].profiles,
 			Servers: p.serversFor(i, live)}
 		p.stepPipeline(ctx, now, i, o)
 		p.rehome(ctx, spec, p.loops[i].Current())

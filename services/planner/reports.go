@@ -83,11 +83,13 @@ func (p *Planner) onWorker(e jetstream.KeyValueEntry) {
 		p.mu.Lock()
 		changed = p.live.Seen(id, e.Created())
 		p.foldObservations(id, reg)
+		p.latency.Set(id, time.Now(), reg.Observed)
 		p.mu.Unlock()
 	} else {
 		p.mu.Lock()
 		changed = p.live.Forget(id)
 		p.counters.Forget(id)
+		p.latency.Forget(id)
 		p.mu.Unlock()
 	}
 	if changed {

@@ -374,18 +374,23 @@ func (c *common) serve(service string, role auth.Role, run func(context.Context,
 		return err
 	}
 	defer stop()
+	nc, err := c.connect(service, role)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	return run(ctx, nc, log)
+}
+
+// connect connects to the NATS server of --nats (default the local one) as role, with the role's inbox prefix.
+func (c *common) connect(service string, role auth.Role) (*nats.Conn, error) {
 	url := c.natsURL
 	if url == "" {
 		url = nats.DefaultURL
 	}
 	opts, err := c.auth.Options()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	nc, err := bus.Connect(url, "sleipnir-"+service, append(opts, nats.CustomInboxPrefix(auth.Inbox(role)))...)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	return run(ctx, nc, log)
+	return bus.Connect(url, "sleipnir-"+service, append(opts, nats.CustomInboxPrefix(auth.Inbox(role)))...)
 }

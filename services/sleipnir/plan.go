@@ -32,8 +32,15 @@ func runPlan(args []string) error {
 		"(to read, or to solve with another solver: cbc FILE solve)")
 	util := fs.Float64("utilization", 1, "share of each replica's profiled throughput a plan may use (the live planner "+
 		"uses its routing's, 0.85; 1 is the paper's formulation)")
+	live := fs.String("live", "", "PIPELINE: instead of solving, show the plan in force of the running system at "+
+		"--nats, with each variant's latency as profiled, as the workers measure it and as planned (the blend)")
+	var c common
+	c.register(fs, "NATS server(s) of --live")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *live != "" {
+		return showLivePlan(&c, *live, os.Stdout)
 	}
 	if *file == "" {
 		return errors.New("--pipeline is required")

@@ -35,6 +35,7 @@ func runSim(args []string) error {
 		"served with under 1% SLO violations (ignores --workload)")
 	capWarmup := fs.Duration("capacity-warmup", 20*time.Second, "with --capacity: warmup of each probe")
 	capMeasure := fs.Duration("capacity-measure", 60*time.Second, "with --capacity: measured part of each probe")
+	slowdown := fs.String("slowdown", "", "emulate slower machines: "+sim.SlowdownSyntax)
 	asJSON := fs.Bool("json", false, "print the summaries as JSON")
 	progress := fs.Bool("progress", isTerminal(os.Stderr), "show a progress bar on standard error (default: when it is a terminal)")
 	if err := fs.Parse(args); err != nil {
@@ -59,8 +60,12 @@ func runSim(args []string) error {
 		}
 		syss = append(syss, s.Name)
 	}
+	slow, err := sim.ParseSlowdowns(*slowdown)
+	if err != nil {
+		return fmt.Errorf("--slowdown: %w", err)
+	}
 	base := sim.Config{Spec: spec, Servers: *servers, Seed: *seed, CommLatency: *comm, Warmup: *warmup,
-		Control: cc}
+		Control: cc, Slowdown: slow}
 	if *servers <= 0 {
 		return fmt.Errorf("--servers %d: want at least 1", *servers)
 	}

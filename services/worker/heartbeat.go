@@ -7,6 +7,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/sleipnir-serving/sleipnir/pkg/latency"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
@@ -32,15 +33,26 @@ func (w *Worker) observe(s *serving, f func(*Observed)) {
 	f(o)
 }
 
-// Observations returns a copy of the worker's cumulative measurements.
+// measure records a model batch of n items that s's variant ran from began to end.
+func (w *Worker) measure(s *serving, n int, began, end time.Time) {
+	key := s.a.Pipeline + ":" + s.hop
+	w.obsMu.Lock()
+	defer w.obsMu.Unlock()
+	w.latency.Add(key, latency.BatchOf(s.variant, n), end.Sub(began), end)
+}
+
+// Observations returns a copy of the worker's cumulative measurements, with the batch latencies of the recent
+// window.
 func (w *Worker) Observations() map[string]Observed {
 	w.obsMu.Lock()
 	defer w.obsMu.Unlock()
 	out := make(map[string]Observed, len(w.observed))
+	now := time.Now()
 	for k, o := range w.observed {
 		c := *o
 		c.Children = maps.Clone(o.Children)
 		c.Dropped = maps.Clone(o.Dropped)
+		c.Latency = w.latency.Summary(k, now)
 		out[k] = c
 	}
 	return out

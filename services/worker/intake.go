@@ -139,7 +139,11 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 		hi := min(lo+s.a.MaxBatch, len(inputs))
 		began := time.Now()
 		outs, err := s.exec.Execute(ctx, inputs[lo:hi])
-		w.cfg.Metrics.Batch(s.a.Pipeline, s.a.Task, s.a.Variant, hi-lo, time.Since(began))
+		ended := time.Now()
+		w.cfg.Metrics.Batch(s.a.Pipeline, s.a.Task, s.a.Variant, hi-lo, ended.Sub(began))
+		if err == nil {
+			w.measure(s, hi-lo, began, ended)
+		}
 		w.batches.Add(1)
 		if err == nil && len(outs) != hi-lo {
 			err = fmt.Errorf("executor returned %d outputs for %d inputs", len(outs), hi-lo)

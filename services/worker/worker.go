@@ -26,6 +26,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/executor"
 	_ "github.com/sleipnir-serving/sleipnir/pkg/executor/all" // the worker runs variants of every kind
 	"github.com/sleipnir-serving/sleipnir/pkg/hop"
+	"github.com/sleipnir-serving/sleipnir/pkg/latency"
 	"github.com/sleipnir-serving/sleipnir/pkg/metrics"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
@@ -120,6 +121,7 @@ type Worker struct {
 
 	obsMu    sync.Mutex
 	observed map[string]*Observed // by "pipeline:task/variant"
+	latency  *latency.Window      // the recent batch latencies, by the same key; under obsMu
 }
 
 // Serving is what the worker serves now, "pipeline:task/variant", or "" when idle.
@@ -143,6 +145,7 @@ func New(nc *nats.Conn, cfg Config) (*Worker, error) {
 	w := &Worker{
 		cfg: cfg, nc: nc, js: js, log: cfg.Logger, tracer: otel.Tracer("sleipnir/worker"),
 		changed: make(chan struct{}, 1), drops: map[string]*atomic.Uint64{}, observed: map[string]*Observed{},
+		latency:    latency.NewWindow(),
 		complaints: ratelog.New(cfg.Logger, 0, 0),
 		assigned:   plan.Assignment{Worker: cfg.ID}, following: plan.Assignment{Worker: cfg.ID},
 		rng: rand.New(rand.NewPCG(cfg.Seed, 0x707e)),

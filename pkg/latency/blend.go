@@ -1,0 +1,253 @@
+package latency
+
+import (
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
+
+// Blend settings: how far measurements move a profile.
+const (
+	// MinBatches is the fewest batches a worker's summary of one batch size must rest on to count: below it, its
+	// 95th percentile is (or is next to) its slowest batch, and one outlier would move the plan.
+	MinBatches = 20
+	// PriorBatches is the profile's weight, in batches: n measured batches move a point n/(n+PriorBatches) of the
+	// way from the profile to the measurement. Small: a worker that runs few batches reports the newest 32 of them
+	// (KeepNewest), and these should outweigh an idle machine's profile (with 20, a hog's slowdown was planned 40%
+	// short of what the OCR workers measured).
+	PriorBatches = 10
+	// MinScale and MaxScale bound how far measurements may scale a profile point.
+	MinScale = 0.25
+	MaxScale = 8
+)
+
+// Board holds the newest latency reports of each worker, as its heartbeats carry them, for the planner (and the
+// simulator's planner). A worker's reports count while they are fresh and are forgotten when it leaves. Not safe
+// for concurrent use.
+type Board struct {
+	reports map[string]report // by worker id
+}
+
+type report struct {
+	at      time.Time
+	latency map[string][]wire.BatchLatency // by "pipeline:task/variant"
+}
+
+// NewBoard returns a board that has heard from no worker.
+func NewBoard() *Board { return &Board{reports: map[string]report{}} }
+
+// Set keeps the latency summaries of a worker's heartbeat received at, in place of its previous ones.
+func (b *Board) Set(worker string, at time.Time, observed map[string]wire.Observed) {
+	r := report{at: at, latency: map[string][]wire.BatchLatency{}}
+	for key, o := range observed {
+		if len(o.Latency) > 0 {
+			r.latency[key] = slices.Clone(o.Latency)
+		}
+	}
+	b.reports[worker] = r
+}
+
+// Forget drops a worker that left: its measurements no longer count.
+func (b *Board) Forget(worker string) { delete(b.reports, worker) }
+
+// Measured merges, per variant of spec ("task/variant"), the summaries of the workers that reported within maxAge
+// of now, per batch size: counts add up, quantiles are averaged weighted by count. Summaries of unknown variants or
+// batch sizes, of fewer than MinBatches batches, or with figures that are not positive and finite are left out.
+func (b *Board) Measured(spec *pipeline.Spec, now time.Time, maxAge time.Duration) map[string][]wire.BatchLatency {
+	type sums struct{ n, p50, p95 float64 }
+	acc := map[string]map[int]*sums{}
+	workers := make([]string, 0, len(b.reports))
+	for id := range b.reports {
+		workers = append(workers, id)
+	}
+	slices.Sort(workers) // a fixed order of additions: the simulator's runs must not depend on map order
+	prefix := spec.Name + ":"
+	for _, id := range workers {
+		r := b.reports[id]
+		if now.Sub(r.at) > maxAge {
+			continue
+		}
+		for key, entries := range r.latency {
+			hop, ok := strings.CutPrefix(key, prefix)
+			if !ok {
+				continue
+			}
+			task, variant, _ := strings.Cut(hop, "/")
+			v := spec.Variant(task, variant)
+			if v == nil {
+				continue
+			}
+			for _, e := range entries {
+				if _, ok := v.Point(e.Batch); !ok || !usable(e) {
+					continue
+				}
+				if acc[hop] == nil {
+					acc[hop] = map[int]*sums{}
+				}
+				s := acc[hop][e.Batch]
+				if s == nil {
+					s = &sums{}
+					acc[hop][e.Batch] = s
+				}
+				n := float64(e.Count)
+				s.n += n
+				s.p50 += n * e.P50Ms
+				s.p95 += n * e.P95Ms
+			}
+		}
+	}
+	out := make(map[string][]wire.BatchLatency, len(acc))
+	for hop, byBatch := range acc {
+		for batch, s := range byBatch {
+			out[hop] = append(out[hop], wire.BatchLatency{Batch: batch, Count: int(s.n), P50Ms: s.p50 / s.n,
+				P95Ms: s.p95 / s.n})
+		}
+		slices.SortFunc(out[hop], func(a, b wire.BatchLatency) int { return a.Batch - b.Batch })
+	}
+	return out
+}
+
+func usable(e wire.BatchLatency) bool {
+	ok := func(f float64) bool { return f > 0 && !math.IsInf(f, 0) }
+	return e.Count >= MinBatches && ok(e.P50Ms) && ok(e.P95Ms) && e.P50Ms <= e.P95Ms
+}
+
+// Blend is, per measured variant of spec ("task/variant"), its profile scaled by what was measured: a batch size
+// measured n times scales its point's p50 by the measured p50 over the profiled one, and its p95 and p99 by the
+// measured p95 over the profiled p95, each moved n/(n+PriorBatches) of the way from 1 and bounded to [MinScale,
+// MaxScale]; a batch size not measured takes the scales of the nearest measured one (the larger on a tie). The
+// allocation's rows (latency and throughput of a replica) read the p50, as they read the profile's: scaling them
+// by the p95's ratio would take a slower machine's longer tail for a lower throughput (with a CPU hog on one of two
+// cores, the OCR detector's p50 ran 3 times its profile and its p95 7 times, and the planner so scaled found 10 QPS
+// beyond the cluster). Latency stays non-decreasing in the batch size, as the profiler writes it. Variants not
+// measured are not listed: they keep their profile.
+func Blend(spec *pipeline.Spec, measured map[string][]wire.BatchLatency) map[string][]pipeline.ProfilePoint {
+	out := map[string][]pipeline.ProfilePoint{}
+	for hop, entries := range measured {
+		task, variant, _ := strings.Cut(hop, "/")
+		v := spec.Variant(task, variant)
+		if v == nil || len(entries) == 0 {
+			continue
+		}
+		s50 := make([]float64, len(v.Profile)) // 0: not measured
+		s95 := make([]float64, len(v.Profile))
+		for _, e := range entries {
+			i := slices.IndexFunc(v.Profile, func(p pipeline.ProfilePoint) bool { return p.Batch == e.Batch })
+			if i < 0 || e.Count <= 0 {
+				continue
+			}
+			p := v.Profile[i]
+			w := float64(e.Count) / (float64(e.Count) + PriorBatches)
+			scale := func(measured, profiled float64) float64 {
+				return min(max(1+w*(measured/profiled-1), MinScale), MaxScale)
+			}
+			ref95 := p.P95Ms
+			if ref95 <= 0 {
+				ref95 = p.P50Ms
+			}
+			s50[i], s95[i] = scale(e.P50Ms, p.P50Ms), scale(e.P95Ms, ref95)
+		}
+		if !slices.ContainsFunc(s50, func(s float64) bool { return s > 0 }) {
+			continue
+		}
+		points := make([]pipeline.ProfilePoint, len(v.Profile))
+		for i, p := range v.Profile {
+			j := nearest(s50, i)
+			points[i] = pipeline.ProfilePoint{Batch: p.Batch, P50Ms: p.P50Ms * s50[j], P95Ms: p.P95Ms * s95[j],
+				P99Ms: p.P99Ms * s95[j]}
+			points[i].P95Ms = max(points[i].P95Ms, points[i].P50Ms)
+			if i > 0 {
+				prev := points[i-1]
+				points[i].P50Ms = max(points[i].P50Ms, prev.P50Ms)
+				points[i].P95Ms = max(points[i].P95Ms, prev.P95Ms)
+				if points[i].P99Ms > 0 {
+					points[i].P99Ms = max(points[i].P99Ms, prev.P99Ms)
+				}
+			}
+		}
+		out[hop] = points
+	}
+	return out
+}
+
+// nearest is i when scale[i] was measured, else the index of the measured scale nearest i (the larger on a tie);
+// some scale must have been measured.
+func nearest(scale []float64, i int) int {
+	for d := 0; ; d++ {
+		if j := i + d; j < len(scale) && scale[j] > 0 {
+			return j
+		}
+		if j := i - d; j >= 0 && scale[j] > 0 {
+			return j
+		}
+	}
+}
+
+// Apply is spec with the profiles of profiles ("task/variant" -> points) in place of its own; spec itself when there
+// are none. spec is not changed.
+func Apply(spec *pipeline.Spec, profiles map[string][]pipeline.ProfilePoint) *pipeline.Spec {
+	if len(profiles) == 0 {
+		return spec
+	}
+	c := *spec
+	c.Tasks = slices.Clone(spec.Tasks)
+	for ti := range c.Tasks {
+		t := &c.Tasks[ti]
+		cloned := false
+		for vi := range t.Variants {
+			p, ok := profiles[wire.Hop(t.Name, t.Variants[vi].Name)]
+			if !ok {
+				continue
+			}
+			if !cloned {
+				t.Variants, cloned = slices.Clone(t.Variants), true
+			}
+			t.Variants[vi].Profile = p
+		}
+	}
+	return &c
+}
+
+// Moved reports whether the profiles a and b ("task/variant" -> points; a variant not listed has spec's profile)
+// differ by more than threshold, relative, at any point's p50: enough to solve the allocation again.
+func Moved(spec *pipeline.Spec, a, b map[string][]pipeline.ProfilePoint, threshold float64) bool {
+	differs := func(hop string) bool {
+		task, variant, _ := strings.Cut(hop, "/")
+		v := spec.Variant(task, variant)
+		if v == nil {
+			return false
+		}
+		pa, ok := a[hop]
+		if !ok {
+			pa = v.Profile
+		}
+		pb, ok := b[hop]
+		if !ok {
+			pb = v.Profile
+		}
+		if len(pa) != len(pb) {
+			return true
+		}
+		for i := range pa {
+			if math.Abs(pb[i].P50Ms/pa[i].P50Ms-1) > threshold {
+				return true
+			}
+		}
+		return false
+	}
+	for hop := range a {
+		if differs(hop) {
+			return true
+		}
+	}
+	for hop := range b {
+		if differs(hop) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,145 @@
+package latency
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
+
+func testSpec() *pipeline.Spec {
+	return &pipeline.Spec{Name: "p", BatchSizes: []int{1, 2, 4}, Tasks: []pipeline.Task{{Name: "t", Variants: []pipeline.Variant{
+		{Name: "a", Profile: []pipeline.ProfilePoint{{Batch: 1, P50Ms: 10, P95Ms: 12}, {Batch: 2, P50Ms: 15, P95Ms: 18},
+			{Batch: 4, P50Ms: 25, P95Ms: 30}}},
+		{Name: "b", Profile: []pipeline.ProfilePoint{{Batch: 1, P50Ms: 5, P95Ms: 6}, {Batch: 2, P50Ms: 8, P95Ms: 9},
+			{Batch: 4, P50Ms: 12, P95Ms: 14}}},
+	}}}}
+}
+
+var t0 = time.Unix(1000, 0)
+
+func TestWindowQuantilesAndSpan(t *testing.T) {
+	w := NewWindow()
+	// 19 batches of 10 ms and one outlier of 1 s: the p95 of 20 is the 19th, not the outlier.
+	for i := range 19 {
+		w.Add("p:t/a", 1, 10*time.Millisecond, t0.Add(time.Duration(i)*time.Millisecond))
+	}
+	w.Add("p:t/a", 1, time.Second, t0.Add(20*time.Millisecond))
+	s := w.Summary("p:t/a", t0.Add(time.Second))
+	if len(s) != 1 || s[0].Batch != 1 || s[0].Count != 20 || s[0].P50Ms != 10 || s[0].P95Ms != 10 {
+		t.Fatalf("summary %+v: want 20 batches, p50 = p95 = 10 ms", s)
+	}
+	// Past the span, the old samples go, except the newest KeepNewest.
+	for i := range 100 {
+		w.Add("p:t/a", 2, 20*time.Millisecond, t0.Add(time.Duration(i)*time.Millisecond))
+	}
+	w.Add("p:t/a", 2, 40*time.Millisecond, t0.Add(WindowSpan+time.Second))
+	s = w.Summary("p:t/a", t0.Add(WindowSpan+2*time.Second))
+	if len(s) != 2 || s[0].Count != 20 || s[1].Batch != 2 || s[1].Count != KeepNewest {
+		t.Fatalf("summary %+v: want batch 1 with its 20 (all old, fewer than KeepNewest), batch 2 with KeepNewest", s)
+	}
+	if s[1].P95Ms != 20 || s[1].P50Ms != 20 { // the newest batch, 40 ms, is one outlier in 32
+		t.Fatalf("batch 2: %+v", s[1])
+	}
+	if w.Summary("p:t/b", t0) != nil {
+		t.Fatal("a variant never run has a summary")
+	}
+}
+
+func TestWindowBounded(t *testing.T) {
+	w := NewWindow()
+	for i := range 10 * maxSamples {
+		w.Add("k", 1, time.Millisecond, t0.Add(time.Duration(i)))
+	}
+	if n := len(w.buckets["k"][1].ms); n > maxSamples {
+		t.Fatalf("%d samples kept: want at most %d", n, maxSamples)
+	}
+}
+
+func beat(entries ...wire.BatchLatency) map[string]wire.Observed {
+	return map[string]wire.Observed{"p:t/a": {Latency: entries}}
+}
+
+func TestBoardMergesFreshValidReports(t *testing.T) {
+	spec := testSpec()
+	b := NewBoard()
+	b.Set("w1", t0, beat(wire.BatchLatency{Batch: 1, Count: 20, P50Ms: 20, P95Ms: 24}))
+	b.Set("w2", t0, beat(wire.BatchLatency{Batch: 1, Count: 60, P50Ms: 10, P95Ms: 12},
+		wire.BatchLatency{Batch: 2, Count: 19, P50Ms: 50, P95Ms: 60},         // too few batches
+		wire.BatchLatency{Batch: 3, Count: 50, P50Ms: 50, P95Ms: 60},         // not a profiled batch size
+		wire.BatchLatency{Batch: 4, Count: 50, P50Ms: math.NaN(), P95Ms: 60}, // not a figure
+		wire.BatchLatency{Batch: 4, Count: 50, P50Ms: 70, P95Ms: 60}))        // p50 above p95
+	b.Set("w3", t0.Add(-time.Minute), beat(wire.BatchLatency{Batch: 1, Count: 100, P50Ms: 99, P95Ms: 99})) // stale
+	b.Set("w4", t0, map[string]wire.Observed{"q:t/a": {Latency: []wire.BatchLatency{{Batch: 1, Count: 100, P50Ms: 99, P95Ms: 99}}},
+		"p:t/zz": {Latency: []wire.BatchLatency{{Batch: 1, Count: 100, P50Ms: 99, P95Ms: 99}}}}) // other pipeline, unknown variant
+	m := b.Measured(spec, t0.Add(time.Second), 5*time.Second)
+	want := wire.BatchLatency{Batch: 1, Count: 80, P50Ms: 12.5, P95Ms: 15}
+	if len(m) != 1 || len(m["t/a"]) != 1 || m["t/a"][0] != want {
+		t.Fatalf("measured %+v: want only t/a %+v", m, want)
+	}
+	b.Forget("w2")
+	b.Forget("w1")
+	if m := b.Measured(spec, t0.Add(time.Second), 5*time.Second); len(m) != 0 {
+		t.Fatalf("measured %+v after its workers left", m)
+	}
+}
+
+func TestBlend(t *testing.T) {
+	spec := testSpec()
+	// Batch 2 measured at twice its profiled p50 and p95 over 90 batches: 1 + 0.9 x 1 = 1.9.
+	got := Blend(spec, map[string][]wire.BatchLatency{"t/a": {{Batch: 2, Count: 90, P50Ms: 30, P95Ms: 36}}})
+	if _, ok := got["t/b"]; ok {
+		t.Fatal("a variant never run does not keep its profile")
+	}
+	a := got["t/a"]
+	if len(a) != 3 {
+		t.Fatalf("blended %+v", got)
+	}
+	for i, p := range spec.Variant("t", "a").Profile {
+		// Batch sizes 1 and 4 were not measured: the nearest measured, batch 2, scales them.
+		if math.Abs(a[i].P50Ms-1.9*p.P50Ms) > 1e-9 || math.Abs(a[i].P95Ms-1.9*p.P95Ms) > 1e-9 {
+			t.Fatalf("point %d: %+v, want %+v scaled by 1.9", i, a[i], p)
+		}
+	}
+	// One wild measurement is bounded.
+	got = Blend(spec, map[string][]wire.BatchLatency{"t/a": {{Batch: 1, Count: 1e6, P50Ms: 1e6, P95Ms: 1e6}}})
+	if s := got["t/a"][0].P50Ms / 10; math.Abs(s-MaxScale) > 1e-9 {
+		t.Fatalf("scale %v: want bounded at %v", s, MaxScale)
+	}
+	// The p50 and the p95 scale by their own measurements.
+	got = Blend(spec, map[string][]wire.BatchLatency{"t/a": {{Batch: 1, Count: 1e6, P50Ms: 20, P95Ms: 48}}})
+	if p := got["t/a"][0]; math.Abs(p.P50Ms-20) > 0.01 || math.Abs(p.P95Ms-48) > 0.01 {
+		t.Fatalf("blended %+v: want p50 20, p95 48", p)
+	}
+	// Latency stays non-decreasing in the batch size.
+	got = Blend(spec, map[string][]wire.BatchLatency{"t/a": {{Batch: 1, Count: 1e6, P50Ms: 24, P95Ms: 24},
+		{Batch: 2, Count: 1e6, P50Ms: 18, P95Ms: 18}}})
+	if p := got["t/a"]; p[1].P50Ms < p[0].P50Ms || p[2].P50Ms < p[1].P50Ms {
+		t.Fatalf("blended %+v: latency decreases with the batch", p)
+	}
+}
+
+func TestApplyAndMoved(t *testing.T) {
+	spec := testSpec()
+	slow := Blend(spec, map[string][]wire.BatchLatency{"t/a": {{Batch: 1, Count: 1e6, P50Ms: 20, P95Ms: 24}}})
+	c := Apply(spec, slow)
+	if math.Abs(c.Variant("t", "a").Profile[0].P50Ms-20) > 0.01 || spec.Variant("t", "a").Profile[0].P50Ms != 10 {
+		t.Fatalf("applied %v, spec %v: want 20 in the copy, the spec unchanged", c.Variant("t", "a").Profile,
+			spec.Variant("t", "a").Profile)
+	}
+	if c.Variant("t", "b") == spec.Variant("t", "b") || c.Variant("t", "b").Profile[0] != spec.Variant("t", "b").Profile[0] {
+		t.Fatal("the other variant changed")
+	}
+	if Apply(spec, nil) != spec {
+		t.Fatal("nothing to apply: want the spec itself")
+	}
+	if !Moved(spec, nil, slow, 0.2) || !Moved(spec, slow, nil, 0.2) || Moved(spec, slow, slow, 0.2) {
+		t.Fatal("Moved: a doubled profile must count, the same one not")
+	}
+	near := Blend(spec, map[string][]wire.BatchLatency{"t/a": {{Batch: 1, Count: 1e6, P50Ms: 10.8, P95Ms: 13}}})
+	if Moved(spec, nil, near, 0.2) || !Moved(spec, nil, near, 0.05) {
+		t.Fatal("Moved: an 8% change is within 20%, beyond 5%")
+	}
+}

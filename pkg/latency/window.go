@@ -1,0 +1,101 @@
+// Package latency is what the cluster measures of its batch latencies and how the planner plans with it: a worker's
+// recent batch latencies per variant and batch size (Window, reported in heartbeats as wire.BatchLatency), the
+// planner's board of every live worker's reports (Board), and the blend of those measurements with the profile
+// (Blend, Apply) that the allocation and the routing plan with. Pure: time is passed in; the worker service and the
+// simulator's workers both measure through Window, the planner service and the simulator's planner both blend
+// through Board.
+package latency
+
+import (
+	"math"
+	"slices"
+	"time"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
+
+// Window settings. A summary covers the batches of the last WindowSpan, but never fewer than the newest KeepNewest
+// of a bucket: a variant the planner moved away from keeps its last measurement while its worker lives, so that a
+// slow variant does not look fast again (its idle profile) as soon as nobody runs it, and get planned again.
+const (
+	WindowSpan = 10 * time.Second
+	KeepNewest = 32
+	// maxSamples bounds one bucket's memory (a second of small fast batches can be hundreds).
+	maxSamples = 1024
+)
+
+// Window holds one worker's recent batch latencies, per variant key ("pipeline:task/variant") and profiled batch
+// size. Not safe for concurrent use.
+type Window struct {
+	buckets map[string]map[int]*samples
+}
+
+type samples struct {
+	at []int64 // Unix ns, in order
+	ms []float64
+}
+
+// NewWindow returns an empty window.
+func NewWindow() *Window { return &Window{buckets: map[string]map[int]*samples{}} }
+
+// BatchOf is the profiled batch size a model batch of n items counts at: the smallest of v's profile of at least n
+// (the point the planner budgets it at), the largest when n exceeds them all.
+func BatchOf(v *pipeline.Variant, n int) int { return v.LatencyFor(n).Batch }
+
+// Add records that key ran a model batch at profiled batch size batch that took d, ending at now.
+func (w *Window) Add(key string, batch int, d time.Duration, now time.Time) {
+	byBatch := w.buckets[key]
+	if byBatch == nil {
+		byBatch = map[int]*samples{}
+		w.buckets[key] = byBatch
+	}
+	s := byBatch[batch]
+	if s == nil {
+		s = &samples{}
+		byBatch[batch] = s
+	}
+	if len(s.at) >= maxSamples {
+		n := copy(s.at, s.at[len(s.at)-maxSamples/2:])
+		copy(s.ms, s.ms[len(s.ms)-maxSamples/2:])
+		s.at, s.ms = s.at[:n], s.ms[:n]
+	}
+	s.at = append(s.at, now.UnixNano())
+	s.ms = append(s.ms, float64(d)/float64(time.Millisecond))
+}
+
+// Summary is key's batches of the window as of now, per batch size in increasing order; nil when it ran none.
+// Samples beyond the window (and beyond the newest KeepNewest) are dropped.
+func (w *Window) Summary(key string, now time.Time) []wire.BatchLatency {
+	byBatch := w.buckets[key]
+	if len(byBatch) == 0 {
+		return nil
+	}
+	cut := now.Add(-WindowSpan).UnixNano()
+	var out []wire.BatchLatency
+	var sorted []float64
+	for b, s := range byBatch {
+		old := 0
+		for old < len(s.at)-KeepNewest && s.at[old] < cut {
+			old++
+		}
+		if old > 0 {
+			n := copy(s.at, s.at[old:])
+			copy(s.ms, s.ms[old:])
+			s.at, s.ms = s.at[:n], s.ms[:n]
+		}
+		sorted = append(sorted[:0], s.ms...)
+		slices.Sort(sorted)
+		out = append(out, wire.BatchLatency{Batch: b, Count: len(sorted), P50Ms: Quantile(sorted, 0.5),
+			P95Ms: Quantile(sorted, 0.95)})
+	}
+	slices.SortFunc(out, func(a, b wire.BatchLatency) int { return a.Batch - b.Batch })
+	return out
+}
+
+// Quantile is the nearest-rank q-quantile of sorted (ascending, not empty): with 20 batches or more, the 95th
+// percentile is below the slowest one, so a single outlier batch does not move it.
+func Quantile(sorted []float64, q float64) float64 {
+	i := int(math.Ceil(q*float64(len(sorted))-1e-9)) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}

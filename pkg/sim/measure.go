@@ -1,0 +1,48 @@
+package sim
+
+import (
+	"time"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/latency"
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
+
+// measure is worker srv measuring a model batch of n items of h that took d and ends end after now, as a live
+// worker does (pkg/latency.Window); nothing when the planner plans with the profiles alone.
+func (s *sim) measure(srv int, h *hop, n int, d, end time.Duration) {
+	if s.cfg.Control.ProfilesOnly {
+		return
+	}
+	sv := &s.servers[srv]
+	if sv.measured == nil {
+		sv.measured = latency.NewWindow()
+	}
+	sv.measured.Add(h.key, latency.BatchOf(h.variant, n), d, time.Unix(0, s.now).Add(end))
+}
+
+// reportMaxAge is how long a simulated worker's latency report counts without a newer one (the planner's worker
+// timeout): in the simulator every worker reports at every tick.
+const reportMaxAge = 5 * time.Second
+
+// profiles are the workers' heartbeats of their measured latencies, folded by the planner into the blended
+// profiles it plans with (as the live planner does: pkg/latency.Board, Blend).
+func (s *sim) profiles(now time.Time) map[string][]pipeline.ProfilePoint {
+	if s.cfg.Control.ProfilesOnly {
+		return nil
+	}
+	for i := range s.servers {
+		w := s.servers[i].measured
+		if w == nil {
+			continue
+		}
+		obs := map[string]wire.Observed{}
+		for _, h := range s.hops {
+			if l := w.Summary(h.key, now); l != nil {
+				obs[h.key] = wire.Observed{Latency: l}
+			}
+		}
+		s.latency.Set(s.names[i], now, obs)
+	}
+	return latency.Blend(s.spec, s.latency.Measured(s.spec, now, reportMaxAge))
+}
