@@ -65,7 +65,7 @@ type Config struct {
 	// it one: with one, the same input always gives the same plan).
 	SolveWorkers int
 	// TuneEvery is how often the tuner (pkg/tuner) looks at the queues between plans and lends idle workers to the
-	// variants whose queues outgrow their replicas (default tuner.Every, 250 ms); negative: never.
+	// variants whose queues outgrow their replicas (default tuner.Every, 100 ms); negative: never.
 	TuneEvery time.Duration
 	// ProfilesOnly plans and routes with the spec's profiles alone, ignoring Observed.Profiles (the measured
 	// latencies).

@@ -44,7 +44,7 @@ func RegisterFlags(fs *flag.FlagSet) *Flags {
 		solveWorkers: fs.Int("solve-workers", 0, "branch-and-bound nodes a solve works on at once (0: one per CPU "+
 			"live; one in the simulator, whose runs must not depend on the machine's CPUs)"),
 		tuneEvery: fs.Duration("tune-every", 0, "how often the tuner looks at the queues between plans and lends "+
-			"idle workers to variants whose queues outgrow their replicas (0: 250ms; negative: no tuner)"),
+			"idle workers to variants whose queues outgrow their replicas (0: 100ms; negative: no tuner)"),
 		measured: fs.Bool("measured-latency", true, "plan and route with the batch latencies the workers measure, "+
 			"blended with the profiles (false: with the profiles alone)"),
 	}
