@@ -116,6 +116,8 @@ type Planner struct {
 	tuners  []*tuner.Tuner
 	lent    []map[string]int
 	waiting []map[string]float64
+	// replannedAt is when each pipeline's last new allocation was published (Run's goroutine only).
+	replannedAt []time.Time
 	// lentShown is the loans per pipeline for the metrics, replaced (never changed in place) under mu.
 	lentShown map[string]map[string]int
 	live      *control.Liveness // under mu
@@ -244,6 +246,7 @@ func (p *Planner) Run(ctx context.Context) error {
 			t = tuner.New()
 		}
 		p.tuners, p.lent, p.waiting = append(p.tuners, t), append(p.lent, nil), append(p.waiting, nil)
+		p.replannedAt = append(p.replannedAt, time.Time{})
 	}
 	reports, err := p.nc.Subscribe(wire.DemandPrefix+"*", p.onDemand)
 	if err != nil {
@@ -409,6 +412,7 @@ func (p *Planner) stepPipeline(ctx context.Context, now time.Time, i int, o cont
 	}
 	p.loops[i].Published(st, o, now)
 	if st.Replanned {
+		p.replannedAt[i] = now
 		p.retune(i, now)
 	}
 	if !st.Replanned {

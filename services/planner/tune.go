@@ -15,6 +15,9 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
+// rehomeAfterPlan is how long after a new plan the tuner's looks also move what waits at the variants it retired.
+const rehomeAfterPlan = 2 * time.Second
+
 // tuneTimeout bounds one look's consumer lookups: a look that cannot see the queues in time is skipped.
 const tuneTimeout = 200 * time.Millisecond
 
@@ -32,6 +35,11 @@ func (p *Planner) tuneLook(ctx context.Context, now time.Time) {
 			return
 		}
 		p.waiting[i] = waiting
+		// Upstream workers send to the variants a new plan retired until they have read it: for a while, what
+		// reaches them is moved at every look rather than at the next second's.
+		if now.Sub(p.replannedAt[i]) < rehomeAfterPlan {
+			p.rehome(ctx, spec, pl)
+		}
 		lent := p.tuners[i].Look(now, p.tuneInput(i, pl, live))
 		if maps.Equal(lent, p.lent[i]) {
 			continue
