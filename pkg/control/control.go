@@ -462,6 +462,9 @@ func (l *Loop) Published(st Step, o Observed, now time.Time) {
 		return
 	}
 	l.current = st.Plan
+	if l.cfg.ProfilesOnly { // as Next saw it: a plan made from the profiles alone is not one made from these
+		o.Profiles = nil
+	}
 	if st.Replanned {
 		l.notePlanned(o, st.Plan, now)
 	}

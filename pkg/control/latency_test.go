@@ -49,7 +49,11 @@ func TestLoopPlansWithMeasuredLatencies(t *testing.T) {
 			l.Published(st, o, t0.Add(at))
 			return st
 		}
-		if st := step(0, Observed{Demand: 50, Servers: 20}); !st.Replanned || got != spec {
+		first := Observed{Demand: 50, Servers: 20}
+		if profilesOnly { // measurements there from the start: a plan made without them is not one made from them
+			first.Profiles = slow
+		}
+		if st := step(0, first); !st.Replanned || got != spec {
 			t.Fatalf("first tick: replanned %v, on the spec itself %v", st.Replanned, got == spec)
 		}
 		if st := step(time.Second, Observed{Demand: 50, Servers: 20, Profiles: slow}); st.Replanned {
