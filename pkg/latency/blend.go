@@ -215,6 +215,12 @@ func Apply(spec *pipeline.Spec, profiles map[string][]pipeline.ProfilePoint) *pi
 // Moved reports whether the profiles a and b ("task/variant" -> points; a variant not listed has spec's profile)
 // differ by more than threshold, relative, at any point's p50: enough to solve the allocation again.
 func Moved(spec *pipeline.Spec, a, b map[string][]pipeline.ProfilePoint, threshold float64) bool {
+	return MovedBy(spec, a, b, threshold, threshold)
+}
+
+// MovedBy is Moved with a threshold of its own for each direction: some point of b slower than a's by more than
+// slower (relative), or faster by more than faster.
+func MovedBy(spec *pipeline.Spec, a, b map[string][]pipeline.ProfilePoint, slower, faster float64) bool {
 	differs := func(hop string) bool {
 		task, variant, _ := strings.Cut(hop, "/")
 		v := spec.Variant(task, variant)
@@ -233,7 +239,7 @@ func Moved(spec *pipeline.Spec, a, b map[string][]pipeline.ProfilePoint, thresho
 			return true
 		}
 		for i := range pa {
-			if math.Abs(pb[i].P50Ms/pa[i].P50Ms-1) > threshold {
+			if r := pb[i].P50Ms / pa[i].P50Ms; r-1 > slower || 1-r > faster {
 				return true
 			}
 		}

@@ -142,4 +142,9 @@ func TestApplyAndMoved(t *testing.T) {
 	if Moved(spec, nil, near, 0.2) || !Moved(spec, nil, near, 0.05) {
 		t.Fatal("Moved: an 8% change is within 20%, beyond 5%")
 	}
+	// Each direction its own threshold: twice as slow counts against a slower threshold of 0.2, half as fast (the
+	// way back) only against a faster one below 0.5.
+	if !MovedBy(spec, nil, slow, 0.2, 0.6) || MovedBy(spec, slow, nil, 0.2, 0.6) || !MovedBy(spec, slow, nil, 0.2, 0.4) {
+		t.Fatal("MovedBy: slower by 100% beyond 0.2; faster by 50% within 0.6, beyond 0.4")
+	}
 }
