@@ -363,20 +363,29 @@ func (l *Loop) replan(now time.Time, o Observed) Step {
 		l.notePlanned(o, nil, now)
 		return Step{Err: err}
 	}
-	if !forced && (sameAllocation(l.current, p) || !l.worthSwapping(p, o)) {
-		// Looked again: the same allocation, or a better one not worth its model loads. The demand moved, so the
-		// routing follows it, as a re-plan's would have.
-		l.planned.at = now
+	if p.Allocation != nil {
+		p.Allocation.EstimateQPS = o.Demand
+	}
+	if same := sameAllocation(l.current, p); same || !forced && !l.worthSwapping(p, o) {
+		// The same allocation, or a better one not worth its model loads: no new epoch, which would move no worker
+		// and only count as a plan change (on a loaded machine the measured latencies of a steady 10 QPS moved
+		// by 20% every few seconds, and re-planned the same allocation 28 times in 5 minutes). What moved is
+		// followed by the routing, as a re-plan's would have been. A forced re-plan that found the same allocation
+		// made it the plan for what it observed: the triggers start from there; a due one leaves them where they
+		// were, so that the noise does not move them.
 		r := *l.current
 		r.Fanout, r.Profiles = o.Fanout, o.Profiles
+		if same && forced {
+			r.Allocation = p.Allocation
+			l.notePlanned(o, &r, now)
+		} else {
+			l.planned.at = now
+		}
 		r.Routing = l.route(&r, o)
 		return Step{Plan: &r}
 	}
 	p.Pipeline = l.spec.Name
 	p.Epoch = l.current.Epoch + 1
-	if p.Allocation != nil {
-		p.Allocation.EstimateQPS = o.Demand
-	}
 	p.Fanout = o.Fanout
 	p.Profiles = o.Profiles
 	p.Routing = l.route(p, o)

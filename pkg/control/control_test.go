@@ -53,7 +53,7 @@ func TestLoop(t *testing.T) {
 		{"demand down 12%: routing only", 2 * time.Second, Observed{Demand: 88, Servers: 20}, want{true, false}},
 		{"demand above the plan's headroom: re-plan", 3 * time.Second, Observed{Demand: 106, Servers: 20}, want{true, true}},
 		{"demand +30%: re-plan", 4 * time.Second, Observed{Demand: 130, Servers: 20}, want{true, true}},
-		{"a worker left: re-plan", 5 * time.Second, Observed{Demand: 130, Servers: 19}, want{true, true}},
+		{"a worker left, the same allocation fits: routing only", 5 * time.Second, Observed{Demand: 130, Servers: 19}, want{true, false}},
 		{"re-plan due but within 5%: routing only (due too)", 15 * time.Second, Observed{Demand: 132, Servers: 19}, want{true, false}},
 		{"just routed: nothing", 16 * time.Second, Observed{Demand: 132, Servers: 19}, want{false, false}},
 		{"due and 8% less, the same allocation: routing only", 26 * time.Second, Observed{Demand: 121, Servers: 19}, want{true, false}},
@@ -417,4 +417,48 @@ func TestHeadroomIsSpentInServersOnly(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSameAllocationIsNoNewPlan: a re-plan forced by a move (here the demand, 30% up) that finds the allocation in
+// force publishes no new epoch, only its routing and the allocation's new figures, and starts its triggers from
+// what it saw: the next tick at the same demand does nothing.
+func TestSameAllocationIsNoNewPlan(t *testing.T) {
+	ocr, err := pipeline.Load("../../examples/ocr.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur := &plan.Plan{Pipeline: ocr.Name, Mode: plan.ModeAccuracy,
+		Allocation: &plan.Allocation{DemandQPS: 10, SystemAccuracy: 0.6, ActiveServers: 2},
+		Variants: []plan.VariantPlan{{Task: ocr.Tasks[0].Name, Variant: ocr.Tasks[0].Variants[0].Name, Replicas: 1,
+			MaxBatch: 1, BudgetMs: 100, CapacityQPS: 10}}}
+	next := &plan.Plan{Pipeline: ocr.Name, Mode: plan.ModeAccuracy,
+		Allocation: &plan.Allocation{DemandQPS: 13, SystemAccuracy: 0.6, ActiveServers: 2}, Variants: cur.Variants}
+	calls := 0
+	l := New(ocr, Config{Headroom: -1}, counting{fixed{&next}, &calls}, cur)
+	t0 := time.Unix(1000, 0)
+	o := Observed{Demand: 10, Servers: 2}
+	st := l.Next(t0, o) // the first tick solves (and finds the same allocation: no new epoch either)
+	l.Published(st, o, t0)
+	o.Demand = 13
+	st = l.Next(t0.Add(time.Second), o)
+	if st.Plan == nil || st.Replanned || st.Plan.Epoch != cur.Epoch || st.Plan.Allocation.DemandQPS != 13 {
+		t.Fatalf("30%% more demand, the same allocation: publish %v, replanned %v (want routing and figures only)",
+			st.Plan != nil, st.Replanned)
+	}
+	l.Published(st, o, t0.Add(time.Second))
+	before := calls
+	if st = l.Next(t0.Add(2*time.Second), o); st.Plan != nil || calls != before {
+		t.Fatalf("the same demand a second later: published %v after %d more solves", st.Plan != nil, calls-before)
+	}
+}
+
+// counting counts an allocator's solves.
+type counting struct {
+	Allocator
+	n *int
+}
+
+func (c counting) Allocate(spec *pipeline.Spec, o Observed) (*plan.Plan, error) {
+	*c.n++
+	return c.Allocator.Allocate(spec, o)
 }
