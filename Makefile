@@ -12,12 +12,14 @@ NATS_SERVER = $(CURDIR)/bin/nats-server
 
 all: build
 
-# Debian packages the build and tests need: Clp (the LP solver under the planner's branch-and-bound, through cgo)
-# and CBC (the independent MILP solver the tests check it against). Installed only when missing.
-DEB_PACKAGES = coinor-libclp-dev coinor-cbc pkg-config
+# Debian packages the build and tests need: Clp (the LP solver under the planner's branch-and-bound, through cgo),
+# CBC (the independent MILP solver the tests check it against) and the static Fortran runtime that the image's static
+# binary links LAPACK with (deploy/Dockerfile; go test ./deploy builds it). Installed only when missing.
+DEB_PACKAGES = coinor-libclp-dev coinor-cbc pkg-config libgfortran-12-dev
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 deps:
-	@if ! pkg-config --exists clp 2>/dev/null || ! command -v cbc >/dev/null; then \
+	@if ! pkg-config --exists clp 2>/dev/null || ! command -v cbc >/dev/null || \
+	  [ ! -f "$$(gcc -print-file-name=libgfortran.a)" ]; then \
 	  echo "installing $(DEB_PACKAGES)"; \
 	  $(SUDO) apt-get install -y -q $(DEB_PACKAGES) >/dev/null || \
 	  { $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q $(DEB_PACKAGES) >/dev/null; }; \
