@@ -215,11 +215,15 @@ func (p *proc) takeCrashes() []string {
 	return c
 }
 
-// System is one deployment under test: the server and every service process.
+// System is one deployment under test: the server (or the cluster's servers) and every service process.
 type System struct {
-	cfg    *Config
+	cfg *Config
+	// Server is the server, or the cluster's first; Nodes are all of them (one without a cluster).
 	Server *natsproc.Server
+	Nodes  []*natsproc.Server
 	procs  map[string]*proc
+	// judges see a fault's row once measured and return its failures: what an Inject can only judge afterwards.
+	judges []func(Row) (notes, failures []string)
 	// NC is the suite's own connection (role observer, else client).
 	NC   *nats.Conn
 	logs []*os.File
@@ -235,28 +239,46 @@ func startSystem(cfg *Config, dir string) (*System, error) {
 	if cfg.Auth != nil {
 		conf = cfg.Auth.Conf
 	}
-	srvLog, err := os.Create(filepath.Join(dir, "nats-server.log"))
-	if err != nil {
-		return nil, err
-	}
-	srvLog.Close()
 	store := filepath.Join(dir, "jetstream")
 	if err := os.MkdirAll(store, 0o700); err != nil {
 		return nil, err
 	}
-	srv, err := natsproc.Start(natsproc.Config{Name: "chaos", StoreDir: store, Conf: conf,
-		Args: []string{"-l", srvLog.Name()}})
+	var nodes []*natsproc.Server
+	if cfg.Nodes > 1 {
+		var err error
+		if nodes, err = natsproc.StartCluster(clusterName, cfg.Nodes, store, natsproc.Config{Conf: conf, Monitor: true}); err != nil {
+			return nil, err
+		}
+	} else {
+		srv, err := natsproc.Start(natsproc.Config{Name: "chaos", StoreDir: store, Conf: conf, Monitor: true,
+			Args: []string{"-l", filepath.Join(dir, "nats-server.log")}})
+		if err != nil {
+			return nil, err
+		}
+		nodes = []*natsproc.Server{srv}
+	}
+	s := &System{cfg: cfg, Server: nodes[0], Nodes: nodes, procs: map[string]*proc{}}
+	urls := s.URLs()
+	observer := RoleObserver
+	if _, ok := cfg.Auth.user(observer, observer); !ok {
+		observer = RoleClient
+	}
+	opts, err := cfg.Auth.options(observer, observer)
+	if err == nil {
+		// A cluster serves JetStream once it has elected its leaders; a planner started before would exit.
+		err = natsproc.WaitJetStream(urls, 60*time.Second, opts...)
+	}
 	if err != nil {
+		s.Close()
 		return nil, err
 	}
-	s := &System{cfg: cfg, Server: srv, procs: map[string]*proc{}}
 	add := func(name, role string, args ...string) error {
 		f, err := os.Create(filepath.Join(dir, name+".log"))
 		if err != nil {
 			return err
 		}
 		s.logs = append(s.logs, f)
-		args = append(append(args, "--nats", srv.URL()), cfg.Auth.args(name, role)...)
+		args = append(append(args, "--nats", urls), cfg.Auth.args(name, role)...)
 		p := &proc{name: name, role: role, bin: cfg.Sleipnir, args: args, log: f}
 		s.procs[name] = p
 		return p.start()
@@ -269,21 +291,32 @@ func startSystem(cfg *Config, dir string) (*System, error) {
 		err = add(workerName(i), RoleWorker, "worker", "--id", workerName(i))
 	}
 	if err == nil {
-		var opts []nats.Option
-		role := RoleObserver
-		if _, ok := cfg.Auth.user(role, role); !ok {
-			role = RoleClient
-		}
-		if opts, err = cfg.Auth.options(role, role); err == nil {
-			s.NC, err = nats.Connect(srv.URL(), append(opts, nats.Name("sleipnir-chaos"), nats.MaxReconnects(-1),
-				nats.ReconnectWait(100*time.Millisecond), nats.ReconnectBufSize(64<<20))...)
-		}
+		s.NC, err = nats.Connect(urls, append(opts, nats.Name("sleipnir-chaos"), nats.MaxReconnects(-1),
+			nats.ReconnectWait(100*time.Millisecond), nats.ReconnectBufSize(64<<20))...)
 	}
 	if err != nil {
 		s.Close()
 		return nil, err
 	}
 	return s, nil
+}
+
+// StartTopology starts the suite's deployment for a user, with no load and no fault: the server, or a cluster of
+// cfg.Nodes, the planner, two frontends and cfg.Workers workers as processes logging into dir, each given every
+// server's URL; it returns once a request is served. Close stops it.
+func StartTopology(ctx context.Context, cfg Config, dir string) (*System, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	sys, err := startSystem(&cfg, dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := sys.waitServing(ctx, cfg.spec.Name, 60*time.Second); err != nil {
+		sys.Close()
+		return nil, err
+	}
+	return sys, nil
 }
 
 // Kill SIGKILLs a process (planner, fe1, w03, ...); it stays down until Start.
@@ -331,9 +364,18 @@ func (s *System) Crashes() []string {
 	return out
 }
 
+// clusterName names the cluster of Config.Nodes servers; its nodes are sleipnir-1, sleipnir-2, ...
+const clusterName = "sleipnir"
+
+// Pipeline is the name of the pipeline the planner serves.
+func (s *System) Pipeline() string { return s.cfg.spec.Name }
+
+// URLs are the client URLs of every server, comma-separated, as the services get them.
+func (s *System) URLs() string { return natsproc.URLs(s.Nodes) }
+
 // ClientArgs are the connection flags loadgen gets.
 func (s *System) ClientArgs() []string {
-	return append([]string{"--nats", s.Server.URL()}, s.cfg.Auth.args(RoleClient, RoleClient)...)
+	return append([]string{"--nats", s.URLs()}, s.cfg.Auth.args(RoleClient, RoleClient)...)
 }
 
 // Close stops every process and the server.
@@ -347,7 +389,11 @@ func (s *System) Close() {
 		go func() { defer wg.Done(); p.close() }()
 	}
 	wg.Wait()
-	s.Server.Stop()
+	for _, n := range s.Nodes {
+		wg.Add(1)
+		go func() { defer wg.Done(); n.Stop() }()
+	}
+	wg.Wait()
 	for _, f := range s.logs {
 		f.Close()
 	}

@@ -41,6 +41,8 @@ func runChaos(args []string) error {
 	fs.StringVar(&cfg.Loadgen, "loadgen", filepath.Join(filepath.Dir(self), "loadgen"), "the loadgen binary")
 	fs.StringVar(&cfg.Pipeline, "pipeline", "examples/traffic.yaml", "the pipeline spec the planner serves")
 	fs.IntVar(&cfg.Workers, "workers", 10, "worker processes")
+	fs.IntVar(&cfg.Nodes, "nodes", 1, "nats-server processes; 3 clusters them and runs the node faults (killing each "+
+		"node in turn) unless --faults names others")
 	plannerArgs := fs.String("planner-args", "", "more flags of the planner, space-separated (e.g. \"--replan-sigmas 3\")")
 	fs.Float64Var(&cfg.QPS, "qps", 100, "load, requests per second")
 	faults := fs.String("faults", "", "comma-separated faults to run (default all): "+strings.Join(chaos.Names(), ", "))
@@ -85,7 +87,7 @@ func runChaos(args []string) error {
 	if *faults != "" {
 		names = strings.Split(*faults, ",")
 	}
-	selected, err := chaos.Select(names, *short)
+	selected, err := chaos.Select(names, *short, cfg.Nodes >= 3)
 	if err != nil {
 		return err
 	}

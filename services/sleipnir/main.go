@@ -44,6 +44,7 @@ commands:
   ocrdata   generate the labelled OCR set (document images and their ground truth)
   nats-auth generate the nkeys of a deployment and render its NATS authorization (deploy/nats-auth.conf)
   chaos     the fault suite: the services as processes around nats-server, under load, one fault at a time
+  cluster   three clustered nats-server processes and the services as processes around them (make cluster)
   version   print the version (also --version)
 
 Run 'sleipnir <command> -h' for the flags of a command.
@@ -77,6 +78,8 @@ func main() {
 		err = runNATSAuth(args)
 	case "chaos":
 		err = runChaos(args)
+	case "cluster":
+		err = runCluster(args)
 	case "version", "--version", "-version":
 		fmt.Println("sleipnir", buildinfo.Version())
 	case "-h", "--help", "help":
