@@ -194,12 +194,15 @@ chaos: build $(NATS_SERVER)
 # started again 10 s later, on a fresh cluster each. A table per node killed: sent, lost, violations, seconds
 # without an ok reply, and the node's return (about 2 minutes; `make test` runs the stream leader's row, with the
 # node down 8 s: services/chaos TestNodeLoss). See docs/deploy.md.
+# Where the machine allows it (root and iproute2), every process runs in a network namespace of its own.
+NETNS_FLAG := $(shell [ "$$(id -u)" = 0 ] && command -v ip >/dev/null && echo --netns)
 node-loss: build $(NATS_SERVER)
-	SLEIPNIR_NATS_SERVER=$(NATS_SERVER) bin/sleipnir chaos --nodes 3 --pipeline examples/traffic.yaml $(CHAOS_ARGS)
+	SLEIPNIR_NATS_SERVER=$(NATS_SERVER) bin/sleipnir chaos --nodes 3 $(NETNS_FLAG) --pipeline examples/traffic.yaml $(CHAOS_ARGS)
 
 # The deployment as processes, for a user: three clustered nats-server processes (JetStream, R3 state), the planner,
-# two frontends and CLUSTER_WORKERS workers serving examples/$(PIPELINE).yaml, each given all three URLs. It prints
-# the servers' URLs and the loadgen command that points at them; Ctrl-C stops it. Stores and logs in $(STATE)/cluster.
+# two frontends and CLUSTER_WORKERS workers serving examples/$(PIPELINE).yaml, each given all three URLs, each in a
+# network namespace of its own where the machine allows it (--netns auto). It prints the servers' URLs and the loadgen
+# command that points at them; Ctrl-C stops it. Stores and logs in $(STATE)/cluster.
 CLUSTER_WORKERS ?= 10
 CLUSTER_ARGS ?=
 cluster: build $(NATS_SERVER) $(RUN_NEEDS)

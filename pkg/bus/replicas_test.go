@@ -18,7 +18,7 @@ func cluster(t *testing.T) (*nats.Conn, jetstream.JetStream) {
 	if _, err := natsproc.Binary(); err != nil {
 		t.Skip(err)
 	}
-	servers, err := natsproc.StartCluster("bus", 3, t.TempDir(), natsproc.Config{})
+	servers, err := natsproc.StartCluster("bus", 3, t.TempDir(), natsproc.Config{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

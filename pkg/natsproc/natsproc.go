@@ -68,6 +68,9 @@ type Config struct {
 	Monitor bool
 	// Cluster, if set, makes the server a member of a cluster (StartCluster fills it in).
 	Cluster *ClusterConfig
+	// Wrap, if set, is the command the server runs under, e.g. `ip netns exec NS` (it must exec the server, so that
+	// signals reach it).
+	Wrap []string
 	// Log, if not nil, receives the server's output.
 	Log *bytes.Buffer
 }
@@ -174,6 +177,9 @@ func (s *Server) Restart() error {
 	}
 	args = append(args, s.cfg.Args...)
 	cmd := exec.Command(s.bin, args...)
+	if w := s.cfg.Wrap; len(w) > 0 {
+		cmd = exec.Command(w[0], append(slices.Clone(w[1:]), append([]string{s.bin}, args...)...)...)
+	}
 	if s.cfg.Log != nil {
 		cmd.Stdout, cmd.Stderr = s.cfg.Log, s.cfg.Log
 	}
@@ -234,36 +240,42 @@ func (s *Server) signal(sig syscall.Signal) {
 
 // StartCluster starts n servers clustered as name, each routed to all the others, each with its own store: base's
 // settings, and the names name-1, name-2, ... (base.Port, StoreDir, Cluster and Log are ignored: each server has
-// its store dir/<name> and its log dir/<name>.log). It returns once every server accepts clients; JetStream elects
-// its leaders a few seconds later (WaitJetStream).
-func StartCluster(name string, n int, dir string, base Config) ([]*Server, error) {
+// its store dir/<name> and its log dir/<name>.log). place, if not nil, sets a server's own settings (its Host and
+// Wrap, say) before any starts. It returns once every server accepts clients; JetStream elects its leaders a few
+// seconds later (WaitJetStream).
+func StartCluster(name string, n int, dir string, base Config, place func(i int, cfg *Config) error) ([]*Server, error) {
+	cfgs := make([]Config, n)
 	ports := make([]int, n)
-	for i := range ports {
-		p, err := FreePort()
-		if err != nil {
-			return nil, err
-		}
-		ports[i] = p
-	}
-	host := base.Host
-	if host == "" {
-		host = "127.0.0.1"
-	}
-	var servers []*Server
-	for i := range n {
-		var routes []string
-		for j, p := range ports {
-			if j != i {
-				routes = append(routes, "nats://"+net.JoinHostPort(host, strconv.Itoa(p)))
-			}
-		}
+	for i := range cfgs {
 		cfg := base
 		cfg.Name = fmt.Sprintf("%s-%d", name, i+1)
 		cfg.Port = 0
 		cfg.StoreDir = filepath.Join(dir, cfg.Name)
-		cfg.Cluster = &ClusterConfig{Name: name, Port: ports[i], Routes: routes}
 		cfg.Log = nil
 		cfg.Args = append(slices.Clip(base.Args), "-l", filepath.Join(dir, cfg.Name+".log"))
+		if place != nil {
+			if err := place(i, &cfg); err != nil {
+				return nil, err
+			}
+		}
+		if cfg.Host == "" {
+			cfg.Host = "127.0.0.1"
+		}
+		p, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		cfgs[i], ports[i] = cfg, p
+	}
+	var servers []*Server
+	for i, cfg := range cfgs {
+		var routes []string
+		for j, p := range ports {
+			if j != i {
+				routes = append(routes, "nats://"+net.JoinHostPort(cfgs[j].Host, strconv.Itoa(p)))
+			}
+		}
+		cfg.Cluster = &ClusterConfig{Name: name, Port: ports[i], Routes: routes}
 		if err := os.MkdirAll(cfg.StoreDir, 0o700); err != nil {
 			return nil, err
 		}

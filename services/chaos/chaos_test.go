@@ -133,6 +133,13 @@ func TestNodeLoss(t *testing.T) {
 	cfg := Config{Sleipnir: filepath.Join(bin, "sleipnir"), Loadgen: filepath.Join(bin, "loadgen"), Nodes: 3,
 		Pipeline: filepath.Join(root, "examples", "traffic.yaml"), Progress: testWriter{t},
 		PlannerArgs: strings.Fields(os.Getenv("SLEIPNIR_NODELOSS_PLANNER_ARGS"))}
+	// Each process in its own network namespace where the machine allows it, so that the cluster is crossed over a
+	// real network path; else on loopback.
+	if err := NetnsAvailable(); err == nil {
+		cfg.Netns = true
+	} else {
+		t.Logf("on loopback: %v", err)
+	}
 	if os.Getenv("SLEIPNIR_CHAOS_LOGS") != "" {
 		cfg.Dir = os.Getenv("SLEIPNIR_CHAOS_LOGS")
 	}

@@ -9,7 +9,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -32,6 +31,8 @@ type Config struct {
 	Workers     int
 	// Nodes is how many nats-server processes serve, clustered when more than one (0 or 1: one server).
 	Nodes int
+	// Netns runs every process in a network namespace of its own (netns.go; needs root).
+	Netns bool
 	QPS   float64
 	// Settle is sent before measuring (the demand estimate and plan settle); Before is measured before the fault,
 	// After from the fault on.
@@ -225,7 +226,11 @@ func runFault(ctx context.Context, cfg *Config, f Fault) (Row, error) {
 	args := append(sys.ClientArgs(), "--pipeline", cfg.spec.Name, "--qps", fmt.Sprint(cfg.QPS),
 		"--warmup", cfg.Settle.String(), "--duration", (cfg.Before + cfg.After).String(),
 		"--timeout", fmt.Sprintf("%gms", cfg.spec.SLOMs), "--grace", cfg.Grace.String(), "--json", "--series")
-	lg := exec.CommandContext(ctx, cfg.Loadgen, args...)
+	wrap, err := sys.namespace("loadgen")
+	if err != nil {
+		return row, err
+	}
+	lg := wrapped(wrap, cfg.Loadgen, args...)
 	var out bytes.Buffer
 	lgLog, err := os.Create(filepath.Join(dir, "loadgen.log"))
 	if err != nil {
@@ -236,6 +241,8 @@ func runFault(ctx context.Context, cfg *Config, f Fault) (Row, error) {
 	if err := lg.Start(); err != nil {
 		return row, err
 	}
+	stopLoad := context.AfterFunc(ctx, func() { _ = lg.Process.Kill() })
+	defer stopLoad()
 	lgDone := make(chan error, 1)
 	go func() { lgDone <- lg.Wait() }()
 	cfg.logf("%s: load %.0f QPS, %v settling, %v before the fault, %v after", f.Name, cfg.QPS, cfg.Settle, cfg.Before,

@@ -134,6 +134,7 @@ type proc struct {
 	name, role string
 	bin        string
 	args       []string
+	wrap       []string // the command it runs under (its network namespace's), if any
 	log        io.Writer
 
 	mu       sync.Mutex
@@ -150,7 +151,7 @@ func (p *proc) start() error {
 	if p.cmd != nil || p.closed {
 		return nil
 	}
-	cmd := exec.Command(p.bin, p.args...)
+	cmd := wrapped(p.wrap, p.bin, p.args...)
 	cmd.Stdout, cmd.Stderr = p.log, p.log
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", p.name, err)
@@ -222,6 +223,8 @@ type System struct {
 	Server *natsproc.Server
 	Nodes  []*natsproc.Server
 	procs  map[string]*proc
+	// lab holds the processes' network namespaces (Config.Netns); nil on loopback.
+	lab *netLab
 	// judges see a fault's row once measured and return its failures: what an Inject can only judge afterwards.
 	judges []func(Row) (notes, failures []string)
 	// NC is the suite's own connection (role observer, else client).
@@ -243,21 +246,42 @@ func startSystem(cfg *Config, dir string) (*System, error) {
 	if err := os.MkdirAll(store, 0o700); err != nil {
 		return nil, err
 	}
-	var nodes []*natsproc.Server
-	if cfg.Nodes > 1 {
+	var lab *netLab
+	if cfg.Netns {
 		var err error
-		if nodes, err = natsproc.StartCluster(clusterName, cfg.Nodes, store, natsproc.Config{Conf: conf, Monitor: true}); err != nil {
+		if lab, err = newNetLab(); err != nil {
 			return nil, err
 		}
+	}
+	// place puts a server in its namespace, if any.
+	place := func(_ int, c *natsproc.Config) error {
+		if lab == nil {
+			return nil
+		}
+		var err error
+		c.Host, c.Wrap, err = lab.add(c.Name)
+		return err
+	}
+	var nodes []*natsproc.Server
+	var err error
+	if cfg.Nodes > 1 {
+		nodes, err = natsproc.StartCluster(clusterName, cfg.Nodes, store, natsproc.Config{Conf: conf, Monitor: true}, place)
 	} else {
-		srv, err := natsproc.Start(natsproc.Config{Name: "chaos", StoreDir: store, Conf: conf, Monitor: true,
-			Args: []string{"-l", filepath.Join(dir, "nats-server.log")}})
-		if err != nil {
-			return nil, err
+		c := natsproc.Config{Name: "chaos", StoreDir: store, Conf: conf, Monitor: true,
+			Args: []string{"-l", filepath.Join(dir, "nats-server.log")}}
+		var srv *natsproc.Server
+		if err = place(0, &c); err == nil {
+			srv, err = natsproc.Start(c)
 		}
 		nodes = []*natsproc.Server{srv}
 	}
-	s := &System{cfg: cfg, Server: nodes[0], Nodes: nodes, procs: map[string]*proc{}}
+	if err != nil {
+		if lab != nil {
+			lab.close()
+		}
+		return nil, err
+	}
+	s := &System{cfg: cfg, Server: nodes[0], Nodes: nodes, procs: map[string]*proc{}, lab: lab}
 	urls := s.URLs()
 	observer := RoleObserver
 	if _, ok := cfg.Auth.user(observer, observer); !ok {
@@ -279,7 +303,11 @@ func startSystem(cfg *Config, dir string) (*System, error) {
 		}
 		s.logs = append(s.logs, f)
 		args = append(append(args, "--nats", urls), cfg.Auth.args(name, role)...)
-		p := &proc{name: name, role: role, bin: cfg.Sleipnir, args: args, log: f}
+		wrap, err := s.namespace(name)
+		if err != nil {
+			return err
+		}
+		p := &proc{name: name, role: role, bin: cfg.Sleipnir, args: args, wrap: wrap, log: f}
 		s.procs[name] = p
 		return p.start()
 	}
@@ -367,6 +395,24 @@ func (s *System) Crashes() []string {
 // clusterName names the cluster of Config.Nodes servers; its nodes are sleipnir-1, sleipnir-2, ...
 const clusterName = "sleipnir"
 
+// namespace makes the network namespace of a process and returns the command prefix that runs in it; nil without
+// Config.Netns.
+func (s *System) namespace(name string) ([]string, error) {
+	if s.lab == nil {
+		return nil, nil
+	}
+	_, wrap, err := s.lab.add(name)
+	return wrap, err
+}
+
+// wrapped is the command that runs bin under wrap (nothing: bin itself).
+func wrapped(wrap []string, bin string, args ...string) *exec.Cmd {
+	if len(wrap) == 0 {
+		return exec.Command(bin, args...)
+	}
+	return exec.Command(wrap[0], append(slices.Clone(wrap[1:]), append([]string{bin}, args...)...)...)
+}
+
 // Pipeline is the name of the pipeline the planner serves.
 func (s *System) Pipeline() string { return s.cfg.spec.Name }
 
@@ -394,6 +440,9 @@ func (s *System) Close() {
 		go func() { defer wg.Done(); n.Stop() }()
 	}
 	wg.Wait()
+	if s.lab != nil {
+		s.lab.close()
+	}
 	for _, f := range s.logs {
 		f.Close()
 	}

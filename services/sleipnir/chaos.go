@@ -43,6 +43,8 @@ func runChaos(args []string) error {
 	fs.IntVar(&cfg.Workers, "workers", 10, "worker processes")
 	fs.IntVar(&cfg.Nodes, "nodes", 1, "nats-server processes; 3 clusters them and runs the node faults (killing each "+
 		"node in turn) unless --faults names others")
+	fs.BoolVar(&cfg.Netns, "netns", false, "run every process in a network namespace of its own, joined by veth pairs "+
+		"on a bridge (needs root and ip)")
 	plannerArgs := fs.String("planner-args", "", "more flags of the planner, space-separated (e.g. \"--replan-sigmas 3\")")
 	fs.Float64Var(&cfg.QPS, "qps", 100, "load, requests per second")
 	faults := fs.String("faults", "", "comma-separated faults to run (default all): "+strings.Join(chaos.Names(), ", "))

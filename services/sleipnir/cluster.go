@@ -23,6 +23,8 @@ func runCluster(args []string) error {
 	fs.StringVar(&cfg.Pipeline, "pipeline", "examples/traffic.yaml", "the pipeline spec the planner serves")
 	fs.IntVar(&cfg.Workers, "workers", 10, "worker processes")
 	fs.IntVar(&cfg.Nodes, "nodes", 3, "nats-server processes, clustered")
+	netns := fs.String("netns", "auto", "run every process in a network namespace of its own, with its own address "+
+		"(veth pairs on a bridge): on, off, or auto (on where the machine allows it: root and ip)")
 	plannerArgs := fs.String("planner-args", "", "more flags of the planner, space-separated (e.g. \"--replicas 3\")")
 	dir := fs.String("dir", filepath.Join("state", "cluster"), "`DIR` of the servers' JetStream stores and every "+
 		"process's log; emptied at start")
@@ -32,6 +34,15 @@ func runCluster(args []string) error {
 		return err
 	}
 	cfg.PlannerArgs = strings.Fields(*plannerArgs)
+	switch *netns {
+	case "on":
+		cfg.Netns = true
+	case "auto":
+		cfg.Netns = chaos.NetnsAvailable() == nil
+	case "off":
+	default:
+		return fmt.Errorf("--netns %q: want on, off or auto", *netns)
+	}
 	abs, err := filepath.Abs(*dir)
 	if err != nil {
 		return err
@@ -54,8 +65,12 @@ func runCluster(args []string) error {
 		return err
 	}
 	defer sys.Close()
-	fmt.Printf("sleipnir cluster is up: %d nats-server nodes, planner, 2 frontends, %d workers (logs in %s)\n",
-		len(sys.Nodes), cfg.Workers, abs)
+	where := "on loopback"
+	if cfg.Netns {
+		where = "each process in its own network namespace"
+	}
+	fmt.Printf("sleipnir cluster is up: %d nats-server nodes, planner, 2 frontends, %d workers, %s (logs in %s)\n",
+		len(sys.Nodes), cfg.Workers, where, abs)
 	for _, n := range sys.Nodes {
 		fmt.Printf("  %s  %s  (monitoring %s)\n", n.Name(), n.URL(), n.MonitorURL())
 	}
