@@ -134,11 +134,11 @@ func TestReplicasOnACluster(t *testing.T) {
 }
 
 // waitConsumerReplicas waits until a consumer has a leader and `followers` other peers: a raised stream scales its
-// consumers in the background.
+// consumers once it has scaled itself (about 10 s, seen with nats-server 2.15.2).
 func waitConsumerReplicas(t *testing.T, js jetstream.JetStream, pipeline, consumer string, followers int) {
 	t.Helper()
 	var last *jetstream.ClusterInfo
-	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
 		c, err := js.Consumer(t.Context(), wire.TaskStream(pipeline), consumer)
 		if err != nil {
 			continue

@@ -306,7 +306,10 @@ func WaitJetStream(url string, limit time.Duration, opts ...nats.Option) error {
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	for {
-		_, err := js.AccountInfo(ctx)
+		// A cluster without a meta leader does not answer at all: each attempt has its own short wait.
+		attempt, cancelAttempt := context.WithTimeout(ctx, time.Second)
+		_, err := js.AccountInfo(attempt)
+		cancelAttempt()
 		if err == nil {
 			return nil
 		}
