@@ -18,7 +18,7 @@ func cluster(t *testing.T) (*nats.Conn, jetstream.JetStream) {
 	if _, err := natsproc.Binary(); err != nil {
 		t.Skip(err)
 	}
-	servers, err := natsproc.StartCluster("bus", 3, t.TempDir(), natsproc.Config{}, nil)
+	servers, err := natsproc.StartCluster("bus", 3, t.TempDir(), natsproc.Config{Monitor: true}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,11 +27,10 @@ func cluster(t *testing.T) (*nats.Conn, jetstream.JetStream) {
 			s.Stop()
 		}
 	})
-	urls := natsproc.URLs(servers)
-	if err := natsproc.WaitJetStream(urls, 30*time.Second); err != nil {
+	if err := natsproc.WaitHealthy(servers, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	nc, err := Connect(urls, "test")
+	nc, err := Connect(natsproc.URLs(servers), "test")
 	if err != nil {
 		t.Fatal(err)
 	}

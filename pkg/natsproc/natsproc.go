@@ -4,10 +4,10 @@ package natsproc
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,9 +17,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // EnvBinary names the nats-server binary; `make test` sets it to bin/nats-server.
@@ -242,7 +239,7 @@ func (s *Server) signal(sig syscall.Signal) {
 // settings, and the names name-1, name-2, ... (base.Port, StoreDir, Cluster and Log are ignored: each server has
 // its store dir/<name> and its log dir/<name>.log). place, if not nil, sets a server's own settings (its Host and
 // Wrap, say) before any starts. It returns once every server accepts clients; JetStream elects its leaders a few
-// seconds later (WaitJetStream).
+// seconds later (WaitHealthy, with base.Monitor).
 func StartCluster(name string, n int, dir string, base Config, place func(i int, cfg *Config) error) ([]*Server, error) {
 	cfgs := make([]Config, n)
 	ports := make([]int, n)
@@ -291,34 +288,32 @@ func StartCluster(name string, n int, dir string, base Config, place func(i int,
 	return servers, nil
 }
 
-// WaitJetStream waits until JetStream answers on url (comma-separated URLs: any of them), as it does once a
-// cluster has elected its meta leader. opts are the connection's (credentials).
-func WaitJetStream(url string, limit time.Duration, opts ...nats.Option) error {
-	nc, err := nats.Connect(url, append(opts, nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1))...)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), limit)
-	defer cancel()
-	for {
-		// A cluster without a meta leader does not answer at all: each attempt has its own short wait.
-		attempt, cancelAttempt := context.WithTimeout(ctx, time.Second)
-		_, err := js.AccountInfo(attempt)
-		cancelAttempt()
-		if err == nil {
-			return nil
+// WaitHealthy waits until every server's /healthz answers ok (Config.Monitor is required): for JetStream, once the
+// cluster has elected its meta leader and the server is current with it. It needs no NATS user, so it works
+// whatever the servers' permissions.
+func WaitHealthy(servers []*Server, limit time.Duration) error {
+	cl := http.Client{Timeout: time.Second}
+	end := time.Now().Add(limit)
+	for _, s := range servers {
+		if s.MonitorURL() == "" {
+			return fmt.Errorf("%s: no monitoring port (Config.Monitor)", s.cfg.Name)
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("JetStream at %s not ready within %v: %w", url, limit, err)
-		case <-time.After(100 * time.Millisecond):
+		for {
+			resp, err := cl.Get(s.MonitorURL() + "/healthz")
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					break
+				}
+				err = errors.New(resp.Status)
+			}
+			if time.Now().After(end) {
+				return fmt.Errorf("%s not healthy within %v: %w", s.cfg.Name, limit, err)
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
 	}
+	return nil
 }
 
 // URLs are the client URLs of servers, comma-separated, as the services' --nats takes them.

@@ -290,7 +290,7 @@ func startSystem(cfg *Config, dir string) (*System, error) {
 	opts, err := cfg.Auth.options(observer, observer)
 	if err == nil {
 		// A cluster serves JetStream once it has elected its leaders; a planner started before would exit.
-		err = natsproc.WaitJetStream(urls, 60*time.Second, opts...)
+		err = natsproc.WaitHealthy(nodes, 60*time.Second)
 	}
 	if err != nil {
 		s.Close()
