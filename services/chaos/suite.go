@@ -41,6 +41,8 @@ type Config struct {
 	Grace time.Duration
 	// MaxRecovery is the longest recovery a fault may take.
 	MaxRecovery time.Duration
+	// MaxSilence is the longest a node fault may go without an ok reply (default MaxRecovery).
+	MaxSilence time.Duration
 	// Dir receives each fault's process logs (a directory per fault); default a temporary directory, removed.
 	Dir  string
 	Auth *Auth
@@ -77,6 +79,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.MaxRecovery == 0 {
 		c.MaxRecovery = 5 * time.Second
+	}
+	if c.MaxSilence == 0 {
+		c.MaxSilence = c.MaxRecovery
 	}
 	spec, err := pipeline.Load(c.Pipeline)
 	if err != nil {
