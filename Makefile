@@ -191,9 +191,9 @@ chaos: build $(NATS_SERVER)
 
 # Losing a node (issue 28): three clustered nats-server processes, the planner, two frontends and ten workers given
 # all three URLs, under loadgen at 100 QPS; each node in turn (the task stream's leader first) is SIGKILLed and
-# started again 10 s later, on a fresh cluster each. A table per node killed: sent, lost, violations, seconds
-# without an ok reply, and the node's return (about 2 minutes; `make test` runs the stream leader's row, with the
-# node down 8 s: services/chaos TestNodeLoss). See docs/deploy.md.
+# started again 12 s later, on a fresh cluster each. A table per node killed: sent, lost, violations, seconds
+# without an ok reply, and the node's return (about 3 minutes; `make test` runs the stream leader's row, with the
+# node down 21.6 s: services/chaos TestNodeLoss). See docs/deploy.md.
 # Where the machine allows it (root and iproute2), every process runs in a network namespace of its own.
 NETNS_FLAG := $(shell [ "$$(id -u)" = 0 ] && command -v ip >/dev/null && echo --netns)
 node-loss: build $(NATS_SERVER)

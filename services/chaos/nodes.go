@@ -18,9 +18,10 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
-// nodeDown is how long a killed node stays down (at most 60% of the measured time after the fault): longer than
-// replies may take to resume, so that they cannot wait for its return. JetStream elects a new leader for what the
-// node led after a randomized election timeout of 4 to 9 s (nats-server 2.15's raft, not configurable).
+// nodeDown is how long a killed node stays down by default (Config.NodeDown, at most 60% of the measured time after
+// the fault): longer than replies may take to resume, so that they cannot wait for its return. JetStream elects a new
+// leader for what the node led after a randomized election timeout of 4 to 9 s (nats-server 2.15's raft, not
+// configurable), twice that when a first election fails.
 const nodeDown = 12 * time.Second
 
 // nodeFaults kill, on a fresh cluster each, the node that leads the task stream, then each of the two others (in
@@ -72,17 +73,25 @@ func killNode(pick func(context.Context, *System) (*natsproc.Server, error)) fun
 			return nil, nil, err
 		}
 		var led []string
+		watchers := 0 // the KV watches' own consumers, counted rather than named
 		for asset, l := range leaders {
-			if l == node.Name() {
+			switch {
+			case l != node.Name():
+			case strings.HasPrefix(asset, wire.KVStream+" > "):
+				watchers++
+			default:
 				led = append(led, asset)
 			}
 		}
 		slices.Sort(led)
+		if watchers > 0 {
+			led = append(led, fmt.Sprintf("%d KV watches' consumers", watchers))
+		}
 		clients, err := connectedClients(node)
 		if err != nil {
 			return nil, nil, err
 		}
-		down := min(nodeDown, s.cfg.After*3/5)
+		down := min(s.cfg.NodeDown, s.cfg.After*3/5)
 		node.Kill()
 		killedAt := time.Now()
 		select {

@@ -43,6 +43,8 @@ type Config struct {
 	MaxRecovery time.Duration
 	// MaxSilence is the longest a node fault may go without an ok reply (default MaxRecovery).
 	MaxSilence time.Duration
+	// NodeDown is how long a node fault keeps its node down (default 12 s, at most 60% of After).
+	NodeDown time.Duration
 	// Dir receives each fault's process logs (a directory per fault); default a temporary directory, removed.
 	Dir  string
 	Auth *Auth
@@ -82,6 +84,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.MaxSilence == 0 {
 		c.MaxSilence = c.MaxRecovery
+	}
+	if c.NodeDown == 0 {
+		c.NodeDown = nodeDown
 	}
 	spec, err := pipeline.Load(c.Pipeline)
 	if err != nil {

@@ -18,14 +18,10 @@ import (
 func runCluster(args []string) error {
 	fs := flag.NewFlagSet("cluster", flag.ContinueOnError)
 	var cfg chaos.Config
-	self, _ := os.Executable()
-	fs.StringVar(&cfg.Sleipnir, "sleipnir", self, "the sleipnir binary the services run from")
-	fs.StringVar(&cfg.Pipeline, "pipeline", "examples/traffic.yaml", "the pipeline spec the planner serves")
-	fs.IntVar(&cfg.Workers, "workers", 10, "worker processes")
+	plannerArgs := registerTopologyFlags(fs, &cfg)
 	fs.IntVar(&cfg.Nodes, "nodes", 3, "nats-server processes, clustered")
 	netns := fs.String("netns", "auto", "run every process in a network namespace of its own, with its own address "+
 		"(veth pairs on a bridge): on, off, or auto (on where the machine allows it: root and ip)")
-	plannerArgs := fs.String("planner-args", "", "more flags of the planner, space-separated (e.g. \"--replicas 3\")")
 	dir := fs.String("dir", filepath.Join("state", "cluster"), "`DIR` of the servers' JetStream stores and every "+
 		"process's log; emptied at start")
 	deployAuth := fs.Bool("deploy-auth", false, "run with the deployment's users and permissions (pkg/auth), a "+
