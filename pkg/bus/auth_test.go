@@ -282,10 +282,10 @@ func TestBindWaitsForThePlanner(t *testing.T) {
 		t.Fatalf("a bind returned (%v) before the planner made anything", err)
 	default:
 	}
-	if _, err := OpenBucket(ctx, js, jetstream.MemoryStorage); err != nil {
+	if _, err := OpenBucket(ctx, js, jetstream.MemoryStorage, 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := EnsureTaskStream(ctx, js, "p", jetstream.MemoryStorage); err != nil {
+	if _, err := EnsureTaskStream(ctx, js, "p", jetstream.MemoryStorage, 0); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := EnsureVariantConsumer(ctx, js, "p", "a", "x", 0); err != nil {

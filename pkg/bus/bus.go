@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -119,19 +120,64 @@ func connOptions(name string) []nats.Option {
 	}
 }
 
-// EnsureTaskStream creates or updates the work-queue stream holding a pipeline's variant subjects.
-func EnsureTaskStream(ctx context.Context, js jetstream.JetStream, pipeline string, storage jetstream.StorageType) (jetstream.Stream, error) {
+// EnsureTaskStream creates or updates the work-queue stream holding a pipeline's variant subjects, with replicas
+// copies (0: DefaultReplicas), or more if the stream already has more: an operator's choice is never lowered.
+func EnsureTaskStream(ctx context.Context, js jetstream.JetStream, pipeline string, storage jetstream.StorageType, replicas int) (jetstream.Stream, error) {
+	name := wire.TaskStream(pipeline)
+	have := 0
+	if s, err := js.Stream(ctx, name); err == nil {
+		have = s.CachedInfo().Config.Replicas
+	}
+	replicas = keptReplicas(js.Conn(), name, have, replicas)
 	return js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:        wire.TaskStream(pipeline),
+		Name:        name,
 		Description: "Sleipnir task queues of pipeline " + pipeline + ", one subject per model variant",
 		Subjects:    []string{wire.TaskSubjects(pipeline)},
 		Retention:   jetstream.WorkQueuePolicy,
 		Storage:     storage,
+		Replicas:    replicas,
 		Discard:     jetstream.DiscardOld,
 		// Items are useless after their deadline; this only bounds what a stopped variant leaves behind.
 		MaxAge:     10 * time.Minute,
 		Duplicates: 2 * time.Minute,
 	})
+}
+
+// DefaultReplicas is how many copies of the task streams and the KV bucket a cluster keeps unless told otherwise:
+// 3 (one node of three may be lost) on a cluster of three servers or more, else 1.
+func DefaultReplicas(nc *nats.Conn) int {
+	if ClusterSize(nc) >= 3 {
+		return 3
+	}
+	return 1
+}
+
+// ClusterSize is how many servers the cluster nc is connected to has, as the connection knows them: 1 for a server
+// that reports no cluster, else the distinct servers among the URLs given and those the cluster announces.
+func ClusterSize(nc *nats.Conn) int {
+	if nc.ConnectedClusterName() == "" {
+		return 1
+	}
+	seen := map[string]bool{}
+	for _, u := range nc.Servers() {
+		if p, err := url.Parse(u); err == nil && p.Host != "" {
+			seen[p.Host] = true
+		}
+	}
+	return max(1, len(seen))
+}
+
+// keptReplicas is the replicas a stream that has `have` should have: want (0: DefaultReplicas), or have if more.
+func keptReplicas(nc *nats.Conn, stream string, have, want int) int {
+	if want <= 0 {
+		want = DefaultReplicas(nc)
+	}
+	if have > want {
+		slog.Info("keeping the stream's replicas, more than configured", "stream", stream, "replicas", have,
+			"configured", want)
+		return have
+	}
+	return want
 }
 
 // DefaultAckWait is how long a variant's message may stay unacknowledged before JetStream delivers it to another
@@ -158,17 +204,34 @@ func EnsureVariantConsumer(ctx context.Context, js jetstream.JetStream, pipeline
 }
 
 // OpenBucket creates or opens the KV bucket of specs, plans, assignments and registrations: the planner's, which
-// owns it. Other services bind (BindBucket).
-func OpenBucket(ctx context.Context, js jetstream.JetStream, storage jetstream.StorageType) (jetstream.KeyValue, error) {
+// owns it. Other services bind (BindBucket). The bucket keeps replicas copies (0: DefaultReplicas): one that has
+// fewer is raised, one that has more is left so.
+func OpenBucket(ctx context.Context, js jetstream.JetStream, storage jetstream.StorageType, replicas int) (jetstream.KeyValue, error) {
+	cfg := jetstream.KeyValueConfig{Bucket: wire.Bucket, History: 1, Storage: storage, Replicas: replicas,
+		Description: "Sleipnir pipelines, plans, assignments and worker registrations"}
 	kv, err := js.KeyValue(ctx, wire.Bucket)
 	if err == nil {
-		return kv, nil
+		st, err := kv.Status(ctx)
+		if err != nil {
+			return nil, err
+		}
+		bs, ok := st.(*jetstream.KeyValueBucketStatus)
+		if !ok {
+			return kv, nil
+		}
+		info := bs.StreamInfo()
+		have := info.Config.Replicas
+		if cfg.Replicas = keptReplicas(js.Conn(), info.Config.Name, have, replicas); cfg.Replicas == have {
+			return kv, nil
+		}
+		slog.Info("raising the KV bucket's replicas", "bucket", wire.Bucket, "from", have, "to", cfg.Replicas)
+		return js.UpdateKeyValue(ctx, cfg)
 	}
 	if !errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, err
 	}
-	kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: wire.Bucket, History: 1, Storage: storage,
-		Description: "Sleipnir pipelines, plans, assignments and worker registrations"})
+	cfg.Replicas = keptReplicas(js.Conn(), wire.Bucket, 0, replicas)
+	kv, err = js.CreateKeyValue(ctx, cfg)
 	if errors.Is(err, jetstream.ErrBucketExists) {
 		return js.KeyValue(ctx, wire.Bucket)
 	}

@@ -41,7 +41,7 @@ func TestStreamAndConsumers(t *testing.T) {
 	_, js := inProcess(t)
 	ctx := context.Background()
 	for i := 0; i < 2; i++ {
-		if _, err := EnsureTaskStream(ctx, js, "p", jetstream.MemoryStorage); err != nil {
+		if _, err := EnsureTaskStream(ctx, js, "p", jetstream.MemoryStorage, 0); err != nil {
 			t.Fatalf("EnsureTaskStream #%d: %v", i, err)
 		}
 	}
@@ -124,11 +124,11 @@ func TestWatchKV(t *testing.T) {
 	_, js := inProcess(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	kv, err := OpenBucket(ctx, js, jetstream.MemoryStorage)
+	kv, err := OpenBucket(ctx, js, jetstream.MemoryStorage, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := OpenBucket(ctx, js, jetstream.MemoryStorage); err != nil {
+	if _, err := OpenBucket(ctx, js, jetstream.MemoryStorage, 0); err != nil {
 		t.Fatalf("opening the bucket again: %v", err)
 	}
 	kv.Put(ctx, "k.a", []byte("1"))
@@ -167,7 +167,7 @@ func TestWatchSurvivesServerRestart(t *testing.T) {
 	js, _ := jetstream.New(nc)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	kv, err := OpenBucket(ctx, js, jetstream.FileStorage)
+	kv, err := OpenBucket(ctx, js, jetstream.FileStorage, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +193,7 @@ func TestWatchSurvivesServerRestart(t *testing.T) {
 	}
 	defer writer.Close()
 	wjs, _ := jetstream.New(writer)
-	wkv, err := OpenBucket(ctx, wjs, jetstream.FileStorage)
+	wkv, err := OpenBucket(ctx, wjs, jetstream.FileStorage, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,10 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -56,17 +59,33 @@ type Config struct {
 	Port     int    // 0 picks a free port, kept across restarts
 	StoreDir string // JetStream store; default a new temporary directory
 	Conf     string
-	// Args are more command-line arguments (cluster routes, for example).
+	// Args are more command-line arguments.
 	Args []string
+	// Monitor serves the HTTP monitoring endpoints (/varz, /connz, ...) on a free port, kept across restarts.
+	Monitor bool
+	// Cluster, if set, makes the server a member of a cluster (StartCluster fills it in).
+	Cluster *ClusterConfig
+	// Wrap, if set, is the command the server runs under, e.g. `ip netns exec NS` (it must exec the server, so that
+	// signals reach it).
+	Wrap []string
 	// Log, if not nil, receives the server's output.
 	Log *bytes.Buffer
 }
 
+// ClusterConfig is a server's place in a cluster: the cluster's name, the port its routes listen on, and the route
+// URLs of the other members.
+type ClusterConfig struct {
+	Name   string
+	Port   int
+	Routes []string
+}
+
 // Server is a running (or stopped) nats-server process.
 type Server struct {
-	cfg  Config
-	bin  string
-	conf string
+	cfg         Config
+	bin         string
+	conf        string
+	monitorPort int
 
 	mu  sync.Mutex
 	cmd *exec.Cmd
@@ -92,6 +111,11 @@ func Start(cfg Config) (*Server, error) {
 		}
 	}
 	s := &Server{cfg: cfg, bin: bin}
+	if cfg.Monitor {
+		if s.monitorPort, err = FreePort(); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.Conf != "" {
 		s.conf = filepath.Join(cfg.StoreDir, "nats-server.conf")
 		if err := os.WriteFile(s.conf, []byte(cfg.Conf), 0o600); err != nil {
@@ -104,6 +128,17 @@ func Start(cfg Config) (*Server, error) {
 // URL is the server's client URL.
 func (s *Server) URL() string {
 	return "nats://" + net.JoinHostPort(s.cfg.Host, strconv.Itoa(s.cfg.Port))
+}
+
+// Name is the server's name (Config.Name), as JetStream names a stream's leader and replicas.
+func (s *Server) Name() string { return s.cfg.Name }
+
+// MonitorURL is the base URL of the monitoring endpoints ("" without Config.Monitor).
+func (s *Server) MonitorURL() string {
+	if s.monitorPort == 0 {
+		return ""
+	}
+	return "http://" + net.JoinHostPort(s.cfg.Host, strconv.Itoa(s.monitorPort))
 }
 
 // Port is the server's client port.
@@ -127,8 +162,21 @@ func (s *Server) Restart() error {
 	if s.conf != "" {
 		args = append(args, "-c", s.conf)
 	}
+	if s.monitorPort != 0 {
+		args = append(args, "-m", strconv.Itoa(s.monitorPort))
+	}
+	if c := s.cfg.Cluster; c != nil {
+		args = append(args, "--cluster_name", c.Name,
+			"--cluster", "nats://"+net.JoinHostPort(s.cfg.Host, strconv.Itoa(c.Port)))
+		if len(c.Routes) > 0 {
+			args = append(args, "--routes", strings.Join(c.Routes, ","))
+		}
+	}
 	args = append(args, s.cfg.Args...)
 	cmd := exec.Command(s.bin, args...)
+	if w := s.cfg.Wrap; len(w) > 0 {
+		cmd = exec.Command(w[0], append(slices.Clone(w[1:]), append([]string{s.bin}, args...)...)...)
+	}
 	if s.cfg.Log != nil {
 		cmd.Stdout, cmd.Stderr = s.cfg.Log, s.cfg.Log
 	}
@@ -185,6 +233,96 @@ func (s *Server) signal(sig syscall.Signal) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	s.cmd = nil
+}
+
+// StartCluster starts n servers clustered as name, each routed to all the others, each with its own store: base's
+// settings, and the names name-1, name-2, ... (base.Port, StoreDir, Cluster and Log are ignored: each server has
+// its store dir/<name> and its log dir/<name>.log). place, if not nil, sets a server's own settings (its Host and
+// Wrap, say) before any starts. It returns once every server accepts clients; JetStream elects its leaders a few
+// seconds later (WaitHealthy, with base.Monitor).
+func StartCluster(name string, n int, dir string, base Config, place func(i int, cfg *Config) error) ([]*Server, error) {
+	cfgs := make([]Config, n)
+	ports := make([]int, n)
+	for i := range cfgs {
+		cfg := base
+		cfg.Name = fmt.Sprintf("%s-%d", name, i+1)
+		cfg.Port = 0
+		cfg.StoreDir = filepath.Join(dir, cfg.Name)
+		cfg.Log = nil
+		cfg.Args = append(slices.Clip(base.Args), "-l", filepath.Join(dir, cfg.Name+".log"))
+		if place != nil {
+			if err := place(i, &cfg); err != nil {
+				return nil, err
+			}
+		}
+		if cfg.Host == "" {
+			cfg.Host = "127.0.0.1"
+		}
+		p, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		cfgs[i], ports[i] = cfg, p
+	}
+	var servers []*Server
+	for i, cfg := range cfgs {
+		var routes []string
+		for j, p := range ports {
+			if j != i {
+				routes = append(routes, "nats://"+net.JoinHostPort(cfgs[j].Host, strconv.Itoa(p)))
+			}
+		}
+		cfg.Cluster = &ClusterConfig{Name: name, Port: ports[i], Routes: routes}
+		if err := os.MkdirAll(cfg.StoreDir, 0o700); err != nil {
+			return nil, err
+		}
+		s, err := Start(cfg)
+		if err != nil {
+			for _, started := range servers {
+				started.Stop()
+			}
+			return nil, fmt.Errorf("%s: %w", cfg.Name, err)
+		}
+		servers = append(servers, s)
+	}
+	return servers, nil
+}
+
+// WaitHealthy waits until every server's /healthz answers ok (Config.Monitor is required): for JetStream, once the
+// cluster has elected its meta leader and the server is current with it. It needs no NATS user, so it works
+// whatever the servers' permissions.
+func WaitHealthy(servers []*Server, limit time.Duration) error {
+	cl := http.Client{Timeout: time.Second}
+	end := time.Now().Add(limit)
+	for _, s := range servers {
+		if s.MonitorURL() == "" {
+			return fmt.Errorf("%s: no monitoring port (Config.Monitor)", s.cfg.Name)
+		}
+		for {
+			resp, err := cl.Get(s.MonitorURL() + "/healthz")
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					break
+				}
+				err = errors.New(resp.Status)
+			}
+			if time.Now().After(end) {
+				return fmt.Errorf("%s not healthy within %v: %w", s.cfg.Name, limit, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// URLs are the client URLs of servers, comma-separated, as the services' --nats takes them.
+func URLs(servers []*Server) string {
+	urls := make([]string, len(servers))
+	for i, s := range servers {
+		urls[i] = s.URL()
+	}
+	return strings.Join(urls, ",")
 }
 
 // FreePort asks the kernel for a free TCP port on the loopback address.

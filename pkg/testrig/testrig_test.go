@@ -147,7 +147,7 @@ func TestBucketOnlyBinds(t *testing.T) {
 	if _, err := js.KeyValue(context.Background(), wire.Bucket); !errors.Is(err, jetstream.ErrBucketNotFound) {
 		t.Fatalf("after Bucket gave up, the lookup says %v: Bucket made the bucket", err)
 	}
-	made, err := bus.OpenBucket(context.Background(), js, jetstream.MemoryStorage)
+	made, err := bus.OpenBucket(context.Background(), js, jetstream.MemoryStorage, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

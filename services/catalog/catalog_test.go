@@ -44,7 +44,7 @@ func TestCatalogKeepsTheLastGoodValues(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	// The planner's part, with its function: the test writes what the planner would.
-	kv, err := bus.OpenBucket(ctx, testrig.JetStream(t, nc), jetstream.MemoryStorage)
+	kv, err := bus.OpenBucket(ctx, testrig.JetStream(t, nc), jetstream.MemoryStorage, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/natsproc"
 )
@@ -57,29 +58,7 @@ func TestShortSuite(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the services as processes for about a minute")
 	}
-	if _, err := natsproc.Binary(); err != nil {
-		t.Skip(err)
-	}
-	bin := t.TempDir()
-	root, _ := filepath.Abs("../..")
-	for _, pkg := range []string{"sleipnir:./services/sleipnir", "loadgen:./loadgen"} {
-		name, path, _ := strings.Cut(pkg, ":")
-		cmd := exec.Command("go", "build", "-o", filepath.Join(bin, name), path)
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go build %s: %v\n%s", path, err, out)
-		}
-	}
-	faults, err := Select(nil, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := Config{Sleipnir: filepath.Join(bin, "sleipnir"), Loadgen: filepath.Join(bin, "loadgen"),
-		Pipeline: filepath.Join(root, "examples", "traffic.yaml"), Progress: testWriter{t}}
-	if os.Getenv("SLEIPNIR_CHAOS_LOGS") != "" {
-		cfg.Dir = os.Getenv("SLEIPNIR_CHAOS_LOGS")
-	}
-	cfg.Short()
+	cfg, faults := shortSuite(t, false)
 	rows, err := Run(t.Context(), cfg, faults)
 	if err != nil {
 		t.Fatal(err)
@@ -97,6 +76,94 @@ func TestShortSuite(t *testing.T) {
 		for _, f := range r.Failures {
 			if !strings.HasPrefix(f, "recovery") && !strings.HasPrefix(f, "violations did not settle") &&
 				!strings.Contains(f, "lost") && !strings.Contains(f, "duplicate") && !strings.Contains(f, "crashed") {
+				t.Errorf("%s: %s", r.Fault, f)
+			}
+		}
+	}
+}
+
+// shortSuite is the short version's configuration (binaries built from this tree, logs kept in
+// $SLEIPNIR_CHAOS_LOGS if set) and its faults: the cluster's or the others. It skips without a nats-server.
+func shortSuite(t *testing.T, cluster bool) (Config, []Fault) {
+	t.Helper()
+	if _, err := natsproc.Binary(); err != nil {
+		t.Skip(err)
+	}
+	bin, root := buildBinaries(t)
+	faults, err := Select(nil, true, cluster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Sleipnir: filepath.Join(bin, "sleipnir"), Loadgen: filepath.Join(bin, "loadgen"),
+		Pipeline: filepath.Join(root, "examples", "traffic.yaml"), Progress: testWriter{t},
+		Dir: os.Getenv("SLEIPNIR_CHAOS_LOGS")}
+	cfg.Short()
+	return cfg, faults
+}
+
+// buildBinaries builds bin/sleipnir and bin/loadgen from this tree into a temporary directory; root is the
+// module's.
+func buildBinaries(t *testing.T) (bin, root string) {
+	t.Helper()
+	bin = t.TempDir()
+	root, _ = filepath.Abs("../..")
+	for _, pkg := range []string{"sleipnir:./services/sleipnir", "loadgen:./loadgen"} {
+		name, path, _ := strings.Cut(pkg, ":")
+		cmd := exec.Command("go", "build", "-o", filepath.Join(bin, name), path)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go build %s: %v\n%s", path, err, out)
+		}
+	}
+	return bin, root
+}
+
+// TestNodeLoss runs the short version of the node-loss suite against real processes: three clustered nats-server
+// processes, the planner, two frontends and ten workers given all three URLs, under loadgen's load at 100 QPS. The
+// node that leads the task stream is SIGKILLed and stays down 21.6 s: requests may be lost only if a frontend or
+// loadgen was connected to it, and only those in flight at the kill; ok replies must not stop for more than 16 s
+// (JetStream's leader election takes 4 to 9 s, a second round as long again; with the state at R1 they stop until the
+// node is back); the node's return loses nothing. `bin/sleipnir chaos --nodes 3` kills each node in turn and holds the silence to 5 s.
+func TestNodeLoss(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a cluster and the services as processes for about a minute")
+	}
+	cfg, faults := shortSuite(t, true)
+	cfg.Nodes = 3
+	cfg.PlannerArgs = strings.Fields(os.Getenv("SLEIPNIR_NODELOSS_PLANNER_ARGS"))
+	// Each process in its own network namespace where the machine allows it, so that the cluster is crossed over a
+	// real network path; else on loopback.
+	if err := NetnsAvailable(); err == nil {
+		cfg.Netns = true
+	} else {
+		t.Logf("on loopback: %v", err)
+	}
+	// The node is down 21.6 s (60% of After), longer than JetStream's leader elections take (a randomized timeout of
+	// 4 to 9 s; seen once in six kills, 12 s: a second round): with R3 state ok replies resume within 16 s; with R1
+	// they wait for the node's return.
+	cfg.After, cfg.NodeDown = 36*time.Second, 24*time.Second
+	cfg.MaxSilence = 16 * time.Second
+	rows, err := Run(t.Context(), cfg, faults)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table bytes.Buffer
+	WriteTable(&table, rows)
+	t.Logf("\n%s", table.String())
+	if len(rows) == 0 {
+		t.Fatal("no node fault ran")
+	}
+	for _, r := range rows {
+		if r.Sent == 0 || r.Skipped != "" {
+			t.Errorf("%s: no load measured (%s)", r.Fault, r.Skipped)
+		}
+		if r.Duplicates > 0 || len(r.Crashes) > 0 {
+			t.Errorf("%s: duplicates %d, crashes %v", r.Fault, r.Duplicates, r.Crashes)
+		}
+		// The recovery of violations under 1% is reported, not held to (noise on a busy machine); the node-loss
+		// bounds are.
+		for _, f := range r.Failures {
+			if !strings.HasPrefix(f, "recovery") && !strings.HasPrefix(f, "violations did not settle") {
 				t.Errorf("%s: %s", r.Fault, f)
 			}
 		}

@@ -20,7 +20,10 @@ import (
 
 // Registry is every fault, in the table's order. A new fault is one more entry: a name and what Inject does
 // (restarts included); the load, the counting and the checks are the suite's.
-var Registry = []Fault{
+var Registry = slices.Concat(processFaults, nodeFaults())
+
+// processFaults are the faults of one server's deployment: processes killed, crafted and forged messages.
+var processFaults = []Fault{
 	{Name: "worker-kill", Short: true, Doc: "SIGKILL two active workers mid-load; restarted after 2 s",
 		Inject: func(ctx context.Context, s *System) ([]string, []string, error) {
 			victims, err := s.activeWorkers(ctx, 2)
@@ -97,9 +100,9 @@ var Registry = []Fault{
 		}},
 }
 
-// Select returns the named faults in the registry's order (all, or with short only the short ones, if names is
-// empty).
-func Select(names []string, short bool) ([]Fault, error) {
+// Select returns the named faults in the registry's order; if names is empty, those of the deployment (the node
+// faults on a cluster, the others on one server), with short only the short ones.
+func Select(names []string, short, cluster bool) ([]Fault, error) {
 	for _, n := range names {
 		if !slices.ContainsFunc(Registry, func(f Fault) bool { return f.Name == n }) {
 			return nil, fmt.Errorf("unknown fault %q (known: %s)", n, strings.Join(Names(), ", "))
@@ -107,7 +110,8 @@ func Select(names []string, short bool) ([]Fault, error) {
 	}
 	var out []Fault
 	for _, f := range Registry {
-		if len(names) > 0 && slices.Contains(names, f.Name) || len(names) == 0 && (!short || f.Short) {
+		if len(names) > 0 && slices.Contains(names, f.Name) ||
+			len(names) == 0 && (!short || f.Short) && f.NeedsCluster == cluster {
 			out = append(out, f)
 		}
 	}

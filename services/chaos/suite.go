@@ -9,7 +9,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -30,7 +29,11 @@ type Config struct {
 	// PlannerArgs are more flags of the planner (its control knobs, such as --replan-sigmas).
 	PlannerArgs []string
 	Workers     int
-	QPS         float64
+	// Nodes is how many nats-server processes serve, clustered when more than one (0 or 1: one server).
+	Nodes int
+	// Netns runs every process in a network namespace of its own (netns.go; needs root).
+	Netns bool
+	QPS   float64
 	// Settle is sent before measuring (the demand estimate and plan settle); Before is measured before the fault,
 	// After from the fault on.
 	Settle, Before, After time.Duration
@@ -38,6 +41,10 @@ type Config struct {
 	Grace time.Duration
 	// MaxRecovery is the longest recovery a fault may take.
 	MaxRecovery time.Duration
+	// MaxSilence is the longest a node fault may go without an ok reply (default MaxRecovery).
+	MaxSilence time.Duration
+	// NodeDown is how long a node fault keeps its node down (default 12 s, at most 60% of After).
+	NodeDown time.Duration
 	// Dir receives each fault's process logs (a directory per fault); default a temporary directory, removed.
 	Dir  string
 	Auth *Auth
@@ -57,8 +64,8 @@ func (c *Config) Short() {
 }
 
 func (c *Config) setDefaults() error {
-	if c.Sleipnir == "" || c.Loadgen == "" || c.Pipeline == "" {
-		return errors.New("chaos: the sleipnir and loadgen binaries and a pipeline spec are required")
+	if c.Sleipnir == "" || c.Pipeline == "" {
+		return errors.New("chaos: the sleipnir binary and a pipeline spec are required")
 	}
 	if c.Workers == 0 {
 		c.Workers = 10
@@ -74,6 +81,12 @@ func (c *Config) setDefaults() error {
 	}
 	if c.MaxRecovery == 0 {
 		c.MaxRecovery = 5 * time.Second
+	}
+	if c.MaxSilence == 0 {
+		c.MaxSilence = c.MaxRecovery
+	}
+	if c.NodeDown == 0 {
+		c.NodeDown = nodeDown
 	}
 	spec, err := pipeline.Load(c.Pipeline)
 	if err != nil {
@@ -98,6 +111,8 @@ type Fault struct {
 	Short bool
 	// NeedsAuth faults are skipped without Config.Auth (forging is only refused by a server with permissions).
 	NeedsAuth bool
+	// NeedsCluster faults are skipped without a cluster of three nodes or more (Config.Nodes).
+	NeedsCluster bool
 	// LossExpected: the fault loses requests by its nature (a killed frontend's clients); the row documents how
 	// many rather than failing on them.
 	LossExpected bool
@@ -115,21 +130,23 @@ type Row struct {
 	Duplicates  int    `json:"duplicates"`
 	LateReplies int    `json:"late_replies"`
 	// The violations by kind: replies partial, dropped, late or error (refusals and "no responders" included).
-	Partial       int      `json:"partial"`
-	Dropped       int      `json:"dropped"`
-	Late          int      `json:"late"`
-	Errors        int      `json:"errors"`
-	ViolationsPct float64  `json:"violations_pct"`
-	BaselinePct   float64  `json:"baseline_violations_pct"` // in the measured seconds before the fault
-	RecoveryS     float64  `json:"recovery_s"`              // -1: violations had not settled by the end
-	ResumeS       float64  `json:"resume_s"`                // to the first second from the fault with ok replies; -1: none
-	Crashes       []string `json:"crashes,omitempty"`
-	Notes         []string `json:"notes,omitempty"`
-	Failures      []string `json:"failures,omitempty"`
-	Pass          bool     `json:"pass"`
-	Skipped       string   `json:"skipped,omitempty"`
-	Series        []Second `json:"series,omitempty"`
-	FaultAtS      float64  `json:"fault_at_s"` // seconds into the measured series
+	Partial       int     `json:"partial"`
+	Dropped       int     `json:"dropped"`
+	Late          int     `json:"late"`
+	Errors        int     `json:"errors"`
+	ViolationsPct float64 `json:"violations_pct"`
+	BaselinePct   float64 `json:"baseline_violations_pct"` // in the measured seconds before the fault
+	RecoveryS     float64 `json:"recovery_s"`              // -1: violations had not settled by the end
+	ResumeS       float64 `json:"resume_s"`                // to the first second from the fault with ok replies; -1: none
+	// NoReplyS counts the seconds, from the one of the fault on, whose requests got no ok reply at all.
+	NoReplyS int      `json:"no_reply_s"`
+	Crashes  []string `json:"crashes,omitempty"`
+	Notes    []string `json:"notes,omitempty"`
+	Failures []string `json:"failures,omitempty"`
+	Pass     bool     `json:"pass"`
+	Skipped  string   `json:"skipped,omitempty"`
+	Series   []Second `json:"series,omitempty"`
+	FaultAtS float64  `json:"fault_at_s"` // seconds into the measured series
 	// LostAtS is when each lost request was sent, in seconds from the fault (negative: before it).
 	LostAtS []float64 `json:"lost_at_s,omitempty"`
 }
@@ -166,6 +183,9 @@ func Run(ctx context.Context, cfg Config, faults []Fault) ([]Row, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
+	if cfg.Loadgen == "" {
+		return nil, errors.New("chaos: the loadgen binary is required")
+	}
 	var rows []Row
 	for _, f := range faults {
 		row, err := runFault(ctx, &cfg, f)
@@ -182,6 +202,10 @@ func runFault(ctx context.Context, cfg *Config, f Fault) (Row, error) {
 	row := Row{Fault: f.Name, RecoveryS: -1, ResumeS: -1}
 	if f.NeedsAuth && cfg.Auth == nil {
 		row.Skipped = "needs a server with users and permissions (--nats-conf, --user)"
+		return row, nil
+	}
+	if f.NeedsCluster && cfg.Nodes < 3 {
+		row.Skipped = "needs a cluster of three nodes (--nodes 3)"
 		return row, nil
 	}
 	dir := cfg.Dir
@@ -212,7 +236,11 @@ func runFault(ctx context.Context, cfg *Config, f Fault) (Row, error) {
 	args := append(sys.ClientArgs(), "--pipeline", cfg.spec.Name, "--qps", fmt.Sprint(cfg.QPS),
 		"--warmup", cfg.Settle.String(), "--duration", (cfg.Before + cfg.After).String(),
 		"--timeout", fmt.Sprintf("%gms", cfg.spec.SLOMs), "--grace", cfg.Grace.String(), "--json", "--series")
-	lg := exec.CommandContext(ctx, cfg.Loadgen, args...)
+	wrap, err := sys.namespace("loadgen")
+	if err != nil {
+		return row, err
+	}
+	lg := wrapped(wrap, cfg.Loadgen, args...)
 	var out bytes.Buffer
 	lgLog, err := os.Create(filepath.Join(dir, "loadgen.log"))
 	if err != nil {
@@ -223,6 +251,8 @@ func runFault(ctx context.Context, cfg *Config, f Fault) (Row, error) {
 	if err := lg.Start(); err != nil {
 		return row, err
 	}
+	stopLoad := context.AfterFunc(ctx, func() { _ = lg.Process.Kill() })
+	defer stopLoad()
 	lgDone := make(chan error, 1)
 	go func() { lgDone <- lg.Wait() }()
 	cfg.logf("%s: load %.0f QPS, %v settling, %v before the fault, %v after", f.Name, cfg.QPS, cfg.Settle, cfg.Before,
@@ -275,6 +305,11 @@ func runFault(ctx context.Context, cfg *Config, f Fault) (Row, error) {
 			break
 		}
 	}
+	for i := max(0, int(row.FaultAtS)); i < len(sum.Series); i++ {
+		if sum.Series[i].Sent > 0 && sum.Series[i].OK == 0 {
+			row.NoReplyS++
+		}
+	}
 	if r, ok := Recovery(sum.Series, row.FaultAtS, 0.01, RecoveryWindow); ok {
 		row.RecoveryS = r
 		// What the window forgave is said, not hidden.
@@ -288,6 +323,10 @@ func runFault(ctx context.Context, cfg *Config, f Fault) (Row, error) {
 		row.Notes = append(row.Notes, "loadgen's first error: "+sum.FirstError)
 	}
 	row.Failures = append(failures, check(cfg, f, row)...)
+	for _, judge := range sys.judges {
+		n, fails := judge(row)
+		row.Notes, row.Failures = append(row.Notes, n...), append(row.Failures, fails...)
+	}
 	row.Pass = len(row.Failures) == 0
 	return row, nil
 }

@@ -134,6 +134,7 @@ type proc struct {
 	name, role string
 	bin        string
 	args       []string
+	wrap       []string // the command it runs under (its network namespace's), if any
 	log        io.Writer
 
 	mu       sync.Mutex
@@ -150,7 +151,7 @@ func (p *proc) start() error {
 	if p.cmd != nil || p.closed {
 		return nil
 	}
-	cmd := exec.Command(p.bin, p.args...)
+	cmd := wrapped(p.wrap, p.bin, p.args...)
 	cmd.Stdout, cmd.Stderr = p.log, p.log
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", p.name, err)
@@ -215,11 +216,17 @@ func (p *proc) takeCrashes() []string {
 	return c
 }
 
-// System is one deployment under test: the server and every service process.
+// System is one deployment under test: the server (or the cluster's servers) and every service process.
 type System struct {
-	cfg    *Config
+	cfg *Config
+	// Server is the server, or the cluster's first; Nodes are all of them (one without a cluster).
 	Server *natsproc.Server
+	Nodes  []*natsproc.Server
 	procs  map[string]*proc
+	// lab holds the processes' network namespaces (Config.Netns); nil on loopback.
+	lab *netLab
+	// judges see a fault's row once measured and return its failures: what an Inject can only judge afterwards.
+	judges []func(Row) (notes, failures []string)
 	// NC is the suite's own connection (role observer, else client).
 	NC   *nats.Conn
 	logs []*os.File
@@ -235,29 +242,72 @@ func startSystem(cfg *Config, dir string) (*System, error) {
 	if cfg.Auth != nil {
 		conf = cfg.Auth.Conf
 	}
-	srvLog, err := os.Create(filepath.Join(dir, "nats-server.log"))
-	if err != nil {
-		return nil, err
-	}
-	srvLog.Close()
 	store := filepath.Join(dir, "jetstream")
 	if err := os.MkdirAll(store, 0o700); err != nil {
 		return nil, err
 	}
-	srv, err := natsproc.Start(natsproc.Config{Name: "chaos", StoreDir: store, Conf: conf,
-		Args: []string{"-l", srvLog.Name()}})
+	var lab *netLab
+	if cfg.Netns {
+		var err error
+		if lab, err = newNetLab(); err != nil {
+			return nil, err
+		}
+	}
+	// place puts a server in its namespace, if any.
+	place := func(_ int, c *natsproc.Config) error {
+		if lab == nil {
+			return nil
+		}
+		var err error
+		c.Host, c.Wrap, err = lab.add(c.Name)
+		return err
+	}
+	var nodes []*natsproc.Server
+	var err error
+	if cfg.Nodes > 1 {
+		nodes, err = natsproc.StartCluster(clusterName, cfg.Nodes, store, natsproc.Config{Conf: conf, Monitor: true}, place)
+	} else {
+		c := natsproc.Config{Name: "chaos", StoreDir: store, Conf: conf, Monitor: true,
+			Args: []string{"-l", filepath.Join(dir, "nats-server.log")}}
+		var srv *natsproc.Server
+		if err = place(0, &c); err == nil {
+			srv, err = natsproc.Start(c)
+		}
+		nodes = []*natsproc.Server{srv}
+	}
 	if err != nil {
+		if lab != nil {
+			lab.close()
+		}
 		return nil, err
 	}
-	s := &System{cfg: cfg, Server: srv, procs: map[string]*proc{}}
+	s := &System{cfg: cfg, Server: nodes[0], Nodes: nodes, procs: map[string]*proc{}, lab: lab}
+	urls := s.URLs()
+	observer := RoleObserver
+	if _, ok := cfg.Auth.user(observer, observer); !ok {
+		observer = RoleClient
+	}
+	opts, err := cfg.Auth.options(observer, observer)
+	if err == nil {
+		// A cluster serves JetStream once it has elected its leaders; a planner started before would exit.
+		err = natsproc.WaitHealthy(nodes, 60*time.Second)
+	}
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
 	add := func(name, role string, args ...string) error {
 		f, err := os.Create(filepath.Join(dir, name+".log"))
 		if err != nil {
 			return err
 		}
 		s.logs = append(s.logs, f)
-		args = append(append(args, "--nats", srv.URL()), cfg.Auth.args(name, role)...)
-		p := &proc{name: name, role: role, bin: cfg.Sleipnir, args: args, log: f}
+		args = append(append(args, "--nats", urls), cfg.Auth.args(name, role)...)
+		wrap, err := s.namespace(name)
+		if err != nil {
+			return err
+		}
+		p := &proc{name: name, role: role, bin: cfg.Sleipnir, args: args, wrap: wrap, log: f}
 		s.procs[name] = p
 		return p.start()
 	}
@@ -269,21 +319,32 @@ func startSystem(cfg *Config, dir string) (*System, error) {
 		err = add(workerName(i), RoleWorker, "worker", "--id", workerName(i))
 	}
 	if err == nil {
-		var opts []nats.Option
-		role := RoleObserver
-		if _, ok := cfg.Auth.user(role, role); !ok {
-			role = RoleClient
-		}
-		if opts, err = cfg.Auth.options(role, role); err == nil {
-			s.NC, err = nats.Connect(srv.URL(), append(opts, nats.Name("sleipnir-chaos"), nats.MaxReconnects(-1),
-				nats.ReconnectWait(100*time.Millisecond), nats.ReconnectBufSize(64<<20))...)
-		}
+		s.NC, err = nats.Connect(urls, append(opts, nats.Name("sleipnir-chaos"), nats.MaxReconnects(-1),
+			nats.ReconnectWait(100*time.Millisecond), nats.ReconnectBufSize(64<<20))...)
 	}
 	if err != nil {
 		s.Close()
 		return nil, err
 	}
 	return s, nil
+}
+
+// StartTopology starts the suite's deployment for a user, with no load and no fault: the server, or a cluster of
+// cfg.Nodes, the planner, two frontends and cfg.Workers workers as processes logging into dir, each given every
+// server's URL; it returns once a request is served. Close stops it.
+func StartTopology(ctx context.Context, cfg Config, dir string) (*System, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	sys, err := startSystem(&cfg, dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := sys.waitServing(ctx, cfg.spec.Name, 60*time.Second); err != nil {
+		sys.Close()
+		return nil, err
+	}
+	return sys, nil
 }
 
 // Kill SIGKILLs a process (planner, fe1, w03, ...); it stays down until Start.
@@ -331,9 +392,36 @@ func (s *System) Crashes() []string {
 	return out
 }
 
+// clusterName names the cluster of Config.Nodes servers; its nodes are sleipnir-1, sleipnir-2, ...
+const clusterName = "sleipnir"
+
+// namespace makes the network namespace of a process and returns the command prefix that runs in it; nil without
+// Config.Netns.
+func (s *System) namespace(name string) ([]string, error) {
+	if s.lab == nil {
+		return nil, nil
+	}
+	_, wrap, err := s.lab.add(name)
+	return wrap, err
+}
+
+// wrapped is the command that runs bin under wrap (nothing: bin itself).
+func wrapped(wrap []string, bin string, args ...string) *exec.Cmd {
+	if len(wrap) == 0 {
+		return exec.Command(bin, args...)
+	}
+	return exec.Command(wrap[0], append(slices.Clone(wrap[1:]), append([]string{bin}, args...)...)...)
+}
+
+// Pipeline is the name of the pipeline the planner serves.
+func (s *System) Pipeline() string { return s.cfg.spec.Name }
+
+// URLs are the client URLs of every server, comma-separated, as the services get them.
+func (s *System) URLs() string { return natsproc.URLs(s.Nodes) }
+
 // ClientArgs are the connection flags loadgen gets.
 func (s *System) ClientArgs() []string {
-	return append([]string{"--nats", s.Server.URL()}, s.cfg.Auth.args(RoleClient, RoleClient)...)
+	return append([]string{"--nats", s.URLs()}, s.cfg.Auth.args(RoleClient, RoleClient)...)
 }
 
 // Close stops every process and the server.
@@ -347,7 +435,14 @@ func (s *System) Close() {
 		go func() { defer wg.Done(); p.close() }()
 	}
 	wg.Wait()
-	s.Server.Stop()
+	for _, n := range s.Nodes {
+		wg.Add(1)
+		go func() { defer wg.Done(); n.Stop() }()
+	}
+	wg.Wait()
+	if s.lab != nil {
+		s.lab.close()
+	}
 	for _, f := range s.logs {
 		f.Close()
 	}

@@ -148,7 +148,7 @@ func (p *Planner) publish(ctx context.Context, spec *pipeline.Spec) (*plan.Plan,
 	if err != nil {
 		return nil, fmt.Errorf("pipeline %s: %w", spec.Name, err)
 	}
-	if _, err := bus.EnsureTaskStream(ctx, p.js, spec.Name, p.cfg.Storage); err != nil {
+	if _, err := bus.EnsureTaskStream(ctx, p.js, spec.Name, p.cfg.Storage, p.replicas); err != nil {
 		return nil, fmt.Errorf("pipeline %s: task stream: %w", spec.Name, err)
 	}
 	if err := p.ensureConsumers(ctx, spec, pl); err != nil {
@@ -198,7 +198,7 @@ func (p *Planner) storedPlan(ctx context.Context, spec *pipeline.Spec) *plan.Pla
 // it is written back unchanged (same epoch: no worker moves), and the demand and multiplicative-factor estimates
 // start from what it was sized for.
 func (p *Planner) resume(ctx context.Context, spec *pipeline.Spec, pl *plan.Plan) error {
-	if _, err := bus.EnsureTaskStream(ctx, p.js, spec.Name, p.cfg.Storage); err != nil {
+	if _, err := bus.EnsureTaskStream(ctx, p.js, spec.Name, p.cfg.Storage, p.replicas); err != nil {
 		return fmt.Errorf("pipeline %s: task stream: %w", spec.Name, err)
 	}
 	if err := p.ensureConsumers(ctx, spec, pl); err != nil {

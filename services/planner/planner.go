@@ -35,6 +35,9 @@ type Config struct {
 	Pipelines []*pipeline.Spec
 	// Storage of the task streams and the KV bucket.
 	Storage jetstream.StorageType
+	// Replicas is how many copies of the task streams and the KV bucket the servers keep (0: bus.DefaultReplicas,
+	// 3 on a cluster of three or more); a stream that already has more keeps them.
+	Replicas int
 	// WorkerTimeout is how long a worker may go without refreshing its registration before it is treated as gone.
 	WorkerTimeout time.Duration
 	// AckWait of the variant consumers.
@@ -96,6 +99,8 @@ type Planner struct {
 	js  jetstream.JetStream
 	kv  jetstream.KeyValue
 	log *slog.Logger
+	// replicas is Config.Replicas, or the default it stands for on the cluster Run found.
+	replicas int
 
 	complaints *ratelog.Limiter
 
@@ -207,7 +212,13 @@ type writtenValue struct {
 
 // Run publishes the plans and assigns workers until ctx is done.
 func (p *Planner) Run(ctx context.Context) error {
-	kv, err := bus.OpenBucket(ctx, p.js, p.cfg.Storage)
+	p.replicas = p.cfg.Replicas
+	if p.replicas <= 0 {
+		p.replicas = bus.DefaultReplicas(p.nc)
+	}
+	p.log.Info("state replicas", "replicas", p.replicas, "configured", p.cfg.Replicas,
+		"cluster", p.nc.ConnectedClusterName(), "cluster_servers", bus.ClusterSize(p.nc))
+	kv, err := bus.OpenBucket(ctx, p.js, p.cfg.Storage, p.replicas)
 	if err != nil {
 		return fmt.Errorf("planner: open KV bucket: %w", err)
 	}

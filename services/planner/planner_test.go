@@ -405,7 +405,7 @@ func TestRehomeMovesRetiredQueue(t *testing.T) {
 	ctx := context.Background()
 	js := testrig.JetStream(t, nc)
 	// The planner's declarations, which its Run would make: this test calls its steps itself.
-	stream, err := bus.EnsureTaskStream(ctx, js, sp.Name, jetstream.MemoryStorage)
+	stream, err := bus.EnsureTaskStream(ctx, js, sp.Name, jetstream.MemoryStorage, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -442,7 +442,7 @@ func TestRehomeMovesRetiredQueue(t *testing.T) {
 		t.Fatalf("messages per subject %v under the plan that hosts b/y: want the 3 at b/y", got)
 	}
 	// The planner's once-a-second step moves them, under the plan in force (next, with its routing computed again).
-	if p.kv, err = bus.OpenBucket(ctx, js, jetstream.MemoryStorage); err != nil {
+	if p.kv, err = bus.OpenBucket(ctx, js, jetstream.MemoryStorage, 0); err != nil {
 		t.Fatal(err)
 	}
 	p.specs, p.loops = []*pipeline.Spec{sp}, []*control.Loop{control.New(sp, p.cfg.Config, nil, next)}

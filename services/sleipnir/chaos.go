@@ -33,15 +33,21 @@ func (u userFlags) Set(v string) error {
 	return nil
 }
 
+// registerTopologyFlags are the flags of the deployment the suite and `cluster` run: the binary, the pipeline, the
+// workers; it returns the planner's more flags (space-separated).
+func registerTopologyFlags(fs *flag.FlagSet, cfg *chaos.Config) *string {
+	self, _ := os.Executable()
+	fs.StringVar(&cfg.Sleipnir, "sleipnir", self, "the sleipnir binary the services run from")
+	fs.StringVar(&cfg.Pipeline, "pipeline", "examples/traffic.yaml", "the pipeline spec the planner serves")
+	fs.IntVar(&cfg.Workers, "workers", 10, "worker processes")
+	return fs.String("planner-args", "", "more flags of the planner, space-separated (e.g. \"--replicas 3\")")
+}
+
 func runChaos(args []string) error {
 	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
 	var cfg chaos.Config
-	self, _ := os.Executable()
-	fs.StringVar(&cfg.Sleipnir, "sleipnir", self, "the sleipnir binary the services run from")
-	fs.StringVar(&cfg.Loadgen, "loadgen", filepath.Join(filepath.Dir(self), "loadgen"), "the loadgen binary")
-	fs.StringVar(&cfg.Pipeline, "pipeline", "examples/traffic.yaml", "the pipeline spec the planner serves")
-	fs.IntVar(&cfg.Workers, "workers", 10, "worker processes")
-	plannerArgs := fs.String("planner-args", "", "more flags of the planner, space-separated (e.g. \"--replan-sigmas 3\")")
+	plannerArgs := registerTopologyFlags(fs, &cfg)
+	fs.StringVar(&cfg.Loadgen, "loadgen", filepath.Join(filepath.Dir(cfg.Sleipnir), "loadgen"), "the loadgen binary")
 	fs.Float64Var(&cfg.QPS, "qps", 100, "load, requests per second")
 	faults := fs.String("faults", "", "comma-separated faults to run (default all): "+strings.Join(chaos.Names(), ", "))
 	short := fs.Bool("short", false, "the short version: the short faults, with shorter phases")
@@ -85,7 +91,7 @@ func runChaos(args []string) error {
 	if *faults != "" {
 		names = strings.Split(*faults, ",")
 	}
-	selected, err := chaos.Select(names, *short)
+	selected, err := chaos.Select(names, *short, cfg.Nodes >= 3)
 	if err != nil {
 		return err
 	}

@@ -44,6 +44,7 @@ commands:
   ocrdata   generate the labelled OCR set (document images and their ground truth)
   nats-auth generate the nkeys of a deployment and render its NATS authorization (deploy/nats-auth.conf)
   chaos     the fault suite: the services as processes around nats-server, under load, one fault at a time
+  cluster   three clustered nats-server processes and the services as processes around them (make cluster)
   version   print the version (also --version)
 
 Run 'sleipnir <command> -h' for the flags of a command.
@@ -77,6 +78,8 @@ func main() {
 		err = runNATSAuth(args)
 	case "chaos":
 		err = runChaos(args)
+	case "cluster":
+		err = runCluster(args)
 	case "version", "--version", "-version":
 		fmt.Println("sleipnir", buildinfo.Version())
 	case "-h", "--help", "help":
@@ -162,6 +165,11 @@ func storageFlag(fs *flag.FlagSet) *string {
 	return fs.String("storage", "file", "JetStream storage of task streams and the KV bucket: file or memory")
 }
 
+func replicasFlag(fs *flag.FlagSet) *int {
+	return fs.Int("replicas", 0, "copies of the task streams and the KV bucket the NATS cluster keeps (0: 3 on a "+
+		"cluster of three servers or more, else 1); a stream that already has more keeps them")
+}
+
 func parseStorage(s string) (jetstream.StorageType, error) {
 	switch s {
 	case "file":
@@ -197,6 +205,7 @@ func runUp(args []string) error {
 	maxReq := fs.Int("max-request-bytes", frontend.DefaultMaxRequestBytes, "largest request payload accepted")
 	intake := registerIntakeFlags(fs)
 	storage := storageFlag(fs)
+	replicas := replicasFlag(fs)
 	ctl := control.RegisterFlags(fs)
 	permissions := fs.Bool("nats-auth", false, "give the embedded server the deployment's users and permissions "+
 		"(pkg/auth): each service connects as its role, and connections without credentials are clients, which "+
@@ -239,7 +248,7 @@ func runUp(args []string) error {
 	return up.Run(ctx, up.Config{NATSURL: c.natsURL, Auth: c.auth, Permissions: *permissions, DataDir: *stateDir, Fresh: *fresh, NATSHost: *host, NATSPort: *port,
 		MaxPayload: maxPayload, Pipelines: specs, Workers: *workers, ModelsDir: *models, HTTPAddr: *httpAddr, MaxRequestBytes: *maxReq,
 		IntakeWorkers: *intake.workers, IntakeQueue: *intake.queue, MaxTimeout: *intake.maxTimeout,
-		Storage: st, System: system, Control: cc, MetricsAddr: *metricsAddr, Logger: log,
+		Storage: st, Replicas: *replicas, System: system, Control: cc, MetricsAddr: *metricsAddr, Logger: log,
 		Started: func(url string) {
 			names := make([]string, len(specs))
 			for i, s := range specs {
@@ -325,6 +334,7 @@ func runPlanner(args []string) error {
 	var files pipelineFiles
 	fs.Var(&files, "pipeline", "pipeline spec YAML `FILE`, repeatable (required)")
 	storage := storageFlag(fs)
+	replicas := replicasFlag(fs)
 	ctl := control.RegisterFlags(fs)
 	ackWait := fs.Duration("ack-wait", bus.DefaultAckWait, "the variant consumers' ack wait: how long a fetched message may "+
 		"stay unacknowledged before another replica gets it (workers mark batches that run longer in progress)")
@@ -357,7 +367,7 @@ func runPlanner(args []string) error {
 			return err
 		}
 		defer stop()
-		p, err := planner.New(nc, planner.Config{Pipelines: specs, Storage: st, System: system, AckWait: *ackWait,
+		p, err := planner.New(nc, planner.Config{Pipelines: specs, Storage: st, Replicas: *replicas, System: system, AckWait: *ackWait,
 			Config: cc, Metrics: reg, Logger: log})
 		if err != nil {
 			return err

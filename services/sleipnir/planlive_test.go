@@ -24,7 +24,7 @@ func TestPlanLiveShowsMeasuredLatencies(t *testing.T) {
 	s := testrig.Server(t, testrig.Listen())
 	nc := s.Connect(t, "setup")
 	ctx := t.Context()
-	kv, err := bus.OpenBucket(ctx, testrig.JetStream(t, nc), jetstream.MemoryStorage)
+	kv, err := bus.OpenBucket(ctx, testrig.JetStream(t, nc), jetstream.MemoryStorage, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

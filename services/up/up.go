@@ -63,6 +63,8 @@ type Config struct {
 	IntakeWorkers, IntakeQueue int
 	MaxTimeout                 time.Duration
 	Storage                    jetstream.StorageType
+	// Replicas of the task streams and the KV bucket (planner.Config.Replicas; 0: as the cluster's size suggests).
+	Replicas int
 	// MetricsAddr is where one Prometheus endpoint (/metrics) serves every service's metrics ("" disables it).
 	MetricsAddr string
 	Logger      *slog.Logger
@@ -170,7 +172,7 @@ func Start(ctx context.Context, cfg Config) (_ *System, err error) {
 	if err != nil {
 		return nil, err
 	}
-	pl, err := planner.New(nc, planner.Config{Pipelines: cfg.Pipelines, Storage: cfg.Storage, System: cfg.System,
+	pl, err := planner.New(nc, planner.Config{Pipelines: cfg.Pipelines, Storage: cfg.Storage, Replicas: cfg.Replicas, System: cfg.System,
 		Config: cfg.Control, Metrics: sys.registry, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err

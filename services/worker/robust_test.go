@@ -87,7 +87,7 @@ func TestWorkerRegistersAtOnceAfterReconnecting(t *testing.T) {
 	t.Cleanup(srv.Stop)
 	// The planner owns the bucket; here the test makes it, with the planner's function, for the worker to bind.
 	pjs := testrig.JetStream(t, testrig.Connect(t, srv.URL(), "planner"))
-	if _, err := bus.OpenBucket(t.Context(), pjs, jetstream.FileStorage); err != nil {
+	if _, err := bus.OpenBucket(t.Context(), pjs, jetstream.FileStorage, 0); err != nil {
 		t.Fatal(err)
 	}
 	w, err := New(testrig.Connect(t, srv.URL(), "w1"), Config{ID: "w1", RegisterEvery: time.Hour,

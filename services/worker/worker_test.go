@@ -66,7 +66,7 @@ func newRigWith(t testing.TB, specYAML string) *rig {
 	ctx := context.Background()
 	// The planner's part, with its own functions: the bucket, the stream, and every variant's consumer, which
 	// workers only bind.
-	kv, err := bus.OpenBucket(ctx, js, jetstream.MemoryStorage)
+	kv, err := bus.OpenBucket(ctx, js, jetstream.MemoryStorage, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func newRigWith(t testing.TB, specYAML string) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := bus.EnsureTaskStream(ctx, js, spec.Name, jetstream.MemoryStorage); err != nil {
+	if _, err := bus.EnsureTaskStream(ctx, js, spec.Name, jetstream.MemoryStorage, 0); err != nil {
 		t.Fatal(err)
 	}
 	for _, task := range spec.Tasks {
