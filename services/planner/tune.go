@@ -32,7 +32,7 @@ func (p *Planner) tuneLook(ctx context.Context, now time.Time) {
 			if ctx.Err() == nil {
 				p.log.Debug("looking at the queues failed; skipping a look", "pipeline", spec.Name, "err", err)
 			}
-			return
+			continue // the other pipelines' queues may still be seen
 		}
 		p.waiting[i] = waiting
 		// Upstream workers send to the variants a new plan retired until they have read it: for a while, what
