@@ -32,7 +32,7 @@ func main() {
 	flag.DurationVar(&cfg.Warmup, "warmup", 0, "how long to send before measuring (the routing settles on the demand)")
 	flag.DurationVar(&cfg.Timeout, "timeout", 0, "relative deadline of each request (default: the pipeline's SLO)")
 	flag.DurationVar(&cfg.Grace, "grace", 5*time.Second, "how long past its deadline a request may go unanswered before it counts as lost")
-	flag.StringVar(&shape, "input-shape", "1,3,64,64", "shape of the FP32 input tensor")
+	flag.StringVar(&shape, "input-shape", "64,192", "shape of the FP32 input tensor \"image\" (the emulated examples declare [-1, -1])")
 	flag.Uint64Var(&cfg.Seed, "seed", 1, "seed of arrivals and input values")
 	images := flag.String("images", "", "a labelled OCR set's `DIR` (make data makes data/ocr): send its images in turn and check the replies against their ground truth")
 	flag.BoolVar(&cfg.Series, "series", false, "with --json: add the per-second series (sent, ok, violations, lost, duplicates by second of sending)")

@@ -228,7 +228,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, progress io.Writer) (Su
 		cfg.Grace = 5 * time.Second
 	}
 	if len(cfg.InputShape) == 0 {
-		cfg.InputShape = []int64{1, 3, 64, 64}
+		cfg.InputShape = []int64{64, 192}
 	}
 	n, err := wire.NumElements(cfg.InputShape)
 	if err != nil {
@@ -717,7 +717,7 @@ func (r *run) report(w io.Writer, start time.Time, warmup time.Duration, stop <-
 	}
 }
 
-// parseShape reads "1,3,64,64".
+// parseShape reads "64,192".
 func parseShape(s string) ([]int64, error) {
 	var out []int64
 	for _, f := range strings.Split(s, ",") {

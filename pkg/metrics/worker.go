@@ -21,6 +21,7 @@ type WorkerSource interface {
 // counters it sums per variant.
 type Worker struct {
 	batchSize, batchDuration, queueWait *prometheus.HistogramVec
+	panics                              *prometheus.CounterVec
 
 	mu      sync.Mutex
 	sources []WorkerSource
@@ -45,6 +46,8 @@ func NewWorker(reg prometheus.Registerer) *Worker {
 			Help: "Time to execute one model batch.", Buckets: LatencyBuckets}, variant),
 		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name("worker", "queue_wait_seconds"),
 			Help: "Time an executed item waited in its variant's queue.", Buckets: LatencyBuckets}, variant),
+		panics: prometheus.NewCounterVec(prometheus.CounterOpts{Name: name("worker", "panics_total"),
+			Help: "Model batches whose execution panicked (recovered: the batch's items failed)."}, variant),
 		items:       desc("items_total", "Items executed."),
 		batches:     desc("batches_total", "Model batches executed."),
 		dropped:     desc("dropped_items_total", "Items dropped, by reason.", LabelReason),
@@ -56,7 +59,7 @@ func NewWorker(reg prometheus.Registerer) *Worker {
 		returned:    prometheus.NewDesc(name("worker", "returned_messages_total"), "Messages handed back to the queue: they did not fit a batch.", nil, nil),
 		workers:     prometheus.NewDesc(name("worker", "workers"), "Workers in this process, by whether they serve a variant.", []string{"state"}, nil),
 	}
-	reg.MustRegister(m.batchSize, m.batchDuration, m.queueWait, m)
+	reg.MustRegister(m.batchSize, m.batchDuration, m.queueWait, m.panics, m)
 	return m
 }
 
@@ -85,6 +88,14 @@ func (m *Worker) QueueWait(pipeline, task, variant string, waited time.Duration)
 		return
 	}
 	m.queueWait.WithLabelValues(pipeline, task, variant).Observe(waited.Seconds())
+}
+
+// Panicked records a model batch of a variant whose execution panicked.
+func (m *Worker) Panicked(pipeline, task, variant string) {
+	if m == nil {
+		return
+	}
+	m.panics.WithLabelValues(pipeline, task, variant).Inc()
 }
 
 // Describe implements prometheus.Collector for what is read from the sources.

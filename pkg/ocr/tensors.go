@@ -19,8 +19,8 @@ const (
 	TensorConfidence = "confidence" // ocr-recognize's result: FP32 [1], mean probability of the characters read
 )
 
-// MaxImagePixels bounds an encoded image's size (width x height): 32 megapixels, 128 MiB decoded, larger than any
-// photograph a request of the default 8 MiB limit carries.
+// MaxImagePixels bounds an image's size (width x height), encoded or as pixels: 32 megapixels, 128 MiB decoded,
+// larger than any photograph a request of the default 8 MiB limit carries.
 const MaxImagePixels = 32 << 20
 
 // DecodeImage finds an item's image: the tensor named "image", encoded (BYTES: PNG or JPEG) or as pixels (UINT8
@@ -58,10 +58,16 @@ func DecodeImage(ts []wire.Tensor) (image.Image, error) {
 			if len(t.Shape) != 3 || t.Shape[2] != 3 || t.Shape[0] < 1 || t.Shape[1] < 1 {
 				return nil, fmt.Errorf("tensor %q: pixels must be UINT8 [H, W, 3], got shape %v", t.Name, t.Shape)
 			}
-			h, w := int(t.Shape[0]), int(t.Shape[1])
-			if len(t.Data) != h*w*3 {
-				return nil, fmt.Errorf("tensor %q: %d bytes for shape %v", t.Name, len(t.Data), t.Shape)
+			// The shape is the sender's claim, and H x W x 3 wraps around in 64 bits ([274177, 67280421310721, 3]
+			// is 3): the pixels are bounded without multiplying, then the data checked against the product.
+			if t.Shape[0] > MaxImagePixels/t.Shape[1] {
+				return nil, fmt.Errorf("tensor %q: image of %dx%d pixels; the limit is %d pixels", t.Name,
+					t.Shape[1], t.Shape[0], MaxImagePixels)
 			}
+			if err := t.Validate(); err != nil {
+				return nil, err
+			}
+			h, w := int(t.Shape[0]), int(t.Shape[1])
 			img := image.NewRGBA(image.Rect(0, 0, w, h))
 			for i := 0; i < h*w; i++ {
 				copy(img.Pix[4*i:4*i+3], t.Data[3*i:3*i+3])

@@ -57,6 +57,9 @@ func TestDecodeImageErrors(t *testing.T) {
 		{"pixels shape", []wire.Tensor{{Name: "image", Datatype: "UINT8", Shape: []int64{2, 2}, Data: make([]byte, 4)}}, "UINT8 [H, W, 3]"},
 		{"pixels short", []wire.Tensor{{Name: "image", Datatype: "UINT8", Shape: []int64{2, 2, 3}, Data: make([]byte, 5)}}, "5 bytes"},
 		{"fp32", []wire.Tensor{wire.NewFP32("image", []int64{1}, []float32{1})}, "want BYTES"},
+		// Issue 35: H x W x 3 wraps around to 3 in 64 bits; believed, image.NewRGBA panics.
+		{"pixels wrapping around", []wire.Tensor{{Name: "image", Datatype: "UINT8", Shape: []int64{274177, 67280421310721, 3}, Data: make([]byte, 3)}}, "the limit is"},
+		{"pixels over the limit", []wire.Tensor{{Name: "image", Datatype: "UINT8", Shape: []int64{8192, 8192, 3}, Data: make([]byte, 3)}}, "8192x8192 pixels"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

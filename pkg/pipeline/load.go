@@ -357,23 +357,29 @@ func (s *Spec) validate() error {
 		}
 		placed[key] = i
 	}
-	validateTensorNames("inputs", s.Inputs, add)
-	validateTensorNames("outputs", s.Outputs, add)
+	validateTensorNames("inputs", s.Inputs, true, add)
+	validateTensorNames("outputs", s.Outputs, false, add)
 	if len(errs) > 0 {
 		return errorList(errs)
 	}
 	return nil
 }
 
-// validateTensorNames refuses a declared tensor name used twice: a client could not tell the two apart.
-func validateTensorNames(field string, ts []TensorSpec, add func(string, string, ...any)) {
+// validateTensorNames refuses a declared tensor name used twice: a client could not tell the two apart. With
+// alternatives, an input's name may be declared again with another datatype (a request carries one of them: OCR's
+// image, encoded or as pixels); the datatype tells them apart.
+func validateTensorNames(field string, ts []TensorSpec, alternatives bool, add func(string, string, ...any)) {
 	seen := map[string]int{}
 	for i, t := range ts {
-		if j, dup := seen[t.Name]; dup {
+		key := t.Name
+		if alternatives {
+			key += " " + t.Datatype
+		}
+		if j, dup := seen[key]; dup {
 			add(fmt.Sprintf("%s[%d].name", field, i), "tensor %q is also %s[%d]", t.Name, field, j)
 			continue
 		}
-		seen[t.Name] = i
+		seen[key] = i
 	}
 }
 

@@ -157,7 +157,8 @@ func TestParseErrors(t *testing.T) {
 		{"dispersion of a poisson", "fanout: {mean: 3,", "fanout: {mean: 3, dispersion: 2,", `tasks[0].variants[0].fanout.dispersion: only distribution "negative-binomial"`},
 		{"dispersion not positive", "fanout: {mean: 3,", "fanout: {mean: 3, distribution: negative-binomial, dispersion: 0,", "tasks[0].variants[0].fanout.dispersion: exclusiveMinimum"},
 		{"unknown distribution", "fanout: {mean: 3,", "fanout: {mean: 3, distribution: zipf,", "tasks[0].variants[0].fanout.distribution: value must be one of"},
-		{"tensor declared twice", "slo_ms: 500", "slo_ms: 500\ninputs: [{name: image, datatype: BYTES, shape: [1]}, {name: image, datatype: UINT8, shape: [-1, -1, 3]}]", `inputs[1].name: tensor "image" is also inputs[0]`},
+		{"tensor declared twice", "slo_ms: 500", "slo_ms: 500\ninputs: [{name: image, datatype: BYTES, shape: [1]}, {name: image, datatype: BYTES, shape: [-1]}]", `inputs[1].name: tensor "image" is also inputs[0]`},
+		{"output declared twice", "slo_ms: 500", "slo_ms: 500\noutputs: [{name: box, datatype: FP32, shape: [4]}, {name: box, datatype: FP64, shape: [4]}]", `outputs[1].name: tensor "box" is also outputs[0]`},
 		{"unknown tensor datatype", "slo_ms: 500", "slo_ms: 500\noutputs: [{name: text, datatype: STRING, shape: [1]}]", "outputs[0].datatype: value must be one of"},
 		{"cycle", "  - name: cls\n    variants:", "  - name: cls\n    children: [det]\n    variants:", "no root task"},
 	}

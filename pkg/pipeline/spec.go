@@ -27,7 +27,8 @@ type Spec struct {
 	// Allocation is an optional static plan: which variants to host, with how many replicas and which max batch.
 	Allocation []Allocation `json:"allocation,omitempty"`
 	// Inputs declares the tensors a request carries and Outputs those each result of the reply holds: the KServe v2
-	// model metadata of the pipeline. Optional and descriptive: requests are not checked against them.
+	// model metadata of the pipeline. Optional; when declared, every request (and every root task message) is
+	// checked against Inputs (CheckInputs), and an input may be declared once per datatype it may come as.
 	Inputs  []TensorSpec `json:"inputs,omitempty"`
 	Outputs []TensorSpec `json:"outputs,omitempty"`
 }

@@ -409,3 +409,14 @@ func putUint(dst []byte, u uint64) {
 		dst[i] = byte(u >> (8 * i))
 	}
 }
+
+// ValidateTensors checks each of an item's tensors (Validate): what a frontend checks of a request, and a worker of
+// every item of a task message, whoever published it, before any of it is read.
+func ValidateTensors(ts []Tensor) error {
+	for i := range ts {
+		if err := ts[i].Validate(); err != nil {
+			return fmt.Errorf("inputs[%d]: %v", i, err)
+		}
+	}
+	return nil
+}

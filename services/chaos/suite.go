@@ -434,10 +434,10 @@ func (s *System) waitServing(ctx context.Context, pipelineName string, limit tim
 	return fmt.Errorf("%w within %v", errNotReady, limit)
 }
 
-// probeRequest is a request like loadgen's: one FP32 image [1, 3, 64, 64].
+// probeRequest is a request like loadgen's: one FP32 image [64, 192] (the examples declare [-1, -1]).
 func probeRequest() []byte {
-	shape := []int64{1, 3, 64, 64}
-	image := wire.NewFP32("image", shape, make([]float32, 3*64*64))
+	shape := []int64{64, 192}
+	image := wire.NewFP32("image", shape, make([]float32, 64*192))
 	data, _ := msgpack.Marshal(&wire.InferRequest{Inputs: []wire.Tensor{image}})
 	return data
 }

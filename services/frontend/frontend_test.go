@@ -340,7 +340,7 @@ func TestRequestsAreEnqueuedInArrivalOrder(t *testing.T) {
 	const n = 300
 	var subjects []string
 	for i := 0; i < n; i++ {
-		data, err := msgpack.Marshal(&wire.InferRequest{Inputs: []wire.Tensor{wire.NewFP32("image", []int64{1}, []float32{float32(i)})}})
+		data, err := msgpack.Marshal(&wire.InferRequest{Inputs: []wire.Tensor{wire.NewFP32("image", []int64{1, 1}, []float32{float32(i)})}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -147,10 +147,9 @@ func decodeRequest(data []byte, asJSON bool, header func(string) string, arrival
 	if len(req.Inputs) == 0 {
 		return oip, time.Time{}, refuse(ErrBadRequest, "request has no inputs")
 	}
-	for i := range req.Inputs {
-		if err := req.Inputs[i].Validate(); err != nil {
-			return oip, time.Time{}, refuse(ErrBadRequest, "inputs[%d]: %v", i, err)
-		}
+	// The check every worker makes of a root task message too (a task message may come from elsewhere).
+	if err := spec.CheckInputs(req.Inputs); err != nil {
+		return oip, time.Time{}, refuse(ErrBadRequest, "%v", err)
 	}
 	d, err := deadlineOf(arrival, header, spec, maxAhead)
 	return oip, d, err

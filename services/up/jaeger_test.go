@@ -306,8 +306,8 @@ func TestJaegerShowsEveryHop(t *testing.T) {
 		traceID, len(spans), hops, read, traceTree(spans, services, clientSpan))
 
 	// Over HTTP: the response names its trace (header and the OIP parameters), and Jaeger has it.
-	body := `{"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 3, 8, 8], "data": [` +
-		strings.TrimSuffix(strings.Repeat("0,", 3*8*8), ",") + `]}]}`
+	body := `{"inputs": [{"name": "image", "datatype": "FP32", "shape": [8, 24], "data": [` +
+		strings.TrimSuffix(strings.Repeat("0,", 8*24), ",") + `]}]}`
 	req, err := http.NewRequest(http.MethodPost, fmt.Sprintf("http://127.0.0.1:%d/v2/models/ocr-chain/infer", httpPort),
 		strings.NewReader(body))
 	if err != nil {

@@ -98,7 +98,7 @@ func newClient(t testing.TB, sys *System) *testrig.Client {
 
 func inputRequest(t testing.TB) []byte {
 	data, err := msgpack.Marshal(&wire.InferRequest{Inputs: []wire.Tensor{
-		wire.NewFP32("image", []int64{1, 3, 8, 8}, make([]float32, 3*8*8))}})
+		wire.NewFP32("image", []int64{8, 24}, make([]float32, 8*24))}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -104,6 +105,11 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 				in.status[i], in.reason[i] = wire.ItemDropped, drop
 				continue
 			}
+			if err := s.checkItem(it); err != nil {
+				w.complaints.Warn(ComplainItem, "subject", m.Subject(), "request", in.requestID, "item", it.ID, "err", err)
+				in.status[i], in.reason[i] = wire.ItemError, "invalid task message: "+err.Error()
+				continue
+			}
 			inputs = append(inputs, executor.Input{RequestID: in.requestID, ItemID: it.ID, Tensors: it.Inputs})
 			slots = append(slots, slot{in: in, i: i})
 		}
@@ -138,7 +144,7 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 		lo := c * s.a.MaxBatch
 		hi := min(lo+s.a.MaxBatch, len(inputs))
 		began := time.Now()
-		outs, err := s.exec.Execute(ctx, inputs[lo:hi])
+		outs, err := w.execute(ctx, s, inputs[lo:hi])
 		ended := time.Now()
 		w.cfg.Metrics.Batch(s.a.Pipeline, s.a.Task, s.a.Variant, hi-lo, ended.Sub(began))
 		if err == nil {
@@ -242,6 +248,32 @@ func (w *Worker) keepInProgress(s *serving, batch []*inbound, done <-chan struct
 type slot struct {
 	in *inbound
 	i  int
+}
+
+// checkItem checks an item's tensors before anything reads them: a task message may come from anyone allowed to
+// publish, not only a frontend or a worker. A root task's items are requests, checked as the frontend checks one;
+// other items carry what a parent's executor made, checked for well-formedness (each executor's input readers refuse
+// the rest).
+func (s *serving) checkItem(it wire.Item) error {
+	if s.root {
+		return s.spec.CheckInputs(it.Inputs)
+	}
+	return wire.ValidateTensors(it.Inputs)
+}
+
+// execute runs one model batch. A panic in the executor fails the batch (its items end "error") instead of the
+// worker: the message would be redelivered to the next worker, which would die too. It is logged, rate-limited,
+// with its stack, and counted.
+func (w *Worker) execute(ctx context.Context, s *serving, batch []executor.Input) (outs []executor.Output, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			w.cfg.Metrics.Panicked(s.a.Pipeline, s.a.Task, s.a.Variant)
+			w.complaints.Error(ComplainPanic, "variant", s.hop, "items", len(batch), "panic", r,
+				"stack", string(debug.Stack()))
+			outs, err = nil, fmt.Errorf("the executor panicked: %v", r)
+		}
+	}()
+	return s.exec.Execute(ctx, batch)
 }
 
 // decode validates one message of the variant's subject and starts its "process" span.

@@ -235,8 +235,12 @@ type wanted struct {
 	plan *plan.Plan
 }
 
-// ComplainAssignment is the pkg/ratelog key of an assignment the worker refused.
-const ComplainAssignment = "assignment in KV refused; serving the last good one"
+// The pkg/ratelog keys of what the worker refused or survived.
+const (
+	ComplainAssignment = "assignment in KV refused; serving the last good one"
+	ComplainItem       = "item with invalid tensors failed"
+	ComplainPanic      = "executor panicked; its batch failed"
+)
 
 // Complaints counts what the worker refused, by kind.
 func (w *Worker) Complaints() map[string]uint64 { return w.complaints.Counts() }
@@ -341,6 +345,7 @@ type serving struct {
 	task     *pipeline.Task
 	variant  *pipeline.Variant
 	exec     executor.Executor
+	root     bool // the pipeline's root task: its items are requests, checked against the spec's inputs
 	consumer jetstream.Consumer
 	hop      string
 	policy   deadline.Policy
@@ -423,7 +428,7 @@ func (w *Worker) start(ctx context.Context, n wanted, t0 time.Time) (*serving, e
 	}
 	budget := time.Duration(n.a.BudgetMs * float64(time.Millisecond))
 	return &serving{a: n.a, spec: n.spec, plan: n.plan, task: n.spec.Task(n.a.Task), variant: v, exec: exec,
-		consumer: cons, hop: n.a.Hop(), policy: policy, budget: budget}, nil
+		consumer: cons, hop: n.a.Hop(), policy: policy, budget: budget, root: n.spec.Root().Name == n.a.Task}, nil
 }
 
 // sanitize makes a host name usable as a worker id.
