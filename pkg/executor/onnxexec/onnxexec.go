@@ -191,26 +191,7 @@ func (e *Executor) recognize(batch []executor.Input) ([]executor.Output, error) 
 // tensor stacks each item's one FP32 input (the model's input shape without the batch dimension) and splits every
 // output back along the batch dimension.
 func (e *Executor) tensor(batch []executor.Input) ([]executor.Output, error) {
-	out := make([]executor.Output, len(batch))
-	want := e.inShape[1:]
-	idx := make([]int, 0, len(batch))
-	for i, in := range batch {
-		t, err := fp32Input(in.Tensors)
-		if err == nil && !shapeFits(t.Shape, want) {
-			err = fmt.Errorf("input %q has shape %v, the model takes %v per item", t.Name, t.Shape, want)
-		}
-		if err == nil && len(idx) > 0 && !slices.Equal(t.Shape, batch[idx[0]].Tensors[0].Shape) {
-			err = fmt.Errorf("input %q has shape %v, unlike the batch's %v", t.Name, t.Shape, batch[idx[0]].Tensors[0].Shape)
-		}
-		if err == nil {
-			err = t.Validate()
-		}
-		if err != nil {
-			out[i].Err = err
-			continue
-		}
-		idx = append(idx, i)
-	}
+	out, idx := tensorInputs(batch, e.inShape[1:])
 	if len(idx) == 0 {
 		return out, nil
 	}
@@ -233,22 +214,35 @@ func (e *Executor) tensor(batch []executor.Input) ([]executor.Output, error) {
 	return out, nil
 }
 
+// tensorInputs is the tensor program's input reader: each item's one FP32 input must be well-formed, of the model's
+// per-item shape want and of the batch's first item's shape. An item that is not fails in out; idx lists the items
+// that run.
+func tensorInputs(batch []executor.Input, want []int64) (out []executor.Output, idx []int) {
+	out = make([]executor.Output, len(batch))
+	idx = make([]int, 0, len(batch))
+	for i, in := range batch {
+		t, err := fp32Input(in.Tensors)
+		if err == nil && !(pipeline.TensorSpec{Shape: want}).ShapeFits(t.Shape) { // -1: any size
+			err = fmt.Errorf("input %q has shape %v, the model takes %v per item", t.Name, t.Shape, want)
+		}
+		if err == nil && len(idx) > 0 && !slices.Equal(t.Shape, batch[idx[0]].Tensors[0].Shape) {
+			err = fmt.Errorf("input %q has shape %v, unlike the batch's %v", t.Name, t.Shape, batch[idx[0]].Tensors[0].Shape)
+		}
+		if err == nil {
+			err = t.Validate()
+		}
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		idx = append(idx, i)
+	}
+	return out, idx
+}
+
 func fp32Input(ts []wire.Tensor) (wire.Tensor, error) {
 	if len(ts) != 1 || ts[0].Datatype != "FP32" {
 		return wire.Tensor{}, fmt.Errorf("the model takes one FP32 input tensor per item, got %d tensors", len(ts))
 	}
 	return ts[0], nil
-}
-
-// shapeFits says whether an item's shape matches the model's per-item shape (-1: any size).
-func shapeFits(got, want []int64) bool {
-	if len(got) != len(want) {
-		return false
-	}
-	for i := range got {
-		if want[i] >= 0 && got[i] != want[i] {
-			return false
-		}
-	}
-	return true
 }
