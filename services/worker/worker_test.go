@@ -167,7 +167,13 @@ func (r *rig) waitServingTask(w *Worker, task, variant string) {
 // publish enqueues a task message for variant with the given headers (nil: valid ones) and payload (nil: valid).
 func (r *rig) publish(variant, requestID string, deadline time.Time, hdr nats.Header, data []byte) {
 	r.t.Helper()
-	m := nats.NewMsg(wire.TaskSubject(r.spec.Name, "a", variant))
+	r.publishTo("a", variant, requestID, deadline, hdr, data)
+}
+
+// publishTo enqueues a task message for task/variant, as publish does.
+func (r *rig) publishTo(task, variant, requestID string, deadline time.Time, hdr nats.Header, data []byte) {
+	r.t.Helper()
+	m := nats.NewMsg(wire.TaskSubject(r.spec.Name, task, variant))
 	if hdr == nil {
 		hdr = nats.Header{}
 		hdr.Set(wire.HeaderRequestID, requestID)
