@@ -124,3 +124,27 @@ func FuzzDecodeRequest(f *testing.F) {
 		}
 	})
 }
+
+// TestDecodeChecksDeclaredInputs: a request is checked against the inputs its pipeline declares, with the check a
+// worker makes of a root task message (pipeline.Spec.CheckInputs): the refusal is a bad request saying why.
+func TestDecodeChecksDeclaredInputs(t *testing.T) {
+	spec := &pipeline.Spec{Name: "p", SLOMs: 500, Inputs: []pipeline.TensorSpec{{Name: "image", Datatype: "FP32", Shape: []int64{-1, 2}}}}
+	arrival := time.Unix(1_700_000_000, 0)
+	decode := func(body string) error {
+		_, _, err := decodeRequest([]byte(body), true, func(string) string { return "" }, arrival, spec,
+			decodeMaxBytes, decodeMaxAhead, "request is not valid JSON")
+		return err
+	}
+	if err := decode(`{"inputs": [{"name": "image", "datatype": "FP32", "shape": [3, 2], "data": [1, 2, 3, 4, 5, 6]}]}`); err != nil {
+		t.Errorf("a declared input refused: %v", err)
+	}
+	for body, want := range map[string]string{
+		`{"inputs": [{"name": "image", "datatype": "FP32", "shape": [2, 3], "data": [1, 2, 3, 4, 5, 6]}]}`: `tensor "image" is FP32[2 3]; pipeline p takes image FP32[-1 2]`,
+		`{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2], "data": [1, 2]}]}`:                 `tensor "x" is not an input of pipeline p`,
+	} {
+		err := decode(body)
+		if !errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want a bad request saying %q", body, err, want)
+		}
+	}
+}
