@@ -23,32 +23,11 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
-// ocrTrustSpec is examples/ocr.yaml's shape, with one detector and one recogniser: the same declared inputs.
-const ocrTrustSpec = `
-name: ocr-trust
-slo_ms: 30000
-batch_sizes: [1, 2]
+// ocrTrustSpec is the OCR pipeline tests serve, with examples/ocr.yaml's declared inputs.
+const ocrTrustSpec = onnxtest.OCRPipeline + `
 inputs:
   - {name: image, datatype: BYTES, shape: [1]}
   - {name: image, datatype: UINT8, shape: [-1, -1, 3]}
-tasks:
-  - name: find_text
-    children: [read_text]
-    variants:
-      - name: det
-        accuracy: 0.9
-        fanout: {mean: 4}
-        executor: {kind: onnx, model: paddleocr/en_PP-OCRv3_det_infer.onnx, program: ocr-detect, input_size: 320}
-        profile: [{batch: 1, p50_ms: 40, p95_ms: 50}, {batch: 2, p50_ms: 80, p95_ms: 90}]
-  - name: read_text
-    variants:
-      - name: rec
-        accuracy: 0.9
-        executor: {kind: onnx, model: paddleocr/en_PP-OCRv3_rec_infer.onnx, program: ocr-recognize}
-        profile: [{batch: 1, p50_ms: 15, p95_ms: 20}, {batch: 2, p50_ms: 25, p95_ms: 30}]
-allocation:
-  - {task: find_text, variant: det, replicas: 1, max_batch: 1}
-  - {task: read_text, variant: rec, replicas: 1, max_batch: 2}
 `
 
 // panicMark marks the requests whose batches panicOn's executor panics on.
@@ -89,7 +68,7 @@ func (p *panicOn) saw(requestID string) bool {
 // the crafted request is answered "error" by the check, without reaching the executor; the panicking one "error",
 // the panic counted; and a normal request after each is answered "ok".
 func TestWorkerSurvivesPoisonTaskMessages(t *testing.T) {
-	models := onnxtest.Models(t, "paddleocr/en_PP-OCRv3_det_infer.onnx", "paddleocr/en_PP-OCRv3_rec_infer.onnx")
+	models := onnxtest.Models(t, onnxtest.OCRModels...)
 	r := newRigWith(t, ocrTrustSpec)
 	reg := prometheus.NewRegistry()
 	m := metrics.NewWorker(reg)

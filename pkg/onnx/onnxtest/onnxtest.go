@@ -60,3 +60,34 @@ func exists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
 }
+
+// OCRModels are the model files OCRPipeline runs (for Models).
+var OCRModels = []string{"paddleocr/en_PP-OCRv3_det_infer.onnx", "paddleocr/en_PP-OCRv3_rec_infer.onnx"}
+
+// OCRPipeline is a two-task OCR pipeline on the PaddleOCR models `make models` fetches (OCRModels): a v3 detector at
+// 480 pixels, its lines read by the v3 recogniser, one replica of each at batch 2; what tests serve end to end.
+const OCRPipeline = `
+name: ocr-e2e
+slo_ms: 30000
+batch_sizes: [1, 2]
+tasks:
+  - name: find_text
+    children: [read_text]
+    variants:
+      - name: det
+        accuracy: 0.9
+        fanout: {mean: 4}
+        executor: {kind: onnx, model: paddleocr/en_PP-OCRv3_det_infer.onnx, program: ocr-detect, input_size: 480}
+        profile: [{batch: 1, p50_ms: 40, p95_ms: 50}, {batch: 2, p50_ms: 80, p95_ms: 90}]
+  - name: read_text
+    variants:
+      - name: rec
+        accuracy: 0.9
+        executor: {kind: onnx, model: paddleocr/en_PP-OCRv3_rec_infer.onnx, program: ocr-recognize}
+        profile: [{batch: 1, p50_ms: 15, p95_ms: 20}, {batch: 2, p50_ms: 25, p95_ms: 30}]
+path_accuracy:
+  - {path: [find_text/det, read_text/rec], accuracy: 0.75}
+allocation:
+  - {task: find_text, variant: det, replicas: 1, max_batch: 2}
+  - {task: read_text, variant: rec, replicas: 1, max_batch: 2}
+`
