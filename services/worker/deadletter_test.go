@@ -168,29 +168,11 @@ func TestWorkerSetsAsideACrashLoop(t *testing.T) {
 	got := r.collect(t)
 	soon := time.Now().Add(time.Minute)
 	r.publish("fast", "poison", soon, nil, nil)
-	ctx := context.Background()
 	for i := 1; i < bus.SetAsideAt; i++ {
 		// A worker takes it and dies: its connection closes without an acknowledgement.
 		nc := r.srv.Connect(t, fmt.Sprint("crashing-", i))
-		js, _ := jetstream.New(nc)
-		cons, err := js.Consumer(ctx, wire.TaskStream(r.spec.Name), wire.Consumer("a", "fast"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		batch, err := cons.Fetch(1, jetstream.FetchMaxWait(10*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		for m := range batch.Messages() {
-			meta, _ := m.Metadata()
-			if n++; meta.NumDelivered != uint64(i) {
-				t.Fatalf("crash %d: delivery %d", i, meta.NumDelivered)
-			}
-		}
-		nc.Close()
-		if n != 1 {
-			t.Fatalf("crash %d: fetched %d messages", i, n)
+		if n := testrig.DieHolding(t, nc, wire.TaskStream(r.spec.Name), wire.Consumer("a", "fast"), 10*time.Second); n != uint64(i) {
+			t.Fatalf("crash %d: delivery %d", i, n)
 		}
 	}
 	w := r.startWorker("w1")
@@ -221,7 +203,7 @@ func TestWorkerSetsAsideACrashLoop(t *testing.T) {
 	if st := w.Stats(); st.SetAside[wire.SetAsideRedelivered] != 1 || st.Items != 1 {
 		t.Fatalf("stats %+v: want 1 set aside for redelivery, 1 item executed (the one after)", st)
 	}
-	info, err := r.js.Stream(ctx, wire.TaskStream(r.spec.Name))
+	info, err := r.js.Stream(context.Background(), wire.TaskStream(r.spec.Name))
 	if err != nil {
 		t.Fatal(err)
 	}
