@@ -134,6 +134,19 @@ const (
 	HeaderSetAsideWorker     = "Sleipnir-Set-Aside-Worker"
 )
 
+// HeaderSetAsideOriginal prefixes, on a message set aside, the original headers JetStream acts on when it stores a
+// message ("Nats-" ones such as Nats-Expected-Stream, which held for the task stream and would refuse the copy):
+// they are kept under SetAsideHeader's name. Nats-Msg-Id is kept as it was: it de-duplicates the copy.
+const HeaderSetAsideOriginal = "Sleipnir-Set-Aside-Original-"
+
+// SetAsideHeader is the name an original header key takes on the copy of a message set aside.
+func SetAsideHeader(key string) string {
+	if strings.HasPrefix(strings.ToLower(key), "nats-") && !strings.EqualFold(key, HeaderMsgID) {
+		return HeaderSetAsideOriginal + key
+	}
+	return key
+}
+
 // Reasons a worker sets a task message aside (HeaderSetAsideReason; the metrics' reason label).
 const (
 	// SetAsideRedelivered: delivered as many times as the consumer's bound without being acknowledged (a worker

@@ -61,7 +61,7 @@ func (w *Worker) setAside(ctx context.Context, s *serving, m jetstream.Msg, why 
 	}
 	out := nats.NewMsg(wire.DeadLetterSubject(s.a.Pipeline, s.a.Task, s.a.Variant))
 	for k, v := range m.Headers() {
-		out.Header[k] = append([]string(nil), v...)
+		out.Header[wire.SetAsideHeader(k)] = append([]string(nil), v...)
 	}
 	out.Header.Set(wire.HeaderSetAsideReason, reason)
 	out.Header.Set(wire.HeaderSetAsideError, headerText(why.Error()))
