@@ -139,24 +139,30 @@ func TestWorkerSetsAsideGarbage(t *testing.T) {
 		}
 	}
 	for i, m := range r.deadLetters(t) {
-		g := garbage[i]
-		if m.Subject != wire.DeadLetterSubject(r.spec.Name, "a", "fast") || !bytes.Equal(m.Data, g.data) {
-			t.Errorf("dead letter %d: subject %s, data %q; want %q", i, m.Subject, m.Data, g.data)
-		}
-		for k := range g.hdr {
-			if got := m.Header.Get(wire.SetAsideHeader(k)); got != g.hdr.Get(k) {
-				t.Errorf("dead letter %d: header %s = %q, want the original %q", i, wire.SetAsideHeader(k), got, g.hdr.Get(k))
-			}
-		}
-		if m.Header.Get(wire.HeaderSetAsideReason) != wire.SetAsideUndecodable ||
-			m.Header.Get(wire.HeaderSetAsideSubject) != wire.TaskSubject(r.spec.Name, "a", "fast") ||
-			m.Header.Get(wire.HeaderSetAsideDeliveries) != "1" || m.Header.Get(wire.HeaderSetAsideWorker) != "w1" ||
-			m.Header.Get(wire.HeaderSetAsideError) == "" {
-			t.Errorf("dead letter %d: set-aside headers %v", i, m.Header)
-		}
+		r.checkKept(t, m, garbage[i].hdr, garbage[i].data)
 	}
 	if st := w.Stats(); st.Discarded != uint64(len(garbage)) || st.SetAside[wire.SetAsideUndecodable] != uint64(len(garbage)) {
 		t.Fatalf("stats %+v: want %d discarded and set aside", st, len(garbage))
+	}
+}
+
+// checkKept checks a message set aside at its first delivery by w1 from a/fast: the original payload and headers
+// (renamed where wire.SetAsideHeader says), and the set-aside headers.
+func (r *rig) checkKept(t *testing.T, m *jetstream.RawStreamMsg, hdr nats.Header, data []byte) {
+	t.Helper()
+	if m.Subject != wire.DeadLetterSubject(r.spec.Name, "a", "fast") || !bytes.Equal(m.Data, data) {
+		t.Errorf("dead letter %d: subject %s, data %q; want %q", m.Sequence, m.Subject, m.Data, data)
+	}
+	for k := range hdr {
+		if got := m.Header.Get(wire.SetAsideHeader(k)); got != hdr.Get(k) {
+			t.Errorf("dead letter %d: header %s = %q, want the original %q", m.Sequence, wire.SetAsideHeader(k), got, hdr.Get(k))
+		}
+	}
+	if m.Header.Get(wire.HeaderSetAsideReason) != wire.SetAsideUndecodable ||
+		m.Header.Get(wire.HeaderSetAsideSubject) != wire.TaskSubject(r.spec.Name, "a", "fast") ||
+		m.Header.Get(wire.HeaderSetAsideDeliveries) != "1" || m.Header.Get(wire.HeaderSetAsideWorker) != "w1" ||
+		m.Header.Get(wire.HeaderSetAsideError) == "" {
+		t.Errorf("dead letter %d: set-aside headers %v", m.Sequence, m.Header)
 	}
 }
 
