@@ -53,17 +53,7 @@ func Permissions(r Role, workerID string) (*server.Permissions, error) {
 	inbox := Inbox(r) + ".>"
 	// Reading the bucket: bind (stream info), get (direct or not), watch (an ordered push consumer, re-created
 	// after resets, with flow control). Creating a consumer on the bucket's stream reads it and writes nothing.
-	kvRead := []string{
-		"$JS.API.STREAM.INFO." + wire.KVStream,
-		"$JS.API.DIRECT.GET." + wire.KVStream,
-		"$JS.API.DIRECT.GET." + wire.KVStream + ".>",
-		"$JS.API.STREAM.MSG.GET." + wire.KVStream,
-		"$JS.API.CONSUMER.CREATE." + wire.KVStream,
-		"$JS.API.CONSUMER.CREATE." + wire.KVStream + ".>",
-		"$JS.API.CONSUMER.DELETE." + wire.KVStream + ".>",
-		"$JS.API.CONSUMER.INFO." + wire.KVStream + ".>",
-		"$JS.FC." + wire.KVStream + ".>",
-	}
+	kvRead := streamRead(wire.KVStream)
 	tasks := wire.TaskPrefix + ">"
 	p := &server.Permissions{Publish: &server.SubjectPermission{}, Subscribe: &server.SubjectPermission{}}
 	switch r {
@@ -85,8 +75,10 @@ func Permissions(r Role, workerID string) (*server.Permissions, error) {
 		}
 		// Task streams are named per pipeline, and a worker serves whichever variant it is assigned: it may look up,
 		// pull from and acknowledge on any consumer, but not on the bucket's stream.
+		// It sets aside in the dead-letter stream the task messages it will not execute (its publish
+		// acknowledgements come to its inbox).
 		p.Publish.Allow = append(kvRead, wire.KVSubject(wire.WorkerKey(workerID)), tasks, wire.ResultPrefix+"*",
-			"$JS.API.CONSUMER.INFO.*.*", "$JS.API.CONSUMER.MSG.NEXT.*.*", "$JS.ACK.>")
+			wire.DeadLetterSubjects, "$JS.API.CONSUMER.INFO.*.*", "$JS.API.CONSUMER.MSG.NEXT.*.*", "$JS.ACK.>")
 		p.Publish.Deny = []string{"$JS.API.CONSUMER.MSG.NEXT." + wire.KVStream + ".*", "$JS.ACK." + wire.KVStream + ".>"}
 		p.Subscribe.Allow = append([]string{inbox, wire.WorkerStatusSubject(workerID)}, microSubjects(wire.ServiceWorker)...)
 		p.Response = monitoringResponses()
@@ -94,13 +86,34 @@ func Permissions(r Role, workerID string) (*server.Permissions, error) {
 		p.Publish.Allow = []string{wire.InferPrefix + ">"}
 		p.Subscribe.Allow = []string{inbox}
 	case Observer:
-		// Observers may also ask the services' micro endpoints ($SRV.PING, INFO, STATS; the status endpoints).
+		// Observers may also ask the services' micro endpoints ($SRV.PING, INFO, STATS; the status endpoints), and
+		// read the messages set aside (`nats stream view`: an ephemeral consumer on the stream, pulled and acked).
 		p.Publish.Allow = append([]string{wire.InferPrefix + ">", micro.APIPrefix + ".>", wire.StatusPrefix + ">"}, kvRead...)
+		p.Publish.Allow = append(p.Publish.Allow, streamRead(wire.DeadLetterStream)...)
+		p.Publish.Allow = append(p.Publish.Allow, "$JS.API.CONSUMER.MSG.NEXT."+wire.DeadLetterStream+".*",
+			"$JS.ACK."+wire.DeadLetterStream+".>")
 		p.Subscribe.Allow = []string{inbox}
 	default:
 		return nil, fmt.Errorf("unknown role %q", r)
 	}
 	return p, nil
+}
+
+// streamRead are the subjects of reading a stream: bind (stream info), get (direct or not), and watch or page through
+// it (an ephemeral consumer, made again after resets, with flow control). Creating a consumer on a stream reads it
+// and writes nothing.
+func streamRead(stream string) []string {
+	return []string{
+		"$JS.API.STREAM.INFO." + stream,
+		"$JS.API.DIRECT.GET." + stream,
+		"$JS.API.DIRECT.GET." + stream + ".>",
+		"$JS.API.STREAM.MSG.GET." + stream,
+		"$JS.API.CONSUMER.CREATE." + stream,
+		"$JS.API.CONSUMER.CREATE." + stream + ".>",
+		"$JS.API.CONSUMER.DELETE." + stream + ".>",
+		"$JS.API.CONSUMER.INFO." + stream + ".>",
+		"$JS.FC." + stream + ".>",
+	}
 }
 
 // microSubjects are the subjects the NATS micro framework answers a service's PING, INFO and STATS on: for every

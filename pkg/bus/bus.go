@@ -185,6 +185,25 @@ func keptReplicas(nc *nats.Conn, stream string, have, want int) int {
 // another in time. Workers mark batches that run longer as in progress.
 const DefaultAckWait = 2 * time.Second
 
+// SetAsideAt is the delivery at which a worker sets a task message aside instead of executing it (the worker's
+// bound): the variant consumers deliver a message at most SetAsideAt+1 times (MaxDeliver), the last one held in
+// reserve for a set-aside that failed (the dead-letter stream did not confirm it). Legitimate redeliveries stay
+// well under it: a worker killed (+1), a NATS restart or a node lost (+1 or 2: the messages delivered and not yet
+// acknowledged), a message handed back because it did not fit a batch (+1 each time; it goes to the front of the
+// queue), a forwarding failure (+1 each retry while the deadline allows; the backoff below spaces them from the
+// third delivery on). A message past its deadline is dropped, not executed, so only a long deadline (or the policy
+// `none`) lets a message that kills its worker come back this often.
+const SetAsideAt = 6
+
+// TaskBackOff is how long the variant consumers wait for each delivery's acknowledgement before delivering again
+// (JetStream's BackOff, which replaces the ack wait; entries past the last repeat it): the ack wait for the first
+// two deliveries, so that the work of a worker killed, or lost in a NATS restart, goes to another replica within
+// the ack wait as before, then doubling (for a 2 s ack wait: 2, 2, 4, 8, 16 s), so that a message that kills every
+// worker that takes it kills at most SetAsideAt-1 of them, over half a minute, not one every ack wait.
+func TaskBackOff(ackWait time.Duration) []time.Duration {
+	return []time.Duration{ackWait, ackWait, 2 * ackWait, 4 * ackWait, 8 * ackWait}
+}
+
 // EnsureVariantConsumer creates or updates the durable pull consumer that all replicas of a variant share.
 func EnsureVariantConsumer(ctx context.Context, js jetstream.JetStream, pipeline, task, variant string, ackWait time.Duration) (jetstream.Consumer, error) {
 	if ackWait == 0 {
@@ -196,10 +215,55 @@ func EnsureVariantConsumer(ctx context.Context, js jetstream.JetStream, pipeline
 		FilterSubject: wire.TaskSubject(pipeline, task, variant),
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       ackWait,
+		BackOff:       TaskBackOff(ackWait),
 		// The default (1000) silently stops delivery once reached.
 		MaxAckPending: 100000,
-		MaxDeliver:    -1,
+		MaxDeliver:    SetAsideAt + 1,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+}
+
+// SetAsideDue reports whether a message delivered the delivered-th time by a consumer delivering at most
+// maxDeliver times (its config's MaxDeliver; -1 or 0: unbounded) is to be set aside rather than executed: at the
+// delivery before the last (see SetAsideAt), and at the last.
+func SetAsideDue(delivered uint64, maxDeliver int) bool {
+	return maxDeliver > 1 && delivered >= uint64(maxDeliver-1)
+}
+
+// Dead-letter stream retention defaults (planner --deadletter-max-age, --deadletter-max-bytes): a week of poison
+// for an operator to look at, in at most 256 MiB (the oldest go first).
+const (
+	DefaultDeadLetterMaxAge   = 7 * 24 * time.Hour
+	DefaultDeadLetterMaxBytes = 256 << 20
+)
+
+// EnsureDeadLetterStream creates or updates the stream of the task messages workers set aside (the planner's: the
+// others only publish to it), with limits retention bounded by maxAge and maxBytes (0: the defaults), replicas
+// copies as EnsureTaskStream, and de-duplication on the messages' own ids, so that a message set aside twice (the
+// reserve delivery after an unconfirmed set-aside) is kept once.
+func EnsureDeadLetterStream(ctx context.Context, js jetstream.JetStream, storage jetstream.StorageType, replicas int,
+	maxAge time.Duration, maxBytes int64) (jetstream.Stream, error) {
+	if maxAge <= 0 {
+		maxAge = DefaultDeadLetterMaxAge
+	}
+	if maxBytes <= 0 {
+		maxBytes = DefaultDeadLetterMaxBytes
+	}
+	have := 0
+	if s, err := js.Stream(ctx, wire.DeadLetterStream); err == nil {
+		have = s.CachedInfo().Config.Replicas
+	}
+	return js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        wire.DeadLetterStream,
+		Description: "Sleipnir task messages set aside by workers (poison): headers, reason, payload",
+		Subjects:    []string{wire.DeadLetterSubjects},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     storage,
+		Replicas:    keptReplicas(js.Conn(), wire.DeadLetterStream, have, replicas),
+		Discard:     jetstream.DiscardOld,
+		MaxAge:      maxAge,
+		MaxBytes:    maxBytes,
+		Duplicates:  2 * time.Minute,
 	})
 }
 

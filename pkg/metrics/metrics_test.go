@@ -70,8 +70,8 @@ func TestWorkerCountersSumPerVariant(t *testing.T) {
 	}})
 	m.AddSource(workerCounts{serving: "p:a/x", obs: map[string]wire.Observed{
 		"p:a/x": {FanoutCounts: wire.FanoutCounts{Items: 4, Children: map[string]uint64{"b": 2}}},
-	}})
-	m.AddSource(workerCounts{})
+	}, stats: wire.WorkerStats{SetAside: map[string]uint64{wire.SetAsideRedelivered: 1, wire.SetAsideUndecodable: 2}}})
+	m.AddSource(workerCounts{stats: wire.WorkerStats{SetAside: map[string]uint64{wire.SetAsideUndecodable: 3}}})
 	want := `
 # HELP sleipnir_worker_items_total Items executed.
 # TYPE sleipnir_worker_items_total counter
@@ -88,9 +88,14 @@ sleipnir_worker_serving{pipeline="p",task="a",variant="x"} 2
 # TYPE sleipnir_worker_workers gauge
 sleipnir_worker_workers{state="idle"} 1
 sleipnir_worker_workers{state="serving"} 2
+# HELP sleipnir_worker_deadlettered_total Task messages set aside in the dead-letter stream, by reason (redelivered, undecodable).
+# TYPE sleipnir_worker_deadlettered_total counter
+sleipnir_worker_deadlettered_total{reason="redelivered"} 1
+sleipnir_worker_deadlettered_total{reason="undecodable"} 5
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "sleipnir_worker_items_total",
-		"sleipnir_worker_subrequests_total", "sleipnir_worker_serving", "sleipnir_worker_workers"); err != nil {
+		"sleipnir_worker_subrequests_total", "sleipnir_worker_serving", "sleipnir_worker_workers",
+		"sleipnir_worker_deadlettered_total"); err != nil {
 		t.Fatal(err)
 	}
 	if n := testutil.CollectAndCount(m, "sleipnir_worker_dropped_items_total"); n != 2*len(wire.DropReasons) {

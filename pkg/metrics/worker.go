@@ -28,6 +28,7 @@ type Worker struct {
 
 	items, batches, dropped, rerouted, subrequests, serving *prometheus.Desc
 	failed, discarded, returned, workers                    *prometheus.Desc
+	setAside                                                *prometheus.Desc
 }
 
 // NewWorker registers the worker metrics with reg; with none (nil), there are none (nil).
@@ -57,7 +58,9 @@ func NewWorker(reg prometheus.Registerer) *Worker {
 		failed:      prometheus.NewDesc(name("worker", "failed_items_total"), "Items whose execution failed.", nil, nil),
 		discarded:   prometheus.NewDesc(name("worker", "discarded_messages_total"), "Messages that were not valid task messages.", nil, nil),
 		returned:    prometheus.NewDesc(name("worker", "returned_messages_total"), "Messages handed back to the queue: they did not fit a batch.", nil, nil),
-		workers:     prometheus.NewDesc(name("worker", "workers"), "Workers in this process, by whether they serve a variant.", []string{"state"}, nil),
+		setAside: prometheus.NewDesc(name("worker", "deadlettered_total"),
+			"Task messages set aside in the dead-letter stream, by reason (redelivered, undecodable).", []string{LabelReason}, nil),
+		workers: prometheus.NewDesc(name("worker", "workers"), "Workers in this process, by whether they serve a variant.", []string{"state"}, nil),
 	}
 	reg.MustRegister(m.batchSize, m.batchDuration, m.queueWait, m.panics, m)
 	return m
@@ -101,7 +104,7 @@ func (m *Worker) Panicked(pipeline, task, variant string) {
 // Describe implements prometheus.Collector for what is read from the sources.
 func (m *Worker) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{m.items, m.batches, m.dropped, m.rerouted, m.subrequests, m.serving,
-		m.failed, m.discarded, m.returned, m.workers} {
+		m.failed, m.discarded, m.returned, m.workers, m.setAside} {
 		ch <- d
 	}
 }
@@ -127,9 +130,13 @@ func (m *Worker) Collect(ch chan<- prometheus.Metric) {
 	obs := map[variantKey]*wire.Observed{}
 	serving := map[variantKey]int{}
 	var failed, discarded, returned uint64
+	setAside := map[string]uint64{}
 	idle := 0
 	for _, s := range sources {
 		st := s.Stats()
+		for r, n := range st.SetAside {
+			setAside[r] += n
+		}
 		failed += st.Failed
 		discarded += st.Discarded
 		returned += st.Returned
@@ -182,6 +189,9 @@ func (m *Worker) Collect(ch chan<- prometheus.Metric) {
 	counter(m.failed, failed)
 	counter(m.discarded, discarded)
 	counter(m.returned, returned)
+	for _, r := range wire.SetAsideReasons {
+		counter(m.setAside, setAside[r], r)
+	}
 	ch <- prometheus.MustNewConstMetric(m.workers, prometheus.GaugeValue, float64(len(sources)-idle), "serving")
 	ch <- prometheus.MustNewConstMetric(m.workers, prometheus.GaugeValue, float64(idle), "idle")
 }

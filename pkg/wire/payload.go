@@ -48,9 +48,12 @@ type Item struct {
 }
 
 // ResultMessage is what a worker sends to a frontend's ResultSubject: leaves that finished, were dropped or failed.
+// Error, when set, fails the whole request at once (a task message of it was set aside: its items may not even be
+// readable, so no leaf can be reported for them); the frontend answers it `error` with this text.
 type ResultMessage struct {
 	RequestID string       `msgpack:"request_id"`
 	Items     []ItemResult `msgpack:"items"`
+	Error     string       `msgpack:"error,omitempty"`
 }
 
 // ItemResult is one leaf of a request's tree of items.

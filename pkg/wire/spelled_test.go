@@ -15,7 +15,7 @@ import (
 // wirePrefixes start the names this package makes: a string literal that starts with one spells a subject, KV key,
 // KV subject or stream, inbox or header by hand.
 var wirePrefixes = []string{
-	InferPrefix, TaskPrefix, ResultPrefix, DemandPrefix, StatusPrefix, // subjects
+	InferPrefix, TaskPrefix, ResultPrefix, DemandPrefix, StatusPrefix, DeadLetterPrefix, // subjects
 	SpecKeys.Key(""), PlanKeys.Key(""), AssignKeys.Key(""), WorkerKeys.Key(""), // KV keys
 	"$KV.", "KV_", // KVSubject and KVStream, also when the bucket's name is added to them
 	InboxPrefix(""),
@@ -28,7 +28,7 @@ var wirePrefixes = []string{
 var wireNames = []string{
 	HeaderRequestID, HeaderDeadline, HeaderTimeout, HeaderPath, HeaderReplyTo, HeaderContentType, HeaderError,
 	HeaderMsgID, HeaderTraceParent, HeaderTraceID, HeaderRetryAfter, HeaderInferenceHeaderLength, HeaderServiceError,
-	HeaderServiceErrorCode, TaskStream(""),
+	HeaderServiceErrorCode, TaskStream(""), DeadLetterStream,
 }
 
 // handSpelled says which wire name a string literal's value spells by hand, if any.

@@ -24,7 +24,21 @@ const (
 	DemandPrefix = "sleipnir.demand."
 	// Bucket is the JetStream KV bucket holding specs, plans, assignments and worker registrations.
 	Bucket = "sleipnir"
+	// DeadLetterPrefix + pipeline.task.variant is where workers set aside the task messages of a variant they will
+	// not execute (DeadLetterSubject), stored in DeadLetterStream.
+	DeadLetterPrefix = "sleipnir.deadletter."
+	// DeadLetterStream is the JetStream stream (limits retention) of the messages set aside, for operators to read
+	// (`nats stream view SLEIPNIR_DEADLETTER`).
+	DeadLetterStream = "SLEIPNIR_DEADLETTER"
 )
+
+// DeadLetterSubject is where a task message of one variant is set aside.
+func DeadLetterSubject(pipeline, task, variant string) string {
+	return DeadLetterPrefix + pipeline + "." + task + "." + variant
+}
+
+// DeadLetterSubjects is the wildcard covering every dead-letter subject.
+const DeadLetterSubjects = DeadLetterPrefix + ">"
 
 // InferSubject is the request subject of a pipeline.
 func InferSubject(pipeline string) string { return InferPrefix + pipeline }
@@ -111,7 +125,39 @@ const (
 	// micro.ErrorCodeHeader): error replies carry them too, the code as the HTTP API's status code.
 	HeaderServiceError     = "Nats-Service-Error"
 	HeaderServiceErrorCode = "Nats-Service-Error-Code"
+	// A message set aside in DeadLetterStream keeps every header it had and gains these: why (SetAside*), the
+	// subject it was taken from, how many times it had been delivered, and the worker that set it aside.
+	HeaderSetAsideReason     = "Sleipnir-Set-Aside-Reason"
+	HeaderSetAsideError      = "Sleipnir-Set-Aside-Error"
+	HeaderSetAsideSubject    = "Sleipnir-Set-Aside-Subject"
+	HeaderSetAsideDeliveries = "Sleipnir-Set-Aside-Deliveries"
+	HeaderSetAsideWorker     = "Sleipnir-Set-Aside-Worker"
 )
+
+// HeaderSetAsideOriginal prefixes, on a message set aside, the original headers JetStream acts on when it stores a
+// message ("Nats-" ones such as Nats-Expected-Stream, which held for the task stream and would refuse the copy):
+// they are kept under SetAsideHeader's name. Nats-Msg-Id is kept as it was: it de-duplicates the copy.
+const HeaderSetAsideOriginal = "Sleipnir-Set-Aside-Original-"
+
+// SetAsideHeader is the name an original header key takes on the copy of a message set aside.
+func SetAsideHeader(key string) string {
+	if strings.HasPrefix(strings.ToLower(key), "nats-") && !strings.EqualFold(key, HeaderMsgID) {
+		return HeaderSetAsideOriginal + key
+	}
+	return key
+}
+
+// Reasons a worker sets a task message aside (HeaderSetAsideReason; the metrics' reason label).
+const (
+	// SetAsideRedelivered: delivered as many times as the consumer's bound without being acknowledged (a worker
+	// that took it died, or could not finish it, every time): it is not executed again.
+	SetAsideRedelivered = "redelivered"
+	// SetAsideUndecodable: its headers or payload are not a task message.
+	SetAsideUndecodable = "undecodable"
+)
+
+// SetAsideReasons lists every reason a message is set aside.
+var SetAsideReasons = []string{SetAsideRedelivered, SetAsideUndecodable}
 
 // NATS micro services (github.com/nats-io/nats.go/micro): what `nats micro list` shows. Frontends list an infer
 // endpoint per pipeline (InferSubject, queue group QueueFrontend); the planner and each worker a status endpoint.
@@ -210,20 +256,30 @@ func (h TaskHeaders) Write(set func(key, value string)) {
 // ReadTaskHeaders reads a task message's headers with get (such as nats.Header.Get). A message without a request
 // id, with a reply-to that is not a result subject, or without a valid deadline is refused.
 func ReadTaskHeaders(get func(key string) string) (TaskHeaders, error) {
-	h := TaskHeaders{RequestID: get(HeaderRequestID), Path: get(HeaderPath), ReplyTo: get(HeaderReplyTo),
-		MsgID: get(HeaderMsgID)}
-	if h.RequestID == "" {
-		return TaskHeaders{}, errors.New("no " + HeaderRequestID + " header")
+	id, replyTo, err := ReadReplyAddress(get)
+	if err != nil {
+		return TaskHeaders{}, err
 	}
-	if !strings.HasPrefix(h.ReplyTo, ResultPrefix) {
-		return TaskHeaders{}, fmt.Errorf("%s header %q is not a result subject", HeaderReplyTo, h.ReplyTo)
-	}
+	h := TaskHeaders{RequestID: id, Path: get(HeaderPath), ReplyTo: replyTo, MsgID: get(HeaderMsgID)}
 	d, err := ParseDeadline(get(HeaderDeadline))
 	if err != nil {
 		return TaskHeaders{}, err
 	}
 	h.Deadline = d
 	return h, nil
+}
+
+// ReadReplyAddress reads where a task message's request is answered: its request id and its frontend's result
+// subject. A worker that cannot read the rest of a message answers its request when these are readable.
+func ReadReplyAddress(get func(key string) string) (requestID, replyTo string, err error) {
+	requestID, replyTo = get(HeaderRequestID), get(HeaderReplyTo)
+	if requestID == "" {
+		return "", "", errors.New("no " + HeaderRequestID + " header")
+	}
+	if !strings.HasPrefix(replyTo, ResultPrefix) {
+		return "", "", fmt.Errorf("%s header %q is not a result subject", HeaderReplyTo, replyTo)
+	}
+	return requestID, replyTo, nil
 }
 
 // RequestID is the frontend's id of the n-th request it accepted since it started: boot, random per start, keeps the
@@ -375,6 +431,8 @@ type WorkerStats struct {
 	Returned uint64 `json:"returned"`
 	// DropReasons counts dropped items by reason (wire.Drop*).
 	DropReasons map[string]uint64 `json:"drop_reasons"`
+	// SetAside counts task messages set aside in DeadLetterStream, by reason (wire.SetAside*).
+	SetAside map[string]uint64 `json:"set_aside,omitempty"`
 }
 
 // FanoutCounts are what the replicas of one variant did: items executed and the sub-requests they emitted per child

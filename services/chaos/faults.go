@@ -85,6 +85,7 @@ var processFaults = []Fault{
 			hdr.Set(wire.HeaderTimeout, "2500000h")
 			return s.expectAnswer(probeRequest(), hdr, 10*time.Second)
 		}},
+	poisonFault,
 	{Name: "forged-result", NeedsAuth: true,
 		Doc: "a client publishes a result to fe1's result subject: the server must refuse it",
 		Inject: func(ctx context.Context, s *System) ([]string, []string, error) {

@@ -68,7 +68,9 @@ func (f *Frontend) onResult(m *nats.Msg) {
 		f.stray.Add(uint64(len(rm.Items)))
 		return
 	}
-	done := false
+	// A task message of the request was set aside (pkg/wire.ResultMessage.Error): what its items would have become
+	// is unknown, so the request fails now rather than at its deadline.
+	done := rm.Error != ""
 	for _, it := range rm.Items {
 		d, _, err := r.tracker.Add(it)
 		if err != nil {
@@ -83,7 +85,7 @@ func (f *Frontend) onResult(m *nats.Msg) {
 	}
 	f.mu.Unlock()
 	if done {
-		f.finish(r, false, "")
+		f.finish(r, false, rm.Error)
 	}
 }
 

@@ -32,7 +32,8 @@ type testSystem struct {
 
 const testSpec = "../../examples/ocr-chain.yaml"
 
-func startTestSystem(t testing.TB, workers int) *testSystem {
+// startTestSystem starts the system; tune, if given, edits the planner's configuration.
+func startTestSystem(t testing.TB, workers int, tune ...func(*planner.Config)) *testSystem {
 	t.Helper()
 	spec, err := pipeline.Load(testSpec)
 	if err != nil {
@@ -40,14 +41,25 @@ func startTestSystem(t testing.TB, workers int) *testSystem {
 	}
 	logs := &countingHandler{counts: map[string]int{}}
 	s := &testSystem{srv: testrig.Server(t), spec: spec, logs: logs, log: slog.New(logs)}
-	pl, err := planner.New(s.connect(t, "planner"), planner.Config{Pipelines: []*pipeline.Spec{spec},
-		Storage: jetstream.MemoryStorage, System: "static", Logger: s.log})
+	cfg := planner.Config{Pipelines: []*pipeline.Spec{spec}, Storage: jetstream.MemoryStorage, System: "static",
+		Logger: s.log}
+	for _, f := range tune {
+		f(&cfg)
+	}
+	pl, err := planner.New(s.connect(t, "planner"), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	testrig.Run(t, "planner", pl.Run)
-	for i := 0; i < workers; i++ {
-		id := fmt.Sprintf("w%02d", i)
+	s.addWorkers(t, workers)
+	return s
+}
+
+// addWorkers starts n more workers and waits until the plan's replicas are served (as many as there are workers).
+func (s *testSystem) addWorkers(t testing.TB, n int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("w%02d", len(s.workers))
 		w, err := worker.New(s.connect(t, id), worker.Config{ID: id, Logger: s.log})
 		if err != nil {
 			t.Fatal(err)
@@ -55,11 +67,11 @@ func startTestSystem(t testing.TB, workers int) *testSystem {
 		s.workers = append(s.workers, w)
 		testrig.Run(t, "worker "+id, w.Run)
 	}
-	p, err := plan.Static(spec)
+	p, err := plan.Static(s.spec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := min(p.Servers(), workers)
+	want := min(p.Servers(), len(s.workers))
 	testrig.Eventually(t, 10*time.Second, fmt.Sprintf("%d planned replicas served", want), func() bool {
 		serving := 0
 		for _, w := range s.workers {
@@ -69,7 +81,6 @@ func startTestSystem(t testing.TB, workers int) *testSystem {
 		}
 		return serving == want
 	})
-	return s
 }
 
 func (s *testSystem) connect(t testing.TB, name string) *nats.Conn {

@@ -42,6 +42,10 @@ type Config struct {
 	WorkerTimeout time.Duration
 	// AckWait of the variant consumers.
 	AckWait time.Duration
+	// DeadLetterMaxAge and DeadLetterMaxBytes bound the dead-letter stream's retention (0: bus's defaults, a week
+	// and 256 MiB).
+	DeadLetterMaxAge   time.Duration
+	DeadLetterMaxBytes int64
 	// System is the system that plans (control.ParseSystem: loki, the default, inferline, proteus or static,
 	// optionally with a deadline policy); its deadline policy goes into the specs the planner publishes.
 	System string
@@ -223,6 +227,11 @@ func (p *Planner) Run(ctx context.Context) error {
 		return fmt.Errorf("planner: open KV bucket: %w", err)
 	}
 	p.kv = kv
+	// Before any plan: a worker sets aside the messages it will not execute from the first one it takes.
+	if _, err := bus.EnsureDeadLetterStream(ctx, p.js, p.cfg.Storage, p.replicas, p.cfg.DeadLetterMaxAge,
+		p.cfg.DeadLetterMaxBytes); err != nil {
+		return fmt.Errorf("planner: dead-letter stream: %w", err)
+	}
 	svc, err := p.addService()
 	if err != nil {
 		return fmt.Errorf("planner: micro service: %w", err)

@@ -338,12 +338,19 @@ func runPlanner(args []string) error {
 	ctl := control.RegisterFlags(fs)
 	ackWait := fs.Duration("ack-wait", bus.DefaultAckWait, "the variant consumers' ack wait: how long a fetched message may "+
 		"stay unacknowledged before another replica gets it (workers mark batches that run longer in progress)")
+	dlAge := fs.Duration("deadletter-max-age", bus.DefaultDeadLetterMaxAge, "how long the dead-letter stream keeps a "+
+		"task message a worker set aside")
+	dlBytes := fs.Int64("deadletter-max-bytes", bus.DefaultDeadLetterMaxBytes, "the dead-letter stream's size bound, "+
+		"in bytes (the oldest messages go first)")
 	metricsAddr := metricsFlag(fs, "")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if len(files) == 0 {
 		return errors.New("--pipeline is required")
+	}
+	if *dlAge <= 0 || *dlBytes <= 0 {
+		return errors.New("--deadletter-max-age and --deadletter-max-bytes must be positive")
 	}
 	st, err := parseStorage(*storage)
 	if err != nil {
@@ -368,7 +375,7 @@ func runPlanner(args []string) error {
 		}
 		defer stop()
 		p, err := planner.New(nc, planner.Config{Pipelines: specs, Storage: st, Replicas: *replicas, System: system, AckWait: *ackWait,
-			Config: cc, Metrics: reg, Logger: log})
+			DeadLetterMaxAge: *dlAge, DeadLetterMaxBytes: *dlBytes, Config: cc, Metrics: reg, Logger: log})
 		if err != nil {
 			return err
 		}

@@ -68,6 +68,14 @@ func (w *Worker) Stats() Stats {
 			st.DropReasons[r] = n
 		}
 	}
+	for r, c := range w.setAsideCounts {
+		if n := c.Load(); n > 0 {
+			if st.SetAside == nil {
+				st.SetAside = map[string]uint64{}
+			}
+			st.SetAside[r] = n
+		}
+	}
 	return st
 }
 

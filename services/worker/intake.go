@@ -86,9 +86,7 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 	take := func(m jetstream.Msg) bool {
 		in, err := w.decode(ctx, s, m)
 		if err != nil {
-			w.discarded.Add(1)
-			w.complaints.Warn("discarding invalid task message", "subject", m.Subject(), "err", err)
-			_ = m.Term()
+			w.setAside(ctx, s, m, err) // deadletter.go: not a task message, or delivered too often
 			return true
 		}
 		drop := s.stage.BeforeExecute(now, in.deadline, in.enqueued)
@@ -299,6 +297,10 @@ func (w *Worker) decode(ctx context.Context, s *serving, m jetstream.Msg) (*inbo
 		if it.ID == "" || it.Den == 0 {
 			return nil, fmt.Errorf("item %q has no id or weight", it.ID)
 		}
+	}
+	// Checked last, so that a message that is not a task message is set aside as that at its first delivery.
+	if err := checkDeliveries(s, m); err != nil {
+		return nil, err
 	}
 	in.items = tm.Items
 	in.ctx, in.span = telemetry.StartProcess(ctx, w.tracer, m.Subject(), wire.Consumer(s.a.Task, s.a.Variant),

@@ -115,6 +115,7 @@ type Worker struct {
 	messages, items, batches, dropped, failed, discarded, rerouted atomic.Uint64
 	returned                                                       atomic.Uint64             // messages naked: they did not fit a batch
 	drops                                                          map[string]*atomic.Uint64 // by reason; the map is fixed at New
+	setAsideCounts                                                 map[string]*atomic.Uint64 // messages set aside, by reason; fixed at New
 	swapMs                                                         atomic.Uint64             // float64 bits
 	serving                                                        atomic.Pointer[string]
 	rng                                                            *rand.Rand // routing; used only by the serving goroutine
@@ -152,6 +153,10 @@ func New(nc *nats.Conn, cfg Config) (*Worker, error) {
 	}
 	for _, r := range wire.DropReasons {
 		w.drops[r] = new(atomic.Uint64)
+	}
+	w.setAsideCounts = map[string]*atomic.Uint64{}
+	for _, r := range wire.SetAsideReasons {
+		w.setAsideCounts[r] = new(atomic.Uint64)
 	}
 	cfg.Metrics.AddSource(w)
 	return w, nil

@@ -48,6 +48,7 @@ allocation:
 // planner (writing assignments) and the frontend (listening on a result subject).
 type rig struct {
 	t       testing.TB
+	srv     *testrig.Embedded
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	kv      jetstream.KeyValue
@@ -59,9 +60,14 @@ type rig struct {
 
 func newRig(t testing.TB) *rig { return newRigWith(t, oneTask) }
 
-func newRigWith(t testing.TB, specYAML string) *rig {
+func newRigWith(t testing.TB, specYAML string) *rig { return newRigAckWait(t, specYAML, 0) }
+
+// newRigAckWait is newRigWith with the variant consumers' ack wait (0: the default), which their redelivery
+// backoff follows (bus.TaskBackOff).
+func newRigAckWait(t testing.TB, specYAML string, ackWait time.Duration) *rig {
 	t.Helper()
-	nc := testrig.Server(t).Connect(t, "test")
+	srv := testrig.Server(t)
+	nc := srv.Connect(t, "test")
 	js := testrig.JetStream(t, nc)
 	ctx := context.Background()
 	// The planner's part, with its own functions: the bucket, the stream, and every variant's consumer, which
@@ -77,9 +83,12 @@ func newRigWith(t testing.TB, specYAML string) *rig {
 	if _, err := bus.EnsureTaskStream(ctx, js, spec.Name, jetstream.MemoryStorage, 0); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := bus.EnsureDeadLetterStream(ctx, js, jetstream.MemoryStorage, 0, 0, 0); err != nil {
+		t.Fatal(err)
+	}
 	for _, task := range spec.Tasks {
 		for _, v := range task.Variants {
-			if _, err := bus.EnsureVariantConsumer(ctx, js, spec.Name, task.Name, v.Name, 0); err != nil {
+			if _, err := bus.EnsureVariantConsumer(ctx, js, spec.Name, task.Name, v.Name, ackWait); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -98,7 +107,7 @@ func newRigWith(t testing.TB, specYAML string) *rig {
 	}
 	put(wire.SpecKey(spec.Name), spec)
 	put(wire.PlanKey(spec.Name), p)
-	r := &rig{t: t, nc: nc, js: js, kv: kv, spec: spec, plan: p, results: make(chan wire.ResultMessage, 1000),
+	r := &rig{t: t, srv: srv, nc: nc, js: js, kv: kv, spec: spec, plan: p, results: make(chan wire.ResultMessage, 1000),
 		reply: wire.ResultSubject("test")}
 	if _, err := nc.Subscribe(r.reply, func(m *nats.Msg) {
 		var rm wire.ResultMessage
@@ -216,56 +225,6 @@ func TestWorkerDropsExpiredItems(t *testing.T) {
 	}
 	if st := w.Stats(); st.Dropped != 1 || st.Items != 0 {
 		t.Fatalf("stats %+v: want 1 dropped, 0 executed", st)
-	}
-}
-
-// TestWorkerDiscardsGarbage puts invalid messages on a variant subject: each is discarded and counted, and the
-// worker goes on serving.
-func TestWorkerDiscardsGarbage(t *testing.T) {
-	r := newRig(t)
-	w := r.startWorker("w1")
-	r.assign("w1", "fast")
-	r.waitServing(w, "fast")
-	soon := time.Now().Add(time.Minute)
-	valid := func() nats.Header {
-		h := nats.Header{}
-		h.Set(wire.HeaderRequestID, "g")
-		h.Set(wire.HeaderDeadline, wire.FormatDeadline(soon))
-		h.Set(wire.HeaderReplyTo, r.reply)
-		return h
-	}
-	without := func(key string) nats.Header { h := valid(); h.Del(key); return h }
-	with := func(key, v string) nats.Header { h := valid(); h.Set(key, v); return h }
-	emptyItems, _ := msgpack.Marshal(&wire.TaskMessage{})
-	noWeight, _ := msgpack.Marshal(&wire.TaskMessage{Items: []wire.Item{{ID: "0"}}})
-	garbage := []struct {
-		name string
-		hdr  nats.Header
-		data []byte
-	}{
-		{"not msgpack", valid(), []byte("hello")},
-		{"no items", valid(), emptyItems},
-		{"item without weight", valid(), noWeight},
-		{"no request id", without(wire.HeaderRequestID), nil},
-		{"no deadline", without(wire.HeaderDeadline), nil},
-		{"bad deadline", with(wire.HeaderDeadline, "tomorrow"), nil},
-		{"reply-to not a result subject", with(wire.HeaderReplyTo, "sleipnir.infer.one"), nil},
-	}
-	for _, g := range garbage {
-		r.publish("fast", "", time.Time{}, g.hdr, g.data)
-	}
-	r.publish("fast", "good", soon, nil, nil)
-	rm := r.next(5 * time.Second)
-	if rm.RequestID != "good" || rm.Items[0].Status != wire.ItemOK {
-		t.Fatalf("after garbage, the valid request got %+v", rm)
-	}
-	if st := w.Stats(); st.Discarded != uint64(len(garbage)) {
-		t.Fatalf("discarded %d, want %d", st.Discarded, len(garbage))
-	}
-	select {
-	case rm := <-r.results:
-		t.Fatalf("garbage produced a result: %+v", rm)
-	case <-time.After(100 * time.Millisecond):
 	}
 }
 
