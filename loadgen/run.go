@@ -122,6 +122,26 @@ func ClientOptions(name string) []nats.Option {
 	}
 }
 
+// subscribeInbox subscribes to the client's reply subjects and fails at once, rather than lose every reply, when
+// the server refuses them: another user's inbox prefix.
+func subscribeInbox(nc *nats.Conn, subject string, cb nats.MsgHandler) (*nats.Subscription, error) {
+	sub, err := nc.Subscribe(subject, cb)
+	if err != nil {
+		return nil, err
+	}
+	// The server answers the subscription, if it refuses it, before the flush's PONG.
+	if err := nc.Flush(); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, err
+	}
+	if err := nc.LastError(); errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), subject) {
+		_ = sub.Unsubscribe()
+		return nil, fmt.Errorf("%w: the inbox prefix is not this NATS user's; give --inbox-prefix %s "+
+			"(schemas/README.md)", err, wire.ClientInboxPrefix("<user>"))
+	}
+	return sub, nil
+}
+
 // noDeadlineWait is how long a request without a known deadline may take before its grace starts.
 const noDeadlineWait = 30 * time.Second
 
@@ -250,10 +270,11 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, progress io.Writer) (Su
 		}
 	}
 
-	r := &run{nc: nc, subject: wire.InferSubject(cfg.Pipeline), inbox: nats.NewInbox(), payloads: payloads,
+	// Under the connection's inbox prefix (--inbox-prefix), the only one its NATS user may read.
+	r := &run{nc: nc, subject: wire.InferSubject(cfg.Pipeline), inbox: nc.NewInbox(), payloads: payloads,
 		noRetry: cfg.NoRetry, attempts: map[string]*attempt{},
 		sum: Summary{Pipeline: cfg.Pipeline, QPS: cfg.QPS}, images: cfg.Images}
-	sub, err := nc.Subscribe(r.inbox+".*", r.onReply)
+	sub, err := subscribeInbox(nc, r.inbox+".*", r.onReply)
 	if err != nil {
 		return Summary{}, err
 	}

@@ -73,7 +73,7 @@ func TestDeployConfLoads(t *testing.T) {
 
 // TestWorkerPermissionsNameItsID: a worker may write its own heartbeat key only, and a bad id is refused.
 func TestWorkerPermissionsNameItsID(t *testing.T) {
-	p, err := Permissions(Worker, "w07")
+	p, err := Permissions(User{Role: Worker, WorkerID: "w07"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,8 +89,11 @@ func TestWorkerPermissionsNameItsID(t *testing.T) {
 	if own != 1 {
 		t.Errorf("worker w07's heartbeat key is allowed %d times, want once: %v", own, p.Publish.Allow)
 	}
-	if _, err := Permissions(Worker, "w.*"); err == nil {
-		t.Error("worker id with subject wildcards accepted")
+	for _, u := range []User{{Role: Worker, WorkerID: "w.*"}, {Role: Worker}, {Role: Client, Tenant: "a.>"},
+		{Role: Worker, WorkerID: "w1", Tenant: "a"}} {
+		if _, err := Permissions(u); err == nil {
+			t.Errorf("user %+v accepted", u)
+		}
 	}
 }
 
@@ -126,7 +129,7 @@ func TestRepliesSurviveAServerRestart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		nc, err := nats.Connect(srv.URL(), nats.Nkey(users[i].Nkey, kp.Sign), nats.CustomInboxPrefix(Inbox(users[i].Role)),
+		nc, err := nats.Connect(srv.URL(), nats.Nkey(users[i].Nkey, kp.Sign), nats.CustomInboxPrefix(users[i].Inbox()),
 			nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond),
 			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 				if users[i].Role == Client {
@@ -146,7 +149,7 @@ func TestRepliesSurviveAServerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	frontend.Flush()
-	inbox := nats.NewInbox()
+	inbox := client.NewInbox()
 	replies, err := client.SubscribeSync(inbox + ".*")
 	if err != nil {
 		t.Fatal(err)
