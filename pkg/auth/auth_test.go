@@ -198,3 +198,44 @@ func TestRepliesSurviveAServerRestart(t *testing.T) {
 		t.Errorf("the forged reply was delivered: %q", m.Data)
 	}
 }
+
+// TestInboxesAreTheirUsersOwn: each user of a deployment (with tenants) may subscribe to its own inbox prefix and to
+// no other user's, and the frontends may answer on every client's inbox and on no service's.
+func TestInboxesAreTheirUsersOwn(t *testing.T) {
+	users := DeployUsers(3, "a", "b")
+	reply := func(u User) string { return u.Inbox() + ".nuid.1" } // a reply subject as nats.go makes them
+	matches := func(subject string, allowed []string) bool {
+		for _, a := range allowed {
+			if server.SubjectMatchesFilter(subject, a) {
+				return true
+			}
+		}
+		return false
+	}
+	seen := map[string]string{}
+	for _, u := range users {
+		if other, ok := seen[u.Inbox()]; ok {
+			t.Errorf("%s and %s share the inbox prefix %s", u.Name(), other, u.Inbox())
+		}
+		seen[u.Inbox()] = u.Name()
+	}
+	frontend, err := Permissions(User{Role: Frontend})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range users {
+		p, err := Permissions(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, other := range users {
+			if got, want := matches(reply(other), p.Subscribe.Allow), other.Name() == u.Name(); got != want {
+				t.Errorf("%s may read %s's replies: %v, want %v", u.Name(), other.Name(), got, want)
+			}
+		}
+		client := u.Role == Client || u.Role == Observer
+		if got := matches(reply(u), frontend.Publish.Allow); got != client {
+			t.Errorf("frontends may publish to %s's inbox: %v, want %v", u.Name(), got, client)
+		}
+	}
+}
