@@ -89,8 +89,8 @@ func tenantList(list string) ([]string, error) {
 	tenants := strings.Split(list, ",")
 	seen := map[string]bool{}
 	for _, t := range tenants {
-		if seen[t] {
-			return nil, fmt.Errorf("--clients: tenant %q twice", t)
+		if seen[t] || t == "" {
+			return nil, fmt.Errorf("--clients %q: tenant %q empty or twice", list, t)
 		}
 		seen[t] = true
 		if _, err := auth.Permissions(auth.User{Role: auth.Client, Tenant: t}); err != nil {
