@@ -23,6 +23,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/auth"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
 const (
@@ -329,6 +330,9 @@ func checkClusterClient(t *testing.T, p *types.Project, name string, s types.Ser
 	case name == "loadgen":
 		if user != "client" {
 			t.Errorf("loadgen: user %q, want client", user)
+		}
+		if got, want := env(s, "SLEIPNIR_INBOX_PREFIX"), wire.ClientInboxPrefix(user); got != want {
+			t.Errorf("loadgen: inbox prefix %q, want its user's own (%s)", got, want)
 		}
 	case strings.HasPrefix(name, "frontend-"):
 		if user != "frontend" {

@@ -189,6 +189,16 @@ func runCluster(t *testing.T, bin string, d dockerfile) {
 	// The first plan may leave a task without a worker until the planner moves one there (a few seconds).
 	postUntilOK(t, fmt.Sprintf("http://127.0.0.1:%d/v2/models/traffic/infer", h.port("frontend-1:8080")),
 		"application/json", []byte(`{"id": "r1", "inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 4], "data": [0.1, 0.2, 0.3, 0.4]}]}`), nil)
+
+	// `docker compose run --rm loadgen ...`: as the client user, on its own inbox prefix, every reply arrives.
+	loadgen := p.DisabledServices["loadgen"]
+	loadgen.Command = []string{"--pipeline", "traffic", "--qps", "20", "--duration", "2s", "--json"}
+	out, err := h.command("loadgen", loadgen).Output()
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	var sum struct{ Sent, OK, Lost int }
+	if err != nil || json.Unmarshal([]byte(lines[len(lines)-1]), &sum) != nil || sum.Sent == 0 || sum.Lost != 0 {
+		t.Errorf("compose's loadgen: %v, summary %+v:\n%s", err, sum, out)
+	}
 }
 
 // runLaptopOCR: the laptop profile with SLEIPNIR_PIPELINE=ocr, where `sleipnir up` loads ONNX Runtime from the models

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/sleipnir-serving/sleipnir/pkg/auth"
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
 	"github.com/sleipnir-serving/sleipnir/pkg/ocr"
 	"github.com/sleipnir-serving/sleipnir/pkg/workload"
@@ -25,6 +26,10 @@ func main() {
 	// A client user may only send requests; --steps also reads the plan, which takes an observer.
 	var natsAuth bus.ClientAuth
 	natsAuth.RegisterFlags(flag.CommandLine)
+	// Each NATS user may read replies on its own prefix only, named after the user (pkg/auth).
+	inboxPrefix := flag.String("inbox-prefix", envOr("SLEIPNIR_INBOX_PREFIX", auth.User{Role: auth.Client}.Inbox()),
+		"where replies come: the NATS user's own inbox prefix, _INBOX.<user> (observer: _INBOX.observer; a tenant's "+
+			"client-<tenant>: _INBOX.client-<tenant>) (env SLEIPNIR_INBOX_PREFIX)")
 	asJSON := flag.Bool("json", false, "print the summary as one JSON object on the last line")
 	flag.StringVar(&cfg.Pipeline, "pipeline", "", "pipeline name (required)")
 	flag.Float64Var(&cfg.QPS, "qps", 100, "mean arrival rate, requests per second")
@@ -72,6 +77,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "loadgen:", err)
 		os.Exit(2)
 	}
+	opts = append(opts, nats.CustomInboxPrefix(*inboxPrefix))
 	nc, err := nats.Connect(*url, append(opts, ClientOptions("sleipnir-loadgen")...)...)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "loadgen: cannot connect to NATS at %s: %v (is `make run` running?)\n", bus.RedactURL(*url), err)

@@ -250,10 +250,11 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, progress io.Writer) (Su
 		}
 	}
 
-	r := &run{nc: nc, subject: wire.InferSubject(cfg.Pipeline), inbox: nats.NewInbox(), payloads: payloads,
+	// Under the connection's inbox prefix (--inbox-prefix), the only one its NATS user may read.
+	r := &run{nc: nc, subject: wire.InferSubject(cfg.Pipeline), inbox: nc.NewInbox(), payloads: payloads,
 		noRetry: cfg.NoRetry, attempts: map[string]*attempt{},
 		sum: Summary{Pipeline: cfg.Pipeline, QPS: cfg.QPS}, images: cfg.Images}
-	sub, err := nc.Subscribe(r.inbox+".*", r.onReply)
+	sub, err := subscribeInbox(nc, r.inbox+".*", r.onReply)
 	if err != nil {
 		return Summary{}, err
 	}

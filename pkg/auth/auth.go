@@ -7,6 +7,7 @@
 package auth
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -35,22 +36,28 @@ const (
 	Observer Role = "observer"
 )
 
-// ClientInbox is the inbox prefix of clients (nats.go's default): clients may read "_INBOX.>", which is why no
-// service uses it.
-const ClientInbox = "_INBOX"
-
-// Inbox is the inbox prefix a role's connections use (nats.CustomInboxPrefix).
-func Inbox(r Role) string {
-	if r == Client || r == Observer {
-		return ClientInbox
+// Inbox is the inbox prefix the user's connections use (nats.CustomInboxPrefix), named after the user: services'
+// under wire.InboxPrefix, clients' under wire.ClientInboxPrefix. Each user may read its own prefix only.
+func (u User) Inbox() string {
+	if u.Role == Client || u.Role == Observer {
+		return wire.ClientInboxPrefix(u.Name())
 	}
-	return wire.InboxPrefix(string(r))
+	return wire.InboxPrefix(u.Name())
 }
 
-// Permissions are the subjects a user of role may publish and subscribe to; workerID names a worker's own heartbeat
-// key (Worker only).
-func Permissions(r Role, workerID string) (*server.Permissions, error) {
-	inbox := Inbox(r) + ".>"
+// Permissions are the subjects user u may publish and subscribe to: its role's, with its own inbox prefix, and for
+// a worker its own heartbeat key.
+func Permissions(u User) (*server.Permissions, error) {
+	for what, name := range map[string]string{"worker id": u.WorkerID, "tenant": u.Tenant} {
+		if name != "" && !wire.ValidName(name) {
+			return nil, fmt.Errorf("%s %q: use letters, digits, '_' and '-' only", what, name)
+		}
+	}
+	if u.Tenant != "" && u.Role != Client {
+		return nil, fmt.Errorf("user %s: only clients have tenants", u.Name())
+	}
+	r, workerID := u.Role, u.WorkerID
+	inbox := u.Inbox() + ".>"
 	// Reading the bucket: bind (stream info), get (direct or not), watch (an ordered push consumer, re-created
 	// after resets, with flow control). Creating a consumer on the bucket's stream reads it and writes nothing.
 	kvRead := streamRead(wire.KVStream)
@@ -66,12 +73,12 @@ func Permissions(r Role, workerID string) (*server.Permissions, error) {
 		// Frontends answer clients on the clients' inboxes. Not by response permissions (allow_responses): the
 		// server keeps those in memory, so one restarted forgets them and refuses every reply to a request delivered
 		// before the restart (measured: 55 requests lost in make chaos's nats-restart).
-		p.Publish.Allow = append(kvRead, tasks, wire.DemandPrefix+">", ClientInbox+".>")
+		p.Publish.Allow = append(kvRead, tasks, wire.DemandPrefix+">", wire.ClientInboxes)
 		p.Subscribe.Allow = append([]string{wire.InferPrefix + ">", wire.ResultPrefix + ">", inbox},
 			microSubjects(wire.ServiceFrontend)...)
 	case Worker:
-		if !wire.ValidName(workerID) {
-			return nil, fmt.Errorf("worker id %q: use letters, digits, '_' and '-' only", workerID)
+		if workerID == "" {
+			return nil, errors.New("a worker user needs its worker id")
 		}
 		// Task streams are named per pipeline, and a worker serves whichever variant it is assigned: it may look up,
 		// pull from and acknowledge on any consumer, but not on the bucket's stream.
@@ -130,18 +137,24 @@ func monitoringResponses() *server.ResponsePermission {
 	return &server.ResponsePermission{MaxMsgs: 1, Expires: time.Minute}
 }
 
-// User is one NATS user: a role, and for a worker its id.
+// User is one NATS user: a role, for a worker its id, and for a client perhaps its tenant.
 type User struct {
 	Role     Role
 	WorkerID string
+	// Tenant names a client user of its own, "client-<tenant>", whose replies no other user may read; empty is the
+	// deployment's "client".
+	Tenant string
 	// Nkey is the user's public nkey; empty renders a reference to the environment variable NkeyVar().
 	Nkey string
 }
 
-// Name names the user: its role, or "worker-<id>".
+// Name names the user: its role, "worker-<id>" or "client-<tenant>".
 func (u User) Name() string {
-	if u.Role == Worker {
+	switch {
+	case u.Role == Worker:
 		return "worker-" + u.WorkerID
+	case u.Tenant != "":
+		return string(u.Role) + "-" + u.Tenant
 	}
 	return string(u.Role)
 }
@@ -155,11 +168,15 @@ func (u User) NkeyVar() string {
 const DeployWorkers = 20
 
 // DeployUsers are the users of a deployment with n workers named w01, w02...: one planner, one frontend user
-// (shared by every frontend), a client and an observer.
-func DeployUsers(n int) []User {
+// (shared by every frontend), a client, an observer, a worker user per worker, and a client user per tenant
+// (client-<tenant>).
+func DeployUsers(n int, tenants ...string) []User {
 	users := []User{{Role: Planner}, {Role: Frontend}, {Role: Client}, {Role: Observer}}
 	for _, id := range WorkerIDs(n) {
 		users = append(users, User{Role: Worker, WorkerID: id})
+	}
+	for _, t := range tenants {
+		users = append(users, User{Role: Client, Tenant: t})
 	}
 	return users
 }
@@ -182,7 +199,7 @@ func RenderConf(users []User) (string, error) {
 	b.WriteString("# Each user is an nkey; its public key comes from the environment variable named (no secret here).\n")
 	b.WriteString("authorization {\n  users = [\n")
 	for _, u := range users {
-		p, err := Permissions(u.Role, u.WorkerID)
+		p, err := Permissions(u)
 		if err != nil {
 			return "", err
 		}
@@ -224,7 +241,7 @@ func ServerNkeys(users []User) ([]*server.NkeyUser, error) {
 		if u.Nkey == "" {
 			return nil, fmt.Errorf("user %s has no public nkey", u.Name())
 		}
-		p, err := Permissions(u.Role, u.WorkerID)
+		p, err := Permissions(u)
 		if err != nil {
 			return nil, err
 		}

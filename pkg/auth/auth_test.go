@@ -73,7 +73,7 @@ func TestDeployConfLoads(t *testing.T) {
 
 // TestWorkerPermissionsNameItsID: a worker may write its own heartbeat key only, and a bad id is refused.
 func TestWorkerPermissionsNameItsID(t *testing.T) {
-	p, err := Permissions(Worker, "w07")
+	p, err := Permissions(User{Role: Worker, WorkerID: "w07"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,8 +89,11 @@ func TestWorkerPermissionsNameItsID(t *testing.T) {
 	if own != 1 {
 		t.Errorf("worker w07's heartbeat key is allowed %d times, want once: %v", own, p.Publish.Allow)
 	}
-	if _, err := Permissions(Worker, "w.*"); err == nil {
-		t.Error("worker id with subject wildcards accepted")
+	for _, u := range []User{{Role: Worker, WorkerID: "w.*"}, {Role: Worker}, {Role: Client, Tenant: "a.>"},
+		{Role: Worker, WorkerID: "w1", Tenant: "a"}} {
+		if _, err := Permissions(u); err == nil {
+			t.Errorf("user %+v accepted", u)
+		}
 	}
 }
 
@@ -126,7 +129,7 @@ func TestRepliesSurviveAServerRestart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		nc, err := nats.Connect(srv.URL(), nats.Nkey(users[i].Nkey, kp.Sign), nats.CustomInboxPrefix(Inbox(users[i].Role)),
+		nc, err := nats.Connect(srv.URL(), nats.Nkey(users[i].Nkey, kp.Sign), nats.CustomInboxPrefix(users[i].Inbox()),
 			nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond),
 			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 				if users[i].Role == Client {
@@ -146,7 +149,7 @@ func TestRepliesSurviveAServerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	frontend.Flush()
-	inbox := nats.NewInbox()
+	inbox := client.NewInbox()
 	replies, err := client.SubscribeSync(inbox + ".*")
 	if err != nil {
 		t.Fatal(err)
@@ -193,5 +196,46 @@ func TestRepliesSurviveAServerRestart(t *testing.T) {
 	}
 	if m, err := replies.NextMsg(200 * time.Millisecond); err == nil {
 		t.Errorf("the forged reply was delivered: %q", m.Data)
+	}
+}
+
+// TestInboxesAreTheirUsersOwn: each user of a deployment (with tenants) may subscribe to its own inbox prefix and to
+// no other user's, and the frontends may answer on every client's inbox and on no service's.
+func TestInboxesAreTheirUsersOwn(t *testing.T) {
+	users := DeployUsers(3, "a", "b")
+	reply := func(u User) string { return u.Inbox() + ".nuid.1" } // a reply subject as nats.go makes them
+	matches := func(subject string, allowed []string) bool {
+		for _, a := range allowed {
+			if server.SubjectMatchesFilter(subject, a) {
+				return true
+			}
+		}
+		return false
+	}
+	seen := map[string]string{}
+	for _, u := range users {
+		if other, ok := seen[u.Inbox()]; ok {
+			t.Errorf("%s and %s share the inbox prefix %s", u.Name(), other, u.Inbox())
+		}
+		seen[u.Inbox()] = u.Name()
+	}
+	frontend, err := Permissions(User{Role: Frontend})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range users {
+		p, err := Permissions(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, other := range users {
+			if got, want := matches(reply(other), p.Subscribe.Allow), other.Name() == u.Name(); got != want {
+				t.Errorf("%s may read %s's replies: %v, want %v", u.Name(), other.Name(), got, want)
+			}
+		}
+		client := u.Role == Client || u.Role == Observer
+		if got := matches(reply(u), frontend.Publish.Allow); got != client {
+			t.Errorf("frontends may publish to %s's inbox: %v, want %v", u.Name(), got, client)
+		}
 	}
 }

@@ -26,10 +26,10 @@ type Client struct {
 	at      map[string]time.Time // first reply
 }
 
-// NewClient subscribes to the client's replies on nc.
+// NewClient subscribes to the client's replies on nc, under its inbox prefix.
 func NewClient(t testing.TB, nc *nats.Conn) *Client {
 	t.Helper()
-	c := &Client{nc: nc, prefix: nats.NewInbox(), sent: map[string]time.Time{}, replies: map[string][]*nats.Msg{},
+	c := &Client{nc: nc, prefix: nc.NewInbox(), sent: map[string]time.Time{}, replies: map[string][]*nats.Msg{},
 		at: map[string]time.Time{}}
 	if _, err := nc.Subscribe(c.prefix+".*", func(m *nats.Msg) {
 		now := time.Now()

@@ -18,7 +18,7 @@ var wirePrefixes = []string{
 	InferPrefix, TaskPrefix, ResultPrefix, DemandPrefix, StatusPrefix, DeadLetterPrefix, // subjects
 	SpecKeys.Key(""), PlanKeys.Key(""), AssignKeys.Key(""), WorkerKeys.Key(""), // KV keys
 	"$KV.", "KV_", // KVSubject and KVStream, also when the bucket's name is added to them
-	InboxPrefix(""),
+	InboxPrefix(""), ClientInboxPrefix(""),
 	"Sleipnir-", // headers, including ones not yet named here
 }
 
@@ -48,7 +48,8 @@ func handSpelled(s string) (string, bool) {
 
 func TestHandSpelled(t *testing.T) {
 	for _, s := range []string{"spec.*", "plan.", "assign.%s", "worker.w1", "sleipnir.task.p.t.v", "$KV.", "KV_",
-		"Sleipnir-Deadline", "content-type", "Nats-Msg-Id", "SLEIPNIR_", "_SLEIPNIR.frontend"} {
+		"Sleipnir-Deadline", "content-type", "Nats-Msg-Id", "SLEIPNIR_", "_SLEIPNIR.frontend",
+		"_INBOX.client"} {
 		if _, bad := handSpelled(s); !bad {
 			t.Errorf("%q is not caught", s)
 		}

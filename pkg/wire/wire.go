@@ -63,10 +63,21 @@ func DemandSubject(pipeline string) string { return DemandPrefix + pipeline }
 // ResultSubject is where items of requests accepted by one frontend are reported.
 func ResultSubject(frontendID string) string { return ResultPrefix + frontendID }
 
-// InboxPrefix is where a role's connections receive replies (request-reply, JetStream API answers and publish
-// acknowledgements, KV watch deliveries): one prefix per role, outside clients' "_INBOX.>", so that permissions can
-// keep every role from reading another's replies.
-func InboxPrefix(role string) string { return "_SLEIPNIR." + role }
+// InboxPrefix is where a service user's connections receive replies (request-reply, JetStream API answers and
+// publish acknowledgements, KV watch deliveries, a pull consumer's deliveries): one prefix per NATS user (planner,
+// frontend, worker-<id>), outside the clients' ClientInboxes, so that permissions can keep every user from reading
+// another's replies.
+func InboxPrefix(user string) string { return "_SLEIPNIR." + user }
+
+// ClientInboxPrefix is where a client user's connections receive replies: "_INBOX.<user>", named after the NATS user
+// (client, observer, client-<tenant>). A client may read its own prefix only; the frontends answer on any of them.
+func ClientInboxPrefix(user string) string { return clientInboxRoot + "." + user }
+
+// clientInboxRoot is nats.go's default inbox prefix, under which every client's own prefix lies.
+const clientInboxRoot = "_INBOX"
+
+// ClientInboxes matches every client's inbox (and no service's): where frontends may publish their replies.
+const ClientInboxes = clientInboxRoot + ".>"
 
 // KVSubject is the subject a put or delete of key in Bucket is published to: permissions to write a key are
 // permissions to publish here.

@@ -51,6 +51,9 @@ type User struct {
 	NkeyFile     string
 	Name         string
 	PasswordFile string
+	// Inbox is the user's own inbox prefix, where a client user (loadgen's --inbox-prefix, the suite's own
+	// connection) receives replies; empty: loadgen's default. The services name theirs after their own user.
+	Inbox string
 }
 
 // DeployAuth is the deployment's own users and permissions (pkg/auth, as deploy/nats-auth.conf renders them) with a
@@ -73,7 +76,7 @@ func DeployAuth(dir string, workers int) (*Auth, error) {
 		if users[i].Role == auth.Worker {
 			who = users[i].WorkerID
 		}
-		a.Users[who] = User{NkeyFile: file}
+		a.Users[who] = User{NkeyFile: file, Inbox: users[i].Inbox()}
 	}
 	conf, err := auth.RenderConf(users)
 	if err != nil {
@@ -111,19 +114,23 @@ func (a *Auth) options(name, role string) ([]nats.Option, error) {
 		return nil, nil
 	}
 	u, ok := a.user(name, role)
-	switch {
-	case !ok:
+	if !ok {
 		return nil, fmt.Errorf("no NATS user for %s (role %s)", name, role)
-	case u.NkeyFile != "":
+	}
+	var opts []nats.Option
+	if u.Inbox != "" {
+		opts = append(opts, nats.CustomInboxPrefix(u.Inbox))
+	}
+	if u.NkeyFile != "" {
 		o, err := nats.NkeyOptionFromSeed(u.NkeyFile)
-		return []nats.Option{o}, err
+		return append(opts, o), err
 	}
 	pw, err := os.ReadFile(u.PasswordFile)
 	if err != nil {
 		return nil, err
 	}
 	first, _, _ := strings.Cut(string(pw), "\n")
-	return []nats.Option{nats.UserInfo(u.Name, strings.TrimSpace(first))}, nil
+	return append(opts, nats.UserInfo(u.Name, strings.TrimSpace(first))), nil
 }
 
 // restartDelay is how long an orchestrator (docker, systemd) waits before restarting a process that exited.
@@ -421,7 +428,11 @@ func (s *System) URLs() string { return natsproc.URLs(s.Nodes) }
 
 // ClientArgs are the connection flags loadgen gets.
 func (s *System) ClientArgs() []string {
-	return append([]string{"--nats", s.URLs()}, s.cfg.Auth.args(RoleClient, RoleClient)...)
+	args := append([]string{"--nats", s.URLs()}, s.cfg.Auth.args(RoleClient, RoleClient)...)
+	if u, _ := s.cfg.Auth.user(RoleClient, RoleClient); u.Inbox != "" {
+		args = append(args, "--inbox-prefix", u.Inbox)
+	}
+	return args
 }
 
 // Close stops every process and the server.

@@ -12,10 +12,12 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 	"github.com/sleipnir-serving/sleipnir/services/chaos"
 )
 
-// userFlags is a repeatable --user WHO=NAME:PASSWORD_FILE or WHO=nkey:SEED_FILE.
+// userFlags is a repeatable --user WHO=NAME:PASSWORD_FILE or WHO=nkey:SEED_FILE. The client and the observer read
+// their replies on _INBOX.<NAME> (an nkey user: _INBOX.<WHO>).
 type userFlags map[string]chaos.User
 
 func (u userFlags) String() string { return "" }
@@ -25,11 +27,14 @@ func (u userFlags) Set(v string) error {
 	if !ok1 || !ok2 || who == "" || name == "" || file == "" {
 		return fmt.Errorf("%q: want WHO=NAME:PASSWORD_FILE or WHO=nkey:SEED_FILE", v)
 	}
+	user := chaos.User{Name: name, PasswordFile: file}
 	if name == "nkey" {
-		u[who] = chaos.User{NkeyFile: file}
-	} else {
-		u[who] = chaos.User{Name: name, PasswordFile: file}
+		user, name = chaos.User{NkeyFile: file}, who // an nkey user has no name: the deployment's are their roles'
 	}
+	if who == chaos.RoleClient || who == chaos.RoleObserver {
+		user.Inbox = wire.ClientInboxPrefix(name) // the user's own, as the deployment's permissions name it
+	}
+	u[who] = user
 	return nil
 }
 

@@ -287,7 +287,7 @@ func runFrontend(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	return c.serve("frontend", auth.Frontend, func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
+	return c.serve("frontend", auth.User{Role: auth.Frontend}, func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
 		reg, stop, err := serveMetrics(*metricsAddr, log)
 		if err != nil {
 			return err
@@ -313,7 +313,10 @@ func runWorker(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	return c.serve("worker", auth.Worker, func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
+	if *id == "" {
+		*id = worker.DefaultID() // before connecting: the connection's inbox prefix is named after the worker
+	}
+	return c.serve("worker", auth.User{Role: auth.Worker, WorkerID: *id}, func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
 		reg, stop, err := serveMetrics(*metricsAddr, log)
 		if err != nil {
 			return err
@@ -368,7 +371,7 @@ func runPlanner(args []string) error {
 	if err != nil {
 		return err
 	}
-	return c.serve("planner", auth.Planner, func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
+	return c.serve("planner", auth.User{Role: auth.Planner}, func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
 		reg, stop, err := serveMetrics(*metricsAddr, log)
 		if err != nil {
 			return err
@@ -383,15 +386,15 @@ func runPlanner(args []string) error {
 	})
 }
 
-// serve runs one service against the NATS server of --nats (default the local one), as role: replies come to the
-// role's own inbox prefix, which its permissions let it read and no other role's do.
-func (c *common) serve(service string, role auth.Role, run func(context.Context, *nats.Conn, *slog.Logger) error) error {
+// serve runs one service against the NATS server of --nats (default the local one), as user: replies come to the
+// user's own inbox prefix, which its permissions let it read and no other user's do.
+func (c *common) serve(service string, user auth.User, run func(context.Context, *nats.Conn, *slog.Logger) error) error {
 	ctx, log, stop, err := c.start(service)
 	if err != nil {
 		return err
 	}
 	defer stop()
-	nc, err := c.connect(service, role)
+	nc, err := c.connect(service, user)
 	if err != nil {
 		return err
 	}
@@ -399,8 +402,8 @@ func (c *common) serve(service string, role auth.Role, run func(context.Context,
 	return run(ctx, nc, log)
 }
 
-// connect connects to the NATS server of --nats (default the local one) as role, with the role's inbox prefix.
-func (c *common) connect(service string, role auth.Role) (*nats.Conn, error) {
+// connect connects to the NATS server of --nats (default the local one) as user, with the user's inbox prefix.
+func (c *common) connect(service string, user auth.User) (*nats.Conn, error) {
 	url := c.natsURL
 	if url == "" {
 		url = nats.DefaultURL
@@ -409,5 +412,5 @@ func (c *common) connect(service string, role auth.Role) (*nats.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return bus.Connect(url, "sleipnir-"+service, append(opts, nats.CustomInboxPrefix(auth.Inbox(role)))...)
+	return bus.Connect(url, "sleipnir-"+service, append(opts, nats.CustomInboxPrefix(user.Inbox()))...)
 }

@@ -18,6 +18,8 @@ func runNATSAuth(args []string) error {
 	workers := fs.Int("workers", auth.DeployWorkers, "number of worker users (w01, w02, ...)")
 	conf := fs.String("conf", "", "write the authorization block here ('-': standard output); deploy/nats-auth.conf is "+
 		"this for the default --workers")
+	clients := fs.String("clients", "", "comma-separated tenants, each a client user of its own (client-<tenant>, "+
+		"inbox prefix _INBOX.client-<tenant>) besides the deployment's client and observer")
 	keys := fs.String("keys", "", "make a new nkey per user in this directory: <user>.nk (the seed, mode 0600, for the "+
 		"service's --nkey) and nats-server.env (the public keys, for the server's environment)")
 	if err := fs.Parse(args); err != nil {
@@ -29,7 +31,11 @@ func runNATSAuth(args []string) error {
 	if *workers < 0 {
 		return fmt.Errorf("--workers %d: want 0 or more", *workers)
 	}
-	users := auth.DeployUsers(*workers)
+	tenants, err := tenantList(*clients)
+	if err != nil {
+		return err
+	}
+	users := auth.DeployUsers(*workers, tenants...)
 	if *conf != "" {
 		text, err := auth.RenderConf(users)
 		if err != nil {
@@ -73,4 +79,23 @@ func runNATSAuth(args []string) error {
 	}
 	fmt.Fprintf(os.Stderr, "wrote %d seeds and %s\n", len(users), envFile)
 	return nil
+}
+
+// tenantList splits --clients: each tenant once, and a name fit for a user and a file name (before any file is made).
+func tenantList(list string) ([]string, error) {
+	if list == "" {
+		return nil, nil
+	}
+	tenants := strings.Split(list, ",")
+	seen := map[string]bool{}
+	for _, t := range tenants {
+		if seen[t] || t == "" {
+			return nil, fmt.Errorf("--clients %q: tenant %q empty or twice", list, t)
+		}
+		seen[t] = true
+		if _, err := auth.Permissions(auth.User{Role: auth.Client, Tenant: t}); err != nil {
+			return nil, fmt.Errorf("--clients: %w", err)
+		}
+	}
+	return tenants, nil
 }

@@ -49,3 +49,36 @@ func TestNATSAuthKeys(t *testing.T) {
 		t.Error("a second run overwrote the keys")
 	}
 }
+
+// TestNATSAuthTenants: `--clients a,b` adds a client user per tenant, with a seed each and permission to read its own
+// inbox prefix only; a tenant named twice, or not fit for a subject and a file name, is refused before any file.
+func TestNATSAuthTenants(t *testing.T) {
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "auth.conf")
+	if err := runNATSAuth([]string{"--keys", filepath.Join(dir, "secrets"), "--workers", "1", "--clients", "a,b",
+		"--conf", conf}); err != nil {
+		t.Fatal(err)
+	}
+	text, err := os.ReadFile(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tenant := range []string{"a", "b"} {
+		u := auth.User{Role: auth.Client, Tenant: tenant}
+		if _, err := os.Stat(filepath.Join(dir, "secrets", u.Name()+".nk")); err != nil {
+			t.Error(err)
+		}
+		if want := `subscribe: { allow: ["` + u.Inbox() + `.>"] }`; !strings.Contains(string(text), want) {
+			t.Errorf("the configuration lacks %s", want)
+		}
+	}
+	for _, bad := range []string{"a,a", "a,,b", "a.*", "../x"} {
+		out := filepath.Join(t.TempDir(), "secrets")
+		if err := runNATSAuth([]string{"--keys", out, "--clients", bad}); err == nil {
+			t.Errorf("--clients %q accepted", bad)
+		}
+		if _, err := os.Stat(out); err == nil {
+			t.Errorf("--clients %q: keys made before the refusal", bad)
+		}
+	}
+}

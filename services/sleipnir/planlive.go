@@ -21,7 +21,7 @@ import (
 // per variant hosted or measured, its latency per batch size as profiled, as the live workers measure it now
 // (merged over their heartbeats), and as the plan was made with (the blend of the two).
 func showLivePlan(c *common, name string, w io.Writer) error {
-	nc, err := c.connect("plan", auth.Observer)
+	nc, err := c.connect("plan", auth.User{Role: auth.Observer})
 	if err != nil {
 		return err
 	}

@@ -51,11 +51,22 @@ allocation:
 // user's public key in the environment as a deployment gives them, and returns it with each user's seed by name.
 func deployServer(t *testing.T) (*natsproc.Server, map[string][]byte) {
 	t.Helper()
+	authConf, err := os.ReadFile("../../deploy/nats-auth.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return deployServerWith(t, auth.DeployUsers(auth.DeployWorkers), authConf)
+}
+
+// deployServerWith starts a real nats-server with deploy/nats-server.conf including authConf, the authorization of
+// users (their public keys from the environment).
+func deployServerWith(t *testing.T, users []auth.User, authConf []byte) (*natsproc.Server, map[string][]byte) {
+	t.Helper()
 	if _, err := natsproc.Binary(); err != nil {
 		t.Skip(err)
 	}
 	seeds := map[string][]byte{}
-	for _, u := range auth.DeployUsers(auth.DeployWorkers) {
+	for _, u := range users {
 		pub, seed, err := auth.NewNkey()
 		if err != nil {
 			t.Fatal(err)
@@ -64,10 +75,6 @@ func deployServer(t *testing.T) (*natsproc.Server, map[string][]byte) {
 		seeds[u.Name()] = seed
 	}
 	dir := t.TempDir()
-	authConf, err := os.ReadFile("../../deploy/nats-auth.conf")
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Beside the configuration natsproc writes there, for its include.
 	if err := os.WriteFile(filepath.Join(dir, "nats-auth.conf"), authConf, 0o600); err != nil {
 		t.Fatal(err)
@@ -118,7 +125,7 @@ func (v *violations) expect(t *testing.T, what, subject string) {
 	}
 }
 
-// connectAs connects to url as user u (its seed from seeds), with its role's inbox prefix.
+// connectAs connects to url as user u (its seed from seeds), with its own inbox prefix.
 func connectAs(t *testing.T, url string, seeds map[string][]byte, u auth.User) (*nats.Conn, *violations) {
 	t.Helper()
 	opts, err := bus.ClientAuth{NkeySeed: seeds[u.Name()]}.Options()
@@ -126,7 +133,7 @@ func connectAs(t *testing.T, url string, seeds map[string][]byte, u auth.User) (
 		t.Fatal(err)
 	}
 	v := &violations{}
-	opts = append(opts, nats.CustomInboxPrefix(auth.Inbox(u.Role)), nats.ErrorHandler(v.handler))
+	opts = append(opts, nats.CustomInboxPrefix(u.Inbox()), nats.ErrorHandler(v.handler))
 	nc, err := bus.Connect(url, "test-"+u.Name(), opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -339,7 +346,8 @@ func TestUpEmbeddedPermissions(t *testing.T) {
 	}
 	sys, spec := startSystemWith(t, file, Config{Workers: 2, Permissions: true})
 	v := &violations{}
-	nc, err := bus.ConnectInProcess(sys.Server, "test-client", nats.ErrorHandler(v.handler))
+	nc, err := bus.ConnectInProcess(sys.Server, "test-client", nats.ErrorHandler(v.handler),
+		nats.CustomInboxPrefix(auth.User{Role: auth.Client}.Inbox()))
 	if err != nil {
 		t.Fatal(err)
 	}

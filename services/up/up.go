@@ -243,7 +243,7 @@ func (s *System) Connect(name string) (*nats.Conn, error) {
 }
 
 // connect opens a connection for a service of u's role: as u, with the embedded server's permissions, and with
-// the role's inbox prefix either way.
+// u's inbox prefix either way.
 func (s *System) connect(name string, u auth.User) (*nats.Conn, error) {
 	a := s.cfg.Auth
 	if s.Server != nil {
@@ -253,7 +253,7 @@ func (s *System) connect(name string, u auth.User) (*nats.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts = append(opts, nats.CustomInboxPrefix(auth.Inbox(u.Role)))
+	opts = append(opts, nats.CustomInboxPrefix(u.Inbox()))
 	var nc *nats.Conn
 	if s.Server != nil {
 		nc, err = bus.ConnectInProcess(s.Server, name, opts...)

@@ -58,10 +58,15 @@ type Config struct {
 	Logger  *slog.Logger
 }
 
+// DefaultID is a worker's id when none is given: <hostname>-<pid>.
+func DefaultID() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s-%d", sanitize(host), os.Getpid())
+}
+
 func (c *Config) setDefaults() {
 	if c.ID == "" {
-		host, _ := os.Hostname()
-		c.ID = fmt.Sprintf("%s-%d", sanitize(host), os.Getpid())
+		c.ID = DefaultID()
 	}
 	if c.Seed == 0 {
 		c.Seed = seedOf(c.ID)
