@@ -1,7 +1,6 @@
 package metrics
 
 import (
-	"strings"
 	"sync"
 	"time"
 
@@ -15,6 +14,7 @@ type WorkerSource interface {
 	Stats() wire.WorkerStats
 	Observations() map[string]wire.Observed // by "pipeline:task/variant"
 	Serving() string                        // "pipeline:task/variant", or "" when idle
+	Failing() *wire.AssignmentFailure       // not nil when it cannot serve its assignment
 }
 
 // Worker holds the workers' metrics: one per registry, shared by the workers of a process (`up` runs many), whose
@@ -54,7 +54,7 @@ func NewWorker(reg prometheus.Registerer) *Worker {
 		failed:      prometheus.NewDesc(name("worker", "failed_items_total"), "Items whose execution failed.", nil, nil),
 		discarded:   prometheus.NewDesc(name("worker", "discarded_messages_total"), "Messages that were not valid task messages.", nil, nil),
 		returned:    prometheus.NewDesc(name("worker", "returned_messages_total"), "Messages handed back to the queue: they did not fit a batch.", nil, nil),
-		workers:     prometheus.NewDesc(name("worker", "workers"), "Workers in this process, by whether they serve a variant.", []string{"state"}, nil),
+		workers:     prometheus.NewDesc(name("worker", "workers"), "Workers in this process, by whether they serve a variant: serving, idle, or failing (they cannot serve their assignment: a variant that failed to load; they keep trying).", []string{"state"}, nil),
 	}
 	reg.MustRegister(m.batchSize, m.batchDuration, m.queueWait, m)
 	return m
@@ -100,11 +100,7 @@ type variantKey struct{ pipeline, task, variant string }
 
 // parseServed splits "pipeline:task/variant"; ok is false for anything else.
 func parseServed(s string) (variantKey, bool) {
-	p, hop, ok := strings.Cut(s, ":")
-	if !ok {
-		return variantKey{}, false
-	}
-	t, v, ok := strings.Cut(hop, "/")
+	p, t, v, ok := wire.ParseServedKey(s)
 	return variantKey{p, t, v}, ok
 }
 
@@ -116,7 +112,7 @@ func (m *Worker) Collect(ch chan<- prometheus.Metric) {
 	obs := map[variantKey]*wire.Observed{}
 	serving := map[variantKey]int{}
 	var failed, discarded, returned uint64
-	idle := 0
+	idle, failing := 0, 0
 	for _, s := range sources {
 		st := s.Stats()
 		failed += st.Failed
@@ -124,6 +120,8 @@ func (m *Worker) Collect(ch chan<- prometheus.Metric) {
 		returned += st.Returned
 		if k, ok := parseServed(s.Serving()); ok {
 			serving[k]++
+		} else if s.Failing() != nil {
+			failing++
 		} else {
 			idle++
 		}
@@ -171,6 +169,7 @@ func (m *Worker) Collect(ch chan<- prometheus.Metric) {
 	counter(m.failed, failed)
 	counter(m.discarded, discarded)
 	counter(m.returned, returned)
-	ch <- prometheus.MustNewConstMetric(m.workers, prometheus.GaugeValue, float64(len(sources)-idle), "serving")
+	ch <- prometheus.MustNewConstMetric(m.workers, prometheus.GaugeValue, float64(len(sources)-idle-failing), "serving")
 	ch <- prometheus.MustNewConstMetric(m.workers, prometheus.GaugeValue, float64(idle), "idle")
+	ch <- prometheus.MustNewConstMetric(m.workers, prometheus.GaugeValue, float64(failing), "failing")
 }
