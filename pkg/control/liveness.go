@@ -1,6 +1,7 @@
 package control
 
 import (
+	"slices"
 	"sort"
 	"time"
 )
@@ -14,6 +15,9 @@ import (
 //     their replicas to anyway), and the first heartbeat after the silence gives the others a fresh Timeout, since
 //     they reconnect one by one.
 //
+// A worker Live finds gone is forgotten (Gone returns it, so that the planner drops what it kept of it and deletes
+// its registration): memory follows the workers alive, not every worker id ever seen.
+//
 // Pure (time passed in); not safe for concurrent use.
 type Liveness struct {
 	Timeout time.Duration
@@ -21,6 +25,7 @@ type Liveness struct {
 	last    map[string]time.Time // worker -> its last registration refresh
 	live    map[string]bool      // the workers live at the last call of Live
 	holding bool                 // every live worker went silent at once: they are held live
+	gone    []string             // forgotten by Live since the last call of Gone
 }
 
 // NewLiveness tracks workers that are gone after timeout without a refresh.
@@ -54,7 +59,8 @@ func (l *Liveness) Grace(now time.Time) {
 	}
 }
 
-// Live returns the live workers at now, in name order.
+// Live returns the live workers at now, in name order. The others are gone: unless held live (every live worker
+// silent at once), they are forgotten, and Gone returns them.
 func (l *Liveness) Live(now time.Time) []string {
 	fresh := map[string]bool{}
 	for id, t := range l.last {
@@ -77,8 +83,25 @@ func (l *Liveness) Live(now time.Time) []string {
 		}
 	}
 	l.live = fresh
+	for id := range l.last {
+		if !fresh[id] {
+			delete(l.last, id)
+			l.gone = append(l.gone, id)
+		}
+	}
 	return sortedKeys(fresh)
 }
+
+// Gone returns, in name order, the workers Live forgot since the last call: silent for longer than Timeout.
+func (l *Liveness) Gone() []string {
+	g := l.gone
+	l.gone = nil
+	slices.Sort(g)
+	return g
+}
+
+// Known is how many workers the liveness remembers: the live ones and those silent for less than Timeout.
+func (l *Liveness) Known() int { return len(l.last) }
 
 func sortedKeys(m map[string]bool) []string {
 	out := make([]string, 0, len(m))

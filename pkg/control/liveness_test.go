@@ -1,6 +1,7 @@
 package control
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -27,6 +28,9 @@ func TestLiveness(t *testing.T) {
 	if got := l.Live(at(6)); !slices.Equal(got, []string{"w1", "w2"}) {
 		t.Fatalf("after w3 stopped: live %v, want w1 w2", got)
 	}
+	if g := l.Gone(); !slices.Equal(g, []string{"w3"}) || l.Known() != 2 || len(l.Gone()) != 0 {
+		t.Fatalf("after w3 stopped: gone %v, %d known; want w3 gone once, 2 known", g, l.Known())
+	}
 	// The bus goes away for 10 s: everyone is silent at once, and stays live.
 	for s := 7.0; s <= 16; s++ {
 		if got := l.Live(at(s)); !slices.Equal(got, []string{"w1", "w2"}) {
@@ -52,11 +56,47 @@ func TestLiveness(t *testing.T) {
 	if got := l.Live(at(29)); !slices.Equal(got, []string{"w1", "w2"}) {
 		t.Fatalf("4 s after Grace: live %v, want w1 w2", got)
 	}
+	if g := l.Gone(); len(g) != 0 {
+		t.Fatalf("gone %v while the bus was away or just back, want none", g)
+	}
 	l.Seen("w1", at(29))
 	if got := l.Live(at(31)); !slices.Equal(got, []string{"w1"}) {
 		t.Fatalf("6 s after Grace, only w1 refreshed: live %v, want w1", got)
 	}
-	if !l.Forget("w1") || len(l.Live(at(31))) != 0 {
+	if g := l.Gone(); !slices.Equal(g, []string{"w2"}) {
+		t.Fatalf("gone %v, want w2", g)
+	}
+	if !l.Forget("w1") || len(l.Live(at(31))) != 0 || l.Known() != 0 {
 		t.Fatal("a deregistered worker stays live")
+	}
+	if g := l.Gone(); len(g) != 0 {
+		t.Fatalf("a deregistered worker is also gone: %v", g)
+	}
+}
+
+// TestLivenessForgetsTheDead: many workers that come and die leave nothing behind; a registration already stale
+// when first seen (a worker that died while no planner ran) is gone at once.
+func TestLivenessForgetsTheDead(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	l := NewLiveness(5 * time.Second)
+	l.Seen("stays", t0)
+	l.Seen("dead-before", t0.Add(-time.Minute))
+	if got := l.Live(t0); !slices.Equal(got, []string{"stays"}) || !slices.Equal(l.Gone(), []string{"dead-before"}) {
+		t.Fatalf("live %v; want stays live and dead-before gone", got)
+	}
+	now := t0
+	for i := range 1000 {
+		now = now.Add(100 * time.Millisecond)
+		l.Seen("stays", now)
+		l.Seen(fmt.Sprintf("w%d", i), now)
+		l.Live(now)
+	}
+	now = now.Add(6 * time.Second)
+	l.Seen("stays", now)
+	if got := l.Live(now); !slices.Equal(got, []string{"stays"}) || l.Known() != 1 {
+		t.Fatalf("live %v, %d known; want only stays", got, l.Known())
+	}
+	if n := len(l.Gone()); n != 1000 {
+		t.Fatalf("%d gone, want 1000", n)
 	}
 }

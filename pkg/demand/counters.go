@@ -67,6 +67,9 @@ func (c *Counters) ItemsPerMessage() map[string]float64 {
 // Forget drops a worker that is gone: if it comes back, it counts from zero.
 func (c *Counters) Forget(id string) { delete(c.last, id) }
 
+// Workers is how many workers' heartbeats the folder keeps.
+func (c *Counters) Workers() int { return len(c.last) }
+
 // TaskDemand estimates the items per second reaching each task of a pipeline (control.Observed.TaskDemand, for
 // allocators that plan each task on its own), one Estimator per task, from counts of the items that reached it. A
 // task is estimated from its first count on; before that it has no estimate, and an allocator falls back to the

@@ -54,6 +54,9 @@ func (b *Board) Set(worker string, at time.Time, observed map[string]wire.Observ
 // Forget drops a worker that left: its measurements no longer count.
 func (b *Board) Forget(worker string) { delete(b.reports, worker) }
 
+// Workers is how many workers' reports the board keeps.
+func (b *Board) Workers() int { return len(b.reports) }
+
 // Measured merges, per variant of spec ("task/variant"), the summaries of the workers that reported within maxAge
 // of now, per batch size: counts add up, quantiles are averaged weighted by count. Summaries of unknown variants or
 // batch sizes, of fewer than MinBatches batches, or with figures that are not positive and finite are left out.

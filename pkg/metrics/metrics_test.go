@@ -52,11 +52,13 @@ type workerCounts struct {
 	serving string
 	stats   wire.WorkerStats
 	obs     map[string]wire.Observed
+	failing *wire.AssignmentFailure
 }
 
 func (w workerCounts) Stats() wire.WorkerStats                { return w.stats }
 func (w workerCounts) Observations() map[string]wire.Observed { return w.obs }
 func (w workerCounts) Serving() string                        { return w.serving }
+func (w workerCounts) Failing() *wire.AssignmentFailure       { return w.failing }
 
 // TestWorkerCountersSumPerVariant: the workers of a process are summed per variant, every drop reason has a series,
 // and a variant no worker serves any longer keeps its counters and shows 0 workers serving.
@@ -72,6 +74,7 @@ func TestWorkerCountersSumPerVariant(t *testing.T) {
 		"p:a/x": {FanoutCounts: wire.FanoutCounts{Items: 4, Children: map[string]uint64{"b": 2}}},
 	}, stats: wire.WorkerStats{SetAside: map[string]uint64{wire.SetAsideRedelivered: 1, wire.SetAsideUndecodable: 2}}})
 	m.AddSource(workerCounts{stats: wire.WorkerStats{SetAside: map[string]uint64{wire.SetAsideUndecodable: 3}}})
+	m.AddSource(workerCounts{failing: &wire.AssignmentFailure{Variant: "p:a/x", Reason: "no model", Attempts: 1}})
 	want := `
 # HELP sleipnir_worker_items_total Items executed.
 # TYPE sleipnir_worker_items_total counter
@@ -84,8 +87,9 @@ sleipnir_worker_subrequests_total{child="b",pipeline="p",task="a",variant="x"} 8
 # TYPE sleipnir_worker_serving gauge
 sleipnir_worker_serving{pipeline="p",task="a",variant="old"} 0
 sleipnir_worker_serving{pipeline="p",task="a",variant="x"} 2
-# HELP sleipnir_worker_workers Workers in this process, by whether they serve a variant.
+# HELP sleipnir_worker_workers Workers in this process, by whether they serve a variant: serving, idle, or failing (they cannot serve their assignment: a variant that failed to load; they keep trying).
 # TYPE sleipnir_worker_workers gauge
+sleipnir_worker_workers{state="failing"} 1
 sleipnir_worker_workers{state="idle"} 1
 sleipnir_worker_workers{state="serving"} 2
 # HELP sleipnir_worker_deadlettered_total Task messages set aside in the dead-letter stream, by reason (redelivered, undecodable).

@@ -26,6 +26,9 @@ type PlannerState struct {
 	Queues []QueueDepth
 	// Lent is, per pipeline, the workers the tuner lends each variant ("task/variant") on top of the plan's.
 	Lent map[string]map[string]int
+	// FailingWorkers are the live workers whose heartbeat says they cannot serve their assignment: the plans do
+	// without them.
+	FailingWorkers int
 }
 
 // Planner holds the planner's metrics: the plan in force per pipeline, and the demand estimate and the variants'
@@ -37,7 +40,7 @@ type Planner struct {
 
 	state                             func() PlannerState
 	demandD, sloD, pendingD, unackedD *prometheus.Desc
-	lentD                             *prometheus.Desc
+	lentD, failingD                   *prometheus.Desc
 	mu                                sync.Mutex
 	lastEpoch                         map[string]uint64
 }
@@ -80,6 +83,9 @@ func NewPlanner(reg prometheus.Registerer, state func() PlannerState) *Planner {
 			"Task messages delivered to a variant's workers and not yet acknowledged.", variant, nil),
 		lentD: prometheus.NewDesc(name("tuner", "lent_workers"),
 			"Idle workers the tuner lends a variant on top of the plan's replicas (pkg/tuner).", variant, nil),
+		failingD: prometheus.NewDesc(name("planner", "failing_workers"),
+			"Live workers whose heartbeat says they cannot serve their assignment (a variant that failed to load): the plans do without them.",
+			nil, nil),
 		lastEpoch: map[string]uint64{},
 	}
 	reg.MustRegister(m.epoch, m.mode, m.accuracy, m.active, m.cluster, m.plannedDemand, m.estimate, m.served, m.solve,
@@ -151,6 +157,7 @@ func (m *Planner) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.pendingD
 	ch <- m.unackedD
 	ch <- m.lentD
+	ch <- m.failingD
 }
 
 // Collect implements prometheus.Collector: the demand estimates and the queues now.
@@ -165,6 +172,7 @@ func (m *Planner) Collect(ch chan<- prometheus.Metric) {
 	for p, slo := range st.SLO {
 		ch <- prometheus.MustNewConstMetric(m.sloD, prometheus.GaugeValue, slo, p)
 	}
+	ch <- prometheus.MustNewConstMetric(m.failingD, prometheus.GaugeValue, float64(st.FailingWorkers))
 	for p, lent := range st.Lent {
 		for hop, n := range lent {
 			task, variant, _ := strings.Cut(hop, "/")

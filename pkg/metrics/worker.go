@@ -1,7 +1,6 @@
 package metrics
 
 import (
-	"strings"
 	"sync"
 	"time"
 
@@ -15,6 +14,7 @@ type WorkerSource interface {
 	Stats() wire.WorkerStats
 	Observations() map[string]wire.Observed // by "pipeline:task/variant"
 	Serving() string                        // "pipeline:task/variant", or "" when idle
+	Failing() *wire.AssignmentFailure       // not nil when it cannot serve its assignment
 }
 
 // Worker holds the workers' metrics: one per registry, shared by the workers of a process (`up` runs many), whose
@@ -60,7 +60,7 @@ func NewWorker(reg prometheus.Registerer) *Worker {
 		returned:    prometheus.NewDesc(name("worker", "returned_messages_total"), "Messages handed back to the queue: they did not fit a batch.", nil, nil),
 		setAside: prometheus.NewDesc(name("worker", "deadlettered_total"),
 			"Task messages set aside in the dead-letter stream, by reason (redelivered, undecodable).", []string{LabelReason}, nil),
-		workers: prometheus.NewDesc(name("worker", "workers"), "Workers in this process, by whether they serve a variant.", []string{"state"}, nil),
+		workers: prometheus.NewDesc(name("worker", "workers"), "Workers in this process, by whether they serve a variant: serving, idle, or failing (they cannot serve their assignment: a variant that failed to load; they keep trying).", []string{"state"}, nil),
 	}
 	reg.MustRegister(m.batchSize, m.batchDuration, m.queueWait, m.panics, m)
 	return m
@@ -114,11 +114,7 @@ type variantKey struct{ pipeline, task, variant string }
 
 // parseServed splits "pipeline:task/variant"; ok is false for anything else.
 func parseServed(s string) (variantKey, bool) {
-	p, hop, ok := strings.Cut(s, ":")
-	if !ok {
-		return variantKey{}, false
-	}
-	t, v, ok := strings.Cut(hop, "/")
+	p, t, v, ok := wire.ParseServedKey(s)
 	return variantKey{p, t, v}, ok
 }
 
@@ -131,7 +127,7 @@ func (m *Worker) Collect(ch chan<- prometheus.Metric) {
 	serving := map[variantKey]int{}
 	var failed, discarded, returned uint64
 	setAside := map[string]uint64{}
-	idle := 0
+	idle, failing := 0, 0
 	for _, s := range sources {
 		st := s.Stats()
 		for r, n := range st.SetAside {
@@ -142,6 +138,8 @@ func (m *Worker) Collect(ch chan<- prometheus.Metric) {
 		returned += st.Returned
 		if k, ok := parseServed(s.Serving()); ok {
 			serving[k]++
+		} else if s.Failing() != nil {
+			failing++
 		} else {
 			idle++
 		}
@@ -192,6 +190,7 @@ func (m *Worker) Collect(ch chan<- prometheus.Metric) {
 	for _, r := range wire.SetAsideReasons {
 		counter(m.setAside, setAside[r], r)
 	}
-	ch <- prometheus.MustNewConstMetric(m.workers, prometheus.GaugeValue, float64(len(sources)-idle), "serving")
+	ch <- prometheus.MustNewConstMetric(m.workers, prometheus.GaugeValue, float64(len(sources)-idle-failing), "serving")
 	ch <- prometheus.MustNewConstMetric(m.workers, prometheus.GaugeValue, float64(idle), "idle")
+	ch <- prometheus.MustNewConstMetric(m.workers, prometheus.GaugeValue, float64(failing), "failing")
 }

@@ -262,6 +262,9 @@ func (a Assignment) Idle() bool { return a.Variant == "" }
 // Hop is the assignment's "task/variant".
 func (a Assignment) Hop() string { return wire.Hop(a.Task, a.Variant) }
 
+// Served is the assignment's variant as heartbeats name it ("pipeline:task/variant"; wire.ServedKey).
+func (a Assignment) Served() string { return wire.ServedKey(a.Pipeline, a.Task, a.Variant) }
+
 // Assign gives the replicas of the plans to workers, changing as few assignments as possible: a worker keeps its
 // variant while its plan still hosts enough replicas of it; the replicas left are filled, in plan order, from idle
 // or surplus workers in name order. It returns the assignment of every worker (idle ones included) and how many

@@ -235,5 +235,15 @@ func ValidateRegistration(id string, r wire.Registration, stored time.Time) erro
 	if r.Heartbeat < 1 {
 		return fmt.Errorf("heartbeat %d", r.Heartbeat)
 	}
+	if f := r.Failing; f != nil {
+		p, t, v, ok := wire.ParseServedKey(f.Variant)
+		if !ok || !wire.ValidName(p) || !wire.ValidName(t) || !wire.ValidName(v) {
+			return fmt.Errorf("failing variant %q: want pipeline:task/variant", f.Variant)
+		}
+		if len(f.Reason) > wire.MaxFailureReason || f.Attempts < 1 || f.Since.IsZero() || f.Since.After(r.Updated) {
+			return fmt.Errorf("failing %s: reason of %d bytes, %d attempts since %v", f.Variant, len(f.Reason),
+				f.Attempts, f.Since)
+		}
+	}
 	return nil
 }

@@ -167,12 +167,19 @@ func TestValidateAssignment(t *testing.T) {
 }
 
 // TestValidateRegistration: a heartbeat passes only under its own key, with its times in order and near when the
-// bucket stored it.
+// bucket stored it, and what it says it cannot serve named and bounded.
 func TestValidateRegistration(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	good := wire.Registration{ID: "w1", Started: now.Add(-time.Minute), Updated: now, Heartbeat: 60}
 	if err := plan.ValidateRegistration("w1", good, now); err != nil {
 		t.Fatal(err)
+	}
+	failing := func(r *wire.Registration) *wire.AssignmentFailure {
+		r.Failing = &wire.AssignmentFailure{Variant: "p:a/x", Reason: "no model", Since: now, Attempts: 1}
+		return r.Failing
+	}
+	if r := good; failing(&r) != nil && plan.ValidateRegistration("w1", r, now) != nil {
+		t.Fatal("a heartbeat saying it cannot serve p:a/x is refused")
 	}
 	for _, c := range []struct {
 		name string
@@ -183,6 +190,14 @@ func TestValidateRegistration(t *testing.T) {
 		{"updated before started", func(r *wire.Registration) { r.Started = now.Add(time.Second) }},
 		{"far future", func(r *wire.Registration) { r.Updated = now.Add(time.Hour) }},
 		{"no heartbeat", func(r *wire.Registration) { r.Heartbeat = 0 }},
+		{"failing no variant", func(r *wire.Registration) { failing(r).Variant = "" }},
+		{"failing a bad name", func(r *wire.Registration) { failing(r).Variant = "p:a/x.y" }},
+		{"failing not pipeline:task/variant", func(r *wire.Registration) { failing(r).Variant = "a/x" }},
+		{"failing a long reason", func(r *wire.Registration) {
+			failing(r).Reason = strings.Repeat("x", wire.MaxFailureReason+1)
+		}},
+		{"failing no attempt", func(r *wire.Registration) { failing(r).Attempts = 0 }},
+		{"failing since after updated", func(r *wire.Registration) { failing(r).Since = now.Add(time.Second) }},
 	} {
 		r := good
 		c.edit(&r)

@@ -398,6 +398,34 @@ type Registration struct {
 	// (cumulative): the planner folds the differences between heartbeats into its estimates of the multiplicative
 	// factors.
 	Observed map[string]Observed `json:"observed,omitempty"`
+	// Failing, when set, says the worker cannot serve its assignment: loading the variant's executor or binding its
+	// consumer failed. The worker keeps trying (with backoff); the planner does not count it as capacity meanwhile.
+	Failing *AssignmentFailure `json:"failing,omitempty"`
+}
+
+// AssignmentFailure is why a worker cannot serve its assignment.
+type AssignmentFailure struct {
+	Variant  string    `json:"variant"`  // "pipeline:task/variant" of the assignment (ServedKey)
+	Reason   string    `json:"reason"`   // the last attempt's error, at most MaxFailureReason bytes
+	Since    time.Time `json:"since"`    // the first failed attempt at this variant
+	Attempts int       `json:"attempts"` // failed attempts so far
+}
+
+// MaxFailureReason bounds AssignmentFailure.Reason (a worker cuts a longer error).
+const MaxFailureReason = 512
+
+// ServedKey names a variant a worker serves as heartbeats do ("pipeline:task/variant": Registration.Variant, the
+// keys of Registration.Observed, AssignmentFailure.Variant).
+func ServedKey(pipeline, task, variant string) string { return pipeline + ":" + Hop(task, variant) }
+
+// ParseServedKey splits a ServedKey; ok is false for anything else (the names are not checked).
+func ParseServedKey(s string) (pipeline, task, variant string, ok bool) {
+	pipeline, hop, ok := strings.Cut(s, ":")
+	if !ok {
+		return "", "", "", false
+	}
+	task, variant, ok = strings.Cut(hop, "/")
+	return pipeline, task, variant, ok
 }
 
 // Observed are a worker's cumulative measurements of one variant.

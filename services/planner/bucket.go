@@ -92,6 +92,10 @@ func (p *Planner) onWritten(e jetstream.KeyValueEntry) {
 		foreign = !bytes.Equal(e.Value(), w.value)
 	default:
 		foreign = ours && w.value != nil
+		if _, assignment := wire.AssignKeys.Name(key); ours && !foreign && assignment {
+			// The planner's own deletion of a gone worker's assignment: nothing left to remember of the key.
+			delete(p.written, key)
+		}
 	}
 	if foreign {
 		p.tampered[key] = true

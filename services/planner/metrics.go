@@ -24,6 +24,7 @@ func (p *Planner) metricsState() metrics.PlannerState {
 		st.Demand[name] = e.Estimate()
 	}
 	st.Lent = p.lentShown
+	st.FailingWorkers = p.failingShown
 	p.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), queueLookupTimeout)
 	defer cancel()

@@ -130,6 +130,13 @@ type Planner struct {
 	// lentShown is the loans per pipeline for the metrics, replaced (never changed in place) under mu.
 	lentShown map[string]map[string]int
 	live      *control.Liveness // under mu
+	// Per live worker, under mu: the revision of its last registration seen, and the variant its heartbeat says it
+	// cannot serve. expired holds the registrations of the workers found gone, still to delete (deleteExpired), by
+	// the revision seen last; failingShown is how many live workers failed their assignment at the last count.
+	revision     map[string]uint64
+	failing      map[string]string
+	expired      map[string]uint64
+	failingShown int
 	// reconnects is the connection's reconnect count when liveness last looked, demandReconnects when the demand
 	// estimates last did; under mu.
 	reconnects, demandReconnects uint64
@@ -197,6 +204,7 @@ func New(nc *nats.Conn, cfg Config) (*Planner, error) {
 	p := &Planner{cfg: cfg, nc: nc, js: js, log: cfg.Logger, complaints: ratelog.New(cfg.Logger, 0, 0),
 		live: control.NewLiveness(cfg.WorkerTimeout), demand: est, fanout: fan, taskDemand: tasks, systems: systems,
 		counters: demand.NewCounters(), latency: latency.NewBoard(), assign: map[string]plan.Assignment{},
+		revision: map[string]uint64{}, failing: map[string]string{}, expired: map[string]uint64{},
 		written: map[string]writtenValue{}, tampered: map[string]bool{}, changed: make(chan struct{}, 1),
 		stepped: make(chan struct{}, 1)}
 	if cfg.Metrics != nil {
@@ -327,6 +335,7 @@ func (p *Planner) Run(ctx context.Context) error {
 		if err := p.reassign(ctx); err != nil && ctx.Err() == nil {
 			p.log.Warn("assigning workers failed; will retry", "err", err)
 		}
+		p.deleteExpired(ctx)
 	}
 }
 
@@ -369,19 +378,6 @@ func (p *Planner) estimate(now time.Time) []estimates {
 	return out
 }
 
-// liveWorkers are the workers whose registration is fresh, in name order (control.Liveness): while the planner's
-// connection is down, and for a WorkerTimeout after it is back, no worker is expired for the heartbeats the bus
-// could not carry.
-func (p *Planner) liveWorkers(now time.Time) []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if r := p.nc.Stats().Reconnects; r != p.reconnects || !p.nc.IsConnected() {
-		p.reconnects = r
-		p.live.Grace(now)
-	}
-	return p.live.Live(now)
-}
-
 // serversFor is the share of the live workers pipeline i may use: an even split, the first pipelines taking the
 // remainder.
 func (p *Planner) serversFor(i, live int) int {
@@ -398,7 +394,8 @@ func (p *Planner) serversFor(i, live int) int {
 // decided, and reassigns the workers after a new allocation, moving as few as possible. Then it moves what waits at
 // variants the plan in force retired (rehome).
 func (p *Planner) step(ctx context.Context, now time.Time, ests []estimates) {
-	live := len(p.liveWorkers(now))
+	able, _ := p.workers(now)
+	live := len(able)
 	for i, spec := range p.specs {
 		o := control.Observed{Demand: ests[i].demand, DemandWindow: ests[i].window, DemandUnknown: ests[i].unknown,
 			Fanout: ests[i].fanout, FanoutSamples: ests[i].samples, TaskDemand: ests[i].tasks, Profiles: ests[i].profiles,

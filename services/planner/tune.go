@@ -23,7 +23,8 @@ const tuneTimeout = 200 * time.Millisecond
 
 // tuneLook takes the tuner's look at every pipeline's queues, and reassigns the workers when its loans changed.
 func (p *Planner) tuneLook(ctx context.Context, now time.Time) {
-	live := len(p.liveWorkers(now))
+	able, _ := p.workers(now)
+	live := len(able)
 	changed := false
 	for i, spec := range p.specs {
 		pl := p.loops[i].Current()
@@ -97,7 +98,8 @@ func (p *Planner) retune(i int, now time.Time) {
 	if p.tuners[i] == nil {
 		return
 	}
-	p.lent[i] = p.tuners[i].Look(now, p.tuneInput(i, p.loops[i].Current(), len(p.liveWorkers(now))))
+	able, _ := p.workers(now)
+	p.lent[i] = p.tuners[i].Look(now, p.tuneInput(i, p.loops[i].Current(), len(able)))
 	p.showLoans()
 }
 

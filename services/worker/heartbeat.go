@@ -79,11 +79,17 @@ func (w *Worker) Stats() Stats {
 	return st
 }
 
+// registration is what the worker's heartbeat and status say now (without its start and heartbeat count).
+func (w *Worker) registration() Registration {
+	return Registration{ID: w.cfg.ID, Updated: time.Now(), Variant: w.Serving(), Stats: w.Stats(),
+		SwapMs: float64frombits(w.swapMs.Load()), Observed: w.Observations(), Failing: w.Failing()}
+}
+
 // reconnectCheck is how often the registration loop looks for a re-established connection.
 const reconnectCheck = 50 * time.Millisecond
 
-// register refreshes the worker's registration every RegisterEvery, and at once when the connection comes back
-// after a loss: the planner, which saw no heartbeat while the bus was away, knows the worker is alive without
+// register refreshes the worker's registration every RegisterEvery, at once when the worker fails to start its
+// assignment, and at once when the connection comes back after a loss: the planner, which saw no heartbeat while the bus was away, knows the worker is alive without
 // waiting a period.
 func (w *Worker) register(ctx context.Context) {
 	started := time.Now()
@@ -95,8 +101,8 @@ func (w *Worker) register(ctx context.Context) {
 	reconnects := w.nc.Stats().Reconnects
 	for {
 		beat++
-		reg := Registration{ID: w.cfg.ID, Started: started, Updated: time.Now(), Variant: w.Serving(), Stats: w.Stats(),
-			SwapMs: float64frombits(w.swapMs.Load()), Heartbeat: beat, Observed: w.Observations()}
+		reg := w.registration()
+		reg.Started, reg.Heartbeat = started, beat
 		data, _ := json.Marshal(reg)
 		if _, err := w.kv.Put(ctx, wire.WorkerKey(w.cfg.ID), data); err != nil && ctx.Err() == nil {
 			w.log.Warn("registration refresh failed", "err", err)
@@ -107,6 +113,8 @@ func (w *Worker) register(ctx context.Context) {
 			case <-ctx.Done():
 				return
 			case <-t.C:
+				break wait
+			case <-w.beat:
 				break wait
 			case <-check.C:
 				if r := w.nc.Stats().Reconnects; r != reconnects && w.nc.IsConnected() {

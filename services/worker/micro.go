@@ -1,8 +1,6 @@
 package worker
 
 import (
-	"time"
-
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
@@ -17,8 +15,7 @@ func (w *Worker) addService() (micro.Service, error) {
 		return nil, err
 	}
 	err = svc.AddEndpoint("status", micro.HandlerFunc(func(req micro.Request) {
-		_ = req.RespondJSON(Registration{ID: w.cfg.ID, Updated: time.Now(), Variant: w.Serving(), Stats: w.Stats(),
-			SwapMs: float64frombits(w.swapMs.Load()), Observed: w.Observations()})
+		_ = req.RespondJSON(w.registration())
 	}), micro.WithEndpointSubject(wire.WorkerStatusSubject(w.cfg.ID)))
 	if err != nil {
 		_ = svc.Stop()

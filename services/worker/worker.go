@@ -116,6 +116,9 @@ type Worker struct {
 	// complaints rate-limits the log lines of bad input (assignments, task messages); every one is counted.
 	complaints *ratelog.Limiter
 	changed    chan struct{} // signalled when the assignment, a spec or a plan changes
+	// fault is the assignment the worker could not start, under mu (retry.go); beat asks for a heartbeat now.
+	fault *wire.AssignmentFailure
+	beat  chan struct{}
 
 	messages, items, batches, dropped, failed, discarded, rerouted atomic.Uint64
 	returned                                                       atomic.Uint64             // messages naked: they did not fit a batch
@@ -150,7 +153,7 @@ func New(nc *nats.Conn, cfg Config) (*Worker, error) {
 	}
 	w := &Worker{
 		cfg: cfg, nc: nc, js: js, log: cfg.Logger, tracer: otel.Tracer("sleipnir/worker"),
-		changed: make(chan struct{}, 1), drops: map[string]*atomic.Uint64{}, observed: map[string]*Observed{},
+		changed: make(chan struct{}, 1), beat: make(chan struct{}, 1), drops: map[string]*atomic.Uint64{}, observed: map[string]*Observed{},
 		latency:    latency.NewWindow(),
 		complaints: ratelog.New(cfg.Logger, 0, 0),
 		assigned:   plan.Assignment{Worker: cfg.ID}, following: plan.Assignment{Worker: cfg.ID},
@@ -219,17 +222,18 @@ func (w *Worker) Run(ctx context.Context) error {
 			}
 			// Without its pipeline's spec and plan a worker cannot execute or route: it waits for both.
 			if next.a.Idle() || next.spec == nil || next.plan == nil {
+				w.setFault(nil)
 				w.wait(ctx)
 				continue
 			}
 			s, err := w.start(ctx, next, swapStart)
 			if err != nil {
-				w.log.Error("cannot serve assignment", "variant", next.a.Hop(), "err", err)
-				w.wait(ctx)
+				w.retryAfter(ctx, cat, next, w.cannotServe(next.a, err))
 				continue
 			}
+			w.setFault(nil)
 			cur = s
-			name := next.a.Pipeline + ":" + next.a.Hop()
+			name := next.a.Served()
 			w.serving.Store(&name)
 		}
 		cur.follow(next, w.log)
@@ -382,9 +386,7 @@ func (s *serving) refreshStage() {
 
 // same says n is the variant s serves: the executor and the consumer stay. A new max batch, budget or epoch is
 // followed in place (follow): a re-plan that keeps a worker's variant costs it no model reload.
-func (s *serving) same(n wanted) bool {
-	return s.a.Pipeline == n.a.Pipeline && s.a.Task == n.a.Task && s.a.Variant == n.a.Variant && s.spec == n.spec
-}
+func (s *serving) same(n wanted) bool { return wanted{a: s.a, spec: s.spec}.sameVariant(n) }
 
 // follow takes n's plan, and its max batch, budget and epoch when they changed (between batches: the next batch is
 // sized by them).
