@@ -114,8 +114,8 @@ func (w *Worker) forward(ctx context.Context, s *serving, in *inbound) error {
 		if err != nil {
 			return err
 		}
-		if err := w.nc.Publish(in.replyTo, data); err != nil {
-			return fmt.Errorf("report to %s: %w", in.replyTo, err)
+		if err := w.report(ctx, in, data); err != nil {
+			return err
 		}
 	}
 	for i, f := range acks {
@@ -147,4 +147,36 @@ func (w *Worker) taskMsg(in *inbound, pipelineName, task, variant, path, id stri
 		semconv.MessagingMessageID(id), telemetry.AttrItems.Int(len(tm.Items)),
 		telemetry.AttrTask.String(task), telemetry.AttrVariant.String(variant))
 	return msg, send, nil
+}
+
+// Confirmed results (docs/faults.md, "Results at least once").
+const (
+	// confirmWait bounds the wait for a frontend's confirmation of one result message; a frontend confirms as it
+	// records, in well under a millisecond.
+	confirmWait = 500 * time.Millisecond
+	// resultGrace is how long past a request's deadline its leaves are still reported: its frontend has answered it
+	// late by then, and a late report only tells it the work was done (and make chaos counts that).
+	resultGrace = 5 * time.Second
+)
+
+// report sends a message's leaves to the frontend that owns its request, as a request: the frontend answers once it
+// has recorded them. A plain publish was lost when the server restarted with it in flight, or when the worker's
+// reconnect flushed it before the frontend had subscribed again, and the request went late with its work done. An
+// unconfirmed report fails the message, which is then redelivered and executed again (the frontend counts a leaf
+// once); past the deadline and resultGrace it is given up (counted) so that the message is not retried forever for a
+// frontend that is gone.
+func (w *Worker) report(ctx context.Context, in *inbound, data []byte) error {
+	rctx, cancel := context.WithTimeout(ctx, confirmWait)
+	defer cancel()
+	_, err := w.nc.RequestMsgWithContext(rctx, &nats.Msg{Subject: in.replyTo, Data: data})
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() == nil && time.Now().After(in.deadline.Add(resultGrace)) {
+		w.abandoned.Add(1)
+		w.complaints.Warn("result not confirmed by its frontend; given up", "to", in.replyTo, "err", err)
+		return nil
+	}
+	w.unconfirmed.Add(1)
+	return fmt.Errorf("report to %s not confirmed: %w", in.replyTo, err)
 }

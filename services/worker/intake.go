@@ -189,12 +189,23 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 			// Not acknowledged: JetStream delivers the message again; sub-requests already published are
 			// de-duplicated by their message ids.
 			w.log.Warn("forwarding failed; message will be redelivered", "request", in.requestID, "err", err)
-			_ = in.msg.NakWithDelay(100 * time.Millisecond)
+			_ = in.msg.NakWithDelay(redeliveryDelay(in.msg))
 		} else {
 			_ = in.msg.Ack()
 		}
 		in.span.End()
 	}
+}
+
+// redeliveryDelay is how long a message whose forwarding failed waits before it is delivered again: 100 ms, doubling
+// with each delivery up to 800 ms, so that a frontend gone for good (its results never confirmed) costs a few
+// re-executions until the grace past the deadline, not one every 100 ms.
+func redeliveryDelay(m jetstream.Msg) time.Duration {
+	n := uint64(1)
+	if meta, err := m.Metadata(); err == nil {
+		n = max(1, meta.NumDelivered)
+	}
+	return 100 * time.Millisecond << min(n-1, 3)
 }
 
 // startBatchSpan starts the span of a batch's execution, and gives each message's span the batch's size. Its
