@@ -119,9 +119,10 @@ type Stats struct {
 	ReplyFailures uint64 `json:"reply_failures"`
 	// DemandWithheld counts demand reports not sent because their interval spanned a lost connection.
 	DemandWithheld uint64 `json:"demand_withheld"`
-	// Of the requests answered late (Late), those whose every leaf was reported within lateWatch after the reply
-	// (the work was done, its report came late), and those still incomplete then (a result lost on the way, or work
-	// that never finished). Requests answered late while lateWatch already held maxWatched are in neither.
+	// Of the requests answered late (Late) whose task message JetStream had acknowledged, those whose every leaf was
+	// reported within lateWatch after the reply (the work was done, its report came late), and those still
+	// incomplete then (a result lost on the way, or work that never finished). Requests answered late while
+	// maxWatched were watched are in neither.
 	LateCompleted  uint64 `json:"late_completed"`
 	LateUnfinished uint64 `json:"late_unfinished"`
 }

@@ -27,9 +27,10 @@ func confirm(m *nats.Msg) {
 }
 
 // watchLate keeps counting the leaves of r, answered late, for lateWatch: a copy of its tracker, as the reply being
-// sent reads r's. Under f.mu.
+// sent reads r's. Only a request whose task message JetStream had acknowledged is watched: one whose publish was
+// lost (the server died with it) was never executed, and says nothing about results. Under f.mu.
 func (f *Frontend) watchLate(r *request) {
-	if len(f.watched) >= maxWatched {
+	if !r.enqueued.Load() || len(f.watched) >= maxWatched {
 		return
 	}
 	f.watched[r.id] = r.tracker.Clone()

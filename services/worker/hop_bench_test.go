@@ -17,6 +17,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/executor"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/telemetry"
+	"github.com/sleipnir-serving/sleipnir/pkg/testrig"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
@@ -210,4 +211,58 @@ func benchmarkHop(b *testing.B) {
 	b.ReportMetric(p(hop, 0.5), "hop-p50-us")
 	b.ReportMetric(p(hop, 0.95), "hop-p95-us")
 	b.ReportMetric(p(hop, 0.5)/p(raw, 0.5), "p50-ratio")
+}
+
+// BenchmarkResultReport times what a worker waits for per result message under each way of reporting results
+// (docs/faults.md, "Results at least once"): a plain publish (nothing: at most once), a request the frontend answers
+// (the choice: report), and a publish acknowledged by a JetStream stream of results in memory or on file (the
+// alternative, before the frontend's consumer delivers it, which is not counted). 512 bytes: a leaf with a small
+// output.
+func BenchmarkResultReport(b *testing.B) {
+	srv := testrig.Server(b)
+	nc, fe := srv.Connect(b, "worker"), srv.Connect(b, "frontend")
+	ctx := context.Background()
+	if _, err := fe.Subscribe("bench.result", func(m *nats.Msg) {
+		if m.Reply != "" {
+			_ = m.Respond(nil)
+		}
+	}); err != nil {
+		b.Fatal(err)
+	}
+	if err := fe.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	js := testrig.JetStream(b, nc)
+	for name, st := range map[string]jetstream.StorageType{"memory": jetstream.MemoryStorage,
+		"file": jetstream.FileStorage} {
+		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "RESULTS_" + name,
+			Subjects: []string{"bench.js." + name}, Storage: st, MaxAge: time.Minute}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	payload := make([]byte, 512)
+	b.Run("publish", func(b *testing.B) {
+		for b.Loop() {
+			if err := nc.Publish("bench.result", payload); err != nil {
+				b.Fatal(err)
+			}
+		}
+		_ = nc.Flush()
+	})
+	b.Run("request", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := nc.Request("bench.result", payload, time.Second); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	for _, name := range []string{"memory", "file"} {
+		b.Run("jetstream-"+name, func(b *testing.B) {
+			for b.Loop() {
+				if _, err := js.Publish(ctx, "bench.js."+name, payload); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
