@@ -11,13 +11,12 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
-const (
-	// lateWatch is how long after a late reply the frontend keeps counting its request's leaves: longer than a
-	// worker reports past a deadline (services/worker resultGrace, 5 s) plus its redelivery delays.
-	lateWatch = 10 * time.Second
-	// maxWatched bounds the requests watched at once (a tracker each).
-	maxWatched = 10000
-)
+// lateWatch is how long after a late reply the frontend keeps counting its request's leaves: longer than a worker
+// reports past a deadline (services/worker resultGrace, 5 s) plus its redelivery delays. A variable for tests.
+var lateWatch = 10 * time.Second
+
+// maxWatched bounds the requests watched at once (a tracker each).
+const maxWatched = 10000
 
 // confirm tells the worker that sent a result message that it was read (services/worker report).
 func confirm(m *nats.Msg) {

@@ -26,26 +26,7 @@ import (
 // messages, each sent twice (as a worker whose confirmation was lost does): the second copy of the first leaf comes
 // before the other leaf. Each request gets one reply, ok, with its two leaves once each; every copy is confirmed.
 func TestEveryResultTwice(t *testing.T) {
-	spec, err := pipeline.Parse([]byte(leafSpec))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := testrig.Server(t)
-	log := slog.New(slog.DiscardHandler)
-	pl, err := planner.New(srv.Connect(t, "planner"), planner.Config{Pipelines: []*pipeline.Spec{spec},
-		Storage: jetstream.MemoryStorage, System: "static", Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	testrig.Run(t, "planner", pl.Run)
-	f := startServing(t, srv.Connect(t, "frontend"), Config{ID: "fe", Logger: log})
-	nc := srv.Connect(t, "worker")
-	var cons jetstream.Consumer
-	testrig.Eventually(t, 10*time.Second, "the planner's consumer", func() bool {
-		cons, err = bus.BindVariantConsumer(context.Background(), testrig.JetStream(t, nc), spec.Name, "a", "v")
-		return err == nil
-	})
-	c := testrig.NewClient(t, srv.Connect(t, "client"))
+	spec, f, nc, cons, c := playWorkers(t)
 	const n = 20
 	var subjects []string
 	for range n {
@@ -91,6 +72,70 @@ func TestEveryResultTwice(t *testing.T) {
 	if st := f.Stats(); st.BadReports != 0 || st.Replied != n || st.StrayLeaves != n {
 		t.Errorf("stats %+v, want %d replies, %d stray leaves and no bad report", st, n, n)
 	}
+}
+
+// playWorkers starts the planner (static) of leafSpec and a frontend on an embedded server, and returns the
+// frontend, a connection to play the workers on with the variant's consumer, and a client.
+func playWorkers(t *testing.T) (*pipeline.Spec, *Frontend, *nats.Conn, jetstream.Consumer, *testrig.Client) {
+	t.Helper()
+	spec, err := pipeline.Parse([]byte(leafSpec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := testrig.Server(t)
+	log := slog.New(slog.DiscardHandler)
+	pl, err := planner.New(srv.Connect(t, "planner"), planner.Config{Pipelines: []*pipeline.Spec{spec},
+		Storage: jetstream.MemoryStorage, System: "static", Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testrig.Run(t, "planner", pl.Run)
+	f := startServing(t, srv.Connect(t, "frontend"), Config{ID: "fe", Logger: log})
+	nc := srv.Connect(t, "worker")
+	var cons jetstream.Consumer
+	testrig.Eventually(t, 10*time.Second, "the planner's consumer", func() bool {
+		cons, err = bus.BindVariantConsumer(context.Background(), testrig.JetStream(t, nc), spec.Name, "a", "v")
+		return err == nil
+	})
+	return spec, f, nc, cons, testrig.NewClient(t, srv.Connect(t, "client"))
+}
+
+// TestLateRequestsWatched: of two requests answered late, one's leaf comes after the reply and the other's never:
+// the frontend counts one late request completed and, lateWatch later, one unfinished.
+func TestLateRequestsWatched(t *testing.T) {
+	defer func(d time.Duration) { lateWatch = d }(lateWatch)
+	lateWatch = time.Second
+	spec, f, nc, cons, c := playWorkers(t)
+	hdr := nats.Header{wire.HeaderTimeout: []string{"200ms"}}
+	subjects := []string{c.Send(t, spec.Name, goodRequest(t), hdr), c.Send(t, spec.Name, goodRequest(t), hdr)}
+	var msgs []jetstream.Msg
+	for len(msgs) < 2 {
+		batch, err := cons.Fetch(2-len(msgs), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m := range batch.Messages() {
+			msgs = append(msgs, m)
+		}
+	}
+	for _, rep := range c.Wait(t, subjects, 5*time.Second) {
+		if st := decodeReply(t, rep[0]).Status; st != wire.StatusLate {
+			t.Fatalf("reply %s, want late", st)
+		}
+	}
+	th, err := wire.ReadTaskHeaders(msgs[0].Headers().Get)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := msgpack.Marshal(&wire.ResultMessage{RequestID: th.RequestID, Items: []wire.ItemResult{
+		{ID: wire.RootItemID, Den: 1, Path: []string{"a/v"}, Status: wire.ItemOK}}})
+	if _, err := nc.Request(th.ReplyTo, data, 5*time.Second); err != nil {
+		t.Fatalf("a late result not confirmed: %v", err)
+	}
+	testrig.Eventually(t, 5*time.Second, "one late request completed, one unfinished", func() bool {
+		st := f.Stats()
+		return st.Late == 2 && st.LateCompleted == 1 && st.LateUnfinished == 1
+	})
 }
 
 // startServing runs a frontend on nc until the test ends, and waits until it serves a pipeline.
