@@ -19,17 +19,47 @@ import (
 )
 
 // forward publishes the sub-requests of one message's items as the hop step (pkg/hop) routes, groups and splits
-// them, and reports its leaves (finished, dropped or failed items) to the request's frontend.
-func (w *Worker) forward(ctx context.Context, s *serving, in *inbound) error {
-	path := wire.AppendHop(in.path, s.a.Task, s.a.Variant)
-	var leaves []wire.ItemResult
+// them, and reports its leaves (finished, dropped or failed items) to the request's frontend. It returns at once;
+// the returned wait says when the publishes are acknowledged and the report confirmed, or why not, so that a batch's
+// messages wait for theirs together: one round trip a batch, and one confirmation timeout, not one a message, while
+// the server is away.
+func (w *Worker) forward(ctx context.Context, s *serving, in *inbound) (wait func() error) {
 	var acks []jetstream.PubAckFuture
 	var sends []trace.Span // each published message's "send" span, ended when its publish is acknowledged
-	defer func() {
-		for _, sp := range sends {
-			sp.End()
+	var confirmed <-chan error
+	err := w.publishOut(ctx, s, in, &acks, &sends, &confirmed)
+	return func() error {
+		defer func() {
+			for _, sp := range sends {
+				sp.End()
+			}
+		}()
+		if err != nil {
+			return err
 		}
-	}()
+		for i, f := range acks {
+			select {
+			case <-f.Ok():
+			case err := <-f.Err():
+				sends[i].SetStatus(codes.Error, err.Error())
+				return fmt.Errorf("publish to %s: %w", f.Msg().Subject, err)
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		if confirmed != nil {
+			return <-confirmed
+		}
+		return nil
+	}
+}
+
+// publishOut publishes in's sub-requests (their acknowledgements and "send" spans into acks and sends) and sends its
+// leaves to the frontend (the confirmation into confirmed).
+func (w *Worker) publishOut(ctx context.Context, s *serving, in *inbound, acks *[]jetstream.PubAckFuture,
+	sends *[]trace.Span, confirmed *<-chan error) error {
+	path := wire.AppendHop(in.path, s.a.Task, s.a.Variant)
+	var leaves []wire.ItemResult
 	now := time.Now()
 	when := hop.When{Now: now, AtTask: now.Sub(in.enqueued), Left: in.deadline.Sub(now)}
 	s.refreshStage()
@@ -95,12 +125,12 @@ func (w *Worker) forward(ctx context.Context, s *serving, in *inbound) error {
 			if err != nil {
 				return err
 			}
-			sends = append(sends, send)
+			*sends = append(*sends, send)
 			f, err := w.js.PublishMsgAsync(msg)
 			if err != nil {
 				return fmt.Errorf("publish to %s: %w", msg.Subject, err)
 			}
-			acks = append(acks, f)
+			*acks = append(*acks, f)
 		}
 	}
 	for _, l := range leaves {
@@ -114,19 +144,9 @@ func (w *Worker) forward(ctx context.Context, s *serving, in *inbound) error {
 		if err != nil {
 			return err
 		}
-		if err := w.report(ctx, in, data); err != nil {
-			return err
-		}
-	}
-	for i, f := range acks {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			sends[i].SetStatus(codes.Error, err.Error())
-			return fmt.Errorf("publish to %s: %w", f.Msg().Subject, err)
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+		c := make(chan error, 1)
+		go func() { c <- w.report(ctx, in, data) }()
+		*confirmed = c
 	}
 	return nil
 }

@@ -184,8 +184,12 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 			}
 		}
 	})
-	for _, in := range batch {
-		if err := w.forward(ctx, s, in); err != nil {
+	waits := make([]func() error, len(batch))
+	for i, in := range batch {
+		waits[i] = w.forward(ctx, s, in)
+	}
+	for i, in := range batch {
+		if err := waits[i](); err != nil {
 			// Not acknowledged: JetStream delivers the message again; sub-requests already published are
 			// de-duplicated by their message ids.
 			w.log.Warn("forwarding failed; message will be redelivered", "request", in.requestID, "err", err)
