@@ -171,9 +171,11 @@ func (w *Worker) taskMsg(in *inbound, pipelineName, task, variant, path, id stri
 
 // Confirmed results (docs/faults.md, "Results at least once").
 const (
-	// confirmWait bounds the wait for a frontend's confirmation of one result message; a frontend confirms as it
-	// records, in well under a millisecond.
-	confirmWait = 500 * time.Millisecond
+	// confirmWait bounds the wait for a frontend's confirmation of a batch's result messages. A frontend confirms as
+	// it records, in well under a millisecond, but one starved of CPU may take long: with 500 ms, workers sent their
+	// results again to frontends that had them (make chaos on a machine at load 30: 29 given up), which a frontend
+	// behind can least afford. Waiting costs nothing while the server is away: the worker can fetch nothing then.
+	confirmWait = 2 * time.Second
 	// resultGrace is how long past a request's deadline its leaves are still reported: its frontend has answered it
 	// late by then, and a late report only tells it the work was done (and make chaos counts that).
 	resultGrace = 5 * time.Second
