@@ -129,9 +129,14 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 		defer span.End()
 	}
 	// A batch that runs longer than a third of the ack wait is marked in progress, so that JetStream does not hand
-	// it to another replica while this one is alive.
+	// it to another replica while this one is alive; until its results are confirmed too (settle).
 	done := make(chan struct{})
-	defer close(done)
+	settling := false
+	defer func() {
+		if !settling {
+			close(done)
+		}
+	}()
 	go w.keepInProgress(s, batch, done)
 	// Execute in model batches of at most MaxBatch items (one message may carry several items).
 	for c := range batching.Chunks(len(inputs), s.a.MaxBatch) {
@@ -188,6 +193,15 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 	for i, in := range batch {
 		waits[i] = w.forward(ctx, s, in)
 	}
+	settling = true
+	go w.settle(batch, waits, done)
+}
+
+// settle acknowledges each message of a batch once its sub-requests are stored and its results confirmed, or hands
+// it back, and then closes done. It runs beside the next batch: a worker does not wait for the frontends'
+// confirmations (a round trip through the server and a frontend's scheduling) before it fetches again.
+func (w *Worker) settle(batch []*inbound, waits []func() error, done chan<- struct{}) {
+	defer close(done)
 	for i, in := range batch {
 		if err := waits[i](); err != nil {
 			// Not acknowledged: JetStream delivers the message again; sub-requests already published are
