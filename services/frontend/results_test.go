@@ -90,7 +90,7 @@ func playWorkers(t *testing.T) (*pipeline.Spec, *Frontend, *nats.Conn, jetstream
 		t.Fatal(err)
 	}
 	testrig.Run(t, "planner", pl.Run)
-	f := startServing(t, srv.Connect(t, "frontend"), Config{ID: "fe", Logger: log})
+	f, _ := startServing(t, srv.Connect(t, "frontend"), Config{ID: "fe", Logger: log})
 	nc := srv.Connect(t, "worker")
 	var cons jetstream.Consumer
 	testrig.Eventually(t, 10*time.Second, "the planner's consumer", func() bool {
@@ -136,25 +136,6 @@ func TestLateRequestsWatched(t *testing.T) {
 		st := f.Stats()
 		return st.Late == 2 && st.LateCompleted == 1 && st.LateUnfinished == 1
 	})
-}
-
-// startServing runs a frontend on nc until the test ends, and waits until it serves a pipeline.
-func startServing(t *testing.T, nc *nats.Conn, cfg Config) *Frontend {
-	t.Helper()
-	f, err := New(nc, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	testrig.Run(t, "frontend", f.Run)
-	testrig.Eventually(t, 10*time.Second, "the frontend serves", func() bool {
-		select {
-		case <-f.Ready():
-			return len(f.Pipelines()) > 0
-		default:
-			return false
-		}
-	})
-	return f
 }
 
 // leafSpec is one leaf task, executed by the test's gate (resultsAcrossRestart).
