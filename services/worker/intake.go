@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
 	"go.opentelemetry.io/otel/trace"
@@ -207,7 +208,7 @@ func (w *Worker) settle(batch []*inbound, waits []func() error, done chan<- stru
 			// Not acknowledged: JetStream delivers the message again; sub-requests already published are
 			// de-duplicated by their message ids.
 			w.log.Warn("forwarding failed; message will be redelivered", "request", in.requestID, "err", err)
-			_ = in.msg.NakWithDelay(redeliveryDelay(in.msg))
+			_ = in.msg.NakWithDelay(redeliveryDelay(in.msg, err))
 		} else {
 			_ = in.msg.Ack()
 		}
@@ -215,15 +216,21 @@ func (w *Worker) settle(batch []*inbound, waits []func() error, done chan<- stru
 	}
 }
 
-// redeliveryDelay is how long a message whose forwarding failed waits before it is delivered again: 100 ms, doubling
-// with each delivery up to 800 ms, so that a frontend gone for good (its results never confirmed) costs a few
-// re-executions until the grace past the deadline, not one every 100 ms.
-func redeliveryDelay(m jetstream.Msg) time.Duration {
+// redeliveryDelay is how long a message whose forwarding failed (err) waits before it is delivered again: 100 ms,
+// doubling with each delivery up to 800 ms; at least 1 s when its frontend had no subscription ("no responders": it
+// is gone, or subscribing again after a server restart). By then the message's deadline has mostly passed, and it
+// comes back to be dropped and reported, not executed again: a killed frontend's messages took the capacity its
+// successor needed (make chaos frontend-kill).
+func redeliveryDelay(m jetstream.Msg, err error) time.Duration {
 	n := uint64(1)
 	if meta, err := m.Metadata(); err == nil {
 		n = max(1, meta.NumDelivered)
 	}
-	return 100 * time.Millisecond << min(n-1, 3)
+	d := 100 * time.Millisecond << min(n-1, 3)
+	if errors.Is(err, nats.ErrNoResponders) {
+		d = max(d, time.Second)
+	}
+	return d
 }
 
 // startBatchSpan starts the span of a batch's execution, and gives each message's span the batch's size. Its
