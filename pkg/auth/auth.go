@@ -74,8 +74,13 @@ func Permissions(u User) (*server.Permissions, error) {
 		// server keeps those in memory, so one restarted forgets them and refuses every reply to a request delivered
 		// before the restart (measured: 55 requests lost in make chaos's nats-restart).
 		p.Publish.Allow = append(kvRead, tasks, wire.DemandPrefix+">", wire.ClientInboxes)
-		p.Subscribe.Allow = append([]string{wire.InferPrefix + ">", wire.ResultPrefix + ">", inbox},
-			microSubjects(wire.ServiceFrontend)...)
+		p.Subscribe.Allow = append([]string{wire.InferPrefix + ">", wire.ResultPrefix + ">", inbox,
+			wire.FrontendStatusSubject("*")}, microSubjects(wire.ServiceFrontend)...)
+		// Frontends confirm the workers' result messages (sent as requests) with one reply each, on the workers'
+		// inboxes, which hold the workers' JetStream replies too: a frontend may not publish there otherwise. A
+		// restarted server forgets these permissions, but a worker whose confirmation is refused sends its result
+		// again, as a new request.
+		p.Response = monitoringResponses()
 	case Worker:
 		if workerID == "" {
 			return nil, errors.New("a worker user needs its worker id")
@@ -129,10 +134,10 @@ func microSubjects(service string) []string {
 	return []string{micro.APIPrefix + ".*", micro.APIPrefix + ".*." + service, micro.APIPrefix + ".*." + service + ".*"}
 }
 
-// monitoringResponses let the planner and workers answer a request sent to their micro and status endpoints, once,
-// and publish nowhere else in the askers' inboxes. (Frontends answer clients through publish permissions: see
-// Permissions.) A response permission is the server's memory, lost when it restarts: for a monitoring question,
-// which is asked again, that is fine.
+// monitoringResponses let the planner and workers answer a request sent to their micro and status endpoints, and
+// frontends a worker's result message, once, and publish nowhere else in the askers' inboxes. (Frontends answer
+// clients through publish permissions: see Permissions.) A response permission is the server's memory, lost when it
+// restarts: for a monitoring question, which is asked again, and a result message, sent again, that is fine.
 func monitoringResponses() *server.ResponsePermission {
 	return &server.ResponsePermission{MaxMsgs: 1, Expires: time.Minute}
 }

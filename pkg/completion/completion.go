@@ -57,6 +57,17 @@ func (t *Tracker) Add(r wire.ItemResult) (done, duplicate bool, err error) {
 
 var one = big.NewRat(1, 1)
 
+// Clone is a tracker that goes on from t's reports without changing t.
+func (t *Tracker) Clone() *Tracker {
+	c := &Tracker{seen: make(map[string]struct{}, len(t.seen)), results: append([]wire.ItemResult(nil), t.results...),
+		ok: t.ok, dropped: t.dropped, failed: t.failed}
+	for id := range t.seen {
+		c.seen[id] = struct{}{}
+	}
+	c.sum.Set(&t.sum)
+	return c
+}
+
 // Done reports whether every leaf of the request has been reported.
 func (t *Tracker) Done() bool { return t.sum.Cmp(one) == 0 }
 

@@ -178,7 +178,7 @@ const (
 	ServiceWorker   = "sleipnir-worker"
 	// ServiceVersion is the version of the services' endpoints (SemVer, as micro requires).
 	ServiceVersion = "1.0.0"
-	// StatusPrefix + "planner" or "worker.<id>" answers a request with the service's status (JSON).
+	// StatusPrefix + "planner", "worker.<id>" or "frontend.<id>" answers a request with the service's status (JSON).
 	StatusPrefix = "sleipnir.status."
 )
 
@@ -187,6 +187,9 @@ func PlannerStatusSubject() string { return StatusPrefix + "planner" }
 
 // WorkerStatusSubject is a worker's status endpoint.
 func WorkerStatusSubject(worker string) string { return StatusPrefix + "worker." + worker }
+
+// FrontendStatusSubject is a frontend's status endpoint.
+func FrontendStatusSubject(frontend string) string { return StatusPrefix + "frontend." + frontend }
 
 // Content types of client requests and replies.
 const (
@@ -468,6 +471,10 @@ type WorkerStats struct {
 	Rerouted uint64 `json:"rerouted"`
 	// Returned counts messages taken for a batch whose items did not fit it, handed back to the queue (naked).
 	Returned uint64 `json:"returned"`
+	// Unconfirmed counts result messages their frontend did not confirm in time: the task message was redelivered.
+	// Abandoned counts those given up, unconfirmed past the request's deadline and a grace (the frontend is gone).
+	Unconfirmed uint64 `json:"unconfirmed_results"`
+	Abandoned   uint64 `json:"abandoned_results"`
 	// DropReasons counts dropped items by reason (wire.Drop*).
 	DropReasons map[string]uint64 `json:"drop_reasons"`
 	// SetAside counts task messages set aside in DeadLetterStream, by reason (wire.SetAside*).

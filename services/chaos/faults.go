@@ -20,7 +20,7 @@ import (
 
 // Registry is every fault, in the table's order. A new fault is one more entry: a name and what Inject does
 // (restarts included); the load, the counting and the checks are the suite's.
-var Registry = slices.Concat(processFaults, nodeFaults())
+var Registry = slices.Concat(processFaults, resultFaults, nodeFaults())
 
 // processFaults are the faults of one server's deployment: processes killed, crafted and forged messages.
 var processFaults = []Fault{
@@ -56,9 +56,7 @@ var processFaults = []Fault{
 		}},
 	{Name: "nats-restart", Doc: "SIGKILL nats-server; restarted on the same store after 2 s",
 		Inject: func(ctx context.Context, s *System) ([]string, []string, error) {
-			s.Server.Kill()
-			time.Sleep(2 * time.Second)
-			return nil, nil, s.Server.Restart()
+			return nil, nil, restartNATS(s)
 		}},
 	{Name: "frontend-same-id", LossExpected: true,
 		Doc: "crafted (2): SIGKILL fe1 and restart it under the same --id after 1 s (its request ids start over); " +

@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
+	"github.com/sleipnir-serving/sleipnir/pkg/completion"
 	"github.com/sleipnir-serving/sleipnir/pkg/metrics"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
@@ -118,6 +119,12 @@ type Stats struct {
 	ReplyFailures uint64 `json:"reply_failures"`
 	// DemandWithheld counts demand reports not sent because their interval spanned a lost connection.
 	DemandWithheld uint64 `json:"demand_withheld"`
+	// Of the requests answered late (Late) whose task message JetStream had acknowledged, those whose every leaf was
+	// reported within lateWatch after the reply (the work was done, its report came late), and those still
+	// incomplete then (a result lost on the way, or work that never finished). Requests answered late while
+	// maxWatched were watched are in neither.
+	LateCompleted  uint64 `json:"late_completed"`
+	LateUnfinished uint64 `json:"late_unfinished"`
 }
 
 // Frontend serves requests for every pipeline whose spec and plan are in the KV bucket.
@@ -143,10 +150,12 @@ type Frontend struct {
 
 	mu      sync.Mutex
 	pending map[string]*request
-	rng     *rand.Rand     // routing, under mu
-	demand  map[string]int // requests accepted per pipeline since the last report, under mu
+	rng     *rand.Rand                     // routing, under mu
+	demand  map[string]int                 // requests accepted per pipeline since the last report, under mu
+	watched map[string]*completion.Tracker // requests answered late, for lateWatch (late.go), under mu
 
 	accepted, refused, overloaded, replied, late, stray, badReports, replyFailures, demandWithheld atomic.Uint64
+	lateCompleted, lateUnfinished                                                                  atomic.Uint64
 }
 
 // New prepares a frontend on a connection; Run serves.
@@ -173,7 +182,8 @@ func New(nc *nats.Conn, cfg Config) (*Frontend, error) {
 		intake:     newIntake(cfg.IntakeQueue),
 		complaints: ratelog.New(cfg.Logger, 0, 0),
 		ready:      make(chan struct{}), pending: map[string]*request{}, demand: map[string]int{},
-		rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0xf00d)),
+		watched: map[string]*completion.Tracker{},
+		rng:     rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0xf00d)),
 	}
 	f.micro = newMicroService(f)
 	f.exportCounters()
@@ -184,7 +194,8 @@ func New(nc *nats.Conn, cfg Config) (*Frontend, error) {
 func (f *Frontend) Stats() Stats {
 	return Stats{Accepted: f.accepted.Load(), Refused: f.refused.Load(), Overloaded: f.overloaded.Load(),
 		Replied: f.replied.Load(), Late: f.late.Load(), StrayLeaves: f.stray.Load(), BadReports: f.badReports.Load(),
-		ReplyFailures: f.replyFailures.Load(), DemandWithheld: f.demandWithheld.Load()}
+		ReplyFailures: f.replyFailures.Load(), DemandWithheld: f.demandWithheld.Load(),
+		LateCompleted: f.lateCompleted.Load(), LateUnfinished: f.lateUnfinished.Load()}
 }
 
 // Ready is closed once the frontend has loaded the pipelines and plans in the KV bucket and takes requests.

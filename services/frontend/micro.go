@@ -49,7 +49,15 @@ func (s *microService) subscribe(nc *nats.Conn) ([]*nats.Subscription, error) {
 		micro.InfoVerb:  s.info,
 		micro.StatsVerb: s.stats,
 	}
-	var subs []*nats.Subscription
+	// The status endpoint: the frontend's counters (Stats), as the planner's and the workers' status endpoints.
+	status, err := nc.Subscribe(wire.FrontendStatusSubject(s.f.cfg.ID), func(m *nats.Msg) {
+		data, _ := json.Marshal(s.f.Stats())
+		_ = m.Respond(data)
+	})
+	if err != nil {
+		return nil, err
+	}
+	subs := []*nats.Subscription{status}
 	for verb, h := range handlers {
 		for _, kind := range [][2]string{{"", ""}, {wire.ServiceFrontend, ""}, {wire.ServiceFrontend, s.id}} {
 			subject, err := micro.ControlSubject(verb, kind[0], kind[1])

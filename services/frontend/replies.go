@@ -53,8 +53,12 @@ func (f *Frontend) reportDemand(ctx context.Context) {
 	}
 }
 
-// onResult records leaf reports and replies to requests they complete.
+// onResult records leaf reports and replies to requests they complete. A worker sends them as requests and holds
+// its task message until the frontend confirms (services/worker report): every message is confirmed once read,
+// whatever it held, even for a request this frontend no longer knows (answered, or accepted before a restart), or
+// the worker would report it again until its grace ran out.
 func (f *Frontend) onResult(m *nats.Msg) {
+	defer confirm(m)
 	var rm wire.ResultMessage
 	if err := wire.UnmarshalMsgpack(m.Data, &rm); err != nil {
 		f.badReports.Add(1)
@@ -64,6 +68,7 @@ func (f *Frontend) onResult(m *nats.Msg) {
 	f.mu.Lock()
 	r, ok := f.pending[rm.RequestID]
 	if !ok {
+		f.afterLate(&rm)
 		f.mu.Unlock()
 		f.stray.Add(uint64(len(rm.Items)))
 		return
@@ -94,6 +99,9 @@ func (f *Frontend) expire(id string) {
 	f.mu.Lock()
 	r, ok := f.pending[id]
 	delete(f.pending, id)
+	if ok {
+		f.watchLate(r)
+	}
 	f.mu.Unlock()
 	if ok {
 		f.late.Add(1)

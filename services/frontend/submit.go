@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -38,6 +39,8 @@ type request struct {
 	timer    *time.Timer
 	reply    func(*wire.InferReply)
 	span     trace.Span
+	// enqueued: JetStream acknowledged the root task message (a request answered late before is not watched: late.go).
+	enqueued atomic.Bool
 }
 
 // submission is a decoded client request, whatever API it came through.
@@ -237,6 +240,7 @@ func (f *Frontend) submit(ctx context.Context, sub *submission, t *turn) error {
 		}
 		return err
 	}
+	r.enqueued.Store(true)
 	f.accepted.Add(1)
 	return nil
 }

@@ -95,19 +95,26 @@ func (s *testSystem) startFrontend(t testing.TB, cfg Config) (*Frontend, func())
 		cfg.Logger = s.log
 	}
 	nc := s.connect(t, "frontend-"+cfg.ID)
+	f, stopRun := startServing(t, nc, cfg)
+	return f, func() { stopRun(); nc.Close() }
+}
+
+// startServing runs a frontend on nc until stop is called (stop waits until Run returned) or the test ends, and waits
+// until it serves a pipeline with a plan.
+func startServing(t testing.TB, nc *nats.Conn, cfg Config) (f *Frontend, stop func()) {
+	t.Helper()
 	f, err := New(nc, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	stopRun := testrig.Run(t, "frontend "+cfg.ID, f.Run)
-	stop := func() { stopRun(); nc.Close() }
-	select {
-	case <-f.Ready():
-	case <-time.After(10 * time.Second):
-		t.Fatal("frontend not ready after 10s")
-	}
+	stop = testrig.Run(t, "frontend "+cfg.ID, f.Run)
 	testrig.Eventually(t, 10*time.Second, "the frontend sees a pipeline with a plan", func() bool {
-		return len(f.Pipelines()) > 0
+		select {
+		case <-f.Ready():
+			return len(f.Pipelines()) > 0
+		default:
+			return false
+		}
 	})
 	return f, stop
 }

@@ -19,17 +19,47 @@ import (
 )
 
 // forward publishes the sub-requests of one message's items as the hop step (pkg/hop) routes, groups and splits
-// them, and reports its leaves (finished, dropped or failed items) to the request's frontend.
-func (w *Worker) forward(ctx context.Context, s *serving, in *inbound) error {
-	path := wire.AppendHop(in.path, s.a.Task, s.a.Variant)
-	var leaves []wire.ItemResult
+// them, and reports its leaves (finished, dropped or failed items) to the request's frontend. It returns at once;
+// the returned wait says when the publishes are acknowledged and the report confirmed, or why not, so that a batch's
+// messages wait for theirs together: one round trip a batch, and one confirmation timeout, not one a message, while
+// the server is away.
+func (w *Worker) forward(ctx context.Context, s *serving, in *inbound) (wait func() error) {
 	var acks []jetstream.PubAckFuture
 	var sends []trace.Span // each published message's "send" span, ended when its publish is acknowledged
-	defer func() {
-		for _, sp := range sends {
-			sp.End()
+	var confirmed <-chan error
+	err := w.publishOut(ctx, s, in, &acks, &sends, &confirmed)
+	return func() error {
+		defer func() {
+			for _, sp := range sends {
+				sp.End()
+			}
+		}()
+		if err != nil {
+			return err
 		}
-	}()
+		for i, f := range acks {
+			select {
+			case <-f.Ok():
+			case err := <-f.Err():
+				sends[i].SetStatus(codes.Error, err.Error())
+				return fmt.Errorf("publish to %s: %w", f.Msg().Subject, err)
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		if confirmed != nil {
+			return <-confirmed
+		}
+		return nil
+	}
+}
+
+// publishOut publishes in's sub-requests (their acknowledgements and "send" spans into acks and sends) and sends its
+// leaves to the frontend (the confirmation into confirmed).
+func (w *Worker) publishOut(ctx context.Context, s *serving, in *inbound, acks *[]jetstream.PubAckFuture,
+	sends *[]trace.Span, confirmed *<-chan error) error {
+	path := wire.AppendHop(in.path, s.a.Task, s.a.Variant)
+	var leaves []wire.ItemResult
 	now := time.Now()
 	when := hop.When{Now: now, AtTask: now.Sub(in.enqueued), Left: in.deadline.Sub(now)}
 	s.refreshStage()
@@ -95,12 +125,12 @@ func (w *Worker) forward(ctx context.Context, s *serving, in *inbound) error {
 			if err != nil {
 				return err
 			}
-			sends = append(sends, send)
+			*sends = append(*sends, send)
 			f, err := w.js.PublishMsgAsync(msg)
 			if err != nil {
 				return fmt.Errorf("publish to %s: %w", msg.Subject, err)
 			}
-			acks = append(acks, f)
+			*acks = append(*acks, f)
 		}
 	}
 	for _, l := range leaves {
@@ -114,19 +144,9 @@ func (w *Worker) forward(ctx context.Context, s *serving, in *inbound) error {
 		if err != nil {
 			return err
 		}
-		if err := w.nc.Publish(in.replyTo, data); err != nil {
-			return fmt.Errorf("report to %s: %w", in.replyTo, err)
-		}
-	}
-	for i, f := range acks {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			sends[i].SetStatus(codes.Error, err.Error())
-			return fmt.Errorf("publish to %s: %w", f.Msg().Subject, err)
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+		c := make(chan error, 1)
+		go func() { c <- w.report(ctx, in, data) }()
+		*confirmed = c
 	}
 	return nil
 }
@@ -147,4 +167,38 @@ func (w *Worker) taskMsg(in *inbound, pipelineName, task, variant, path, id stri
 		semconv.MessagingMessageID(id), telemetry.AttrItems.Int(len(tm.Items)),
 		telemetry.AttrTask.String(task), telemetry.AttrVariant.String(variant))
 	return msg, send, nil
+}
+
+// Confirmed results (docs/faults.md, "Results at least once").
+const (
+	// confirmWait bounds the wait for a frontend's confirmation of a batch's result messages. A frontend confirms as
+	// it records, in well under a millisecond, but one starved of CPU may take long: with 500 ms, workers sent their
+	// results again to frontends that had them (make chaos on a machine at load 30: 29 given up), which a frontend
+	// behind can least afford. Waiting costs nothing while the server is away: the worker can fetch nothing then.
+	confirmWait = 2 * time.Second
+	// resultGrace is how long past a request's deadline its leaves are still reported: its frontend has answered it
+	// late by then, and a late report only tells it the work was done (and make chaos counts that).
+	resultGrace = 5 * time.Second
+)
+
+// report sends a message's leaves to the frontend that owns its request, as a request: the frontend answers once it
+// has recorded them. A plain publish was lost when the server restarted with it in flight, or when the worker's
+// reconnect flushed it before the frontend had subscribed again, and the request went late with its work done. An
+// unconfirmed report fails the message, which is then redelivered and executed again (the frontend counts a leaf
+// once); past the deadline and resultGrace it is given up (counted) so that the message is not retried forever for a
+// frontend that is gone.
+func (w *Worker) report(ctx context.Context, in *inbound, data []byte) error {
+	rctx, cancel := context.WithTimeout(ctx, confirmWait)
+	defer cancel()
+	_, err := w.nc.RequestMsgWithContext(rctx, &nats.Msg{Subject: in.replyTo, Data: data})
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() == nil && time.Now().After(in.deadline.Add(resultGrace)) {
+		w.abandoned.Add(1)
+		w.complaints.Warn("result not confirmed by its frontend; given up", "to", in.replyTo, "err", err)
+		return nil
+	}
+	w.unconfirmed.Add(1)
+	return fmt.Errorf("report to %s not confirmed: %w", in.replyTo, err)
 }

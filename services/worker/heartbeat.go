@@ -62,7 +62,8 @@ func (w *Worker) Observations() map[string]Observed {
 func (w *Worker) Stats() Stats {
 	st := Stats{Messages: w.messages.Load(), Items: w.items.Load(), Batches: w.batches.Load(),
 		Dropped: w.dropped.Load(), Failed: w.failed.Load(), Discarded: w.discarded.Load(),
-		Rerouted: w.rerouted.Load(), Returned: w.returned.Load(), DropReasons: map[string]uint64{}}
+		Rerouted: w.rerouted.Load(), Returned: w.returned.Load(), Unconfirmed: w.unconfirmed.Load(),
+		Abandoned: w.abandoned.Load(), DropReasons: map[string]uint64{}}
 	for r, c := range w.drops {
 		if n := c.Load(); n > 0 {
 			st.DropReasons[r] = n

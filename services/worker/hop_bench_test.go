@@ -17,6 +17,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/executor"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/telemetry"
+	"github.com/sleipnir-serving/sleipnir/pkg/testrig"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
@@ -78,6 +79,48 @@ func BenchmarkHop(b *testing.B) {
 		}()
 		benchmarkHop(b)
 	})
+	b.Run("leaf", benchmarkLeaf)
+}
+
+// benchmarkLeaf times a leaf hop one message after another: publish a task message to a leaf variant, and its
+// result reaches the rig (which confirms it, as a frontend does). The next message is published as the result
+// arrives, so a worker that holds its acknowledgement until the result is confirmed makes the next hop wait for the
+// confirmation's round trip: what a confirmed result costs a worker per hop shows in leaf-p50-us.
+func benchmarkLeaf(b *testing.B) {
+	r := newRigWith(b, chainSpec)
+	w := r.startWorkerWith(Config{ID: "leaf", FetchWait: time.Second,
+		NewExecutor: func(spec *pipeline.Spec, task, _ string, _ executor.Options) (executor.Executor, error) {
+			return passThrough{children: spec.Task(task).Children}, nil
+		}})
+	r.assignTask("leaf", "b", "y", 1)
+	r.waitServingTask(w, "b", "y")
+	input := wire.NewFP32("x", []int64{1, 64}, make([]float32, 64))
+	payload, _ := msgpack.Marshal(&wire.TaskMessage{Items: []wire.Item{{ID: "0", Den: 1, Inputs: []wire.Tensor{input}}}})
+	deadline := wire.FormatDeadline(time.Now().Add(time.Hour))
+	var leaf []time.Duration
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		m := nats.NewMsg(wire.TaskSubject("hop", "b", "y"))
+		m.Data = payload
+		m.Header.Set(wire.HeaderRequestID, fmt.Sprint("r", i))
+		m.Header.Set(wire.HeaderDeadline, deadline)
+		m.Header.Set(wire.HeaderReplyTo, r.reply)
+		t0 := time.Now()
+		if _, err := r.js.PublishMsgAsync(m); err != nil {
+			b.Fatal(err)
+		}
+		r.next(5 * time.Second)
+		leaf = append(leaf, time.Since(t0))
+	}
+	b.StopTimer()
+	b.ReportMetric(percentileUs(leaf, 0.5), "leaf-p50-us")
+	b.ReportMetric(percentileUs(leaf, 0.95), "leaf-p95-us")
+}
+
+// percentileUs is the q-quantile of d, in microseconds (d is sorted).
+func percentileUs(d []time.Duration, q float64) float64 {
+	slices.Sort(d)
+	return float64(d[int(q*float64(len(d)-1))].Nanoseconds()) / 1000
 }
 
 func benchmarkHop(b *testing.B) {
@@ -162,13 +205,64 @@ func benchmarkHop(b *testing.B) {
 		hop = append(hop, time.Since(t0))
 	}
 	b.StopTimer()
-	p := func(d []time.Duration, q float64) float64 {
-		slices.Sort(d)
-		return float64(d[int(q*float64(len(d)-1))].Nanoseconds()) / 1000
-	}
+	p := percentileUs
 	b.ReportMetric(p(raw, 0.5), "raw-p50-us")
 	b.ReportMetric(p(raw, 0.95), "raw-p95-us")
 	b.ReportMetric(p(hop, 0.5), "hop-p50-us")
 	b.ReportMetric(p(hop, 0.95), "hop-p95-us")
 	b.ReportMetric(p(hop, 0.5)/p(raw, 0.5), "p50-ratio")
+}
+
+// BenchmarkResultReport times what a worker waits for per result message under each way of reporting results
+// (docs/faults.md, "Results at least once"): a plain publish (nothing: at most once), a request the frontend answers
+// (the choice: report), and a publish acknowledged by a JetStream stream of results in memory or on file (the
+// alternative, before the frontend's consumer delivers it, which is not counted). 512 bytes: a leaf with a small
+// output.
+func BenchmarkResultReport(b *testing.B) {
+	srv := testrig.Server(b)
+	nc, fe := srv.Connect(b, "worker"), srv.Connect(b, "frontend")
+	ctx := context.Background()
+	if _, err := fe.Subscribe("bench.result", func(m *nats.Msg) {
+		if m.Reply != "" {
+			_ = m.Respond(nil)
+		}
+	}); err != nil {
+		b.Fatal(err)
+	}
+	if err := fe.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	js := testrig.JetStream(b, nc)
+	for name, st := range map[string]jetstream.StorageType{"memory": jetstream.MemoryStorage,
+		"file": jetstream.FileStorage} {
+		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "RESULTS_" + name,
+			Subjects: []string{"bench.js." + name}, Storage: st, MaxAge: time.Minute}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	payload := make([]byte, 512)
+	b.Run("publish", func(b *testing.B) {
+		for b.Loop() {
+			if err := nc.Publish("bench.result", payload); err != nil {
+				b.Fatal(err)
+			}
+		}
+		_ = nc.Flush()
+	})
+	b.Run("request", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := nc.Request("bench.result", payload, time.Second); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	for _, name := range []string{"memory", "file"} {
+		b.Run("jetstream-"+name, func(b *testing.B) {
+			for b.Loop() {
+				if _, err := js.Publish(ctx, "bench.js."+name, payload); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
 	"go.opentelemetry.io/otel/trace"
@@ -133,9 +134,14 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 		defer span.End()
 	}
 	// A batch that runs longer than a third of the ack wait is marked in progress, so that JetStream does not hand
-	// it to another replica while this one is alive.
+	// it to another replica while this one is alive; until its results are confirmed too (settle).
 	done := make(chan struct{})
-	defer close(done)
+	settling := false
+	defer func() {
+		if !settling {
+			close(done)
+		}
+	}()
 	go w.keepInProgress(s, batch, done)
 	// Execute in model batches of at most MaxBatch items (one message may carry several items).
 	for c := range batching.Chunks(len(inputs), s.a.MaxBatch) {
@@ -188,17 +194,47 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 			}
 		}
 	})
-	for _, in := range batch {
-		if err := w.forward(ctx, s, in); err != nil {
+	waits := make([]func() error, len(batch))
+	for i, in := range batch {
+		waits[i] = w.forward(ctx, s, in)
+	}
+	settling = true
+	go w.settle(batch, waits, done)
+}
+
+// settle acknowledges each message of a batch once its sub-requests are stored and its results confirmed, or hands
+// it back, and then closes done. It runs beside the next batch: a worker does not wait for the frontends'
+// confirmations (a round trip through the server and a frontend's scheduling) before it fetches again.
+func (w *Worker) settle(batch []*inbound, waits []func() error, done chan<- struct{}) {
+	defer close(done)
+	for i, in := range batch {
+		if err := waits[i](); err != nil {
 			// Not acknowledged: JetStream delivers the message again; sub-requests already published are
 			// de-duplicated by their message ids.
 			w.log.Warn("forwarding failed; message will be redelivered", "request", in.requestID, "err", err)
-			_ = in.msg.NakWithDelay(100 * time.Millisecond)
+			_ = in.msg.NakWithDelay(redeliveryDelay(in.msg, err))
 		} else {
 			_ = in.msg.Ack()
 		}
 		in.span.End()
 	}
+}
+
+// redeliveryDelay is how long a message whose forwarding failed (err) waits before it is delivered again: 100 ms,
+// doubling with each delivery up to 800 ms; at least 1 s when its frontend had no subscription ("no responders": it
+// is gone, or subscribing again after a server restart). By then the message's deadline has mostly passed, and it
+// comes back to be dropped and reported, not executed again: a killed frontend's messages took the capacity its
+// successor needed (make chaos frontend-kill).
+func redeliveryDelay(m jetstream.Msg, err error) time.Duration {
+	n := uint64(1)
+	if meta, err := m.Metadata(); err == nil {
+		n = max(1, meta.NumDelivered)
+	}
+	d := 100 * time.Millisecond << min(n-1, 3)
+	if errors.Is(err, nats.ErrNoResponders) {
+		d = max(d, time.Second)
+	}
+	return d
 }
 
 // startBatchSpan starts the span of a batch's execution, and gives each message's span the batch's size. Its

@@ -122,6 +122,7 @@ type Worker struct {
 
 	messages, items, batches, dropped, failed, discarded, rerouted atomic.Uint64
 	returned                                                       atomic.Uint64             // messages naked: they did not fit a batch
+	unconfirmed, abandoned                                         atomic.Uint64             // result reports (report)
 	drops                                                          map[string]*atomic.Uint64 // by reason; the map is fixed at New
 	setAsideCounts                                                 map[string]*atomic.Uint64 // messages set aside, by reason; fixed at New
 	swapMs                                                         atomic.Uint64             // float64 bits
