@@ -26,6 +26,8 @@ type PlannerState struct {
 	Queues []QueueDepth
 	// Lent is, per pipeline, the workers the tuner lends each variant ("task/variant") on top of the plan's.
 	Lent map[string]map[string]int
+	// DroppedReports counts the demand reports dropped over the subscription's pending limits.
+	DroppedReports uint64
 }
 
 // Planner holds the planner's metrics: the plan in force per pipeline, and the demand estimate and the variants'
@@ -37,7 +39,7 @@ type Planner struct {
 
 	state                             func() PlannerState
 	demandD, sloD, pendingD, unackedD *prometheus.Desc
-	lentD                             *prometheus.Desc
+	lentD, droppedD                   *prometheus.Desc
 	mu                                sync.Mutex
 	lastEpoch                         map[string]uint64
 }
@@ -80,6 +82,8 @@ func NewPlanner(reg prometheus.Registerer, state func() PlannerState) *Planner {
 			"Task messages delivered to a variant's workers and not yet acknowledged.", variant, nil),
 		lentD: prometheus.NewDesc(name("tuner", "lent_workers"),
 			"Idle workers the tuner lends a variant on top of the plan's replicas (pkg/tuner).", variant, nil),
+		droppedD: prometheus.NewDesc(name("planner", "dropped_reports_total"),
+			"Demand reports dropped over the subscription's pending limits (the planner fell behind).", nil, nil),
 		lastEpoch: map[string]uint64{},
 	}
 	reg.MustRegister(m.epoch, m.mode, m.accuracy, m.active, m.cluster, m.plannedDemand, m.estimate, m.served, m.solve,
@@ -151,6 +155,7 @@ func (m *Planner) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.pendingD
 	ch <- m.unackedD
 	ch <- m.lentD
+	ch <- m.droppedD
 }
 
 // Collect implements prometheus.Collector: the demand estimates and the queues now.
@@ -159,6 +164,7 @@ func (m *Planner) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	st := m.state()
+	ch <- prometheus.MustNewConstMetric(m.droppedD, prometheus.CounterValue, float64(st.DroppedReports))
 	for p, qps := range st.Demand {
 		ch <- prometheus.MustNewConstMetric(m.demandD, prometheus.GaugeValue, qps, p)
 	}

@@ -25,6 +25,7 @@ func (p *Planner) metricsState() metrics.PlannerState {
 	}
 	st.Lent = p.lentShown
 	p.mu.Unlock()
+	st.DroppedReports = p.droppedReports.Total()
 	ctx, cancel := context.WithTimeout(context.Background(), queueLookupTimeout)
 	defer cancel()
 	for _, spec := range p.cfg.Pipelines {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/sleipnir-serving/sleipnir/pkg/bus"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
@@ -19,7 +20,8 @@ func (w *Worker) addService() (micro.Service, error) {
 	err = svc.AddEndpoint("status", micro.HandlerFunc(func(req micro.Request) {
 		_ = req.RespondJSON(Registration{ID: w.cfg.ID, Updated: time.Now(), Variant: w.Serving(), Stats: w.Stats(),
 			SwapMs: float64frombits(w.swapMs.Load()), Observed: w.Observations()})
-	}), micro.WithEndpointSubject(wire.WorkerStatusSubject(w.cfg.ID)))
+	}), micro.WithEndpointSubject(wire.WorkerStatusSubject(w.cfg.ID)),
+		micro.WithEndpointPendingLimits(bus.ControlPending.Msgs, bus.ControlPending.Bytes))
 	if err != nil {
 		_ = svc.Stop()
 		return nil, err
