@@ -50,6 +50,10 @@ type Config struct {
 	// DefaultMaxInFlight); beyond it a request is refused at once as overloaded. It also sizes the result
 	// subscription's buffer (resultLimits).
 	MaxInFlight int
+	// RequestBacklog is how many requests may wait for the request callback (default DefaultRequestBacklog), which
+	// refuses them or hands them to the intake; beyond it (a flood the callback cannot keep up with) the NATS client
+	// drops them unanswered, and the frontend counts them (Stats.DroppedRequests).
+	RequestBacklog int
 	// MaxTimeout is the furthest ahead a request's deadline may be (Sleipnir-Timeout or Sleipnir-Deadline); further
 	// is refused. Default: the larger of DefaultMaxTimeout and 10 times the pipeline's SLO. At most 24 h.
 	MaxTimeout time.Duration
@@ -96,6 +100,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxInFlight <= 0 {
 		c.MaxInFlight = DefaultMaxInFlight
+	}
+	if c.RequestBacklog <= 0 {
+		c.RequestBacklog = DefaultRequestBacklog
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -9,6 +9,10 @@ import "github.com/sleipnir-serving/sleipnir/pkg/bus"
 // requests a second answered within a second, seven times what it needs.
 const DefaultMaxInFlight = 4096
 
+// DefaultRequestBacklog is the default bound on requests waiting for the request callback: seconds of a flood, on
+// a machine too busy for the callback to keep up; a few MiB of small requests.
+const DefaultRequestBacklog = 4096
+
 // What the results of one accepted request may hold in the result subscription's buffer, should its callback stall:
 // a message per worker batch that reported leaves of the request (the examples' requests have at most 18 leaves),
 // with their outputs (scores, a line of text and its box).
@@ -35,13 +39,13 @@ func (f *Frontend) inFlightRefusal() error {
 		f.cfg.MaxInFlight)
 }
 
-// requestLimits bound the requests waiting for the request callback. The callback never waits (it refuses, or hands
-// the request to the intake), so a backlog longer than the intake is a flood it cannot keep up with: those requests
-// are dropped unanswered (their clients time out) and counted. The bytes let a lone request of any size the server
-// admits through, so that one over MaxRequestBytes is refused with a reply, not dropped.
+// requestLimits bound the requests waiting for the request callback: RequestBacklog of them, and a few of the largest
+// in bytes. The callback never waits (it refuses, or hands the request to the intake), so a backlog is a flood
+// faster than it: what is over the limits is dropped unanswered (its client times out) and counted, where a refusal
+// would cost a reply. The bytes let a lone request of any size the server admits through, so that one over
+// MaxRequestBytes is refused with a reply, not dropped.
 func (f *Frontend) requestLimits() bus.Limits {
-	return bus.Limits{Msgs: f.cfg.IntakeWorkers + f.cfg.IntakeQueue,
-		Bytes: max(4*f.cfg.MaxRequestBytes, 2*int(f.nc.MaxPayload()))}
+	return bus.Limits{Msgs: f.cfg.RequestBacklog, Bytes: max(4*f.cfg.MaxRequestBytes, 2*int(f.nc.MaxPayload()))}
 }
 
 // resultLimits bound the results waiting for the result callback. A dropped result leaves its request to end late,

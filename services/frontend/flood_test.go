@@ -1,0 +1,310 @@
+package frontend
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/testrig"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
+
+// floodClient sends requests open-loop and keeps, per request, only what the flood test checks (how many replies,
+// the first one's kind and latency): testrig.Client keeps every reply, which would weigh in the heap the test bounds.
+type floodClient struct {
+	nc     *nats.Conn
+	prefix string
+
+	mu      sync.Mutex
+	sent    []time.Time
+	replies []uint8
+	kind    []uint8 // of the first reply
+	latency []time.Duration
+}
+
+// Kinds of reply.
+const (
+	replyNone     = iota
+	replyAccepted // ok, partial, dropped or late: the request went into the pipeline
+	replyRefused  // overloaded
+	replyOther    // any other error
+)
+
+func newFloodClient(t *testing.T, nc *nats.Conn) *floodClient {
+	c := &floodClient{nc: nc, prefix: nats.NewInbox()}
+	sub, err := nc.Subscribe(c.prefix+".*", c.onReply)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = sub.SetPendingLimits(-1, -1) // the test's own client must see every reply
+	return c
+}
+
+func (c *floodClient) onReply(m *nats.Msg) {
+	now := time.Now()
+	i, err := strconv.Atoi(m.Subject[len(c.prefix)+1:])
+	kind := uint8(replyAccepted)
+	if e := m.Header.Get(wire.HeaderError); strings.Contains(e, "overloaded") {
+		kind = replyRefused
+	} else if e != "" {
+		kind = replyOther
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil || i >= len(c.sent) {
+		return
+	}
+	if c.replies[i] == 0 {
+		c.kind[i], c.latency[i] = kind, now.Sub(c.sent[i])
+	}
+	c.replies[i]++
+}
+
+func (c *floodClient) send(t *testing.T, pipeline string, data []byte) {
+	m := nats.NewMsg(wire.InferSubject(pipeline))
+	m.Data = data
+	c.mu.Lock()
+	m.Reply = fmt.Sprintf("%s.%d", c.prefix, len(c.sent))
+	c.sent = append(c.sent, time.Now())
+	c.replies, c.kind, c.latency = append(c.replies, 0), append(c.kind, replyNone), append(c.latency, 0)
+	c.mu.Unlock()
+	if err := c.nc.PublishMsg(m); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// floodCounts are what became of the requests sent.
+type floodCounts struct {
+	sent, accepted, refused, other, unanswered, twice int
+	// Latencies of the first replies of the requests refused and accepted, sorted.
+	refusalLatency, acceptedLatency []time.Duration
+}
+
+func (c *floodClient) counts() floodCounts {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := floodCounts{sent: len(c.sent)}
+	for i, k := range c.kind {
+		switch k {
+		case replyNone:
+			n.unanswered++
+		case replyAccepted:
+			n.accepted++
+			n.acceptedLatency = append(n.acceptedLatency, c.latency[i])
+		case replyRefused:
+			n.refused++
+			n.refusalLatency = append(n.refusalLatency, c.latency[i])
+		default:
+			n.other++
+		}
+		if c.replies[i] > 1 {
+			n.twice++
+		}
+	}
+	slices.Sort(n.refusalLatency)
+	slices.Sort(n.acceptedLatency)
+	return n
+}
+
+func quantile(d []time.Duration, q float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	return d[min(len(d)-1, int(q*float64(len(d))))]
+}
+
+// liveHeap is the heap in use after a collection: what the process holds, not what the collector has yet to free.
+func liveHeap() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// floodDuration is how long TestFlood floods: 3 s in `make test`, SLEIPNIR_FLOOD (make flood: 20 s) to measure.
+func floodDuration(t *testing.T) time.Duration {
+	if s := os.Getenv("SLEIPNIR_FLOOD"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			t.Fatalf("SLEIPNIR_FLOOD=%q: %v", s, err)
+		}
+		return d
+	}
+	return 3 * time.Second
+}
+
+// Bounds TestFlood states. The frontend holds at most maxInFlight requests; the live heap of the whole test process
+// (the server, the planner, two workers, the frontend and the client) grows by at most floodHeapBound while flooded.
+const (
+	floodInFlight  = 16
+	floodHeapBound = 32 << 20
+)
+
+// TestFlood sends a real frontend, on a real JetStream server with two emulated workers, ten times what its intake
+// admits (floodInFlight requests, each for at most its deadline, the pipeline's SLO) for floodDuration, over NATS,
+// with HTTP requests beside them. Refusals happen, at once; every accepted request gets exactly one reply; the
+// frontend never holds more than its limit; the heap stays within floodHeapBound of where it started.
+func TestFlood(t *testing.T) {
+	s := startTestSystem(t, 2)
+	f, _ := s.startFrontend(t, Config{ID: "fe", IntakeWorkers: 4, IntakeQueue: 16, MaxInFlight: floodInFlight})
+	srv := httptest.NewServer(f.Handler())
+	defer srv.Close()
+	c := newFloodClient(t, s.connect(t, "flood"))
+	req := goodRequest(t)
+	slo := time.Duration(s.spec.SLOMs * float64(time.Millisecond))
+	rate := 10 * float64(floodInFlight) / slo.Seconds()
+	duration := floodDuration(t)
+	// The baseline: the system warmed up by a request served.
+	c.send(t, s.spec.Name, req)
+	testrig.Eventually(t, 10*time.Second, "a first reply", func() bool { return c.counts().accepted == 1 })
+	before := liveHeap()
+
+	// Once a second, beside the flood: the live heap, and an HTTP request.
+	var peakHeap uint64
+	var http429, httpAccepted int
+	var httpOther []string
+	done, sampled := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(sampled)
+		sample := time.NewTicker(time.Second)
+		defer sample.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-sample.C:
+			}
+			peakHeap = max(peakHeap, liveHeap())
+			code, retry := floodHTTP(t, srv.URL, s.spec.Name)
+			switch {
+			case code == http.StatusTooManyRequests && retry != "":
+				http429++
+			case code == http.StatusOK || code == http.StatusServiceUnavailable || code == http.StatusGatewayTimeout:
+				httpAccepted++ // ok, partial or dropped, late
+			default:
+				httpOther = append(httpOther, fmt.Sprintf("%d (Retry-After %q)", code, retry))
+			}
+		}
+	}()
+	var peakInFlight int64
+	start, sent := time.Now(), 0
+	tick := time.NewTicker(10 * time.Millisecond)
+	for now := start; now.Sub(start) < duration; now = <-tick.C {
+		for target := int(rate * now.Sub(start).Seconds()); sent < target; sent++ {
+			c.send(t, s.spec.Name, req)
+		}
+		peakInFlight = max(peakInFlight, f.Stats().InFlight)
+	}
+	tick.Stop()
+	flooded := time.Since(start)
+	close(done)
+	<-sampled
+
+	// Every request is answered by its deadline, or was dropped unanswered over the pending limits (counted).
+	settled := func() bool { n := c.counts(); return n.unanswered == int(f.Stats().DroppedRequests) }
+	if err := testrig.WaitFor(30*time.Second, "every request answered or counted as dropped", settled); err != nil {
+		t.Errorf("%v: %+v, stats %+v", err, c.counts(), f.Stats())
+	}
+	// A second reply would come within a deadline.
+	testrig.Consistently(t, slo, "no request answered twice", func() bool { return c.counts().twice == 0 })
+	n, st := c.counts(), f.Stats()
+	ms := func(d time.Duration) string { return d.Round(100 * time.Microsecond).String() }
+	t.Logf("flood of %v at %.0f requests/s (%.0f sent/s; intake: %d in flight, SLO %v): sent %d, accepted %d, "+
+		"refused %d, dropped unanswered %d; refusal latency p50 %s p99 %s max %s (accepted: p50 %s); in flight at "+
+		"most %d; live heap %.1f MiB before, %.1f MiB at most while flooded (+%.1f MiB); HTTP: %d of %d refused "+
+		"with 429 and Retry-After", flooded.Round(time.Millisecond), rate, float64(sent)/flooded.Seconds(),
+		floodInFlight, slo, n.sent, n.accepted, n.refused, st.DroppedRequests, ms(quantile(n.refusalLatency, .5)),
+		ms(quantile(n.refusalLatency, .99)), ms(quantile(n.refusalLatency, 1)), ms(quantile(n.acceptedLatency, .5)),
+		peakInFlight, mib(before), mib(peakHeap), mib(peakHeap)-mib(before), http429,
+		http429+httpAccepted+len(httpOther))
+
+	if n.refused < n.sent/2 {
+		t.Errorf("%d of %d requests refused, want at least half: the flood is ten times the intake", n.refused, n.sent)
+	}
+	if st.DroppedRequests > uint64(n.sent/10) {
+		t.Errorf("%d of %d requests dropped unanswered, want refusals rather (at most a tenth)", st.DroppedRequests, n.sent)
+	}
+	if n.twice > 0 || n.other > 0 {
+		t.Errorf("%d requests got more than one reply, %d an error other than overloaded", n.twice, n.other)
+	}
+	// Replied counts the replies of requests that entered the pipeline (some publishes outlast their deadline on a
+	// busy machine: those are answered late, and not counted as accepted).
+	if uint64(n.accepted+httpAccepted) != st.Replied || st.Replied < st.Accepted {
+		t.Errorf("%d replies to accepted requests (%d over HTTP), the frontend replied to %d, accepted %d: requests lost",
+			n.accepted+httpAccepted, httpAccepted, st.Replied, st.Accepted)
+	}
+	if peakInFlight > floodInFlight || st.InFlight != 0 {
+		t.Errorf("%d requests in flight at most, %d at the end, want at most %d, then 0", peakInFlight, st.InFlight,
+			floodInFlight)
+	}
+	if peakHeap > before+floodHeapBound {
+		t.Errorf("live heap grew from %.1f to %.1f MiB while flooded, want at most %.0f MiB more", mib(before),
+			mib(peakHeap), mib(floodHeapBound))
+	}
+	// Refusals cost no model time and no publish: they are answered sooner than accepted requests. (Not an absolute
+	// bound: on a busy machine the test's own client, in this process, may take a second to read its replies.)
+	if p50, accepted := quantile(n.refusalLatency, .5), quantile(n.acceptedLatency, .5); p50 >= accepted {
+		t.Errorf("refusals answered in %v (median), accepted requests in %v: want refusals at once", p50, accepted)
+	}
+	if http429 == 0 || len(httpOther) > 0 {
+		t.Errorf("HTTP requests during the flood: %d refused with 429 and Retry-After, %d accepted, others %v",
+			http429, httpAccepted, httpOther)
+	}
+}
+
+func mib(b uint64) float64 { return float64(b) / (1 << 20) }
+
+// floodHTTP sends one HTTP inference request and returns its status and Retry-After.
+func floodHTTP(t *testing.T, url, pipeline string) (int, string) {
+	resp, err := http.Post(url+"/v2/models/"+pipeline+"/infer", wire.ContentJSON,
+		strings.NewReader(`{"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 2], "data": [0.5, 1.5]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, resp.Header.Get(wire.HeaderRetryAfter)
+}
+
+// TestStalledCallbackHoldsItsBacklog: while the request callback is stalled (here: the intake's lock held), at most
+// RequestBacklog requests wait for it; the rest are dropped and counted. Once it resumes, each request kept gets its
+// one reply.
+func TestStalledCallbackHoldsItsBacklog(t *testing.T) {
+	s := startTestSystem(t, 0)
+	const backlog, sent = 16, 200
+	f, _ := s.startFrontend(t, Config{ID: "fe", RequestBacklog: backlog, MaxInFlight: 1})
+	c := newFloodClient(t, s.connect(t, "flood"))
+	f.intake.mu.Lock()
+	for range sent {
+		c.send(t, s.spec.Name, goodRequest(t))
+	}
+	err := testrig.WaitFor(10*time.Second, "the requests over the backlog dropped", func() bool {
+		return f.Stats().DroppedRequests == sent-backlog
+	})
+	f.intake.mu.Unlock()
+	if err != nil {
+		t.Fatalf("%v: %d dropped of %d sent to a stalled callback with a backlog of %d", err,
+			f.Stats().DroppedRequests, sent, backlog)
+	}
+	testrig.Eventually(t, 10*time.Second, "a reply to each request kept", func() bool {
+		return c.counts().unanswered == sent-backlog
+	})
+	time.Sleep(100 * time.Millisecond) // a second reply would be here by now
+	if n := c.counts(); n.twice > 0 || n.accepted+n.refused != backlog {
+		t.Errorf("%+v, want one reply each to the %d requests kept", n, backlog)
+	}
+	if st := f.Stats(); st.DroppedResults != 0 || st.DroppedControl != 0 {
+		t.Errorf("stats %+v: drops from the result or micro subscriptions", st)
+	}
+}
