@@ -36,7 +36,8 @@ type floodClient struct {
 // Kinds of reply.
 const (
 	replyNone     = iota
-	replyAccepted // ok, partial, dropped or late: the request went into the pipeline
+	replyOK       // ok
+	replyAccepted // partial, dropped or late: the request went into the pipeline
 	replyRefused  // overloaded
 	replyOther    // any other error
 )
@@ -55,10 +56,16 @@ func (c *floodClient) onReply(m *nats.Msg) {
 	now := time.Now()
 	i, err := strconv.Atoi(m.Subject[len(c.prefix)+1:])
 	kind := uint8(replyAccepted)
-	if e := m.Header.Get(wire.HeaderError); strings.Contains(e, "overloaded") {
+	switch e := m.Header.Get(wire.HeaderError); {
+	case strings.Contains(e, "overloaded"):
 		kind = replyRefused
-	} else if e != "" {
+	case e != "":
 		kind = replyOther
+	default:
+		var rep wire.InferReply
+		if wire.UnmarshalMsgpack(m.Data, &rep) == nil && rep.Status == wire.StatusOK {
+			kind = replyOK
+		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -86,7 +93,7 @@ func (c *floodClient) send(t *testing.T, pipeline string, data []byte) {
 
 // floodCounts are what became of the requests sent.
 type floodCounts struct {
-	sent, accepted, refused, other, unanswered, twice int
+	sent, ok, accepted, refused, other, unanswered, twice int
 	// Latencies of the first replies of the requests refused and accepted, sorted.
 	refusalLatency, acceptedLatency []time.Duration
 }
@@ -99,7 +106,10 @@ func (c *floodClient) counts() floodCounts {
 		switch k {
 		case replyNone:
 			n.unanswered++
-		case replyAccepted:
+		case replyOK, replyAccepted:
+			if k == replyOK {
+				n.ok++
+			}
 			n.accepted++
 			n.acceptedLatency = append(n.acceptedLatency, c.latency[i])
 		case replyRefused:
@@ -156,11 +166,12 @@ const (
 // with HTTP requests beside them. Refusals happen, at once; every accepted request gets exactly one reply; the
 // frontend never holds more than its limit; the heap stays within floodHeapBound of where it started.
 func TestFlood(t *testing.T) {
-	s := startTestSystem(t, 2)
+	s := startTestSystem(t, 10)
 	f, _ := s.startFrontend(t, Config{ID: "fe", IntakeWorkers: 4, IntakeQueue: 16, MaxInFlight: floodInFlight})
 	srv := httptest.NewServer(f.Handler())
 	defer srv.Close()
 	c := newFloodClient(t, s.connect(t, "flood"))
+	published := watchRootTasks(t, s)
 	req := goodRequest(t)
 	slo := time.Duration(s.spec.SLOMs * float64(time.Millisecond))
 	rate := 10 * float64(floodInFlight) / slo.Seconds()
@@ -170,22 +181,30 @@ func TestFlood(t *testing.T) {
 	testrig.Eventually(t, 10*time.Second, "a first reply", func() bool { return c.counts().accepted == 1 })
 	before := liveHeap()
 
-	// Once a second, beside the flood: the live heap, and an HTTP request.
+	// Beside the flood: the live heap once a second, and HTTP requests one after another, 100 ms apart.
 	var peakHeap uint64
 	var http429, httpAccepted int
 	var httpOther []string
-	done, sampled := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(sampled)
-		sample := time.NewTicker(time.Second)
-		defer sample.Stop()
+	done := make(chan struct{})
+	var sampling sync.WaitGroup
+	sampling.Go(func() {
+		for tick := time.NewTicker(time.Second); ; {
+			select {
+			case <-done:
+				tick.Stop()
+				return
+			case <-tick.C:
+				peakHeap = max(peakHeap, liveHeap())
+			}
+		}
+	})
+	sampling.Go(func() {
 		for {
 			select {
 			case <-done:
 				return
-			case <-sample.C:
+			case <-time.After(100 * time.Millisecond):
 			}
-			peakHeap = max(peakHeap, liveHeap())
 			code, retry := floodHTTP(t, srv.URL, s.spec.Name)
 			switch {
 			case code == http.StatusTooManyRequests && retry != "":
@@ -196,7 +215,7 @@ func TestFlood(t *testing.T) {
 				httpOther = append(httpOther, fmt.Sprintf("%d (Retry-After %q)", code, retry))
 			}
 		}
-	}()
+	})
 	var peakInFlight int64
 	start, sent := time.Now(), 0
 	tick := time.NewTicker(10 * time.Millisecond)
@@ -209,7 +228,8 @@ func TestFlood(t *testing.T) {
 	tick.Stop()
 	flooded := time.Since(start)
 	close(done)
-	<-sampled
+	sampling.Wait()
+	peakHeap = max(peakHeap, liveHeap()) // as the flood ends
 
 	// Every request is answered by its deadline, or was dropped unanswered over the pending limits (counted).
 	settled := func() bool { n := c.counts(); return n.unanswered == int(f.Stats().DroppedRequests) }
@@ -221,10 +241,10 @@ func TestFlood(t *testing.T) {
 	n, st := c.counts(), f.Stats()
 	ms := func(d time.Duration) string { return d.Round(100 * time.Microsecond).String() }
 	t.Logf("flood of %v at %.0f requests/s (%.0f sent/s; intake: %d in flight, SLO %v): sent %d, accepted %d, "+
-		"refused %d, dropped unanswered %d; refusal latency p50 %s p99 %s max %s (accepted: p50 %s); in flight at "+
+		"ok %d, refused %d, dropped unanswered %d; refusal latency p50 %s p99 %s max %s (accepted: p50 %s); in flight at "+
 		"most %d; live heap %.1f MiB before, %.1f MiB at most while flooded (+%.1f MiB); HTTP: %d of %d refused "+
 		"with 429 and Retry-After", flooded.Round(time.Millisecond), rate, float64(sent)/flooded.Seconds(),
-		floodInFlight, slo, n.sent, n.accepted, n.refused, st.DroppedRequests, ms(quantile(n.refusalLatency, .5)),
+		floodInFlight, slo, n.sent, n.accepted, n.ok, n.refused, st.DroppedRequests, ms(quantile(n.refusalLatency, .5)),
 		ms(quantile(n.refusalLatency, .99)), ms(quantile(n.refusalLatency, 1)), ms(quantile(n.acceptedLatency, .5)),
 		peakInFlight, mib(before), mib(peakHeap), mib(peakHeap)-mib(before), http429,
 		http429+httpAccepted+len(httpOther))
@@ -252,10 +272,12 @@ func TestFlood(t *testing.T) {
 		t.Errorf("live heap grew from %.1f to %.1f MiB while flooded, want at most %.0f MiB more", mib(before),
 			mib(peakHeap), mib(floodHeapBound))
 	}
-	// Refusals cost no model time and no publish: they are answered sooner than accepted requests. (Not an absolute
-	// bound: on a busy machine the test's own client, in this process, may take a second to read its replies.)
-	if p50, accepted := quantile(n.refusalLatency, .5), quantile(n.acceptedLatency, .5); p50 >= accepted {
-		t.Errorf("refusals answered in %v (median), accepted requests in %v: want refusals at once", p50, accepted)
+	// Refusals cost no publish, and so no model time: only the requests that entered the pipeline have a root task
+	// message (those whose publish outlasted their deadline may or may not). Their latency is reported, not bounded:
+	// on a machine as busy as CI's, this process may take seconds to read its replies.
+	if p := published(); p < st.Accepted || p > st.Replied {
+		t.Errorf("%d requests have a root task message, want from the %d accepted to the %d answered: refusals "+
+			"published", p, st.Accepted, st.Replied)
 	}
 	if http429 == 0 || len(httpOther) > 0 {
 		t.Errorf("HTTP requests during the flood: %d refused with 429 and Retry-After, %d accepted, others %v",
@@ -306,5 +328,29 @@ func TestStalledCallbackHoldsItsBacklog(t *testing.T) {
 	}
 	if st := f.Stats(); st.DroppedResults != 0 || st.DroppedControl != 0 {
 		t.Errorf("stats %+v: drops from the result or micro subscriptions", st)
+	}
+}
+
+// watchRootTasks counts the requests that have a task message on the root task's subjects (by message id).
+func watchRootTasks(t *testing.T, s *testSystem) func() uint64 {
+	var mu sync.Mutex
+	ids := map[string]bool{}
+	nc := s.connect(t, "watch")
+	sub, err := nc.Subscribe(wire.TaskSubject(s.spec.Name, s.spec.Root().Name, "*"), func(m *nats.Msg) {
+		mu.Lock()
+		ids[m.Header.Get(wire.HeaderMsgID)] = true
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = sub.SetPendingLimits(-1, -1) // the test's own: it must see every one
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return func() uint64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return uint64(len(ids))
 	}
 }
