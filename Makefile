@@ -213,7 +213,7 @@ cluster: build $(NATS_SERVER) $(RUN_NEEDS)
 
 # A flood (issue 35): ten times what a frontend's intake admits (--max-in-flight 16, each request for at most its
 # 500 ms deadline: 320 requests a second), over NATS and HTTP, for FLOOD, at a real frontend on a real JetStream
-# server with two emulated workers. It prints sent, accepted, refused, dropped, the refusals' latency, the requests in
+# server with ten emulated workers. It prints sent, accepted, refused, dropped, the refusals' latency, the requests in
 # flight and the live heap; it fails unless refusals happen, every accepted request gets one reply, and the memory
 # stays bounded. `make test` runs it for 3 s. See docs/http.md.
 FLOOD ?= 20s

@@ -161,10 +161,11 @@ const (
 	floodHeapBound = 32 << 20
 )
 
-// TestFlood sends a real frontend, on a real JetStream server with two emulated workers, ten times what its intake
+// TestFlood sends a real frontend, on a real JetStream server with ten emulated workers, ten times what its intake
 // admits (floodInFlight requests, each for at most its deadline, the pipeline's SLO) for floodDuration, over NATS,
-// with HTTP requests beside them. Refusals happen, at once; every accepted request gets exactly one reply; the
-// frontend never holds more than its limit; the heap stays within floodHeapBound of where it started.
+// with HTTP requests beside them (429 with Retry-After). Refusals happen and publish nothing; every accepted request
+// gets exactly one reply; the frontend never holds more than its limit; the heap stays within floodHeapBound of
+// where it started.
 func TestFlood(t *testing.T) {
 	s := startTestSystem(t, 10)
 	f, _ := s.startFrontend(t, Config{ID: "fe", IntakeWorkers: 4, IntakeQueue: 16, MaxInFlight: floodInFlight})
