@@ -54,8 +54,8 @@ func (f *Frontend) onRequest(m *nats.Msg) {
 	}
 	respond := f.natsReplier(m, asJSON)
 	if !f.intake.offer(func(t *turn) { f.serveNATS(m, pipelineName, asJSON, arrival, respond, t) }) {
-		f.refuseNATS(m, asJSON, pipelineName, "", f.intakeRefusal())
 		f.release()
+		f.refuseNATS(m, asJSON, pipelineName, "", f.intakeRefusal())
 	}
 }
 
@@ -71,8 +71,8 @@ func (f *Frontend) serveNATS(m *nats.Msg, pipelineName string, asJSON bool, arri
 	// The task message carries the inputs now: a request waiting for its reply holds no payload.
 	m.Data = nil
 	if err != nil {
-		f.refuseNATS(m, asJSON, pipelineName, sub.req.ID, err)
 		f.release()
+		f.refuseNATS(m, asJSON, pipelineName, sub.req.ID, err)
 	}
 }
 
@@ -82,12 +82,12 @@ func (f *Frontend) refuseNATS(m *nats.Msg, asJSON bool, pipelineName, clientID s
 		Error: err.Error(), Results: []wire.ItemResult{}}, err)
 }
 
-// natsReplier returns the function that sends an admitted NATS request's reply, in the request's encoding, and gives
-// its place in flight back.
+// natsReplier returns the function that gives an admitted NATS request's place in flight back and sends its reply,
+// in the request's encoding: in that order, so that a client's next request, sent on this reply, finds the place.
 func (f *Frontend) natsReplier(m *nats.Msg, asJSON bool) func(*wire.InferReply) {
 	return func(rep *wire.InferReply) {
-		f.replyNATS(m, asJSON, rep, nil)
 		f.release()
+		f.replyNATS(m, asJSON, rep, nil)
 	}
 }
 
