@@ -9,6 +9,15 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
+// captureLogs makes the default logger write to the returned buffer until the test ends.
+func captureLogs(t *testing.T) *syncBuffer {
+	var logs syncBuffer
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
+	t.Cleanup(func() { slog.SetDefault(prev) })
+	return &logs
+}
+
 // TestBoundDropsCountedAndLogged: a subscription whose callback is stuck holds at most its pending limits; what
 // comes beyond them is dropped, every message counted (also once the subscription is gone), and logged a few lines
 // at most.
@@ -18,10 +27,7 @@ func TestBoundDropsCountedAndLogged(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Shutdown()
-	var logs syncBuffer
-	prev := slog.Default()
-	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
-	defer slog.SetDefault(prev)
+	logs := captureLogs(t)
 	nc, err := ConnectInProcess(s, "test")
 	if err != nil {
 		t.Fatal(err)

@@ -171,7 +171,7 @@ const (
 // where it started.
 func TestFlood(t *testing.T) {
 	s := startTestSystem(t, 10)
-	f, _ := s.startFrontend(t, Config{ID: "fe", IntakeWorkers: 4, IntakeQueue: 16, MaxInFlight: floodInFlight})
+	f, _ := s.startFrontend(t, Config{ID: "fe", MaxInFlight: floodInFlight}) // the intake's defaults: 32 and 1024
 	srv := httptest.NewServer(f.Handler())
 	defer srv.Close()
 	c := newFloodClient(t, s.connect(t, "flood"))
