@@ -123,14 +123,6 @@ func (f *Frontend) replyNATS(m *nats.Msg, asJSON bool, rep *wire.InferReply, ref
 	f.micro.replied(pipelineOf(m.Subject), rep)
 }
 
-// intakeRefusal is why the intake did not take a request.
-func (f *Frontend) intakeRefusal() error {
-	if f.intake.isClosed() {
-		return refuse(ErrUnavailable, "the frontend is shutting down")
-	}
-	return refuse(ErrOverloaded, "overloaded: %d requests are already waiting in the frontend; retry later", f.cfg.IntakeQueue)
-}
-
 // Log keys of refusals, by kind: a bounded set, each rate-limited on its own.
 var refusalLogKeys = []struct {
 	kind  error

@@ -39,6 +39,14 @@ func (f *Frontend) inFlightRefusal() error {
 		f.cfg.MaxInFlight)
 }
 
+// intakeRefusal is why the intake did not take a request.
+func (f *Frontend) intakeRefusal() error {
+	if f.intake.isClosed() {
+		return refuse(ErrUnavailable, "the frontend is shutting down")
+	}
+	return refuse(ErrOverloaded, "overloaded: %d requests are already waiting in the frontend; retry later", f.cfg.IntakeQueue)
+}
+
 // requestLimits bound the requests waiting for the request callback: RequestBacklog of them, and a few of the largest
 // in bytes. The callback never waits (it refuses, or hands the request to the intake), so a backlog is a flood
 // faster than it: what is over the limits is dropped unanswered (its client times out) and counted, where a refusal
