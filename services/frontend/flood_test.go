@@ -192,7 +192,8 @@ func TestFlood(t *testing.T) {
 	// The intake: floodInFlight clients, each sending its next request once answered, for 2 s (after a warm-up).
 	measureIntake(t, s, req, time.Second)
 	intake := measureIntake(t, s, req, 2*time.Second)
-	rate := min(10*intake, floodMaxRate)
+	// At least ten times what the intake admits if each request takes its whole deadline.
+	rate := min(max(10*intake, 10*floodInFlight/slo.Seconds()), floodMaxRate)
 	before, measured, measuredTasks := liveHeap(), f.Stats(), published()
 
 	probe := startFloodProbe(t, srv.URL, s.spec.Name)
