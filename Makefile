@@ -8,7 +8,7 @@ BENCHCOUNT ?= 6
 # The standalone nats-server (see nats-server below); defined before the targets whose prerequisites name it.
 NATS_SERVER = $(CURDIR)/bin/nats-server
 
-.PHONY: all deps models data build ablation fidelity chaos node-loss cluster ocr-hog run test fuzz fuzz-short bench vet fmt nats-cli nats-server jaeger observe-traces prometheus chromium observe-metrics screenshot-metrics clean
+.PHONY: all deps models data build ablation fidelity chaos node-loss flood cluster ocr-hog run test fuzz fuzz-short bench vet fmt nats-cli nats-server jaeger observe-traces prometheus chromium observe-metrics screenshot-metrics clean
 
 all: build
 
@@ -210,6 +210,15 @@ CLUSTER_ARGS ?=
 cluster: build $(NATS_SERVER) $(RUN_NEEDS)
 	SLEIPNIR_NATS_SERVER=$(NATS_SERVER) SLEIPNIR_MODELS=$(MODELS) bin/sleipnir cluster --pipeline examples/$(PIPELINE).yaml \
 	  --workers $(CLUSTER_WORKERS) --dir $(STATE)/cluster $(CLUSTER_ARGS)
+
+# A flood (issue 35): ten times what a frontend's intake admits (--max-in-flight 4; the rate its four clients get,
+# measured first, at most 1000 requests a second), over NATS and HTTP, for FLOOD, at a real frontend on a real
+# JetStream server with ten emulated workers. It prints sent, accepted, refused, dropped, the refusals' latency, the
+# requests in flight and the live heap; it fails unless refusals happen, every accepted request gets one reply,
+# refusals publish nothing, and the memory stays bounded. `make test` runs it for 3 s. See docs/http.md#bounds.
+FLOOD ?= 20s
+flood:
+	SLEIPNIR_FLOOD=$(FLOOD) $(GO) test -run '^TestFlood$$' -count=1 -v ./services/frontend
 
 # The standard `nats` command-line client, built from the Go module proxy into bin/nats (about 2 minutes once).
 NATSCLI_VERSION ?= v0.3.0

@@ -12,7 +12,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"math/big"
 	"net"
 	"os"
@@ -81,10 +80,7 @@ func (b *syncBuffer) String() string {
 // URL in clear) nor in a connection error.
 func TestPasswordNeverLogged(t *testing.T) {
 	s := realServer(t, "authorization { user: alice, password: s3cretpw }\n")
-	var logs syncBuffer
-	prev := slog.Default()
-	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
-	defer slog.SetDefault(prev)
+	logs := captureLogs(t)
 
 	url := strings.Replace(s.URL(), "nats://", "nats://alice:s3cretpw@", 1)
 	nc, err := Connect(url, "test", nats.ReconnectWait(50*time.Millisecond))
@@ -319,10 +315,7 @@ func TestPermissionViolationLogged(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Shutdown()
-	var logs syncBuffer
-	prev := slog.Default()
-	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
-	defer slog.SetDefault(prev)
+	logs := captureLogs(t)
 	opts, err := ClientAuth{NkeySeed: seed}.Options()
 	if err != nil {
 		t.Fatal(err)

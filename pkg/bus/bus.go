@@ -100,10 +100,17 @@ func connOptions(name string) []nats.Option {
 	// requests timing out.
 	refused := ratelog.New(slog.Default(), 0, 0)
 	return []nats.Option{
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			if errors.Is(err, nats.ErrPermissionViolation) {
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			switch {
+			case errors.Is(err, nats.ErrPermissionViolation):
 				refused.Error("NATS refused a permission", "conn", name, "err", err)
-			} else {
+			case errors.Is(err, nats.ErrSlowConsumer) && sub != nil:
+				// Once per spell of drops; the subscription's owner counts every dropped message (Drops).
+				msgs, bytes, _ := sub.PendingLimits()
+				dropped, _ := sub.Dropped()
+				refused.Warn("NATS dropped messages over a subscription's pending limits", "conn", name,
+					"subject", sub.Subject, "limit_msgs", msgs, "limit_bytes", bytes, "dropped_so_far", dropped)
+			default:
 				refused.Warn("NATS asynchronous error", "conn", name, "err", err)
 			}
 		}),

@@ -15,6 +15,9 @@ const UnknownPipeline = "_unknown"
 // FrontendCounts are a frontend's cumulative counters (frontend.Stats), exported as _total counters.
 type FrontendCounts struct {
 	Accepted, Refused, Overloaded, Late, StrayLeaves, BadReports, ReplyFailures uint64
+	// Messages the NATS client dropped over the subscriptions' pending limits: requests (unanswered), results, and
+	// micro protocol requests.
+	DroppedRequests, DroppedResults, DroppedControl uint64
 }
 
 // Frontend holds the frontends' metrics: one per registry, shared by the frontends of a process.
@@ -62,6 +65,12 @@ var frontendCounters = []struct {
 	{"stray_leaves_total", "Leaf reports for requests already answered.", func(c FrontendCounts) uint64 { return c.StrayLeaves }},
 	{"bad_reports_total", "Undecodable or inconsistent result messages.", func(c FrontendCounts) uint64 { return c.BadReports }},
 	{"reply_failures_total", "Replies that could not be encoded or sent.", func(c FrontendCounts) uint64 { return c.ReplyFailures }},
+	{"dropped_requests_total", "Requests dropped unanswered over the request subscription's pending limits (a flood).",
+		func(c FrontendCounts) uint64 { return c.DroppedRequests }},
+	{"dropped_results_total", "Result messages dropped over the result subscription's pending limits.",
+		func(c FrontendCounts) uint64 { return c.DroppedResults }},
+	{"dropped_control_total", "Micro protocol requests ($SRV.*) dropped over their subscriptions' pending limits.",
+		func(c FrontendCounts) uint64 { return c.DroppedControl }},
 }
 
 // AddSource adds a frontend's counters to the exported sums.

@@ -121,3 +121,32 @@ sleipnir_tuner_lent_workers{pipeline="traffic",task="detect",variant="yolov5x"} 
 		t.Fatal(err)
 	}
 }
+
+// TestDroppedMessagesAreCounters: the drops over the subscriptions' pending limits are exported, summed over the
+// frontends of a process.
+func TestDroppedMessagesAreCounters(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	f := NewFrontend(reg)
+	f.AddSource(func() FrontendCounts { return FrontendCounts{DroppedRequests: 5, DroppedResults: 1} })
+	f.AddSource(func() FrontendCounts { return FrontendCounts{DroppedRequests: 2, DroppedControl: 3} })
+	NewPlanner(reg, func() PlannerState { return PlannerState{DroppedReports: 4} })
+	want := `
+# HELP sleipnir_frontend_dropped_control_total Micro protocol requests ($SRV.*) dropped over their subscriptions' pending limits.
+# TYPE sleipnir_frontend_dropped_control_total counter
+sleipnir_frontend_dropped_control_total 3
+# HELP sleipnir_frontend_dropped_requests_total Requests dropped unanswered over the request subscription's pending limits (a flood).
+# TYPE sleipnir_frontend_dropped_requests_total counter
+sleipnir_frontend_dropped_requests_total 7
+# HELP sleipnir_frontend_dropped_results_total Result messages dropped over the result subscription's pending limits.
+# TYPE sleipnir_frontend_dropped_results_total counter
+sleipnir_frontend_dropped_results_total 1
+# HELP sleipnir_planner_dropped_reports_total Demand reports dropped over the subscription's pending limits (the planner fell behind).
+# TYPE sleipnir_planner_dropped_reports_total counter
+sleipnir_planner_dropped_reports_total 4
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "sleipnir_frontend_dropped_control_total",
+		"sleipnir_frontend_dropped_requests_total", "sleipnir_frontend_dropped_results_total",
+		"sleipnir_planner_dropped_reports_total"); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -29,6 +29,8 @@ type PlannerState struct {
 	// FailingWorkers are the live workers whose heartbeat says they cannot serve their assignment: the plans do
 	// without them.
 	FailingWorkers int
+	// DroppedReports counts the demand reports dropped over the subscription's pending limits.
+	DroppedReports uint64
 }
 
 // Planner holds the planner's metrics: the plan in force per pipeline, and the demand estimate and the variants'
@@ -40,7 +42,7 @@ type Planner struct {
 
 	state                             func() PlannerState
 	demandD, sloD, pendingD, unackedD *prometheus.Desc
-	lentD, failingD                   *prometheus.Desc
+	lentD, failingD, droppedD         *prometheus.Desc
 	mu                                sync.Mutex
 	lastEpoch                         map[string]uint64
 }
@@ -86,6 +88,8 @@ func NewPlanner(reg prometheus.Registerer, state func() PlannerState) *Planner {
 		failingD: prometheus.NewDesc(name("planner", "failing_workers"),
 			"Live workers whose heartbeat says they cannot serve their assignment (a variant that failed to load): the plans do without them.",
 			nil, nil),
+		droppedD: prometheus.NewDesc(name("planner", "dropped_reports_total"),
+			"Demand reports dropped over the subscription's pending limits (the planner fell behind).", nil, nil),
 		lastEpoch: map[string]uint64{},
 	}
 	reg.MustRegister(m.epoch, m.mode, m.accuracy, m.active, m.cluster, m.plannedDemand, m.estimate, m.served, m.solve,
@@ -158,6 +162,7 @@ func (m *Planner) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.unackedD
 	ch <- m.lentD
 	ch <- m.failingD
+	ch <- m.droppedD
 }
 
 // Collect implements prometheus.Collector: the demand estimates and the queues now.
@@ -166,6 +171,7 @@ func (m *Planner) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	st := m.state()
+	ch <- prometheus.MustNewConstMetric(m.droppedD, prometheus.CounterValue, float64(st.DroppedReports))
 	for p, qps := range st.Demand {
 		ch <- prometheus.MustNewConstMetric(m.demandD, prometheus.GaugeValue, qps, p)
 	}

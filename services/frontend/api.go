@@ -37,7 +37,8 @@ func isJSON(contentType string, data []byte) bool {
 }
 
 // onRequest handles a client request on NATS; every request with a reply subject gets exactly one reply. It runs
-// on the subscription's one goroutine, so it only stamps the arrival and hands the request to the intake.
+// on the subscription's one goroutine, so it only stamps the arrival and hands the request to the intake, or refuses
+// it at once: beyond MaxInFlight, or when the intake is full.
 func (f *Frontend) onRequest(m *nats.Msg) {
 	arrival := time.Now()
 	if m.Reply == "" {
@@ -46,9 +47,14 @@ func (f *Frontend) onRequest(m *nats.Msg) {
 		return
 	}
 	asJSON := isJSON(m.Header.Get(wire.HeaderContentType), m.Data)
-	respond := f.natsReplier(m, asJSON)
 	pipelineName := strings.TrimPrefix(m.Subject, wire.InferPrefix)
+	if !f.admit() {
+		f.refuseNATS(m, asJSON, pipelineName, "", f.inFlightRefusal())
+		return
+	}
+	respond := f.natsReplier(m, asJSON)
 	if !f.intake.offer(func(t *turn) { f.serveNATS(m, pipelineName, asJSON, arrival, respond, t) }) {
+		f.release()
 		f.refuseNATS(m, asJSON, pipelineName, "", f.intakeRefusal())
 	}
 }
@@ -62,7 +68,10 @@ func (f *Frontend) serveNATS(m *nats.Msg, pipelineName string, asJSON bool, arri
 	if err == nil {
 		err = f.submit(context.Background(), sub, t)
 	}
+	// The task message carries the inputs now: a request waiting for its reply holds no payload.
+	m.Data = nil
 	if err != nil {
+		f.release()
 		f.refuseNATS(m, asJSON, pipelineName, sub.req.ID, err)
 	}
 }
@@ -73,9 +82,13 @@ func (f *Frontend) refuseNATS(m *nats.Msg, asJSON bool, pipelineName, clientID s
 		Error: err.Error(), Results: []wire.ItemResult{}}, err)
 }
 
-// natsReplier returns the function that sends a NATS request's reply, in the request's encoding.
+// natsReplier returns the function that gives an admitted NATS request's place in flight back and sends its reply,
+// in the request's encoding: in that order, so that a client's next request, sent on this reply, finds the place.
 func (f *Frontend) natsReplier(m *nats.Msg, asJSON bool) func(*wire.InferReply) {
-	return func(rep *wire.InferReply) { f.replyNATS(m, asJSON, rep, nil) }
+	return func(rep *wire.InferReply) {
+		f.release()
+		f.replyNATS(m, asJSON, rep, nil)
+	}
 }
 
 // replyNATS sends a NATS request's reply; refusal is why it was refused, if it was.
@@ -108,14 +121,6 @@ func (f *Frontend) replyNATS(m *nats.Msg, asJSON bool, rep *wire.InferReply, ref
 		f.complaints.Warn("reply failed", "request", rep.RequestID, "err", err)
 	}
 	f.micro.replied(pipelineOf(m.Subject), rep)
-}
-
-// intakeRefusal is why the intake did not take a request.
-func (f *Frontend) intakeRefusal() error {
-	if f.intake.isClosed() {
-		return refuse(ErrUnavailable, "the frontend is shutting down")
-	}
-	return refuse(ErrOverloaded, "overloaded: %d requests are already waiting in the frontend; retry later", f.cfg.IntakeQueue)
 }
 
 // Log keys of refusals, by kind: a bounded set, each rate-limited on its own.
@@ -292,6 +297,12 @@ func (f *Frontend) serveInfer(w http.ResponseWriter, r *http.Request) {
 		f.model(w, r) // answers 404: no such pipeline, or version
 		return
 	}
+	if !f.admit() {
+		// Before the body is read: a refusal costs the frontend next to nothing.
+		f.refuseHTTP(w, r.PathValue("name"), f.inFlightRefusal())
+		return
+	}
+	defer f.release()
 	replies := make(chan *wire.InferReply, 1)
 	sub := &submission{pipeline: r.PathValue("name"), arrival: arrival, trace: propagation.HeaderCarrier(r.Header),
 		httpRoute: r.Pattern, reply: func(rep *wire.InferReply) { replies <- rep }}
@@ -306,16 +317,23 @@ func (f *Frontend) serveInfer(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if err != nil {
-		f.noteRefusal(sub.pipeline, err)
-		code, retry := httpStatus(nil, err)
-		if retry {
-			w.Header().Set(wire.HeaderRetryAfter, "1")
-		}
-		writeJSON(w, code, v2Error{err.Error()})
+		f.refuseHTTP(w, sub.pipeline, err)
 		return
 	}
+	// The task message carries the inputs now: a request waiting for its reply holds no payload.
+	sub.req.Inputs, sub.oip.Inputs = nil, nil
 	rep := <-replies // submit guarantees exactly one reply, at the deadline at the latest
 	writeInferResponse(w, sub, rep)
+}
+
+// refuseHTTP answers a refused HTTP request with its status and error (and Retry-After when load is the cause).
+func (f *Frontend) refuseHTTP(w http.ResponseWriter, pipelineName string, err error) {
+	f.noteRefusal(pipelineName, err)
+	code, retry := httpStatus(nil, err)
+	if retry {
+		w.Header().Set(wire.HeaderRetryAfter, "1")
+	}
+	writeJSON(w, code, v2Error{err.Error()})
 }
 
 // writeInferResponse answers an accepted request: its outputs (each leaf's, named "<leaf id>/<name>"), in JSON or

@@ -47,6 +47,14 @@ type Config struct {
 	// IntakeQueue is how many requests may wait for an intake worker (default DefaultIntakeQueue); beyond it a
 	// request is refused at once as overloaded.
 	IntakeQueue int
+	// MaxInFlight bounds the requests the frontend holds at once, from arrival to reply (default
+	// DefaultMaxInFlight); beyond it a request is refused at once as overloaded. It also sizes the result
+	// subscription's buffer (resultLimits).
+	MaxInFlight int
+	// RequestBacklog is how many requests may wait for the request callback (default DefaultRequestBacklog), which
+	// refuses them or hands them to the intake; beyond it (a flood the callback cannot keep up with) the NATS client
+	// drops them unanswered, and the frontend counts them (Stats.DroppedRequests).
+	RequestBacklog int
 	// MaxTimeout is the furthest ahead a request's deadline may be (Sleipnir-Timeout or Sleipnir-Deadline); further
 	// is refused. Default: the larger of DefaultMaxTimeout and 10 times the pipeline's SLO. At most 24 h.
 	MaxTimeout time.Duration
@@ -91,6 +99,12 @@ func (c *Config) setDefaults() {
 	if c.IntakeQueue <= 0 {
 		c.IntakeQueue = DefaultIntakeQueue
 	}
+	if c.MaxInFlight <= 0 {
+		c.MaxInFlight = DefaultMaxInFlight
+	}
+	if c.RequestBacklog <= 0 {
+		c.RequestBacklog = DefaultRequestBacklog
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -108,8 +122,8 @@ func nameRune(r rune) rune {
 type Stats struct {
 	Accepted uint64 `json:"accepted"`
 	Refused  uint64 `json:"refused"` // error replies to requests that were never sent into the pipeline
-	// Overloaded counts the refusals (in Refused) of requests the intake had no room for, or that waited in it past
-	// their deadline.
+	// Overloaded counts the refusals (in Refused) of requests beyond MaxInFlight, that the intake had no room for, or
+	// that waited in it past their deadline.
 	Overloaded  uint64 `json:"overloaded"`
 	Replied     uint64 `json:"replied"`
 	Late        uint64 `json:"late"`
@@ -125,6 +139,13 @@ type Stats struct {
 	// maxWatched were watched are in neither.
 	LateCompleted  uint64 `json:"late_completed"`
 	LateUnfinished uint64 `json:"late_unfinished"`
+	// InFlight is how many requests the frontend holds now, from arrival to reply (at most MaxInFlight).
+	InFlight int64 `json:"in_flight"`
+	// DroppedRequests, DroppedResults and DroppedControl count the messages the NATS client dropped, unanswered,
+	// from the request, result and micro protocol subscriptions: over their pending limits (limits.go).
+	DroppedRequests uint64 `json:"dropped_requests"`
+	DroppedResults  uint64 `json:"dropped_results"`
+	DroppedControl  uint64 `json:"dropped_control"`
 }
 
 // Frontend serves requests for every pipeline whose spec and plan are in the KV bucket.
@@ -138,6 +159,10 @@ type Frontend struct {
 	boot   string // random per start, in every request id
 	seq    atomic.Uint64
 	intake *intake
+	// inFlight counts the requests admitted and not yet answered (admit, release).
+	inFlight atomic.Int64
+	// droppedRequests, droppedResults and droppedControl count what the client dropped from the subscriptions.
+	droppedRequests, droppedResults, droppedControl bus.Drops
 	// stopping is cancelled when Run gives up on the publishes still in flight at shutdown.
 	stopping    context.Context
 	stopPublish context.CancelFunc
@@ -195,7 +220,9 @@ func (f *Frontend) Stats() Stats {
 	return Stats{Accepted: f.accepted.Load(), Refused: f.refused.Load(), Overloaded: f.overloaded.Load(),
 		Replied: f.replied.Load(), Late: f.late.Load(), StrayLeaves: f.stray.Load(), BadReports: f.badReports.Load(),
 		ReplyFailures: f.replyFailures.Load(), DemandWithheld: f.demandWithheld.Load(),
-		LateCompleted: f.lateCompleted.Load(), LateUnfinished: f.lateUnfinished.Load()}
+		LateCompleted: f.lateCompleted.Load(), LateUnfinished: f.lateUnfinished.Load(),
+		InFlight: f.inFlight.Load(), DroppedRequests: f.droppedRequests.Total(),
+		DroppedResults: f.droppedResults.Total(), DroppedControl: f.droppedControl.Total()}
 }
 
 // Ready is closed once the frontend has loaded the pipelines and plans in the KV bucket and takes requests.
@@ -227,20 +254,16 @@ func (f *Frontend) Run(ctx context.Context) error {
 		}
 	}()
 
-	results, err := f.nc.Subscribe(f.result, f.onResult)
+	results, err := bus.Subscribe(f.nc, f.result, "", f.onResult, f.resultLimits(), &f.droppedResults)
 	if err != nil {
 		return err
 	}
-	// Results are the frontend's own bookkeeping: never let a burst of them be dropped as a slow consumer.
-	_ = results.SetPendingLimits(-1, -1)
 	defer results.Unsubscribe()
-	// The callback only stamps the arrival and hands the request to the bounded intake, so it never falls behind:
-	// no pending limit is needed.
-	requests, err := f.nc.QueueSubscribe(wire.InferPrefix+"*", wire.QueueFrontend, f.onRequest)
+	requests, err := bus.Subscribe(f.nc, wire.InferPrefix+"*", wire.QueueFrontend, f.onRequest, f.requestLimits(),
+		&f.droppedRequests)
 	if err != nil {
 		return err
 	}
-	_ = requests.SetPendingLimits(-1, -1)
 	defer requests.Unsubscribe()
 	service, err := f.micro.subscribe(f.nc)
 	defer func() {

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/sleipnir-serving/sleipnir/pkg/bus"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
@@ -64,10 +65,10 @@ func (s *microService) subscribe(nc *nats.Conn) ([]*nats.Subscription, error) {
 			if err != nil {
 				return subs, err
 			}
-			sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
+			sub, err := bus.Subscribe(nc, subject, "", func(m *nats.Msg) {
 				data, _ := json.Marshal(h())
 				_ = m.Respond(data)
-			})
+			}, bus.ControlPending, &s.f.droppedControl)
 			if err != nil {
 				return subs, err
 			}

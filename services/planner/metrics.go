@@ -26,6 +26,7 @@ func (p *Planner) metricsState() metrics.PlannerState {
 	st.Lent = p.lentShown
 	st.FailingWorkers = p.failingShown
 	p.mu.Unlock()
+	st.DroppedReports = p.droppedReports.Total()
 	ctx, cancel := context.WithTimeout(context.Background(), queueLookupTimeout)
 	defer cancel()
 	for _, spec := range p.cfg.Pipelines {

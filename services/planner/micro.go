@@ -5,6 +5,7 @@ import (
 
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/sleipnir-serving/sleipnir/pkg/bus"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
@@ -25,7 +26,8 @@ func (p *Planner) addService() (micro.Service, error) {
 		return nil, err
 	}
 	err = svc.AddEndpoint("status", micro.HandlerFunc(func(req micro.Request) { _ = req.RespondJSON(p.status()) }),
-		micro.WithEndpointSubject(wire.PlannerStatusSubject()))
+		micro.WithEndpointSubject(wire.PlannerStatusSubject()),
+		micro.WithEndpointPendingLimits(bus.ControlPending.Msgs, bus.ControlPending.Bytes))
 	if err != nil {
 		_ = svc.Stop()
 		return nil, err

@@ -60,6 +60,10 @@ type Config struct {
 	// MaxReportQPS is the largest rate one frontend's demand report may claim (default 50000, beyond what one
 	// frontend accepts); reports above it are refused and counted.
 	MaxReportQPS float64
+	// DemandBacklog is how many demand reports may wait for the planner to take them (default
+	// DefaultDemandBacklog per pipeline); more are dropped and counted (the estimate then misses a frontend's
+	// interval).
+	DemandBacklog int
 	// Metrics, if set, is where the planner registers its metrics (pkg/metrics).
 	Metrics prometheus.Registerer
 	Logger  *slog.Logger
@@ -81,6 +85,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxReportQPS == 0 {
 		c.MaxReportQPS = 50000
+	}
+	if c.DemandBacklog <= 0 {
+		c.DemandBacklog = DefaultDemandBacklog * max(1, len(c.Pipelines))
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -107,6 +114,8 @@ type Planner struct {
 	replicas int
 
 	complaints *ratelog.Limiter
+	// droppedReports counts the demand reports the NATS client dropped over the subscription's pending limits.
+	droppedReports bus.Drops
 
 	mu         sync.Mutex
 	specs      []*pipeline.Spec
@@ -276,7 +285,7 @@ func (p *Planner) Run(ctx context.Context) error {
 		p.tuners, p.lent, p.waiting = append(p.tuners, t), append(p.lent, nil), append(p.waiting, nil)
 		p.replannedAt = append(p.replannedAt, time.Time{})
 	}
-	reports, err := p.nc.Subscribe(wire.DemandPrefix+"*", p.onDemand)
+	reports, err := bus.Subscribe(p.nc, wire.DemandPrefix+"*", "", p.onDemand, p.demandLimits(), &p.droppedReports)
 	if err != nil {
 		return err
 	}

@@ -10,9 +10,24 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/sleipnir-serving/sleipnir/pkg/bus"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
+
+// DefaultDemandBacklog is the default of Config.DemandBacklog per pipeline: a second's reports of a thousand
+// frontends, each reporting every pipeline once a second.
+const DefaultDemandBacklog = 1024
+
+// maxDemandReportBytes is what a demand report takes at most (a frontend id, a count and an interval: under 100
+// bytes in msgpack), for the subscription's byte limit.
+const maxDemandReportBytes = 1 << 10
+
+// demandLimits bound the demand reports waiting for onDemand, which takes the planner's lock: reports pile up while
+// a plan is being published.
+func (p *Planner) demandLimits() bus.Limits {
+	return bus.Limits{Msgs: p.cfg.DemandBacklog, Bytes: p.cfg.DemandBacklog * maxDemandReportBytes}
+}
 
 func (p *Planner) onDemand(m *nats.Msg) {
 	name := strings.TrimPrefix(m.Subject, wire.DemandPrefix)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
@@ -419,4 +420,42 @@ func TestPlannerHoldsDemandWhileFrontendsAreSilent(t *testing.T) {
 		pl, ok := readPlan(kv, sp.Name)
 		return ok && pl.Servers() == 1
 	})
+}
+
+// TestDemandBacklogIsBounded: while the planner cannot take demand reports (its lock held, as during a long
+// publish), at most DemandBacklog of them wait; the rest are dropped and counted in its metrics.
+func TestDemandBacklogIsBounded(t *testing.T) {
+	s := testrig.Server(t)
+	sp, err := pipeline.Parse([]byte(milpSpec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const backlog, sent = 8, 100
+	p, _ := runPlanner(t, s, Config{Pipelines: []*pipeline.Spec{sp}, Storage: jetstream.MemoryStorage,
+		DemandBacklog: backlog, Logger: quiet})
+	nc := s.Connect(t, "frontend")
+	waitFor(t, "the planner's demand subscription", func() bool {
+		sz, err := s.Subsz(&server.SubszOptions{Subscriptions: true, Test: wire.DemandSubject(sp.Name)})
+		return err == nil && sz.Total > 0
+	})
+	data, err := msgpack.Marshal(&wire.DemandReport{Frontend: "f1", Count: 10, IntervalMs: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	for range sent {
+		if err := nc.Publish(wire.DemandSubject(sp.Name), data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err = testrig.WaitFor(10*time.Second, "the reports over the backlog dropped", func() bool {
+		return p.droppedReports.Total() == sent-backlog
+	})
+	p.mu.Unlock()
+	if err != nil {
+		t.Fatalf("%v: %d of %d dropped with a backlog of %d", err, p.droppedReports.Total(), sent, backlog)
+	}
+	if n := p.metricsState().DroppedReports; n != sent-backlog {
+		t.Errorf("metrics: %d dropped reports, want %d", n, sent-backlog)
+	}
 }

@@ -247,8 +247,8 @@ func runUp(args []string) error {
 	maxPayload := int32(*maxReq + 64<<10)
 	return up.Run(ctx, up.Config{NATSURL: c.natsURL, Auth: c.auth, Permissions: *permissions, DataDir: *stateDir, Fresh: *fresh, NATSHost: *host, NATSPort: *port,
 		MaxPayload: maxPayload, Pipelines: specs, Workers: *workers, ModelsDir: *models, HTTPAddr: *httpAddr, MaxRequestBytes: *maxReq,
-		IntakeWorkers: *intake.workers, IntakeQueue: *intake.queue, MaxTimeout: *intake.maxTimeout,
-		Storage: st, Replicas: *replicas, System: system, Control: cc, MetricsAddr: *metricsAddr, Logger: log,
+		IntakeWorkers: *intake.workers, IntakeQueue: *intake.queue, MaxInFlight: *intake.maxInFlight,
+		RequestBacklog: *intake.backlog, MaxTimeout: *intake.maxTimeout, Storage: st, Replicas: *replicas, System: system, Control: cc, MetricsAddr: *metricsAddr, Logger: log,
 		Started: func(url string) {
 			names := make([]string, len(specs))
 			for i, s := range specs {
@@ -261,8 +261,8 @@ func runUp(args []string) error {
 
 // intakeFlags are the frontend's intake settings, for `frontend` and `up` alike.
 type intakeFlags struct {
-	workers, queue *int
-	maxTimeout     *time.Duration
+	workers, queue, maxInFlight, backlog *int
+	maxTimeout                           *time.Duration
 }
 
 func registerIntakeFlags(fs *flag.FlagSet) intakeFlags {
@@ -270,6 +270,10 @@ func registerIntakeFlags(fs *flag.FlagSet) intakeFlags {
 		workers: fs.Int("intake-workers", frontend.DefaultIntakeWorkers, "requests decoded and published at once"),
 		queue: fs.Int("intake-queue", frontend.DefaultIntakeQueue, "requests that may wait for an intake worker; "+
 			"more are refused as overloaded"),
+		maxInFlight: fs.Int("max-in-flight", frontend.DefaultMaxInFlight, "requests held at once, from arrival to "+
+			"reply; more are refused as overloaded"),
+		backlog: fs.Int("request-backlog", frontend.DefaultRequestBacklog, "requests that may wait for the frontend "+
+			"to take them in; more are dropped unanswered, and counted"),
 		maxTimeout: fs.Duration("max-timeout", 0, "furthest ahead a request's deadline may be (default the larger "+
 			"of 1m and 10 SLOs)"),
 	}
@@ -294,8 +298,8 @@ func runFrontend(args []string) error {
 		}
 		defer stop()
 		f, err := frontend.New(nc, frontend.Config{ID: *id, HTTPAddr: *httpAddr, MaxRequestBytes: *maxReq,
-			IntakeWorkers: *intake.workers, IntakeQueue: *intake.queue, MaxTimeout: *intake.maxTimeout,
-			Metrics: metrics.NewFrontend(reg), Logger: log})
+			IntakeWorkers: *intake.workers, IntakeQueue: *intake.queue, MaxInFlight: *intake.maxInFlight,
+			RequestBacklog: *intake.backlog, MaxTimeout: *intake.maxTimeout, Metrics: metrics.NewFrontend(reg), Logger: log})
 		if err != nil {
 			return err
 		}

@@ -58,11 +58,11 @@ type Config struct {
 	// HTTPAddr is the frontend's KServe v2 HTTP address ("" disables it).
 	HTTPAddr        string
 	MaxRequestBytes int
-	// Intake tunes the frontend's bounded intake (frontend.Config's IntakeWorkers, IntakeQueue, MaxTimeout; zero:
-	// its defaults).
-	IntakeWorkers, IntakeQueue int
-	MaxTimeout                 time.Duration
-	Storage                    jetstream.StorageType
+	// Intake tunes the frontend's bounded intake (frontend.Config's IntakeWorkers, IntakeQueue, MaxInFlight,
+	// RequestBacklog, MaxTimeout; zero: its defaults).
+	IntakeWorkers, IntakeQueue, MaxInFlight, RequestBacklog int
+	MaxTimeout                                              time.Duration
+	Storage                                                 jetstream.StorageType
 	// Replicas of the task streams and the KV bucket (planner.Config.Replicas; 0: as the cluster's size suggests).
 	Replicas int
 	// MetricsAddr is where one Prometheus endpoint (/metrics) serves every service's metrics ("" disables it).
@@ -184,7 +184,7 @@ func Start(ctx context.Context, cfg Config) (_ *System, err error) {
 	}
 	fe, err := frontend.New(nc, frontend.Config{ID: "up-frontend", HTTPAddr: cfg.HTTPAddr,
 		MaxRequestBytes: cfg.MaxRequestBytes, IntakeWorkers: cfg.IntakeWorkers, IntakeQueue: cfg.IntakeQueue,
-		MaxTimeout: cfg.MaxTimeout, Metrics: sys.metrics.frontend, Logger: cfg.Logger})
+		MaxInFlight: cfg.MaxInFlight, RequestBacklog: cfg.RequestBacklog, MaxTimeout: cfg.MaxTimeout, Metrics: sys.metrics.frontend, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}

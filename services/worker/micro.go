@@ -3,6 +3,7 @@ package worker
 import (
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/sleipnir-serving/sleipnir/pkg/bus"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
@@ -16,7 +17,8 @@ func (w *Worker) addService() (micro.Service, error) {
 	}
 	err = svc.AddEndpoint("status", micro.HandlerFunc(func(req micro.Request) {
 		_ = req.RespondJSON(w.registration())
-	}), micro.WithEndpointSubject(wire.WorkerStatusSubject(w.cfg.ID)))
+	}), micro.WithEndpointSubject(wire.WorkerStatusSubject(w.cfg.ID)),
+		micro.WithEndpointPendingLimits(bus.ControlPending.Msgs, bus.ControlPending.Bytes))
 	if err != nil {
 		_ = svc.Stop()
 		return nil, err
