@@ -46,6 +46,9 @@ type Input struct {
 	// formulation). The planner passes its routing's utilization, so that the plan leaves the headroom the routing
 	// keeps: a replica fed at its full service rate has an unbounded queue.
 	Utilization float64
+	// LatencyModel is how the MILP models a variant's latency and queueing: LatencyBurst (the default, "") or
+	// LatencyLoki, the paper's formulation.
+	LatencyModel LatencyModel
 	// headroomDemand, when positive, is the demand at which the accuracy and max-demand steps spread headroom
 	// (spreadHeadroom) instead of Demand: the allocation of an overloaded cluster's servable demand uses the
 	// demand asked for, as the max-demand step that found it did.
@@ -71,7 +74,38 @@ func (in Input) check() error {
 	if in.Demand < 0 || math.IsNaN(in.Demand) || math.IsInf(in.Demand, 0) {
 		return fmt.Errorf("allocate: demand %v QPS: want a finite number >= 0", in.Demand)
 	}
+	if _, err := ParseLatencyModel(string(in.LatencyModel)); err != nil {
+		return err
+	}
 	return nil
+}
+
+// LatencyModel names how the allocation MILP budgets a variant's latency and keeps room for queueing.
+type LatencyModel string
+
+const (
+	// LatencyBurst is the burst model (burst.go): a task below the root is budgeted for the rounds its parent's
+	// 95th-percentile burst of sub-requests takes, hosts the replicas that burst needs, and keeps a queueing
+	// headroom free. It is what holds pipelines with a large fan-out within their SLO.
+	LatencyBurst LatencyModel = "burst"
+	// LatencyLoki is the paper's formulation (HPDC'24, section 4.1), kept so that its results can be reproduced and
+	// compared: each variant's profiled batch latency within half the SLO, items one at a time, no burst rows and
+	// no headroom beyond Input.Utilization.
+	LatencyLoki LatencyModel = "loki"
+)
+
+// LatencyModels lists the latency models, for flags' help and errors.
+const LatencyModels = "burst or loki"
+
+// ParseLatencyModel reads a latency model's name; "" is the default, LatencyBurst.
+func ParseLatencyModel(s string) (LatencyModel, error) {
+	switch LatencyModel(s) {
+	case "", LatencyBurst:
+		return LatencyBurst, nil
+	case LatencyLoki:
+		return LatencyLoki, nil
+	}
+	return "", fmt.Errorf("allocate: latency model %q: want %s", s, LatencyModels)
 }
 
 // Options tune the solver.
@@ -125,6 +159,7 @@ func Solve(in Input, opt Options) (*Result, error) {
 		return nil, err
 	}
 	res := &Result{Demand: in.Demand, Servers: in.Servers, ServedQPS: in.Demand, Optimal: true}
+	res.LatencyModel, _ = ParseLatencyModel(string(in.LatencyModel)) // checked above
 	nodes := 0
 	finish := func(r *Result) (*Result, error) {
 		r.SolveMs = float64(time.Since(start).Microseconds()) / 1000

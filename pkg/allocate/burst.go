@@ -49,9 +49,10 @@ var oneAtATime = arrivals{pmf: []float64{0, 1}, mean: 1}
 
 // arrivalsOf is how items reach task in step st: the fan-out distribution, for this task, of the variant of its
 // parent task with the largest mean that the step may host (one at a time at the root).
+// The paper's model (LatencyLoki) takes every task's items one at a time.
 func (in Input) arrivalsOf(task string, st step) arrivals {
 	parent := in.Spec.Task(in.Spec.Parent(task))
-	if parent == nil {
+	if parent == nil || in.LatencyModel == LatencyLoki {
 		return oneAtATime
 	}
 	top := parent.MostAccurate().Accuracy
@@ -143,6 +144,16 @@ func (a arrivals) headroom(ms, wait float64) float64 {
 	}
 	slots := math.Log(1/QueueEpsilon) * (m2 / m1) * ms / (2 * wait)
 	return slots / (ms / 1000)
+}
+
+// headroom is the queueing headroom (items/s) a variant keeps free at batch latency ms when an item may wait wait
+// ms, for items that arrive as arr says; the paper's model keeps none (its half of the SLO left for queueing and
+// Input.Utilization are all it has).
+func (in Input) headroom(arr arrivals, ms, wait float64) float64 {
+	if in.LatencyModel == LatencyLoki {
+		return 0
+	}
+	return arr.headroom(ms, wait)
 }
 
 // slowestHops is, per task, the most latency any of its variants may be budgeted (its largest batch's p50 times the

@@ -53,3 +53,75 @@ func TestCameraPlanCoversBursts(t *testing.T) {
 		t.Errorf("plan's batch latencies %.1f + %.1f ms exceed half the SLO", det.LatencyMs, cls.LatencyMs)
 	}
 }
+
+// TestLokiLatencyModel: the paper's formulation (--latency-model loki) budgets every variant at its profiled p50
+// per batch, in one round, with no replicas a burst needs and no queueing headroom, where the burst model on the
+// same high-fan-out pipeline has all three; and on the traffic example in accuracy mode it plans at least the burst
+// model's accuracy, since it leaves out the burst model's constraints.
+func TestLokiLatencyModel(t *testing.T) {
+	camera, err := pipeline.Load("../../examples/traffic-camera.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	burstTerms := func(m *model) (rounds, replicas, headroom int) {
+		for _, kv := range m.variants {
+			for bi := range kv.batches {
+				if kv.rounds[bi] > 1 || kv.latencyMs[bi] != kv.p50Ms[bi] {
+					rounds++
+				}
+				if kv.minReplicas[bi] > 1 {
+					replicas++
+				}
+				if kv.headroom[bi] > 0 {
+					headroom++
+				}
+			}
+		}
+		return
+	}
+	for _, st := range []step{stepHardware, stepAccuracy} {
+		in := Input{Spec: camera, Demand: 60, Servers: 20}
+		m, err := build(in, st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, n, h := burstTerms(m); r == 0 || n == 0 || h == 0 {
+			t.Fatalf("step %d, burst model: %d options in rounds, %d with burst replicas, %d with headroom: "+
+				"the camera's fan-out should need all three", st, r, n, h)
+		}
+		in.LatencyModel = LatencyLoki
+		if m, err = build(in, st); err != nil {
+			t.Fatal(err)
+		}
+		if r, n, h := burstTerms(m); r+n+h != 0 {
+			t.Errorf("step %d, loki model: %d options in rounds, %d with burst replicas, %d with headroom; want none",
+				st, r, n, h)
+		}
+	}
+
+	traffic, err := pipeline.Load("../../examples/traffic.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, demand := range []float64{400, 700} {
+		acc := map[LatencyModel]float64{}
+		for _, lm := range []LatencyModel{LatencyBurst, LatencyLoki} {
+			res, err := Solve(Input{Spec: traffic, Demand: demand, Servers: 20, LatencyModel: lm}, Options{Workers: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Mode != ModeAccuracy || res.LatencyModel != lm || res.Plan("traffic", 1).Allocation.LatencyModel != string(lm) {
+				t.Fatalf("%v QPS, %s: mode %s, model %q", demand, lm, res.Mode, res.LatencyModel)
+			}
+			acc[lm] = res.SystemAccuracy
+		}
+		if acc[LatencyLoki] < acc[LatencyBurst]-1e-6 {
+			t.Errorf("%v QPS: the paper's model plans accuracy %.4f, below the burst model's %.4f", demand,
+				acc[LatencyLoki], acc[LatencyBurst])
+		}
+		t.Logf("%v QPS: accuracy %.4f (loki) against %.4f (burst)", demand, acc[LatencyLoki], acc[LatencyBurst])
+	}
+	if _, err := Solve(Input{Spec: traffic, Demand: 10, Servers: 20, LatencyModel: "paper"}, Options{}); err == nil {
+		t.Error("an unknown latency model was accepted")
+	}
+}

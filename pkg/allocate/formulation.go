@@ -184,7 +184,7 @@ func (m *model) keepVariants() {
 					kv.batches = append(kv.batches, b)
 					kv.rounds = append(kv.rounds, o.rounds)
 					kv.minReplicas = append(kv.minReplicas, float64(o.replicas))
-					kv.headroom = append(kv.headroom, arr.headroom(p.P50Ms, m.waitAllowance(t.Name, lat, slowest)))
+					kv.headroom = append(kv.headroom, in.headroom(arr, p.P50Ms, m.waitAllowance(t.Name, lat, slowest)))
 					kv.latencyMs = append(kv.latencyMs, lat)
 					kv.p50Ms = append(kv.p50Ms, p.P50Ms)
 					kv.throughput = append(kv.throughput, in.utilization()*float64(b)/(p.P50Ms/1000))

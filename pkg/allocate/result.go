@@ -34,11 +34,13 @@ type Result struct {
 	ServedQPS float64 `json:"served_qps"`
 	// Optimal says every MILP solve was proven optimal within Options.Gap; when not (a time limit), Gap is how far
 	// from optimal the allocation may be.
-	Optimal  bool     `json:"optimal"`
-	Gap      float64  `json:"gap"`
-	SolveMs  float64  `json:"solve_ms"`
-	Nodes    int      `json:"nodes"`
-	Variants []Hosted `json:"variants"`
+	Optimal bool    `json:"optimal"`
+	Gap     float64 `json:"gap"`
+	SolveMs float64 `json:"solve_ms"`
+	Nodes   int     `json:"nodes"`
+	// LatencyModel is the latency model the allocation was solved with (Input.LatencyModel).
+	LatencyModel LatencyModel `json:"latency_model"`
+	Variants     []Hosted     `json:"variants"`
 }
 
 // read fills res from a solution.
@@ -118,7 +120,8 @@ func (m *model) pathFlows(x []float64) map[*path]float64 {
 func (r *Result) Plan(pipelineName string, epoch uint64) *plan.Plan {
 	p := &plan.Plan{Pipeline: pipelineName, Epoch: epoch, Mode: r.Mode, Allocation: &plan.Allocation{
 		DemandQPS: r.Demand, ServedQPS: r.ServedQPS, ClusterServers: r.Servers, ActiveServers: r.ServersUsed,
-		SystemAccuracy: r.SystemAccuracy, Optimal: r.Optimal, Gap: r.Gap, SolveMs: r.SolveMs}}
+		SystemAccuracy: r.SystemAccuracy, Optimal: r.Optimal, Gap: r.Gap, SolveMs: r.SolveMs,
+		LatencyModel: string(r.LatencyModel)}}
 	for _, h := range r.Variants {
 		p.Variants = append(p.Variants, plan.VariantPlan{Task: h.Task, Variant: h.Variant, Replicas: h.Replicas,
 			MaxBatch: h.BatchSize, BudgetMs: h.LatencyMs, CapacityQPS: h.CapacityQPS})

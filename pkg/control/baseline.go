@@ -82,7 +82,7 @@ func (a Proteus) Allocate(spec *pipeline.Spec, o Observed) (*plan.Plan, error) {
 		single := &pipeline.Spec{Name: spec.Name, SLOMs: slo[t.Name], CommLatencyMs: spec.CommLatencyMs,
 			BatchSizes: spec.BatchSizes, Tasks: []pipeline.Task{{Name: t.Name, Variants: leafVariants(t)}}}
 		in := allocate.Input{Spec: single, Demand: max(demand[t.Name], 1e-3), Servers: shares[i],
-			Utilization: a.Utilization}
+			Utilization: a.Utilization, LatencyModel: a.LatencyModel}
 		res, err := allocate.Solve(in, allocate.Options{TimeLimit: a.TimeLimit, Workers: a.Workers})
 		if err != nil {
 			return nil, fmt.Errorf("task %s: %w", t.Name, err)

@@ -70,6 +70,9 @@ type Config struct {
 	// ProfilesOnly plans and routes with the spec's profiles alone, ignoring Observed.Profiles (the measured
 	// latencies).
 	ProfilesOnly bool
+	// LatencyModel is the allocation MILP's latency model (pkg/allocate): "" or burst, the default, or loki, the
+	// paper's formulation, which plans with the profiled latencies (SetDefaults sets ProfilesOnly with it).
+	LatencyModel allocate.LatencyModel
 }
 
 // DefaultHeadroom is Config.Headroom's default. A plan sized for the estimate alone runs short whenever the estimate
@@ -119,6 +122,9 @@ func (c *Config) SetDefaults() {
 	}
 	if c.TuneEvery == 0 {
 		c.TuneEvery = tuner.Every // negative stays: no tuner
+	}
+	if c.LatencyModel == allocate.LatencyLoki {
+		c.ProfilesOnly = true // the paper plans with profiled latencies
 	}
 }
 
@@ -191,12 +197,15 @@ type MILP struct {
 	// Workers is how many branch-and-bound nodes a solve works on at once (0: one per CPU); with one, the same
 	// input always gives the same plan.
 	Workers int
+	// LatencyModel is the MILP's latency model ("": burst).
+	LatencyModel allocate.LatencyModel
 }
 
 // Allocate solves the allocation MILP.
 func (a MILP) Allocate(spec *pipeline.Spec, o Observed) (*plan.Plan, error) {
 	res, err := allocate.Solve(allocate.Input{Spec: spec, Demand: o.Demand, Servers: o.Servers, Fanout: o.Fanout,
-		Utilization: a.Utilization}, allocate.Options{TimeLimit: a.TimeLimit, Workers: a.Workers})
+		Utilization: a.Utilization, LatencyModel: a.LatencyModel},
+		allocate.Options{TimeLimit: a.TimeLimit, Workers: a.Workers})
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sleipnir-serving/sleipnir/pkg/allocate"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 )
 
@@ -23,6 +24,7 @@ type Flags struct {
 	solveWorkers   *int
 	tuneEvery      *time.Duration
 	measured       *bool
+	latencyModel   *string
 }
 
 // RegisterFlags registers the control flags on fs.
@@ -47,6 +49,9 @@ func RegisterFlags(fs *flag.FlagSet) *Flags {
 			"idle workers to variants whose queues outgrow their replicas (0: 100ms; negative: no tuner)"),
 		measured: fs.Bool("measured-latency", true, "plan and route with the batch latencies the workers measure, "+
 			"blended with the profiles (false: with the profiles alone)"),
+		latencyModel: fs.String("latency-model", string(allocate.LatencyBurst), "the allocation MILP's latency "+
+			"model: burst (budgets the bursts a fan-out sends and keeps queueing headroom) or loki (the paper's "+
+			"formulation: profiled latencies within half the SLO, no burst terms; implies --measured-latency=false)"),
 	}
 }
 
@@ -57,6 +62,10 @@ func (f *Flags) Config() (Config, error) {
 		Headroom: *f.headroom, RouteUtilization: *f.utilization, SolveTimeLimit: *f.solveTimeLimit,
 		SolveWorkers: *f.solveWorkers, TuneEvery: *f.tuneEvery,
 		ProfilesOnly: !*f.measured}
+	var err error
+	if c.LatencyModel, err = allocate.ParseLatencyModel(*f.latencyModel); err != nil {
+		return c, fmt.Errorf("--latency-model: %w", err)
+	}
 	if c.Headroom == 0 {
 		c.Headroom = -1 // none (Config's 0 is its default)
 	}

@@ -71,7 +71,7 @@ func ParseSystem(s string, spec *pipeline.Spec, cfg Config) (System, error) {
 	sys := System{Policy: kind.Policy}
 	if kind.New != nil {
 		sys.Allocator = kind.New(MILP{Utilization: cfg.RouteUtilization, TimeLimit: cfg.SolveTimeLimit,
-			Workers: cfg.SolveWorkers})
+			Workers: cfg.SolveWorkers, LatencyModel: cfg.LatencyModel})
 	}
 	if sys.Policy == "" {
 		sys.Policy = deadline.Policy(spec.DeadlinePolicy)

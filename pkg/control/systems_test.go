@@ -4,6 +4,8 @@ import (
 	"flag"
 	"testing"
 	"time"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/allocate"
 )
 
 func TestParseSystem(t *testing.T) {
@@ -53,7 +55,8 @@ func TestFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Config{Headroom: -1, SolveTimeLimit: 2 * time.Second, RouteUtilization: 0.8, ReplanEvery: 5 * time.Second}
+	want := Config{Headroom: -1, SolveTimeLimit: 2 * time.Second, RouteUtilization: 0.8, ReplanEvery: 5 * time.Second,
+		LatencyModel: allocate.LatencyBurst}
 	if c != want {
 		t.Errorf("config %+v, want %+v", c, want)
 	}
@@ -68,12 +71,27 @@ func TestFlags(t *testing.T) {
 			t.Error("--policy milp: no error")
 		}
 	}
+	// The paper's model reaches the allocator, and plans with the profiles.
+	_, c, err = parse("--latency-model", "loki")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys, err := ParseSystem("loki", trafficSpec(t), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := sys.Allocator.(MILP); m.LatencyModel != allocate.LatencyLoki {
+		t.Errorf("--latency-model loki: the allocator solves with %q", m.LatencyModel)
+	}
+	if c.SetDefaults(); !c.ProfilesOnly {
+		t.Error("--latency-model loki plans with measured latencies; the paper's model takes the profiles")
+	}
 	f, c, _ = parse()
 	if s, err := f.System(); s != "loki" || err != nil || c.Headroom != DefaultHeadroom {
 		t.Errorf("defaults: system %q %v, headroom %v", s, err, c.Headroom)
 	}
 	for _, bad := range [][]string{{"--headroom", "-1"}, {"--utilization", "1.5"}, {"--solve-workers", "-1"},
-		{"--solve-time-limit", "-1s"}, {"--replan-sigmas", "-1"}} {
+		{"--solve-time-limit", "-1s"}, {"--replan-sigmas", "-1"}, {"--latency-model", "paper"}} {
 		if _, _, err := parse(bad...); err == nil {
 			t.Errorf("%v: no error", bad)
 		}

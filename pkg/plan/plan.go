@@ -58,6 +58,9 @@ type Allocation struct {
 	Optimal bool    `json:"optimal"`
 	Gap     float64 `json:"gap"`
 	SolveMs float64 `json:"solve_ms"`
+	// LatencyModel is the allocation MILP's latency model: "burst" or "loki" (pkg/allocate.LatencyModel); absent
+	// from older plans, which are burst.
+	LatencyModel string `json:"latency_model,omitempty"`
 }
 
 // Estimate is the demand estimate the plan was made from (EstimateQPS, or DemandQPS when it was not recorded): a

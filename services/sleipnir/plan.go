@@ -32,6 +32,8 @@ func runPlan(args []string) error {
 		"(to read, or to solve with another solver: cbc FILE solve)")
 	util := fs.Float64("utilization", 1, "share of each replica's profiled throughput a plan may use (the live planner "+
 		"uses its routing's, 0.85; 1 is the paper's formulation)")
+	latencyModel := fs.String("latency-model", string(allocate.LatencyBurst), "the MILP's latency model: burst, or "+
+		"loki (the paper's formulation: profiled latencies within half the SLO, no burst terms)")
 	live := fs.String("live", "", "PIPELINE: instead of solving, show the plan in force of the running system at "+
 		"--nats, with each variant's latency as profiled, as the workers measure it and as planned (the blend)")
 	var c common
@@ -52,8 +54,12 @@ func runPlan(args []string) error {
 	if *util <= 0 || *util > 1 {
 		return fmt.Errorf("--utilization %v: want a share in (0, 1]", *util)
 	}
+	model, err := allocate.ParseLatencyModel(*latencyModel)
+	if err != nil {
+		return fmt.Errorf("--latency-model: %w", err)
+	}
 	in := allocate.Input{Spec: spec, Servers: *servers, SLOMs: float64(*slo) / float64(time.Millisecond),
-		Utilization: *util}
+		Utilization: *util, LatencyModel: model}
 	opt := allocate.Options{TimeLimit: *limit, Gap: *gap}
 	if *sweep == "" {
 		in.Demand = *demand
