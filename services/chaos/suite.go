@@ -41,8 +41,6 @@ type Config struct {
 	Grace time.Duration
 	// MaxRecovery is the longest recovery a fault may take.
 	MaxRecovery time.Duration
-	// MaxSilence is the longest a node fault may go without an ok reply (default MaxRecovery).
-	MaxSilence time.Duration
 	// NodeDown is how long a node fault keeps its node down (default 12 s, at most 60% of After).
 	NodeDown time.Duration
 	// Dir receives each fault's process logs (a directory per fault); default a temporary directory, removed.
@@ -81,9 +79,6 @@ func (c *Config) setDefaults() error {
 	}
 	if c.MaxRecovery == 0 {
 		c.MaxRecovery = 5 * time.Second
-	}
-	if c.MaxSilence == 0 {
-		c.MaxSilence = c.MaxRecovery
 	}
 	if c.NodeDown == 0 {
 		c.NodeDown = nodeDown
@@ -138,8 +133,10 @@ type Row struct {
 	BaselinePct   float64 `json:"baseline_violations_pct"` // in the measured seconds before the fault
 	RecoveryS     float64 `json:"recovery_s"`              // -1: violations had not settled by the end
 	ResumeS       float64 `json:"resume_s"`                // to the first second from the fault with ok replies; -1: none
-	// NoReplyS counts the seconds, from the one of the fault on, whose requests got no ok reply at all.
+	// NoReplyS counts the seconds, from the one of the fault on, whose requests got no ok reply at all; SilenceS is
+	// the longest run of them.
 	NoReplyS int      `json:"no_reply_s"`
+	SilenceS int      `json:"silence_s"`
 	Crashes  []string `json:"crashes,omitempty"`
 	Notes    []string `json:"notes,omitempty"`
 	Failures []string `json:"failures,omitempty"`
@@ -305,9 +302,14 @@ func runFault(ctx context.Context, cfg *Config, f Fault) (Row, error) {
 			break
 		}
 	}
-	for i := max(0, int(row.FaultAtS)); i < len(sum.Series); i++ {
-		if sum.Series[i].Sent > 0 && sum.Series[i].OK == 0 {
+	for i, run := max(0, int(row.FaultAtS)), 0; i < len(sum.Series); i++ {
+		switch {
+		case sum.Series[i].Sent > 0 && sum.Series[i].OK == 0:
 			row.NoReplyS++
+			run++
+			row.SilenceS = max(row.SilenceS, run)
+		case sum.Series[i].OK > 0:
+			run = 0
 		}
 	}
 	if r, ok := Recovery(sum.Series, row.FaultAtS, 0.01, RecoveryWindow); ok {
