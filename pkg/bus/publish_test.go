@@ -97,3 +97,54 @@ func TestPublishAsyncGivesUpBeforeTheDeadline(t *testing.T) {
 		t.Errorf("publish expecting another stream: %v after %v, want its error at once", err, time.Since(start))
 	}
 }
+
+// TestPublishAsyncAfterALostConnection: a message whose acknowledgement was outstanding when the connection was lost
+// is sent again once it is back, and a duplicate acknowledgement then (an earlier send was stored) counts as the
+// message taken.
+func TestPublishAsyncAfterALostConnection(t *testing.T) {
+	s, js := inProcess(t)
+	nc := js.Conn()
+	// A subscriber that never answers holds the acknowledgement outstanding, as a stream on a node that dies would.
+	silent, err := nc.Subscribe(wire.TaskSubject("p", "a", "x"), func(*nats.Msg) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := ConnectInProcess(s, "other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	ojs, _ := jetstream.New(other)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	msg := taskMsg("fe-1")
+	done := make(chan struct{})
+	var ack *jetstream.PubAck
+	var pubErr error
+	go func() {
+		defer close(done)
+		ack, pubErr = PublishAsync(ctx, js, msg, nil)
+	}()
+	// The earlier send stored: a copy with the same message id is in the stream when the connection drops.
+	time.Sleep(200 * time.Millisecond)
+	if _, err := EnsureTaskStream(ctx, ojs, "p", jetstream.MemoryStorage, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ojs.PublishMsg(ctx, taskMsg("fe-1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := silent.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.ForceReconnect(); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	if pubErr != nil || ack.Stream != wire.TaskStream("p") || ack.Duplicate {
+		t.Fatalf("publish: %+v, %v; want the earlier copy's acknowledgement, not a duplicate", ack, pubErr)
+	}
+	st, _ := ojs.Stream(ctx, wire.TaskStream("p"))
+	if info, err := st.Info(ctx); err != nil || info.State.Msgs != 1 {
+		t.Errorf("stream holds %v messages (%v), want 1", info.State.Msgs, err)
+	}
+}

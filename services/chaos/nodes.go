@@ -96,22 +96,24 @@ func loseNode(pick func(context.Context, *System) (*natsproc.Server, error), gra
 		}
 		down := min(s.cfg.NodeDown, s.cfg.After*3/5)
 		at := time.Now()
-		gone := make(chan error, 1)
+		var stopErr error
+		var goneS float64
+		gone := make(chan struct{})
 		go func() {
+			defer close(gone)
 			if graceful {
-				gone <- node.LameDuck(down)
-				return
+				stopErr = node.LameDuck(down)
+			} else {
+				node.Kill()
 			}
-			node.Kill()
-			gone <- nil
+			goneS = time.Since(at).Seconds()
 		}()
-		stream := wire.TaskStream(s.cfg.spec.Name)
-		elected := s.waitLeader(ctx, stream, node, at.Add(down))
+		elected := s.waitLeader(ctx, wire.TaskStream(s.cfg.spec.Name), node, at.Add(down))
+		<-gone
 		var failures []string
-		if err := <-gone; err != nil {
-			failures = append(failures, err.Error())
+		if stopErr != nil {
+			failures = append(failures, stopErr.Error())
 		}
-		goneS := time.Since(at).Seconds()
 		select {
 		case <-ctx.Done():
 			return nil, nil, ctx.Err()
