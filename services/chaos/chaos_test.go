@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -151,12 +152,18 @@ func TestNodeLoss(t *testing.T) {
 	if len(rows) == 0 {
 		t.Fatal("no node fault ran")
 	}
+	var unmeasured []string
 	for _, r := range rows {
 		if r.Sent == 0 || r.Skipped != "" {
 			t.Errorf("%s: no load measured (%s)", r.Fault, r.Skipped)
 		}
 		if r.Duplicates > 0 || len(r.Crashes) > 0 {
 			t.Errorf("%s: duplicates %d, crashes %v", r.Fault, r.Duplicates, r.Crashes)
+		}
+		if r.BaselinePct >= unservedPct {
+			// Not a node's loss to judge: the system did not serve before it.
+			unmeasured = append(unmeasured, fmt.Sprintf("%s: %.0f%% violations before the fault", r.Fault, r.BaselinePct))
+			continue
 		}
 		// The recovery of violations under 1% is reported, not held to (noise on a busy machine); the node-loss
 		// bounds are.
@@ -166,7 +173,15 @@ func TestNodeLoss(t *testing.T) {
 			}
 		}
 	}
+	if len(unmeasured) > 0 && !t.Failed() {
+		t.Skipf("the machine was too busy for the system to serve before the fault, so its loss was not judged (%s)",
+			strings.Join(unmeasured, "; "))
+	}
 }
+
+// unservedPct is the share of violations before the fault at which a node-loss row is not judged: on a machine that
+// busy (load average 30 on 2 cores, seen) requests arrive at the frontends past their deadline, with no fault at all.
+const unservedPct = 50
 
 type testWriter struct{ t *testing.T }
 

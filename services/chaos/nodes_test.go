@@ -56,6 +56,10 @@ func TestJudgeNodeLoss(t *testing.T) {
 			Series: series(20, nil)}, graceful, "2 seconds in a row without an ok reply, over 1"},
 		{"a noisy return", Row{FaultAtS: 3.2, Series: series(20, map[int]Second{17: {Sent: 100, OK: 90, Violations: 10}})},
 			kill, "return was not quiet"},
+		{"a return as noisy as the seconds before the fault", Row{FaultAtS: 3.2, BaselinePct: 6,
+			Series: series(20, map[int]Second{17: {Sent: 100, OK: 90, Violations: 10}})}, kill, ""},
+		{"a return noisier than twice the seconds before the fault", Row{FaultAtS: 3.2, BaselinePct: 3,
+			Series: series(20, map[int]Second{17: {Sent: 100, OK: 60, Violations: 40}})}, kill, "return was not quiet"},
 		{"violations before the return are the kill's", Row{FaultAtS: 3.2,
 			Series: series(20, map[int]Second{4: {Sent: 100, OK: 50, Violations: 50}})}, kill, ""},
 	}
