@@ -312,6 +312,9 @@ func runFault(ctx context.Context, cfg *Config, f Fault) (Row, error) {
 			run = 0
 		}
 	}
+	if row.NoReplyS > 0 {
+		notes = append(notes, fmt.Sprintf("%d seconds without an ok reply, %d in a row at most", row.NoReplyS, row.SilenceS))
+	}
 	if r, ok := Recovery(sum.Series, row.FaultAtS, 0.01, RecoveryWindow); ok {
 		row.RecoveryS = r
 		// What the window forgave is said, not hidden.
