@@ -190,9 +190,12 @@ func (nl nodeLoss) judge(r Row) (notes, failures []string) {
 	notes = append(notes, fmt.Sprintf("after the node's return: %d violations, %d lost, of %d requests", violations, lost, sent))
 	// Quiet: 1% at most, or no worse than twice the seconds before the fault (a busy machine's own violations are not
 	// the return's).
-	if lost > 0 || sent > 0 && float64(violations) > max(0.01, 2*r.BaselinePct/100)*float64(sent) {
-		failures = append(failures, fmt.Sprintf("the node's return was not quiet: %d violations, %d lost, of %d requests",
-			violations, lost, sent))
+	switch {
+	case lost > 0:
+		failures = append(failures, fmt.Sprintf("the node's return lost %d requests, of %d", lost, sent))
+	case sent > 0 && float64(violations) > max(0.01, 2*r.BaselinePct/100)*float64(sent):
+		failures = append(failures, fmt.Sprintf("the node's return was not quiet: %d violations of %d requests",
+			violations, sent))
 	}
 	return notes, failures
 }

@@ -60,6 +60,8 @@ func TestJudgeNodeLoss(t *testing.T) {
 			Series: series(20, map[int]Second{17: {Sent: 100, OK: 90, Violations: 10}})}, kill, ""},
 		{"a return noisier than twice the seconds before the fault", Row{FaultAtS: 3.2, BaselinePct: 3,
 			Series: series(20, map[int]Second{17: {Sent: 100, OK: 60, Violations: 40}})}, kill, "return was not quiet"},
+		{"lost after the return", Row{FaultAtS: 3.2, Series: series(20, map[int]Second{17: {Sent: 100, OK: 99, Lost: 1,
+			Violations: 1}})}, kill, "the node's return lost 1 requests"},
 		{"violations before the return are the kill's", Row{FaultAtS: 3.2,
 			Series: series(20, map[int]Second{4: {Sent: 100, OK: 50, Violations: 50}})}, kill, ""},
 	}
