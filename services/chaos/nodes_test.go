@@ -74,6 +74,16 @@ func TestJudgeNodeLoss(t *testing.T) {
 	}
 }
 
+// TestSilence: seconds without an ok reply are counted from the fault's on, and the longest run of them; a second
+// with ok replies ends a run.
+func TestSilence(t *testing.T) {
+	ok, none := Second{Sent: 100, OK: 100}, Second{Sent: 100}
+	series := []Second{none, ok, none, none, ok, none, none, none, ok, none}
+	if n, longest := silence(series, 1.5); n != 6 || longest != 3 {
+		t.Errorf("silence: %d seconds, %d in a row; want 6 and 3", n, longest)
+	}
+}
+
 func TestCounted(t *testing.T) {
 	got := strings.Join(counted([]string{"fe1", "sleipnir-worker", "sleipnir-worker", "sleipnir-worker", "x"}), ", ")
 	if want := "fe1, sleipnir-worker x3, x"; got != want {

@@ -302,16 +302,7 @@ func runFault(ctx context.Context, cfg *Config, f Fault) (Row, error) {
 			break
 		}
 	}
-	for i, run := max(0, int(row.FaultAtS)), 0; i < len(sum.Series); i++ {
-		switch {
-		case sum.Series[i].Sent > 0 && sum.Series[i].OK == 0:
-			row.NoReplyS++
-			run++
-			row.SilenceS = max(row.SilenceS, run)
-		case sum.Series[i].OK > 0:
-			run = 0
-		}
-	}
+	row.NoReplyS, row.SilenceS = silence(sum.Series, row.FaultAtS)
 	if row.NoReplyS > 0 {
 		notes = append(notes, fmt.Sprintf("%d seconds without an ok reply, %d in a row at most", row.NoReplyS, row.SilenceS))
 	}
@@ -400,6 +391,22 @@ func Recovery(series []Second, faultAt, ratio float64, window int) (float64, boo
 		return 0, false
 	}
 	return max(0, float64(settled)-faultAt), true
+}
+
+// silence counts the seconds, from the one of the fault on, whose requests got no ok reply, and the longest run of
+// them.
+func silence(series []Second, faultAt float64) (seconds, longest int) {
+	for i, run := max(0, int(faultAt)), 0; i < len(series); i++ {
+		switch {
+		case series[i].Sent > 0 && series[i].OK == 0:
+			seconds++
+			run++
+			longest = max(longest, run)
+		case series[i].OK > 0:
+			run = 0
+		}
+	}
+	return seconds, longest
 }
 
 // violationsAfter counts the requests sent from second `from` to the series' end and the violations among them.
