@@ -87,8 +87,9 @@ type Server struct {
 	conf        string
 	monitorPort int
 
-	mu  sync.Mutex
-	cmd *exec.Cmd
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{} // closed once cmd has exited
 }
 
 // Start starts a server and waits until it accepts client connections.
@@ -184,19 +185,20 @@ func (s *Server) Restart() error {
 		return fmt.Errorf("start nats-server: %w", err)
 	}
 	s.cmd = cmd
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	done := make(chan struct{})
+	s.done = done
+	var exitErr error
+	go func() { exitErr = cmd.Wait(); close(done) }() // reaps it
 	addr := net.JoinHostPort(s.cfg.Host, strconv.Itoa(s.cfg.Port))
 	for end := time.Now().Add(15 * time.Second); time.Now().Before(end); {
 		select {
-		case err := <-exited:
+		case <-done:
 			s.cmd = nil
-			return fmt.Errorf("nats-server exited at start: %v", err)
+			return fmt.Errorf("nats-server exited at start: %v", exitErr)
 		default:
 		}
 		if c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
 			c.Close()
-			go func() { <-exited }() // reap
 			return nil
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -209,8 +211,32 @@ func (s *Server) Restart() error {
 // Kill ends the process with SIGKILL, as a crash would.
 func (s *Server) Kill() { s.signal(syscall.SIGKILL) }
 
-// Stop ends the process with SIGTERM (lame-duck-free shutdown) and waits for it.
+// Stop ends the process with SIGTERM and waits for it: the server steps down from what it leads in JetStream and
+// closes its clients at once.
 func (s *Server) Stop() { s.signal(syscall.SIGTERM) }
+
+// LameDuck stops the process gracefully, as `nats-server --signal ldm` does (SIGUSR2): the server stops accepting
+// clients, hands what it leads in JetStream over to the other nodes, then closes its clients one by one over its
+// lame-duck duration (lame_duck_grace_period and lame_duck_duration in Config.Conf; 10 s and 2 min by default) and
+// exits. LameDuck waits for the exit up to limit, then kills the process and says so.
+func (s *Server) LameDuck(limit time.Duration) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return nil
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGUSR2)
+	var err error
+	select {
+	case <-s.done:
+	case <-time.After(limit):
+		err = fmt.Errorf("%s: still in lame-duck mode after %v; killed", s.cfg.Name, limit)
+		_ = s.cmd.Process.Kill()
+		<-s.done
+	}
+	s.cmd = nil
+	return err
+}
 
 func (s *Server) signal(sig syscall.Signal) {
 	s.mu.Lock()
@@ -219,18 +245,10 @@ func (s *Server) signal(sig syscall.Signal) {
 		return
 	}
 	_ = s.cmd.Process.Signal(sig)
-	// The reaper goroutine started by Restart collects the exit status; wait until the port is free.
-	addr := net.JoinHostPort(s.cfg.Host, strconv.Itoa(s.cfg.Port))
-	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); {
-		if syscall.Kill(s.cmd.Process.Pid, 0) != nil {
-			break
-		}
-		if c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond); err != nil {
-			break
-		} else {
-			c.Close()
-		}
-		time.Sleep(20 * time.Millisecond)
+	// The reaper goroutine started by Restart collects the exit status.
+	select {
+	case <-s.done:
+	case <-time.After(10 * time.Second):
 	}
 	s.cmd = nil
 }

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -120,13 +121,15 @@ func buildBinaries(t *testing.T) (bin, root string) {
 
 // TestNodeLoss runs the short version of the node-loss suite against real processes: three clustered nats-server
 // processes, the planner, two frontends and ten workers given all three URLs, under loadgen's load at 100 QPS. The
-// node that leads the task stream is SIGKILLed and stays down 21.6 s: requests may be lost only if a frontend or
-// loadgen was connected to it, and only those in flight at the kill; ok replies must not stop for more than 16 s
-// (JetStream's leader election takes 4 to 9 s, a second round as long again; with the state at R1 they stop until the
-// node is back); the node's return loses nothing. `bin/sleipnir chaos --nodes 3` kills each node in turn and holds the silence to 5 s.
+// node that leads the task stream is SIGKILLed (node-stream-leader) and, on a fresh cluster, stopped gracefully in
+// lame-duck mode (node-graceful); each stays down 12 s. Requests may be lost only if a frontend or loadgen was
+// connected to it, and only those in flight when it went; ok replies must resume within 10 s of the kill (a raft
+// election takes 4 to 9 s) and within 1 s of the graceful stop; the node's return loses nothing (its violations are
+// reported: `make node-loss` holds them to 1%). With the state at
+// R1 (SLEIPNIR_NODELOSS_PLANNER_ARGS="--replicas 1") replies wait for the node's return, 12 s: over the kill's bound.
 func TestNodeLoss(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs a cluster and the services as processes for about a minute")
+		t.Skip("runs a cluster and the services as processes for about two minutes")
 	}
 	cfg, faults := shortSuite(t, true)
 	cfg.Nodes = 3
@@ -138,11 +141,8 @@ func TestNodeLoss(t *testing.T) {
 	} else {
 		t.Logf("on loopback: %v", err)
 	}
-	// The node is down 21.6 s (60% of After), longer than JetStream's leader elections take (a randomized timeout of
-	// 4 to 9 s; seen once in six kills, 12 s: a second round): with R3 state ok replies resume within 16 s; with R1
-	// they wait for the node's return.
-	cfg.After, cfg.NodeDown = 36*time.Second, 24*time.Second
-	cfg.MaxSilence = 16 * time.Second
+	// As `make node-loss` measures: the node down 12 s, 20 s measured from the fault.
+	cfg.After = 20 * time.Second
 	rows, err := Run(t.Context(), cfg, faults)
 	if err != nil {
 		t.Fatal(err)
@@ -153,6 +153,7 @@ func TestNodeLoss(t *testing.T) {
 	if len(rows) == 0 {
 		t.Fatal("no node fault ran")
 	}
+	var unmeasured []string
 	for _, r := range rows {
 		if r.Sent == 0 || r.Skipped != "" {
 			t.Errorf("%s: no load measured (%s)", r.Fault, r.Skipped)
@@ -160,15 +161,30 @@ func TestNodeLoss(t *testing.T) {
 		if r.Duplicates > 0 || len(r.Crashes) > 0 {
 			t.Errorf("%s: duplicates %d, crashes %v", r.Fault, r.Duplicates, r.Crashes)
 		}
-		// The recovery of violations under 1% is reported, not held to (noise on a busy machine); the node-loss
-		// bounds are.
+		if r.BaselinePct >= unservedPct {
+			// Not a node's loss to judge: the system did not serve before it.
+			unmeasured = append(unmeasured, fmt.Sprintf("%s: %.0f%% violations before the fault", r.Fault, r.BaselinePct))
+			continue
+		}
+		// The recovery of violations under 1%, and the violations after the node's return, are reported, not held
+		// to (noise on a busy machine: every second's share of late replies follows the machine's load); the
+		// node-loss bounds are, and nothing lost after the return.
 		for _, f := range r.Failures {
-			if !strings.HasPrefix(f, "recovery") && !strings.HasPrefix(f, "violations did not settle") {
+			if !strings.HasPrefix(f, "recovery") && !strings.HasPrefix(f, "violations did not settle") &&
+				!strings.HasPrefix(f, "the node's return was not quiet") {
 				t.Errorf("%s: %s", r.Fault, f)
 			}
 		}
 	}
+	if len(unmeasured) > 0 && !t.Failed() {
+		t.Skipf("the machine was too busy for the system to serve before the fault, so its loss was not judged (%s)",
+			strings.Join(unmeasured, "; "))
+	}
 }
+
+// unservedPct is the share of violations before the fault at which a node-loss row is not judged: on a machine that
+// busy (load average 30 on 2 cores, seen) requests arrive at the frontends past their deadline, with no fault at all.
+const unservedPct = 50
 
 type testWriter struct{ t *testing.T }
 

@@ -41,8 +41,6 @@ type Config struct {
 	Grace time.Duration
 	// MaxRecovery is the longest recovery a fault may take.
 	MaxRecovery time.Duration
-	// MaxSilence is the longest a node fault may go without an ok reply (default MaxRecovery).
-	MaxSilence time.Duration
 	// NodeDown is how long a node fault keeps its node down (default 12 s, at most 60% of After).
 	NodeDown time.Duration
 	// Dir receives each fault's process logs (a directory per fault); default a temporary directory, removed.
@@ -81,9 +79,6 @@ func (c *Config) setDefaults() error {
 	}
 	if c.MaxRecovery == 0 {
 		c.MaxRecovery = 5 * time.Second
-	}
-	if c.MaxSilence == 0 {
-		c.MaxSilence = c.MaxRecovery
 	}
 	if c.NodeDown == 0 {
 		c.NodeDown = nodeDown
@@ -138,8 +133,10 @@ type Row struct {
 	BaselinePct   float64 `json:"baseline_violations_pct"` // in the measured seconds before the fault
 	RecoveryS     float64 `json:"recovery_s"`              // -1: violations had not settled by the end
 	ResumeS       float64 `json:"resume_s"`                // to the first second from the fault with ok replies; -1: none
-	// NoReplyS counts the seconds, from the one of the fault on, whose requests got no ok reply at all.
+	// NoReplyS counts the seconds, from the one of the fault on, whose requests got no ok reply at all; SilenceS is
+	// the longest run of them.
 	NoReplyS int      `json:"no_reply_s"`
+	SilenceS int      `json:"silence_s"`
 	Crashes  []string `json:"crashes,omitempty"`
 	Notes    []string `json:"notes,omitempty"`
 	Failures []string `json:"failures,omitempty"`
@@ -305,10 +302,9 @@ func runFault(ctx context.Context, cfg *Config, f Fault) (Row, error) {
 			break
 		}
 	}
-	for i := max(0, int(row.FaultAtS)); i < len(sum.Series); i++ {
-		if sum.Series[i].Sent > 0 && sum.Series[i].OK == 0 {
-			row.NoReplyS++
-		}
+	row.NoReplyS, row.SilenceS = silence(sum.Series, row.FaultAtS)
+	if row.NoReplyS > 0 {
+		notes = append(notes, fmt.Sprintf("%d seconds without an ok reply, %d in a row at most", row.NoReplyS, row.SilenceS))
 	}
 	if r, ok := Recovery(sum.Series, row.FaultAtS, 0.01, RecoveryWindow); ok {
 		row.RecoveryS = r
@@ -395,6 +391,22 @@ func Recovery(series []Second, faultAt, ratio float64, window int) (float64, boo
 		return 0, false
 	}
 	return max(0, float64(settled)-faultAt), true
+}
+
+// silence counts the seconds, from the one of the fault on, whose requests got no ok reply, and the longest run of
+// them.
+func silence(series []Second, faultAt float64) (seconds, longest int) {
+	for i, run := max(0, int(faultAt)), 0; i < len(series); i++ {
+		switch {
+		case series[i].Sent > 0 && series[i].OK == 0:
+			seconds++
+			run++
+			longest = max(longest, run)
+		case series[i].OK > 0:
+			run = 0
+		}
+	}
+	return seconds, longest
 }
 
 // violationsAfter counts the requests sent from second `from` to the series' end and the violations among them.

@@ -272,7 +272,8 @@ func startSystem(cfg *Config, dir string) (*System, error) {
 	var nodes []*natsproc.Server
 	var err error
 	if cfg.Nodes > 1 {
-		nodes, err = natsproc.StartCluster(clusterName, cfg.Nodes, store, natsproc.Config{Conf: conf, Monitor: true}, place)
+		nodes, err = natsproc.StartCluster(clusterName, cfg.Nodes, store, natsproc.Config{Conf: ldmConf + conf, Monitor: true},
+			place)
 	} else {
 		c := natsproc.Config{Name: "chaos", StoreDir: store, Conf: conf, Monitor: true,
 			Args: []string{"-l", filepath.Join(dir, "nats-server.log")}}

@@ -264,24 +264,13 @@ func (f *Frontend) startRequestSpan(ctx context.Context, sub *submission, r *req
 	return ctx
 }
 
-// publish sends msg in its turn and waits for JetStream's acknowledgement until ctx ends.
+// publish sends msg in its turn and waits for JetStream's acknowledgement until ctx ends (the request's deadline).
+// While the stream has no leader (a node lost, an election under way), the same message is sent again until the
+// new leader takes it or the deadline passes (bus.PublishAsync): the turn passes after the first send, so the
+// requests behind are not held. Stalled (too many acknowledgements outstanding), give up soon: the turn is held.
 func (f *Frontend) publish(ctx context.Context, msg *nats.Msg, t *turn) (*jetstream.PubAck, error) {
 	if !t.take(ctx) {
 		return nil, ctx.Err()
 	}
-	// No retry when no stream answers (nats.go waits 250 ms twice by default): the client, told at once, can retry
-	// as well as the frontend could. Stalled (too many acknowledgements outstanding), give up soon: the turn is held.
-	fut, err := f.js.PublishMsgAsync(msg, jetstream.WithRetryAttempts(0), jetstream.WithStallWait(publishStallWait))
-	t.pass()
-	if err != nil {
-		return nil, err
-	}
-	select {
-	case ack := <-fut.Ok():
-		return ack, nil
-	case err := <-fut.Err():
-		return nil, err
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
+	return bus.PublishAsync(ctx, f.js, msg, t.pass, jetstream.WithStallWait(publishStallWait))
 }

@@ -54,6 +54,10 @@ func runChaos(args []string) error {
 	plannerArgs := registerTopologyFlags(fs, &cfg)
 	fs.StringVar(&cfg.Loadgen, "loadgen", filepath.Join(filepath.Dir(cfg.Sleipnir), "loadgen"), "the loadgen binary")
 	fs.Float64Var(&cfg.QPS, "qps", 100, "load, requests per second")
+	fs.IntVar(&cfg.Nodes, "nodes", 1, "nats-server processes; 3 clusters them and runs the node faults (losing each "+
+		"node in turn) unless --faults names others")
+	fs.BoolVar(&cfg.Netns, "netns", false, "run every process in a network namespace of its own, joined by veth pairs "+
+		"on a bridge (needs root and ip)")
 	faults := fs.String("faults", "", "comma-separated faults to run (default all): "+strings.Join(chaos.Names(), ", "))
 	short := fs.Bool("short", false, "the short version: the short faults, with shorter phases")
 	asJSON := fs.Bool("json", false, "print one JSON object per fault instead of the table")
