@@ -224,18 +224,28 @@ func (w *Worker) settle(batch []*inbound, waits []func() error, done chan<- stru
 // doubling with each delivery up to 800 ms; at least 1 s when its frontend had no subscription ("no responders": it
 // is gone, or subscribing again after a server restart). By then the message's deadline has mostly passed, and it
 // comes back to be dropped and reported, not executed again: a killed frontend's messages took the capacity its
-// successor needed (make chaos frontend-kill).
+// successor needed (make chaos frontend-kill). At least leaderlessWait when a child's stream had no leader (an
+// election): each delivery counts toward the consumers' bound on deliveries (pkg/bus.SetAsideAt), and a message
+// with a far deadline must not reach it, and be set aside as poison, within one election.
 func redeliveryDelay(m jetstream.Msg, err error) time.Duration {
 	n := uint64(1)
 	if meta, err := m.Metadata(); err == nil {
 		n = max(1, meta.NumDelivered)
 	}
 	d := 100 * time.Millisecond << min(n-1, 3)
-	if errors.Is(err, nats.ErrNoResponders) {
+	switch {
+	case errors.Is(err, jetstream.ErrNoStreamResponse):
+		d = max(d, leaderlessWait)
+	case errors.Is(err, nats.ErrNoResponders):
 		d = max(d, time.Second)
 	}
 	return d
 }
+
+// leaderlessWait is the least wait before a message whose sub-requests found no stream leader is delivered again:
+// the deliveries before the dead-letter bound, this far apart, outlast a raft election after a crash (4 to 9 s; the
+// bound's five redeliveries take at least 10 s).
+const leaderlessWait = 2 * time.Second
 
 // startBatchSpan starts the span of a batch's execution, and gives each message's span the batch's size. Its
 // messages belong to many requests, so to many traces: it links to each message's span (the conventions' way to
