@@ -219,3 +219,29 @@ func TestWorkerSetsAsideACrashLoop(t *testing.T) {
 		t.Fatalf("%d messages left in the task stream", st.Msgs)
 	}
 }
+
+// TestLateMessageAtTheBoundIsDropped: a message that reaches the delivery bound after its deadline is dropped as any
+// late message is (answered `dropped`), not set aside as poison: it would not be executed, and on a busy machine
+// late messages reach the bound without any worker dying of them.
+func TestLateMessageAtTheBoundIsDropped(t *testing.T) {
+	const ackWait = 200 * time.Millisecond
+	r := newRigAckWait(t, oneTask, ackWait)
+	got := r.collect(t)
+	r.publish("fast", "late", time.Now().Add(300*time.Millisecond), nil, nil)
+	for i := 1; i < bus.SetAsideAt; i++ {
+		nc := r.srv.Connect(t, fmt.Sprint("crashing-", i))
+		if n := testrig.DieHolding(t, nc, wire.TaskStream(r.spec.Name), wire.Consumer("a", "fast"), 10*time.Second); n != uint64(i) {
+			t.Fatalf("crash %d: delivery %d", i, n)
+		}
+	}
+	w := r.startWorker("w1")
+	r.assign("w1", "fast")
+	r.waitServing(w, "fast")
+	testrig.Eventually(t, 10*time.Second, "the late request answered", func() bool { return len(got.of("late")) > 0 })
+	if rm := got.of("late")[0]; rm.Error != "" || len(rm.Items) != 1 || rm.Items[0].Status != wire.ItemDropped {
+		t.Fatalf("the late request got %+v, want its item dropped", rm)
+	}
+	if dl := r.deadLetters(t); len(dl) != 0 {
+		t.Fatalf("%d messages in the dead-letter stream, want none", len(dl))
+	}
+}

@@ -91,6 +91,15 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 			return true
 		}
 		drop := s.stage.BeforeExecute(now, in.deadline, in.enqueued)
+		// The delivery bound is for messages that would be executed again: one dropped here costs nothing, and is
+		// answered as dropped, not set aside as poison (a busy machine's late messages reach the bound too).
+		if drop == "" {
+			if err := checkDeliveries(s, m); err != nil {
+				in.span.End()
+				w.setAside(ctx, s, m, err)
+				return true
+			}
+		}
 		if drop == "" && !batching.Fits(s.a.MaxBatch, len(inputs), len(in.items)) {
 			in.span.End()
 			return false
@@ -343,10 +352,6 @@ func (w *Worker) decode(ctx context.Context, s *serving, m jetstream.Msg) (*inbo
 		if it.ID == "" || it.Den == 0 {
 			return nil, fmt.Errorf("item %q has no id or weight", it.ID)
 		}
-	}
-	// Checked last, so that a message that is not a task message is set aside as that at its first delivery.
-	if err := checkDeliveries(s, m); err != nil {
-		return nil, err
 	}
 	in.items = tm.Items
 	in.ctx, in.span = telemetry.StartProcess(ctx, w.tracer, m.Subject(), wire.Consumer(s.a.Task, s.a.Variant),
