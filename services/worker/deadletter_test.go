@@ -176,16 +176,7 @@ func TestWorkerSetsAsideACrashLoop(t *testing.T) {
 	got := r.collect(t)
 	soon := time.Now().Add(time.Minute)
 	r.publish("fast", "poison", soon, nil, nil)
-	for i := 1; i < bus.SetAsideAt; i++ {
-		// A worker takes it and dies: its connection closes without an acknowledgement.
-		nc := r.srv.Connect(t, fmt.Sprint("crashing-", i))
-		if n := testrig.DieHolding(t, nc, wire.TaskStream(r.spec.Name), wire.Consumer("a", "fast"), 10*time.Second); n != uint64(i) {
-			t.Fatalf("crash %d: delivery %d", i, n)
-		}
-	}
-	w := r.startWorker("w1")
-	r.assign("w1", "fast")
-	r.waitServing(w, "fast")
+	w := r.crashLoop(t)
 	testrig.Eventually(t, 10*time.Second, "the poison request answered", func() bool { return len(got.of("poison")) > 0 })
 	r.publish("fast", "after", soon, nil, nil)
 	testrig.Eventually(t, 5*time.Second, "a normal request served after it", func() bool { return len(got.of("after")) > 0 })
@@ -228,6 +219,21 @@ func TestLateMessageAtTheBoundIsDropped(t *testing.T) {
 	r := newRigAckWait(t, oneTask, ackWait)
 	got := r.collect(t)
 	r.publish("fast", "late", time.Now().Add(300*time.Millisecond), nil, nil)
+	r.crashLoop(t)
+	testrig.Eventually(t, 10*time.Second, "the late request answered", func() bool { return len(got.of("late")) > 0 })
+	if rm := got.of("late")[0]; rm.Error != "" || len(rm.Items) != 1 || rm.Items[0].Status != wire.ItemDropped {
+		t.Fatalf("the late request got %+v, want its item dropped", rm)
+	}
+	if dl := r.deadLetters(t); len(dl) != 0 {
+		t.Fatalf("%d messages in the dead-letter stream, want none", len(dl))
+	}
+}
+
+// crashLoop has the message waiting at variant a/fast taken by a worker that dies without acknowledging it (its
+// connection closes), as many times as the delivery bound allows before the set-aside, then starts a worker, w1,
+// that serves the variant and so takes the message's next delivery.
+func (r *rig) crashLoop(t *testing.T) *Worker {
+	t.Helper()
 	for i := 1; i < bus.SetAsideAt; i++ {
 		nc := r.srv.Connect(t, fmt.Sprint("crashing-", i))
 		if n := testrig.DieHolding(t, nc, wire.TaskStream(r.spec.Name), wire.Consumer("a", "fast"), 10*time.Second); n != uint64(i) {
@@ -237,11 +243,5 @@ func TestLateMessageAtTheBoundIsDropped(t *testing.T) {
 	w := r.startWorker("w1")
 	r.assign("w1", "fast")
 	r.waitServing(w, "fast")
-	testrig.Eventually(t, 10*time.Second, "the late request answered", func() bool { return len(got.of("late")) > 0 })
-	if rm := got.of("late")[0]; rm.Error != "" || len(rm.Items) != 1 || rm.Items[0].Status != wire.ItemDropped {
-		t.Fatalf("the late request got %+v, want its item dropped", rm)
-	}
-	if dl := r.deadLetters(t); len(dl) != 0 {
-		t.Fatalf("%d messages in the dead-letter stream, want none", len(dl))
-	}
+	return w
 }
