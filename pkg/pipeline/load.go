@@ -237,6 +237,9 @@ func (s *Spec) validate() error {
 			add(fmt.Sprintf("batch_sizes[%d]", i), "%d does not follow %d: batch sizes must be strictly increasing", batches[i], batches[i-1])
 		}
 	}
+	if s.Priority < 0 || s.Priority > MaxPriority {
+		add("priority", "%d: want a class from 0 to %d", s.Priority, MaxPriority)
+	}
 	allowed := map[int]bool{}
 	for _, b := range batches {
 		allowed[b] = true

@@ -201,3 +201,6 @@ func (t *Task) FanoutTo(v *Variant, child string, measured map[string]Fanout) fl
 // half being left for queueing, as Loki does. The allocation sizes batches and variants to it; the static plan's
 // batch size too.
 func ProcessingBudgetMs(sloMs float64) float64 { return sloMs / 2 }
+
+// MaxPriority is the highest priority class a pipeline (Spec.Priority) or a request may have.
+const MaxPriority = 9

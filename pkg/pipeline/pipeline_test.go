@@ -160,6 +160,7 @@ func TestParseErrors(t *testing.T) {
 		{"tensor declared twice", "slo_ms: 500", "slo_ms: 500\ninputs: [{name: image, datatype: BYTES, shape: [1]}, {name: image, datatype: BYTES, shape: [-1]}]", `inputs[1].name: tensor "image" is also inputs[0]`},
 		{"output declared twice", "slo_ms: 500", "slo_ms: 500\noutputs: [{name: box, datatype: FP32, shape: [4]}, {name: box, datatype: FP64, shape: [4]}]", `outputs[1].name: tensor "box" is also outputs[0]`},
 		{"unknown tensor datatype", "slo_ms: 500", "slo_ms: 500\noutputs: [{name: text, datatype: STRING, shape: [1]}]", "outputs[0].datatype: value must be one of"},
+		{"priority above the highest class", "slo_ms: 500", "slo_ms: 500\npriority: 10", "priority: maximum: got 10, want 9"},
 		{"cycle", "  - name: cls\n    variants:", "  - name: cls\n    children: [det]\n    variants:", "no root task"},
 	}
 	for _, tc := range tests {

@@ -14,6 +14,10 @@ type Spec struct {
 	CommLatencyMs float64 `json:"comm_latency_ms,omitempty"`
 	// DeadlinePolicy is how workers treat items running late: none, last-task, per-task or reroute (default).
 	DeadlinePolicy string `json:"deadline_policy,omitempty"`
+	// Priority is the pipeline's class, 0 (the default) to MaxPriority: when the cluster cannot serve every
+	// pipeline, the lower classes give up accuracy first and are shed first (the rule: schemas/README.md). A
+	// request may ask for a lower class than its pipeline's (the Sleipnir-Priority header), never a higher one.
+	Priority int `json:"priority,omitempty"`
 	// BatchSizes are the allowed maximum batch sizes; every profile lists exactly these. Default [1].
 	BatchSizes []int `json:"batch_sizes,omitempty"`
 	// Profiles names the profile file (relative to the spec file) whose measurements Load merged into the variants
