@@ -18,48 +18,39 @@ type Counters struct {
 // NewCounters returns a folder that has seen no heartbeat.
 func NewCounters() *Counters { return &Counters{last: map[string]wire.Registration{}} }
 
+// Delta is what a worker counted for one variant since its previous heartbeat.
+type Delta struct {
+	wire.FanoutCounts
+	// Messages is the task messages the items came in.
+	Messages uint64
+}
+
 // Fold returns what worker id counted since its previous heartbeat, per key of reg.Observed, and keeps reg (which
 // the caller must not change afterwards). A worker seen for the first time, or restarted since (another Started),
-// counts from zero; so does a variant whose item count went back, and a child count that went back counts nothing:
-// a difference is never negative.
-func (c *Counters) Fold(id string, reg wire.Registration) map[string]wire.FanoutCounts {
+// counts from zero; so does a variant whose item count went back, and a child or message count that went back
+// counts nothing: a difference is never negative.
+func (c *Counters) Fold(id string, reg wire.Registration) map[string]Delta {
 	prev, ok := c.last[id]
 	if !ok || !prev.Started.Equal(reg.Started) {
 		prev = wire.Registration{}
 	}
 	c.last[id] = reg
-	out := make(map[string]wire.FanoutCounts, len(reg.Observed))
+	out := make(map[string]Delta, len(reg.Observed))
 	for key, cur := range reg.Observed {
 		old := prev.Observed[key]
 		if cur.Items < old.Items {
 			old = wire.Observed{}
 		}
-		delta := wire.FanoutCounts{Items: cur.Items - old.Items, Children: map[string]uint64{}}
+		delta := Delta{FanoutCounts: wire.FanoutCounts{Items: cur.Items - old.Items, Children: map[string]uint64{}}}
 		for child, n := range cur.Children {
 			if n >= old.Children[child] {
 				delta.Children[child] = n - old.Children[child]
 			}
 		}
+		if cur.Messages >= old.Messages {
+			delta.Messages = cur.Messages - old.Messages
+		}
 		out[key] = delta
-	}
-	return out
-}
-
-// ItemsPerMessage is, per key of the workers' Observed, the items their task messages held on average (over every
-// worker's latest heartbeat; keys with no message counted are absent).
-func (c *Counters) ItemsPerMessage() map[string]float64 {
-	items, msgs := map[string]uint64{}, map[string]uint64{}
-	for _, reg := range c.last {
-		for key, o := range reg.Observed {
-			items[key] += o.Items
-			msgs[key] += o.Messages
-		}
-	}
-	out := make(map[string]float64, len(msgs))
-	for key, m := range msgs {
-		if m > 0 && items[key] > 0 {
-			out[key] = float64(items[key]) / float64(m)
-		}
 	}
 	return out
 }

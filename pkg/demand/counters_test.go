@@ -10,7 +10,7 @@ import (
 
 func heartbeat(started time.Time, items, toB uint64) wire.Registration {
 	return wire.Registration{Started: started, Observed: map[string]wire.Observed{"p:a/x": {
-		FanoutCounts: wire.FanoutCounts{Items: items, Children: map[string]uint64{"b": toB}}}}}
+		FanoutCounts: wire.FanoutCounts{Items: items, Children: map[string]uint64{"b": toB}}, Messages: items}}}
 }
 
 // TestCountersFold: a worker's cumulative counters become what it counted since its previous heartbeat; a new or
@@ -38,7 +38,7 @@ func TestCountersFold(t *testing.T) {
 			c.Forget(step.id)
 		}
 		d := c.Fold(step.id, step.reg)["p:a/x"]
-		if d.Items != step.items || d.Children["b"] != step.toB {
+		if d.Items != step.items || d.Children["b"] != step.toB || d.Messages != step.items {
 			t.Errorf("step %d (%s): %d items, %d to b; want %d and %d", i, step.what, d.Items, d.Children["b"],
 				step.items, step.toB)
 		}
@@ -67,5 +67,31 @@ func TestTaskDemand(t *testing.T) {
 	d.Add("c", math.MaxUint64)
 	if got = d.Tick(now.Add(3*time.Second), time.Second); !(got["c"] > 0) {
 		t.Fatalf("a corrupt count: c at %v", got["c"])
+	}
+}
+
+// TestMessageSize: items per message from what the heartbeats counted since the previous ones, 1 before any, a
+// heartbeat that counted no message ignored, and an average that follows a change within seconds.
+func TestMessageSize(t *testing.T) {
+	m := NewMessageSize(0.5)
+	if got := m.Of("p:a/x"); got != 1 {
+		t.Fatalf("nothing counted: %v items a message, want 1", got)
+	}
+	m.Observe("p:a/x", Delta{FanoutCounts: wire.FanoutCounts{Items: 40}, Messages: 10})
+	m.Observe("p:a/x", Delta{FanoutCounts: wire.FanoutCounts{Items: 40}, Messages: 0}) // no message: ignored
+	m.Tick()
+	if got := m.Of("p:a/x"); got != 4 {
+		t.Fatalf("40 items in 10 messages: %v a message, want 4", got)
+	}
+	for range 10 {
+		m.Observe("p:a/x", Delta{FanoutCounts: wire.FanoutCounts{Items: 20}, Messages: 10})
+		m.Tick()
+	}
+	if got := m.Of("p:a/x"); got > 2.01 {
+		t.Fatalf("10 ticks of 2 items a message: %v a message, want 2", got)
+	}
+	m.Tick() // a tick without counts keeps the average
+	if got := m.Of("p:a/x"); got > 2.01 || got < 1.99 {
+		t.Fatalf("a tick without counts moved the average to %v", got)
 	}
 }

@@ -32,6 +32,15 @@ type Table struct {
 	dests    []map[string]Dest // per child: hosted variant -> size
 }
 
+// ForReplica is the forwarding table of one replica of task/variant under plan p, with the replica's own deadline
+// stage (Table.Stage), budget being the variant's profiled time at its max batch: each worker decides for itself,
+// its share of the backups' spare capacity one replica's, and each of the simulator's servers builds its own with
+// this same call.
+func ForReplica(spec *pipeline.Spec, p *plan.Plan, policy deadline.Policy, task, variant string, budget time.Duration,
+	children []string) *Table {
+	return NewTable(spec, p, deadline.NewStage(spec, p, policy, task, variant, budget, 1), task, variant, children)
+}
+
 // NewTable builds the forwarding of task/variant under plan p (nil before the first plan: nothing is routed) with
 // its deadline stage. children are the task's child tasks in the order the caller numbers sub-requests.
 func NewTable(spec *pipeline.Spec, p *plan.Plan, stage *deadline.Stage, task, variant string,

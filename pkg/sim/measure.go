@@ -4,7 +4,6 @@ import (
 	"time"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/latency"
-	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
@@ -25,24 +24,13 @@ func (s *sim) measure(srv int, h *hop, n int, d, end time.Duration) {
 // timeout): in the simulator every worker reports at every tick.
 const reportMaxAge = 5 * time.Second
 
-// profiles are the workers' heartbeats of their measured latencies, folded by the planner into the blended
-// profiles it plans with (as the live planner does: pkg/latency.Board, Blend).
-func (s *sim) profiles(now time.Time) map[string][]pipeline.ProfilePoint {
-	if s.cfg.Control.ProfilesOnly {
-		return nil
-	}
-	for i := range s.servers {
-		w := s.servers[i].measured
-		if w == nil {
-			continue
+// latencies are a worker's heartbeat of the latencies it measured (pkg/latency.Window), per variant.
+func (s *sim) latencies(w *latency.Window, now time.Time) map[string]wire.Observed {
+	obs := map[string]wire.Observed{}
+	for _, h := range s.hops {
+		if l := w.Summary(h.key, now); l != nil {
+			obs[h.key] = wire.Observed{Latency: l}
 		}
-		obs := map[string]wire.Observed{}
-		for _, h := range s.hops {
-			if l := w.Summary(h.key, now); l != nil {
-				obs[h.key] = wire.Observed{Latency: l}
-			}
-		}
-		s.latency.Set(s.names[i], now, obs)
 	}
-	return latency.Blend(s.spec, s.latency.Measured(s.spec, now, reportMaxAge))
+	return obs
 }

@@ -16,14 +16,12 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/batching"
 	"github.com/sleipnir-serving/sleipnir/pkg/completion"
 	"github.com/sleipnir-serving/sleipnir/pkg/control"
-	"github.com/sleipnir-serving/sleipnir/pkg/deadline"
-	"github.com/sleipnir-serving/sleipnir/pkg/demand"
+	"github.com/sleipnir-serving/sleipnir/pkg/core"
 	"github.com/sleipnir-serving/sleipnir/pkg/executor/emulated"
 	hopstep "github.com/sleipnir-serving/sleipnir/pkg/hop"
 	"github.com/sleipnir-serving/sleipnir/pkg/latency"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
-	"github.com/sleipnir-serving/sleipnir/pkg/tuner"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 	"github.com/sleipnir-serving/sleipnir/pkg/workload"
 )
@@ -167,17 +165,16 @@ type hop struct {
 	children []string // the task's child tasks, in emulated.Executor's order
 	queue    []*message
 	head     int
-	free     []int32 // idle servers serving this variant
-	stage    *deadline.Stage
-	budget   time.Duration
-	table    *hopstep.Table // forwarding under the current plan (children numbered in Emulated's order)
-	// What the variant's replicas executed and the sub-requests they emitted per child task, cumulative as a
-	// worker's heartbeat reports them (wire.Observed); the planner's tick folds them (demand.Counters).
-	items   uint64
-	emitted map[string]uint64
-	// load is the items in its queue or in service: what the tuner sees wait.
-	load float64
-	key  string // "pipeline:task/variant", the key of its measurements in a heartbeat
+	free     []int32       // idle servers serving this variant
+	budget   time.Duration // under the current plan
+	// What the variant's replicas executed, the messages those came in and the sub-requests they emitted per child
+	// task, cumulative as a worker's heartbeat reports them (wire.Observed); the core folds them.
+	items, messages uint64
+	emitted         map[string]uint64
+	// inService is the messages its servers have taken and not finished: with those waiting, what JetStream shows
+	// the tuner (a consumer's pending and unacknowledged messages).
+	inService int
+	key       string // "pipeline:task/variant", the key of its measurements in a heartbeat
 }
 
 type server struct {
@@ -190,49 +187,46 @@ type server struct {
 	next     *plan.Assignment // an assignment to take when the running batch is done
 	assigned plan.Assignment
 	measured *latency.Window // the batch latencies it measured; nil until it runs one
+	// table is its forwarding under the plan in force, with its own deadline stage (hopstep.ForReplica, as a live
+	// worker's; children numbered in Emulated's order).
+	table *hopstep.Table
 }
 
 type sim struct {
-	cfg      Config
-	system   control.System
-	spec     *pipeline.Spec
-	comm     int64
-	rng      *rand.Rand
-	events   eventHeap
-	seq      uint64
-	now      int64
-	hops     []*hop
-	hopIdx   map[string]map[string]int32 // task -> variant -> index in hops (no string building per item)
-	tasks    []string
-	servers  []server
-	names    []string // worker names, for plan.Assign
-	assign   map[string]plan.Assignment
-	loop     *control.Loop
-	plan     *plan.Plan
-	control  control.Config // cfg.Control with its defaults
-	tune     *tuner.Tuner   // nil: no tuner
-	lent     map[string]int
-	est      *demand.Estimator
-	fan      *demand.FanoutEstimator
-	counters *demand.Counters
-	latency  *latency.Board // the workers' latency reports, as the planner keeps them
-	taskEst  *demand.TaskDemand
-	trie     pathTrie
-	arr      *workload.Arrivals
+	cfg     Config
+	system  control.System
+	spec    *pipeline.Spec
+	comm    int64
+	rng     *rand.Rand
+	events  eventHeap
+	seq     uint64
+	now     int64
+	hops    []*hop
+	hopIdx  map[string]map[string]int32 // task -> variant -> index in hops (no string building per item)
+	tasks   []string
+	servers []server
+	names   []string // worker names, for plan.Assign
+	assign  map[string]plan.Assignment
+	// core is the planner's planning core (pkg/core), pipe its pipeline: the simulator gives it the reports and
+	// heartbeats the live planner would hear, and follows what it decides.
+	core *core.Cluster
+	pipe *core.Pipeline
+	plan *plan.Plan
+	trie pathTrie
+	arr  *workload.Arrivals
 	// per-second accounting
-	seconds      []Second
-	arrivedNow   int
-	taskArrivals []int
-	inFlight     int
-	hopsDone     int64
-	replans      int
-	end          int64
-	loaded       bool            // assignments take no swap time (the start)
-	planWall     time.Duration   // wall time in the control loop
-	step         hopstep.Stepper // the hop step's scratch
-	children     []int           // one item's sub-requests' child tasks (indices in Emulated's order)
-	routeDraws   replay          // their routing draws, taken from rng in the order the simulator always took them
-	routeRand    *rand.Rand      // routeDraws, for the hop step
+	seconds    []Second
+	arrivedNow int
+	inFlight   int
+	hopsDone   int64
+	replans    int
+	end        int64
+	loaded     bool            // assignments take no swap time (the start)
+	planWall   time.Duration   // wall time in the control loop
+	step       hopstep.Stepper // the hop step's scratch
+	children   []int           // one item's sub-requests' child tasks (indices in Emulated's order)
+	routeDraws replay          // their routing draws, taken from rng in the order the simulator always took them
+	routeRand  *rand.Rand      // routeDraws, for the hop step
 }
 
 func newSim(cfg Config) (*sim, error) {
@@ -260,8 +254,7 @@ func newSim(cfg Config) (*sim, error) {
 	}
 	spec := cfg.Spec
 	s := &sim{cfg: cfg, system: system, spec: spec, rng: rand.New(rand.NewPCG(cfg.Seed, 0x51a)), hopIdx: map[string]map[string]int32{},
-		est: cfg.Control.DemandEstimator(cfg.DemandAlpha), fan: demand.NewFanoutEstimator(cfg.DemandAlpha, 0),
-		counters: demand.NewCounters(), latency: latency.NewBoard(), assign: map[string]plan.Assignment{}}
+		assign: map[string]plan.Assignment{}}
 	s.comm = int64(cfg.CommLatency)
 	if cfg.CommLatency < 0 {
 		s.comm = int64(spec.CommLatencyMs * float64(time.Millisecond))
@@ -269,10 +262,6 @@ func newSim(cfg Config) (*sim, error) {
 	for _, t := range spec.Tasks {
 		s.tasks = append(s.tasks, t.Name)
 	}
-	s.taskEst = demand.NewTaskDemand(s.tasks, func() *demand.Estimator {
-		return cfg.Control.DemandEstimator(cfg.DemandAlpha)
-	})
-	s.taskArrivals = make([]int, len(spec.Tasks))
 	for ti := range spec.Tasks {
 		t := &spec.Tasks[ti]
 		for vi := range t.Variants {
@@ -297,12 +286,16 @@ func newSim(cfg Config) (*sim, error) {
 		return nil, err
 	}
 	initial.Epoch = 1
-	s.loop = control.New(spec, cfg.Control, system.Allocator, initial)
-	s.control = cfg.Control
-	s.control.SetDefaults()
-	if s.control.Tunes() {
-		s.tune = tuner.New()
-		s.push(event{at: int64(s.control.TuneEvery), kind: evTune})
+	if s.core, err = core.New([]*pipeline.Spec{spec}, []control.System{system}, core.Config{Control: cfg.Control,
+		DemandAlpha: cfg.DemandAlpha, LatencyMaxAge: reportMaxAge}); err != nil {
+		return nil, err
+	}
+	s.pipe = s.core.Pipelines()[0]
+	if err := s.core.Begin(s.pipe, initial, false, s.time()); err != nil {
+		return nil, err
+	}
+	if s.core.Tunes() {
+		s.push(event{at: int64(s.core.TuneEvery()), kind: evTune})
 	}
 	s.servers = make([]server, cfg.Servers)
 	for i := range s.servers {
@@ -355,7 +348,7 @@ func (s *sim) run() {
 		case evTune:
 			s.tuneLook()
 			if s.now < s.end || s.inFlight > 0 && s.now < s.end+int64(time.Minute) {
-				s.push(event{at: s.now + int64(s.control.TuneEvery), kind: evTune})
+				s.push(event{at: s.now + int64(s.core.TuneEvery()), kind: evTune})
 			}
 		case evTick:
 			s.tick()
@@ -398,8 +391,6 @@ func (s *sim) deliver(hi int, m *message) {
 	h := s.hops[hi]
 	m.enqueued = s.now
 	h.queue = append(h.queue, m)
-	h.load += float64(m.items)
-	s.taskArrivals[h.task] += m.items
 	if n := len(h.free); n > 0 {
 		srv := h.free[n-1]
 		h.free = h.free[:n-1]
@@ -446,7 +437,7 @@ func (s *sim) startBatch(srv int) {
 	now := s.time()
 	taken := 0
 	take := func(m *message) bool {
-		if reason := h.stage.BeforeExecute(now, time.Unix(0, m.req.due), time.Unix(0, m.enqueued)); reason != "" {
+		if reason := sv.table.Stage.BeforeExecute(now, time.Unix(0, m.req.due), time.Unix(0, m.enqueued)); reason != "" {
 			m.dropped = reason
 		} else if batching.Fits(sv.maxBatch, taken, m.items) {
 			taken += m.items
@@ -469,6 +460,7 @@ func (s *sim) startBatch(srv int) {
 		s.measure(srv, h, n, b, d)
 	}
 	sv.busy = true
+	h.inService += len(sv.batch)
 	s.push(event{at: s.now + int64(d), kind: evBatchDone, srv: int32(srv)})
 }
 
@@ -477,9 +469,9 @@ func (s *sim) startBatch(srv int) {
 func (s *sim) batchDone(srv int) {
 	sv := &s.servers[srv]
 	h := s.hops[sv.hop]
+	h.inService -= len(sv.batch)
 	for _, m := range sv.batch {
 		r := m.req
-		h.load -= float64(m.items)
 		if m.dropped != "" {
 			r.dropped += m.items
 			s.leaves(r, m.items)
@@ -487,6 +479,7 @@ func (s *sim) batchDone(srv int) {
 		}
 		s.hopsDone += int64(m.items)
 		h.items += uint64(m.items)
+		h.messages++
 		node := s.trie.child(m.node, sv.hop)
 		when := hopstep.When{Now: s.time(), AtTask: time.Duration(s.now - m.enqueued),
 			Left: time.Duration(r.due - s.now)}
@@ -499,7 +492,7 @@ func (s *sim) batchDone(srv int) {
 				s.children = append(s.children, c)
 				s.routeDraws.draws = append(s.routeDraws.draws, s.rng.Uint64(), s.rng.Uint64())
 			}
-			out, err := s.step.Step(h.table, hopstep.Item{Den: m.den, Children: s.children}, when, s.routeRand)
+			out, err := s.step.Step(sv.table, hopstep.Item{Den: m.den, Children: s.children}, when, s.routeRand)
 			if err != nil || k == 0 {
 				if err != nil { // a failed leaf
 					r.dropped++
@@ -580,41 +573,23 @@ func (s *sim) finish(r *request, at int64) {
 
 func (s *sim) time() time.Time { return time.Unix(0, s.now) }
 
-// tick is one second: the frontend's demand report, the workers' heartbeats, the planner's estimates and control
-// loop, and the second's sample.
+// tick is one second: the frontend's demand report and the workers' heartbeats go to the planning core, whose tick
+// decides what the planner would publish; the simulator publishes it at once, moves the retired queues, and takes
+// the second's sample.
 func (s *sim) tick() {
 	now := s.time()
-	s.est.Observe("frontend", s.arrivedNow, time.Second, now)
+	if _, err := s.core.Report(s.spec.Name, "frontend", s.arrivedNow, time.Second, now); err != nil {
+		panic(fmt.Sprintf("sim: demand report refused: %v", err)) // the simulator's own counts: a bug
+	}
 	s.arrivedNow = 0
-	// The workers' heartbeat, as one worker's: the counters of every variant that executed anything.
-	beat := wire.Registration{Observed: map[string]wire.Observed{}}
-	for _, h := range s.hops {
-		if h.items > 0 {
-			beat.Observed[h.name] = wire.Observed{FanoutCounts: wire.FanoutCounts{Items: h.items,
-				Children: maps.Clone(h.emitted)}}
-		}
-	}
-	delta := s.counters.Fold("workers", beat)
-	for _, h := range s.hops {
-		if d := delta[h.name]; d.Items > 0 {
-			s.fan.Observe(h.name, d)
-		}
-	}
-	for ti, name := range s.tasks {
-		s.taskEst.Add(name, uint64(s.taskArrivals[ti]))
-		s.taskArrivals[ti] = 0
-	}
-	taskDemand := s.taskEst.Tick(now, time.Second)
-	s.fan.Tick()
-	o := control.Observed{Demand: s.est.Tick(now), DemandWindow: s.est.Window(), Fanout: s.fan.Estimate(s.spec),
-		FanoutSamples: s.fan.Samples(), TaskDemand: taskDemand, Servers: len(s.servers), Profiles: s.profiles(now)}
+	s.heartbeats(now)
 	t0 := time.Now()
-	st := s.loop.Next(now, o)
+	d := s.core.Tick(now, len(s.servers))[0]
 	s.planWall += time.Since(t0)
-	if st.Plan != nil {
-		s.loop.Published(st, o, now)
-		s.applyPlan(st.Plan, st.Replanned)
-		if st.Replanned {
+	if d.Plan != nil {
+		s.core.Published(d, now, len(s.servers))
+		s.applyPlan(d.Plan, d.Replanned)
+		if d.Replanned {
 			s.replans++
 		}
 	}
@@ -627,59 +602,81 @@ func (s *sim) tick() {
 			}
 		}
 		x := &s.seconds[sec]
-		x.ActiveServers, x.EstimateQPS, x.Mode, x.Epoch = active, o.Demand, s.plan.Mode, s.plan.Epoch
+		x.ActiveServers, x.EstimateQPS, x.Mode, x.Epoch = active, d.Observed.Demand, s.plan.Mode, s.plan.Epoch
 		x.DemandQPS = s.cfg.Workload.RateAt(time.Duration(sec) * time.Second)
 	}
 }
 
+// heartbeats are the workers' heartbeats: the counters of every variant that executed anything, as one worker's
+// (the core folds what is new since the previous one), and each server's measured latencies.
+func (s *sim) heartbeats(now time.Time) {
+	beat := wire.Registration{Observed: map[string]wire.Observed{}}
+	for _, h := range s.hops {
+		if h.items > 0 {
+			beat.Observed[h.key] = wire.Observed{FanoutCounts: wire.FanoutCounts{Items: h.items,
+				Children: maps.Clone(h.emitted)}, Messages: h.messages}
+		}
+	}
+	s.core.Heartbeat("workers", beat, now)
+	for i := range s.servers {
+		if w := s.servers[i].measured; w != nil {
+			s.core.Heartbeat(s.names[i], wire.Registration{Observed: s.latencies(w, now)}, now)
+		}
+	}
+}
+
 // applyPlan makes a published plan the one frontends and workers follow; a new allocation also reassigns the
-// workers (plan.Assign, as the planner does).
+// workers.
 func (s *sim) applyPlan(p *plan.Plan, replanned bool) {
 	s.plan = p
 	for _, h := range s.hops {
-		replicas := 0 // one stage decides for all of the variant's replicas
+		h.budget = 0
 		if vp := p.Find(s.tasks[h.task], h.variant.Name); vp != nil {
 			h.budget = time.Duration(vp.BudgetMs * float64(time.Millisecond))
-			replicas = vp.Replicas
 		}
-		h.stage = deadline.NewStage(s.spec, p, s.system.Policy, s.tasks[h.task], h.variant.Name, h.budget, replicas)
-		h.table = hopstep.NewTable(s.spec, p, h.stage, s.tasks[h.task], h.variant.Name, h.children)
 	}
-	if !replanned {
+	for i := range s.servers {
+		s.follow(i)
+	}
+	if replanned {
+		s.assignWorkers()
+	}
+}
+
+// follow rebuilds server srv's forwarding and deadline stage under the plan in force, as a worker does when it
+// reads a new plan.
+func (s *sim) follow(srv int) {
+	sv := &s.servers[srv]
+	if sv.hop < 0 {
+		sv.table = nil
 		return
 	}
-	if s.tune != nil { // the tuner sees the new plan at once: lent workers stay where the plan still wants them
-		s.lent = s.tune.Look(s.time(), s.tuneInput(p))
-	}
-	s.assignWorkers(p)
+	h := s.hops[sv.hop]
+	sv.table = hopstep.ForReplica(s.spec, s.plan, s.system.Policy, s.tasks[h.task], h.variant.Name, h.budget,
+		h.children)
 }
 
-// tuneInput is what the tuner sees under plan p.
-func (s *sim) tuneInput(p *plan.Plan) tuner.Input {
-	return tuner.Observe(s.spec, p, func(hop string) float64 {
-		for _, h := range s.hops {
-			if h.name == hop {
-				return h.load
-			}
-		}
-		return 0
-	}, len(s.servers), s.est.Estimate(), s.control.RouteUtilization)
-}
-
-// tuneLook is the tuner's look at the queues, as the planner's: workers lent or taken back are reassigned at once.
+// tuneLook is the tuner's look at the queues, as the planner's: the core sees each hosted variant's messages
+// waiting or in service, and the simulator moves and reassigns what it decides.
 func (s *sim) tuneLook() {
-	lent := s.tune.Look(s.time(), s.tuneInput(s.plan))
-	if maps.Equal(lent, s.lent) {
-		return
+	queues := make(map[string]float64, len(s.plan.Variants))
+	for _, vp := range s.plan.Variants {
+		h := s.hops[s.hopIdx[vp.Task][vp.Variant]]
+		queues[h.name] = float64(h.pending() + h.inService)
 	}
-	s.lent = lent
-	s.assignWorkers(s.plan)
+	looked := s.core.Look(s.time(), len(s.servers), map[string]map[string]float64{s.spec.Name: queues})
+	if len(looked.Rehome) > 0 {
+		s.rehome(s.plan)
+	}
+	if looked.Loans {
+		s.assignWorkers()
+	}
 }
 
-// assignWorkers gives the replicas of plan p and the tuner's loans to the workers (plan.Assign, as the planner
-// does), moving as few as it can.
-func (s *sim) assignWorkers(p *plan.Plan) {
-	next, _ := plan.Assign([]*plan.Plan{tuner.WithLoans(p, s.lent)}, s.names, s.assign)
+// assignWorkers gives the plan's replicas and the tuner's loans to the workers (the core's Assign, as the
+// planner's), moving as few as it can.
+func (s *sim) assignWorkers() {
+	next, _ := s.core.Assign(s.names, s.assign)
 	s.assign = next
 	for i, name := range s.names {
 		a := next[name]
@@ -707,7 +704,6 @@ func (s *sim) rehome(p *plan.Plan) {
 		kept := h.queue[:0]
 		for _, m := range h.queue[h.head:] {
 			if to := p.Rehome(task, h.variant.Name, plan.Upstream(s.trie.path[m.node]), s.rng.Float64()); to != "" {
-				h.load -= float64(m.items)
 				s.push(event{at: s.now + s.comm, kind: evDeliver, hop: s.hopIdx[task][to], msg: m})
 				continue
 			}
@@ -734,11 +730,12 @@ func (s *sim) take(srv int, a plan.Assignment) {
 	prev := sv.hop
 	sv.assigned = a
 	if a.Idle() {
-		sv.hop, sv.swapping = -1, false
+		sv.hop, sv.swapping, sv.table = -1, false, nil
 		return
 	}
 	sv.hop = s.hopIdx[a.Task][a.Variant]
 	sv.maxBatch = a.MaxBatch
+	s.follow(srv)
 	swap := int64(s.hops[sv.hop].variant.SwapMs * float64(time.Millisecond))
 	if sv.hop != prev && swap > 0 && !s.loaded {
 		sv.swapping, sv.swapEnd = true, s.now+swap

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"math"
 	"sort"
-	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -218,15 +217,6 @@ func (p *Planner) resume(ctx context.Context, spec *pipeline.Spec, pl *plan.Plan
 	if err := p.putPlan(ctx, pl); err != nil {
 		return fmt.Errorf("pipeline %s: publish plan: %w", spec.Name, err)
 	}
-	p.mu.Lock()
-	if a := pl.Allocation; a != nil {
-		p.demand[spec.Name].Seed(a.Estimate())
-	}
-	for hop, f := range pl.Fanout { // validated: the spec has hop
-		task, _, _ := strings.Cut(hop, "/")
-		p.fanout[spec.Name].Seed(hop, f, spec.Task(task).Children)
-	}
-	p.mu.Unlock()
 	p.log.Info("plan resumed from KV", "pipeline", spec.Name, "epoch", pl.Epoch, "mode", pl.Mode,
 		"servers", pl.Servers())
 	return nil

@@ -19,11 +19,9 @@ func (p *Planner) metricsState() metrics.PlannerState {
 	for _, spec := range p.cfg.Pipelines {
 		st.SLO[spec.Name] = spec.SLOMs / 1000
 	}
+	st.Demand = p.core.Demand()
+	st.Lent = p.core.Loans()
 	p.mu.Lock()
-	for name, e := range p.demand {
-		st.Demand[name] = e.Estimate()
-	}
-	st.Lent = p.lentShown
 	st.FailingWorkers = p.failingShown
 	p.mu.Unlock()
 	st.DroppedReports = p.droppedReports.Total()

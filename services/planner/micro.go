@@ -41,10 +41,6 @@ func (p *Planner) status() Status {
 		st.Plans[k.(string)] = v.([]byte)
 		return true
 	})
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for name, e := range p.demand {
-		st.DemandQPS[name] = e.Estimate()
-	}
+	st.DemandQPS = p.core.Demand()
 	return st
 }

@@ -19,13 +19,11 @@ import (
 
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
 	"github.com/sleipnir-serving/sleipnir/pkg/control"
-	"github.com/sleipnir-serving/sleipnir/pkg/demand"
-	"github.com/sleipnir-serving/sleipnir/pkg/latency"
+	"github.com/sleipnir-serving/sleipnir/pkg/core"
 	"github.com/sleipnir-serving/sleipnir/pkg/metrics"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/ratelog"
-	"github.com/sleipnir-serving/sleipnir/pkg/tuner"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
@@ -114,31 +112,18 @@ type Planner struct {
 	replicas int
 
 	complaints *ratelog.Limiter
+	// beforeReport, set by tests only, runs before each demand report is taken (to hold the reports up).
+	beforeReport atomic.Pointer[func()]
 	// droppedReports counts the demand reports the NATS client dropped over the subscription's pending limits.
 	droppedReports bus.Drops
 
-	mu         sync.Mutex
-	specs      []*pipeline.Spec
-	demand     map[string]*demand.Estimator       // per pipeline, under mu
-	fanout     map[string]*demand.FanoutEstimator // per pipeline, under mu
-	taskDemand map[string]*demand.TaskDemand      // per pipeline, under mu
-	// counters folds the workers' heartbeats into what is new since each one's previous; under mu.
-	counters *demand.Counters
-	// latency holds the batch latencies the workers' heartbeats report; under mu.
-	latency *latency.Board
-	// systems are the pipelines' systems (the configured one, per spec), aligned with cfg.Pipelines.
-	systems []control.System
-	loops   []*control.Loop // per pipeline, aligned with specs; only Run's goroutine uses them
-	// tuners are the pipelines' tuners (nil entries: no tuner), lent their loans, waiting the messages in each
-	// variant's queue at the last look; aligned with specs, only Run's goroutine uses them.
-	tuners  []*tuner.Tuner
-	lent    []map[string]int
-	waiting []map[string]float64
-	// replannedAt is when each pipeline's last new allocation was published (Run's goroutine only).
-	replannedAt []time.Time
-	// lentShown is the loans per pipeline for the metrics, replaced (never changed in place) under mu.
-	lentShown map[string]map[string]int
-	live      *control.Liveness // under mu
+	// core is the planning state of every pipeline (pkg/core): estimates, control loops, tuners, loans. Its inputs
+	// are safe from any goroutine; its decisions are Run's goroutine's. Lock order: mu before the core's own lock
+	// (the core calls nothing back).
+	core *core.Cluster
+
+	mu   sync.Mutex
+	live *control.Liveness // under mu
 	// Per live worker, under mu: the revision of its last registration seen, and the variant its heartbeat says it
 	// cannot serve. expired holds the registrations of the workers found gone, still to delete (deleteExpired), by
 	// the revision seen last; failingShown is how many live workers failed their assignment at the last count.
@@ -191,28 +176,13 @@ func New(nc *nats.Conn, cfg Config) (*Planner, error) {
 	if err != nil {
 		return nil, err
 	}
-	est := map[string]*demand.Estimator{}
-	fan := map[string]*demand.FanoutEstimator{}
-	tasks := map[string]*demand.TaskDemand{}
-	for _, s := range cfg.Pipelines {
-		e := cfg.Config.DemandEstimator(cfg.DemandAlpha)
-		e.Warmup, e.MaxRate = cfg.DemandWarmup, cfg.MaxReportQPS
-		est[s.Name] = e
-		fan[s.Name] = demand.NewFanoutEstimator(cfg.DemandAlpha, 0)
-		// Tasks below the root: the root's demand is the frontends' reports.
-		var below []string
-		for _, t := range s.Tasks {
-			if t.Name != s.Root().Name {
-				below = append(below, t.Name)
-			}
-		}
-		tasks[s.Name] = demand.NewTaskDemand(below, func() *demand.Estimator {
-			return cfg.Config.DemandEstimator(cfg.DemandAlpha)
-		})
+	c, err := core.New(cfg.Pipelines, systems, core.Config{Control: cfg.Config, DemandAlpha: cfg.DemandAlpha,
+		DemandWarmup: cfg.DemandWarmup, MaxReportQPS: cfg.MaxReportQPS, LatencyMaxAge: cfg.WorkerTimeout})
+	if err != nil {
+		return nil, fmt.Errorf("planner: %w", err)
 	}
 	p := &Planner{cfg: cfg, nc: nc, js: js, log: cfg.Logger, complaints: ratelog.New(cfg.Logger, 0, 0),
-		live: control.NewLiveness(cfg.WorkerTimeout), demand: est, fanout: fan, taskDemand: tasks, systems: systems,
-		counters: demand.NewCounters(), latency: latency.NewBoard(), assign: map[string]plan.Assignment{},
+		live: control.NewLiveness(cfg.WorkerTimeout), core: c, assign: map[string]plan.Assignment{},
 		revision: map[string]uint64{}, failing: map[string]string{}, expired: map[string]uint64{},
 		written: map[string]writtenValue{}, tampered: map[string]bool{}, changed: make(chan struct{}, 1),
 		stepped: make(chan struct{}, 1)}
@@ -256,34 +226,27 @@ func (p *Planner) Run(ctx context.Context) error {
 	defer svc.Stop()
 	p.reconnects = p.nc.Stats().Reconnects
 	p.demandReconnects = p.reconnects
-	for i, spec := range p.cfg.Pipelines {
-		alloc := p.systems[i].Allocator // nil: static
+	for _, cp := range p.core.Pipelines() {
 		// A restarted planner resumes the plan it (or its predecessor) left in the bucket: the workers serve it,
 		// and the demand it was sized for is a better estimate than the nothing a new planner knows.
-		if alloc != nil {
-			if pl := p.storedPlan(ctx, spec); pl != nil {
-				if err := p.resume(ctx, spec, pl); err != nil {
+		if cp.System.Allocator != nil { // nil: static
+			if pl := p.storedPlan(ctx, cp.Spec); pl != nil {
+				if err := p.resume(ctx, cp.Spec, pl); err != nil {
 					return err
 				}
-				p.specs = append(p.specs, spec)
-				p.loops = append(p.loops, control.Resume(spec, p.cfg.Config, alloc, pl, time.Now()))
+				if err := p.core.Begin(cp, pl, true, time.Now()); err != nil {
+					return err
+				}
 				continue
 			}
 		}
-		pl, err := p.publish(ctx, spec)
+		pl, err := p.publish(ctx, cp.Spec)
 		if err != nil {
 			return err
 		}
-		p.specs = append(p.specs, spec)
-		p.loops = append(p.loops, control.New(spec, p.cfg.Config, alloc, pl))
-	}
-	for range p.specs {
-		var t *tuner.Tuner
-		if p.cfg.Tunes() {
-			t = tuner.New()
+		if err := p.core.Begin(cp, pl, false, time.Now()); err != nil {
+			return err
 		}
-		p.tuners, p.lent, p.waiting = append(p.tuners, t), append(p.lent, nil), append(p.waiting, nil)
-		p.replannedAt = append(p.replannedAt, time.Time{})
 	}
 	reports, err := bus.Subscribe(p.nc, wire.DemandPrefix+"*", "", p.onDemand, p.demandLimits(), &p.droppedReports)
 	if err != nil {
@@ -303,11 +266,11 @@ func (p *Planner) Run(ctx context.Context) error {
 
 	tick := time.NewTicker(p.cfg.WorkerTimeout / 5)
 	defer tick.Stop()
-	demandTick := time.NewTicker(estimateEvery)
+	demandTick := time.NewTicker(core.TickEvery)
 	defer demandTick.Stop()
 	var tuneTick <-chan time.Time // nil: no tuner
-	if p.cfg.Tunes() {
-		t := time.NewTicker(p.cfg.TuneEvery)
+	if p.core.Tunes() {
+		t := time.NewTicker(p.core.TuneEvery())
 		defer t.Stop()
 		tuneTick = t.C
 	}
@@ -324,15 +287,15 @@ func (p *Planner) Run(ctx context.Context) error {
 		case <-tick.C:
 		case <-p.stepped:
 			// A step of the demand: planned for now, and the next tick a period from now.
-			demandTick.Reset(estimateEvery)
+			demandTick.Reset(core.TickEvery)
 			if now := time.Now(); p.workersReady.Load() {
-				p.step(ctx, now, p.estimate(now))
+				p.step(ctx, now)
 			}
 			continue
 		case now := <-demandTick.C:
 			// Until the registrations already in the bucket are read, the live workers are not known.
 			if p.workersReady.Load() {
-				p.step(ctx, now, p.estimate(now))
+				p.step(ctx, now)
 			}
 			p.repair(ctx)
 			continue
@@ -348,85 +311,36 @@ func (p *Planner) Run(ctx context.Context) error {
 	}
 }
 
-// estimateEvery is how often the planner folds what was reported into its estimates and runs the control loops.
-const estimateEvery = time.Second
-
-// estimates are a pipeline's demand and multiplicative factors as of the latest tick.
-type estimates struct {
-	demand  float64
-	window  time.Duration // the span demand averages over: see control.Observed.DemandWindow
-	unknown bool          // no demand measured yet: see control.Observed.DemandUnknown
-	fanout  map[string]pipeline.Fanout
-	samples map[string]float64 // items behind each factor: see control.Observed.FanoutSamples
-	tasks   map[string]float64 // items per second reaching each task: see control.Observed.TaskDemand
-	// profiles are the profiles blended with the latencies the live workers measured: see control.Observed.Profiles.
-	profiles map[string][]pipeline.ProfilePoint
-}
-
-// estimate folds the reports since the last tick into each pipeline's estimates.
-func (p *Planner) estimate(now time.Time) []estimates {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	out := make([]estimates, len(p.specs))
+// step runs the core's tick (pkg/core: the estimates and each pipeline's control loop), publishes what it decided,
+// reassigns the workers after a new allocation, moving as few as possible, and then moves what waits at variants
+// the plans in force retired (rehome).
+func (p *Planner) step(ctx context.Context, now time.Time) {
 	// The frontends' reports the bus could not carry while the planner was cut off were not missed by them.
-	grace := false
+	p.mu.Lock()
 	if r := p.nc.Stats().Reconnects; r != p.demandReconnects || !p.nc.IsConnected() {
-		p.demandReconnects, grace = r, true
+		p.demandReconnects = r
+		p.core.Grace(now)
 	}
-	for i, spec := range p.specs {
-		if grace {
-			p.demand[spec.Name].Grace(now)
-		}
-		fe := p.fanout[spec.Name]
-		fe.Tick()
-		e := p.demand[spec.Name]
-		out[i] = estimates{demand: e.Tick(now), window: e.Window(), unknown: !e.Known(), fanout: fe.Estimate(spec),
-			samples: fe.Samples(), tasks: p.taskDemand[spec.Name].Tick(now, estimateEvery),
-			profiles: latency.Blend(spec, p.latency.Measured(spec, now, p.cfg.WorkerTimeout))}
-	}
-	return out
-}
-
-// serversFor is the share of the live workers pipeline i may use: an even split, the first pipelines taking the
-// remainder.
-func (p *Planner) serversFor(i, live int) int {
-	n := len(p.specs)
-	share := live / n
-	if i < live%n {
-		share++
-	}
-	return share
-}
-
-// step runs each pipeline's control loop (pkg/control) once: a new allocation when the demand estimate, the
-// multiplicative factors or the pipeline's share of the live workers moved, or new routing tables; publishes what it
-// decided, and reassigns the workers after a new allocation, moving as few as possible. Then it moves what waits at
-// variants the plan in force retired (rehome).
-func (p *Planner) step(ctx context.Context, now time.Time, ests []estimates) {
+	p.mu.Unlock()
 	able, _ := p.workers(now)
-	live := len(able)
-	for i, spec := range p.specs {
-		o := control.Observed{Demand: ests[i].demand, DemandWindow: ests[i].window, DemandUnknown: ests[i].unknown,
-			Fanout: ests[i].fanout, FanoutSamples: ests[i].samples, TaskDemand: ests[i].tasks, Profiles: ests[i].profiles,
-			Servers: p.serversFor(i, live)}
-		p.stepPipeline(ctx, now, i, o)
-		p.rehome(ctx, spec, p.loops[i].Current())
+	for _, d := range p.core.Tick(now, len(able)) {
+		p.publishStep(ctx, now, d, len(able))
+		p.rehome(ctx, d.Pipeline.Spec, d.Pipeline.Current())
 	}
 }
 
-// stepPipeline runs pipeline i's control loop once (see step).
-func (p *Planner) stepPipeline(ctx context.Context, now time.Time, i int, o control.Observed) {
-	spec := p.specs[i]
-	st := p.loops[i].Next(now, o)
-	if st.Err != nil {
+// publishStep publishes what the core decided for one pipeline at a tick.
+func (p *Planner) publishStep(ctx context.Context, now time.Time, d core.Decision, able int) {
+	spec, o := d.Pipeline.Spec, d.Observed
+	if d.Err != nil {
 		p.log.Warn("allocation failed; the current plan stays", "pipeline", spec.Name, "demand_qps",
-			round(o.Demand), "servers", o.Servers, "err", st.Err)
+			round(o.Demand), "servers", o.Servers, "err", d.Err)
 	}
-	pl := st.Plan
+	pl := d.Plan
 	if pl == nil {
 		return
 	}
-	if st.Replanned {
+	if d.Replanned {
 		if err := p.ensureConsumers(ctx, spec, pl); err != nil {
 			p.log.Warn("creating consumers for a new plan failed; will retry", "pipeline", spec.Name, "err", err)
 			return
@@ -436,12 +350,8 @@ func (p *Planner) stepPipeline(ctx context.Context, now time.Time, i int, o cont
 		p.log.Warn("publishing a plan failed; will retry", "pipeline", spec.Name, "err", err)
 		return
 	}
-	p.loops[i].Published(st, o, now)
-	if st.Replanned {
-		p.replannedAt[i] = now
-		p.retune(i, now)
-	}
-	if !st.Replanned {
+	p.core.Published(d, now, able)
+	if !d.Replanned {
 		p.log.Debug("routing published", "pipeline", spec.Name, "demand_qps", round(o.Demand))
 		return
 	}

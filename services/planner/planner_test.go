@@ -445,9 +445,12 @@ func TestRehomeMovesRetiredQueue(t *testing.T) {
 	if p.kv, err = bus.OpenBucket(ctx, js, jetstream.MemoryStorage, 0); err != nil {
 		t.Fatal(err)
 	}
-	p.specs, p.loops = []*pipeline.Spec{sp}, []*control.Loop{control.New(sp, p.cfg.Config, nil, next)}
+	// No demand reported: the loop keeps next, and the step only moves the queues.
+	if err := p.core.Begin(p.core.Pipelines()[0], next, false, time.Now()); err != nil {
+		t.Fatal(err)
+	}
 	for range 2 { // the second time finds only the message routed nowhere
-		p.step(ctx, time.Now(), []estimates{{}})
+		p.step(ctx, time.Now())
 		if got := counts(); got[wire.TaskSubject(sp.Name, "b", "z")] != 2 || got[wire.TaskSubject(sp.Name, "b", "y")] != 1 {
 			t.Fatalf("messages per subject %v: want 2 moved to b/z and the one routed nowhere left at b/y", got)
 		}

@@ -44,17 +44,10 @@ func (p *Planner) onDemand(m *nats.Msg) {
 	if math.IsNaN(r.IntervalMs) || math.IsInf(r.IntervalMs, 0) {
 		interval = 0
 	}
-	p.mu.Lock()
-	e := p.demand[name]
-	var err error
-	stepped := false
-	if e != nil {
-		now := time.Now()
-		if err = e.Observe(r.Frontend, r.Count, interval, now); err == nil {
-			stepped = e.Stepped(now)
-		}
+	if hook := p.beforeReport.Load(); hook != nil {
+		(*hook)()
 	}
-	p.mu.Unlock()
+	stepped, err := p.core.Report(name, r.Frontend, r.Count, interval, time.Now())
 	if stepped {
 		select {
 		case p.stepped <- struct{}{}:

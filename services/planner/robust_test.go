@@ -168,7 +168,7 @@ func TestPlannerRidesOutABusOutage(t *testing.T) {
 			after.Servers(), before.Epoch, before.Servers())
 	}
 	p.mu.Lock()
-	est := p.demand[sp.Name].Estimate()
+	est := p.core.Demand()[sp.Name]
 	p.mu.Unlock()
 	if est < 350 {
 		t.Errorf("demand estimate %v after the outage, want about 400: no report is not zero demand", est)
@@ -367,7 +367,7 @@ func TestPlannerRepairsTheBucket(t *testing.T) {
 	testrig.Consistently(t, 1500*time.Millisecond, "a demand estimate of 0 after refused reports", func() bool {
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		return p.demand["pl"].Estimate() == 0
+		return p.core.Demand()["pl"] == 0
 	})
 	if n := p.Complaints()[complainTampered]; n < 6 {
 		t.Errorf("%d repairs counted, want at least 6", n)
@@ -422,8 +422,8 @@ func TestPlannerHoldsDemandWhileFrontendsAreSilent(t *testing.T) {
 	})
 }
 
-// TestDemandBacklogIsBounded: while the planner cannot take demand reports (its lock held, as during a long
-// publish), at most DemandBacklog of them wait; the rest are dropped and counted in its metrics.
+// TestDemandBacklogIsBounded: while the planner cannot take demand reports (held up here by a test hook), at most
+// DemandBacklog of them wait; the rest are dropped and counted in its metrics.
 func TestDemandBacklogIsBounded(t *testing.T) {
 	s := testrig.Server(t)
 	sp, err := pipeline.Parse([]byte(milpSpec))
@@ -431,8 +431,11 @@ func TestDemandBacklogIsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	const backlog, sent = 8, 100
+	var held sync.Mutex
 	p, _ := runPlanner(t, s, Config{Pipelines: []*pipeline.Spec{sp}, Storage: jetstream.MemoryStorage,
 		DemandBacklog: backlog, Logger: quiet})
+	hold := func() { held.Lock(); held.Unlock() }
+	p.beforeReport.Store(&hold)
 	nc := s.Connect(t, "frontend")
 	waitFor(t, "the planner's demand subscription", func() bool {
 		sz, err := s.Subsz(&server.SubszOptions{Subscriptions: true, Test: wire.DemandSubject(sp.Name)})
@@ -442,7 +445,7 @@ func TestDemandBacklogIsBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.mu.Lock()
+	held.Lock()
 	for range sent {
 		if err := nc.Publish(wire.DemandSubject(sp.Name), data); err != nil {
 			t.Fatal(err)
@@ -451,7 +454,7 @@ func TestDemandBacklogIsBounded(t *testing.T) {
 	err = testrig.WaitFor(10*time.Second, "the reports over the backlog dropped", func() bool {
 		return p.droppedReports.Total() == sent-backlog
 	})
-	p.mu.Unlock()
+	held.Unlock()
 	if err != nil {
 		t.Fatalf("%v: %d of %d dropped with a backlog of %d", err, p.droppedReports.Total(), sent, backlog)
 	}

@@ -8,13 +8,11 @@ import (
 	"encoding/json"
 	"errors"
 	"maps"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
-	"github.com/sleipnir-serving/sleipnir/pkg/tuner"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
@@ -38,9 +36,8 @@ func (p *Planner) onWorker(e jetstream.KeyValueEntry) {
 		if p.noteFailing(id, reg.Failing) {
 			changed = true
 		}
-		p.foldObservations(id, reg)
-		p.latency.Set(id, time.Now(), reg.Observed)
 		p.mu.Unlock()
+		p.core.Heartbeat(id, reg, time.Now())
 	} else {
 		p.mu.Lock()
 		changed = p.live.Forget(id)
@@ -77,29 +74,9 @@ func (p *Planner) noteFailing(id string, f *wire.AssignmentFailure) bool {
 
 // forget drops what the planner kept of a worker that is gone. Called with mu held.
 func (p *Planner) forget(id string) {
-	p.counters.Forget(id)
-	p.latency.Forget(id)
+	p.core.Forget(id)
 	delete(p.failing, id)
 	delete(p.revision, id)
-}
-
-// foldObservations adds what a worker measured since its previous heartbeat to the multiplicative-factor
-// estimates, and the sub-requests its variants emitted to the demand of the tasks they went to. Called with mu held.
-func (p *Planner) foldObservations(id string, reg wire.Registration) {
-	for key, delta := range p.counters.Fold(id, reg) {
-		name, hop, found := strings.Cut(key, ":")
-		fe, spec := p.fanout[name], p.spec(name)
-		if !found || fe == nil || spec == nil {
-			continue
-		}
-		fe.Observe(hop, delta)
-		task, _, _ := strings.Cut(hop, "/")
-		if t := spec.Task(task); t != nil && delta.Items > 0 {
-			for _, child := range t.Children {
-				p.taskDemand[name].Add(child, delta.Children[child])
-			}
-		}
-	}
 }
 
 // liveWorkers are the workers whose registration is fresh, in name order (control.Liveness): while the planner's
@@ -177,11 +154,7 @@ func (p *Planner) reassign(ctx context.Context) error {
 	prev := p.assign
 	p.mu.Unlock()
 
-	plans := make([]*plan.Plan, len(p.loops))
-	for i, l := range p.loops {
-		plans[i] = tuner.WithLoans(l.Current(), p.lent[i])
-	}
-	next, unplaced := plan.Assign(plans, able, prev)
+	next, unplaced := p.core.Assign(able, prev)
 	// A worker that cannot serve its assignment keeps it as it is, uncounted: it keeps trying, and serves the
 	// variant once it can (then it counts again). Made idle, it would stop trying and count again at once, to be
 	// assigned and fail again.

@@ -28,8 +28,8 @@ import (
 func (p *Planner) perWorker() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	n := p.live.Known() + p.counters.Workers() + p.latency.Workers() + len(p.revision) + len(p.failing) +
-		len(p.expired) + len(p.assign)
+	counted, measured := p.core.Workers()
+	n := p.live.Known() + counted + measured + len(p.revision) + len(p.failing) + len(p.expired) + len(p.assign)
 	for _, keys := range []map[string]bool{keySet(p.written), p.tampered} {
 		for key := range keys {
 			if _, ok := wire.AssignKeys.Name(key); ok {

@@ -381,8 +381,8 @@ func (s *serving) refreshStage() {
 		return
 	}
 	s.stagePlan = s.plan
-	s.stage = deadline.NewStage(s.spec, s.plan, s.policy, s.a.Task, s.a.Variant, s.budget, 1)
-	s.table = hop.NewTable(s.spec, s.plan, s.stage, s.a.Task, s.a.Variant, s.task.Children)
+	s.table = hop.ForReplica(s.spec, s.plan, s.policy, s.a.Task, s.a.Variant, s.budget, s.task.Children)
+	s.stage = s.table.Stage
 }
 
 // same says n is the variant s serves: the executor and the consumer stay. A new max batch, budget or epoch is

@@ -1,0 +1,202 @@
+// Package core is the planning core: for every pipeline a cluster serves, the demand, multiplicative-factor and
+// per-task estimators, the measured latencies, the control loop, the tuner and its loans, the worker assignment and
+// the decisions to move the queues of retired variants. Its inputs are the frontends' demand reports, the workers'
+// heartbeats, the queue depths and the time; its outputs are the plans to publish, the assignments, the loans and
+// the queues to move. Pure: the planner service (services/planner) is NATS and KV input and output around one
+// Cluster, and the simulator (pkg/sim) drives the same Cluster in simulated time, so the sequence is written once.
+//
+// Concurrency: the inputs (Report, Heartbeat, Forget, Grace) and the read-outs (Demand, Loans) may come from any
+// goroutine; the decisions (Begin, Tick, Published, Look, Assign) from one goroutine only, the planner's loop. The
+// Cluster's lock guards the estimators and is never held across a solve, so reports are not held up by one.
+package core
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/control"
+	"github.com/sleipnir-serving/sleipnir/pkg/demand"
+	"github.com/sleipnir-serving/sleipnir/pkg/latency"
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/tuner"
+)
+
+// Config tunes a Cluster. Zero values are defaults.
+type Config struct {
+	// Control tunes each pipeline's control loop and the tuner (pkg/control).
+	Control control.Config
+	// DemandAlpha is the weight of the newest second in the demand, multiplicative-factor and message-size
+	// averages (default 0.3).
+	DemandAlpha float64
+	// DemandWarmup is how long demand reports are gathered, after none were coming in, before their total moves
+	// the estimate (demand.Estimator.Warmup; the planner's frontends report out of step, the simulator's in step).
+	DemandWarmup time.Duration
+	// MaxReportQPS is the largest rate one demand report may claim (0: no bound).
+	MaxReportQPS float64
+	// LatencyMaxAge is how long a worker's latency report counts without a newer one (default 5 s, the planner's
+	// worker timeout).
+	LatencyMaxAge time.Duration
+}
+
+// RehomeAfterPlan is how long after a new plan every look of the tuner also moves what waits at the variants the
+// plan retired: upstream workers send there until they have read the plan, and each second's move would leave
+// those messages waiting up to a second.
+const RehomeAfterPlan = 2 * time.Second
+
+// Cluster is the planning state of the pipelines one planner serves on one set of workers.
+type Cluster struct {
+	cfg   Config
+	pipes []*Pipeline
+	named map[string]*Pipeline
+
+	mu sync.Mutex // guards what the inputs change: the estimators below and each Pipeline's estimators
+	// counters folds the workers' heartbeats into what is new since each one's previous; latency holds the batch
+	// latencies they report; messages how many items their task messages hold.
+	counters *demand.Counters
+	latency  *latency.Board
+	messages *demand.MessageSize
+	// lentShown are the loans per pipeline, replaced (never changed in place) after each change.
+	lentShown map[string]map[string]int
+}
+
+// Pipeline is one pipeline's part of the core.
+type Pipeline struct {
+	Spec   *pipeline.Spec
+	System control.System
+	index  int // in Cluster.pipes
+
+	// Under Cluster.mu:
+	demand *demand.Estimator
+	fanout *demand.FanoutEstimator
+	tasks  *demand.TaskDemand
+
+	// The decisions' goroutine only:
+	loop        *control.Loop
+	tuner       *tuner.Tuner // nil: no tuner
+	lent        map[string]int
+	queues      map[string]float64 // messages waiting or in service per "task/variant" at the last look
+	replannedAt time.Time          // when the last new allocation was published
+}
+
+// New makes the core of specs, each planned by its system (the same index). Each pipeline starts with Begin.
+func New(specs []*pipeline.Spec, systems []control.System, cfg Config) (*Cluster, error) {
+	if len(specs) == 0 || len(specs) != len(systems) {
+		return nil, fmt.Errorf("core: %d pipelines and %d systems", len(specs), len(systems))
+	}
+	cfg.Control.SetDefaults()
+	if cfg.LatencyMaxAge == 0 {
+		cfg.LatencyMaxAge = 5 * time.Second
+	}
+	c := &Cluster{cfg: cfg, named: map[string]*Pipeline{}, counters: demand.NewCounters(),
+		latency: latency.NewBoard(), messages: demand.NewMessageSize(cfg.DemandAlpha)}
+	for i, spec := range specs {
+		if c.named[spec.Name] != nil {
+			return nil, fmt.Errorf("core: pipeline %q given twice", spec.Name)
+		}
+		e := cfg.Control.DemandEstimator(cfg.DemandAlpha)
+		e.Warmup, e.MaxRate = cfg.DemandWarmup, cfg.MaxReportQPS
+		// Tasks below the root: the root's demand is the frontends' reports.
+		var below []string
+		for _, t := range spec.Tasks {
+			if t.Name != spec.Root().Name {
+				below = append(below, t.Name)
+			}
+		}
+		p := &Pipeline{Spec: spec, System: systems[i], index: i, demand: e,
+			fanout: demand.NewFanoutEstimator(cfg.DemandAlpha, 0),
+			tasks: demand.NewTaskDemand(below, func() *demand.Estimator {
+				return cfg.Control.DemandEstimator(cfg.DemandAlpha)
+			})}
+		if cfg.Control.Tunes() {
+			p.tuner = tuner.New()
+		}
+		c.pipes = append(c.pipes, p)
+		c.named[spec.Name] = p
+	}
+	return c, nil
+}
+
+// Pipelines are the pipelines, in the order given to New.
+func (c *Cluster) Pipelines() []*Pipeline { return c.pipes }
+
+// Pipeline is the named pipeline; nil when the cluster does not serve it.
+func (c *Cluster) Pipeline(name string) *Pipeline { return c.named[name] }
+
+// ErrStarted says Begin was called twice for a pipeline.
+var ErrStarted = errors.New("core: pipeline already started")
+
+// Begin starts p's control loop from the plan in force: the first plan (control.FirstPlan) published by the
+// caller, or, resumed, a plan an earlier planner left, whose demand and multiplicative factors seed the estimates
+// (it is not solved again until they move: control.Resume).
+func (c *Cluster) Begin(p *Pipeline, current *plan.Plan, resumed bool, now time.Time) error {
+	if p.loop != nil {
+		return ErrStarted
+	}
+	if !resumed || p.System.Allocator == nil {
+		p.loop = control.New(p.Spec, c.cfg.Control, p.System.Allocator, current)
+		return nil
+	}
+	p.loop = control.Resume(p.Spec, c.cfg.Control, p.System.Allocator, current, now)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if a := current.Allocation; a != nil {
+		p.demand.Seed(a.Estimate())
+	}
+	for hop, f := range current.Fanout { // validated against the spec by the caller
+		p.fanout.Seed(hop, f, p.Spec.Task(taskOf(hop)).Children)
+	}
+	return nil
+}
+
+// Current is the plan in force for p (the last one published).
+func (p *Pipeline) Current() *plan.Plan { return p.loop.Current() }
+
+// Demand is the demand estimate per pipeline.
+func (c *Cluster) Demand() map[string]float64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]float64, len(c.pipes))
+	for _, p := range c.pipes {
+		out[p.Spec.Name] = p.demand.Estimate()
+	}
+	return out
+}
+
+// Loans are the tuner's loans per pipeline as of the last change (not to be changed by the caller).
+func (c *Cluster) Loans() map[string]map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lentShown
+}
+
+// showLoans makes the loans readable by Loans.
+func (c *Cluster) showLoans() {
+	shown := make(map[string]map[string]int, len(c.pipes))
+	for _, p := range c.pipes {
+		shown[p.Spec.Name] = p.lent
+	}
+	c.mu.Lock()
+	c.lentShown = shown
+	c.mu.Unlock()
+}
+
+// ServersFor is the share of able workers pipeline i may use: an even split, the first pipelines taking the
+// remainder.
+func (c *Cluster) ServersFor(i, able int) int {
+	n := len(c.pipes)
+	share := able / n
+	if i < able%n {
+		share++
+	}
+	return share
+}
+
+// taskOf is the task of a "task/variant".
+func taskOf(hop string) string {
+	task, _, _ := strings.Cut(hop, "/")
+	return task
+}

@@ -1,0 +1,187 @@
+package core
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/control"
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
+
+func traffic(t testing.TB) *pipeline.Spec {
+	t.Helper()
+	spec, err := pipeline.Load("../../examples/traffic.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spec
+}
+
+// started is a core serving spec with loki, begun from the first plan at now.
+func started(t testing.TB, now time.Time, specs ...*pipeline.Spec) *Cluster {
+	t.Helper()
+	var systems []control.System
+	for _, spec := range specs {
+		sys, err := control.ParseSystem("loki", spec, control.Config{SolveWorkers: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		systems = append(systems, sys)
+	}
+	c, err := New(specs, systems, Config{Control: control.Config{SolveWorkers: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range c.Pipelines() {
+		first, err := control.FirstPlan(p.Spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Begin(p, first, false, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
+}
+
+// tickAndPublish ticks and publishes everything decided, as the planner and the simulator do.
+func tickAndPublish(c *Cluster, now time.Time, able int) []Decision {
+	ds := c.Tick(now, able)
+	for _, d := range ds {
+		if d.Plan != nil {
+			c.Published(d, now, able)
+		}
+	}
+	return ds
+}
+
+// TestDemandUnknownHoldsThePlan: until a frontend has reported, the core says the demand is unknown and the plan in
+// force stands, whoever drives it (the simulator never said so before the core, and planned for the minimum).
+func TestDemandUnknownHoldsThePlan(t *testing.T) {
+	now := time.Unix(1000, 0)
+	c := started(t, now, traffic(t))
+	for i := range 3 {
+		now = now.Add(TickEvery)
+		d := tickAndPublish(c, now, 20)[0]
+		if !d.Observed.DemandUnknown || d.Plan != nil {
+			t.Fatalf("tick %d with no report: demand unknown %v, plan %v; want unknown and no plan", i,
+				d.Observed.DemandUnknown, d.Plan != nil)
+		}
+	}
+	if _, err := c.Report("traffic", "f1", 100, time.Second, now); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(TickEvery)
+	d := tickAndPublish(c, now, 20)[0]
+	if d.Observed.DemandUnknown || d.Plan == nil || !d.Replanned {
+		t.Fatalf("after a report: demand unknown %v, replanned %v; want a new allocation", d.Observed.DemandUnknown,
+			d.Replanned)
+	}
+	if _, err := c.Report("nope", "f1", 1, time.Second, now); err == nil {
+		t.Fatal("a report for a pipeline the core does not serve was taken")
+	}
+}
+
+// TestRehomeAtEveryLookAfterAPlan: for RehomeAfterPlan after a new allocation, every look moves the retired
+// variants' queues (the planner did; the simulator waited for the next second), and not after.
+func TestRehomeAtEveryLookAfterAPlan(t *testing.T) {
+	now := time.Unix(1000, 0)
+	c := started(t, now, traffic(t))
+	p := c.Pipelines()[0]
+	queues := func() map[string]map[string]float64 { return map[string]map[string]float64{"traffic": {}} }
+	if got := c.Look(now, 20, queues()); len(got.Rehome) != 0 {
+		t.Fatalf("look before any new plan moves %d pipelines' queues", len(got.Rehome))
+	}
+	if _, err := c.Report("traffic", "f1", 200, time.Second, now); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(TickEvery)
+	if d := tickAndPublish(c, now, 20)[0]; !d.Replanned {
+		t.Fatal("no new allocation after the first report")
+	}
+	for _, tc := range []struct {
+		after time.Duration
+		moves bool
+	}{{100 * time.Millisecond, true}, {RehomeAfterPlan - time.Millisecond, true}, {RehomeAfterPlan, false}} {
+		got := c.Look(now.Add(tc.after), 20, queues())
+		if moved := len(got.Rehome) == 1 && got.Rehome[0] == p; moved != tc.moves {
+			t.Errorf("look %v after the plan: moves the queues %v, want %v", tc.after, moved, tc.moves)
+		}
+	}
+	if got := c.Look(now.Add(100*time.Millisecond), 20, map[string]map[string]float64{}); len(got.Rehome) != 0 {
+		t.Error("a look that did not see the pipeline's queues moves them")
+	}
+}
+
+// TestTunerSeesRecentMessageSizes: the tuner turns the messages waiting into items with the items per message the
+// workers counted of late, not an all-time average that keeps a gone worker's counts (as the planner did) and not
+// the simulator's exact items: both now give messages, and the core converts them the same way.
+func TestTunerSeesRecentMessageSizes(t *testing.T) {
+	now := time.Unix(1000, 0)
+	c := started(t, now, traffic(t))
+	p := c.Pipelines()[0]
+	root := p.Current().Variants[0]
+	hop := wire.Hop(root.Task, root.Variant)
+	key := "traffic:" + hop
+	beat := func(id string, items, messages uint64) {
+		c.Heartbeat(id, wire.Registration{Started: time.Unix(1, 0), Observed: map[string]wire.Observed{
+			key: {FanoutCounts: wire.FanoutCounts{Items: items}, Messages: messages}}}, now)
+	}
+	waiting := func() float64 {
+		c.Look(now, 20, map[string]map[string]float64{"traffic": {hop: 10}})
+		for _, v := range c.tuneInput(p, 20).Variants {
+			if v.Hop == hop {
+				return v.Waiting
+			}
+		}
+		t.Fatalf("%s not in the tuner's input", hop)
+		return 0
+	}
+	if got := waiting(); got != 10 {
+		t.Fatalf("no message counted yet: 10 messages seen as %v items, want 10", got)
+	}
+	beat("old", 10000, 1000) // 10 items a message, for a long time
+	c.Tick(now, 20)
+	if got := waiting(); got != 100 {
+		t.Fatalf("10 items a message: 10 messages seen as %v items, want 100", got)
+	}
+	for i := range 20 { // the old worker moved to another variant (its counters stay); a new one's messages hold 2
+		now = now.Add(TickEvery)
+		beat("old", 10000, 1000)
+		beat("new", uint64(20*(i+1)), uint64(10*(i+1)))
+		c.Tick(now, 20)
+	}
+	if got := waiting(); got < 19.9 || got > 20.1 {
+		t.Fatalf("20 s of messages of 2 items since the old worker moved: 10 messages seen as %v items, want 20", got)
+	}
+}
+
+// TestServersSplitEvenly: until the joint plan, pipelines share the able workers evenly, the first ones taking the
+// remainder, and the assignment gives each its plan's replicas.
+func TestServersSplitEvenly(t *testing.T) {
+	c := started(t, time.Unix(1000, 0), traffic(t), renamed(traffic(t), "second"))
+	if got := []int{c.ServersFor(0, 5), c.ServersFor(1, 5)}; got[0] != 3 || got[1] != 2 {
+		t.Fatalf("5 workers split %v, want [3 2]", got)
+	}
+	var names []string
+	for i := range 50 {
+		names = append(names, fmt.Sprintf("w%02d", i))
+	}
+	next, unplaced := c.Assign(names, nil)
+	per := map[string]int{}
+	for _, a := range next {
+		per[a.Pipeline]++
+	}
+	want := c.Pipelines()[0].Current().Servers() + c.Pipelines()[1].Current().Servers()
+	if per["traffic"]+per["second"] != want || unplaced != 0 || per["traffic"] == 0 || per["second"] == 0 {
+		t.Fatalf("assigned %v with %d unplaced, want both pipelines' %d replicas", per, unplaced, want)
+	}
+}
+
+func renamed(spec *pipeline.Spec, name string) *pipeline.Spec {
+	c := *spec
+	c.Name = name
+	return &c
+}

@@ -1,0 +1,74 @@
+// What the core hears: the frontends' demand reports and the workers' heartbeats.
+
+package core
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
+
+// Report takes a frontend's demand report for a pipeline: count requests over interval. Stepped says the report
+// made a step of the estimate (demand.Estimator.Stepped): the caller ticks at once rather than at the next second.
+func (c *Cluster) Report(pipeline, frontend string, count int, interval time.Duration, now time.Time) (stepped bool,
+	err error) {
+	p := c.named[pipeline]
+	if p == nil {
+		return false, fmt.Errorf("no pipeline %q", pipeline)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := p.demand.Observe(frontend, count, interval, now); err != nil {
+		return false, err
+	}
+	return p.demand.Stepped(now), nil
+}
+
+// Grace says the reports of the last while may have been lost on the way (the planner's connection was down):
+// the demand estimates do not count their absence as a fall (demand.Estimator.Grace).
+func (c *Cluster) Grace(now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.pipes {
+		p.demand.Grace(now)
+	}
+}
+
+// Heartbeat takes worker id's heartbeat: what its variants executed and emitted since its previous one goes to the
+// multiplicative-factor, per-task and message-size estimates, and the latencies it measured to the board.
+func (c *Cluster) Heartbeat(id string, reg wire.Registration, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for key, delta := range c.counters.Fold(id, reg) {
+		name, hop, found := strings.Cut(key, ":")
+		p := c.named[name]
+		if !found || p == nil {
+			continue
+		}
+		p.fanout.Observe(hop, delta.FanoutCounts)
+		c.messages.Observe(key, delta)
+		if t := p.Spec.Task(taskOf(hop)); t != nil && delta.Items > 0 {
+			for _, child := range t.Children {
+				p.tasks.Add(child, delta.Children[child])
+			}
+		}
+	}
+	c.latency.Set(id, now, reg.Observed)
+}
+
+// Forget drops what the core kept of a worker that is gone: if it comes back, it counts from zero.
+func (c *Cluster) Forget(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.counters.Forget(id)
+	c.latency.Forget(id)
+}
+
+// Workers is how many workers' heartbeats the core keeps (for the tests that check a gone worker is forgotten).
+func (c *Cluster) Workers() (counted, measured int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.counters.Workers(), c.latency.Workers()
+}

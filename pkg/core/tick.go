@@ -1,0 +1,67 @@
+// The once-a-second step: estimates, control loops, and what was published.
+
+package core
+
+import (
+	"time"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/control"
+	"github.com/sleipnir-serving/sleipnir/pkg/latency"
+)
+
+// TickEvery is how often the caller ticks: the frontends report and the workers beat about once a second.
+const TickEvery = time.Second
+
+// Decision is what a tick decided for one pipeline: the control loop's step (a plan to publish, or none) and what
+// it was decided from.
+type Decision struct {
+	Pipeline *Pipeline
+	Observed control.Observed
+	control.Step
+}
+
+// Tick folds what was reported since the previous tick into the estimates and runs every pipeline's control loop
+// (pkg/control) with its share of the able workers. The caller publishes each decision's Plan (when not nil) and
+// calls Published for each one it published, and then, for every pipeline, moves what waits at the variants the
+// plan in force retired (plan.Rehome).
+func (c *Cluster) Tick(now time.Time, able int) []Decision {
+	out := c.observe(now)
+	for i := range out {
+		d := &out[i]
+		d.Observed.Servers = c.ServersFor(i, able)
+		d.Step = d.Pipeline.loop.Next(now, d.Observed)
+	}
+	return out
+}
+
+// observe folds the reports since the previous tick into each pipeline's estimates.
+func (c *Cluster) observe(now time.Time) []Decision {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.messages.Tick()
+	out := make([]Decision, len(c.pipes))
+	for i, p := range c.pipes {
+		p.fanout.Tick()
+		out[i] = Decision{Pipeline: p, Observed: control.Observed{Demand: p.demand.Tick(now),
+			DemandWindow: p.demand.Window(), DemandUnknown: !p.demand.Known(), Fanout: p.fanout.Estimate(p.Spec),
+			FanoutSamples: p.fanout.Samples(), TaskDemand: p.tasks.Tick(now, TickEvery),
+			Profiles: latency.Blend(p.Spec, c.latency.Measured(p.Spec, now, c.cfg.LatencyMaxAge))}}
+	}
+	return out
+}
+
+// Published records that d's plan is in force from now, with able workers. After a new allocation, the tuner looks
+// at it at once (with the queues of its last look), so that the workers it lent stay where the plan still wants
+// them rather than going back and being lent again; the caller then reassigns the workers (Assign).
+func (c *Cluster) Published(d Decision, now time.Time, able int) {
+	p := d.Pipeline
+	p.loop.Published(d.Step, d.Observed, now)
+	if !d.Replanned {
+		return
+	}
+	p.replannedAt = now
+	if p.tuner != nil {
+		p.lent = p.tuner.Look(now, c.tuneInput(p, able))
+		c.showLoans()
+	}
+}

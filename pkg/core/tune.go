@@ -1,0 +1,79 @@
+// The tuner's looks at the queues between plans (pkg/tuner), and the assignment of workers with its loans.
+
+package core
+
+import (
+	"maps"
+	"time"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/tuner"
+)
+
+// Looked is what one look decided.
+type Looked struct {
+	// Loans says the tuner's loans changed: the caller reassigns the workers (Assign).
+	Loans bool
+	// Rehome are the pipelines whose retired variants' queues the caller moves now (a new plan was published
+	// within RehomeAfterPlan).
+	Rehome []*Pipeline
+}
+
+// Look is the tuner's look at the queues with able workers: queues holds, per pipeline, the messages waiting or
+// in service at each hosted variant ("task/variant"); a pipeline left out was not seen (its look is skipped).
+func (c *Cluster) Look(now time.Time, able int, queues map[string]map[string]float64) Looked {
+	var out Looked
+	for _, p := range c.pipes {
+		q, seen := queues[p.Spec.Name]
+		if !seen {
+			continue
+		}
+		p.queues = q
+		if now.Sub(p.replannedAt) < RehomeAfterPlan {
+			out.Rehome = append(out.Rehome, p)
+		}
+		if p.tuner == nil {
+			continue
+		}
+		lent := p.tuner.Look(now, c.tuneInput(p, able))
+		if maps.Equal(lent, p.lent) {
+			continue
+		}
+		p.lent, out.Loans = lent, true
+	}
+	if out.Loans {
+		c.showLoans()
+	}
+	return out
+}
+
+// Tunes says whether the tuner looks (the caller schedules Look every Control.TuneEvery).
+func (c *Cluster) Tunes() bool { return c.cfg.Control.Tunes() }
+
+// TuneEvery is how often the caller looks.
+func (c *Cluster) TuneEvery() time.Duration { return c.cfg.Control.TuneEvery }
+
+// tuneInput is what p's tuner sees under its plan in force with able workers: the queues as of the last look, in
+// items (the messages times the items the workers' messages held of late: demand.MessageSize).
+func (c *Cluster) tuneInput(p *Pipeline, able int) tuner.Input {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	name := p.Spec.Name
+	return tuner.Observe(p.Spec, p.Current(), func(hop string) float64 {
+		return p.queues[hop] * c.messages.Of(name+":"+hop)
+	}, c.ServersFor(p.index, able), p.demand.Estimate(), c.cfg.Control.RouteUtilization)
+}
+
+// Lent are p's loans in force.
+func (p *Pipeline) Lent() map[string]int { return p.lent }
+
+// Assign gives the replicas of every pipeline's plan in force and the tuner's loans to the able workers (in name
+// order), moving as few from prev as it can (plan.Assign); unplaced is how many replicas got no worker.
+func (c *Cluster) Assign(able []string, prev map[string]plan.Assignment) (next map[string]plan.Assignment,
+	unplaced int) {
+	plans := make([]*plan.Plan, len(c.pipes))
+	for i, p := range c.pipes {
+		plans[i] = tuner.WithLoans(p.Current(), p.lent)
+	}
+	return plan.Assign(plans, able, prev)
+}
