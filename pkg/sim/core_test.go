@@ -31,14 +31,15 @@ func TestServersDecideForThemselves(t *testing.T) {
 			continue
 		}
 		h := s.hops[sv.hop]
-		task := s.tasks[h.task]
-		own := deadline.NewStage(spec, s.plan, s.system.Policy, task, h.variant.Name, h.budget, 1)
+		p := h.pipe
+		task := p.tasks[h.task]
+		own := deadline.NewStage(spec, p.plan, p.system.Policy, task, h.variant.Name, h.budget, 1)
 		if sv.table == nil || !reflect.DeepEqual(sv.table.Stage, own) {
 			t.Fatalf("server %d (%s) has not the stage of one replica", i, h.name)
 		}
 		// A leaf task has no backups to share: its stages are the same for one replica and for all.
-		if vp := s.plan.Find(task, h.variant.Name); vp.Replicas > 1 && !spec.IsLeaf(task) {
-			all := deadline.NewStage(spec, s.plan, s.system.Policy, task, h.variant.Name, h.budget, vp.Replicas)
+		if vp := p.plan.Find(task, h.variant.Name); vp.Replicas > 1 && !spec.IsLeaf(task) {
+			all := deadline.NewStage(spec, p.plan, p.system.Policy, task, h.variant.Name, h.budget, vp.Replicas)
 			if reflect.DeepEqual(sv.table.Stage, all) {
 				t.Fatalf("%s: the stage of one replica is the stage of all %d; the test cannot tell them apart",
 					h.name, vp.Replicas)

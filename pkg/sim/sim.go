@@ -2,18 +2,16 @@
 // workers that batch, execute, fan out, drop and reroute, and the planner's control loop, in simulated time. It
 // runs the production policy code of pkg/ (control loop and allocators, most-accurate-first routing, deadline
 // decisions, batching rule, demand and multiplicative-factor estimation, worker assignment, emulated latencies and
-// fan-out) and re-implements none of it; what it models itself is the data plane: queues, timing and completion.
+// fan-out, through the planning core of pkg/core) and re-implements none of it; what it models itself is the data plane: queues, timing and completion.
 // Seeded and deterministic.
 package sim
 
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"math/rand/v2"
 	"time"
 
-	"github.com/sleipnir-serving/sleipnir/pkg/batching"
 	"github.com/sleipnir-serving/sleipnir/pkg/completion"
 	"github.com/sleipnir-serving/sleipnir/pkg/control"
 	"github.com/sleipnir-serving/sleipnir/pkg/core"
@@ -28,8 +26,11 @@ import (
 
 // Config is one simulation.
 type Config struct {
-	Spec     *pipeline.Spec
-	Workload *workload.Workload
+	// Spec and Workload are the pipeline and its demand; or else Pipelines lists several pipelines sharing the
+	// servers, each with its own demand (RunAll).
+	Spec      *pipeline.Spec
+	Workload  *workload.Workload
+	Pipelines []Served
 	// Servers is the cluster size.
 	Servers int
 	// System is the system that plans (control.ParseSystem; default loki). Its solves are as Control says, but
@@ -54,6 +55,23 @@ type Config struct {
 	Slowdown []Slowdown
 }
 
+// Served is one pipeline of a simulation and its demand.
+type Served struct {
+	Spec     *pipeline.Spec
+	Workload *workload.Workload
+}
+
+// served are the pipelines cfg simulates.
+func (cfg Config) served() ([]Served, error) {
+	switch {
+	case len(cfg.Pipelines) > 0 && (cfg.Spec != nil || cfg.Workload != nil):
+		return nil, errors.New("sim: both a pipeline and a list of pipelines")
+	case len(cfg.Pipelines) > 0:
+		return cfg.Pipelines, nil
+	}
+	return []Served{{Spec: cfg.Spec, Workload: cfg.Workload}}, nil
+}
+
 // Second is one second of a simulation's time series. Requests are counted in the second they arrived.
 type Second struct {
 	// DemandQPS is the workload's rate; Arrivals the requests that arrived.
@@ -66,7 +84,7 @@ type Second struct {
 	Late    int `json:"late"`
 	// AccuracySum sums the served accuracy of the ok and partial replies.
 	AccuracySum float64 `json:"accuracy_sum"`
-	// ActiveServers is the number of workers assigned a variant at the end of the second.
+	// ActiveServers is the number of workers assigned a variant of the pipeline at the end of the second.
 	ActiveServers int `json:"active_servers"`
 	// EstimateQPS is the planner's demand estimate at the end of the second.
 	EstimateQPS float64 `json:"estimate_qps"`
@@ -75,16 +93,18 @@ type Second struct {
 	Epoch uint64 `json:"epoch"`
 }
 
-// Result is what a simulation measured.
+// Result is what a simulation measured of one pipeline.
 type Result struct {
-	System  string   `json:"system"`
-	Seconds []Second `json:"-"`
-	Summary Summary  `json:"summary"`
+	System   string   `json:"system"`
+	Pipeline string   `json:"pipeline"`
+	Seconds  []Second `json:"-"`
+	Summary  Summary  `json:"summary"`
 }
 
 // Summary aggregates a simulation.
 type Summary struct {
 	System            string  `json:"system"`
+	Pipeline          string  `json:"pipeline"`
 	Requests          int     `json:"requests"`
 	OK                int     `json:"ok"`
 	Partial           int     `json:"partial"`
@@ -98,30 +118,47 @@ type Summary struct {
 	// ItemHops counts items executed at a task; Replans the new allocations published.
 	ItemHops int64 `json:"item_hops"`
 	Replans  int   `json:"replans"`
-	// PlanSeconds is the wall time the allocators took (part of WallSeconds).
+	// PlanSeconds is the wall time the planning core took, for every pipeline (part of WallSeconds, which is the
+	// whole run's).
 	PlanSeconds float64 `json:"plan_s"`
 	SimulatedS  float64 `json:"simulated_s"`
 	WallSeconds float64 `json:"wall_s"`
 }
 
-// Run simulates cfg.Workload to its end, and then until every request in flight has been answered (or is stuck
-// where no worker serves, and counts as late).
+// Run simulates one pipeline's workload to its end, and then until every request in flight has been answered (or
+// is stuck where no worker serves, and counts as late).
 func Run(cfg Config) (*Result, error) {
+	if len(cfg.Pipelines) > 1 {
+		return nil, fmt.Errorf("sim: %d pipelines: RunAll runs several", len(cfg.Pipelines))
+	}
+	res, err := RunAll(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return res[0], nil
+}
+
+// RunAll simulates every pipeline of cfg on the shared servers until each workload has ended and its requests
+// have been answered; one result per pipeline, in cfg's order.
+func RunAll(cfg Config) ([]*Result, error) {
 	s, err := newSim(cfg)
 	if err != nil {
 		return nil, err
 	}
 	start := time.Now()
 	s.run()
-	res := s.result()
-	res.Summary.WallSeconds = time.Since(start).Seconds()
-	return res, nil
+	out := make([]*Result, len(s.pipes))
+	for i, p := range s.pipes {
+		out[i] = s.result(p)
+		out[i].Summary.WallSeconds = time.Since(start).Seconds()
+	}
+	return out, nil
 }
 
 // Event kinds.
 const (
-	evArrival = iota
-	evDeliver // a task message reaches its variant's queue
+	evArrival = iota // at the frontend of pipeline hop
+	evDeliver        // a task message reaches its variant's queue
 	evBatchDone
 	evSwapDone
 	evTick // the planner's, frontends' and workers' once-a-second reports
@@ -138,6 +175,7 @@ type event struct {
 }
 
 type request struct {
+	pipe         *pipe
 	arrival, due int64
 	replied      int64 // when the frontend replied (finish)
 	second       int32
@@ -158,6 +196,7 @@ type message struct {
 
 // hop is one variant of one task.
 type hop struct {
+	pipe     *pipe
 	name     string
 	task     int
 	variant  *pipeline.Variant
@@ -192,37 +231,46 @@ type server struct {
 	table *hopstep.Table
 }
 
+// pipe is one pipeline of the simulation: its frontend, its hops, its plan in force and its time series.
+type pipe struct {
+	spec    *pipeline.Spec
+	work    *workload.Workload
+	arr     *workload.Arrivals
+	system  control.System
+	core    *core.Pipeline // its part of the planning core
+	plan    *plan.Plan
+	hopIdx  map[string]map[string]int32 // task -> variant -> index in sim.hops (no string building per item)
+	tasks   []string
+	trie    pathTrie
+	slo     int64
+	comm    int64 // the latency of one of its hops
+	end     int64 // its workload's end
+	seconds []Second
+	// arrivedNow counts the arrivals since the last tick (the frontend's demand report).
+	arrivedNow int
+	hopsDone   int64
+	replans    int
+}
+
 type sim struct {
 	cfg     Config
-	system  control.System
-	spec    *pipeline.Spec
-	comm    int64
+	pipes   []*pipe
+	named   map[string]*pipe
 	rng     *rand.Rand
 	events  eventHeap
 	seq     uint64
 	now     int64
-	hops    []*hop
-	hopIdx  map[string]map[string]int32 // task -> variant -> index in hops (no string building per item)
-	tasks   []string
+	hops    []*hop // every pipeline's
 	servers []server
 	names   []string // worker names, for plan.Assign
 	assign  map[string]plan.Assignment
-	// core is the planner's planning core (pkg/core), pipe its pipeline: the simulator gives it the reports and
-	// heartbeats the live planner would hear, and follows what it decides.
-	core *core.Cluster
-	pipe *core.Pipeline
-	plan *plan.Plan
-	trie pathTrie
-	arr  *workload.Arrivals
-	// per-second accounting
-	seconds    []Second
-	arrivedNow int
+	// core is the planner's planning core (pkg/core): the simulator gives it the reports and heartbeats the live
+	// planner would hear, and follows what it decides.
+	core       *core.Cluster
 	inFlight   int
-	hopsDone   int64
-	replans    int
-	end        int64
+	end        int64           // the last workload's end
 	loaded     bool            // assignments take no swap time (the start)
-	planWall   time.Duration   // wall time in the control loop
+	planWall   time.Duration   // wall time in the planning core
 	step       hopstep.Stepper // the hop step's scratch
 	children   []int           // one item's sub-requests' child tasks (indices in Emulated's order)
 	routeDraws replay          // their routing draws, taken from rng in the order the simulator always took them
@@ -230,89 +278,129 @@ type sim struct {
 }
 
 func newSim(cfg Config) (*sim, error) {
-	switch {
-	case cfg.Spec == nil:
-		return nil, errors.New("sim: no pipeline")
-	case cfg.Workload == nil:
-		return nil, errors.New("sim: no workload")
-	case cfg.Servers <= 0:
+	served, err := cfg.served()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Servers <= 0 {
 		return nil, fmt.Errorf("sim: %d servers: want at least 1", cfg.Servers)
 	}
-	if err := cfg.Workload.Validate(); err != nil {
-		return nil, err
-	}
-	name, solve := cfg.System, cfg.Control
-	if name == "" {
-		name = "loki"
-	}
-	if solve.SolveWorkers == 0 {
-		solve.SolveWorkers = 1
-	}
-	system, err := control.ParseSystem(name, cfg.Spec, solve)
-	if err != nil {
-		return nil, err
-	}
-	spec := cfg.Spec
-	s := &sim{cfg: cfg, system: system, spec: spec, rng: rand.New(rand.NewPCG(cfg.Seed, 0x51a)), hopIdx: map[string]map[string]int32{},
+	s := &sim{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x51a)), named: map[string]*pipe{},
 		assign: map[string]plan.Assignment{}}
-	s.comm = int64(cfg.CommLatency)
-	if cfg.CommLatency < 0 {
-		s.comm = int64(spec.CommLatencyMs * float64(time.Millisecond))
-	}
-	for _, t := range spec.Tasks {
-		s.tasks = append(s.tasks, t.Name)
-	}
-	for ti := range spec.Tasks {
-		t := &spec.Tasks[ti]
-		for vi := range t.Variants {
-			v := &t.Variants[vi]
-			name := wire.Hop(t.Name, v.Name)
-			e := emulated.New(spec, t.Name, v, cfg.Seed^uint64(len(s.hops)+1)*0x9e3779b97f4a7c15)
-			h := &hop{name: name, task: ti, variant: v, exec: e, children: e.Children(), emitted: map[string]uint64{},
-				key: spec.Name + ":" + name}
-			if s.hopIdx[t.Name] == nil {
-				s.hopIdx[t.Name] = map[string]int32{}
-			}
-			s.hopIdx[t.Name][v.Name] = int32(len(s.hops))
-			s.hops = append(s.hops, h)
+	for i, sv := range served {
+		p, err := s.addPipe(sv, cfg.Seed+uint64(i)*0x632be59bd9b4e019) // the first pipeline keeps cfg's seed
+		if err != nil {
+			return nil, err
 		}
+		s.end = max(s.end, p.end)
 	}
-	s.trie = newPathTrie(spec, s.hops)
+	for _, p := range s.pipes {
+		p.trie = newPathTrie(p.spec, s.hops)
+	}
 	s.routeRand = rand.New(&s.routeDraws)
-
-	// The planner's start: its first plan, its replicas given to the workers.
-	initial, err := control.FirstPlan(spec)
-	if err != nil {
+	if err := s.startCore(); err != nil {
 		return nil, err
-	}
-	initial.Epoch = 1
-	if s.core, err = core.New([]*pipeline.Spec{spec}, []control.System{system}, core.Config{Control: cfg.Control,
-		DemandAlpha: cfg.DemandAlpha, LatencyMaxAge: reportMaxAge}); err != nil {
-		return nil, err
-	}
-	s.pipe = s.core.Pipelines()[0]
-	if err := s.core.Begin(s.pipe, initial, false, s.time()); err != nil {
-		return nil, err
-	}
-	if s.core.Tunes() {
-		s.push(event{at: int64(s.core.TuneEvery()), kind: evTune})
 	}
 	s.servers = make([]server, cfg.Servers)
 	for i := range s.servers {
 		s.servers[i].hop = -1
 		s.names = append(s.names, fmt.Sprintf("w%04d", i))
 	}
-	s.loaded = true // the workers start with the static plan's variants loaded
-	s.applyPlan(initial, true)
+	s.loaded = true // the workers start with the static plans' variants loaded
+	for _, p := range s.pipes {
+		s.applyPlan(p, p.core.Current(), false)
+	}
+	s.assignWorkers()
 	s.loaded = false
-	s.arr = cfg.Workload.Arrivals(cfg.Seed)
-	s.end = int64(cfg.Workload.Duration())
-	s.seconds = make([]Second, (s.end+int64(time.Second)-1)/int64(time.Second))
-	if at, ok := s.arr.Next(); ok {
-		s.push(event{at: int64(at), kind: evArrival})
+	for i, p := range s.pipes {
+		if at, ok := p.arr.Next(); ok {
+			s.push(event{at: int64(at), kind: evArrival, hop: int32(i)})
+		}
 	}
 	s.push(event{at: int64(time.Second), kind: evTick})
+	if s.core.Tunes() {
+		s.push(event{at: int64(s.core.TuneEvery()), kind: evTune})
+	}
 	return s, nil
+}
+
+// addPipe adds a pipeline and its hops (its variants' emulated executors seeded from the number of hops before
+// them, so that one pipeline runs as it always did).
+func (s *sim) addPipe(sv Served, seed uint64) (*pipe, error) {
+	switch {
+	case sv.Spec == nil:
+		return nil, errors.New("sim: no pipeline")
+	case sv.Workload == nil:
+		return nil, fmt.Errorf("sim: no workload for pipeline %s", sv.Spec.Name)
+	case s.named[sv.Spec.Name] != nil:
+		return nil, fmt.Errorf("sim: pipeline %s given twice", sv.Spec.Name)
+	}
+	if err := sv.Workload.Validate(); err != nil {
+		return nil, fmt.Errorf("sim: pipeline %s: %w", sv.Spec.Name, err)
+	}
+	name, solve := s.cfg.System, s.cfg.Control
+	if name == "" {
+		name = "loki"
+	}
+	if solve.SolveWorkers == 0 {
+		solve.SolveWorkers = 1
+	}
+	system, err := control.ParseSystem(name, sv.Spec, solve)
+	if err != nil {
+		return nil, err
+	}
+	spec := sv.Spec
+	p := &pipe{spec: spec, work: sv.Workload, arr: sv.Workload.Arrivals(seed), system: system,
+		hopIdx: map[string]map[string]int32{}, slo: int64(spec.SLOMs * float64(time.Millisecond)),
+		end: int64(sv.Workload.Duration()), comm: int64(s.cfg.CommLatency)}
+	if s.cfg.CommLatency < 0 {
+		p.comm = int64(spec.CommLatencyMs * float64(time.Millisecond))
+	}
+	p.seconds = make([]Second, (p.end+int64(time.Second)-1)/int64(time.Second))
+	for ti := range spec.Tasks {
+		t := &spec.Tasks[ti]
+		p.tasks = append(p.tasks, t.Name)
+		p.hopIdx[t.Name] = map[string]int32{}
+		for vi := range t.Variants {
+			v := &t.Variants[vi]
+			name := wire.Hop(t.Name, v.Name)
+			e := emulated.New(spec, t.Name, v, s.cfg.Seed^uint64(len(s.hops)+1)*0x9e3779b97f4a7c15)
+			h := &hop{pipe: p, name: name, task: ti, variant: v, exec: e, children: e.Children(),
+				emitted: map[string]uint64{}, key: spec.Name + ":" + name}
+			p.hopIdx[t.Name][v.Name] = int32(len(s.hops))
+			s.hops = append(s.hops, h)
+		}
+	}
+	s.pipes = append(s.pipes, p)
+	s.named[spec.Name] = p
+	return p, nil
+}
+
+// startCore starts the planning core as the planner starts: each pipeline on its first plan.
+func (s *sim) startCore() error {
+	specs := make([]*pipeline.Spec, len(s.pipes))
+	systems := make([]control.System, len(s.pipes))
+	for i, p := range s.pipes {
+		specs[i], systems[i] = p.spec, p.system
+	}
+	c, err := core.New(specs, systems, core.Config{Control: s.cfg.Control, DemandAlpha: s.cfg.DemandAlpha,
+		LatencyMaxAge: reportMaxAge})
+	if err != nil {
+		return err
+	}
+	s.core = c
+	for i, p := range s.pipes {
+		initial, err := control.FirstPlan(p.spec)
+		if err != nil {
+			return err
+		}
+		initial.Epoch = 1
+		p.core = c.Pipelines()[i]
+		if err := c.Begin(p.core, initial, false, s.time()); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (s *sim) push(e event) {
@@ -332,9 +420,10 @@ func (s *sim) run() {
 		}
 		switch e.kind {
 		case evArrival:
-			s.arrive()
-			if at, ok := s.arr.Next(); ok {
-				s.push(event{at: int64(at), kind: evArrival})
+			p := s.pipes[e.hop]
+			s.arrive(p)
+			if at, ok := p.arr.Next(); ok {
+				s.push(event{at: int64(at), kind: evArrival, hop: e.hop})
 			}
 		case evDeliver:
 			s.deliver(int(e.hop), e.msg)
@@ -361,419 +450,4 @@ func (s *sim) run() {
 	if s.cfg.Progress != nil {
 		s.cfg.Progress(time.Duration(s.end), time.Duration(s.end))
 	}
-}
-
-// arrive is a frontend accepting a request: its deadline is the SLO from now, and it goes to the root variant the
-// routing picks.
-func (s *sim) arrive() {
-	sec := int32(s.now / int64(time.Second))
-	r := &request{arrival: s.now, due: s.now + int64(s.spec.SLOMs*float64(time.Millisecond)), second: sec,
-		pending: 1}
-	s.inFlight++
-	s.arrivedNow++
-	if int(sec) < len(s.seconds) {
-		s.seconds[sec].Arrivals++
-	}
-	v := plan.Pick(s.plan.Routing.Root, s.rng.Float64())
-	h, ok := s.hopIdx[s.spec.Root().Name][v]
-	if !ok { // no root variant hosted: the frontend's publish has nowhere to go
-		r.pending = 0
-		r.dropped++
-		s.finish(r, s.now)
-		return
-	}
-	s.push(event{at: s.now + s.comm, kind: evDeliver, hop: h,
-		msg: &message{req: r, items: 1, den: 1, node: 0}})
-}
-
-// deliver puts a message in its variant's queue, and hands it to an idle replica if there is one.
-func (s *sim) deliver(hi int, m *message) {
-	h := s.hops[hi]
-	m.enqueued = s.now
-	h.queue = append(h.queue, m)
-	if n := len(h.free); n > 0 {
-		srv := h.free[n-1]
-		h.free = h.free[:n-1]
-		s.startBatch(int(srv))
-	}
-}
-
-func (h *hop) pending() int { return len(h.queue) - h.head }
-
-func (h *hop) pop() *message {
-	m := h.queue[h.head]
-	h.queue[h.head] = nil
-	h.head++
-	if h.head == len(h.queue) {
-		h.queue, h.head = h.queue[:0], 0
-	} else if h.head > 1024 && h.head*2 > len(h.queue) {
-		n := copy(h.queue, h.queue[h.head:])
-		h.queue, h.head = h.queue[:n], 0
-	}
-	return m
-}
-
-// idle makes a server that has nothing running take work, or wait for it.
-func (s *sim) idle(srv int) {
-	sv := &s.servers[srv]
-	if sv.hop < 0 || sv.busy || sv.swapping {
-		return
-	}
-	if s.hops[sv.hop].pending() > 0 {
-		s.startBatch(srv)
-		return
-	}
-	h := s.hops[sv.hop]
-	h.free = append(h.free, int32(srv))
-}
-
-// startBatch is the worker's serveOnce up to execution: take the first message and what the batching rule adds,
-// drop what the deadline policy drops before executing, and execute the rest in model batches. A message that does
-// not fit the batch stays at the head of the queue, with those behind it (the live worker naks it, and JetStream
-// delivers it again before newer ones).
-func (s *sim) startBatch(srv int) {
-	sv := &s.servers[srv]
-	h := s.hops[sv.hop]
-	now := s.time()
-	taken := 0
-	take := func(m *message) bool {
-		if reason := sv.table.Stage.BeforeExecute(now, time.Unix(0, m.req.due), time.Unix(0, m.enqueued)); reason != "" {
-			m.dropped = reason
-		} else if batching.Fits(sv.maxBatch, taken, m.items) {
-			taken += m.items
-		} else {
-			return false
-		}
-		sv.batch = append(sv.batch, m)
-		return true
-	}
-	take(h.pop())
-	for n := batching.More(sv.maxBatch, taken, h.pending()); n > 0 && take(h.queue[h.head]); n-- {
-		h.pop()
-	}
-	var d time.Duration
-	scale := slowdownAt(s.cfg.Slowdown, srv, time.Duration(s.now))
-	for c := range batching.Chunks(taken, sv.maxBatch) {
-		n := min(sv.maxBatch, taken-c*sv.maxBatch)
-		b := time.Duration(float64(h.exec.Latency(n)) * scale)
-		d += b
-		s.measure(srv, h, n, b, d)
-	}
-	sv.busy = true
-	h.inService += len(sv.batch)
-	s.push(event{at: s.now + int64(d), kind: evBatchDone, srv: int32(srv)})
-}
-
-// batchDone is the worker's forward: each executed item's sub-requests go where the hop step (pkg/hop) routes,
-// groups and splits them; leaves and drops are reported to the frontend.
-func (s *sim) batchDone(srv int) {
-	sv := &s.servers[srv]
-	h := s.hops[sv.hop]
-	h.inService -= len(sv.batch)
-	for _, m := range sv.batch {
-		r := m.req
-		if m.dropped != "" {
-			r.dropped += m.items
-			s.leaves(r, m.items)
-			continue
-		}
-		s.hopsDone += int64(m.items)
-		h.items += uint64(m.items)
-		h.messages++
-		node := s.trie.child(m.node, sv.hop)
-		when := hopstep.When{Now: s.time(), AtTask: time.Duration(s.now - m.enqueued),
-			Left: time.Duration(r.due - s.now)}
-		for range m.items {
-			k := h.exec.SubRequests(s.rng)
-			s.children, s.routeDraws.next, s.routeDraws.draws = s.children[:0], 0, s.routeDraws.draws[:0]
-			for range k {
-				c := h.exec.ChildOf(s.rng.Float64())
-				h.emitted[h.children[c]]++
-				s.children = append(s.children, c)
-				s.routeDraws.draws = append(s.routeDraws.draws, s.rng.Uint64(), s.rng.Uint64())
-			}
-			out, err := s.step.Step(sv.table, hopstep.Item{Den: m.den, Children: s.children}, when, s.routeRand)
-			if err != nil || k == 0 {
-				if err != nil { // a failed leaf
-					r.dropped++
-				} else {
-					r.ok++
-					r.acc.Add(1/float64(m.den), s.trie.accuracy(node))
-				}
-				s.leaves(r, 1)
-				continue
-			}
-			r.pending += k - 1
-			for range out.Drops {
-				r.dropped++
-				s.leaves(r, 1)
-			}
-			for _, msg := range out.Messages {
-				s.push(event{at: s.now + s.comm, kind: evDeliver, hop: s.hopIdx[h.children[msg.Child]][msg.Variant],
-					msg: &message{req: r, items: len(msg.Subs), den: out.Den, node: node}})
-			}
-		}
-	}
-	clear(sv.batch)
-	sv.batch = sv.batch[:0]
-	sv.busy = false
-	if sv.next != nil {
-		a := *sv.next
-		sv.next = nil
-		s.take(srv, a)
-		return
-	}
-	s.idle(srv)
-}
-
-// replay is a rand.Source that gives back draws taken before. The hop step routes an item's sub-requests after
-// they are all known, where the simulator drew each one's child task and then its two routing draws in turn: taking
-// the routing draws in that order and replaying them keeps the simulator's random stream, and so its runs, as they
-// were before the hop step was shared.
-type replay struct {
-	draws []uint64
-	next  int
-}
-
-func (r *replay) Uint64() uint64 {
-	r.next++
-	return r.draws[r.next-1]
-}
-
-// leaves records that n items of r finished or were dropped.
-func (s *sim) leaves(r *request, n int) {
-	r.pending -= n
-	if r.pending == 0 {
-		s.finish(r, s.now+s.comm)
-	}
-}
-
-// finish records a request's reply: late when its last leaf reached the frontend after the deadline (the frontend
-// replied at the deadline with what it had).
-func (s *sim) finish(r *request, at int64) {
-	s.inFlight--
-	r.replied = at
-	if int(r.second) >= len(s.seconds) {
-		return
-	}
-	sec := &s.seconds[r.second]
-	switch completion.Status(at > r.due, r.ok, r.dropped, 0) {
-	case wire.StatusOK:
-		sec.OK++
-		sec.AccuracySum += r.acc.Value()
-	case wire.StatusPartial:
-		sec.Partial++
-		sec.AccuracySum += r.acc.Value()
-	case wire.StatusLate:
-		sec.Late++
-	default:
-		sec.Dropped++
-	}
-}
-
-func (s *sim) time() time.Time { return time.Unix(0, s.now) }
-
-// tick is one second: the frontend's demand report and the workers' heartbeats go to the planning core, whose tick
-// decides what the planner would publish; the simulator publishes it at once, moves the retired queues, and takes
-// the second's sample.
-func (s *sim) tick() {
-	now := s.time()
-	if _, err := s.core.Report(s.spec.Name, "frontend", s.arrivedNow, time.Second, now); err != nil {
-		panic(fmt.Sprintf("sim: demand report refused: %v", err)) // the simulator's own counts: a bug
-	}
-	s.arrivedNow = 0
-	s.heartbeats(now)
-	t0 := time.Now()
-	d := s.core.Tick(now, len(s.servers))[0]
-	s.planWall += time.Since(t0)
-	if d.Plan != nil {
-		s.core.Published(d, now, len(s.servers))
-		s.applyPlan(d.Plan, d.Replanned)
-		if d.Replanned {
-			s.replans++
-		}
-	}
-	s.rehome(s.plan)
-	if sec := s.now/int64(time.Second) - 1; sec >= 0 && int(sec) < len(s.seconds) {
-		active := 0
-		for i := range s.servers {
-			if s.servers[i].assigned.Variant != "" {
-				active++
-			}
-		}
-		x := &s.seconds[sec]
-		x.ActiveServers, x.EstimateQPS, x.Mode, x.Epoch = active, d.Observed.Demand, s.plan.Mode, s.plan.Epoch
-		x.DemandQPS = s.cfg.Workload.RateAt(time.Duration(sec) * time.Second)
-	}
-}
-
-// heartbeats are the workers' heartbeats: the counters of every variant that executed anything, as one worker's
-// (the core folds what is new since the previous one), and each server's measured latencies.
-func (s *sim) heartbeats(now time.Time) {
-	beat := wire.Registration{Observed: map[string]wire.Observed{}}
-	for _, h := range s.hops {
-		if h.items > 0 {
-			beat.Observed[h.key] = wire.Observed{FanoutCounts: wire.FanoutCounts{Items: h.items,
-				Children: maps.Clone(h.emitted)}, Messages: h.messages}
-		}
-	}
-	s.core.Heartbeat("workers", beat, now)
-	for i := range s.servers {
-		if w := s.servers[i].measured; w != nil {
-			s.core.Heartbeat(s.names[i], wire.Registration{Observed: s.latencies(w, now)}, now)
-		}
-	}
-}
-
-// applyPlan makes a published plan the one frontends and workers follow; a new allocation also reassigns the
-// workers.
-func (s *sim) applyPlan(p *plan.Plan, replanned bool) {
-	s.plan = p
-	for _, h := range s.hops {
-		h.budget = 0
-		if vp := p.Find(s.tasks[h.task], h.variant.Name); vp != nil {
-			h.budget = time.Duration(vp.BudgetMs * float64(time.Millisecond))
-		}
-	}
-	for i := range s.servers {
-		s.follow(i)
-	}
-	if replanned {
-		s.assignWorkers()
-	}
-}
-
-// follow rebuilds server srv's forwarding and deadline stage under the plan in force, as a worker does when it
-// reads a new plan.
-func (s *sim) follow(srv int) {
-	sv := &s.servers[srv]
-	if sv.hop < 0 {
-		sv.table = nil
-		return
-	}
-	h := s.hops[sv.hop]
-	sv.table = hopstep.ForReplica(s.spec, s.plan, s.system.Policy, s.tasks[h.task], h.variant.Name, h.budget,
-		h.children)
-}
-
-// tuneLook is the tuner's look at the queues, as the planner's: the core sees each hosted variant's messages
-// waiting or in service, and the simulator moves and reassigns what it decides.
-func (s *sim) tuneLook() {
-	queues := make(map[string]float64, len(s.plan.Variants))
-	for _, vp := range s.plan.Variants {
-		h := s.hops[s.hopIdx[vp.Task][vp.Variant]]
-		queues[h.name] = float64(h.pending() + h.inService)
-	}
-	looked := s.core.Look(s.time(), len(s.servers), map[string]map[string]float64{s.spec.Name: queues})
-	if len(looked.Rehome) > 0 {
-		s.rehome(s.plan)
-	}
-	if looked.Loans {
-		s.assignWorkers()
-	}
-}
-
-// assignWorkers gives the plan's replicas and the tuner's loans to the workers (the core's Assign, as the
-// planner's), moving as few as it can.
-func (s *sim) assignWorkers() {
-	next, _ := s.core.Assign(s.names, s.assign)
-	s.assign = next
-	for i, name := range s.names {
-		a := next[name]
-		sv := &s.servers[i]
-		if a == sv.assigned && sv.next == nil {
-			continue
-		}
-		if sv.busy { // the worker finishes its batch first
-			sv.next = &a
-			continue
-		}
-		s.take(i, a)
-	}
-}
-
-// rehome moves the messages queued at variants p, the plan in force, hosts no replica of to the variants its routing
-// sends their task's traffic to (plan.Rehome), a hop away, as the live planner does every second: a plan that
-// retires a variant would otherwise leave its queue to wait out the deadlines.
-func (s *sim) rehome(p *plan.Plan) {
-	for _, h := range s.hops {
-		task := s.tasks[h.task]
-		if h.pending() == 0 || p.Hosts(task, h.variant.Name) {
-			continue
-		}
-		kept := h.queue[:0]
-		for _, m := range h.queue[h.head:] {
-			if to := p.Rehome(task, h.variant.Name, plan.Upstream(s.trie.path[m.node]), s.rng.Float64()); to != "" {
-				s.push(event{at: s.now + s.comm, kind: evDeliver, hop: s.hopIdx[task][to], msg: m})
-				continue
-			}
-			kept = append(kept, m)
-		}
-		clear(h.queue[len(kept):])
-		h.queue, h.head = kept, 0
-	}
-}
-
-// take makes a server that is not running a batch serve an assignment: a new variant is loaded (its swap time)
-// before it takes work.
-func (s *sim) take(srv int, a plan.Assignment) {
-	sv := &s.servers[srv]
-	if old := sv.hop; old >= 0 { // leave the old variant's idle list
-		h := s.hops[old]
-		for i, f := range h.free {
-			if int(f) == srv {
-				h.free = append(h.free[:i], h.free[i+1:]...)
-				break
-			}
-		}
-	}
-	prev := sv.hop
-	sv.assigned = a
-	if a.Idle() {
-		sv.hop, sv.swapping, sv.table = -1, false, nil
-		return
-	}
-	sv.hop = s.hopIdx[a.Task][a.Variant]
-	sv.maxBatch = a.MaxBatch
-	s.follow(srv)
-	swap := int64(s.hops[sv.hop].variant.SwapMs * float64(time.Millisecond))
-	if sv.hop != prev && swap > 0 && !s.loaded {
-		sv.swapping, sv.swapEnd = true, s.now+swap
-		s.push(event{at: sv.swapEnd, kind: evSwapDone, srv: int32(srv)})
-		return
-	}
-	if sv.hop != prev {
-		sv.swapping = false
-	}
-	s.idle(srv)
-}
-
-func (s *sim) result() *Result {
-	// Requests still in flight are stuck where no worker serves: the frontend replied late at their deadline.
-	res := &Result{System: s.system.Name, Seconds: s.seconds}
-	sum := &res.Summary
-	sum.System = s.system.Name
-	for i := range s.seconds {
-		x := &s.seconds[i]
-		x.Late += x.Arrivals - x.OK - x.Partial - x.Dropped - x.Late
-	}
-	// The seconds from the end of the warm-up on; JSON has no NaN, so a summary of nothing is zeros.
-	first := min(len(s.seconds), int((s.cfg.Warmup+time.Second-1)/time.Second))
-	t := tallySeconds(s.seconds[first:])
-	sum.Requests, sum.OK, sum.Partial, sum.Dropped, sum.Late = t.arrivals, t.ok, t.partial, t.dropped, t.late
-	sum.MaxActiveServers = t.maxServers
-	if t.arrivals > 0 {
-		sum.SLOViolationRatio = t.violationRatio()
-	}
-	if t.ok+t.partial > 0 {
-		sum.MeanAccuracy = t.accuracy()
-	}
-	if t.n > 0 {
-		sum.MeanActiveServers = t.servers / float64(t.n)
-	}
-	sum.ItemHops = s.hopsDone
-	sum.Replans = s.replans
-	sum.PlanSeconds = s.planWall.Seconds()
-	sum.SimulatedS = float64(s.end) / float64(time.Second)
-	return res
 }

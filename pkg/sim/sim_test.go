@@ -68,7 +68,7 @@ func TestEveryRequestAnswered(t *testing.T) {
 			t.Errorf("%s: %d requests never answered", name, s.inFlight)
 		}
 		arrivals, replies, hopsOK := 0, 0, 0
-		for _, x := range s.seconds {
+		for _, x := range s.pipes[0].seconds {
 			arrivals += x.Arrivals
 			replies += x.OK + x.Partial + x.Dropped + x.Late
 			hopsOK += x.OK
@@ -255,23 +255,26 @@ func TestRehome(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hop := func(task, variant string) int32 { return s.hopIdx[task][variant] }
+	p0 := s.pipes[0]
+	static := p0.plan
+	hop := func(task, variant string) int32 { return p0.hopIdx[task][variant] }
 	retired, to, hosted := hop("classify_car", "effnet_b7"), hop("classify_car", "effnet_b0"), hop("classify_car", "effnet_b1")
-	after := s.trie.child(0, hop("detect", "yolov5x"))    // routed to effnet_b0 by the new plan
-	unrouted := s.trie.child(0, hop("detect", "yolov5n")) // no table from there
+	after := p0.trie.child(0, hop("detect", "yolov5x"))    // routed to effnet_b0 by the new plan
+	unrouted := p0.trie.child(0, hop("detect", "yolov5n")) // no table from there
 	p := &plan.Plan{Variants: []plan.VariantPlan{{Task: "detect", Variant: "yolov5x", Replicas: 1},
 		{Task: "classify_car", Variant: "effnet_b0", Replicas: 1}, {Task: "classify_car", Variant: "effnet_b1", Replicas: 1},
 		{Task: "recognize_face", Variant: "arcface_r100", Replicas: 1}},
 		Routing: plan.Routing{Root: []plan.Route{{Variant: "yolov5x", Prob: 1}},
 			Downstream: map[string]map[string][]plan.Route{"detect/yolov5x": {
 				"classify_car": {{Variant: "effnet_b0", Prob: 1}}, "recognize_face": {{Variant: "arcface_r100", Prob: 1}}}}}}
-	r := &request{due: int64(time.Minute)}
+	r := &request{pipe: p0, due: int64(time.Minute)}
 	moved := []*message{{req: r, items: 1, node: after}, {req: r, items: 2, node: after}}
 	stays := &message{req: r, items: 1, node: unrouted}
 	s.hops[retired].queue = []*message{moved[0], stays, moved[1]}
 	s.hops[hosted].queue = []*message{{req: r, items: 1, node: after}}
 	s.events = eventHeap{}
-	s.rehome(p)
+	p0.plan = p
+	s.rehome(p0)
 
 	if q := s.hops[retired].queue[s.hops[retired].head:]; len(q) != 1 || q[0] != stays {
 		t.Errorf("the retired variant's queue holds %d messages, want only the one routed nowhere", len(q))
@@ -281,7 +284,7 @@ func TestRehome(t *testing.T) {
 	}
 	var delivered []*message
 	for _, e := range s.events.ev {
-		if e.kind != evDeliver || e.hop != to || e.at != s.now+s.comm {
+		if e.kind != evDeliver || e.hop != to || e.at != s.now+p0.comm {
 			t.Errorf("unexpected event %+v: want deliveries to effnet_b0 one hop from now", e)
 			continue
 		}
@@ -293,6 +296,7 @@ func TestRehome(t *testing.T) {
 
 	// The simulated planner's tick does it under the plan in force (the static plan: effnet_b7 after yolov5x).
 	s.events = eventHeap{}
+	p0.plan = static
 	stranded := &message{req: r, items: 1, node: after}
 	s.hops[to].queue, s.hops[to].head = []*message{stranded}, 0
 	s.tick()

@@ -27,9 +27,9 @@ func TestParentSpreadOverReplicas(t *testing.T) {
 			}
 			// One request, on the static plan's servers at rest: no other arrival, no tick.
 			s.events = eventHeap{}
-			r := &request{due: int64(time.Minute), pending: 1}
+			r := &request{pipe: s.pipes[0], due: int64(time.Minute), pending: 1}
 			s.inFlight++
-			s.push(event{kind: evDeliver, hop: s.hopIdx["det"]["d"], msg: &message{req: r, items: 1, den: 1}})
+			s.push(event{kind: evDeliver, hop: s.pipes[0].hopIdx["det"]["d"], msg: &message{req: r, items: 1, den: 1}})
 			s.run()
 			if s.inFlight != 0 || r.ok != 24 || r.dropped != 0 {
 				t.Fatalf("request %+v: want it answered, its 24 leaves ok", r)

@@ -1,0 +1,223 @@
+// The data plane: frontends, queues, batches, the hop step and the replies.
+
+package sim
+
+import (
+	"time"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/batching"
+	"github.com/sleipnir-serving/sleipnir/pkg/completion"
+	hopstep "github.com/sleipnir-serving/sleipnir/pkg/hop"
+	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
+
+// arrive is p's frontend accepting a request: its deadline is the SLO from now, and it goes to the root variant
+// the routing picks.
+func (s *sim) arrive(p *pipe) {
+	sec := int32(s.now / int64(time.Second))
+	r := &request{pipe: p, arrival: s.now, due: s.now + p.slo, second: sec, pending: 1}
+	s.inFlight++
+	p.arrivedNow++
+	if int(sec) < len(p.seconds) {
+		p.seconds[sec].Arrivals++
+	}
+	v := plan.Pick(p.plan.Routing.Root, s.rng.Float64())
+	h, ok := p.hopIdx[p.spec.Root().Name][v]
+	if !ok { // no root variant hosted: the frontend's publish has nowhere to go
+		r.pending = 0
+		r.dropped++
+		s.finish(r, s.now)
+		return
+	}
+	s.push(event{at: s.now + p.comm, kind: evDeliver, hop: h,
+		msg: &message{req: r, items: 1, den: 1, node: 0}})
+}
+
+// deliver puts a message in its variant's queue, and hands it to an idle replica if there is one.
+func (s *sim) deliver(hi int, m *message) {
+	h := s.hops[hi]
+	m.enqueued = s.now
+	h.queue = append(h.queue, m)
+	if n := len(h.free); n > 0 {
+		srv := h.free[n-1]
+		h.free = h.free[:n-1]
+		s.startBatch(int(srv))
+	}
+}
+
+func (h *hop) pending() int { return len(h.queue) - h.head }
+
+func (h *hop) pop() *message {
+	m := h.queue[h.head]
+	h.queue[h.head] = nil
+	h.head++
+	if h.head == len(h.queue) {
+		h.queue, h.head = h.queue[:0], 0
+	} else if h.head > 1024 && h.head*2 > len(h.queue) {
+		n := copy(h.queue, h.queue[h.head:])
+		h.queue, h.head = h.queue[:n], 0
+	}
+	return m
+}
+
+// idle makes a server that has nothing running take work, or wait for it.
+func (s *sim) idle(srv int) {
+	sv := &s.servers[srv]
+	if sv.hop < 0 || sv.busy || sv.swapping {
+		return
+	}
+	if s.hops[sv.hop].pending() > 0 {
+		s.startBatch(srv)
+		return
+	}
+	h := s.hops[sv.hop]
+	h.free = append(h.free, int32(srv))
+}
+
+// startBatch is the worker's serveOnce up to execution: take the first message and what the batching rule adds,
+// drop what the deadline policy drops before executing, and execute the rest in model batches. A message that does
+// not fit the batch stays at the head of the queue, with those behind it (the live worker naks it, and JetStream
+// delivers it again before newer ones).
+func (s *sim) startBatch(srv int) {
+	sv := &s.servers[srv]
+	h := s.hops[sv.hop]
+	now := s.time()
+	taken := 0
+	take := func(m *message) bool {
+		if reason := sv.table.Stage.BeforeExecute(now, time.Unix(0, m.req.due), time.Unix(0, m.enqueued)); reason != "" {
+			m.dropped = reason
+		} else if batching.Fits(sv.maxBatch, taken, m.items) {
+			taken += m.items
+		} else {
+			return false
+		}
+		sv.batch = append(sv.batch, m)
+		return true
+	}
+	take(h.pop())
+	for n := batching.More(sv.maxBatch, taken, h.pending()); n > 0 && take(h.queue[h.head]); n-- {
+		h.pop()
+	}
+	var d time.Duration
+	scale := slowdownAt(s.cfg.Slowdown, srv, time.Duration(s.now))
+	for c := range batching.Chunks(taken, sv.maxBatch) {
+		n := min(sv.maxBatch, taken-c*sv.maxBatch)
+		b := time.Duration(float64(h.exec.Latency(n)) * scale)
+		d += b
+		s.measure(srv, h, n, b, d)
+	}
+	sv.busy = true
+	h.inService += len(sv.batch)
+	s.push(event{at: s.now + int64(d), kind: evBatchDone, srv: int32(srv)})
+}
+
+// batchDone is the worker's forward: each executed item's sub-requests go where the hop step (pkg/hop) routes,
+// groups and splits them; leaves and drops are reported to the frontend.
+func (s *sim) batchDone(srv int) {
+	sv := &s.servers[srv]
+	h := s.hops[sv.hop]
+	h.inService -= len(sv.batch)
+	p := h.pipe
+	for _, m := range sv.batch {
+		r := m.req
+		if m.dropped != "" {
+			r.dropped += m.items
+			s.leaves(r, m.items)
+			continue
+		}
+		p.hopsDone += int64(m.items)
+		h.items += uint64(m.items)
+		h.messages++
+		node := p.trie.child(m.node, sv.hop)
+		when := hopstep.When{Now: s.time(), AtTask: time.Duration(s.now - m.enqueued),
+			Left: time.Duration(r.due - s.now)}
+		for range m.items {
+			k := h.exec.SubRequests(s.rng)
+			s.children, s.routeDraws.next, s.routeDraws.draws = s.children[:0], 0, s.routeDraws.draws[:0]
+			for range k {
+				c := h.exec.ChildOf(s.rng.Float64())
+				h.emitted[h.children[c]]++
+				s.children = append(s.children, c)
+				s.routeDraws.draws = append(s.routeDraws.draws, s.rng.Uint64(), s.rng.Uint64())
+			}
+			out, err := s.step.Step(sv.table, hopstep.Item{Den: m.den, Children: s.children}, when, s.routeRand)
+			if err != nil || k == 0 {
+				if err != nil { // a failed leaf
+					r.dropped++
+				} else {
+					r.ok++
+					r.acc.Add(1/float64(m.den), p.trie.accuracy(node))
+				}
+				s.leaves(r, 1)
+				continue
+			}
+			r.pending += k - 1
+			for range out.Drops {
+				r.dropped++
+				s.leaves(r, 1)
+			}
+			for _, msg := range out.Messages {
+				s.push(event{at: s.now + p.comm, kind: evDeliver, hop: p.hopIdx[h.children[msg.Child]][msg.Variant],
+					msg: &message{req: r, items: len(msg.Subs), den: out.Den, node: node}})
+			}
+		}
+	}
+	clear(sv.batch)
+	sv.batch = sv.batch[:0]
+	sv.busy = false
+	if sv.next != nil {
+		a := *sv.next
+		sv.next = nil
+		s.take(srv, a)
+		return
+	}
+	s.idle(srv)
+}
+
+// replay is a rand.Source that gives back draws taken before. The hop step routes an item's sub-requests after
+// they are all known, where the simulator drew each one's child task and then its two routing draws in turn: taking
+// the routing draws in that order and replaying them keeps the simulator's random stream, and so its runs, as they
+// were before the hop step was shared.
+type replay struct {
+	draws []uint64
+	next  int
+}
+
+func (r *replay) Uint64() uint64 {
+	r.next++
+	return r.draws[r.next-1]
+}
+
+// leaves records that n items of r finished or were dropped.
+func (s *sim) leaves(r *request, n int) {
+	r.pending -= n
+	if r.pending == 0 {
+		s.finish(r, s.now+r.pipe.comm)
+	}
+}
+
+// finish records a request's reply: late when its last leaf reached the frontend after the deadline (the frontend
+// replied at the deadline with what it had).
+func (s *sim) finish(r *request, at int64) {
+	s.inFlight--
+	r.replied = at
+	if int(r.second) >= len(r.pipe.seconds) {
+		return
+	}
+	sec := &r.pipe.seconds[r.second]
+	switch completion.Status(at > r.due, r.ok, r.dropped, 0) {
+	case wire.StatusOK:
+		sec.OK++
+		sec.AccuracySum += r.acc.Value()
+	case wire.StatusPartial:
+		sec.Partial++
+		sec.AccuracySum += r.acc.Value()
+	case wire.StatusLate:
+		sec.Late++
+	default:
+		sec.Dropped++
+	}
+}
+
+func (s *sim) time() time.Time { return time.Unix(0, s.now) }

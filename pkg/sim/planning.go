@@ -1,0 +1,243 @@
+// The planner's side: the reports and heartbeats the planning core hears, what it decides, and the workers
+// following it.
+
+package sim
+
+import (
+	"fmt"
+	"maps"
+	"time"
+
+	hopstep "github.com/sleipnir-serving/sleipnir/pkg/hop"
+	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
+
+// tick is one second: each frontend's demand report and the workers' heartbeats go to the planning core, whose
+// tick decides what the planner would publish; the simulator publishes it at once, moves the retired queues, and
+// takes the second's sample.
+func (s *sim) tick() {
+	now := s.time()
+	for _, p := range s.pipes {
+		if _, err := s.core.Report(p.spec.Name, "frontend", p.arrivedNow, time.Second, now); err != nil {
+			panic(fmt.Sprintf("sim: demand report refused: %v", err)) // the simulator's own counts: a bug
+		}
+		p.arrivedNow = 0
+	}
+	s.heartbeats(now)
+	t0 := time.Now()
+	decisions := s.core.Tick(now, len(s.servers))
+	s.planWall += time.Since(t0)
+	replanned := false
+	for i, d := range decisions {
+		p := s.pipes[i]
+		if d.Plan != nil {
+			s.core.Published(d, now, len(s.servers))
+			s.applyPlan(p, d.Plan, d.Replanned)
+			if d.Replanned {
+				p.replans++
+				replanned = true
+			}
+		}
+	}
+	if replanned {
+		s.assignWorkers()
+	}
+	active := map[string]int{}
+	for i := range s.servers {
+		if a := s.servers[i].assigned; a.Variant != "" {
+			active[a.Pipeline]++
+		}
+	}
+	for i, p := range s.pipes {
+		s.rehome(p)
+		if sec := s.now/int64(time.Second) - 1; sec >= 0 && int(sec) < len(p.seconds) {
+			x := &p.seconds[sec]
+			x.ActiveServers, x.EstimateQPS, x.Mode, x.Epoch = active[p.spec.Name], decisions[i].Observed.Demand,
+				p.plan.Mode, p.plan.Epoch
+			x.DemandQPS = p.work.RateAt(time.Duration(sec) * time.Second)
+		}
+	}
+}
+
+// heartbeats are the workers' heartbeats: the counters of every variant that executed anything, as one worker's
+// (the core folds what is new since the previous one), and each server's measured latencies.
+func (s *sim) heartbeats(now time.Time) {
+	beat := wire.Registration{Observed: map[string]wire.Observed{}}
+	for _, h := range s.hops {
+		if h.items > 0 {
+			beat.Observed[h.key] = wire.Observed{FanoutCounts: wire.FanoutCounts{Items: h.items,
+				Children: maps.Clone(h.emitted)}, Messages: h.messages}
+		}
+	}
+	s.core.Heartbeat("workers", beat, now)
+	for i := range s.servers {
+		if w := s.servers[i].measured; w != nil {
+			s.core.Heartbeat(s.names[i], wire.Registration{Observed: s.latencies(w, now)}, now)
+		}
+	}
+}
+
+// applyPlan makes a plan of p published the one its frontend and workers follow; the caller reassigns the workers
+// after a new allocation (assignWorkers).
+func (s *sim) applyPlan(p *pipe, pl *plan.Plan, replanned bool) {
+	p.plan = pl
+	for _, h := range s.hops {
+		if h.pipe != p {
+			continue
+		}
+		h.budget = 0
+		if vp := pl.Find(p.tasks[h.task], h.variant.Name); vp != nil {
+			h.budget = time.Duration(vp.BudgetMs * float64(time.Millisecond))
+		}
+	}
+	for i := range s.servers {
+		if sv := &s.servers[i]; sv.hop >= 0 && s.hops[sv.hop].pipe == p {
+			s.follow(i)
+		}
+	}
+}
+
+// follow rebuilds server srv's forwarding and deadline stage under its pipeline's plan in force, as a worker does
+// when it reads a new plan.
+func (s *sim) follow(srv int) {
+	sv := &s.servers[srv]
+	if sv.hop < 0 {
+		sv.table = nil
+		return
+	}
+	h := s.hops[sv.hop]
+	p := h.pipe
+	sv.table = hopstep.ForReplica(p.spec, p.plan, p.system.Policy, p.tasks[h.task], h.variant.Name, h.budget,
+		h.children)
+}
+
+// tuneLook is the tuner's look at the queues, as the planner's: the core sees each hosted variant's messages
+// waiting or in service, and the simulator moves and reassigns what it decides.
+func (s *sim) tuneLook() {
+	queues := make(map[string]map[string]float64, len(s.pipes))
+	for _, p := range s.pipes {
+		q := make(map[string]float64, len(p.plan.Variants))
+		for _, vp := range p.plan.Variants {
+			h := s.hops[p.hopIdx[vp.Task][vp.Variant]]
+			q[h.name] = float64(h.pending() + h.inService)
+		}
+		queues[p.spec.Name] = q
+	}
+	looked := s.core.Look(s.time(), len(s.servers), queues)
+	for _, cp := range looked.Rehome {
+		s.rehome(s.named[cp.Spec.Name])
+	}
+	if looked.Loans {
+		s.assignWorkers()
+	}
+}
+
+// assignWorkers gives the plans' replicas and the tuner's loans to the workers (the core's Assign, as the
+// planner's), moving as few as it can.
+func (s *sim) assignWorkers() {
+	next, _ := s.core.Assign(s.names, s.assign)
+	s.assign = next
+	for i, name := range s.names {
+		a := next[name]
+		sv := &s.servers[i]
+		if a == sv.assigned && sv.next == nil {
+			continue
+		}
+		if sv.busy { // the worker finishes its batch first
+			sv.next = &a
+			continue
+		}
+		s.take(i, a)
+	}
+}
+
+// rehome moves the messages queued at variants of p its plan in force hosts no replica of to the variants its
+// routing sends their task's traffic to (plan.Rehome), a hop away, as the live planner does: a plan that retires
+// a variant would otherwise leave its queue to wait out the deadlines.
+func (s *sim) rehome(p *pipe) {
+	for _, h := range s.hops {
+		if h.pipe != p {
+			continue
+		}
+		task := p.tasks[h.task]
+		if h.pending() == 0 || p.plan.Hosts(task, h.variant.Name) {
+			continue
+		}
+		kept := h.queue[:0]
+		for _, m := range h.queue[h.head:] {
+			if to := p.plan.Rehome(task, h.variant.Name, plan.Upstream(p.trie.path[m.node]), s.rng.Float64()); to != "" {
+				s.push(event{at: s.now + p.comm, kind: evDeliver, hop: p.hopIdx[task][to], msg: m})
+				continue
+			}
+			kept = append(kept, m)
+		}
+		clear(h.queue[len(kept):])
+		h.queue, h.head = kept, 0
+	}
+}
+
+// take makes a server that is not running a batch serve an assignment: a new variant is loaded (its swap time)
+// before it takes work.
+func (s *sim) take(srv int, a plan.Assignment) {
+	sv := &s.servers[srv]
+	if old := sv.hop; old >= 0 { // leave the old variant's idle list
+		h := s.hops[old]
+		for i, f := range h.free {
+			if int(f) == srv {
+				h.free = append(h.free[:i], h.free[i+1:]...)
+				break
+			}
+		}
+	}
+	prev := sv.hop
+	sv.assigned = a
+	if a.Idle() {
+		sv.hop, sv.swapping, sv.table = -1, false, nil
+		return
+	}
+	sv.hop = s.named[a.Pipeline].hopIdx[a.Task][a.Variant]
+	sv.maxBatch = a.MaxBatch
+	s.follow(srv)
+	swap := int64(s.hops[sv.hop].variant.SwapMs * float64(time.Millisecond))
+	if sv.hop != prev && swap > 0 && !s.loaded {
+		sv.swapping, sv.swapEnd = true, s.now+swap
+		s.push(event{at: sv.swapEnd, kind: evSwapDone, srv: int32(srv)})
+		return
+	}
+	if sv.hop != prev {
+		sv.swapping = false
+	}
+	s.idle(srv)
+}
+
+// result is what the run measured of p.
+func (s *sim) result(p *pipe) *Result {
+	res := &Result{System: p.system.Name, Pipeline: p.spec.Name, Seconds: p.seconds}
+	// Requests still in flight are stuck where no worker serves: the frontend replied late at their deadline.
+	for i := range p.seconds {
+		x := &p.seconds[i]
+		x.Late += x.Arrivals - x.OK - x.Partial - x.Dropped - x.Late
+	}
+	sum := &res.Summary
+	sum.System, sum.Pipeline = p.system.Name, p.spec.Name
+	// The seconds from the end of the warm-up on; JSON has no NaN, so a summary of nothing is zeros.
+	first := min(len(p.seconds), int((s.cfg.Warmup+time.Second-1)/time.Second))
+	t := tallySeconds(p.seconds[first:])
+	sum.Requests, sum.OK, sum.Partial, sum.Dropped, sum.Late = t.arrivals, t.ok, t.partial, t.dropped, t.late
+	sum.MaxActiveServers = t.maxServers
+	if t.arrivals > 0 {
+		sum.SLOViolationRatio = t.violationRatio()
+	}
+	if t.ok+t.partial > 0 {
+		sum.MeanAccuracy = t.accuracy()
+	}
+	if t.n > 0 {
+		sum.MeanActiveServers = t.servers / float64(t.n)
+	}
+	sum.ItemHops = p.hopsDone
+	sum.Replans = p.replans
+	sum.PlanSeconds = s.planWall.Seconds()
+	sum.SimulatedS = float64(p.end) / float64(time.Second)
+	return res
+}
