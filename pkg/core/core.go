@@ -13,6 +13,7 @@ package core
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -52,6 +53,10 @@ type Cluster struct {
 	cfg   Config
 	pipes []*Pipeline
 	named map[string]*Pipeline
+	// byPriority are the pipelines, the highest class first (in the order given within a class).
+	byPriority []*Pipeline
+	// division is how the able workers are divided between the pipelines for planning (divide.go).
+	division division
 
 	mu sync.Mutex // guards what the inputs change: the estimators below and each Pipeline's estimators
 	// counters folds the workers' heartbeats into what is new since each one's previous; latency holds the batch
@@ -117,6 +122,8 @@ func New(specs []*pipeline.Spec, systems []control.System, cfg Config) (*Cluster
 		c.pipes = append(c.pipes, p)
 		c.named[spec.Name] = p
 	}
+	c.byPriority = slices.Clone(c.pipes)
+	slices.SortStableFunc(c.byPriority, func(a, b *Pipeline) int { return b.Spec.Priority - a.Spec.Priority })
 	return c, nil
 }
 
@@ -184,16 +191,6 @@ func (c *Cluster) showLoans() {
 	c.mu.Unlock()
 }
 
-// ServersFor is the share of able workers pipeline i may use: an even split, the first pipelines taking the
-// remainder.
-func (c *Cluster) ServersFor(i, able int) int {
-	n := len(c.pipes)
-	share := able / n
-	if i < able%n {
-		share++
-	}
-	return share
-}
 
 // taskOf is the task of a "task/variant".
 func taskOf(hop string) string {

@@ -26,9 +26,10 @@ type Decision struct {
 // plan in force retired (plan.Rehome).
 func (c *Cluster) Tick(now time.Time, able int) []Decision {
 	out := c.observe(now)
+	shares := c.divide(now, out, able)
 	for i := range out {
 		d := &out[i]
-		d.Observed.Servers = c.ServersFor(i, able)
+		d.Observed.Servers = shares[i]
 		d.Step = d.Pipeline.loop.Next(now, d.Observed)
 	}
 	return out

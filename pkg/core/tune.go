@@ -23,7 +23,7 @@ type Looked struct {
 // in service at each hosted variant ("task/variant"); a pipeline left out was not seen (its look is skipped).
 func (c *Cluster) Look(now time.Time, able int, queues map[string]map[string]float64) Looked {
 	var out Looked
-	for _, p := range c.pipes {
+	for _, p := range c.byPriority {
 		q, seen := queues[p.Spec.Name]
 		if !seen {
 			continue
@@ -61,7 +61,22 @@ func (c *Cluster) tuneInput(p *Pipeline, able int) tuner.Input {
 	name := p.Spec.Name
 	return tuner.Observe(p.Spec, p.Current(), func(hop string) float64 {
 		return p.queues[hop] * c.messages.Of(name+":"+hop)
-	}, c.ServersFor(p.index, able), p.demand.Estimate(), c.cfg.Control.RouteUtilization)
+	}, p.Current().Servers()+c.lendable(p, able), p.demand.Estimate(), c.cfg.Control.RouteUtilization)
+}
+
+// lendable is how many of the able workers p's tuner may lend: those no pipeline's plan hosts a replica on and no
+// other pipeline's tuner has lent. Pipelines look in priority order (Look), so a higher class lends first.
+func (c *Cluster) lendable(p *Pipeline, able int) int {
+	free := able
+	for _, q := range c.pipes {
+		free -= q.Current().Servers()
+		if q != p {
+			for _, n := range q.lent {
+				free -= n
+			}
+		}
+	}
+	return max(free, 0)
 }
 
 // Lent are p's loans in force.

@@ -16,7 +16,8 @@ import (
 )
 
 // Syntax is the workload syntax, for flag help and errors.
-const Syntax = `constant:QPS:DURATION | steps:QPS:DURATION,QPS:DURATION,... | diurnal:MIN:MAX:DURATION | ` +
+const Syntax = `constant:QPS:DURATION | steps:QPS:DURATION,QPS:DURATION,... | diurnal:MIN:MAX:DURATION[:SHIFT] ` +
+	`(the day started SHIFT later: peaks apart for pipelines sharing a cluster) | ` +
 	`trace:FILE (replayed as is) | trace:FILE:MIN:MAX[:DURATION] (its shape, scaled to MIN-MAX QPS and ` +
 	`stretched or compressed to DURATION)`
 
@@ -104,8 +105,8 @@ func Stepped(steps []Step) *Workload {
 
 func parseDiurnal(rest string) (*Workload, error) {
 	f := strings.Split(rest, ":")
-	if len(f) != 3 {
-		return nil, errors.New("want diurnal:MIN:MAX:DURATION")
+	if len(f) != 3 && len(f) != 4 {
+		return nil, errors.New("want diurnal:MIN:MAX:DURATION[:SHIFT]")
 	}
 	lo, err1 := strconv.ParseFloat(f[0], 64)
 	hi, err2 := strconv.ParseFloat(f[1], 64)
@@ -113,7 +114,17 @@ func parseDiurnal(rest string) (*Workload, error) {
 	if err := errors.Join(err1, err2, err3); err != nil || lo < 0 || hi < lo || d < time.Second {
 		return nil, errors.New("want 0 <= MIN <= MAX and a DURATION of at least 1s")
 	}
-	return Diurnal(lo, hi, d, stepFor(d)), nil
+	w := Diurnal(lo, hi, d, stepFor(d))
+	if len(f) == 4 {
+		shift, err := time.ParseDuration(f[3])
+		if err != nil || shift < 0 || shift >= d {
+			return nil, fmt.Errorf("SHIFT %q: want a duration from 0 to under %v", f[3], d)
+		}
+		k := int(shift / w.Step)
+		w.Rates = append(w.Rates[k:], w.Rates[:k]...)
+		w.Name += fmt.Sprintf(" shifted %v", shift)
+	}
+	return w, nil
 }
 
 // stepFor is the step of a compressed curve of duration d: about 1000 steps, never under a second.

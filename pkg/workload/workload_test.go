@@ -89,6 +89,28 @@ func TestDiurnal(t *testing.T) {
 	}
 }
 
+// TestDiurnalShift: a shifted day is the same day started later (its peak half a day on), and a shift of a day or
+// more is refused.
+func TestDiurnalShift(t *testing.T) {
+	day, err := Parse("diurnal:50:900:1h", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shifted, err := Parse("diurnal:50:900:1h:30m", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := len(day.Rates)
+	if len(shifted.Rates) != n || shifted.Rates[0] != day.Rates[n/2] || shifted.Rates[n/2] != day.Rates[0] {
+		t.Fatalf("shifted by half a day: starts at %v (the day's middle is %v)", shifted.Rates[0], day.Rates[n/2])
+	}
+	for _, bad := range []string{"diurnal:50:900:1h:1h", "diurnal:50:900:1h:-1m", "diurnal:50:900:1h:x"} {
+		if _, err := Parse(bad, 1); err == nil {
+			t.Errorf("%s taken", bad)
+		}
+	}
+}
+
 func TestReadTrace(t *testing.T) {
 	azure := "TIMESTAMP,ContextTokens,GeneratedTokens\n" +
 		"2023-11-16 18:15:46.6805900,374,44\n2023-11-16 18:15:50.9951690,396,109\n" +

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -17,12 +18,15 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/workload"
 )
 
-// runSim simulates a pipeline under a workload, once per system, and reports; with --capacity it searches each
-// system's effective capacity instead.
+// runSim simulates one or several pipelines under their workloads, once per system, and reports; with --capacity it
+// searches each system's effective capacity instead.
 func runSim(args []string) error {
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
-	file := fs.String("pipeline", "", "pipeline spec YAML `FILE` (required)")
-	wl := fs.String("workload", "constant:300:60s", "the demand: "+workload.Syntax)
+	var files pipelineFiles
+	fs.Var(&files, "pipeline", "pipeline spec YAML `FILE` (required), repeatable: the pipelines share the servers")
+	var wls pipelineFiles
+	fs.Var(&wls, "workload", "the demand: "+workload.Syntax+"; NAME=WORKLOAD for pipeline NAME alone, once per "+
+		"pipeline (a bare one is every pipeline's without its own; default constant:300:60s)")
 	cv := fs.Float64("cv", 1, "coefficient of variation of inter-arrival times: 1 is Poisson, otherwise Gamma")
 	servers := fs.Int("servers", 20, "cluster size")
 	seed := fs.Uint64("seed", 1, "seed of arrivals, latencies, fan-out and routing")
@@ -41,10 +45,10 @@ func runSim(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *file == "" {
+	if len(files) == 0 {
 		return errors.New("--pipeline is required")
 	}
-	spec, err := pipeline.Load(*file)
+	specs, err := loadPipelines(files)
 	if err != nil {
 		return err
 	}
@@ -54,64 +58,132 @@ func runSim(args []string) error {
 	}
 	var syss []string // their full names (with the deadline policy), as the summaries name them
 	for _, name := range ctl.Systems() {
-		s, err := control.ParseSystem(name, spec, cc)
-		if err != nil {
-			return fmt.Errorf("--policy: %w", err)
+		for _, spec := range specs {
+			s, err := control.ParseSystem(name, spec, cc)
+			if err != nil {
+				return fmt.Errorf("--policy: %w", err)
+			}
+			if spec == specs[0] {
+				syss = append(syss, s.Name)
+			}
 		}
-		syss = append(syss, s.Name)
 	}
 	slow, err := sim.ParseSlowdowns(*slowdown)
 	if err != nil {
 		return fmt.Errorf("--slowdown: %w", err)
 	}
-	base := sim.Config{Spec: spec, Servers: *servers, Seed: *seed, CommLatency: *comm, Warmup: *warmup,
-		Control: cc, Slowdown: slow}
+	base := sim.Config{Servers: *servers, Seed: *seed, CommLatency: *comm, Warmup: *warmup, Control: cc,
+		Slowdown: slow}
 	if *servers <= 0 {
 		return fmt.Errorf("--servers %d: want at least 1", *servers)
 	}
 	if *capacity {
+		if len(specs) > 1 {
+			return errors.New("--capacity: one pipeline at a time")
+		}
+		base.Spec = specs[0]
 		return runCapacity(base, syss, sim.CapacitySearch{Warmup: *capWarmup, Measure: *capMeasure}, *out, *asJSON)
 	}
-	w, err := workload.Parse(*wl, *cv)
-	if err != nil {
+	if base.Pipelines, err = simWorkloads(specs, wls, *cv); err != nil {
 		return fmt.Errorf("--workload: %w", err)
 	}
-	base.Workload = w
 	bar := newProgressBar(*progress, len(syss))
-	results := make([]*sim.Result, len(syss))
+	results := make([][]*sim.Result, len(syss)) // per system, per pipeline
 	err = eachSystem(base, syss, func(i int, c sim.Config) (err error) {
 		c.Progress = func(done, total time.Duration) { bar.update(i, done, total) }
-		results[i], err = sim.Run(c)
+		results[i], err = sim.RunAll(c)
 		return err
 	})
 	bar.done()
 	if err != nil {
 		return err
 	}
-	if *asJSON {
-		enc := json.NewEncoder(os.Stdout)
-		for _, r := range results {
-			if err := enc.Encode(r.Summary); err != nil {
-				return err
-			}
+	return simReport(base, results, *servers, *seed, *interval, *out, *asJSON)
+}
+
+// simReport prints the summaries (one JSON object per system and pipeline), and writes the report into out: one
+// per pipeline, in out/PIPELINE when there are several.
+func simReport(base sim.Config, results [][]*sim.Result, servers int, seed uint64, interval int, out string,
+	asJSON bool) error {
+	for pi, sv := range base.Pipelines {
+		perSystem := make([]*sim.Result, len(results))
+		for i := range results {
+			perSystem[i] = results[i][pi]
 		}
-	} else {
-		fmt.Printf("%s, %s, %d servers, seed %d\n", spec.Name, w.Name, *servers, *seed)
-		sim.PrintSummaries(os.Stdout, results)
+		if asJSON {
+			enc := json.NewEncoder(os.Stdout)
+			for _, r := range perSystem {
+				if err := enc.Encode(r.Summary); err != nil {
+					return err
+				}
+			}
+		} else {
+			fmt.Printf("%s, %s, %d servers, seed %d\n", sv.Spec.Name, sv.Workload.Name, servers, seed)
+			sim.PrintSummaries(os.Stdout, perSystem)
+		}
+		if out == "" {
+			continue
+		}
+		dir := out
+		if len(base.Pipelines) > 1 {
+			dir = filepath.Join(out, sv.Spec.Name)
+		}
+		width := interval
+		if width <= 0 {
+			width = sim.IntervalFor(sv.Workload.Duration())
+		}
+		title := fmt.Sprintf("%s: %s on %d servers", sv.Spec.Name, sv.Workload.Name, servers)
+		if len(base.Pipelines) > 1 {
+			title += fmt.Sprintf(" shared by %d pipelines", len(base.Pipelines))
+		}
+		if err := sim.WriteReport(dir, title, perSystem, width); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "report written to %s\n", dir)
 	}
-	if *out == "" {
-		return nil
-	}
-	width := *interval
-	if width <= 0 {
-		width = sim.IntervalFor(w.Duration())
-	}
-	title := fmt.Sprintf("%s: %s on %d servers", spec.Name, w.Name, *servers)
-	if err := sim.WriteReport(*out, title, results, width); err != nil {
-		return err
-	}
-	fmt.Fprintf(os.Stderr, "report written to %s\n", *out)
 	return nil
+}
+
+// simWorkloads pairs each pipeline with its workload: values are WORKLOAD (every pipeline's without its own) or
+// NAME=WORKLOAD (pipeline NAME's), each pipeline given one at most; none at all is constant:300:60s.
+func simWorkloads(specs []*pipeline.Spec, values []string, cv float64) ([]sim.Served, error) {
+	byName, shared := map[string]string{}, ""
+	for _, v := range values {
+		name, w, named := strings.Cut(v, "=")
+		if !named {
+			if shared != "" {
+				return nil, fmt.Errorf("%q and %q: one workload without a pipeline name at most", shared, v)
+			}
+			shared = v
+			continue
+		}
+		if !slices.ContainsFunc(specs, func(s *pipeline.Spec) bool { return s.Name == name }) {
+			return nil, fmt.Errorf("%q: no pipeline %q among --pipeline", v, name)
+		}
+		if _, dup := byName[name]; dup {
+			return nil, fmt.Errorf("pipeline %q given two workloads", name)
+		}
+		byName[name] = w
+	}
+	if len(values) == 0 {
+		shared = "constant:300:60s"
+	}
+	out := make([]sim.Served, len(specs))
+	for i, spec := range specs {
+		text, ok := byName[spec.Name]
+		if !ok {
+			text = shared
+		}
+		if text == "" {
+			return nil, fmt.Errorf("no workload for pipeline %q: give %s=WORKLOAD", spec.Name, spec.Name)
+		}
+		w, err := workload.Parse(text, cv)
+		if err != nil {
+			return nil, fmt.Errorf("pipeline %s: %w", spec.Name, err)
+		}
+		out[i] = sim.Served{Spec: spec, Workload: w}
+	}
+	return out, nil
 }
 
 // eachSystem runs f for every system at once (the simulations are independent and single-threaded), each with
