@@ -191,7 +191,6 @@ func (c *Cluster) showLoans() {
 	c.mu.Unlock()
 }
 
-
 // taskOf is the task of a "task/variant".
 func taskOf(hop string) string {
 	task, _, _ := strings.Cut(hop, "/")
