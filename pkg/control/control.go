@@ -365,7 +365,7 @@ func (l *Loop) replan(now time.Time, o Observed) Step {
 	spec := l.specFor(o)
 	p, err := l.alloc.Allocate(spec, in)
 	if err == nil && l.cfg.headroom() > 0 && p.Mode != plan.ModeHardware {
-		in.Demand = max(o.Demand, l.cfg.MinDemandQPS)
+		in.Demand = l.cfg.Planned(o.Demand, false)
 		p, err = l.alloc.Allocate(spec, in)
 	}
 	if err != nil {
@@ -449,8 +449,16 @@ func sameAllocation(a, b *plan.Plan) bool {
 }
 
 // target is the demand a plan for o is sized for.
-func (l *Loop) target(o Observed) float64 {
-	return max(o.Demand, l.cfg.MinDemandQPS) * (1 + l.cfg.headroom())
+func (l *Loop) target(o Observed) float64 { return l.cfg.Planned(o.Demand, true) }
+
+// Planned is the demand a plan for the estimate d is sized for: at least MinDemandQPS, and more by the headroom when
+// padded (a plan that stays in hardware mode with it).
+func (c Config) Planned(d float64, padded bool) float64 {
+	d = max(d, c.MinDemandQPS)
+	if padded {
+		d *= 1 + c.headroom()
+	}
+	return d
 }
 
 func (l *Loop) route(p *plan.Plan, o Observed) plan.Routing {
