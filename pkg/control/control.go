@@ -73,7 +73,19 @@ type Config struct {
 	// LatencyModel is the allocation MILP's latency model (pkg/allocate): "" or burst, the default, or loki, the
 	// paper's formulation, which plans with the profiled latencies (SetDefaults sets ProfilesOnly with it).
 	LatencyModel allocate.LatencyModel
+	// Sharing is how several pipelines share the workers: SharingJoint (the default when every pipeline is planned
+	// by the allocation MILP) or SharingEven (the default of the baselines). See pkg/core.
+	Sharing string
 }
+
+// How several pipelines share the workers (Config.Sharing).
+const (
+	// SharingJoint solves one allocation over every pipeline (allocate.SolveJoint) and gives each pipeline the
+	// servers it got there.
+	SharingJoint = "joint"
+	// SharingEven splits the workers evenly, the first pipelines taking the remainder, each planned alone.
+	SharingEven = "even"
+)
 
 // DefaultHeadroom is Config.Headroom's default. A plan sized for the estimate alone runs short whenever the estimate
 // lags a real demand (a moving average trails a ramp) or Poisson noise puts it a few percent low, and a

@@ -25,6 +25,7 @@ type Flags struct {
 	tuneEvery      *time.Duration
 	measured       *bool
 	latencyModel   *string
+	sharing        *string
 }
 
 // RegisterFlags registers the control flags on fs.
@@ -52,6 +53,9 @@ func RegisterFlags(fs *flag.FlagSet) *Flags {
 		latencyModel: fs.String("latency-model", string(allocate.LatencyBurst), "the allocation MILP's latency "+
 			"model: burst (budgets the bursts a fan-out sends and keeps queueing headroom) or loki (the paper's "+
 			"formulation: profiled latencies within half the SLO, no burst terms; implies --measured-latency=false)"),
+		sharing: fs.String("sharing", "", "how several pipelines share the workers: joint (one allocation over "+
+			"every pipeline; the default of loki) or even (an even split, each pipeline planned alone on its share; "+
+			"the baselines')"),
 	}
 }
 
@@ -61,7 +65,7 @@ func (f *Flags) Config() (Config, error) {
 	c := Config{ReplanEvery: *f.replanEvery, ReplanSigmas: *f.replanSigmas, RouteSigmas: *f.routeSigmas,
 		Headroom: *f.headroom, RouteUtilization: *f.utilization, SolveTimeLimit: *f.solveTimeLimit,
 		SolveWorkers: *f.solveWorkers, TuneEvery: *f.tuneEvery,
-		ProfilesOnly: !*f.measured}
+		ProfilesOnly: !*f.measured, Sharing: *f.sharing}
 	var err error
 	if c.LatencyModel, err = allocate.ParseLatencyModel(*f.latencyModel); err != nil {
 		return c, fmt.Errorf("--latency-model: %w", err)
@@ -70,6 +74,8 @@ func (f *Flags) Config() (Config, error) {
 		c.Headroom = -1 // none (Config's 0 is its default)
 	}
 	switch {
+	case c.Sharing != "" && c.Sharing != SharingJoint && c.Sharing != SharingEven:
+		return c, fmt.Errorf("--sharing %q: want %s or %s", c.Sharing, SharingJoint, SharingEven)
 	case c.ReplanEvery < 0:
 		return c, fmt.Errorf("--replan-every %v: want a positive duration", c.ReplanEvery)
 	case c.ReplanSigmas < 0 || c.RouteSigmas < 0:
