@@ -185,3 +185,61 @@ func renamed(spec *pipeline.Spec, name string) *pipeline.Spec {
 	c.Name = name
 	return &c
 }
+
+// TestLoansRespectClasses: a tuner lends only the workers no plan hosts and no other pipeline borrowed, and the
+// highest class looks first: when two pipelines burst at once and the idle workers cannot cover both, the high class
+// gets them; the low class never takes a worker from the high class's plan.
+func TestLoansRespectClasses(t *testing.T) {
+	now := time.Unix(1000, 0)
+	low, high := renamed(traffic(t), "low"), renamed(traffic(t), "high")
+	high.Priority = 5
+	c := started(t, now, low, high) // low first: the order given must not decide
+	for _, name := range []string{"low", "high"} {
+		if _, err := c.Report(name, "f1", 200, time.Second, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now = now.Add(TickEvery)
+	tickAndPublish(c, now, 40)
+	planned := c.Pipeline("low").Current().Servers() + c.Pipeline("high").Current().Servers()
+	const idle = 4
+	burst := map[string]map[string]float64{"low": {"detect/yolov5x": 5000}, "high": {"detect/yolov5x": 5000}}
+	changed := false
+	for range 3 { // the growth of the queues is measured over looks
+		now = now.Add(100 * time.Millisecond)
+		changed = c.Look(now, planned+idle, burst).Loans || changed
+	}
+	if !changed {
+		t.Fatal("no loans in a burst with idle workers")
+	}
+	sum := func(m map[string]int) (n int) {
+		for _, v := range m {
+			n += v
+		}
+		return n
+	}
+	lentHigh, lentLow := sum(c.Pipeline("high").Lent()), sum(c.Pipeline("low").Lent())
+	if lentHigh != idle || lentLow != 0 {
+		t.Fatalf("lent %d to the high class and %d to the low one; want all %d idle workers to the high class",
+			lentHigh, lentLow, idle)
+	}
+	next, unplaced := c.Assign(names(planned+idle), nil)
+	if unplaced != 0 {
+		t.Fatalf("%d replicas or loans got no worker: a loan took a worker some plan hosts", unplaced)
+	}
+	per := map[string]int{}
+	for _, a := range next {
+		per[a.Pipeline]++
+	}
+	if per["high"] != c.Pipeline("high").Current().Servers()+idle {
+		t.Fatalf("the high class has %d workers, want its plan's and the %d lent", per["high"], idle)
+	}
+}
+
+func names(n int) []string {
+	var out []string
+	for i := range n {
+		out = append(out, fmt.Sprintf("w%03d", i))
+	}
+	return out
+}
