@@ -188,16 +188,22 @@ func (s *jointSolve) accuracy(members []int, class, left int) error {
 		total += s.in.Pipelines[p].Demand
 	}
 	for _, p := range members {
-		m, err := build(s.pipeline(p, left), stepAccuracy)
+		m, err := s.build(p, left, stepAccuracy)
 		if err != nil {
 			return err
+		}
+		if m == nil { // too few servers left for all the class's demand
+			parts = nil
+			break
 		}
 		parts = append(parts, &jointPart{p: p, m: m, class: class, weight: share(s.in.Pipelines[p].Demand, total,
 			len(members)), mode: ModeAccuracy, served: s.in.Pipelines[p].Demand})
 	}
-	sol, err := s.solveWith(parts, class, left, false)
-	if err != nil || sol.X != nil {
-		return err
+	if len(parts) > 0 {
+		sol, err := s.solveWith(parts, class, left, false)
+		if err != nil || sol.X != nil {
+			return err
+		}
 	}
 	served, err := s.maxDemand(members, class, left)
 	if err != nil {
@@ -216,7 +222,7 @@ func (s *jointSolve) accuracy(members []int, class, left int) error {
 		at.Demand = served[i] * (1 - 1e-7) // just inside, as Solve: tolerances must not make it infeasible
 		at.headroomDemand = s.in.Pipelines[p].Demand
 		m, err := build(at, stepAccuracy)
-		if err != nil {
+		if err != nil { // not expected: its max-demand model served it
 			return err
 		}
 		mode := ModeOverloaded
@@ -229,11 +235,24 @@ func (s *jointSolve) accuracy(members []int, class, left int) error {
 	if len(parts) == 0 {
 		return nil
 	}
-	sol, err = s.solveWith(parts, class, left, false)
+	sol, err := s.solveWith(parts, class, left, false)
 	if err == nil && sol.X == nil {
 		err = fmt.Errorf("allocate: no joint allocation for the demand found servable in class %d", class)
 	}
 	return err
+}
+
+// build is pipeline p's model of step st on the servers left; nil when they cannot host it though the cluster could
+// (the pipeline is then shed), an error when not even the cluster could.
+func (s *jointSolve) build(p, left int, st step) (*model, error) {
+	m, err := build(s.pipeline(p, left), st)
+	if err == nil || left == s.in.Servers {
+		return m, err
+	}
+	if _, errAll := build(s.pipeline(p, s.in.Servers), st); errAll != nil {
+		return nil, errAll
+	}
+	return nil, nil
 }
 
 // share is a pipeline's weight in its class: its demand over the class's (alike when there is none).
@@ -249,21 +268,28 @@ func share(d, total float64, n int) float64 {
 func (s *jointSolve) maxDemand(members []int, class, left int) ([]float64, error) {
 	var parts []*jointPart
 	for _, p := range members {
-		m, err := build(s.pipeline(p, left), stepMaxDemand)
+		m, err := s.build(p, left, stepMaxDemand)
 		if err != nil {
 			return nil, err
 		}
+		if m == nil {
+			continue // shed: the servers left cannot host it
+		}
 		parts = append(parts, &jointPart{p: p, m: m, class: class})
+	}
+	served := make([]float64, len(members))
+	if len(parts) == 0 {
+		return served, nil
 	}
 	sol, err := s.solveWith(parts, class, left, true)
 	if err != nil {
 		return nil, err
 	}
-	served := make([]float64, len(members))
 	if sol.X == nil {
 		return served, nil
 	}
-	for i, pt := range parts {
+	for _, pt := range parts {
+		i := slices.Index(members, pt.p)
 		served[i] = sol.X[pt.off+pt.m.demandCol]
 		s.res.Pipelines[pt.p] = &Result{MaxServableQPS: served[i]} // read keeps it
 	}
