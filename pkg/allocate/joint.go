@@ -58,7 +58,7 @@ type jointSolve struct {
 // the class at its most accurate with the fewest servers (hardware scaling) while no higher class needed accuracy
 // scaling; otherwise the most accuracy served per second across the class at all its demand (accuracy scaling); and
 // when not even that fits, the most requests per second across the class, then the most accuracy at them
-// (overloaded). Each higher class keeps what it got (its demand, and its accuracy up to a relative 1e-7) while a
+// (overloaded). Each higher class keeps what it got (its demand, and its accuracy up to levelTolerance) while a
 // lower one is planned, so a lower class gives up accuracy first and is shed first. One pipeline gets Solve's plan.
 func SolveJoint(in JointInput, opt Options) (*JointResult, error) {
 	start := time.Now()

@@ -16,26 +16,41 @@ import (
 const serversRowName = "servers"
 
 // levelTolerance is how much of its level a class kept may give up while a lower class is planned: the relative
-// tolerance of a floor, so that the solution that set the level meets it despite rounding.
-const levelTolerance = 1e-7
+// tolerance of a floor, so that the solution that set the level meets it despite rounding. At 1e-7 the LPs met a
+// floor with a flow of 1e-4 through a variant with no replicas, within Clp's tolerances (TestJointCrossCheckWithCBC).
+const levelTolerance = 1e-6
 
-// jointProblem writes parts' models one after the other into one problem (setting each part's off): their columns
-// and rows as built, but their servers rows, which become one over servers. Column names get the pipeline's name
-// when there are several.
+// jointProblem writes parts' models one after the other into one problem (sideBySide), setting each part's off.
 func jointProblem(parts []*jointPart, servers int) (*milp.Problem, error) {
-	p := &milp.Problem{}
-	shared := -1
-	for _, pt := range parts {
-		q := pt.m.prob
+	probs, names := make([]*milp.Problem, len(parts)), make([]string, len(parts))
+	for i, pt := range parts {
 		if pt.m.priced {
 			return nil, fmt.Errorf("%w: pipeline %s's flow columns are generated while solving, which a joint "+
 				"allocation does not do", ErrModelTooLarge, pt.m.in.Spec.Name)
 		}
-		pt.off = p.NumCols()
+		probs[i], names[i] = pt.m.prob, pt.m.in.Spec.Name
+	}
+	p, offs, err := sideBySide(probs, names, servers)
+	for i, pt := range parts {
+		pt.off = offs[i]
+	}
+	return p, err
+}
+
+// sideBySide writes problems one after the other into one (returning where each one's columns start): their
+// columns and rows as they are, with no objective, but their servers rows, which become one over servers. Column
+// names get the pipeline's name when there are several.
+func sideBySide(probs []*milp.Problem, names []string, servers int) (*milp.Problem, []int, error) {
+	p := &milp.Problem{}
+	offs := make([]int, len(probs))
+	shared := -1
+	for k, q := range probs {
+		off := p.NumCols()
+		offs[k] = off
 		for j := range q.Obj {
 			name := q.Names[j]
-			if len(parts) > 1 {
-				name = pt.m.in.Spec.Name + ": " + name
+			if len(probs) > 1 {
+				name = names[k] + ": " + name
 			}
 			p.AddCol(name, 0, q.Lower[j], q.Upper[j], q.Integer[j], q.Priority[j])
 		}
@@ -43,7 +58,7 @@ func jointProblem(parts []*jointPart, servers int) (*milp.Problem, error) {
 		for _, row := range q.Rows {
 			terms := make([]milp.Term, len(row.Terms))
 			for i, t := range row.Terms {
-				terms[i] = milp.Term{Col: t.Col + pt.off, Coef: t.Coef}
+				terms[i] = milp.Term{Col: t.Col + off, Coef: t.Coef}
 			}
 			if row.Name != serversRowName {
 				p.AddRow(row.Name, row.Lo, row.Hi, terms...)
@@ -57,11 +72,11 @@ func jointProblem(parts []*jointPart, servers int) (*milp.Problem, error) {
 			}
 		}
 		if own != 1 {
-			return nil, fmt.Errorf("allocate: pipeline %s's model has %d rows named %q, want 1", pt.m.in.Spec.Name,
-				own, serversRowName)
+			return nil, offs, fmt.Errorf("allocate: pipeline %s's model has %d rows named %q, want 1", names[k], own,
+				serversRowName)
 		}
 	}
-	return p, nil
+	return p, offs, nil
 }
 
 // classObjective is the objective of class's parts in p: in the accuracy step the accuracy served per second over
@@ -89,10 +104,29 @@ func classObjective(parts []*jointPart, class int) []milp.Term {
 // solveWith solves the joint MILP of the classes kept and parts (class's pipelines) on the servers left, with
 // class's objective and a floor per class kept. An accuracy step that finds a plan keeps parts with its level.
 func (s *jointSolve) solveWith(parts []*jointPart, class, left int, maxDemand bool) (milp.Result, error) {
+	p, all, err := s.jointMILP(parts, class, left, maxDemand)
+	if err != nil {
+		return milp.Result{}, err
+	}
+	o := all[0].m.milpOptions(s.opt)
+	o.RootHeuristic = jointHeuristic(p, all, s.opt)
+	sol, err := milp.Solve(p, o)
+	s.res.Nodes += sol.Nodes
+	if err != nil || sol.X == nil || maxDemand {
+		return sol, err
+	}
+	s.kept, s.sol = all, sol
+	s.level[class] = p.Value(sol.X)
+	return sol, nil
+}
+
+// jointMILP is solveWith's MILP and its parts, the classes kept first.
+func (s *jointSolve) jointMILP(parts []*jointPart, class, left int, maxDemand bool) (*milp.Problem, []*jointPart,
+	error) {
 	all := append(append([]*jointPart(nil), s.kept...), parts...)
 	p, err := jointProblem(all, left)
 	if err != nil {
-		return milp.Result{}, err
+		return nil, nil, err
 	}
 	p.Sense = milp.Maximize
 	for _, t := range classObjective(all, class) {
@@ -109,16 +143,7 @@ func (s *jointSolve) solveWith(parts []*jointPart, class, left int, maxDemand bo
 		p.AddRow(fmt.Sprintf("accuracy of class %d", k), level-levelTolerance*max(1, math.Abs(level)), math.Inf(1),
 			classObjective(all, k)...)
 	}
-	o := all[0].m.milpOptions(s.opt)
-	o.RootHeuristic = jointHeuristic(p, all, s.opt)
-	sol, err := milp.Solve(p, o)
-	s.res.Nodes += sol.Nodes
-	if err != nil || sol.X == nil || maxDemand {
-		return sol, err
-	}
-	s.kept, s.sol = all, sol
-	s.level[class] = p.Value(sol.X)
-	return sol, nil
+	return p, all, nil
 }
 
 // jointHeuristic is the joint MILP's first point from its root LP's x, found as each model finds its own
