@@ -21,20 +21,20 @@ func loadSpec(t testing.TB, file string, class int) *pipeline.Spec {
 	return spec
 }
 
-// TestJointOnePipelineIsSolve: one pipeline through the joint MILP gets Solve's plan, on the sweep instances of
-// TestSweepProven (both sides of the switch points and overloaded) and hardware-scaling demands below them, under
-// both latency models.
+// TestJointOnePipelineIsSolve: one pipeline through the joint MILP gets Solve's plan, at every other demand of the
+// sweeps of TestSweepProven (past the switch points, overloaded included) and at hardware-scaling demands below
+// them, under both latency models.
 func TestJointOnePipelineIsSolve(t *testing.T) {
-	for _, c := range []struct {
-		file           string
-		servers        int
-		from, to, step float64
-	}{
-		{"traffic.yaml", 20, 100, 1200, 100},
-		{"ocr-chain.yaml", 6, 50, 500, 50},
-	} {
-		spec := loadSpec(t, c.file, 0)
-		for d := c.from; d <= c.to; d += c.step {
+	for _, c := range sweeps {
+		spec, err := pipeline.Load(c.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		demands := []float64{c.from / 4, c.from / 2}
+		for d := c.from; d <= c.to; d += 2 * c.step {
+			demands = append(demands, d)
+		}
+		for _, d := range demands {
 			for _, lm := range []LatencyModel{LatencyBurst, LatencyLoki} {
 				in := Input{Spec: spec, Demand: d, Servers: c.servers, Utilization: 0.85, LatencyModel: lm}
 				want, err := Solve(in, Options{Workers: 1})

@@ -2,7 +2,6 @@ package allocate
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -18,10 +17,7 @@ import (
 // pipeline's complete model (the paper's form, export.go; in the max-demand step, where that takes CBC minutes, our
 // joint problem): statuses and optima must agree, and our solution must satisfy the complete joint problem.
 func TestJointCrossCheckWithCBC(t *testing.T) {
-	if _, _, err := milp.SolveCBC(context.Background(), &milp.Problem{Obj: []float64{1}, Lower: []float64{0},
-		Upper: []float64{1}, Integer: []bool{false}, Names: []string{"x"}, Priority: []int{0}}); errors.Is(err, milp.ErrNoCBC) {
-		t.Skip("CBC is needed for the cross-check: ", err, " (make deps installs it)")
-	}
+	skipWithoutCBC(t)
 	n := 12
 	if testing.Short() {
 		n = 6
