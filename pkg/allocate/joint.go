@@ -60,6 +60,9 @@ type jointSolve struct {
 // when not even that fits, the most requests per second across the class, then the most accuracy at them
 // (overloaded). Each higher class keeps what it got (its demand, and its accuracy up to levelTolerance) while a
 // lower one is planned, so a lower class gives up accuracy first and is shed first. One pipeline gets Solve's plan.
+// A pipeline in the accuracy step is reported in ModeAccuracy even where it got its most accurate variants, and one
+// its class could not serve in full in ModeOverloaded (its MaxServableQPS is what it is served; Options.MaxServable
+// is not computed). A model past MaxFlowColumns, whose columns are priced, is refused (ErrModelTooLarge).
 func SolveJoint(in JointInput, opt Options) (*JointResult, error) {
 	start := time.Now()
 	if err := in.check(); err != nil {
