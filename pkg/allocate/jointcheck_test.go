@@ -89,14 +89,50 @@ func crossCheckJoint(t *testing.T, name string, in JointInput, maxDemand, classe
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The same problem over the complete models: their objectives, the demand bounds and the floors of ours.
+	cp, point := completeJoint(t, p, all, in.Servers)
+	// CBC takes minutes on some max-demand steps' complete (big-M) models: there it solves the same joint problem as
+	// ours, which must still satisfy the complete one.
+	toCBC := cp
+	if maxDemand {
+		toCBC = p
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cst, cobj, err := milp.SolveCBC(ctx, toCBC)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	if ours.Status == milp.Limit {
+		t.Logf("%s: stopped at the time limit; not compared", name)
+		return "", false
+	}
+	if ours.Status != cst {
+		t.Errorf("%s: we say %s (%v), CBC says %s (%v)", name, ours.Status, ours.Objective, cst, cobj)
+		return cst, true
+	}
+	if cst == milp.Optimal {
+		if d := math.Abs(ours.Objective - cobj); d > 1e-5*max(1, math.Abs(cobj)) {
+			t.Errorf("%s: objective %.9g, CBC %.9g", name, ours.Objective, cobj)
+		}
+		if x := point(ours.X); cp.Violation(x) > 1e-6 {
+			logViolations(t, cp, x)
+			t.Errorf("%s: our solution violates the complete joint problem by %g", name, cp.Violation(x))
+		}
+	}
+	return cst, true
+}
+
+// completeJoint is the joint problem p of parts all written over their complete models (export.go): their
+// objectives, p's demand bounds and floors; point maps a point of p onto it.
+func completeJoint(t *testing.T, p *milp.Problem, all []*jointPart, servers int) (*milp.Problem,
+	func([]float64) []float64) {
 	probs, names := make([]*milp.Problem, len(all)), make([]string, len(all))
 	points := make([]func([]float64) []float64, len(all))
 	for i, pt := range all {
 		probs[i], points[i] = pt.m.complete()
 		names[i] = pt.m.in.Spec.Name
 	}
-	cp, offs, err := sideBySide(probs, names, in.Servers)
+	cp, offs, err := sideBySide(probs, names, servers)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,51 +163,29 @@ func crossCheckJoint(t *testing.T, name string, in JointInput, maxDemand, classe
 			cp.AddRow(row.Name, row.Lo, row.Hi, objective(1)...)
 		}
 	}
-	// CBC takes minutes on some max-demand steps' complete (big-M) models: there it solves the same joint problem as
-	// ours, which must still satisfy the complete one.
-	toCBC := cp
-	if maxDemand {
-		toCBC = p
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cst, cobj, err := milp.SolveCBC(ctx, toCBC)
-	if err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	if ours.Status == milp.Limit {
-		t.Logf("%s: stopped at the time limit; not compared", name)
-		return "", false
-	}
-	if ours.Status != cst {
-		t.Errorf("%s: we say %s (%v), CBC says %s (%v)", name, ours.Status, ours.Objective, cst, cobj)
-		return cst, true
-	}
-	if cst == milp.Optimal {
-		if d := math.Abs(ours.Objective - cobj); d > 1e-5*max(1, math.Abs(cobj)) {
-			t.Errorf("%s: objective %.9g, CBC %.9g", name, ours.Objective, cobj)
-		}
-		x := make([]float64, cp.NumCols())
+	return cp, func(x []float64) []float64 {
+		out := make([]float64, cp.NumCols())
 		for i, pt := range all {
-			copy(x[offs[i]:], points[i](ours.X[pt.off:pt.off+pt.m.prob.NumCols()]))
+			copy(out[offs[i]:], points[i](x[pt.off:pt.off+pt.m.prob.NumCols()]))
 		}
-		if v := cp.Violation(x); v > 1e-6 {
-			for j := range cp.Obj {
-				if cp.Lower[j]-x[j] > 1e-6 || x[j]-cp.Upper[j] > 1e-6 {
-					t.Logf("col %s = %v in [%v, %v]", cp.Names[j], x[j], cp.Lower[j], cp.Upper[j])
-				}
-			}
-			for _, r := range cp.Rows {
-				s := 0.0
-				for _, tm := range r.Terms {
-					s += tm.Coef * x[tm.Col]
-				}
-				if r.Lo-s > 1e-6 || s-r.Hi > 1e-6 {
-					t.Logf("row %s = %v in [%v, %v]", r.Name, s, r.Lo, r.Hi)
-				}
-			}
-			t.Errorf("%s: our solution violates the complete joint problem by %g", name, v)
+		return out
+	}
+}
+
+// logViolations logs the bounds and rows of p that x breaks.
+func logViolations(t *testing.T, p *milp.Problem, x []float64) {
+	for j := range p.Obj {
+		if p.Lower[j]-x[j] > 1e-6 || x[j]-p.Upper[j] > 1e-6 {
+			t.Logf("column %s = %v, not in [%v, %v]", p.Names[j], x[j], p.Lower[j], p.Upper[j])
 		}
 	}
-	return cst, true
+	for _, r := range p.Rows {
+		s := 0.0
+		for _, tm := range r.Terms {
+			s += tm.Coef * x[tm.Col]
+		}
+		if r.Lo-s > 1e-6 || s-r.Hi > 1e-6 {
+			t.Logf("row %s = %v, not in [%v, %v]", r.Name, s, r.Lo, r.Hi)
+		}
+	}
 }

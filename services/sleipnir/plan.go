@@ -76,21 +76,7 @@ func runPlan(args []string) error {
 	}
 	if *sweep == "" {
 		in.Demand = qps[0]
-		if *lpFile != "" {
-			if err := writeLP(*lpFile, in); err != nil {
-				return err
-			}
-		}
-		opt.MaxServable = true
-		r, err := allocate.Solve(in, opt)
-		if err != nil {
-			return err
-		}
-		if *asJSON {
-			return json.NewEncoder(os.Stdout).Encode(planJSON{specs[0].Name, r})
-		}
-		printPlan(r, *gap)
-		return nil
+		return planOne(in, opt, *lpFile, *asJSON)
 	}
 	if *lpFile != "" {
 		return errors.New("--write-lp writes the model of one --demand; it does not go with --sweep")
@@ -99,8 +85,32 @@ func runPlan(args []string) error {
 	if err != nil {
 		return err
 	}
+	return planSweep(in, opt, from, to, step, *asJSON)
+}
+
+// planOne solves in and prints its plan (writing its LP first to lpFile, if any).
+func planOne(in allocate.Input, opt allocate.Options, lpFile string, asJSON bool) error {
+	if lpFile != "" {
+		if err := writeLP(lpFile, in); err != nil {
+			return err
+		}
+	}
+	opt.MaxServable = true
+	r, err := allocate.Solve(in, opt)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return json.NewEncoder(os.Stdout).Encode(planJSON{in.Spec.Name, r})
+	}
+	printPlan(r, opt.Gap)
+	return nil
+}
+
+// planSweep solves in at every demand from FROM to TO by STEP and prints each plan: a table's line, or JSON.
+func planSweep(in allocate.Input, opt allocate.Options, from, to, step float64, asJSON bool) error {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	if !*asJSON {
+	if !asJSON {
 		fmt.Fprintln(tw, "demand_qps\tmode\tservers\taccuracy\toptimal\tsolve_ms\tvariants")
 	}
 	for d := from; d <= to+1e-9; d += step {
@@ -109,8 +119,8 @@ func runPlan(args []string) error {
 		if err != nil {
 			return err
 		}
-		if *asJSON {
-			if err := json.NewEncoder(os.Stdout).Encode(planJSON{specs[0].Name, r}); err != nil {
+		if asJSON {
+			if err := json.NewEncoder(os.Stdout).Encode(planJSON{in.Spec.Name, r}); err != nil {
 				return err
 			}
 			continue
