@@ -12,7 +12,8 @@
 //   - pricing.go: flow columns generated as the LPs need them, for models too large to list them all;
 //   - heuristics.go, hardware.go: first points for branch-and-bound, and step 1 solved by enumeration;
 //   - result.go: a solution read back into a Result, and the plan workers follow;
-//   - export.go: the paper's own formulation, for the cross-check with CBC.
+//   - export.go: the paper's own formulation, for the cross-check with CBC;
+//   - joint.go, jointmilp.go: several pipelines on one cluster (SolveJoint), their models side by side.
 package allocate
 
 import (

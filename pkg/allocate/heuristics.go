@@ -17,7 +17,17 @@ import (
 // MILP left (replica counts and flows only) with a node limit. nil when that restricted problem has no point within
 // its limit; the search then starts without one.
 func (m *model) fixedBatchIncumbent(x []float64, opt Options) []float64 {
-	p := m.prob
+	fixed := m.fixedBatches(x)
+	sub := *m.prob
+	sub.Lower = append([]float64(nil), m.prob.Lower...)
+	sub.Upper = append([]float64(nil), m.prob.Upper...)
+	m.restrictToBatches(fixed, sub.Lower, sub.Upper)
+	return solveRestricted(&sub, opt)
+}
+
+// fixedBatches is fixedBatchIncumbent's batch index per variant from the LP's x (-1: none fits), its flow
+// columns added when the model is priced.
+func (m *model) fixedBatches(x []float64) []int {
 	flows := m.pathFlows(x)
 	fixed := make([]int, len(m.variants)) // batch index per variant, -1 while undecided
 	// fits says path pa fits its budget with variant k at batch bi, the hops decided at theirs, the rest at their
@@ -122,26 +132,33 @@ func (m *model) fixedBatchIncumbent(x []float64, opt Options) []float64 {
 			}
 		}
 	}
-	sub := *p
-	sub.Lower = append([]float64(nil), p.Lower...)
-	sub.Upper = append([]float64(nil), p.Upper...)
+	return fixed
+}
+
+// restrictToBatches sets the bounds lower and upper of the model's columns to the batch index per variant fixed:
+// each variant at its batch size, and only the flow columns those carry.
+func (m *model) restrictToBatches(fixed []int, lower, upper []float64) {
 	for k, kv := range m.variants {
 		for bi := range kv.batchChoiceCol {
 			if bi == fixed[k] {
-				sub.Lower[kv.batchChoiceCol[bi]], sub.Upper[kv.batchChoiceCol[bi]] = 1, 1
+				lower[kv.batchChoiceCol[bi]], upper[kv.batchChoiceCol[bi]] = 1, 1
 				continue
 			}
-			sub.Upper[kv.batchChoiceCol[bi]], sub.Upper[kv.replicasCol[bi]] = 0, 0
+			upper[kv.batchChoiceCol[bi]], upper[kv.replicasCol[bi]] = 0, 0
 		}
 	}
 	for _, c := range m.flows {
 		if !m.carries(c, func(h int) int { return fixed[h] }) {
-			sub.Upper[c.col] = 0
+			upper[c.col] = 0
 		}
 	}
 	for _, u := range m.unservedCols {
-		sub.Upper[u] = 0
+		upper[u] = 0
 	}
+}
+
+// solveRestricted solves fixedBatchIncumbent's restricted problem sub with a node limit: its point, or nil.
+func solveRestricted(sub *milp.Problem, opt Options) []float64 {
 	// Pseudo-costs alone choose its branchings: with strong branching, most of its LPs, whole solves took 1.1-1.3x
 	// as long (384 accuracy-scaling solves of the examples).
 	o := milp.Options{MaxNodes: 2000, NoStrongBranching: true}

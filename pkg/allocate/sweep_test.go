@@ -7,18 +7,21 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 )
 
+// sweeps are the examples' sweeps past their switch points.
+var sweeps = []struct {
+	file           string
+	servers        int
+	from, to, step float64
+}{
+	{"../../examples/traffic.yaml", 20, 400, 1200, 50},
+	{"../../examples/ocr-chain.yaml", 6, 200, 500, 25},
+}
+
 // TestSweepProven: every plan of the examples' sweeps past their switch points (as README.md here gives them) is
 // proven optimal, with one branch-and-bound worker and with three, at the same system accuracy. An LP Clp leaves
 // unsolved costs a proof, and only here does it show: the plan may still be the optimum.
 func TestSweepProven(t *testing.T) {
-	for _, c := range []struct {
-		file           string
-		servers        int
-		from, to, step float64
-	}{
-		{"../../examples/traffic.yaml", 20, 400, 1200, 50},
-		{"../../examples/ocr-chain.yaml", 6, 200, 500, 25},
-	} {
+	for _, c := range sweeps {
 		spec, err := pipeline.Load(c.file)
 		if err != nil {
 			t.Fatal(err)

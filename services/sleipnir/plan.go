@@ -13,15 +13,18 @@ import (
 	"time"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/allocate"
-	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 )
 
 // runPlan solves the allocation MILP for one demand, or a sweep of demands, and prints it.
 func runPlan(args []string) error {
 	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
-	file := fs.String("pipeline", "", "pipeline spec YAML `FILE` (required)")
+	var files pipelineFiles
+	fs.Var(&files, "pipeline", "pipeline spec YAML `FILE` (required); repeatable: several pipelines share --servers "+
+		"in one joint plan")
 	servers := fs.Int("servers", 20, "cluster size: how many workers")
-	demand := fs.Float64("demand", 0, "demand at the root task, requests per second")
+	var demands demandFlag
+	fs.Var(&demands, "demand", "demand at the root task, requests per second: `QPS`, or NAME=QPS once per pipeline "+
+		"(with several --pipeline)")
 	slo := fs.Duration("slo", 0, "end-to-end SLO (default: the pipeline's)")
 	sweep := fs.String("sweep", "", "FROM:TO:STEP demands (QPS) to solve for, printing mode, servers and accuracy for each")
 	asJSON := fs.Bool("json", false, "print JSON (one object, or one per line with --sweep)")
@@ -44,10 +47,10 @@ func runPlan(args []string) error {
 	if *live != "" {
 		return showLivePlan(&c, *live, os.Stdout)
 	}
-	if *file == "" {
+	if len(files) == 0 {
 		return errors.New("--pipeline is required")
 	}
-	spec, err := pipeline.Load(*file)
+	specs, err := loadPipelines(files)
 	if err != nil {
 		return err
 	}
@@ -58,26 +61,22 @@ func runPlan(args []string) error {
 	if err != nil {
 		return fmt.Errorf("--latency-model: %w", err)
 	}
-	in := allocate.Input{Spec: spec, Servers: *servers, SLOMs: float64(*slo) / float64(time.Millisecond),
+	qps, err := demands.of(specs)
+	if err != nil {
+		return err
+	}
+	in := allocate.Input{Spec: specs[0], Servers: *servers, SLOMs: float64(*slo) / float64(time.Millisecond),
 		Utilization: *util, LatencyModel: model}
 	opt := allocate.Options{TimeLimit: *limit, Gap: *gap}
+	if len(specs) > 1 {
+		if *sweep != "" || *lpFile != "" {
+			return errors.New("--sweep and --write-lp take one --pipeline")
+		}
+		return planJoint(in, specs, qps, opt, *asJSON)
+	}
 	if *sweep == "" {
-		in.Demand = *demand
-		if *lpFile != "" {
-			if err := writeLP(*lpFile, in); err != nil {
-				return err
-			}
-		}
-		opt.MaxServable = true
-		r, err := allocate.Solve(in, opt)
-		if err != nil {
-			return err
-		}
-		if *asJSON {
-			return json.NewEncoder(os.Stdout).Encode(r)
-		}
-		printPlan(r, *gap)
-		return nil
+		in.Demand = qps[0]
+		return planOne(in, opt, *lpFile, *asJSON)
 	}
 	if *lpFile != "" {
 		return errors.New("--write-lp writes the model of one --demand; it does not go with --sweep")
@@ -86,8 +85,32 @@ func runPlan(args []string) error {
 	if err != nil {
 		return err
 	}
+	return planSweep(in, opt, from, to, step, *asJSON)
+}
+
+// planOne solves in and prints its plan (writing its LP first to lpFile, if any).
+func planOne(in allocate.Input, opt allocate.Options, lpFile string, asJSON bool) error {
+	if lpFile != "" {
+		if err := writeLP(lpFile, in); err != nil {
+			return err
+		}
+	}
+	opt.MaxServable = true
+	r, err := allocate.Solve(in, opt)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return json.NewEncoder(os.Stdout).Encode(planJSON{in.Spec.Name, r})
+	}
+	printPlan(r, opt.Gap)
+	return nil
+}
+
+// planSweep solves in at every demand from FROM to TO by STEP and prints each plan: a table's line, or JSON.
+func planSweep(in allocate.Input, opt allocate.Options, from, to, step float64, asJSON bool) error {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	if !*asJSON {
+	if !asJSON {
 		fmt.Fprintln(tw, "demand_qps\tmode\tservers\taccuracy\toptimal\tsolve_ms\tvariants")
 	}
 	for d := from; d <= to+1e-9; d += step {
@@ -96,8 +119,8 @@ func runPlan(args []string) error {
 		if err != nil {
 			return err
 		}
-		if *asJSON {
-			if err := json.NewEncoder(os.Stdout).Encode(r); err != nil {
+		if asJSON {
+			if err := json.NewEncoder(os.Stdout).Encode(planJSON{in.Spec.Name, r}); err != nil {
 				return err
 			}
 			continue
@@ -142,15 +165,26 @@ func parseSweep(s string) (from, to, step float64, err error) {
 func printPlan(r *allocate.Result, gap float64) {
 	fmt.Printf("mode %s: %d of %d servers, system accuracy %.4f, serves %.1f QPS (at most %.1f with these servers)\n",
 		r.Mode, r.ServersUsed, r.Servers, r.SystemAccuracy, r.ServedQPS, r.MaxServableQPS)
+	printSolve(r.Optimal, gap, r.Gap, r.SolveMs, r.Nodes)
+	printVariants(r)
+}
+
+// printSolve prints how a solve went: proven optimal (within gap, its tolerance), or stopped at its limit at
+// reached.
+func printSolve(optimal bool, gap, reached, ms float64, nodes int) {
 	switch {
-	case r.Optimal && gap > 0:
-		fmt.Printf("optimal within a gap of %.2g, solved in %.1f ms (%d nodes)\n", gap, r.SolveMs, r.Nodes)
-	case r.Optimal:
-		fmt.Printf("optimal, solved in %.1f ms (%d nodes)\n", r.SolveMs, r.Nodes)
+	case optimal && gap > 0:
+		fmt.Printf("optimal within a gap of %.2g, solved in %.1f ms (%d nodes)\n", gap, ms, nodes)
+	case optimal:
+		fmt.Printf("optimal, solved in %.1f ms (%d nodes)\n", ms, nodes)
 	default:
 		fmt.Printf("NOT proven optimal: stopped at the time limit with a gap of %.2g, after %.1f ms (%d nodes)\n",
-			r.Gap, r.SolveMs, r.Nodes)
+			reached, ms, nodes)
 	}
+}
+
+// printVariants prints r's hosted variants as a table.
+func printVariants(r *allocate.Result) {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "task\tvariant\treplicas\tbatch\tlatency_ms\tcapacity_qps\tload_qps")
 	for _, v := range r.Variants {
