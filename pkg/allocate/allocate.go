@@ -113,6 +113,9 @@ func ParseLatencyModel(s string) (LatencyModel, error) {
 type Options struct {
 	// TimeLimit bounds each MILP solve (0: none); a solve that hits it reports Optimal false and its Gap.
 	TimeLimit time.Duration
+	// MaxNodes bounds the branch-and-bound nodes of each MILP solve (0: pkg/milp's default): with one worker, a
+	// bound that gives the same result on any machine, where a time limit does not.
+	MaxNodes int
 	// MaxServable also computes MaxServableQPS when the demand is servable (it always is when it is not).
 	MaxServable bool
 	// Workers is how many branch-and-bound nodes are solved at once (0: runtime.GOMAXPROCS, one per CPU). With
@@ -287,7 +290,8 @@ func (m *model) solve(opt Options) (milp.Result, error) {
 // milpOptions are the branch-and-bound's options for the model: its first point (or the heuristic that finds one
 // from the root's LP), pricer and tolerances.
 func (m *model) milpOptions(opt Options) milp.Options {
-	o := milp.Options{TimeLimit: opt.TimeLimit, Pricer: m.pricer(), Workers: opt.workers(), RelGap: opt.Gap}
+	o := milp.Options{TimeLimit: opt.TimeLimit, MaxNodes: opt.MaxNodes, Pricer: m.pricer(), Workers: opt.workers(),
+		RelGap: opt.Gap}
 	if m.step == stepHardware {
 		o.IntegralObjective = true
 		o.Incumbent = m.hardwareIncumbent()

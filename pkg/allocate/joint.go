@@ -18,7 +18,14 @@ type JointInput struct {
 	// cluster's is below). A pipeline's class is its Spec.Priority.
 	Pipelines []Input
 	Servers   int
+	// HardwareOnly asks for the hardware mode alone: when not every pipeline fits at its most accurate, SolveJoint
+	// returns ErrNotHardware rather than solving the accuracy steps (the planner sizes a plan with headroom only
+	// when it stays in hardware mode).
+	HardwareOnly bool
 }
+
+// ErrNotHardware says a JointInput.HardwareOnly allocation does not fit in hardware mode.
+var ErrNotHardware = errors.New("allocate: the pipelines do not all fit at their most accurate")
 
 // JointResult is a joint allocation: per pipeline, in JointInput.Pipelines' order, a Result (its Mode and
 // ServersUsed are the pipeline's own, its Servers the cluster's, its SolveMs and Nodes the joint solve's).
@@ -90,6 +97,9 @@ func SolveJoint(in JointInput, opt Options) (*JointResult, error) {
 				left -= used
 				continue
 			}
+		}
+		if in.HardwareOnly {
+			return nil, ErrNotHardware
 		}
 		if err := s.accuracy(members, class, left); err != nil {
 			return nil, err

@@ -15,6 +15,11 @@ import (
 // Its options are MILP's.
 type JointMILP struct {
 	MILP
+	// HardwareOnly: see allocate.JointInput (the error is allocate.ErrNotHardware).
+	HardwareOnly bool
+	// MaxNodes bounds each joint solve's branch-and-bound nodes (0: pkg/milp's default), where the simulator, whose
+	// runs must not depend on the machine's speed, can have no time limit.
+	MaxNodes int
 }
 
 // JointPipeline is one pipeline of a joint allocation: its spec and what is observed of it (Observed.Servers is
@@ -29,13 +34,14 @@ type JointPipeline struct {
 // had no servers left for it: its frontends should refuse its requests); res has the joint figures.
 func (a JointMILP) Allocate(pipes []JointPipeline, servers int) (plans []*plan.Plan, res *allocate.JointResult,
 	err error) {
-	in := allocate.JointInput{Servers: servers}
+	in := allocate.JointInput{Servers: servers, HardwareOnly: a.HardwareOnly}
 	for _, p := range pipes {
 		in.Pipelines = append(in.Pipelines, allocate.Input{Spec: latency.Apply(p.Spec, p.Observed.Profiles),
 			Demand: p.Observed.Demand, Fanout: p.Observed.Fanout, Utilization: a.Utilization,
 			LatencyModel: a.LatencyModel})
 	}
-	res, err = allocate.SolveJoint(in, allocate.Options{TimeLimit: a.TimeLimit, Workers: a.Workers})
+	res, err = allocate.SolveJoint(in, allocate.Options{TimeLimit: a.TimeLimit, Workers: a.Workers,
+		MaxNodes: a.MaxNodes})
 	if err != nil {
 		return nil, nil, err
 	}

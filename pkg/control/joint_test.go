@@ -18,7 +18,7 @@ func TestJointMILP(t *testing.T) {
 		t.Fatal(err)
 	}
 	single := MILP{Utilization: 0.85, TimeLimit: 5 * time.Second, Workers: 1}
-	joint := JointMILP{single}
+	joint := JointMILP{MILP: single}
 	plans, res, err := joint.Allocate([]JointPipeline{{Spec: traffic, Observed: Observed{Demand: 300}},
 		{Spec: ocr, Observed: Observed{Demand: 20}}}, 20)
 	if err != nil {

@@ -55,7 +55,10 @@ type Cluster struct {
 	named map[string]*Pipeline
 	// byPriority are the pipelines, the highest class first (in the order given within a class).
 	byPriority []*Pipeline
-	// division is how the able workers are divided between the pipelines for planning (divide.go).
+	// sharing is how the pipelines share the workers (control.SharingJoint or SharingEven), joint the allocator
+	// of the joint division; division is the division in force (divide.go).
+	sharing  string
+	joint    control.JointMILP
 	division division
 
 	mu sync.Mutex // guards what the inputs change: the estimators below and each Pipeline's estimators
@@ -122,10 +125,46 @@ func New(specs []*pipeline.Spec, systems []control.System, cfg Config) (*Cluster
 		c.pipes = append(c.pipes, p)
 		c.named[spec.Name] = p
 	}
+	if err := c.chooseSharing(systems); err != nil {
+		return nil, err
+	}
 	c.byPriority = slices.Clone(c.pipes)
 	slices.SortStableFunc(c.byPriority, func(a, b *Pipeline) int { return b.Spec.Priority - a.Spec.Priority })
 	return c, nil
 }
+
+// divisionNodes bounds the branch-and-bound nodes of a joint division's solve: a joint accuracy-mode solve of three
+// pipelines explores thousands of nodes for the last tenths of a point (seconds: docs/measurements.md), while the
+// division only needs each pipeline's share of the servers (each loop then solves its own plan exactly within it);
+// a node bound rather than a time limit keeps the simulator's runs the same on any machine.
+const divisionNodes = 300
+
+// chooseSharing settles how the pipelines share the workers: Control.Sharing, or by default the joint division when
+// every pipeline is planned by the allocation MILP (the baselines split evenly).
+func (c *Cluster) chooseSharing(systems []control.System) error {
+	var milps []control.MILP
+	for _, s := range systems {
+		if m, ok := s.Allocator.(control.MILP); ok {
+			milps = append(milps, m)
+		}
+	}
+	c.sharing = c.cfg.Control.Sharing
+	switch {
+	case c.sharing == "" && len(milps) == len(systems):
+		c.sharing = control.SharingJoint
+	case c.sharing == "":
+		c.sharing = control.SharingEven
+	case c.sharing == control.SharingJoint && len(milps) < len(systems):
+		return fmt.Errorf("core: joint sharing needs every pipeline planned by the allocation MILP (loki)")
+	}
+	if len(milps) > 0 {
+		c.joint = control.JointMILP{MILP: milps[0], MaxNodes: divisionNodes}
+	}
+	return nil
+}
+
+// Sharing is how the pipelines share the workers (control.SharingJoint or SharingEven).
+func (c *Cluster) Sharing() string { return c.sharing }
 
 // Pipelines are the pipelines, in the order given to New.
 func (c *Cluster) Pipelines() []*Pipeline { return c.pipes }

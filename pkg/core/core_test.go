@@ -158,11 +158,13 @@ func TestTunerSeesRecentMessageSizes(t *testing.T) {
 	}
 }
 
-// TestServersSplitEvenly: until the joint plan, pipelines share the able workers evenly, the first ones taking the
+// TestServersSplitEvenly: with even sharing, pipelines share the able workers evenly, the first ones taking the
 // remainder, and the assignment gives each its plan's replicas.
 func TestServersSplitEvenly(t *testing.T) {
-	c := started(t, time.Unix(1000, 0), traffic(t), renamed(traffic(t), "second"))
-	if got := c.divide(time.Time{}, nil, 5); got[0] != 3 || got[1] != 2 {
+	now := time.Unix(1000, 0)
+	c := started(t, now, traffic(t), renamed(traffic(t), "second"))
+	c.sharing = control.SharingEven
+	if got := c.divide(nil, 5); got[0] != 3 || got[1] != 2 {
 		t.Fatalf("5 workers split %v, want [3 2]", got)
 	}
 	var names []string
@@ -178,6 +180,49 @@ func TestServersSplitEvenly(t *testing.T) {
 	if per["traffic"]+per["second"] != want || unplaced != 0 || per["traffic"] == 0 || per["second"] == 0 {
 		t.Fatalf("assigned %v with %d unplaced, want both pipelines' %d replicas", per, unplaced, want)
 	}
+}
+
+// TestJointDivision: by default (loki), the workers are divided by the joint allocation: traffic at 300 QPS and
+// ocr-chain at 20 on 20 workers, where an even split leaves traffic 10 and most of ocr-chain's half idle, gives
+// traffic what it needs for an accuracy within 0.005 of its plan alone on the 20, and ocr-chain the rest.
+func TestJointDivision(t *testing.T) {
+	chain, err := pipeline.Load("../../examples/ocr-chain.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1000, 0)
+	alone := started(t, now, traffic(t))
+	c := started(t, now, traffic(t), chain)
+	if c.Sharing() != control.SharingJoint {
+		t.Fatalf("sharing %q by default for loki, want joint", c.Sharing())
+	}
+	for _, x := range []*Cluster{alone, c} {
+		if _, err := x.Report("traffic", "f", 300, time.Second, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.Report(chain.Name, "f", 20, time.Second, now); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(TickEvery)
+	single := tickAndPublish(alone, now, 20)[0].Plan
+	ds := tickAndPublish(c, now, 20)
+	if c.DivisionErr() != nil {
+		t.Fatal(c.DivisionErr())
+	}
+	shares := []int{ds[0].Observed.Servers, ds[1].Observed.Servers}
+	if shares[0]+shares[1] != 20 || shares[0] <= 10 {
+		t.Fatalf("shares %v: want traffic more than an even split's 10, and all 20 shared", shares)
+	}
+	got, want := ds[0].Plan.Allocation.SystemAccuracy, single.Allocation.SystemAccuracy
+	if got < want-0.005 {
+		t.Errorf("traffic's accuracy %.4f on %d workers, want within 0.005 of its %.4f alone", got, shares[0], want)
+	}
+	if ds[1].Plan == nil || ds[1].Plan.Servers() > shares[1] {
+		t.Errorf("ocr-chain's plan does not fit its share of %d", shares[1])
+	}
+	t.Logf("shares %v: traffic %.4f (alone %.4f, %s), ocr-chain %.4f", shares, got, want, single.Mode,
+		ds[1].Plan.Allocation.SystemAccuracy)
 }
 
 func renamed(spec *pipeline.Spec, name string) *pipeline.Spec {

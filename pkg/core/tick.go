@@ -26,7 +26,7 @@ type Decision struct {
 // plan in force retired (plan.Rehome).
 func (c *Cluster) Tick(now time.Time, able int) []Decision {
 	out := c.observe(now)
-	shares := c.divide(now, out, able)
+	shares := c.divide(out, able)
 	for i := range out {
 		d := &out[i]
 		d.Observed.Servers = shares[i]
