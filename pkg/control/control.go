@@ -313,6 +313,9 @@ func (l *Loop) Next(now time.Time, o Observed) Step {
 	if o.DemandUnknown {
 		return st
 	}
+	if l.alloc != nil && o.Servers == 0 && len(l.current.Variants) > 0 {
+		return l.shed(o)
+	}
 	if l.alloc != nil && o.Servers > 0 {
 		st = l.replan(now, o)
 		if st.Plan != nil {
@@ -411,6 +414,15 @@ func (l *Loop) replan(now time.Time, o Observed) Step {
 	p.Profiles = o.Profiles
 	p.Routing = l.route(p, o)
 	return Step{Plan: p, Replanned: true}
+}
+
+// shed is the plan of a pipeline the division of the workers left none (the joint allocation shed its class): it
+// hosts nothing, its frontends refuse its requests (it serves 0 of the demand), and the first share of workers it
+// gets again forces a re-plan (the servers changed).
+func (l *Loop) shed(o Observed) Step {
+	return Step{Replanned: true, Plan: &plan.Plan{Pipeline: l.spec.Name, Epoch: l.current.Epoch + 1,
+		Mode: plan.ModeOverloaded, Fanout: o.Fanout, Profiles: o.Profiles,
+		Allocation: &plan.Allocation{DemandQPS: o.Demand, EstimateQPS: o.Demand, Optimal: true}}}
 }
 
 // worthSwapping says whether a re-plan that nothing forced (a due one, on a small move of the demand or of the
