@@ -52,18 +52,25 @@ func (f *Frontend) onRequest(m *nats.Msg) {
 		f.refuseNATS(m, asJSON, pipelineName, "", f.inFlightRefusal())
 		return
 	}
-	respond := f.natsReplier(m, asJSON)
-	if !f.intake.offer(func(t *turn) { f.serveNATS(m, pipelineName, asJSON, arrival, respond, t) }) {
+	gated, err := f.admitRequest(pipelineName, m.Header.Get, arrival)
+	if err != nil {
 		f.release()
+		f.refuseNATS(m, asJSON, pipelineName, "", err)
+		return
+	}
+	respond := f.natsReplier(m, asJSON)
+	if !f.intake.offer(func(t *turn) { f.serveNATS(m, pipelineName, asJSON, arrival, gated, respond, t) }) {
+		f.release()
+		f.gateDone(pipelineName, gated)
 		f.refuseNATS(m, asJSON, pipelineName, "", f.intakeRefusal())
 	}
 }
 
 // serveNATS decodes and submits a NATS request, on an intake goroutine.
-func (f *Frontend) serveNATS(m *nats.Msg, pipelineName string, asJSON bool, arrival time.Time,
+func (f *Frontend) serveNATS(m *nats.Msg, pipelineName string, asJSON bool, arrival time.Time, gated bool,
 	respond func(*wire.InferReply), t *turn) {
 	sub := &submission{pipeline: pipelineName, arrival: arrival, trace: bus.HeaderCarrier(m.Header), subject: m.Subject,
-		reply: respond}
+		reply: respond, gated: gated}
 	err := f.decodeNATS(m, asJSON, sub)
 	if err == nil {
 		err = f.submit(context.Background(), sub, t)
@@ -72,13 +79,14 @@ func (f *Frontend) serveNATS(m *nats.Msg, pipelineName string, asJSON bool, arri
 	m.Data = nil
 	if err != nil {
 		f.release()
+		f.gateDone(pipelineName, gated)
 		f.refuseNATS(m, asJSON, pipelineName, sub.req.ID, err)
 	}
 }
 
 func (f *Frontend) refuseNATS(m *nats.Msg, asJSON bool, pipelineName, clientID string, err error) {
 	f.noteRefusal(pipelineName, err)
-	f.replyNATS(m, asJSON, &wire.InferReply{ID: clientID, Pipeline: pipelineName, Status: wire.StatusError,
+	f.replyNATS(m, asJSON, &wire.InferReply{ID: clientID, Pipeline: pipelineName, Status: refusalStatus(err),
 		Error: err.Error(), Results: []wire.ItemResult{}}, err)
 }
 
@@ -113,7 +121,7 @@ func (f *Frontend) replyNATS(m *nats.Msg, asJSON bool, rep *wire.InferReply, ref
 	if rep.TraceID != "" {
 		out.Header.Set(wire.HeaderTraceID, rep.TraceID)
 	}
-	if rep.Status == wire.StatusError {
+	if rep.Status == wire.StatusError || rep.Status == wire.StatusOverloaded {
 		setServiceError(out.Header, rep, refusal)
 	}
 	if err := m.RespondMsg(out); err != nil {
@@ -121,6 +129,15 @@ func (f *Frontend) replyNATS(m *nats.Msg, asJSON bool, rep *wire.InferReply, ref
 		f.complaints.Warn("reply failed", "request", rep.RequestID, "err", err)
 	}
 	f.micro.replied(pipelineOf(m.Subject), rep)
+}
+
+// refusalStatus is the reply status of a refused request: overloaded when load is the cause (the client may retry
+// at once elsewhere, or later), else error.
+func refusalStatus(err error) string {
+	if errors.Is(err, ErrOverloaded) {
+		return wire.StatusOverloaded
+	}
+	return wire.StatusError
 }
 
 // Log keys of refusals, by kind: a bounded set, each rate-limited on its own.
@@ -140,7 +157,7 @@ var refusalLogKeys = []struct {
 // noteRefusal counts a refusal and logs it, rate-limited.
 func (f *Frontend) noteRefusal(pipelineName string, err error) {
 	f.refused.Add(1)
-	f.measureRefusal(pipelineName)
+	f.measureRefusal(pipelineName, refusalStatus(err))
 	if errors.Is(err, ErrOverloaded) {
 		f.overloaded.Add(1)
 	}
@@ -306,7 +323,13 @@ func (f *Frontend) serveInfer(w http.ResponseWriter, r *http.Request) {
 	replies := make(chan *wire.InferReply, 1)
 	sub := &submission{pipeline: r.PathValue("name"), arrival: arrival, trace: propagation.HeaderCarrier(r.Header),
 		httpRoute: r.Pattern, reply: func(rep *wire.InferReply) { replies <- rep }}
-	err := f.decodeHTTP(w, r, sub)
+	gated, err := f.admitRequest(sub.pipeline, r.Header.Get, arrival)
+	if err != nil {
+		f.refuseHTTP(w, sub.pipeline, err) // before the body is read, as above
+		return
+	}
+	sub.gated = gated
+	err = f.decodeHTTP(w, r, sub)
 	if err == nil {
 		// Publish through the intake too: it bounds the publishes in flight, whatever API they came through.
 		submitted := make(chan error, 1)
@@ -317,6 +340,7 @@ func (f *Frontend) serveInfer(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if err != nil {
+		f.gateDone(sub.pipeline, gated)
 		f.refuseHTTP(w, sub.pipeline, err)
 		return
 	}
@@ -455,6 +479,8 @@ func httpStatus(rep *wire.InferReply, err error) (code int, retry bool) {
 		return http.StatusServiceUnavailable, true
 	case wire.StatusLate:
 		return http.StatusGatewayTimeout, false
+	case wire.StatusOverloaded:
+		return http.StatusTooManyRequests, true
 	case wire.StatusError:
 		if rep.Error != "" {
 			// The frontend failed the request itself (it is shutting down).

@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sleipnir-serving/sleipnir/pkg/admission"
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
 	"github.com/sleipnir-serving/sleipnir/pkg/completion"
 	"github.com/sleipnir-serving/sleipnir/pkg/metrics"
@@ -58,6 +59,10 @@ type Config struct {
 	// MaxTimeout is the furthest ahead a request's deadline may be (Sleipnir-Timeout or Sleipnir-Deadline); further
 	// is refused. Default: the larger of DefaultMaxTimeout and 10 times the pipeline's SLO. At most 24 h.
 	MaxTimeout time.Duration
+	// Admission tunes admission control (pkg/admission; zero: its defaults); NoAdmission turns it off (the
+	// frontend's bounds still refuse what they have no room for).
+	Admission   admission.Config
+	NoAdmission bool
 	// Metrics, if set, records the frontend's requests and exports its counters (pkg/metrics; shared by the
 	// frontends of a process).
 	Metrics *metrics.Frontend
@@ -169,6 +174,7 @@ type Frontend struct {
 	// complaints rate-limits the log lines of bad input and failed replies; Stats counts every one.
 	complaints *ratelog.Limiter
 	micro      *microService // the NATS micro protocol's view of the frontend
+	gate       *admission.Gate
 
 	catalog *catalog.Catalog
 	ready   chan struct{} // closed when the KV's initial specs and plans are loaded
@@ -178,6 +184,8 @@ type Frontend struct {
 	rng     *rand.Rand                     // routing, under mu
 	demand  map[string]int                 // requests accepted per pipeline since the last report, under mu
 	watched map[string]*completion.Tracker // requests answered late, for lateWatch (late.go), under mu
+	// gatePlans is what the gate needs of each pipeline's plan in force (admission.go), under mu.
+	gatePlans map[string]gatePlan
 
 	accepted, refused, overloaded, replied, late, stray, badReports, replyFailures, demandWithheld atomic.Uint64
 	lateCompleted, lateUnfinished                                                                  atomic.Uint64
@@ -207,8 +215,9 @@ func New(nc *nats.Conn, cfg Config) (*Frontend, error) {
 		intake:     newIntake(cfg.IntakeQueue),
 		complaints: ratelog.New(cfg.Logger, 0, 0),
 		ready:      make(chan struct{}), pending: map[string]*request{}, demand: map[string]int{},
-		watched: map[string]*completion.Tracker{},
-		rng:     rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0xf00d)),
+		watched: map[string]*completion.Tracker{}, gatePlans: map[string]gatePlan{},
+		gate: admission.New(cfg.Admission),
+		rng:  rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0xf00d)),
 	}
 	f.micro = newMicroService(f)
 	f.exportCounters()

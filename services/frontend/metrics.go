@@ -34,9 +34,9 @@ func (f *Frontend) measureReply(r *request, status string, accuracy float64) {
 	}
 }
 
-// measureRefusal records an error reply to a request that never entered a pipeline.
-func (f *Frontend) measureRefusal(pipelineName string) {
+// measureRefusal records the reply (status error or overloaded) to a request that never entered a pipeline.
+func (f *Frontend) measureRefusal(pipelineName, status string) {
 	if f.cfg.Metrics != nil {
-		f.cfg.Metrics.Refused(f.pipelineLabel(pipelineName))
+		f.cfg.Metrics.Refused(f.pipelineLabel(pipelineName), status)
 	}
 }

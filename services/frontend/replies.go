@@ -150,6 +150,7 @@ func (f *Frontend) finish(r *request, late bool, failure string) {
 	r.span.End()
 	f.measureReply(r, rep.Status, rep.Accuracy)
 	f.replied.Add(1)
+	f.gateDone(r.pipeline, r.gated)
 	r.reply(rep)
 }
 
