@@ -14,6 +14,8 @@ const UnknownPipeline = "_unknown"
 // FrontendCounts are a frontend's cumulative counters (frontend.Stats), exported as _total counters.
 type FrontendCounts struct {
 	Accepted, Refused, Overloaded, Late, StrayLeaves, BadReports, ReplyFailures uint64
+	// Model executions of the items of answered requests, and those spent on requests answered dropped.
+	ExecutedItems, DroppedWorkItems uint64
 	// Messages the NATS client dropped over the subscriptions' pending limits: requests (unanswered), results, and
 	// micro protocol requests.
 	DroppedRequests, DroppedResults, DroppedControl uint64
@@ -69,6 +71,10 @@ var frontendCounters = []struct {
 	{"stray_leaves_total", "Leaf reports for requests already answered.", func(c FrontendCounts) uint64 { return c.StrayLeaves }},
 	{"bad_reports_total", "Undecodable or inconsistent result messages.", func(c FrontendCounts) uint64 { return c.BadReports }},
 	{"reply_failures_total", "Replies that could not be encoded or sent.", func(c FrontendCounts) uint64 { return c.ReplyFailures }},
+	{"executed_items_total", "Model executions of the items of answered requests (from their leaves).",
+		func(c FrontendCounts) uint64 { return c.ExecutedItems }},
+	{"dropped_work_items_total", "Of executed_items_total, those of requests answered dropped: model time spent on nothing.",
+		func(c FrontendCounts) uint64 { return c.DroppedWorkItems }},
 	{"dropped_requests_total", "Requests dropped unanswered over the request subscription's pending limits (a flood).",
 		func(c FrontendCounts) uint64 { return c.DroppedRequests }},
 	{"dropped_results_total", "Result messages dropped over the result subscription's pending limits.",

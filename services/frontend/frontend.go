@@ -144,6 +144,11 @@ type Stats struct {
 	// maxWatched were watched are in neither.
 	LateCompleted  uint64 `json:"late_completed"`
 	LateUnfinished uint64 `json:"late_unfinished"`
+	// ExecutedItems counts the model executions of the items of answered requests, read from their leaves (a leaf
+	// that finished or failed, and every item above a leaf); DroppedWorkItems those of requests answered dropped:
+	// model time spent on nothing (what admission control saves).
+	ExecutedItems    uint64 `json:"executed_items"`
+	DroppedWorkItems uint64 `json:"dropped_work_items"`
 	// InFlight is how many requests the frontend holds now, from arrival to reply (at most MaxInFlight).
 	InFlight int64 `json:"in_flight"`
 	// DroppedRequests, DroppedResults and DroppedControl count the messages the NATS client dropped, unanswered,
@@ -188,7 +193,7 @@ type Frontend struct {
 	gatePlans map[string]gatePlan
 
 	accepted, refused, overloaded, replied, late, stray, badReports, replyFailures, demandWithheld atomic.Uint64
-	lateCompleted, lateUnfinished                                                                  atomic.Uint64
+	lateCompleted, lateUnfinished, executedItems, droppedWork                                      atomic.Uint64
 }
 
 // New prepares a frontend on a connection; Run serves.
@@ -230,6 +235,7 @@ func (f *Frontend) Stats() Stats {
 		Replied: f.replied.Load(), Late: f.late.Load(), StrayLeaves: f.stray.Load(), BadReports: f.badReports.Load(),
 		ReplyFailures: f.replyFailures.Load(), DemandWithheld: f.demandWithheld.Load(),
 		LateCompleted: f.lateCompleted.Load(), LateUnfinished: f.lateUnfinished.Load(),
+		ExecutedItems: f.executedItems.Load(), DroppedWorkItems: f.droppedWork.Load(),
 		InFlight: f.inFlight.Load(), DroppedRequests: f.droppedRequests.Total(),
 		DroppedResults: f.droppedResults.Total(), DroppedControl: f.droppedControl.Total()}
 }

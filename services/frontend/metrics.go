@@ -11,7 +11,7 @@ func (f *Frontend) exportCounters() {
 	f.cfg.Metrics.AddSource(func() metrics.FrontendCounts {
 		s := f.Stats()
 		return metrics.FrontendCounts{Accepted: s.Accepted, Refused: s.Refused, Overloaded: s.Overloaded, Late: s.Late,
-			StrayLeaves: s.StrayLeaves, BadReports: s.BadReports, ReplyFailures: s.ReplyFailures,
+			StrayLeaves: s.StrayLeaves, ExecutedItems: s.ExecutedItems, DroppedWorkItems: s.DroppedWorkItems, BadReports: s.BadReports, ReplyFailures: s.ReplyFailures,
 			DroppedRequests: s.DroppedRequests, DroppedResults: s.DroppedResults, DroppedControl: s.DroppedControl}
 	})
 }
