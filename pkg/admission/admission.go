@@ -13,7 +13,12 @@
 //     queue behind takes to drain, is refused. The work ahead is the frontend's own requests in flight for the
 //     pipeline (its share of every queue the request would join), and the rate it drains at is the rate the
 //     frontend's requests of the pipeline were answered recently (Little's law: in flight / throughput is the time a
-//     new request spends in the system).
+//     new request spends in the system). That estimate is a mean, and requests near it miss their deadline; so the
+//     requests in flight are also bounded by a limit learned from their answers, additive increase and
+//     multiplicative decrease as TCP's window: an answer in time raises it by 1/limit, a request answered late or
+//     dropped (admitted after the last cut) cuts it to LimitCut times the lowest of the limit, what is in flight,
+//     and what the pipeline answers in the time the request had. It holds the queues where the requests admitted
+//     are answered in time, whatever the plan believes the cluster serves.
 package admission
 
 import (
@@ -39,15 +44,21 @@ type Config struct {
 	// Window is the time constant of the rates a gate measures (arrivals per class, answers); default 2 s.
 	Window time.Duration
 	// QueueShare is the share of the time to its deadline a request may expect to spend in the system (the work
-	// ahead of it drained at the rate answers come); beyond it, it is refused. Default 0.75: the estimate is a
-	// mean, and a request's own batches and hops spread its latency around it.
+	// ahead of it drained at the rate answers come); beyond it, it is refused. Default 1: the learned limit keeps
+	// the mean well inside the deadline; this refuses what cannot be in time even on average (short deadlines).
 	QueueShare float64
+	// LimitCut is the factor a violation cuts the limit on requests in flight by (default 0.9); MinLimit the
+	// lowest limit (default 4).
+	LimitCut float64
+	MinLimit float64
 }
 
 // Defaults of Config.
 const (
 	DefaultWindow     = 2 * time.Second
-	DefaultQueueShare = 0.75
+	DefaultQueueShare = 1
+	DefaultLimitCut   = 0.9
+	DefaultMinLimit   = 4
 )
 
 // Plan is what a gate needs of the plan in force for a pipeline (Of builds it).
@@ -99,6 +110,9 @@ type pipeState struct {
 	arrivals [pipeline.MaxPriority + 1]decayed
 	answers  decayed // counted from since
 	inFlight int
+	// limit bounds inFlight once a violation set it (0: no bound yet); cut is when it was last cut.
+	limit float64
+	cut   time.Time
 }
 
 // New returns a gate.
@@ -108,6 +122,12 @@ func New(cfg Config) *Gate {
 	}
 	if cfg.QueueShare <= 0 {
 		cfg.QueueShare = DefaultQueueShare
+	}
+	if cfg.LimitCut <= 0 || cfg.LimitCut >= 1 {
+		cfg.LimitCut = DefaultLimitCut
+	}
+	if cfg.MinLimit <= 0 {
+		cfg.MinLimit = DefaultMinLimit
 	}
 	return &Gate{cfg: cfg, pipes: map[string]*pipeState{}}
 }
@@ -153,17 +173,40 @@ func (g *Gate) Decide(r Request, p Plan) Decision {
 			"%s take about %v to be answered, too long for the %v to the deadline; retry later", s.inFlight,
 			r.Pipeline, time.Duration(wait*float64(time.Second)).Round(time.Millisecond), left.Round(time.Millisecond))}
 	}
+	if s.limit > 0 && float64(s.inFlight) >= s.limit {
+		return Decision{Reason: ReasonDeadline, Detail: fmt.Sprintf("overloaded: pipeline %s has %d requests in "+
+			"flight, as many as it answers in time now; retry later", r.Pipeline, s.inFlight)}
+	}
 	s.inFlight++
 	return Decision{Admit: true}
 }
 
-// Done records the answer to an admitted request of pipeline at now.
-func (g *Gate) Done(pipelineName string, now time.Time) {
+// Done records the answer, at now, to a request of pipeline admitted at admitted; violated: it was late, or
+// dropped in part or whole (not an answer in time).
+func (g *Gate) Done(pipelineName string, admitted, now time.Time, violated bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if s := g.pipes[pipelineName]; s != nil && s.inFlight > 0 {
-		s.inFlight--
-		s.answers.add(now, g.cfg.Window.Seconds(), 1)
+	s := g.pipes[pipelineName]
+	if s == nil || s.inFlight == 0 {
+		return
+	}
+	s.inFlight--
+	s.answers.add(now, g.cfg.Window.Seconds(), 1)
+	switch {
+	case violated && admitted.After(s.cut):
+		// One cut per round: the requests admitted before it were admitted under the old limit, and their
+		// violations say nothing of the new one.
+		// From what is in flight, at most (a limit far above it has not bound), and from what the pipeline
+		// answers in the time the request had (Little's law: more in flight waits longer than that).
+		limit := min(float64(s.inFlight+1), s.answers.rate(now, g.cfg.Window.Seconds())*now.Sub(admitted).Seconds())
+		if s.limit > 0 {
+			limit = min(limit, s.limit)
+		}
+		s.limit = max(g.cfg.MinLimit, limit*g.cfg.LimitCut)
+		s.cut = now
+	case !violated && s.limit > 0 && float64(s.inFlight+1) >= s.limit/2:
+		// Raised only while it binds, or nearly: a limit far above what is in flight has not been tested.
+		s.limit += 1 / s.limit
 	}
 }
 
