@@ -15,8 +15,9 @@
 //     frontend's requests of the pipeline were answered recently (Little's law: in flight / throughput is the time a
 //     new request spends in the system). That estimate is a mean, and requests near it miss their deadline; so the
 //     requests in flight are also bounded by a limit learned from their answers, additive increase and
-//     multiplicative decrease as TCP's window: an answer in time raises it by 1/limit, a request answered late or
-//     dropped (admitted after the last cut) cuts it to LimitCut times the lowest of the limit, what is in flight,
+//     multiplicative decrease as TCP's window: an answer in time raises it (by 1/limit, faster the longer since the
+//     last cut), a request answered late or dropped (admitted after the last cut, while more than TargetViolations
+//     of the recent answers are violations) cuts it to LimitCut times the lowest of the limit, what is in flight,
 //     and what the pipeline answers in the time the request had. It holds the queues where the requests admitted
 //     are answered in time, whatever the plan believes the cluster serves.
 package admission
@@ -51,6 +52,9 @@ type Config struct {
 	// lowest limit (default 4).
 	LimitCut float64
 	MinLimit float64
+	// TargetViolations is the share of recent answers (over Window) that may be violations before one cuts the
+	// limit (default 0.005): the odd late request of a pipeline that is not congested cuts nothing.
+	TargetViolations float64
 }
 
 // Defaults of Config.
@@ -59,6 +63,9 @@ const (
 	DefaultQueueShare = 1
 	DefaultLimitCut   = 0.9
 	DefaultMinLimit   = 4
+	DefaultTarget     = 0.005
+	// maxRecovery bounds the acceleration of the limit's increase (windows since the last cut).
+	maxRecovery = 30
 )
 
 // Plan is what a gate needs of the plan in force for a pipeline (Of builds it).
@@ -109,6 +116,7 @@ type pipeState struct {
 	since    time.Time // the first request
 	arrivals [pipeline.MaxPriority + 1]decayed
 	answers  decayed // counted from since
+	violated decayed // answers that were violations
 	inFlight int
 	// limit bounds inFlight once a violation set it (0: no bound yet); cut is when it was last cut.
 	limit float64
@@ -128,6 +136,9 @@ func New(cfg Config) *Gate {
 	}
 	if cfg.MinLimit <= 0 {
 		cfg.MinLimit = DefaultMinLimit
+	}
+	if cfg.TargetViolations <= 0 {
+		cfg.TargetViolations = DefaultTarget
 	}
 	return &Gate{cfg: cfg, pipes: map[string]*pipeState{}}
 }
@@ -191,22 +202,29 @@ func (g *Gate) Done(pipelineName string, admitted, now time.Time, violated bool)
 		return
 	}
 	s.inFlight--
-	s.answers.add(now, g.cfg.Window.Seconds(), 1)
+	tau := g.cfg.Window.Seconds()
+	s.answers.add(now, tau, 1)
+	if violated {
+		s.violated.add(now, tau, 1)
+	}
 	switch {
-	case violated && admitted.After(s.cut):
+	case violated && admitted.After(s.cut) && s.violated.at(now, tau) > g.cfg.TargetViolations*s.answers.at(now, tau):
 		// One cut per round: the requests admitted before it were admitted under the old limit, and their
 		// violations say nothing of the new one.
 		// From what is in flight, at most (a limit far above it has not bound), and from what the pipeline
 		// answers in the time the request had (Little's law: more in flight waits longer than that).
-		limit := min(float64(s.inFlight+1), s.answers.rate(now, g.cfg.Window.Seconds())*now.Sub(admitted).Seconds())
+		limit := min(float64(s.inFlight+1), s.answers.rate(now, tau)*now.Sub(admitted).Seconds())
 		if s.limit > 0 {
 			limit = min(limit, s.limit)
 		}
 		s.limit = max(g.cfg.MinLimit, limit*g.cfg.LimitCut)
 		s.cut = now
 	case !violated && s.limit > 0 && float64(s.inFlight+1) >= s.limit/2:
-		// Raised only while it binds, or nearly: a limit far above what is in flight has not been tested.
-		s.limit += 1 / s.limit
+		// Raised only while it binds, or nearly: a limit far above what is in flight has not been tested. The
+		// longer since the last cut, the faster (1 a round, and 1 more for every window): a limit cut while the
+		// cluster was small (a cold start) catches up with the plan that grew it within seconds, and one near the
+		// pipeline's capacity probes it gently.
+		s.limit += (1 + min(now.Sub(s.cut).Seconds()/tau, maxRecovery)) / s.limit
 	}
 }
 

@@ -273,3 +273,27 @@ func TestOfTraffic(t *testing.T) {
 		t.Errorf("fastest path %.1f ms: yolov5n alone takes 20", want)
 	}
 }
+
+// TestLimitCatchesUpWithAGrownCluster: the pipeline answers 20 requests a second for 3 s (a cold plan), then 100
+// (the plan grew), with requests coming at 200/s: the limit cut while it was small catches up, and from 15 s on the
+// pipeline answers in time nearly all it can. Without the acceleration it takes about a minute.
+func TestLimitCatchesUpWithAGrownCluster(t *testing.T) {
+	g := New(Config{})
+	q := &fifo{rate: 20, deadline: time.Second}
+	for now := t0; now.Before(t0.Add(25 * time.Second)); now = now.Add(5 * time.Millisecond) {
+		switch {
+		case now.Equal(t0.Add(3 * time.Second)):
+			q.rate = 100
+		case now.Equal(t0.Add(15 * time.Second)):
+			q.inTime, q.late = 0, 0
+		}
+		q.answer(g, now)
+		if g.Decide(Request{Pipeline: "p", Now: now, Deadline: now.Add(time.Second)}, Plan{FastestMs: 10}).Admit {
+			q.queue = append(q.queue, &queued{admitted: now})
+		}
+	}
+	if q.inTime < 850 || q.late > 10 {
+		t.Errorf("from 15 s to 25 s: %d answered in time, %d late; want at least 850 of the 1,000 the pipeline "+
+			"answers, few late", q.inTime, q.late)
+	}
+}

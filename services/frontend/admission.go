@@ -57,10 +57,12 @@ func (f *Frontend) admitRequest(pipelineName string, header func(string) string,
 	return false, refuse(ErrOverloaded, "%s", d.Detail)
 }
 
-// gateDone tells the gate an admitted request was answered.
-func (f *Frontend) gateDone(pipelineName string, gated bool) {
+// gateDone tells the gate an admitted request (arrived at arrival) was answered with status ("" for a refusal after
+// admission): late, dropped and partial are violations, which cut its limit on requests in flight.
+func (f *Frontend) gateDone(pipelineName string, gated bool, arrival time.Time, status string) {
 	if gated {
-		f.gate.Done(pipelineName, time.Now())
+		violated := status == wire.StatusLate || status == wire.StatusDropped || status == wire.StatusPartial
+		f.gate.Done(pipelineName, arrival, time.Now(), violated)
 	}
 }
 

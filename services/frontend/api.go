@@ -61,7 +61,7 @@ func (f *Frontend) onRequest(m *nats.Msg) {
 	respond := f.natsReplier(m, asJSON)
 	if !f.intake.offer(func(t *turn) { f.serveNATS(m, pipelineName, asJSON, arrival, gated, respond, t) }) {
 		f.release()
-		f.gateDone(pipelineName, gated)
+		f.gateDone(pipelineName, gated, arrival, "")
 		f.refuseNATS(m, asJSON, pipelineName, "", f.intakeRefusal())
 	}
 }
@@ -79,7 +79,7 @@ func (f *Frontend) serveNATS(m *nats.Msg, pipelineName string, asJSON bool, arri
 	m.Data = nil
 	if err != nil {
 		f.release()
-		f.gateDone(pipelineName, gated)
+		f.gateDone(pipelineName, gated, arrival, "")
 		f.refuseNATS(m, asJSON, pipelineName, sub.req.ID, err)
 	}
 }
@@ -340,7 +340,7 @@ func (f *Frontend) serveInfer(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if err != nil {
-		f.gateDone(sub.pipeline, gated)
+		f.gateDone(sub.pipeline, gated, arrival, "")
 		f.refuseHTTP(w, sub.pipeline, err)
 		return
 	}

@@ -156,7 +156,7 @@ func (f *Frontend) finish(r *request, late bool, failure string) {
 	if rep.Status == wire.StatusDropped {
 		f.droppedWork.Add(n)
 	}
-	f.gateDone(r.pipeline, r.gated)
+	f.gateDone(r.pipeline, r.gated, r.start, rep.Status)
 	r.reply(rep)
 }
 
