@@ -65,7 +65,7 @@ const (
 	DefaultMinLimit   = 4
 	DefaultTarget     = 0.005
 	// maxRecovery bounds the acceleration of the limit's increase (windows since the last cut).
-	maxRecovery = 30
+	maxRecovery = 4
 )
 
 // Plan is what a gate needs of the plan in force for a pipeline (Of builds it).

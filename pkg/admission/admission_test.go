@@ -115,11 +115,13 @@ func TestDeadlineNearerThanTheFastestPath(t *testing.T) {
 	}
 }
 
-// fifo is a pipeline that runs its requests one at a time, in the order admitted, rate a second, and answers as the
-// frontend and workers do: a request whose deadline passes is answered late then (and its work, when its turn comes,
-// is dropped unexecuted); one executed in time is answered when done.
+// fifo is a pipeline that takes its requests one at a time, in the order admitted, rate a second, each done floor
+// after its admission at the earliest (its hops), and answers as the frontend and workers do: a request whose
+// deadline passes is answered late then (and its work, when its turn comes, is dropped unexecuted); one executed in
+// time is answered when done.
 type fifo struct {
 	rate     float64
+	floor    time.Duration
 	deadline time.Duration
 	queue    []*queued
 	free     time.Time // when the model is free for the next request
@@ -149,11 +151,11 @@ func (q *fifo) answer(g *Gate, now time.Time) {
 			q.queue = q.queue[1:]
 			continue
 		}
-		done := start.Add(each)
+		done := later(start.Add(each), head.admitted.Add(q.floor))
 		if done.After(now) || done.After(due) && !head.answered && due.After(now) {
 			break
 		}
-		q.free = done
+		q.free = start.Add(each)
 		q.queue = q.queue[1:]
 		if done.After(due) {
 			if !head.answered {
@@ -274,12 +276,14 @@ func TestOfTraffic(t *testing.T) {
 	}
 }
 
-// TestLimitCatchesUpWithAGrownCluster: the pipeline answers 20 requests a second for 3 s (a cold plan), then 100
-// (the plan grew), with requests coming at 200/s: the limit cut while it was small catches up, and from 15 s on the
-// pipeline answers in time nearly all it can. Without the acceleration it takes about a minute.
+// TestLimitCatchesUpWithAGrownCluster: the pipeline takes 20 requests a second for 3 s (a cold plan), then 100 (the
+// plan grew), each done half a second after its admission at the earliest, with requests coming at 200/s: the limit
+// cut while it was small catches up (the pipeline answers no more than the limit allows: limit / 0.5 s), and from
+// 15 s on the pipeline answers in time nearly all it can, with one overshoot when the limit first finds the grown
+// pipeline's capacity (a few percent late). Without the acceleration it answers half as many.
 func TestLimitCatchesUpWithAGrownCluster(t *testing.T) {
 	g := New(Config{})
-	q := &fifo{rate: 20, deadline: time.Second}
+	q := &fifo{rate: 20, floor: 800 * time.Millisecond, deadline: time.Second}
 	for now := t0; now.Before(t0.Add(25 * time.Second)); now = now.Add(5 * time.Millisecond) {
 		switch {
 		case now.Equal(t0.Add(3 * time.Second)):
@@ -292,8 +296,8 @@ func TestLimitCatchesUpWithAGrownCluster(t *testing.T) {
 			q.queue = append(q.queue, &queued{admitted: now})
 		}
 	}
-	if q.inTime < 850 || q.late > 10 {
+	if q.inTime < 850 || float64(q.late) > 0.04*float64(q.inTime+q.late) {
 		t.Errorf("from 15 s to 25 s: %d answered in time, %d late; want at least 850 of the 1,000 the pipeline "+
-			"answers, few late", q.inTime, q.late)
+			"answers, under 4%% late", q.inTime, q.late)
 	}
 }
