@@ -35,14 +35,14 @@ func (f *Frontend) admitRequest(pipelineName string, header func(string) string,
 	if err != nil {
 		return false, err
 	}
-	f.mu.Lock()
+	f.admMu.Lock()
 	gp := f.gatePlans[pipelineName]
 	if gp.plan != p {
 		gp = gatePlan{plan: p, of: admission.Of(spec, p)}
 		f.gatePlans[pipelineName] = gp
 	}
-	u := f.rng.Float64()
-	f.mu.Unlock()
+	u := f.admRng.Float64()
+	f.admMu.Unlock()
 	d := f.gate.Decide(admission.Request{Pipeline: pipelineName, Class: class, Now: arrival, Deadline: deadline, U: u},
 		gp.of)
 	if d.Admit {
@@ -50,9 +50,9 @@ func (f *Frontend) admitRequest(pipelineName string, header func(string) string,
 	}
 	// Demand the plan did not serve is demand still: the planner's estimate must see it, or it would fall to what
 	// the plan serves, the plan would look sufficient, and admission would stop.
-	f.mu.Lock()
-	f.demand[pipelineName]++
-	f.mu.Unlock()
+	f.admMu.Lock()
+	f.refusedDemand[pipelineName]++
+	f.admMu.Unlock()
 	f.cfg.Metrics.AdmissionRefused(pipelineName, class, d.Reason)
 	return false, refuse(ErrOverloaded, "%s", d.Detail)
 }

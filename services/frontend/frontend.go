@@ -189,8 +189,15 @@ type Frontend struct {
 	rng     *rand.Rand                     // routing, under mu
 	demand  map[string]int                 // requests accepted per pipeline since the last report, under mu
 	watched map[string]*completion.Tracker // requests answered late, for lateWatch (late.go), under mu
-	// gatePlans is what the gate needs of each pipeline's plan in force (admission.go), under mu.
-	gatePlans map[string]gatePlan
+
+	// Admission control's state (admission.go), under admMu: its own lock, so that the request callback, which
+	// decides, does not wait behind the result callback's use of mu.
+	admMu sync.Mutex
+	// gatePlans is what the gate needs of each pipeline's plan in force; refusedDemand the requests the gate refused
+	// per pipeline since the last demand report; admRng draws the rate rule's admissions.
+	gatePlans     map[string]gatePlan
+	refusedDemand map[string]int
+	admRng        *rand.Rand
 
 	accepted, refused, overloaded, replied, late, stray, badReports, replyFailures, demandWithheld atomic.Uint64
 	lateCompleted, lateUnfinished, executedItems, droppedWork                                      atomic.Uint64
@@ -220,9 +227,9 @@ func New(nc *nats.Conn, cfg Config) (*Frontend, error) {
 		intake:     newIntake(cfg.IntakeQueue),
 		complaints: ratelog.New(cfg.Logger, 0, 0),
 		ready:      make(chan struct{}), pending: map[string]*request{}, demand: map[string]int{},
-		watched: map[string]*completion.Tracker{}, gatePlans: map[string]gatePlan{},
-		gate: admission.New(cfg.Admission),
-		rng:  rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0xf00d)),
+		watched: map[string]*completion.Tracker{}, gatePlans: map[string]gatePlan{}, refusedDemand: map[string]int{},
+		gate: admission.New(cfg.Admission), admRng: rand.New(rand.NewPCG(rand.Uint64(), 0xad317)),
+		rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0xf00d)),
 	}
 	f.micro = newMicroService(f)
 	f.exportCounters()

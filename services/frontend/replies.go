@@ -33,6 +33,12 @@ func (f *Frontend) reportDemand(ctx context.Context) {
 			counts := f.demand
 			f.demand = make(map[string]int, len(counts))
 			f.mu.Unlock()
+			f.admMu.Lock()
+			for name, n := range f.refusedDemand {
+				counts[name] += n
+			}
+			clear(f.refusedDemand)
+			f.admMu.Unlock()
 			interval := now.Sub(last)
 			last = now
 			// What a frontend counts while its clients cannot reach it (the connection lost, or the server
