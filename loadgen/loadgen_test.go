@@ -50,24 +50,71 @@ func respond(t *testing.T, nc *nats.Conn, status func(i int64) string, delay tim
 
 func TestCountsEveryOutcome(t *testing.T) {
 	nc := connect(t)
-	statuses := []string{wire.StatusOK, wire.StatusOK, wire.StatusLate, wire.StatusPartial, wire.StatusDropped, wire.StatusError, ""}
+	statuses := []string{wire.StatusOK, wire.StatusOK, wire.StatusLate, wire.StatusPartial, wire.StatusDropped, wire.StatusError,
+		wire.StatusOverloaded, ""}
 	respond(t, nc, func(i int64) string { return statuses[i%int64(len(statuses))] }, 0)
 	s, err := Run(context.Background(), nc, Config{Pipeline: "p", QPS: 300, Duration: time.Second,
 		Timeout: 100 * time.Millisecond, Grace: 200 * time.Millisecond}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Sent == 0 || s.OK+s.Late+s.Partial+s.Dropped+s.Errors+s.Lost != s.Sent {
+	if s.Sent == 0 || s.OK+s.Late+s.Partial+s.Dropped+s.Errors+s.Refused+s.Lost != s.Sent {
 		t.Fatalf("outcomes do not add up to sent: %+v", s)
 	}
-	if s.Lost == 0 || s.Late == 0 || s.Errors == 0 || s.Partial == 0 || s.Dropped == 0 {
+	if s.Lost == 0 || s.Late == 0 || s.Errors == 0 || s.Partial == 0 || s.Dropped == 0 || s.Refused == 0 {
 		t.Errorf("an outcome was not counted: %+v", s)
 	}
 	if want := float64(s.Sent-s.OK) / float64(s.Sent); s.SLOViolationRatio != want {
 		t.Errorf("violation ratio %v, want %v", s.SLOViolationRatio, want)
 	}
+	if want := float64(s.Sent-s.Refused-s.OK) / float64(s.Sent-s.Refused); s.AcceptedViolationRatio != want {
+		t.Errorf("violation ratio among the accepted %v, want %v", s.AcceptedViolationRatio, want)
+	}
 	if s.P50Ms <= 0 || s.P99Ms < s.P50Ms {
 		t.Errorf("latency percentiles %v %v", s.P50Ms, s.P99Ms)
+	}
+}
+
+// TestRefusalsApart: refusals (status overloaded) come at once, the other replies after 80 ms: the refusals are
+// counted and timed apart, the latency percentiles are the accepted requests', and so are the violations of
+// accepted_violation_ratio (the late ones, a fifth of the accepted).
+func TestRefusalsApart(t *testing.T) {
+	nc := connect(t)
+	statuses := []string{wire.StatusOverloaded, wire.StatusOK, wire.StatusOverloaded, wire.StatusOK, wire.StatusOK,
+		wire.StatusOK, wire.StatusLate}
+	var n atomic.Int64
+	if _, err := nc.Subscribe(wire.InferSubject("p"), func(m *nats.Msg) {
+		st := statuses[(n.Add(1)-1)%int64(len(statuses))]
+		data, _ := msgpack.Marshal(&wire.InferReply{RequestID: "x", Pipeline: "p", Status: st})
+		if st == wire.StatusOverloaded {
+			m.Respond(data)
+			return
+		}
+		time.AfterFunc(80*time.Millisecond, func() { m.Respond(data) })
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Run(context.Background(), nc, Config{Pipeline: "p", QPS: 200, Duration: time.Second,
+		Timeout: time.Second, Grace: 200 * time.Millisecond}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Refused == 0 || s.Refused+s.OK+s.Late != s.Sent || s.Lost != 0 {
+		t.Fatalf("outcomes: %+v", s)
+	}
+	if s.RefusedP99Ms <= 0 || s.RefusedP99Ms >= 80 || s.P50Ms < 80 {
+		t.Errorf("refusals' p99 %.1f ms, accepted p50 %.1f ms: want the refusals under 80 ms, the others over",
+			s.RefusedP99Ms, s.P50Ms)
+	}
+	if want := float64(s.Late) / float64(s.OK+s.Late); s.AcceptedViolationRatio != want || s.SLOViolationRatio <= want {
+		t.Errorf("violations among the accepted %v (all %v), want %v: the late among the accepted",
+			s.AcceptedViolationRatio, s.SLOViolationRatio, want)
+	}
+	line, _ := json.Marshal(s)
+	for _, key := range []string{`"refused":`, `"refused_p99_ms":`, `"accepted_violation_ratio":`} {
+		if !bytes.Contains(line, []byte(key)) {
+			t.Errorf("JSON summary lacks %s: %s", key, line)
+		}
 	}
 }
 

@@ -111,13 +111,18 @@ func main() {
 
 func printSummary(s Summary) {
 	fmt.Printf("pipeline %s: %d sent in %.1fs (%.1f/s of %.1f/s asked)\n", s.Pipeline, s.Sent, s.DurationS, s.AchievedQPS, s.QPS)
-	fmt.Printf("  ok %d  partial %d  dropped %d  late %d  errors %d  lost %d\n", s.OK, s.Partial, s.Dropped, s.Late, s.Errors, s.Lost)
+	fmt.Printf("  ok %d  partial %d  dropped %d  late %d  errors %d  lost %d  refused %d\n", s.OK, s.Partial, s.Dropped,
+		s.Late, s.Errors, s.Lost, s.Refused)
 	if s.Resent+s.Retried+s.Duplicates+s.LateReplies+s.ExtraReplies > 0 {
 		fmt.Printf("  attempts resent after a reconnect %d, retried after no responders %d; duplicate replies %d, "+
 			"late replies %d, extra replies %d\n", s.Resent, s.Retried, s.Duplicates, s.LateReplies, s.ExtraReplies)
 	}
 	fmt.Printf("  latency p50 %.1f ms  p95 %.1f ms  p99 %.1f ms  mean %.1f ms\n", s.P50Ms, s.P95Ms, s.P99Ms, s.MeanLatencyMs)
 	fmt.Printf("  SLO violations %.2f%% (every reply that is not ok, and every lost request)\n", 100*s.SLOViolationRatio)
+	if s.Refused > 0 {
+		fmt.Printf("  refused at once %d (p99 %.1f ms; the latencies above are the accepted requests'); violations "+
+			"among the accepted %.2f%%\n", s.Refused, s.RefusedP99Ms, 100*s.AcceptedViolationRatio)
+	}
 	fmt.Printf("  mean accuracy %.4f (of the ok and partial replies)\n", s.MeanAccuracy)
 	if s.PredictedAccuracy > 0 || s.MeasuredAccuracy > 0 {
 		fmt.Printf("  lines read exactly %.4f, profile predicts %.4f (ok replies against ground truth); page character accuracy %.4f\n",

@@ -61,7 +61,11 @@ type Summary struct {
 	Dropped   int     `json:"dropped"`
 	Late      int     `json:"late"`
 	Errors    int     `json:"errors"`
-	Lost      int     `json:"lost"`
+	// Refused counts the replies with status overloaded: requests the system refused at once, before they cost
+	// model time (admission control, the frontend's bounds). RefusedP99Ms is the 99th percentile of their latency.
+	Refused      int     `json:"refused"`
+	RefusedP99Ms float64 `json:"refused_p99_ms"`
+	Lost         int     `json:"lost"`
 	// Duplicates counts replies beyond the first to one attempt of a request (each one a broken exactly-once
 	// promise); LateReplies, replies that came after their request was counted lost. Neither changes the request's
 	// own outcome.
@@ -70,15 +74,20 @@ type Summary struct {
 	// Resent counts the attempts sent after a reconnect for requests unanswered when the connection dropped;
 	// Retried, those sent after a "no responders" answer; ExtraReplies, replies to an attempt of a request that
 	// another of its attempts had already answered (the work was done twice, the client told once: no fault).
-	Resent            int     `json:"resent"`
-	Retried           int     `json:"retried"`
-	ExtraReplies      int     `json:"extra_replies"`
+	Resent       int `json:"resent"`
+	Retried      int `json:"retried"`
+	ExtraReplies int `json:"extra_replies"`
+	// P50Ms .. MeanLatencyMs are the latencies of the replies to the requests the system accepted (every status
+	// but overloaded).
 	P50Ms             float64 `json:"p50_ms"`
 	P95Ms             float64 `json:"p95_ms"`
 	P99Ms             float64 `json:"p99_ms"`
 	MeanLatencyMs     float64 `json:"mean_latency_ms"`
 	SLOViolationRatio float64 `json:"slo_violation_ratio"`
-	AchievedQPS       float64 `json:"achieved_qps"`
+	// AcceptedViolationRatio is the violations among the requests the system accepted: those not refused, whose
+	// reply is not ok (lost ones included), over the requests sent less the refused.
+	AcceptedViolationRatio float64 `json:"accepted_violation_ratio"`
+	AchievedQPS            float64 `json:"achieved_qps"`
 	// MeanAccuracy is the mean profiled end-to-end accuracy of the ok and partial replies (the reply's accuracy).
 	MeanAccuracy float64 `json:"mean_accuracy"`
 	// With a labelled set (--images), over the ok replies: the share of true lines found and read exactly (what
@@ -102,6 +111,7 @@ type Second struct {
 	Sent       int `json:"sent"`
 	OK         int `json:"ok"`
 	Violations int `json:"violations"`
+	Refused    int `json:"refused"` // of the violations, refused at once (status overloaded)
 	Lost       int `json:"lost"`
 	Duplicates int `json:"duplicates"`
 }
@@ -190,7 +200,8 @@ type run struct {
 	disconnectedAt time.Time
 	done           bool // the run is over: no more attempts
 	series         []Second
-	latencies      []float64
+	latencies      []float64 // of the replies to accepted requests
+	refusedLat     []float64 // of the refusals (status overloaded)
 	sum            Summary
 	noResp         int // requests answered "no responders" (after their retries)
 	accSum         float64
@@ -392,6 +403,9 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, progress io.Writer) (Su
 	if s.Sent > 0 {
 		s.SLOViolationRatio = float64(s.Sent-s.OK) / float64(s.Sent)
 	}
+	if accepted := s.Sent - s.Refused; accepted > 0 {
+		s.AcceptedViolationRatio = float64(accepted-s.OK) / float64(accepted)
+	}
 	if r.accN > 0 {
 		s.MeanAccuracy = r.accSum / float64(r.accN)
 	}
@@ -410,6 +424,8 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, progress io.Writer) (Su
 		s.PredictedAccuracy = t.predicted / float64(t.lines)
 		s.PageCharAccuracy = t.pageChars / float64(t.pages)
 	}
+	slices.Sort(r.refusedLat)
+	s.RefusedP99Ms = quantile(r.refusedLat, 0.99)
 	slices.Sort(r.latencies)
 	s.P50Ms, s.P95Ms, s.P99Ms = quantile(r.latencies, 0.5), quantile(r.latencies, 0.95), quantile(r.latencies, 0.99)
 	if len(r.latencies) > 0 {
@@ -625,9 +641,13 @@ func (r *run) onReply(m *nats.Msg) {
 	}
 	sec := &r.series[p.second]
 
-	r.latencies = append(r.latencies, float64(now.Sub(p.sent).Microseconds())/1000)
 	var rep wire.InferReply
 	err := wire.UnmarshalMsgpack(m.Data, &rep)
+	if lat := float64(now.Sub(p.sent).Microseconds()) / 1000; err == nil && rep.Status == wire.StatusOverloaded {
+		r.refusedLat = append(r.refusedLat, lat)
+	} else {
+		r.latencies = append(r.latencies, lat)
+	}
 	if err == nil && rep.Status == wire.StatusOK {
 		sec.OK++
 	} else {
@@ -660,6 +680,9 @@ func (r *run) onReply(m *nats.Msg) {
 		r.sum.Dropped++
 	case wire.StatusLate:
 		r.sum.Late++
+	case wire.StatusOverloaded:
+		r.sum.Refused++
+		sec.Refused++
 	default:
 		r.sum.Errors++
 		if r.sum.FirstError == "" {
@@ -713,8 +736,9 @@ func (r *run) report(w io.Writer, start time.Time, warmup time.Duration, stop <-
 			continue
 		}
 		slices.Sort(lat)
-		fmt.Fprintf(w, "%5.1fs sent %d ok %d partial %d dropped %d late %d errors %d in-flight %d p50 %.1fms\n",
-			time.Since(start).Seconds(), s.Sent, s.OK, s.Partial, s.Dropped, s.Late, s.Errors, inflight, quantile(lat, 0.5))
+		fmt.Fprintf(w, "%5.1fs sent %d ok %d partial %d dropped %d late %d errors %d refused %d in-flight %d p50 %.1fms\n",
+			time.Since(start).Seconds(), s.Sent, s.OK, s.Partial, s.Dropped, s.Late, s.Errors, s.Refused, inflight,
+			quantile(lat, 0.5))
 	}
 }
 

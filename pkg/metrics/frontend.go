@@ -1,11 +1,10 @@
 package metrics
 
 import (
+	"strconv"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
 // UnknownPipeline is the pipeline label of requests for a pipeline no spec names: the subject is the client's to
@@ -15,6 +14,8 @@ const UnknownPipeline = "_unknown"
 // FrontendCounts are a frontend's cumulative counters (frontend.Stats), exported as _total counters.
 type FrontendCounts struct {
 	Accepted, Refused, Overloaded, Late, StrayLeaves, BadReports, ReplyFailures uint64
+	// Model executions of the items of answered requests, and those spent on requests answered dropped.
+	ExecutedItems, DroppedWorkItems uint64
 	// Messages the NATS client dropped over the subscriptions' pending limits: requests (unanswered), results, and
 	// micro protocol requests.
 	DroppedRequests, DroppedResults, DroppedControl uint64
@@ -22,9 +23,10 @@ type FrontendCounts struct {
 
 // Frontend holds the frontends' metrics: one per registry, shared by the frontends of a process.
 type Frontend struct {
-	requests *prometheus.CounterVec
-	latency  *prometheus.HistogramVec
-	accuracy *prometheus.SummaryVec
+	requests  *prometheus.CounterVec
+	admission *prometheus.CounterVec
+	latency   *prometheus.HistogramVec
+	accuracy  *prometheus.SummaryVec
 
 	mu      sync.Mutex
 	sources []func() FrontendCounts
@@ -38,8 +40,12 @@ func NewFrontend(reg prometheus.Registerer) *Frontend {
 	}
 	m := &Frontend{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: name("frontend", "requests_total"),
-			Help: "Requests answered, by pipeline and reply status (ok, partial, dropped, late, error)."},
+			Help: "Requests answered, by pipeline and reply status (ok, partial, dropped, late, error, overloaded)."},
 			[]string{LabelPipeline, LabelStatus}),
+		admission: prometheus.NewCounterVec(prometheus.CounterOpts{Name: name("frontend", "admission_refusals_total"),
+			Help: "Requests admission control refused at once (status overloaded), by pipeline, priority class and " +
+				"reason (rate: beyond the frontend's share of what the plan serves; deadline: nearer than the " +
+				"fastest path or the queue ahead)."}, []string{LabelPipeline, LabelClass, LabelReason}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name("frontend", "request_duration_seconds"),
 			Help:    "End-to-end latency of answered requests, from arrival at the frontend to the reply, by pipeline and status.",
 			Buckets: LatencyBuckets}, []string{LabelPipeline, LabelStatus}),
@@ -50,7 +56,7 @@ func NewFrontend(reg prometheus.Registerer) *Frontend {
 	for _, c := range frontendCounters {
 		m.descs[c.name] = prometheus.NewDesc(name("frontend", c.name), c.help, nil, nil)
 	}
-	reg.MustRegister(m.requests, m.latency, m.accuracy, m)
+	reg.MustRegister(m.requests, m.admission, m.latency, m.accuracy, m)
 	return m
 }
 
@@ -65,6 +71,10 @@ var frontendCounters = []struct {
 	{"stray_leaves_total", "Leaf reports for requests already answered.", func(c FrontendCounts) uint64 { return c.StrayLeaves }},
 	{"bad_reports_total", "Undecodable or inconsistent result messages.", func(c FrontendCounts) uint64 { return c.BadReports }},
 	{"reply_failures_total", "Replies that could not be encoded or sent.", func(c FrontendCounts) uint64 { return c.ReplyFailures }},
+	{"executed_items_total", "Model executions of the items of answered requests (from their leaves).",
+		func(c FrontendCounts) uint64 { return c.ExecutedItems }},
+	{"dropped_work_items_total", "Of executed_items_total, those of requests answered dropped: model time spent on nothing.",
+		func(c FrontendCounts) uint64 { return c.DroppedWorkItems }},
 	{"dropped_requests_total", "Requests dropped unanswered over the request subscription's pending limits (a flood).",
 		func(c FrontendCounts) uint64 { return c.DroppedRequests }},
 	{"dropped_results_total", "Result messages dropped over the result subscription's pending limits.",
@@ -94,13 +104,22 @@ func (m *Frontend) Replied(pipeline, status string, seconds float64, accuracy fl
 	m.accuracy.WithLabelValues(pipeline).Observe(accuracy)
 }
 
-// Refused records an error reply to a request that never entered a pipeline: in requests_total (status error),
-// not in the latency histogram, which is the pipelines' end-to-end latency.
-func (m *Frontend) Refused(pipeline string) {
+// Refused records the reply to a request that never entered a pipeline: in requests_total (status error, or
+// overloaded), not in the latency histogram, which is the pipelines' end-to-end latency.
+func (m *Frontend) Refused(pipeline, status string) {
 	if m == nil {
 		return
 	}
-	m.requests.WithLabelValues(pipeline, wire.StatusError).Inc()
+	m.requests.WithLabelValues(pipeline, status).Inc()
+}
+
+// AdmissionRefused records a request admission control refused (pkg/admission), by pipeline, class and reason. The
+// pipeline is one a spec names (the gate sees no other).
+func (m *Frontend) AdmissionRefused(pipeline string, class int, reason string) {
+	if m == nil {
+		return
+	}
+	m.admission.WithLabelValues(pipeline, strconv.Itoa(class), reason).Inc()
 }
 
 // Describe implements prometheus.Collector for the counters read from the sources.

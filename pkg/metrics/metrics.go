@@ -69,6 +69,7 @@ const (
 	LabelVariant  = "variant"
 	LabelStatus   = "status"
 	LabelReason   = "reason"
+	LabelClass    = "class" // a priority class, 0-9
 	LabelChild    = "child"
 	LabelMode     = "mode"
 )

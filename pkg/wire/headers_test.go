@@ -52,3 +52,16 @@ func TestReadTaskHeadersRefuses(t *testing.T) {
 		}
 	}
 }
+
+func TestParsePriority(t *testing.T) {
+	for s, want := range map[string]int{"0": 0, " 7 ": 7, "9": 9} {
+		if got, err := ParsePriority(s, 9); err != nil || got != want {
+			t.Errorf("ParsePriority(%q) = %d, %v; want %d", s, got, err, want)
+		}
+	}
+	for _, s := range []string{"", "10", "-1", "high", "2.5"} {
+		if _, err := ParsePriority(s, 9); err == nil || !strings.Contains(err.Error(), HeaderPriority) {
+			t.Errorf("ParsePriority(%q): %v, want an error naming %s", s, err, HeaderPriority)
+		}
+	}
+}

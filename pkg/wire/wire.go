@@ -118,9 +118,11 @@ func WorkerKey(worker string) string { return WorkerKeys.Key(worker) }
 // Headers. Clients set HeaderDeadline or HeaderTimeout (optional) and HeaderContentType; the frontend sets the others
 // on every task message.
 const (
-	HeaderRequestID   = "Sleipnir-Request-Id"
-	HeaderDeadline    = "Sleipnir-Deadline" // absolute, decimal Unix nanoseconds
-	HeaderTimeout     = "Sleipnir-Timeout"  // relative, Go duration ("250ms"); clients only
+	HeaderRequestID = "Sleipnir-Request-Id"
+	HeaderDeadline  = "Sleipnir-Deadline" // absolute, decimal Unix nanoseconds
+	HeaderTimeout   = "Sleipnir-Timeout"  // relative, Go duration ("250ms"); clients only
+	// HeaderPriority is a request's priority class (decimal, 0-9), no higher than its pipeline's; clients only.
+	HeaderPriority    = "Sleipnir-Priority"
 	HeaderPath        = "Sleipnir-Path"     // hops so far: "task/variant,task/variant"
 	HeaderReplyTo     = "Sleipnir-Reply-To" // result subject of the frontend that owns the request
 	HeaderContentType = "Content-Type"
@@ -204,6 +206,9 @@ const (
 	StatusDropped = "dropped" // every item was dropped
 	StatusLate    = "late"    // the deadline passed first; the reply holds what had finished
 	StatusError   = "error"   // the request was refused or every item failed
+	// StatusOverloaded: the request was refused at once, before it cost model time, for lack of room or time
+	// (admission control, the frontend's bounds); retry later, or elsewhere.
+	StatusOverloaded = "overloaded"
 )
 
 // Item statuses, in ItemResult.Status.
@@ -235,6 +240,15 @@ func ParseDeadline(s string) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("%s %q: want decimal Unix nanoseconds", HeaderDeadline, s)
 	}
 	return time.Unix(0, n), nil
+}
+
+// ParsePriority decodes HeaderPriority: a class from 0 to maxClass.
+func ParsePriority(s string, maxClass int) (int, error) {
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil || n < 0 || n > maxClass {
+		return 0, fmt.Errorf("%s %q: want a class from 0 to %d", HeaderPriority, s, maxClass)
+	}
+	return n, nil
 }
 
 // ParseTimeout decodes HeaderTimeout: a Go duration such as "250ms".

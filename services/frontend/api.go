@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -52,18 +51,25 @@ func (f *Frontend) onRequest(m *nats.Msg) {
 		f.refuseNATS(m, asJSON, pipelineName, "", f.inFlightRefusal())
 		return
 	}
-	respond := f.natsReplier(m, asJSON)
-	if !f.intake.offer(func(t *turn) { f.serveNATS(m, pipelineName, asJSON, arrival, respond, t) }) {
+	gated, err := f.admitRequest(pipelineName, m.Header.Get, arrival)
+	if err != nil {
 		f.release()
+		f.refuseNATS(m, asJSON, pipelineName, "", err)
+		return
+	}
+	respond := f.natsReplier(m, asJSON)
+	if !f.intake.offer(func(t *turn) { f.serveNATS(m, pipelineName, asJSON, arrival, gated, respond, t) }) {
+		f.release()
+		f.gateDone(pipelineName, gated, arrival, "")
 		f.refuseNATS(m, asJSON, pipelineName, "", f.intakeRefusal())
 	}
 }
 
 // serveNATS decodes and submits a NATS request, on an intake goroutine.
-func (f *Frontend) serveNATS(m *nats.Msg, pipelineName string, asJSON bool, arrival time.Time,
+func (f *Frontend) serveNATS(m *nats.Msg, pipelineName string, asJSON bool, arrival time.Time, gated bool,
 	respond func(*wire.InferReply), t *turn) {
 	sub := &submission{pipeline: pipelineName, arrival: arrival, trace: bus.HeaderCarrier(m.Header), subject: m.Subject,
-		reply: respond}
+		reply: respond, gated: gated}
 	err := f.decodeNATS(m, asJSON, sub)
 	if err == nil {
 		err = f.submit(context.Background(), sub, t)
@@ -72,13 +78,14 @@ func (f *Frontend) serveNATS(m *nats.Msg, pipelineName string, asJSON bool, arri
 	m.Data = nil
 	if err != nil {
 		f.release()
+		f.gateDone(pipelineName, gated, arrival, "")
 		f.refuseNATS(m, asJSON, pipelineName, sub.req.ID, err)
 	}
 }
 
 func (f *Frontend) refuseNATS(m *nats.Msg, asJSON bool, pipelineName, clientID string, err error) {
 	f.noteRefusal(pipelineName, err)
-	f.replyNATS(m, asJSON, &wire.InferReply{ID: clientID, Pipeline: pipelineName, Status: wire.StatusError,
+	f.replyNATS(m, asJSON, &wire.InferReply{ID: clientID, Pipeline: pipelineName, Status: refusalStatus(err),
 		Error: err.Error(), Results: []wire.ItemResult{}}, err)
 }
 
@@ -113,7 +120,7 @@ func (f *Frontend) replyNATS(m *nats.Msg, asJSON bool, rep *wire.InferReply, ref
 	if rep.TraceID != "" {
 		out.Header.Set(wire.HeaderTraceID, rep.TraceID)
 	}
-	if rep.Status == wire.StatusError {
+	if rep.Status == wire.StatusError || rep.Status == wire.StatusOverloaded {
 		setServiceError(out.Header, rep, refusal)
 	}
 	if err := m.RespondMsg(out); err != nil {
@@ -121,37 +128,6 @@ func (f *Frontend) replyNATS(m *nats.Msg, asJSON bool, rep *wire.InferReply, ref
 		f.complaints.Warn("reply failed", "request", rep.RequestID, "err", err)
 	}
 	f.micro.replied(pipelineOf(m.Subject), rep)
-}
-
-// Log keys of refusals, by kind: a bounded set, each rate-limited on its own.
-var refusalLogKeys = []struct {
-	kind  error
-	key   string
-	level slog.Level
-}{
-	{ErrBadRequest, "refused a bad request", slog.LevelWarn},
-	{ErrTooLarge, "refused a request over the size limit", slog.LevelWarn},
-	{ErrUnknownPipeline, "refused a request for an unknown pipeline", slog.LevelWarn},
-	{ErrOverloaded, "refused a request: overloaded", slog.LevelWarn},
-	{ErrUnavailable, "refused a request: unavailable", slog.LevelError},
-	{ErrInternal, "refused a request: internal error", slog.LevelError},
-}
-
-// noteRefusal counts a refusal and logs it, rate-limited.
-func (f *Frontend) noteRefusal(pipelineName string, err error) {
-	f.refused.Add(1)
-	f.measureRefusal(pipelineName)
-	if errors.Is(err, ErrOverloaded) {
-		f.overloaded.Add(1)
-	}
-	key, level := "refused a request", slog.LevelWarn
-	for _, k := range refusalLogKeys {
-		if errors.Is(err, k.kind) {
-			key, level = k.key, k.level
-			break
-		}
-	}
-	f.complaints.Log(level, key, "pipeline", pipelineName, "err", err)
 }
 
 func (f *Frontend) decodeNATS(m *nats.Msg, asJSON bool, sub *submission) error {
@@ -306,7 +282,13 @@ func (f *Frontend) serveInfer(w http.ResponseWriter, r *http.Request) {
 	replies := make(chan *wire.InferReply, 1)
 	sub := &submission{pipeline: r.PathValue("name"), arrival: arrival, trace: propagation.HeaderCarrier(r.Header),
 		httpRoute: r.Pattern, reply: func(rep *wire.InferReply) { replies <- rep }}
-	err := f.decodeHTTP(w, r, sub)
+	gated, err := f.admitRequest(sub.pipeline, r.Header.Get, arrival)
+	if err != nil {
+		f.refuseHTTP(w, sub.pipeline, err) // before the body is read, as above
+		return
+	}
+	sub.gated = gated
+	err = f.decodeHTTP(w, r, sub)
 	if err == nil {
 		// Publish through the intake too: it bounds the publishes in flight, whatever API they came through.
 		submitted := make(chan error, 1)
@@ -317,6 +299,7 @@ func (f *Frontend) serveInfer(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if err != nil {
+		f.gateDone(sub.pipeline, gated, arrival, "")
 		f.refuseHTTP(w, sub.pipeline, err)
 		return
 	}
@@ -455,6 +438,8 @@ func httpStatus(rep *wire.InferReply, err error) (code int, retry bool) {
 		return http.StatusServiceUnavailable, true
 	case wire.StatusLate:
 		return http.StatusGatewayTimeout, false
+	case wire.StatusOverloaded:
+		return http.StatusTooManyRequests, true
 	case wire.StatusError:
 		if rep.Error != "" {
 			// The frontend failed the request itself (it is shutting down).

@@ -28,6 +28,7 @@ func TestHTTPStatus(t *testing.T) {
 		{"too large", nil, refuse(ErrTooLarge, "x"), http.StatusRequestEntityTooLarge, false},
 		{"unknown pipeline", nil, refuse(ErrUnknownPipeline, "x"), http.StatusNotFound, false},
 		{"overloaded", nil, refuse(ErrOverloaded, "x"), http.StatusTooManyRequests, true},
+		{"reply overloaded", &wire.InferReply{Status: wire.StatusOverloaded}, nil, http.StatusTooManyRequests, true},
 		{"unavailable", nil, refuse(ErrUnavailable, "x"), http.StatusServiceUnavailable, true},
 		{"internal", nil, refuse(ErrInternal, "x"), http.StatusInternalServerError, false},
 		{"an error of no kind", nil, fmt.Errorf("x"), http.StatusInternalServerError, false},
@@ -45,5 +46,29 @@ func TestReplyError(t *testing.T) {
 		{Status: wire.ItemDropped, Reason: wire.DropDeadline}, {Status: wire.ItemError, Reason: "not a PNG"}}}
 	if got, want := replyError(rep), "request partial: 2 dropped: deadline, 1 error: not a PNG"; got != want {
 		t.Errorf("%q, want %q", got, want)
+	}
+}
+
+// TestExecutedItems reads what a model executed from a request's leaves: a dropped leaf was not executed, the items
+// above every leaf were.
+func TestExecutedItems(t *testing.T) {
+	leaf := func(id, status string) wire.ItemResult { return wire.ItemResult{ID: id, Status: status} }
+	for _, tc := range []struct {
+		name   string
+		leaves []wire.ItemResult
+		want   int
+	}{
+		{"the root dropped", []wire.ItemResult{leaf("0", wire.ItemDropped)}, 0},
+		{"the root alone, finished", []wire.ItemResult{leaf("0", wire.ItemOK)}, 1},
+		{"every child dropped", []wire.ItemResult{leaf("0.0", wire.ItemDropped), leaf("0.1", wire.ItemDropped)}, 1},
+		{"two of three finished", []wire.ItemResult{leaf("0.0", wire.ItemOK), leaf("0.1", wire.ItemDropped),
+			leaf("0.2", wire.ItemOK)}, 3},
+		{"grandchildren", []wire.ItemResult{leaf("0.0.0", wire.ItemOK), leaf("0.0.1", wire.ItemDropped),
+			leaf("0.1.0", wire.ItemError)}, 5},
+		{"nothing reported (late)", nil, 0},
+	} {
+		if got := executedItems(tc.leaves); got != tc.want {
+			t.Errorf("%s: %d executed, want %d", tc.name, got, tc.want)
+		}
 	}
 }

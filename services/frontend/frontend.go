@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sleipnir-serving/sleipnir/pkg/admission"
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
 	"github.com/sleipnir-serving/sleipnir/pkg/completion"
 	"github.com/sleipnir-serving/sleipnir/pkg/metrics"
@@ -58,6 +59,10 @@ type Config struct {
 	// MaxTimeout is the furthest ahead a request's deadline may be (Sleipnir-Timeout or Sleipnir-Deadline); further
 	// is refused. Default: the larger of DefaultMaxTimeout and 10 times the pipeline's SLO. At most 24 h.
 	MaxTimeout time.Duration
+	// Admission tunes admission control (pkg/admission; zero: its defaults); NoAdmission turns it off (the
+	// frontend's bounds still refuse what they have no room for).
+	Admission   admission.Config
+	NoAdmission bool
 	// Metrics, if set, records the frontend's requests and exports its counters (pkg/metrics; shared by the
 	// frontends of a process).
 	Metrics *metrics.Frontend
@@ -139,6 +144,11 @@ type Stats struct {
 	// maxWatched were watched are in neither.
 	LateCompleted  uint64 `json:"late_completed"`
 	LateUnfinished uint64 `json:"late_unfinished"`
+	// ExecutedItems counts the model executions of the items of answered requests, read from their leaves (a leaf
+	// that finished or failed, and every item above a leaf); DroppedWorkItems those of requests answered dropped:
+	// model time spent on nothing (what admission control saves).
+	ExecutedItems    uint64 `json:"executed_items"`
+	DroppedWorkItems uint64 `json:"dropped_work_items"`
 	// InFlight is how many requests the frontend holds now, from arrival to reply (at most MaxInFlight).
 	InFlight int64 `json:"in_flight"`
 	// DroppedRequests, DroppedResults and DroppedControl count the messages the NATS client dropped, unanswered,
@@ -169,6 +179,7 @@ type Frontend struct {
 	// complaints rate-limits the log lines of bad input and failed replies; Stats counts every one.
 	complaints *ratelog.Limiter
 	micro      *microService // the NATS micro protocol's view of the frontend
+	gate       *admission.Gate
 
 	catalog *catalog.Catalog
 	ready   chan struct{} // closed when the KV's initial specs and plans are loaded
@@ -179,8 +190,17 @@ type Frontend struct {
 	demand  map[string]int                 // requests accepted per pipeline since the last report, under mu
 	watched map[string]*completion.Tracker // requests answered late, for lateWatch (late.go), under mu
 
+	// Admission control's state (admission.go), under admMu: its own lock, so that the request callback, which
+	// decides, does not wait behind the result callback's use of mu.
+	admMu sync.Mutex
+	// gatePlans is what the gate needs of each pipeline's plan in force; refusedDemand the requests the gate refused
+	// per pipeline since the last demand report; admRng draws the rate rule's admissions.
+	gatePlans     map[string]gatePlan
+	refusedDemand map[string]int
+	admRng        *rand.Rand
+
 	accepted, refused, overloaded, replied, late, stray, badReports, replyFailures, demandWithheld atomic.Uint64
-	lateCompleted, lateUnfinished                                                                  atomic.Uint64
+	lateCompleted, lateUnfinished, executedItems, droppedWork                                      atomic.Uint64
 }
 
 // New prepares a frontend on a connection; Run serves.
@@ -207,8 +227,9 @@ func New(nc *nats.Conn, cfg Config) (*Frontend, error) {
 		intake:     newIntake(cfg.IntakeQueue),
 		complaints: ratelog.New(cfg.Logger, 0, 0),
 		ready:      make(chan struct{}), pending: map[string]*request{}, demand: map[string]int{},
-		watched: map[string]*completion.Tracker{},
-		rng:     rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0xf00d)),
+		watched: map[string]*completion.Tracker{}, gatePlans: map[string]gatePlan{}, refusedDemand: map[string]int{},
+		gate: admission.New(cfg.Admission), admRng: rand.New(rand.NewPCG(rand.Uint64(), 0xad317)),
+		rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0xf00d)),
 	}
 	f.micro = newMicroService(f)
 	f.exportCounters()
@@ -221,6 +242,7 @@ func (f *Frontend) Stats() Stats {
 		Replied: f.replied.Load(), Late: f.late.Load(), StrayLeaves: f.stray.Load(), BadReports: f.badReports.Load(),
 		ReplyFailures: f.replyFailures.Load(), DemandWithheld: f.demandWithheld.Load(),
 		LateCompleted: f.lateCompleted.Load(), LateUnfinished: f.lateUnfinished.Load(),
+		ExecutedItems: f.executedItems.Load(), DroppedWorkItems: f.droppedWork.Load(),
 		InFlight: f.inFlight.Load(), DroppedRequests: f.droppedRequests.Total(),
 		DroppedResults: f.droppedResults.Total(), DroppedControl: f.droppedControl.Total()}
 }

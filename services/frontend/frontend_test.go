@@ -260,7 +260,7 @@ func TestStalledJetStreamRefusesOverload(t *testing.T) {
 	for _, subj := range subjects {
 		rep := decodeReply(t, replies[subj][0])
 		switch {
-		case rep.Status == wire.StatusError && strings.Contains(rep.Error, "overloaded"):
+		case rep.Status == wire.StatusOverloaded && strings.Contains(rep.Error, "overloaded"):
 			overloaded++
 		case rep.Status == wire.StatusLate:
 			late++

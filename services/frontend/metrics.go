@@ -11,7 +11,7 @@ func (f *Frontend) exportCounters() {
 	f.cfg.Metrics.AddSource(func() metrics.FrontendCounts {
 		s := f.Stats()
 		return metrics.FrontendCounts{Accepted: s.Accepted, Refused: s.Refused, Overloaded: s.Overloaded, Late: s.Late,
-			StrayLeaves: s.StrayLeaves, BadReports: s.BadReports, ReplyFailures: s.ReplyFailures,
+			StrayLeaves: s.StrayLeaves, ExecutedItems: s.ExecutedItems, DroppedWorkItems: s.DroppedWorkItems, BadReports: s.BadReports, ReplyFailures: s.ReplyFailures,
 			DroppedRequests: s.DroppedRequests, DroppedResults: s.DroppedResults, DroppedControl: s.DroppedControl}
 	})
 }
@@ -34,9 +34,9 @@ func (f *Frontend) measureReply(r *request, status string, accuracy float64) {
 	}
 }
 
-// measureRefusal records an error reply to a request that never entered a pipeline.
-func (f *Frontend) measureRefusal(pipelineName string) {
+// measureRefusal records the reply (status error or overloaded) to a request that never entered a pipeline.
+func (f *Frontend) measureRefusal(pipelineName, status string) {
 	if f.cfg.Metrics != nil {
-		f.cfg.Metrics.Refused(f.pipelineLabel(pipelineName))
+		f.cfg.Metrics.Refused(f.pipelineLabel(pipelineName), status)
 	}
 }

@@ -118,7 +118,7 @@ func (s *microService) replied(pipelineName string, rep *wire.InferReply) {
 	e.NumRequests++
 	e.ProcessingTime += time.Duration(rep.LatencyMs * float64(time.Millisecond))
 	e.AverageProcessingTime = e.ProcessingTime / time.Duration(e.NumRequests)
-	if rep.Status == wire.StatusError {
+	if rep.Status == wire.StatusError || rep.Status == wire.StatusOverloaded {
 		e.NumErrors++
 		e.LastError = rep.Error
 	}

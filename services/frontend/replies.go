@@ -4,6 +4,7 @@ package frontend
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -32,6 +33,12 @@ func (f *Frontend) reportDemand(ctx context.Context) {
 			counts := f.demand
 			f.demand = make(map[string]int, len(counts))
 			f.mu.Unlock()
+			f.admMu.Lock()
+			for name, n := range f.refusedDemand {
+				counts[name] += n
+			}
+			clear(f.refusedDemand)
+			f.admMu.Unlock()
 			interval := now.Sub(last)
 			last = now
 			// What a frontend counts while its clients cannot reach it (the connection lost, or the server
@@ -150,7 +157,38 @@ func (f *Frontend) finish(r *request, late bool, failure string) {
 	r.span.End()
 	f.measureReply(r, rep.Status, rep.Accuracy)
 	f.replied.Add(1)
+	n := uint64(executedItems(rep.Results))
+	f.executedItems.Add(n)
+	if rep.Status == wire.StatusDropped {
+		f.droppedWork.Add(n)
+	}
+	f.gateDone(r.pipeline, r.gated, r.start, rep.Status)
 	r.reply(rep)
+}
+
+// executedItems is how many of a request's items a model executed, read from its leaves: a leaf that finished or
+// failed was executed, one dropped was not, and every item above a leaf (its id's prefixes: item "0.3" is a child of
+// "0") was executed to emit it. Leaves not reported (a late reply) are not counted.
+func executedItems(results []wire.ItemResult) int {
+	seen := map[string]bool{}
+	for _, it := range results {
+		id := it.ID
+		if it.Status == wire.ItemDropped {
+			id = parentItem(id)
+		}
+		for ; id != "" && !seen[id]; id = parentItem(id) {
+			seen[id] = true
+		}
+	}
+	return len(seen)
+}
+
+// parentItem is the id of the item that emitted id (wire.ChildItemID); "" for the root.
+func parentItem(id string) string {
+	if i := strings.LastIndexByte(id, '.'); i >= 0 {
+		return id[:i]
+	}
+	return ""
 }
 
 // servedAccuracy is the weighted mean of the path accuracies of the finished leaves.

@@ -41,6 +41,7 @@ type request struct {
 	span     trace.Span
 	// enqueued: JetStream acknowledged the root task message (a request answered late before is not watched: late.go).
 	enqueued atomic.Bool
+	gated    bool // admission control counts it in flight until its reply (admission.go)
 }
 
 // submission is a decoded client request, whatever API it came through.
@@ -55,6 +56,7 @@ type submission struct {
 	// httpRoute is the pattern an HTTP request matched ("[METHOD ]/v2/models/{name}/infer"), for its span.
 	httpRoute string
 	reply     func(*wire.InferReply)
+	gated     bool // admission control counts it in flight (admission.go)
 }
 
 // Error kinds of refused requests; the HTTP API maps them to status codes.
@@ -182,7 +184,7 @@ func (f *Frontend) submit(ctx context.Context, sub *submission, t *turn) error {
 	}
 	r := &request{
 		id: wire.RequestID(f.cfg.ID, f.boot, f.seq.Add(1)), clientID: sub.req.ID, pipeline: sub.pipeline,
-		start: sub.arrival, deadline: sub.deadline, tracker: completion.New(), reply: sub.reply,
+		start: sub.arrival, deadline: sub.deadline, tracker: completion.New(), reply: sub.reply, gated: sub.gated,
 	}
 	spanCtx := f.startRequestSpan(ctx, sub, r)
 

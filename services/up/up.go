@@ -62,7 +62,9 @@ type Config struct {
 	// RequestBacklog, MaxTimeout; zero: its defaults).
 	IntakeWorkers, IntakeQueue, MaxInFlight, RequestBacklog int
 	MaxTimeout                                              time.Duration
-	Storage                                                 jetstream.StorageType
+	// NoAdmission turns the frontend's admission control off (frontend.Config.NoAdmission).
+	NoAdmission bool
+	Storage     jetstream.StorageType
 	// Replicas of the task streams and the KV bucket (planner.Config.Replicas; 0: as the cluster's size suggests).
 	Replicas int
 	// MetricsAddr is where one Prometheus endpoint (/metrics) serves every service's metrics ("" disables it).
@@ -184,7 +186,7 @@ func Start(ctx context.Context, cfg Config) (_ *System, err error) {
 	}
 	fe, err := frontend.New(nc, frontend.Config{ID: "up-frontend", HTTPAddr: cfg.HTTPAddr,
 		MaxRequestBytes: cfg.MaxRequestBytes, IntakeWorkers: cfg.IntakeWorkers, IntakeQueue: cfg.IntakeQueue,
-		MaxInFlight: cfg.MaxInFlight, RequestBacklog: cfg.RequestBacklog, MaxTimeout: cfg.MaxTimeout, Metrics: sys.metrics.frontend, Logger: cfg.Logger})
+		MaxInFlight: cfg.MaxInFlight, RequestBacklog: cfg.RequestBacklog, MaxTimeout: cfg.MaxTimeout, NoAdmission: cfg.NoAdmission, Metrics: sys.metrics.frontend, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
