@@ -44,26 +44,29 @@ var Reasons = []string{ReasonRate, ReasonDeadline}
 type Config struct {
 	// Window is the time constant of the rates a gate measures (arrivals per class, answers); default 2 s.
 	Window time.Duration
-	// QueueShare is the share of the time to its deadline a request may expect to spend in the system (the work
-	// ahead of it drained at the rate answers come); beyond it, it is refused. Default 1: the learned limit keeps
-	// the mean well inside the deadline; this refuses what cannot be in time even on average (short deadlines).
+	// QueueShare is how many times the time to its deadline a request may expect to spend in the system (the work
+	// ahead of it drained at the rate answers come, which is the mean time in the system, Little's law) before it
+	// is refused. Default 3: a pipeline planned to fill its SLO spends most of it on every request, and at 1 the
+	// noise of that mean refused a fifth of the traffic camera's requests at 10% of its capacity in the simulator
+	// (docs/admission.md); the learned limit keeps the queues in time, this refuses what is hopeless.
 	QueueShare float64
 	// LimitCut is the factor a violation cuts the limit on requests in flight by (default 0.9); MinLimit the
 	// lowest limit (default 4).
 	LimitCut float64
 	MinLimit float64
 	// TargetViolations is the share of recent answers (over Window) that may be violations before one cuts the
-	// limit (default 0.005): the odd late request of a pipeline that is not congested cuts nothing.
+	// limit (default 0.03): the odd late request of a pipeline that is not congested, and the few a re-plan drops,
+	// cut nothing (docs/admission.md).
 	TargetViolations float64
 }
 
 // Defaults of Config.
 const (
 	DefaultWindow     = 2 * time.Second
-	DefaultQueueShare = 1
+	DefaultQueueShare = 3
 	DefaultLimitCut   = 0.9
 	DefaultMinLimit   = 4
-	DefaultTarget     = 0.005
+	DefaultTarget     = 0.03
 	// maxRecovery bounds the acceleration of the limit's increase (windows since the last cut).
 	maxRecovery = 4
 )

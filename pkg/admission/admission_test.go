@@ -189,7 +189,7 @@ func later(a, b time.Time) time.Time {
 // TestQueueAheadBoundsTheBacklog: requests come at twice the rate a FIFO answers them (100/s), each with 1 s to its
 // deadline, under a plan that claims to serve them all (no rate rule). The gate refuses, for the deadline, what would
 // wait past it: once it has learned the pipeline (5 s), the backlog stays under a second of answers, the FIFO answers
-// about as many as it can, and almost every request admitted is answered in time. Without the rule the backlog grows
+// about as many as it can, and nearly every request admitted is answered in time. Without the rule the backlog grows
 // without bound, every request late.
 func TestQueueAheadBoundsTheBacklog(t *testing.T) {
 	g := New(Config{})
@@ -216,9 +216,11 @@ func TestQueueAheadBoundsTheBacklog(t *testing.T) {
 	}
 	lateShare := float64(q.late) / float64(q.inTime+q.late)
 	t.Logf("answered %d in time, %d late; refused %d; backlog at most %d", q.inTime, q.late, refused, maxBacklog)
-	if maxBacklog > 110 || q.inTime < 1350 || lateShare > 0.01 {
+	// Under 3% late: the limit is cut only beyond DefaultTarget (3%) of violations, and settles near it; the rule of
+	// the work ahead refuses only beyond DefaultQueueShare (3) times the time left (docs/admission.md).
+	if maxBacklog > 110 || q.inTime < 1350 || lateShare > 0.03 {
 		t.Errorf("backlog reached %d, %d answered in time and %.1f%% late (refused %d): want a backlog within the "+
-			"deadline's 100 answers, at least 1,350 of the 1,500 the FIFO can answer in 15 s, under 1%% late",
+			"deadline's 100 answers, at least 1,350 of the 1,500 the FIFO can answer in 15 s, under 3%% late",
 			maxBacklog, q.inTime, 100*lateShare, refused)
 	}
 	// A request with less time than the work ahead takes (about 0.9 s) is refused, though the limit has room.

@@ -5,6 +5,7 @@ package sim
 import (
 	"time"
 
+	"github.com/sleipnir-serving/sleipnir/pkg/admission"
 	"github.com/sleipnir-serving/sleipnir/pkg/batching"
 	"github.com/sleipnir-serving/sleipnir/pkg/completion"
 	hopstep "github.com/sleipnir-serving/sleipnir/pkg/hop"
@@ -16,12 +17,22 @@ import (
 // the routing picks.
 func (s *sim) arrive(p *pipe) {
 	sec := int32(s.now / int64(time.Second))
-	r := &request{pipe: p, arrival: s.now, due: s.now + p.slo, second: sec, pending: 1}
-	s.inFlight++
-	p.arrivedNow++
+	p.arrivedNow++ // the demand report counts the refused requests too: they are demand
 	if int(sec) < len(p.seconds) {
 		p.seconds[sec].Arrivals++
 	}
+	if s.gate != nil {
+		d := s.gate.Decide(admission.Request{Pipeline: p.spec.Name, Class: p.spec.Priority, Now: s.time(),
+			Deadline: time.Unix(0, s.now+p.slo), U: s.admRand.Float64()}, p.admit)
+		if !d.Admit {
+			if int(sec) < len(p.seconds) {
+				p.seconds[sec].Refused++
+			}
+			return
+		}
+	}
+	r := &request{pipe: p, arrival: s.now, due: s.now + p.slo, second: sec, pending: 1}
+	s.inFlight++
 	v := plan.Pick(p.plan.Routing.Root, s.rng.Float64())
 	h, ok := p.hopIdx[p.spec.Root().Name][v]
 	if !ok { // no root variant hosted: the frontend's publish has nowhere to go
@@ -202,11 +213,15 @@ func (s *sim) leaves(r *request, n int) {
 func (s *sim) finish(r *request, at int64) {
 	s.inFlight--
 	r.replied = at
+	status := completion.Status(at > r.due, r.ok, r.dropped, 0)
+	if s.gate != nil {
+		s.gate.Done(r.pipe.spec.Name, time.Unix(0, r.arrival), time.Unix(0, at), status != wire.StatusOK)
+	}
 	if int(r.second) >= len(r.pipe.seconds) {
 		return
 	}
 	sec := &r.pipe.seconds[r.second]
-	switch completion.Status(at > r.due, r.ok, r.dropped, 0) {
+	switch status {
 	case wire.StatusOK:
 		sec.OK++
 		sec.AccuracySum += r.acc.Value()

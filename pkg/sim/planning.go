@@ -8,6 +8,7 @@ import (
 	"maps"
 	"time"
 
+	"github.com/sleipnir-serving/sleipnir/pkg/admission"
 	hopstep "github.com/sleipnir-serving/sleipnir/pkg/hop"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
@@ -82,6 +83,7 @@ func (s *sim) heartbeats(now time.Time) {
 // after a new allocation (assignWorkers).
 func (s *sim) applyPlan(p *pipe, pl *plan.Plan, replanned bool) {
 	p.plan = pl
+	p.admit = admission.Of(p.spec, pl)
 	for _, h := range s.hops {
 		if h.pipe != p {
 			continue
@@ -217,7 +219,7 @@ func (s *sim) result(p *pipe) *Result {
 	// Requests still in flight are stuck where no worker serves: the frontend replied late at their deadline.
 	for i := range p.seconds {
 		x := &p.seconds[i]
-		x.Late += x.Arrivals - x.OK - x.Partial - x.Dropped - x.Late
+		x.Late += x.Arrivals - x.Refused - x.OK - x.Partial - x.Dropped - x.Late
 	}
 	sum := &res.Summary
 	sum.System, sum.Pipeline = p.system.Name, p.spec.Name
@@ -225,9 +227,13 @@ func (s *sim) result(p *pipe) *Result {
 	first := min(len(p.seconds), int((s.cfg.Warmup+time.Second-1)/time.Second))
 	t := tallySeconds(p.seconds[first:])
 	sum.Requests, sum.OK, sum.Partial, sum.Dropped, sum.Late = t.arrivals, t.ok, t.partial, t.dropped, t.late
+	sum.Refused = t.refused
 	sum.MaxActiveServers = t.maxServers
 	if t.arrivals > 0 {
 		sum.SLOViolationRatio = t.violationRatio()
+	}
+	if t.arrivals > t.refused {
+		sum.AcceptedViolationRatio = t.acceptedViolationRatio()
 	}
 	if t.ok+t.partial > 0 {
 		sum.MeanAccuracy = t.accuracy()

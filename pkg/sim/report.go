@@ -25,6 +25,7 @@ type Interval struct {
 	Arrivals          int
 	OK, Partial       int
 	Dropped, Late     int
+	Refused           int
 	SLOViolationRatio float64
 	Accuracy          float64 // mean served accuracy of the ok and partial replies
 	ActiveServers     float64 // mean
@@ -40,7 +41,7 @@ func (r *Result) Intervals(width int) []Interval {
 	for lo := 0; lo < len(r.Seconds); lo += width {
 		t := tallySeconds(r.Seconds[lo:min(lo+width, len(r.Seconds))])
 		out = append(out, Interval{StartS: float64(lo), DemandQPS: t.demand / float64(t.n), Arrivals: t.arrivals,
-			OK: t.ok, Partial: t.partial, Dropped: t.dropped, Late: t.late, SLOViolationRatio: t.violationRatio(),
+			OK: t.ok, Partial: t.partial, Dropped: t.dropped, Late: t.late, Refused: t.refused, SLOViolationRatio: t.violationRatio(),
 			Accuracy: t.accuracy(), ActiveServers: t.servers / float64(t.n), EstimateQPS: t.last.EstimateQPS,
 			Mode: t.last.Mode, Epoch: t.last.Epoch})
 	}
@@ -52,6 +53,7 @@ type tally struct {
 	n                                    int // seconds
 	demand                               float64
 	arrivals, ok, partial, dropped, late int
+	refused                              int
 	accuracySum, servers                 float64
 	maxServers                           int
 	last                                 Second
@@ -66,6 +68,7 @@ func tallySeconds(xs []Second) tally {
 		t.partial += x.Partial
 		t.dropped += x.Dropped
 		t.late += x.Late
+		t.refused += x.Refused
 		t.accuracySum += x.AccuracySum
 		t.servers += float64(x.ActiveServers)
 		t.maxServers = max(t.maxServers, x.ActiveServers)
@@ -80,6 +83,15 @@ func (t tally) violationRatio() float64 {
 		return math.NaN()
 	}
 	return float64(t.arrivals-t.ok) / float64(t.arrivals)
+}
+
+// acceptedViolationRatio is the share of the requests admitted not answered ok; NaN without any.
+func (t tally) acceptedViolationRatio() float64 {
+	admitted := t.arrivals - t.refused
+	if admitted == 0 {
+		return math.NaN()
+	}
+	return float64(admitted-t.ok) / float64(admitted)
 }
 
 // accuracy is the mean served accuracy of the ok and partial replies; NaN without any.
@@ -97,7 +109,7 @@ func IntervalFor(d time.Duration) int { return max(1, int(math.Round(d.Seconds()
 func WriteCSV(w io.Writer, ivs []Interval) error {
 	cw := csv.NewWriter(w)
 	cw.Write([]string{"t_s", "demand_qps", "arrivals", "ok", "partial", "dropped", "late", "slo_violation_ratio",
-		"accuracy", "active_servers", "estimate_qps", "mode", "epoch"})
+		"accuracy", "active_servers", "estimate_qps", "mode", "epoch", "refused"})
 	f := func(v float64) string {
 		if math.IsNaN(v) {
 			return ""
@@ -108,7 +120,7 @@ func WriteCSV(w io.Writer, ivs []Interval) error {
 		cw.Write([]string{f(iv.StartS), f(round(iv.DemandQPS, 3)), strconv.Itoa(iv.Arrivals), strconv.Itoa(iv.OK),
 			strconv.Itoa(iv.Partial), strconv.Itoa(iv.Dropped), strconv.Itoa(iv.Late),
 			f(round(iv.SLOViolationRatio, 5)), f(round(iv.Accuracy, 5)), f(round(iv.ActiveServers, 3)),
-			f(round(iv.EstimateQPS, 3)), iv.Mode, strconv.FormatUint(iv.Epoch, 10)})
+			f(round(iv.EstimateQPS, 3)), iv.Mode, strconv.FormatUint(iv.Epoch, 10), strconv.Itoa(iv.Refused)})
 	}
 	cw.Flush()
 	return cw.Error()
@@ -243,12 +255,12 @@ func writeFile(path string, write func(io.Writer) error) error {
 // PrintSummaries prints one row per result.
 func PrintSummaries(w io.Writer, results []*Result) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "system\trequests\tSLO violations\tmean accuracy\tmean servers\tmax servers\tdropped\tlate\treplans\titem hops\twall\t")
+	fmt.Fprintln(tw, "system\trequests\tSLO violations\tmean accuracy\tmean servers\tmax servers\tdropped\tlate\trefused\treplans\titem hops\twall\t")
 	for _, r := range results {
 		s := r.Summary
-		fmt.Fprintf(tw, "%s\t%d\t%.2f%%\t%.4f\t%.1f\t%d\t%d\t%d\t%d\t%d\t%.1fs\t\n", s.System, s.Requests,
+		fmt.Fprintf(tw, "%s\t%d\t%.2f%%\t%.4f\t%.1f\t%d\t%d\t%d\t%d\t%d\t%d\t%.1fs\t\n", s.System, s.Requests,
 			100*s.SLOViolationRatio, s.MeanAccuracy, s.MeanActiveServers, s.MaxActiveServers, s.Dropped, s.Late,
-			s.Replans, s.ItemHops, s.WallSeconds)
+			s.Refused, s.Replans, s.ItemHops, s.WallSeconds)
 	}
 	tw.Flush()
 }

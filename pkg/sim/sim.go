@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/sleipnir-serving/sleipnir/pkg/admission"
 	"github.com/sleipnir-serving/sleipnir/pkg/completion"
 	"github.com/sleipnir-serving/sleipnir/pkg/control"
 	"github.com/sleipnir-serving/sleipnir/pkg/core"
@@ -50,6 +51,9 @@ type Config struct {
 	Warmup time.Duration
 	// Progress, when set, is called about every simulated minute with the simulated time done and the total.
 	Progress func(done, total time.Duration)
+	// Admit runs the frontends' admission control (pkg/admission), as a frontend's --admission; off, they admit
+	// every request.
+	Admit bool
 	// Slowdown emulates slower machines (ParseSlowdowns): the workers' batches take longer than emulated, and the
 	// workers measure and report it as live ones do (unless Control.ProfilesOnly).
 	Slowdown []Slowdown
@@ -77,11 +81,13 @@ type Second struct {
 	// DemandQPS is the workload's rate; Arrivals the requests that arrived.
 	DemandQPS float64 `json:"demand_qps"`
 	Arrivals  int     `json:"arrivals"`
-	// OK, Partial, Dropped and Late count the replies by status.
+	// OK, Partial, Dropped and Late count the replies by status; Refused the requests admission control refused
+	// (pkg/admission: answered overloaded at once, at no model time).
 	OK      int `json:"ok"`
 	Partial int `json:"partial"`
 	Dropped int `json:"dropped"`
 	Late    int `json:"late"`
+	Refused int `json:"refused"`
 	// AccuracySum sums the served accuracy of the ok and partial replies.
 	AccuracySum float64 `json:"accuracy_sum"`
 	// ActiveServers is the number of workers assigned a variant of the pipeline at the end of the second.
@@ -103,14 +109,18 @@ type Result struct {
 
 // Summary aggregates a simulation.
 type Summary struct {
-	System            string  `json:"system"`
-	Pipeline          string  `json:"pipeline"`
-	Requests          int     `json:"requests"`
-	OK                int     `json:"ok"`
-	Partial           int     `json:"partial"`
-	Dropped           int     `json:"dropped"`
-	Late              int     `json:"late"`
-	SLOViolationRatio float64 `json:"slo_violation_ratio"`
+	System   string `json:"system"`
+	Pipeline string `json:"pipeline"`
+	Requests int    `json:"requests"`
+	OK       int    `json:"ok"`
+	Partial  int    `json:"partial"`
+	Dropped  int    `json:"dropped"`
+	Late     int    `json:"late"`
+	Refused  int    `json:"refused"`
+	// SLOViolationRatio is the share of the requests not answered ok, refused ones included;
+	// AcceptedViolationRatio the same among the requests admitted (loadgen's two figures).
+	SLOViolationRatio      float64 `json:"slo_violation_ratio"`
+	AcceptedViolationRatio float64 `json:"accepted_violation_ratio"`
 	// MeanAccuracy is the mean served accuracy of the ok and partial replies (as loadgen reports it).
 	MeanAccuracy      float64 `json:"mean_accuracy"`
 	MeanActiveServers float64 `json:"mean_active_servers"`
@@ -243,8 +253,9 @@ type pipe struct {
 	tasks   []string
 	trie    pathTrie
 	slo     int64
-	comm    int64 // the latency of one of its hops
-	end     int64 // its workload's end
+	comm    int64          // the latency of one of its hops
+	admit   admission.Plan // what admission control knows of plan
+	end     int64          // its workload's end
 	seconds []Second
 	// arrivedNow counts the arrivals since the last tick (the frontend's demand report).
 	arrivedNow int
@@ -267,6 +278,8 @@ type sim struct {
 	// core is the planner's planning core (pkg/core): the simulator gives it the reports and heartbeats the live
 	// planner would hear, and follows what it decides.
 	core       *core.Cluster
+	gate       *admission.Gate // the frontends' admission control; nil: none
+	admRand    *rand.Rand      // its draws, apart from rng so that a run that refuses nothing is the run without it
 	inFlight   int
 	end        int64           // the last workload's end
 	loaded     bool            // assignments take no swap time (the start)
@@ -298,6 +311,9 @@ func newSim(cfg Config) (*sim, error) {
 		p.trie = newPathTrie(p.spec, s.hops)
 	}
 	s.routeRand = rand.New(&s.routeDraws)
+	if cfg.Admit {
+		s.gate, s.admRand = admission.New(admission.Config{}), rand.New(rand.NewPCG(cfg.Seed, 0xad317))
+	}
 	if err := s.startCore(); err != nil {
 		return nil, err
 	}

@@ -70,7 +70,7 @@ func TestEveryRequestAnswered(t *testing.T) {
 		arrivals, replies, hopsOK := 0, 0, 0
 		for _, x := range s.pipes[0].seconds {
 			arrivals += x.Arrivals
-			replies += x.OK + x.Partial + x.Dropped + x.Late
+			replies += x.OK + x.Partial + x.Dropped + x.Late + x.Refused
 			hopsOK += x.OK
 		}
 		if arrivals == 0 || replies != arrivals {

@@ -248,7 +248,7 @@ func runUp(args []string) error {
 	return up.Run(ctx, up.Config{NATSURL: c.natsURL, Auth: c.auth, Permissions: *permissions, DataDir: *stateDir, Fresh: *fresh, NATSHost: *host, NATSPort: *port,
 		MaxPayload: maxPayload, Pipelines: specs, Workers: *workers, ModelsDir: *models, HTTPAddr: *httpAddr, MaxRequestBytes: *maxReq,
 		IntakeWorkers: *intake.workers, IntakeQueue: *intake.queue, MaxInFlight: *intake.maxInFlight,
-		RequestBacklog: *intake.backlog, MaxTimeout: *intake.maxTimeout, NoAdmission: !*intake.admission, Storage: st, Replicas: *replicas, System: system, Control: cc, MetricsAddr: *metricsAddr, Logger: log,
+		RequestBacklog: *intake.backlog, MaxTimeout: *intake.maxTimeout, Admit: *intake.admission, Storage: st, Replicas: *replicas, System: system, Control: cc, MetricsAddr: *metricsAddr, Logger: log,
 		Started: func(url string) {
 			names := make([]string, len(specs))
 			for i, s := range specs {
@@ -277,7 +277,7 @@ func registerIntakeFlags(fs *flag.FlagSet) intakeFlags {
 			"to take them in; more are dropped unanswered, and counted"),
 		maxTimeout: fs.Duration("max-timeout", 0, "furthest ahead a request's deadline may be (default the larger "+
 			"of 1m and 10 SLOs)"),
-		admission: fs.Bool("admission", true, "refuse at once what the plan cannot serve, by class, and requests "+
+		admission: fs.Bool("admission", false, "refuse at once what the plan cannot serve, by class, and requests "+
 			"whose deadline the queue ahead cannot meet (docs/admission.md); false: only the bounds above refuse"),
 	}
 }
@@ -302,7 +302,7 @@ func runFrontend(args []string) error {
 		defer stop()
 		f, err := frontend.New(nc, frontend.Config{ID: *id, HTTPAddr: *httpAddr, MaxRequestBytes: *maxReq,
 			IntakeWorkers: *intake.workers, IntakeQueue: *intake.queue, MaxInFlight: *intake.maxInFlight,
-			RequestBacklog: *intake.backlog, MaxTimeout: *intake.maxTimeout, NoAdmission: !*intake.admission, Metrics: metrics.NewFrontend(reg), Logger: log})
+			RequestBacklog: *intake.backlog, MaxTimeout: *intake.maxTimeout, Admit: *intake.admission, Metrics: metrics.NewFrontend(reg), Logger: log})
 		if err != nil {
 			return err
 		}

@@ -40,6 +40,7 @@ func runSim(args []string) error {
 	capWarmup := fs.Duration("capacity-warmup", 20*time.Second, "with --capacity: warmup of each probe")
 	capMeasure := fs.Duration("capacity-measure", 60*time.Second, "with --capacity: measured part of each probe")
 	slowdown := fs.String("slowdown", "", "emulate slower machines: "+sim.SlowdownSyntax)
+	admit := fs.Bool("admission", false, "the frontends' admission control (pkg/admission), as on up and frontend")
 	asJSON := fs.Bool("json", false, "print the summaries as JSON")
 	progress := fs.Bool("progress", isTerminal(os.Stderr), "show a progress bar on standard error (default: when it is a terminal)")
 	if err := fs.Parse(args); err != nil {
@@ -73,7 +74,7 @@ func runSim(args []string) error {
 		return fmt.Errorf("--slowdown: %w", err)
 	}
 	base := sim.Config{Servers: *servers, Seed: *seed, CommLatency: *comm, Warmup: *warmup, Control: cc,
-		Slowdown: slow}
+		Slowdown: slow, Admit: *admit}
 	if *servers <= 0 {
 		return fmt.Errorf("--servers %d: want at least 1", *servers)
 	}

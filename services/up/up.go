@@ -62,8 +62,8 @@ type Config struct {
 	// RequestBacklog, MaxTimeout; zero: its defaults).
 	IntakeWorkers, IntakeQueue, MaxInFlight, RequestBacklog int
 	MaxTimeout                                              time.Duration
-	// NoAdmission turns the frontend's admission control off (frontend.Config.NoAdmission).
-	NoAdmission bool
+	// Admit turns the frontend's admission control on (frontend.Config.Admit).
+	Admit bool
 	Storage     jetstream.StorageType
 	// Replicas of the task streams and the KV bucket (planner.Config.Replicas; 0: as the cluster's size suggests).
 	Replicas int
@@ -186,7 +186,7 @@ func Start(ctx context.Context, cfg Config) (_ *System, err error) {
 	}
 	fe, err := frontend.New(nc, frontend.Config{ID: "up-frontend", HTTPAddr: cfg.HTTPAddr,
 		MaxRequestBytes: cfg.MaxRequestBytes, IntakeWorkers: cfg.IntakeWorkers, IntakeQueue: cfg.IntakeQueue,
-		MaxInFlight: cfg.MaxInFlight, RequestBacklog: cfg.RequestBacklog, MaxTimeout: cfg.MaxTimeout, NoAdmission: cfg.NoAdmission, Metrics: sys.metrics.frontend, Logger: cfg.Logger})
+		MaxInFlight: cfg.MaxInFlight, RequestBacklog: cfg.RequestBacklog, MaxTimeout: cfg.MaxTimeout, Admit: cfg.Admit, Metrics: sys.metrics.frontend, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
