@@ -73,6 +73,13 @@ type Config struct {
 	// LatencyModel is the allocation MILP's latency model (pkg/allocate): "" or burst, the default, or loki, the
 	// paper's formulation, which plans with the profiled latencies (SetDefaults sets ProfilesOnly with it).
 	LatencyModel allocate.LatencyModel
+	// Check checks each plan of the loki system by simulation before it is published (Checked, with the paper's
+	// latency model as the looser plan tried when there is room), against CheckTarget (default
+	// DefaultCheckTarget), by Checker, which whoever builds the system injects (pkg/sim.Checker); without a
+	// Checker there is no check.
+	Check       bool
+	CheckTarget float64
+	Checker     Checker
 }
 
 // DefaultHeadroom is Config.Headroom's default. A plan sized for the estimate alone runs short whenever the estimate
@@ -123,6 +130,9 @@ func (c *Config) SetDefaults() {
 	if c.TuneEvery == 0 {
 		c.TuneEvery = tuner.Every // negative stays: no tuner
 	}
+	if c.CheckTarget == 0 {
+		c.CheckTarget = DefaultCheckTarget
+	}
 	if c.LatencyModel == allocate.LatencyLoki {
 		c.ProfilesOnly = true // the paper plans with profiled latencies
 	}
@@ -169,6 +179,9 @@ type Observed struct {
 	// DemandUnknown says no demand has been measured yet (no frontend has reported, and no earlier plan gave a
 	// seed): the plan in force stands, since a plan sized for the 0 of no data would shrink the cluster.
 	DemandUnknown bool
+	// Traffic is the recent traffic observed (arrival gaps, sub-request distributions) a plan check replays; nil
+	// when unknown.
+	Traffic *demand.TrafficSample
 }
 
 // Allocator chooses the hosted variants, replicas and batch sizes for what was observed (Demand already raised to

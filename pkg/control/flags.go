@@ -25,6 +25,8 @@ type Flags struct {
 	tuneEvery      *time.Duration
 	measured       *bool
 	latencyModel   *string
+	check          *bool
+	checkTarget    *float64
 }
 
 // RegisterFlags registers the control flags on fs.
@@ -52,6 +54,11 @@ func RegisterFlags(fs *flag.FlagSet) *Flags {
 		latencyModel: fs.String("latency-model", string(allocate.LatencyBurst), "the allocation MILP's latency "+
 			"model: burst (budgets the bursts a fan-out sends and keeps queueing headroom) or loki (the paper's "+
 			"formulation: profiled latencies within half the SLO, no burst terms; implies --measured-latency=false)"),
+		check: fs.Bool("check", false, "check each plan by simulating it on the traffic observed before it is "+
+			"published: tighten it where queues form when it misses --check-target, try the paper's model's "+
+			"more accurate plan when there is room (loki only)"),
+		checkTarget: fs.Float64("check-target", DefaultCheckTarget, "the share of requests a checked plan may be "+
+			"predicted to miss"),
 	}
 }
 
@@ -61,7 +68,7 @@ func (f *Flags) Config() (Config, error) {
 	c := Config{ReplanEvery: *f.replanEvery, ReplanSigmas: *f.replanSigmas, RouteSigmas: *f.routeSigmas,
 		Headroom: *f.headroom, RouteUtilization: *f.utilization, SolveTimeLimit: *f.solveTimeLimit,
 		SolveWorkers: *f.solveWorkers, TuneEvery: *f.tuneEvery,
-		ProfilesOnly: !*f.measured}
+		ProfilesOnly: !*f.measured, Check: *f.check, CheckTarget: *f.checkTarget}
 	var err error
 	if c.LatencyModel, err = allocate.ParseLatencyModel(*f.latencyModel); err != nil {
 		return c, fmt.Errorf("--latency-model: %w", err)
@@ -80,6 +87,8 @@ func (f *Flags) Config() (Config, error) {
 		return c, fmt.Errorf("--utilization %v: want a share in (0, 1]", c.RouteUtilization)
 	case c.SolveTimeLimit < 0:
 		return c, fmt.Errorf("--solve-time-limit %v: want 0 or more", c.SolveTimeLimit)
+	case !(c.CheckTarget > 0 && c.CheckTarget < 1):
+		return c, fmt.Errorf("--check-target %v: want a share in (0, 1)", c.CheckTarget)
 	case c.SolveWorkers < 0:
 		return c, fmt.Errorf("--solve-workers %d: want 0 or more", c.SolveWorkers)
 	}

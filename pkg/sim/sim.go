@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/batching"
@@ -178,6 +179,10 @@ type hop struct {
 	// load is the items in its queue or in service: what the tuner sees wait.
 	load float64
 	key  string // "pipeline:task/variant", the key of its measurements in a heartbeat
+	// subs counts its items by the sub-requests they emitted (the heartbeat's histogram); draw, in a plan check,
+	// is the observed distribution its items emit from (check.go).
+	subs wire.FanoutCounts
+	draw *demand.SubRequestDist
 }
 
 type server struct {
@@ -233,6 +238,10 @@ type sim struct {
 	children     []int           // one item's sub-requests' child tasks (indices in Emulated's order)
 	routeDraws   replay          // their routing draws, taken from rng in the order the simulator always took them
 	routeRand    *rand.Rand      // routeDraws, for the hop step
+	traffic      *demand.Traffic // the frontend's gaps and the workers' histograms, for the plan check
+	gaps         []float32       // the frontend's gaps since its last report
+	lastArrival  int64
+	peaks        []float64 // in a plan check, the most items each hop had queued or in service (check.go)
 }
 
 func newSim(cfg Config) (*sim, error) {
@@ -254,14 +263,18 @@ func newSim(cfg Config) (*sim, error) {
 	if solve.SolveWorkers == 0 {
 		solve.SolveWorkers = 1
 	}
+	check := &Checker{CommLatency: cfg.CommLatency, Seed: cfg.Seed}
+	solve.Checker = check
 	system, err := control.ParseSystem(name, cfg.Spec, solve)
 	if err != nil {
 		return nil, err
 	}
+	check.Policy = system.Policy
 	spec := cfg.Spec
 	s := &sim{cfg: cfg, system: system, spec: spec, rng: rand.New(rand.NewPCG(cfg.Seed, 0x51a)), hopIdx: map[string]map[string]int32{},
 		est: cfg.Control.DemandEstimator(cfg.DemandAlpha), fan: demand.NewFanoutEstimator(cfg.DemandAlpha, 0),
-		counters: demand.NewCounters(), latency: latency.NewBoard(), assign: map[string]plan.Assignment{}}
+		counters: demand.NewCounters(), latency: latency.NewBoard(), assign: map[string]plan.Assignment{},
+		traffic: demand.NewTraffic(), lastArrival: -1}
 	s.comm = int64(cfg.CommLatency)
 	if cfg.CommLatency < 0 {
 		s.comm = int64(spec.CommLatencyMs * float64(time.Millisecond))
@@ -378,6 +391,7 @@ func (s *sim) arrive() {
 		pending: 1}
 	s.inFlight++
 	s.arrivedNow++
+	s.noteGap()
 	if int(sec) < len(s.seconds) {
 		s.seconds[sec].Arrivals++
 	}
@@ -400,6 +414,9 @@ func (s *sim) deliver(hi int, m *message) {
 	h.queue = append(h.queue, m)
 	h.load += float64(m.items)
 	s.taskArrivals[h.task] += m.items
+	if s.peaks != nil {
+		s.peaks[hi] = max(s.peaks[hi], h.load)
+	}
 	if n := len(h.free); n > 0 {
 		srv := h.free[n-1]
 		h.free = h.free[:n-1]
@@ -491,7 +508,7 @@ func (s *sim) batchDone(srv int) {
 		when := hopstep.When{Now: s.time(), AtTask: time.Duration(s.now - m.enqueued),
 			Left: time.Duration(r.due - s.now)}
 		for range m.items {
-			k := h.exec.SubRequests(s.rng)
+			k := s.subRequests(h)
 			s.children, s.routeDraws.next, s.routeDraws.draws = s.children[:0], 0, s.routeDraws.draws[:0]
 			for range k {
 				c := h.exec.ChildOf(s.rng.Float64())
@@ -586,18 +603,21 @@ func (s *sim) tick() {
 	now := s.time()
 	s.est.Observe("frontend", s.arrivedNow, time.Second, now)
 	s.arrivedNow = 0
+	s.traffic.Observe(wire.DemandReport{Frontend: "frontend", GapsMs: s.gaps}, now)
+	s.gaps = s.gaps[:0]
 	// The workers' heartbeat, as one worker's: the counters of every variant that executed anything.
 	beat := wire.Registration{Observed: map[string]wire.Observed{}}
 	for _, h := range s.hops {
 		if h.items > 0 {
 			beat.Observed[h.name] = wire.Observed{FanoutCounts: wire.FanoutCounts{Items: h.items,
-				Children: maps.Clone(h.emitted)}}
+				Children: maps.Clone(h.emitted), SubRequests: slices.Clone(h.subs.SubRequests)}}
 		}
 	}
 	delta := s.counters.Fold("workers", beat)
 	for _, h := range s.hops {
 		if d := delta[h.name]; d.Items > 0 {
 			s.fan.Observe(h.name, d)
+			s.traffic.Fold(h.name, d)
 		}
 	}
 	for ti, name := range s.tasks {
@@ -607,7 +627,8 @@ func (s *sim) tick() {
 	taskDemand := s.taskEst.Tick(now, time.Second)
 	s.fan.Tick()
 	o := control.Observed{Demand: s.est.Tick(now), DemandWindow: s.est.Window(), Fanout: s.fan.Estimate(s.spec),
-		FanoutSamples: s.fan.Samples(), TaskDemand: taskDemand, Servers: len(s.servers), Profiles: s.profiles(now)}
+		FanoutSamples: s.fan.Samples(), TaskDemand: taskDemand, Servers: len(s.servers), Profiles: s.profiles(now),
+		Traffic: s.traffic.Sample(now)}
 	t0 := time.Now()
 	st := s.loop.Next(now, o)
 	s.planWall += time.Since(t0)
