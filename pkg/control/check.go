@@ -24,6 +24,8 @@ type Prediction struct {
 	// ViolationRatio is the share of simulated requests not answered ok; Requests how many were simulated.
 	ViolationRatio float64
 	Requests       int
+	// StdErr is the standard error of ViolationRatio over the check's runs (0: one run).
+	StdErr float64
 	// Queues is, per hosted variant ("task/variant"), the longest its queue grew: items waiting or in service at
 	// the peak, in batches per replica (above 1: items waited for a batch).
 	Queues map[string]float64
@@ -69,10 +71,11 @@ func (c Checked) Allocate(spec *pipeline.Spec, o Observed) (*plan.Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	best, bestPred, err := c.check(spec, p, o)
+	first, bestPred, err := c.check(spec, p, o)
 	if err != nil {
 		return nil, err
 	}
+	best := first
 	n := 1
 	more := func() bool {
 		return n < maxN && (c.Now == nil || c.Budget <= 0 || c.Now().Sub(start) < c.Budget)
@@ -81,12 +84,13 @@ func (c Checked) Allocate(spec *pipeline.Spec, o Observed) (*plan.Plan, error) {
 		if c.Loose != nil && more() {
 			if q, err := c.Loose.Allocate(spec, o); err == nil && moreAccurate(q, best) {
 				n++
-				if q, pred, err := c.check(spec, q, o); err == nil && pred.ViolationRatio <= target {
+				// Taken only when surely within the target: the burst model's plan is the safe one.
+				if q, pred, err := c.check(spec, q, o); err == nil && pred.ViolationRatio+2*pred.StdErr <= target {
 					best, bestPred = q, pred
 				}
 			}
 		}
-		return c.record(best, bestPred, n), nil
+		return c.record(best, bestPred, n, best != first), nil
 	}
 	cur, pred, demand := best, bestPred, o.Demand
 	for pred.ViolationRatio > target && more() {
@@ -102,7 +106,7 @@ func (c Checked) Allocate(spec *pipeline.Spec, o Observed) (*plan.Plan, error) {
 			best, bestPred = cur, pred
 		}
 	}
-	return c.record(best, bestPred, n), nil
+	return c.record(best, bestPred, n, best != first), nil
 }
 
 // Route routes as Inner does (the loop routes a Checked's plans with it).
@@ -158,10 +162,10 @@ func moreAccurate(q, p *plan.Plan) bool {
 }
 
 // record notes the check's prediction in p's allocation.
-func (c Checked) record(p *plan.Plan, pred Prediction, n int) *plan.Plan {
+func (c Checked) record(p *plan.Plan, pred Prediction, n int, changed bool) *plan.Plan {
 	if p.Allocation != nil {
 		p.Allocation.Check = &plan.CheckResult{ViolationRatio: pred.ViolationRatio, Candidates: n,
-			Poisson: pred.Poisson}
+			Changed: changed, Poisson: pred.Poisson}
 	}
 	return p
 }

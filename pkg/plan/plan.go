@@ -71,6 +71,9 @@ type CheckResult struct {
 	ViolationRatio float64 `json:"violation_ratio"`
 	// Candidates is how many plans were checked to choose this one (1: the allocator's first).
 	Candidates int `json:"candidates"`
+	// Changed says the plan is not the one the allocator first returned: the check tightened it, or took the
+	// more accurate one.
+	Changed bool `json:"changed,omitempty"`
 	// Poisson says no arrivals were observed: the check drew Poisson arrivals at the demand.
 	Poisson bool `json:"poisson,omitempty"`
 }

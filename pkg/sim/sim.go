@@ -101,6 +101,10 @@ type Summary struct {
 	// ItemHops counts items executed at a task; Replans the new allocations published.
 	ItemHops int64 `json:"item_hops"`
 	Replans  int   `json:"replans"`
+	// With the plan check (control.Config.Check): CheckChanged counts the new allocations the check changed, and
+	// CheckPredicted is the violation ratio it predicted for the last one.
+	CheckChanged   int     `json:"check_changed,omitempty"`
+	CheckPredicted float64 `json:"check_predicted,omitempty"`
 	// PlanSeconds is the wall time the allocators took (part of WallSeconds).
 	PlanSeconds float64 `json:"plan_s"`
 	SimulatedS  float64 `json:"simulated_s"`
@@ -242,6 +246,9 @@ type sim struct {
 	gaps         []float32       // the frontend's gaps since its last report
 	lastArrival  int64
 	peaks        []float64 // in a plan check, the most items each hop had queued or in service (check.go)
+	// what the plan check did to the allocations published (noteCheck)
+	checkChanged   int
+	checkPredicted float64
 }
 
 func newSim(cfg Config) (*sim, error) {
@@ -263,7 +270,7 @@ func newSim(cfg Config) (*sim, error) {
 	if solve.SolveWorkers == 0 {
 		solve.SolveWorkers = 1
 	}
-	check := &Checker{CommLatency: cfg.CommLatency, Seed: cfg.Seed}
+	check := &Checker{CommLatency: cfg.CommLatency, Seed: cfg.Seed, TuneEvery: cfg.Control.TuneEvery}
 	solve.Checker = check
 	system, err := control.ParseSystem(name, cfg.Spec, solve)
 	if err != nil {
@@ -637,6 +644,7 @@ func (s *sim) tick() {
 		s.applyPlan(st.Plan, st.Replanned)
 		if st.Replanned {
 			s.replans++
+			s.noteCheck(st.Plan)
 		}
 	}
 	s.rehome(s.plan)
@@ -797,6 +805,7 @@ func (s *sim) result() *Result {
 	}
 	sum.ItemHops = s.hopsDone
 	sum.Replans = s.replans
+	sum.CheckChanged, sum.CheckPredicted = s.checkChanged, s.checkPredicted
 	sum.PlanSeconds = s.planWall.Seconds()
 	sum.SimulatedS = float64(s.end) / float64(time.Second)
 	return res
