@@ -28,7 +28,7 @@ type SubRequestDist struct {
 // (the differences of wire.FanoutCounts.SubRequests between heartbeats, demand.Counters) into a TrafficSample. Pure
 // (time passed in); not safe for concurrent use.
 type Traffic struct {
-	// MaxGaps is how many of each frontend's newest gaps are kept (default 512); MaxAge how long a frontend's
+	// MaxGaps is how many of each frontend's newest gaps are kept (default 4096: half a minute of 128 a second); MaxAge how long a frontend's
 	// gaps count without a newer report (default 5 s); MaxItems how many items a histogram weighs before its
 	// older counts are halved (default 4096), so that it follows a fan-out that changes.
 	MaxGaps  int
@@ -50,7 +50,7 @@ type subHist struct {
 
 // NewTraffic returns a Traffic that has seen nothing.
 func NewTraffic() *Traffic {
-	return &Traffic{MaxGaps: 512, MaxAge: 5 * time.Second, MaxItems: 4096, gaps: map[string]*frontendGaps{},
+	return &Traffic{MaxGaps: 4096, MaxAge: 5 * time.Second, MaxItems: 4096, gaps: map[string]*frontendGaps{},
 		subs: map[string]*subHist{}}
 }
 
