@@ -84,8 +84,11 @@ func (c Checked) Allocate(spec *pipeline.Spec, o Observed) (*plan.Plan, error) {
 		if c.Loose != nil && more() {
 			if q, err := c.Loose.Allocate(spec, o); err == nil && moreAccurate(q, best) {
 				n++
-				// Taken only when surely within the target: the burst model's plan is the safe one.
-				if q, pred, err := c.check(spec, q, o); err == nil && pred.ViolationRatio+2*pred.StdErr <= target {
+				// Taken only when surely within the target and predicted to miss no more than the burst model's
+				// plan (within its noise): on the traffic camera at 81 QPS a plan predicted at 0.3%, against none
+				// for the burst model's, missed 0.9% in the simulator where the burst model's missed 0.13%.
+				if q, pred, err := c.check(spec, q, o); err == nil && pred.ViolationRatio+2*pred.StdErr <= target &&
+					pred.ViolationRatio <= bestPred.ViolationRatio+bestPred.StdErr {
 					best, bestPred = q, pred
 				}
 			}
