@@ -152,3 +152,33 @@ func (t *Traffic) Sample(now time.Time) *TrafficSample {
 	}
 	return s
 }
+
+// Gaps records the times between consecutive arrivals as a frontend reports them (wire.DemandReport.GapsMs): the
+// newest wire.MaxDemandGaps since the last Take. The zero value is ready; not safe for concurrent use.
+type Gaps struct {
+	last time.Time
+	ring []float32
+	next int // where the next gap goes once ring is full
+}
+
+// Note records an arrival at now.
+func (g *Gaps) Note(now time.Time) {
+	if !g.last.IsZero() {
+		ms := float32(max(now.Sub(g.last), 0).Seconds() * 1000)
+		if len(g.ring) < wire.MaxDemandGaps {
+			g.ring = append(g.ring, ms)
+		} else {
+			g.ring[g.next] = ms
+			g.next = (g.next + 1) % len(g.ring)
+		}
+	}
+	g.last = now
+}
+
+// Take returns the gaps recorded since the last Take, oldest first, and starts anew (the next gap is still measured
+// from the last arrival).
+func (g *Gaps) Take() []float32 {
+	out := append(slices.Clone(g.ring[g.next:]), g.ring[:g.next]...)
+	g.ring, g.next = g.ring[:0], 0
+	return out
+}

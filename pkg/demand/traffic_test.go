@@ -85,3 +85,23 @@ func TestCountersFoldSubRequests(t *testing.T) {
 		t.Errorf("an oversized histogram gave %d entries, want none", len(d.SubRequests))
 	}
 }
+
+// TestGaps: a frontend's gaps between arrivals, the newest wire.MaxDemandGaps of them oldest first; a Take starts
+// anew, the next gap measured from the last arrival.
+func TestGaps(t *testing.T) {
+	var g Gaps
+	t0 := time.Unix(100, 0)
+	n := wire.MaxDemandGaps + 5
+	for i := range n + 1 {
+		g.Note(t0.Add(time.Duration(i*i) * time.Millisecond)) // gap i: 2i-1 ms
+	}
+	got := g.Take()
+	if len(got) != wire.MaxDemandGaps || got[0] != float32(2*(n-wire.MaxDemandGaps+1)-1) || got[len(got)-1] != float32(2*n-1) {
+		t.Errorf("%d gaps from %v to %v, want the newest %d, %d ms to %d ms", len(got), got[0], got[len(got)-1],
+			wire.MaxDemandGaps, 2*(n-wire.MaxDemandGaps+1)-1, 2*n-1)
+	}
+	g.Note(t0.Add(time.Duration(n*n)*time.Millisecond + 7*time.Millisecond))
+	if got := g.Take(); !slices.Equal(got, []float32{7}) {
+		t.Errorf("after a Take: %v, want [7]", got)
+	}
+}

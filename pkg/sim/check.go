@@ -208,17 +208,6 @@ func meanGap(g []time.Duration) time.Duration {
 	return sum / time.Duration(len(g))
 }
 
-// noteGap records the gap before an arrival now, as a frontend keeps its newest wire.MaxDemandGaps for its report.
-func (s *sim) noteGap() {
-	if s.lastArrival >= 0 {
-		if len(s.gaps) == wire.MaxDemandGaps {
-			s.gaps = append(s.gaps[:0], s.gaps[1:]...)
-		}
-		s.gaps = append(s.gaps, float32(time.Duration(s.now-s.lastArrival).Seconds()*1000))
-	}
-	s.lastArrival = s.now
-}
-
 // noteCheck records what the plan check did to a new allocation, for the summary.
 func (s *sim) noteCheck(p *plan.Plan) {
 	if p.Allocation == nil || p.Allocation.Check == nil {

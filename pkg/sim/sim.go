@@ -243,9 +243,8 @@ type sim struct {
 	routeDraws   replay          // their routing draws, taken from rng in the order the simulator always took them
 	routeRand    *rand.Rand      // routeDraws, for the hop step
 	traffic      *demand.Traffic // the frontend's gaps and the workers' histograms, for the plan check
-	gaps         []float32       // the frontend's gaps since its last report
-	lastArrival  int64
-	peaks        []float64 // in a plan check, the most items each hop had queued or in service (check.go)
+	gaps         demand.Gaps     // the frontend's gaps since its last report
+	peaks        []float64       // in a plan check, the most items each hop had queued or in service (check.go)
 	// what the plan check did to the allocations published (noteCheck)
 	checkChanged   int
 	checkPredicted float64
@@ -281,7 +280,7 @@ func newSim(cfg Config) (*sim, error) {
 	s := &sim{cfg: cfg, system: system, spec: spec, rng: rand.New(rand.NewPCG(cfg.Seed, 0x51a)), hopIdx: map[string]map[string]int32{},
 		est: cfg.Control.DemandEstimator(cfg.DemandAlpha), fan: demand.NewFanoutEstimator(cfg.DemandAlpha, 0),
 		counters: demand.NewCounters(), latency: latency.NewBoard(), assign: map[string]plan.Assignment{},
-		traffic: demand.NewTraffic(), lastArrival: -1}
+		traffic: demand.NewTraffic()}
 	s.comm = int64(cfg.CommLatency)
 	if cfg.CommLatency < 0 {
 		s.comm = int64(spec.CommLatencyMs * float64(time.Millisecond))
@@ -398,7 +397,7 @@ func (s *sim) arrive() {
 		pending: 1}
 	s.inFlight++
 	s.arrivedNow++
-	s.noteGap()
+	s.gaps.Note(s.time())
 	if int(sec) < len(s.seconds) {
 		s.seconds[sec].Arrivals++
 	}
@@ -610,8 +609,7 @@ func (s *sim) tick() {
 	now := s.time()
 	s.est.Observe("frontend", s.arrivedNow, time.Second, now)
 	s.arrivedNow = 0
-	s.traffic.Observe(wire.DemandReport{Frontend: "frontend", GapsMs: s.gaps}, now)
-	s.gaps = s.gaps[:0]
+	s.traffic.Observe(wire.DemandReport{Frontend: "frontend", GapsMs: s.gaps.Take()}, now)
 	// The workers' heartbeat, as one worker's: the counters of every variant that executed anything.
 	beat := wire.Registration{Observed: map[string]wire.Observed{}}
 	for _, h := range s.hops {

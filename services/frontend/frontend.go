@@ -23,6 +23,7 @@ import (
 
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
 	"github.com/sleipnir-serving/sleipnir/pkg/completion"
+	"github.com/sleipnir-serving/sleipnir/pkg/demand"
 	"github.com/sleipnir-serving/sleipnir/pkg/metrics"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
@@ -177,6 +178,7 @@ type Frontend struct {
 	pending map[string]*request
 	rng     *rand.Rand                     // routing, under mu
 	demand  map[string]int                 // requests accepted per pipeline since the last report, under mu
+	gaps    map[string]*demand.Gaps        // the gaps between them (the plan check's arrivals), under mu
 	watched map[string]*completion.Tracker // requests answered late, for lateWatch (late.go), under mu
 
 	accepted, refused, overloaded, replied, late, stray, badReports, replyFailures, demandWithheld atomic.Uint64
@@ -207,6 +209,7 @@ func New(nc *nats.Conn, cfg Config) (*Frontend, error) {
 		intake:     newIntake(cfg.IntakeQueue),
 		complaints: ratelog.New(cfg.Logger, 0, 0),
 		ready:      make(chan struct{}), pending: map[string]*request{}, demand: map[string]int{},
+		gaps:    map[string]*demand.Gaps{},
 		watched: map[string]*completion.Tracker{},
 		rng:     rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0xf00d)),
 	}
