@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/allocate"
+	"github.com/sleipnir-serving/sleipnir/pkg/control"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 )
 
@@ -36,6 +37,10 @@ func runPlan(args []string) error {
 		"loki (the paper's formulation: profiled latencies within half the SLO, no burst terms)")
 	live := fs.String("live", "", "PIPELINE: instead of solving, show the plan in force of the running system at "+
 		"--nats, with each variant's latency as profiled, as the workers measure it and as planned (the blend)")
+	check := fs.Bool("check", false, "also show the plan check's prediction for the plan at --demand: the plan "+
+		"routed as the planner routes (85% utilization) and simulated on --check-gaps, else on Poisson arrivals")
+	checkGaps := fs.String("check-gaps", "", "with --check: a `FILE` of times between arrivals in ms (whitespace-"+
+		"separated), replayed at --demand")
 	var c common
 	c.register(fs, "NATS server(s) of --live")
 	if err := fs.Parse(args); err != nil {
@@ -73,11 +78,29 @@ func runPlan(args []string) error {
 		if err != nil {
 			return err
 		}
+		if !*check {
+			if *asJSON {
+				return json.NewEncoder(os.Stdout).Encode(r)
+			}
+			printPlan(r, *gap)
+			return nil
+		}
+		pred, err := checkPlan(spec, r, *demand, *servers, *checkGaps)
+		if err != nil {
+			return err
+		}
 		if *asJSON {
-			return json.NewEncoder(os.Stdout).Encode(r)
+			return json.NewEncoder(os.Stdout).Encode(struct {
+				*allocate.Result
+				Check control.Prediction `json:"check"`
+			}{r, pred})
 		}
 		printPlan(r, *gap)
+		printCheck(pred, *demand, *checkGaps)
 		return nil
+	}
+	if *check {
+		return errors.New("--check checks the plan of one --demand; it does not go with --sweep")
 	}
 	if *lpFile != "" {
 		return errors.New("--write-lp writes the model of one --demand; it does not go with --sweep")
