@@ -7,6 +7,7 @@ import (
 
 	"github.com/sleipnir-serving/sleipnir/pkg/allocate"
 	"github.com/sleipnir-serving/sleipnir/pkg/control"
+	"github.com/sleipnir-serving/sleipnir/pkg/demand"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/routing"
@@ -74,5 +75,41 @@ func TestCheckTracksTheSimulator(t *testing.T) {
 	if near(poisson.ViolationRatio) {
 		t.Errorf("predicted %.4f on Poisson arrivals, measured %.4f: the test needs traffic Poisson misjudges",
 			poisson.ViolationRatio, measured)
+	}
+}
+
+// TestCheckDrawsTheObservedFanout: the check draws each item's sub-requests from the distribution observed for its
+// variant: the traffic example's plan at 600 QPS, whose detectors are profiled at 2.2-3 objects a frame, misses far
+// more when they were seen finding 12 in every frame.
+func TestCheckDrawsTheObservedFanout(t *testing.T) {
+	spec, err := pipeline.Load("../../examples/traffic.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := control.Observed{Demand: 600, Servers: 20}
+	p, err := control.MILP{Utilization: 0.85, Workers: 1}.Allocate(spec, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Routing = routing.MostAccurateFirst(routing.Input{Spec: spec, Plan: p, Demand: o.Demand, Utilization: 0.85})
+	c := Checker{Policy: "reroute", CommLatency: -1, Seed: 1}
+	profiled, err := c.Check(spec, p, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	twelve := demand.SubRequestDist{Weights: make([]float64, 13)}
+	twelve.Weights[12] = 1
+	o.Traffic = &demand.TrafficSample{SubRequests: map[string]demand.SubRequestDist{}}
+	for _, v := range spec.Root().Variants {
+		o.Traffic.SubRequests[spec.Root().Name+"/"+v.Name] = twelve
+	}
+	heavy, err := c.Check(spec, p, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("profiled fan-out %.2f%%, 12 a frame %.2f%%", 100*profiled.ViolationRatio, 100*heavy.ViolationRatio)
+	if !heavy.Poisson || heavy.ViolationRatio < profiled.ViolationRatio+0.1 {
+		t.Errorf("12 sub-requests a frame: predicted %.4f, profiled %.4f: want at least 10 points more",
+			heavy.ViolationRatio, profiled.ViolationRatio)
 	}
 }
