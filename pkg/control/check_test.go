@@ -1,6 +1,7 @@
 package control_test
 
 import (
+	"flag"
 	"math"
 	"testing"
 
@@ -100,5 +101,39 @@ func TestCheckedTakesTheMoreAccuratePlan(t *testing.T) {
 	if p.Allocation.SystemAccuracy > base.Allocation.SystemAccuracy+1e-9 {
 		t.Errorf("target 0.01%%: chose accuracy %v, want the burst model's %v at most", p.Allocation.SystemAccuracy,
 			base.Allocation.SystemAccuracy)
+	}
+}
+
+// TestCheckFlags: --check and --check-target wrap the loki system's allocator in a Checked (the paper's model its
+// looser plan) once a Checker is injected; without one, or for another system, the allocator is as before.
+func TestCheckFlags(t *testing.T) {
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	f := control.RegisterFlags(fs)
+	if err := fs.Parse([]string{"--check", "--check-target", "0.02"}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := f.Config()
+	if err != nil || !cfg.Check || cfg.CheckTarget != 0.02 {
+		t.Fatalf("config %+v, %v", cfg, err)
+	}
+	spec := loadSpec(t, "traffic.yaml")
+	if sys, _ := control.ParseSystem("loki", spec, cfg); sys.Allocator == nil {
+		t.Fatal("no allocator")
+	} else if _, ok := sys.Allocator.(control.Checked); ok {
+		t.Error("checked without a Checker")
+	}
+	cfg.Checker = sim.Checker{}
+	sys, err := control.ParseSystem("loki", spec, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, ok := sys.Allocator.(control.Checked)
+	if !ok || c.Target != 0.02 || c.Loose == nil || c.Loose.(control.MILP).LatencyModel != allocate.LatencyLoki {
+		t.Errorf("loki with --check: allocator %#v", sys.Allocator)
+	}
+	if sys, _ := control.ParseSystem("proteus", spec, cfg); sys.Allocator == nil {
+		t.Fatal("no allocator")
+	} else if _, ok := sys.Allocator.(control.Checked); ok {
+		t.Error("proteus checked")
 	}
 }
