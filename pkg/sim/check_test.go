@@ -16,24 +16,21 @@ import (
 
 // runFixed simulates plan p for good (a static system: the loop only routes, the tuner lends) on w, and returns
 // the measured violation ratio after the warm-up and the traffic the simulated frontend and workers reported.
-func runFixed(t *testing.T, spec *pipeline.Spec, p *PlanUnderTest, w *workload.Workload) (float64, control.Observed) {
+func runFixed(t *testing.T, spec *pipeline.Spec, p *plan.Plan, w *workload.Workload) (float64, control.Observed) {
 	t.Helper()
 	s, err := newSim(Config{Spec: spec, Workload: w, Servers: 20, System: "static", Seed: 3, CommLatency: -1,
 		Warmup: 10 * time.Second, Control: control.Config{ProfilesOnly: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.loop = control.New(spec, s.control, nil, p.Plan)
+	s.loop = control.New(spec, s.control, nil, p)
 	s.loaded = true
-	s.applyPlan(p.Plan, true)
+	s.applyPlan(p, true)
 	s.loaded = false
 	s.run()
 	o := control.Observed{Demand: w.Rates[0], Servers: 20, Traffic: s.traffic.Sample(time.Unix(0, s.end))}
 	return s.result().Summary.SLOViolationRatio, o
 }
-
-// PlanUnderTest is a routed plan.
-type PlanUnderTest struct{ Plan *plan.Plan }
 
 // TestCheckTracksTheSimulator: the check's prediction of a fixed plan (the paper's model's for the traffic example
 // at 300 QPS with replicas 95% busy) on the traffic the simulator reported tracks what the simulator measured over
@@ -53,7 +50,7 @@ func TestCheckTracksTheSimulator(t *testing.T) {
 	p.Routing = routing.MostAccurateFirst(routing.Input{Spec: spec, Plan: p, Demand: qps, Utilization: 0.85})
 	w := workload.Constant(qps, 130*time.Second)
 	w.CV = 3
-	measured, seen := runFixed(t, spec, &PlanUnderTest{p}, w)
+	measured, seen := runFixed(t, spec, p, w)
 	c := Checker{Policy: "reroute", CommLatency: -1, Seed: 1}
 	pred, err := c.Check(spec, p, seen)
 	if err != nil {
@@ -82,16 +79,7 @@ func TestCheckTracksTheSimulator(t *testing.T) {
 // variant: the traffic example's plan at 600 QPS, whose detectors are profiled at 2.2-3 objects a frame, misses far
 // more when they were seen finding 12 in every frame.
 func TestCheckDrawsTheObservedFanout(t *testing.T) {
-	spec, err := pipeline.Load("../../examples/traffic.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := control.Observed{Demand: 600, Servers: 20}
-	p, err := control.MILP{Utilization: 0.85, Workers: 1}.Allocate(spec, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Routing = routing.MostAccurateFirst(routing.Input{Spec: spec, Plan: p, Demand: o.Demand, Utilization: 0.85})
+	spec, p, o := trafficPlan(t, 600)
 	c := Checker{Policy: "reroute", CommLatency: -1, Seed: 1}
 	profiled, err := c.Check(spec, p, o)
 	if err != nil {
@@ -112,4 +100,20 @@ func TestCheckDrawsTheObservedFanout(t *testing.T) {
 		t.Errorf("12 sub-requests a frame: predicted %.4f, profiled %.4f: want at least 10 points more",
 			heavy.ViolationRatio, profiled.ViolationRatio)
 	}
+}
+
+// trafficPlan is the burst model's plan of the traffic example at qps on 20 servers, routed as the planner routes.
+func trafficPlan(tb testing.TB, qps float64) (*pipeline.Spec, *plan.Plan, control.Observed) {
+	tb.Helper()
+	spec, err := pipeline.Load("../../examples/traffic.yaml")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	o := control.Observed{Demand: qps, Servers: 20}
+	p, err := control.MILP{Utilization: 0.85, Workers: 1}.Allocate(spec, o)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p.Routing = routing.MostAccurateFirst(routing.Input{Spec: spec, Plan: p, Demand: qps, Utilization: 0.85})
+	return spec, p, o
 }
