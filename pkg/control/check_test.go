@@ -21,8 +21,8 @@ func loadSpec(t *testing.T, name string) *pipeline.Spec {
 }
 
 // TestCheckedTightens: the paper's model plans the traffic camera at 72 QPS on 17 servers, and the check predicts
-// more than 1% of the deadlines missed under its negative binomial fan-out; the search adds replicas where the
-// queues formed until the check holds, and records the candidates.
+// more than 1% of the deadlines missed under its negative binomial fan-out, surely (by two standard errors); the
+// search adds replicas where the queues formed while that holds, and records the candidates.
 func TestCheckedTightens(t *testing.T) {
 	spec := loadSpec(t, "traffic-camera.yaml")
 	inner := control.MILP{Utilization: 0.85, Workers: 1, LatencyModel: allocate.LatencyLoki}
