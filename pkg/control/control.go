@@ -76,6 +76,13 @@ type Config struct {
 	// Sharing is how several pipelines share the workers: SharingJoint (the default when every pipeline is planned
 	// by the allocation MILP) or SharingEven (the default of the baselines). See pkg/core.
 	Sharing string
+	// Check checks each plan of the loki system by simulation before it is published (Checked, with the paper's
+	// latency model as the looser plan tried when there is room), against CheckTarget (default
+	// DefaultCheckTarget), by Checker, which whoever builds the system injects (pkg/sim.Checker); without a
+	// Checker there is no check.
+	Check       bool
+	CheckTarget float64
+	Checker     Checker
 }
 
 // How several pipelines share the workers (Config.Sharing).
@@ -135,6 +142,9 @@ func (c *Config) SetDefaults() {
 	if c.TuneEvery == 0 {
 		c.TuneEvery = tuner.Every // negative stays: no tuner
 	}
+	if c.CheckTarget == 0 {
+		c.CheckTarget = DefaultCheckTarget
+	}
 	if c.LatencyModel == allocate.LatencyLoki {
 		c.ProfilesOnly = true // the paper plans with profiled latencies
 	}
@@ -181,6 +191,9 @@ type Observed struct {
 	// DemandUnknown says no demand has been measured yet (no frontend has reported, and no earlier plan gave a
 	// seed): the plan in force stands, since a plan sized for the 0 of no data would shrink the cluster.
 	DemandUnknown bool
+	// Traffic is the recent traffic observed (arrival gaps, sub-request distributions) a plan check replays; nil
+	// when unknown.
+	Traffic *demand.TrafficSample
 }
 
 // Allocator chooses the hosted variants, replicas and batch sizes for what was observed (Demand already raised to

@@ -26,6 +26,8 @@ type Flags struct {
 	measured       *bool
 	latencyModel   *string
 	sharing        *string
+	check          *bool
+	checkTarget    *float64
 }
 
 // RegisterFlags registers the control flags on fs.
@@ -56,6 +58,11 @@ func RegisterFlags(fs *flag.FlagSet) *Flags {
 		sharing: fs.String("sharing", "", "how several pipelines share the workers: joint (one allocation over "+
 			"every pipeline; the default of loki) or even (an even split, each pipeline planned alone on its share; "+
 			"the baselines')"),
+		check: fs.Bool("check", false, "check each plan by simulating it on the traffic observed before it is "+
+			"published: tighten it where queues form when it misses --check-target, try the paper's model's "+
+			"more accurate plan when there is room (loki only)"),
+		checkTarget: fs.Float64("check-target", DefaultCheckTarget, "the share of requests a checked plan may be "+
+			"predicted to miss"),
 	}
 }
 
@@ -65,7 +72,7 @@ func (f *Flags) Config() (Config, error) {
 	c := Config{ReplanEvery: *f.replanEvery, ReplanSigmas: *f.replanSigmas, RouteSigmas: *f.routeSigmas,
 		Headroom: *f.headroom, RouteUtilization: *f.utilization, SolveTimeLimit: *f.solveTimeLimit,
 		SolveWorkers: *f.solveWorkers, TuneEvery: *f.tuneEvery,
-		ProfilesOnly: !*f.measured, Sharing: *f.sharing}
+		ProfilesOnly: !*f.measured, Sharing: *f.sharing, Check: *f.check, CheckTarget: *f.checkTarget}
 	var err error
 	if c.LatencyModel, err = allocate.ParseLatencyModel(*f.latencyModel); err != nil {
 		return c, fmt.Errorf("--latency-model: %w", err)
@@ -86,6 +93,8 @@ func (f *Flags) Config() (Config, error) {
 		return c, fmt.Errorf("--utilization %v: want a share in (0, 1]", c.RouteUtilization)
 	case c.SolveTimeLimit < 0:
 		return c, fmt.Errorf("--solve-time-limit %v: want 0 or more", c.SolveTimeLimit)
+	case !(c.CheckTarget > 0 && c.CheckTarget < 1):
+		return c, fmt.Errorf("--check-target %v: want a share in (0, 1)", c.CheckTarget)
 	case c.SolveWorkers < 0:
 		return c, fmt.Errorf("--solve-workers %d: want 0 or more", c.SolveWorkers)
 	}

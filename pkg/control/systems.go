@@ -2,6 +2,9 @@ package control
 
 import (
 	"fmt"
+	"time"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/allocate"
 	"strings"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/deadline"
@@ -70,8 +73,12 @@ func ParseSystem(s string, spec *pipeline.Spec, cfg Config) (System, error) {
 	cfg.SetDefaults()
 	sys := System{Policy: kind.Policy}
 	if kind.New != nil {
-		sys.Allocator = kind.New(MILP{Utilization: cfg.RouteUtilization, TimeLimit: cfg.SolveTimeLimit,
-			Workers: cfg.SolveWorkers, LatencyModel: cfg.LatencyModel})
+		m := MILP{Utilization: cfg.RouteUtilization, TimeLimit: cfg.SolveTimeLimit, Workers: cfg.SolveWorkers,
+			LatencyModel: cfg.LatencyModel}
+		sys.Allocator = kind.New(m)
+		if cfg.Check && cfg.Checker != nil && kind.Name == "loki" {
+			sys.Allocator = cfg.checked(m)
+		}
 	}
 	if sys.Policy == "" {
 		sys.Policy = deadline.Policy(spec.DeadlinePolicy)
@@ -88,4 +95,20 @@ func ParseSystem(s string, spec *pipeline.Spec, cfg Config) (System, error) {
 	}
 	sys.Name = name + ":" + string(sys.Policy)
 	return sys, nil
+}
+
+// checked is the loki allocator m with its plans checked (Config.Check): the paper's latency model is the looser
+// plan it tries when the burst model's plan shows room.
+func (c Config) checked(m MILP) Checked {
+	ck := Checked{Inner: m, Check: c.Checker, Target: c.CheckTarget, Utilization: c.RouteUtilization,
+		Budget: c.SolveTimeLimit}
+	if c.SolveTimeLimit > 0 { // live: the candidates stop at the solve's budget (the simulator has none)
+		ck.Now = time.Now
+	}
+	if m.LatencyModel != allocate.LatencyLoki {
+		loose := m
+		loose.LatencyModel = allocate.LatencyLoki
+		ck.Loose = loose
+	}
+	return ck
 }

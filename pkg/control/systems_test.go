@@ -56,7 +56,7 @@ func TestFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Config{Headroom: -1, SolveTimeLimit: 2 * time.Second, RouteUtilization: 0.8, ReplanEvery: 5 * time.Second,
-		LatencyModel: allocate.LatencyBurst}
+		LatencyModel: allocate.LatencyBurst, CheckTarget: DefaultCheckTarget}
 	if c != want {
 		t.Errorf("config %+v, want %+v", c, want)
 	}
@@ -91,7 +91,8 @@ func TestFlags(t *testing.T) {
 		t.Errorf("defaults: system %q %v, headroom %v", s, err, c.Headroom)
 	}
 	for _, bad := range [][]string{{"--headroom", "-1"}, {"--utilization", "1.5"}, {"--solve-workers", "-1"},
-		{"--solve-time-limit", "-1s"}, {"--replan-sigmas", "-1"}, {"--latency-model", "paper"}} {
+		{"--solve-time-limit", "-1s"}, {"--replan-sigmas", "-1"}, {"--latency-model", "paper"},
+		{"--check-target", "0"}, {"--check-target", "1"}} {
 		if _, _, err := parse(bad...); err == nil {
 			t.Errorf("%v: no error", bad)
 		}

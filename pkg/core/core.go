@@ -78,9 +78,10 @@ type Pipeline struct {
 	index  int // in Cluster.pipes
 
 	// Under Cluster.mu:
-	demand *demand.Estimator
-	fanout *demand.FanoutEstimator
-	tasks  *demand.TaskDemand
+	demand  *demand.Estimator
+	fanout  *demand.FanoutEstimator
+	tasks   *demand.TaskDemand
+	traffic *demand.Traffic // the frontends' gaps and the workers' sub-request counts, for the plan check
 
 	// The decisions' goroutine only:
 	loop        *control.Loop
@@ -114,7 +115,7 @@ func New(specs []*pipeline.Spec, systems []control.System, cfg Config) (*Cluster
 				below = append(below, t.Name)
 			}
 		}
-		p := &Pipeline{Spec: spec, System: systems[i], index: i, demand: e,
+		p := &Pipeline{Spec: spec, System: systems[i], index: i, demand: e, traffic: demand.NewTraffic(),
 			fanout: demand.NewFanoutEstimator(cfg.DemandAlpha, 0),
 			tasks: demand.NewTaskDemand(below, func() *demand.Estimator {
 				return cfg.Control.DemandEstimator(cfg.DemandAlpha)
@@ -144,7 +145,11 @@ const divisionNodes = 300
 func (c *Cluster) chooseSharing(systems []control.System) error {
 	var milps []control.MILP
 	for _, s := range systems {
-		if m, ok := s.Allocator.(control.MILP); ok {
+		alloc := s.Allocator
+		if ck, ok := alloc.(control.Checked); ok { // the division splits; each loop's plan is checked
+			alloc = ck.Inner
+		}
+		if m, ok := alloc.(control.MILP); ok {
 			milps = append(milps, m)
 		}
 	}
@@ -182,11 +187,26 @@ func (c *Cluster) Begin(p *Pipeline, current *plan.Plan, resumed bool, now time.
 	if p.loop != nil {
 		return ErrStarted
 	}
+	if resumed {
+		c.seed(p, current)
+	}
 	if !resumed || p.System.Allocator == nil {
 		p.loop = control.New(p.Spec, c.cfg.Control, p.System.Allocator, current)
 		return nil
 	}
 	p.loop = control.Resume(p.Spec, c.cfg.Control, p.System.Allocator, current, now)
+	return nil
+}
+
+// Restart starts p's control loop again from current, as Begin resumed: the plan check runs a plan from idle
+// queues with the demand it was made for.
+func (c *Cluster) Restart(p *Pipeline, current *plan.Plan, now time.Time) error {
+	p.loop = nil
+	return c.Begin(p, current, true, now)
+}
+
+// seed starts p's demand and multiplicative-factor estimates from what plan current was made for.
+func (c *Cluster) seed(p *Pipeline, current *plan.Plan) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if a := current.Allocation; a != nil {
@@ -195,7 +215,6 @@ func (c *Cluster) Begin(p *Pipeline, current *plan.Plan, resumed bool, now time.
 	for hop, f := range current.Fanout { // validated against the spec by the caller
 		p.fanout.Seed(hop, f, p.Spec.Task(taskOf(hop)).Children)
 	}
-	return nil
 }
 
 // Current is the plan in force for p (the last one published).

@@ -70,7 +70,7 @@ func TestDemandUnknownHoldsThePlan(t *testing.T) {
 				d.Observed.DemandUnknown, d.Plan != nil)
 		}
 	}
-	if _, err := c.Report("traffic", "f1", 100, time.Second, now); err != nil {
+	if _, err := c.Report("traffic", wire.DemandReport{Frontend: "f1", Count: 100, IntervalMs: 1000}, now); err != nil {
 		t.Fatal(err)
 	}
 	now = now.Add(TickEvery)
@@ -79,7 +79,7 @@ func TestDemandUnknownHoldsThePlan(t *testing.T) {
 		t.Fatalf("after a report: demand unknown %v, replanned %v; want a new allocation", d.Observed.DemandUnknown,
 			d.Replanned)
 	}
-	if _, err := c.Report("nope", "f1", 1, time.Second, now); err == nil {
+	if _, err := c.Report("nope", wire.DemandReport{Frontend: "f1", Count: 1, IntervalMs: 1000}, now); err == nil {
 		t.Fatal("a report for a pipeline the core does not serve was taken")
 	}
 }
@@ -94,7 +94,7 @@ func TestRehomeAtEveryLookAfterAPlan(t *testing.T) {
 	if got := c.Look(now, 20, queues()); len(got.Rehome) != 0 {
 		t.Fatalf("look before any new plan moves %d pipelines' queues", len(got.Rehome))
 	}
-	if _, err := c.Report("traffic", "f1", 200, time.Second, now); err != nil {
+	if _, err := c.Report("traffic", wire.DemandReport{Frontend: "f1", Count: 200, IntervalMs: 1000}, now); err != nil {
 		t.Fatal(err)
 	}
 	now = now.Add(TickEvery)
@@ -197,11 +197,11 @@ func TestJointDivision(t *testing.T) {
 		t.Fatalf("sharing %q by default for loki, want joint", c.Sharing())
 	}
 	for _, x := range []*Cluster{alone, c} {
-		if _, err := x.Report("traffic", "f", 300, time.Second, now); err != nil {
+		if _, err := x.Report("traffic", wire.DemandReport{Frontend: "f", Count: 300, IntervalMs: 1000}, now); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := c.Report(chain.Name, "f", 20, time.Second, now); err != nil {
+	if _, err := c.Report(chain.Name, wire.DemandReport{Frontend: "f", Count: 20, IntervalMs: 1000}, now); err != nil {
 		t.Fatal(err)
 	}
 	now = now.Add(TickEvery)
@@ -240,7 +240,7 @@ func TestLoansRespectClasses(t *testing.T) {
 	high.Priority = 5
 	c := started(t, now, low, high) // low first: the order given must not decide
 	for _, name := range []string{"low", "high"} {
-		if _, err := c.Report(name, "f1", 200, time.Second, now); err != nil {
+		if _, err := c.Report(name, wire.DemandReport{Frontend: "f1", Count: 200, IntervalMs: 1000}, now); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -4,23 +4,32 @@ package core
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
+	"github.com/sleipnir-serving/sleipnir/pkg/demand"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
-// Report takes a frontend's demand report for a pipeline: count requests over interval. Stepped says the report
-// made a step of the estimate (demand.Estimator.Stepped): the caller ticks at once rather than at the next second.
-func (c *Cluster) Report(pipeline, frontend string, count int, interval time.Duration, now time.Time) (stepped bool,
-	err error) {
+// Report takes a frontend's demand report for a pipeline: its count of requests over its interval, and the gaps
+// between its recent arrivals. Stepped says the report made a step of the estimate (demand.Estimator.Stepped): the
+// caller ticks at once rather than at the next second.
+func (c *Cluster) Report(pipeline string, r wire.DemandReport, now time.Time) (stepped bool, err error) {
 	p := c.named[pipeline]
 	if p == nil {
 		return false, fmt.Errorf("no pipeline %q", pipeline)
 	}
+	interval := time.Duration(r.IntervalMs * float64(time.Millisecond))
+	if math.IsNaN(r.IntervalMs) || math.IsInf(r.IntervalMs, 0) {
+		interval = 0
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err := p.demand.Observe(frontend, count, interval, now); err != nil {
+	if err := p.demand.Observe(r.Frontend, r.Count, interval, now); err != nil {
+		return false, err
+	}
+	if err := p.traffic.Observe(r, now); err != nil {
 		return false, err
 	}
 	return p.demand.Stepped(now), nil
@@ -49,6 +58,9 @@ func (c *Cluster) Heartbeat(id string, reg wire.Registration, now time.Time) {
 		}
 		p.fanout.Observe(hop, delta.FanoutCounts)
 		c.messages.Observe(key, delta)
+		if delta.Items > 0 {
+			p.traffic.Fold(hop, delta.FanoutCounts)
+		}
 		if t := p.Spec.Task(taskOf(hop)); t != nil && delta.Items > 0 {
 			for _, child := range t.Children {
 				p.tasks.Add(child, delta.Children[child])
@@ -71,4 +83,11 @@ func (c *Cluster) Workers() (counted, measured int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.counters.Workers(), c.latency.Workers()
+}
+
+// Traffic is what p's frontends and workers reported of its traffic (the plan check's input), as of now.
+func (c *Cluster) Traffic(p *Pipeline, now time.Time) *demand.TrafficSample {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return p.traffic.Sample(now)
 }

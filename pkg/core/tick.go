@@ -45,7 +45,7 @@ func (c *Cluster) observe(now time.Time) []Decision {
 		p.fanout.Tick()
 		out[i] = Decision{Pipeline: p, Observed: control.Observed{Demand: p.demand.Tick(now),
 			DemandWindow: p.demand.Window(), DemandUnknown: !p.demand.Known(), Fanout: p.fanout.Estimate(p.Spec),
-			FanoutSamples: p.fanout.Samples(), TaskDemand: p.tasks.Tick(now, TickEvery),
+			FanoutSamples: p.fanout.Samples(), TaskDemand: p.tasks.Tick(now, TickEvery), Traffic: p.traffic.Sample(now),
 			Profiles: latency.Blend(p.Spec, c.latency.Measured(p.Spec, now, c.cfg.LatencyMaxAge))}}
 	}
 	return out

@@ -50,7 +50,26 @@ func (c *Counters) Fold(id string, reg wire.Registration) map[string]Delta {
 		if cur.Messages >= old.Messages {
 			delta.Messages = cur.Messages - old.Messages
 		}
+		delta.SubRequests = subDelta(cur.FanoutCounts, old.FanoutCounts)
 		out[key] = delta
+	}
+	return out
+}
+
+// subDelta is the difference of two cumulative sub-request histograms; nil when either is malformed (a heartbeat is
+// input: SubRequestBuckets bounds it) or nothing was counted.
+func subDelta(cur, old wire.FanoutCounts) []uint64 {
+	c, err := cur.SubRequestBuckets()
+	o, err2 := old.SubRequestBuckets()
+	if err != nil || err2 != nil || len(c) == 0 {
+		return nil
+	}
+	out := make([]uint64, len(c))
+	for k, n := range c {
+		if k < len(o) && n >= o[k] {
+			n -= o[k]
+		}
+		out[k] = n
 	}
 	return out
 }

@@ -37,6 +37,7 @@ type PlannerState struct {
 // queues (read at scrape time through the function given to NewPlanner).
 type Planner struct {
 	epoch, accuracy, active, cluster, estimate, served, solve, gap, optimal, plannedDemand *prometheus.GaugeVec
+	checkPredicted, checkCandidates                                                        *prometheus.GaugeVec
 	mode, replicas, maxBatch, fanout                                                       *prometheus.GaugeVec
 	plans                                                                                  *prometheus.CounterVec
 
@@ -70,7 +71,11 @@ func NewPlanner(reg prometheus.Registerer, state func() PlannerState) *Planner {
 		gap:           gauge("gap", "Relative optimality gap of the plan in force (0: proven optimal).", pipe),
 		optimal:       gauge("optimal", "1 when the solver proved the plan in force optimal.", pipe),
 		replicas:      gauge("replicas", "Replicas the plan in force gives a variant.", variant),
-		maxBatch:      gauge("max_batch", "Largest batch the plan in force runs a variant at.", variant),
+		checkPredicted: gauge("check_predicted_violation_ratio", "Share of requests the plan check predicted the "+
+			"plan in force misses (with --check).", pipe),
+		checkCandidates: gauge("check_candidates", "Plans the plan check simulated to choose the plan in force "+
+			"(with --check; 1: the allocator's first).", pipe),
+		maxBatch: gauge("max_batch", "Largest batch the plan in force runs a variant at.", variant),
 		fanout: gauge("multiplicative_factor", "Measured multiplicative factor (sub-requests per item) the plan in force used for a variant.",
 			variant),
 		plans: prometheus.NewCounterVec(prometheus.CounterOpts{Name: name("planner", "plans_total"),
@@ -93,7 +98,7 @@ func NewPlanner(reg prometheus.Registerer, state func() PlannerState) *Planner {
 		lastEpoch: map[string]uint64{},
 	}
 	reg.MustRegister(m.epoch, m.mode, m.accuracy, m.active, m.cluster, m.plannedDemand, m.estimate, m.served, m.solve,
-		m.gap, m.optimal, m.replicas, m.maxBatch, m.fanout, m.plans, m)
+		m.gap, m.optimal, m.replicas, m.maxBatch, m.fanout, m.plans, m.checkPredicted, m.checkCandidates, m)
 	return m
 }
 
@@ -131,6 +136,10 @@ func (m *Planner) Plan(pl *plan.Plan) {
 			opt = 1
 		}
 		m.optimal.WithLabelValues(p).Set(opt)
+		if c := a.Check; c != nil {
+			m.checkPredicted.WithLabelValues(p).Set(c.ViolationRatio)
+			m.checkCandidates.WithLabelValues(p).Set(float64(c.Candidates))
+		}
 	} else {
 		active := 0
 		for _, v := range pl.Variants {

@@ -61,6 +61,21 @@ type Allocation struct {
 	// LatencyModel is the allocation MILP's latency model: "burst" or "loki" (pkg/allocate.LatencyModel); absent
 	// from older plans, which are burst.
 	LatencyModel string `json:"latency_model,omitempty"`
+	// Check is what the plan check predicted for the plan (pkg/control.Checked); absent when no check ran.
+	Check *CheckResult `json:"check,omitempty"`
+}
+
+// CheckResult is what simulating a plan on the observed traffic predicted before it was published.
+type CheckResult struct {
+	// ViolationRatio is the share of the simulated requests not answered ok.
+	ViolationRatio float64 `json:"violation_ratio"`
+	// Candidates is how many plans were checked to choose this one (1: the allocator's first).
+	Candidates int `json:"candidates"`
+	// Changed says the plan is not the one the allocator first returned: the check tightened it, or took the
+	// more accurate one.
+	Changed bool `json:"changed,omitempty"`
+	// Poisson says no arrivals were observed: the check drew Poisson arrivals at the demand.
+	Poisson bool `json:"poisson,omitempty"`
 }
 
 // Estimate is the demand estimate the plan was made from (EstimateQPS, or DemandQPS when it was not recorded): a

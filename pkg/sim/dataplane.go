@@ -18,6 +18,7 @@ import (
 func (s *sim) arrive(p *pipe) {
 	sec := int32(s.now / int64(time.Second))
 	p.arrivedNow++ // the demand report counts the refused requests too: they are demand
+	p.gaps.Note(s.time())
 	if int(sec) < len(p.seconds) {
 		p.seconds[sec].Arrivals++
 	}
@@ -50,6 +51,8 @@ func (s *sim) deliver(hi int, m *message) {
 	h := s.hops[hi]
 	m.enqueued = s.now
 	h.queue = append(h.queue, m)
+	h.load += float64(m.items)
+	h.peak = max(h.peak, h.load)
 	if n := len(h.free); n > 0 {
 		srv := h.free[n-1]
 		h.free = h.free[:n-1]
@@ -132,6 +135,7 @@ func (s *sim) batchDone(srv int) {
 	p := h.pipe
 	for _, m := range sv.batch {
 		r := m.req
+		h.load -= float64(m.items)
 		if m.dropped != "" {
 			r.dropped += m.items
 			s.leaves(r, m.items)
@@ -144,7 +148,7 @@ func (s *sim) batchDone(srv int) {
 		when := hopstep.When{Now: s.time(), AtTask: time.Duration(s.now - m.enqueued),
 			Left: time.Duration(r.due - s.now)}
 		for range m.items {
-			k := h.exec.SubRequests(s.rng)
+			k := s.subRequests(h)
 			s.children, s.routeDraws.next, s.routeDraws.draws = s.children[:0], 0, s.routeDraws.draws[:0]
 			for range k {
 				c := h.exec.ChildOf(s.rng.Float64())

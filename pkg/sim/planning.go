@@ -6,6 +6,7 @@ package sim
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/admission"
@@ -20,7 +21,8 @@ import (
 func (s *sim) tick() {
 	now := s.time()
 	for _, p := range s.pipes {
-		if _, err := s.core.Report(p.spec.Name, "frontend", p.arrivedNow, time.Second, now); err != nil {
+		r := wire.DemandReport{Frontend: "frontend", Count: p.arrivedNow, IntervalMs: 1000, GapsMs: p.gaps.Take()}
+		if _, err := s.core.Report(p.spec.Name, r, now); err != nil {
 			panic(fmt.Sprintf("sim: demand report refused: %v", err)) // the simulator's own counts: a bug
 		}
 		p.arrivedNow = 0
@@ -37,6 +39,7 @@ func (s *sim) tick() {
 			s.applyPlan(p, d.Plan, d.Replanned)
 			if d.Replanned {
 				p.replans++
+				p.noteCheck(d.Plan)
 				replanned = true
 			}
 		}
@@ -68,7 +71,7 @@ func (s *sim) heartbeats(now time.Time) {
 	for _, h := range s.hops {
 		if h.items > 0 {
 			beat.Observed[h.key] = wire.Observed{FanoutCounts: wire.FanoutCounts{Items: h.items,
-				Children: maps.Clone(h.emitted)}, Messages: h.messages}
+				Children: maps.Clone(h.emitted), SubRequests: slices.Clone(h.subs.SubRequests)}, Messages: h.messages}
 		}
 	}
 	s.core.Heartbeat("workers", beat, now)
@@ -169,6 +172,7 @@ func (s *sim) rehome(p *pipe) {
 		kept := h.queue[:0]
 		for _, m := range h.queue[h.head:] {
 			if to := p.plan.Rehome(task, h.variant.Name, plan.Upstream(p.trie.path[m.node]), s.rng.Float64()); to != "" {
+				h.load -= float64(m.items)
 				s.push(event{at: s.now + p.comm, kind: evDeliver, hop: p.hopIdx[task][to], msg: m})
 				continue
 			}
@@ -243,6 +247,7 @@ func (s *sim) result(p *pipe) *Result {
 	}
 	sum.ItemHops = p.hopsDone
 	sum.Replans = p.replans
+	sum.CheckChanged, sum.CheckPredicted = p.checkChanged, p.checkPredicted
 	sum.PlanSeconds = s.planWall.Seconds()
 	sum.SimulatedS = float64(p.end) / float64(time.Second)
 	return res

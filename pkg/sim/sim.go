@@ -16,6 +16,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/completion"
 	"github.com/sleipnir-serving/sleipnir/pkg/control"
 	"github.com/sleipnir-serving/sleipnir/pkg/core"
+	"github.com/sleipnir-serving/sleipnir/pkg/demand"
 	"github.com/sleipnir-serving/sleipnir/pkg/executor/emulated"
 	hopstep "github.com/sleipnir-serving/sleipnir/pkg/hop"
 	"github.com/sleipnir-serving/sleipnir/pkg/latency"
@@ -128,6 +129,10 @@ type Summary struct {
 	// ItemHops counts items executed at a task; Replans the new allocations published.
 	ItemHops int64 `json:"item_hops"`
 	Replans  int   `json:"replans"`
+	// With the plan check (control.Config.Check): CheckChanged counts the new allocations the check changed, and
+	// CheckPredicted is the violation ratio it predicted for the last one.
+	CheckChanged   int     `json:"check_changed,omitempty"`
+	CheckPredicted float64 `json:"check_predicted,omitempty"`
 	// PlanSeconds is the wall time the planning core took, for every pipeline (part of WallSeconds, which is the
 	// whole run's).
 	PlanSeconds float64 `json:"plan_s"`
@@ -223,7 +228,13 @@ type hop struct {
 	// inService is the messages its servers have taken and not finished: with those waiting, what JetStream shows
 	// the tuner (a consumer's pending and unacknowledged messages).
 	inService int
-	key       string // "pipeline:task/variant", the key of its measurements in a heartbeat
+	// load is the items in its queue or in service, peak the most it had in a plan check (check.go).
+	load, peak float64
+	key        string // "pipeline:task/variant", the key of its measurements in a heartbeat
+	// subs counts its items by the sub-requests they emitted (the heartbeat's histogram); draw, in a plan check,
+	// is the observed distribution its items emit from (check.go).
+	subs wire.FanoutCounts
+	draw *demand.SubRequestDist
 }
 
 type server struct {
@@ -257,10 +268,15 @@ type pipe struct {
 	admit   admission.Plan // what admission control knows of plan
 	end     int64          // its workload's end
 	seconds []Second
-	// arrivedNow counts the arrivals since the last tick (the frontend's demand report).
+	// arrivedNow counts the arrivals since the last tick, and gaps the times between them (the frontend's demand
+	// report).
 	arrivedNow int
+	gaps       demand.Gaps
 	hopsDone   int64
 	replans    int
+	// what the plan check did to the allocations published (noteCheck)
+	checkChanged   int
+	checkPredicted float64
 }
 
 type sim struct {
@@ -361,10 +377,13 @@ func (s *sim) addPipe(sv Served, seed uint64) (*pipe, error) {
 	if solve.SolveWorkers == 0 {
 		solve.SolveWorkers = 1
 	}
+	check := &Checker{CommLatency: s.cfg.CommLatency, Seed: s.cfg.Seed, TuneEvery: s.cfg.Control.TuneEvery}
+	solve.Checker = check
 	system, err := control.ParseSystem(name, sv.Spec, solve)
 	if err != nil {
 		return nil, err
 	}
+	check.Policy = system.Policy
 	spec := sv.Spec
 	p := &pipe{spec: spec, work: sv.Workload, arr: sv.Workload.Arrivals(seed), system: system,
 		hopIdx: map[string]map[string]int32{}, slo: int64(spec.SLOMs * float64(time.Millisecond)),

@@ -111,6 +111,7 @@ func TestMsgpackClaimedLengthsBoundedMemory(t *testing.T) {
 		{"result path array32", func() any { return new(ResultMessage) }, cat(mpMap(1), mpStr("items"), mpArray(1), mpMap(1), mpStr("path"), mp32(0xdd, huge)), "claims 4294967295 elements", false},
 		{"result outputs array32", func() any { return new(ResultMessage) }, cat(mpMap(1), mpStr("items"), mpArray(1), mpMap(1), mpStr("outputs"), mp32(0xdd, huge)), "claims 4294967295 elements", false},
 		{"demand frontend str32", func() any { return new(DemandReport) }, cat(mpMap(1), mpStr("frontend"), mp32(0xdb, huge)), "claims 4294967295 bytes", false},
+		{"demand gaps array32", func() any { return new(DemandReport) }, cat(mpMap(1), mpStr("gaps_ms"), mp32(0xdd, huge)), "claims 4294967295 elements", false},
 		{"reply results array32", func() any { return new(InferReply) }, cat(mpMap(1), mpStr("results"), mp32(0xdd, huge)), "claims 4294967295 elements", false},
 	}
 	for _, tc := range tests {
@@ -136,7 +137,7 @@ func TestUnmarshalMsgpackAcceptsWhatWeSend(t *testing.T) {
 		&InferRequest{ID: strings.Repeat("r", 300), Inputs: tensors},
 		&TaskMessage{Items: []Item{{ID: "0.1", Den: 3, Inputs: tensors}, {ID: "0.2"}}},
 		&ResultMessage{RequestID: "r", Items: []ItemResult{{ID: "0", Den: 1 << 40, Path: []string{"a/b", "c/d"}, Status: ItemOK, Outputs: tensors}}},
-		&DemandReport{Frontend: "f", Count: -3, IntervalMs: 1000.5},
+		&DemandReport{Frontend: "f", Count: -3, IntervalMs: 1000.5, GapsMs: make([]float32, MaxDemandGaps)},
 		&InferReply{RequestID: "r", Status: StatusOK, Accuracy: 0.5, Results: []ItemResult{{ID: "0", Path: []string{}}}},
 		map[string]any{"ext": msgpack.RawMessage{0xd6, 0xff, 0, 0, 0, 1}, "neg": int64(-1 << 40), "f32": float32(1.5), "u": uint64(1 << 63)},
 	} {

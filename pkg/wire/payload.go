@@ -1,5 +1,10 @@
 package wire
 
+import (
+	"fmt"
+	"math"
+)
+
 // Payloads are msgpack (github.com/vmihailenco/msgpack/v5). Tensors carry their data as raw little-endian bytes.
 
 // Tensor is one named input or output. Data holds the elements in row-major order, little-endian; for BYTES, each
@@ -71,4 +76,24 @@ type DemandReport struct {
 	Frontend   string  `msgpack:"frontend"`
 	Count      int     `msgpack:"count"`
 	IntervalMs float64 `msgpack:"interval_ms"`
+	// GapsMs are the times between the consecutive requests it accepted, newest last, at most MaxDemandGaps (the
+	// newest): the planner's plan check replays them (pkg/demand.Traffic). Read them with Gaps.
+	GapsMs []float32 `msgpack:"gaps_ms,omitempty"`
+}
+
+// MaxDemandGaps bounds DemandReport.GapsMs: 128 float32s keep a report under 1 KiB, the planner's bound per report.
+const MaxDemandGaps = 128
+
+// Gaps checks GapsMs: more than MaxDemandGaps, or a gap that is not a finite number of milliseconds >= 0, is an
+// error (the report's count still stands).
+func (r *DemandReport) Gaps() ([]float32, error) {
+	if len(r.GapsMs) > MaxDemandGaps {
+		return nil, fmt.Errorf("demand report: %d gaps, want at most %d", len(r.GapsMs), MaxDemandGaps)
+	}
+	for _, g := range r.GapsMs {
+		if !(g >= 0) || math.IsInf(float64(g), 0) {
+			return nil, fmt.Errorf("demand report: gap %v ms: want a finite time >= 0", g)
+		}
+	}
+	return r.GapsMs, nil
 }

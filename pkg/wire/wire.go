@@ -500,4 +500,32 @@ type WorkerStats struct {
 type FanoutCounts struct {
 	Items    uint64            `json:"items"`
 	Children map[string]uint64 `json:"children,omitempty"`
+	// SubRequests[k] counts the items that emitted k sub-requests in all (over every child task), the last entry
+	// those that emitted len-1 or more: the distribution the plan check draws from. At most MaxSubRequestBuckets
+	// entries (SubRequestBuckets reads them).
+	SubRequests []uint64 `json:"sub_requests,omitempty"`
+}
+
+// MaxSubRequestBuckets bounds FanoutCounts.SubRequests.
+const MaxSubRequestBuckets = 64
+
+// SubRequestBucket is the entry of FanoutCounts.SubRequests an item that emitted k sub-requests counts in.
+func SubRequestBucket(k int) int { return min(max(k, 0), MaxSubRequestBuckets-1) }
+
+// CountSubRequests counts an item that emitted k sub-requests in c.SubRequests, growing it as needed.
+func (c *FanoutCounts) CountSubRequests(k int) {
+	b := SubRequestBucket(k)
+	if len(c.SubRequests) <= b {
+		c.SubRequests = append(c.SubRequests, make([]uint64, b+1-len(c.SubRequests))...)
+	}
+	c.SubRequests[b]++
+}
+
+// SubRequestBuckets checks SubRequests (a heartbeat is input): more than MaxSubRequestBuckets entries is an error.
+func (c *FanoutCounts) SubRequestBuckets() ([]uint64, error) {
+	if len(c.SubRequests) > MaxSubRequestBuckets {
+		return nil, fmt.Errorf("sub-request histogram of %d entries, want at most %d", len(c.SubRequests),
+			MaxSubRequestBuckets)
+	}
+	return c.SubRequests, nil
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/admission"
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
 	"github.com/sleipnir-serving/sleipnir/pkg/completion"
+	"github.com/sleipnir-serving/sleipnir/pkg/demand"
 	"github.com/sleipnir-serving/sleipnir/pkg/metrics"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
@@ -189,6 +190,7 @@ type Frontend struct {
 	pending map[string]*request
 	rng     *rand.Rand                     // routing, under mu
 	demand  map[string]int                 // requests accepted per pipeline since the last report, under mu
+	gaps    map[string]*demand.Gaps        // the gaps between them (the plan check's arrivals), under mu
 	watched map[string]*completion.Tracker // requests answered late, for lateWatch (late.go), under mu
 
 	// Admission control's state (admission.go), under admMu: its own lock, so that the request callback, which
@@ -230,7 +232,7 @@ func New(nc *nats.Conn, cfg Config) (*Frontend, error) {
 		ready:      make(chan struct{}), pending: map[string]*request{}, demand: map[string]int{},
 		watched: map[string]*completion.Tracker{}, gatePlans: map[string]gatePlan{}, refusedDemand: map[string]int{},
 		gate: admission.New(cfg.Admission), admRng: rand.New(rand.NewPCG(rand.Uint64(), 0xad317)),
-		rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0xf00d)),
+		gaps: map[string]*demand.Gaps{}, rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0xf00d)),
 	}
 	f.micro = newMicroService(f)
 	f.exportCounters()

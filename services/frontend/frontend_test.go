@@ -421,3 +421,50 @@ func TestDemandWithheldAcrossAReconnect(t *testing.T) {
 	}
 	next()
 }
+
+// TestDemandReportCarriesGaps: the frontend's demand reports carry the gaps between the requests it accepted (the
+// plan check's arrivals): one before each request but the first, the newest wire.MaxDemandGaps of a report, and
+// together no longer than the requests took.
+func TestDemandReportCarriesGaps(t *testing.T) {
+	s := startTestSystem(t, 0)
+	s.startFrontend(t, Config{ID: "fe", DemandEvery: 50 * time.Millisecond})
+	reports, err := s.connect(t, "planner-side").SubscribeSync(wire.DemandSubject(s.spec.Name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := s.newClient(t)
+	const n = 200
+	start := time.Now()
+	for range n {
+		c.Send(t, s.spec.Name, goodRequest(t), nats.Header{wire.HeaderTimeout: []string{"30s"}})
+	}
+	accepted, gaps := 0, 0
+	var spanned float64
+	for accepted < n {
+		m, err := reports.NextMsg(5 * time.Second)
+		if err != nil {
+			t.Fatalf("%d of %d requests reported: %v", accepted, n, err)
+		}
+		var r wire.DemandReport
+		if err := wire.UnmarshalMsgpack(m.Data, &r); err != nil {
+			t.Fatal(err)
+		}
+		g, err := r.Gaps()
+		want := r.Count // a gap before each request, but the first
+		if accepted == 0 && want > 0 {
+			want--
+		}
+		if err != nil || len(g) != min(want, wire.MaxDemandGaps) {
+			t.Fatalf("report of %d requests with %d gaps (%v), want %d", r.Count, len(g), err,
+				min(want, wire.MaxDemandGaps))
+		}
+		accepted += r.Count
+		gaps += len(g)
+		for _, x := range g {
+			spanned += float64(x)
+		}
+	}
+	if took := float64(time.Since(start).Milliseconds()) + 1; gaps == 0 || spanned > took {
+		t.Errorf("the gaps span %.1f ms, the requests took %.0f ms", spanned, took)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/completion"
+	"github.com/sleipnir-serving/sleipnir/pkg/demand"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/telemetry"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
@@ -32,6 +33,7 @@ func (f *Frontend) reportDemand(ctx context.Context) {
 			f.mu.Lock()
 			counts := f.demand
 			f.demand = make(map[string]int, len(counts))
+			gaps := f.takeGaps()
 			f.mu.Unlock()
 			f.admMu.Lock()
 			for name, n := range f.refusedDemand {
@@ -51,7 +53,7 @@ func (f *Frontend) reportDemand(ctx context.Context) {
 			}
 			for _, name := range f.Pipelines() {
 				data, _ := msgpack.Marshal(&wire.DemandReport{Frontend: f.cfg.ID, Count: counts[name],
-					IntervalMs: float64(interval) / float64(time.Millisecond)})
+					IntervalMs: float64(interval) / float64(time.Millisecond), GapsMs: gaps[name]})
 				if err := f.nc.Publish(wire.DemandSubject(name), data); err != nil {
 					f.log.Debug("demand report failed", "err", err)
 				}
@@ -200,4 +202,23 @@ func servedAccuracy(spec *pipeline.Spec, results []wire.ItemResult) float64 {
 		}
 	}
 	return acc.Value()
+}
+
+// noteGap records the arrival of a request of pipeline now, for the gaps its demand report carries. Under f.mu.
+func (f *Frontend) noteGap(pipeline string) {
+	g := f.gaps[pipeline]
+	if g == nil {
+		g = &demand.Gaps{}
+		f.gaps[pipeline] = g
+	}
+	g.Note(time.Now())
+}
+
+// takeGaps returns each pipeline's gaps since the last report. Under f.mu.
+func (f *Frontend) takeGaps() map[string][]float32 {
+	out := make(map[string][]float32, len(f.gaps))
+	for name, g := range f.gaps {
+		out[name] = g.Take()
+	}
+	return out
 }

@@ -204,6 +204,7 @@ func (f *Frontend) submit(ctx context.Context, sub *submission, t *turn) error {
 	// guarantees the reply, whatever becomes of the task message.
 	f.mu.Lock()
 	f.demand[sub.pipeline]++
+	f.noteGap(sub.pipeline)
 	f.pending[r.id] = r
 	r.timer = time.AfterFunc(time.Until(r.deadline), func() { f.expire(r.id) })
 	f.mu.Unlock()

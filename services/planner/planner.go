@@ -24,6 +24,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/ratelog"
+	"github.com/sleipnir-serving/sleipnir/pkg/sim"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
@@ -160,9 +161,18 @@ func New(nc *nats.Conn, cfg Config) (*Planner, error) {
 	specs := make([]*pipeline.Spec, len(cfg.Pipelines))
 	systems := make([]control.System, len(cfg.Pipelines))
 	for i, s := range cfg.Pipelines {
-		sys, err := control.ParseSystem(cfg.System, s, cfg.Config)
+		ccfg := cfg.Config
+		var check *sim.Checker // with --check, each plan is checked by the simulator before it is published
+		if ccfg.Check {
+			check = &sim.Checker{CommLatency: -1, Seed: 1, TuneEvery: ccfg.TuneEvery}
+			ccfg.Checker = check
+		}
+		sys, err := control.ParseSystem(cfg.System, s, ccfg)
 		if err != nil {
 			return nil, fmt.Errorf("planner: %w", err)
+		}
+		if check != nil {
+			check.Policy = sys.Policy
 		}
 		specs[i], systems[i] = s, sys
 		if string(sys.Policy) != s.DeadlinePolicy {
@@ -361,6 +371,11 @@ func (p *Planner) publishStep(ctx context.Context, now time.Time, d core.Decisio
 		"servers", o.Servers,
 		"system_accuracy", round(a.SystemAccuracy), "optimal", a.Optimal, "gap", round(a.Gap),
 		"solve_ms", a.SolveMs)
+	if c := a.Check; c != nil {
+		p.log.Info("plan checked by simulation", "pipeline", spec.Name, "epoch", pl.Epoch,
+			"predicted_violations", round(c.ViolationRatio), "candidates", c.Candidates, "changed", c.Changed,
+			"poisson", c.Poisson)
+	}
 	if err := p.reassign(ctx); err != nil && ctx.Err() == nil {
 		p.log.Warn("assigning workers failed; will retry", "err", err)
 	}

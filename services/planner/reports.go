@@ -4,7 +4,6 @@ package planner
 
 import (
 	"fmt"
-	"math"
 	"strings"
 	"time"
 
@@ -19,8 +18,8 @@ import (
 // frontends, each reporting every pipeline once a second.
 const DefaultDemandBacklog = 1024
 
-// maxDemandReportBytes is what a demand report takes at most (a frontend id, a count and an interval: under 100
-// bytes in msgpack), for the subscription's byte limit.
+// maxDemandReportBytes is what a demand report takes at most (a frontend id, a count, an interval and up to
+// wire.MaxDemandGaps gaps: about 700 bytes in msgpack), for the subscription's byte limit.
 const maxDemandReportBytes = 1 << 10
 
 // demandLimits bound the demand reports waiting for onDemand, which takes the planner's lock: reports pile up while
@@ -40,14 +39,10 @@ func (p *Planner) onDemand(m *nats.Msg) {
 		p.complaints.Warn(complainReport, "pipeline", name, "err", fmt.Sprintf("frontend id %q", r.Frontend))
 		return
 	}
-	interval := time.Duration(r.IntervalMs * float64(time.Millisecond))
-	if math.IsNaN(r.IntervalMs) || math.IsInf(r.IntervalMs, 0) {
-		interval = 0
-	}
 	if hook := p.beforeReport.Load(); hook != nil {
 		(*hook)()
 	}
-	stepped, err := p.core.Report(name, r.Frontend, r.Count, interval, time.Now())
+	stepped, err := p.core.Report(name, r, time.Now())
 	if stepped {
 		select {
 		case p.stepped <- struct{}{}:

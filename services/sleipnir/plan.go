@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/allocate"
+	"github.com/sleipnir-serving/sleipnir/pkg/control"
 )
 
 // runPlan solves the allocation MILP for one demand, or a sweep of demands, and prints it.
@@ -39,6 +40,10 @@ func runPlan(args []string) error {
 		"loki (the paper's formulation: profiled latencies within half the SLO, no burst terms)")
 	live := fs.String("live", "", "PIPELINE: instead of solving, show the plan in force of the running system at "+
 		"--nats, with each variant's latency as profiled, as the workers measure it and as planned (the blend)")
+	check := fs.Bool("check", false, "also show the plan check's prediction for the plan at --demand: the plan "+
+		"routed as the planner routes (85% utilization) and simulated on --check-gaps, else on Poisson arrivals")
+	checkGaps := fs.String("check-gaps", "", "with --check: a `FILE` of times between arrivals in ms (whitespace-"+
+		"separated), replayed at --demand")
 	var c common
 	c.register(fs, "NATS server(s) of --live")
 	if err := fs.Parse(args); err != nil {
@@ -76,7 +81,13 @@ func runPlan(args []string) error {
 	}
 	if *sweep == "" {
 		in.Demand = qps[0]
+		if *check {
+			return planChecked(in, opt, *checkGaps, *asJSON)
+		}
 		return planOne(in, opt, *lpFile, *asJSON)
+	}
+	if *check {
+		return errors.New("--check checks the plan of one --demand; it does not go with --sweep")
 	}
 	if *lpFile != "" {
 		return errors.New("--write-lp writes the model of one --demand; it does not go with --sweep")
@@ -104,6 +115,29 @@ func planOne(in allocate.Input, opt allocate.Options, lpFile string, asJSON bool
 		return json.NewEncoder(os.Stdout).Encode(planJSON{in.Spec.Name, r})
 	}
 	printPlan(r, opt.Gap)
+	return nil
+}
+
+// planChecked solves in and prints its plan with the plan check's prediction (on the gaps in checkGaps, else on
+// Poisson arrivals).
+func planChecked(in allocate.Input, opt allocate.Options, checkGaps string, asJSON bool) error {
+	opt.MaxServable = true
+	r, err := allocate.Solve(in, opt)
+	if err != nil {
+		return err
+	}
+	pred, err := checkPlan(in.Spec, r, in.Demand, in.Servers, checkGaps)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return json.NewEncoder(os.Stdout).Encode(struct {
+			planJSON
+			Check control.Prediction `json:"check"`
+		}{planJSON{in.Spec.Name, r}, pred})
+	}
+	printPlan(r, opt.Gap)
+	printCheck(pred, in.Demand, checkGaps)
 	return nil
 }
 

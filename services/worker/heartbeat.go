@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"maps"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/latency"
@@ -51,6 +52,7 @@ func (w *Worker) Observations() map[string]Observed {
 	for k, o := range w.observed {
 		c := *o
 		c.Children = maps.Clone(o.Children)
+		c.SubRequests = slices.Clone(o.SubRequests)
 		c.Dropped = maps.Clone(o.Dropped)
 		c.Latency = w.latency.Summary(k, now)
 		out[k] = c

@@ -198,8 +198,13 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 			o.Items++
 			o.QueueWaitMs += float64(now.Sub(sl.in.enqueued)) / float64(time.Millisecond)
 			w.cfg.Metrics.QueueWait(s.a.Pipeline, s.a.Task, s.a.Variant, now.Sub(sl.in.enqueued))
+			k := 0
 			for child, subs := range sl.in.outputs[sl.i].Children {
 				o.Children[child] += uint64(len(subs))
+				k += len(subs)
+			}
+			if len(s.task.Children) > 0 { // the plan check's distribution of sub-requests
+				o.CountSubRequests(k)
 			}
 		}
 	})

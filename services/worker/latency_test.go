@@ -1,8 +1,6 @@
 package worker
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -16,7 +14,7 @@ import (
 // variant profiled at 30 ms.
 func TestWorkerReportsBatchLatencies(t *testing.T) {
 	r := newRig(t)
-	w := r.startWorkerWith(Config{ID: "w1", FetchWait: 100 * time.Millisecond, RegisterEvery: 100 * time.Millisecond})
+	w := r.startReporting("w1")
 	r.assign("w1", "slow")
 	r.waitServing(w, "slow")
 	const n = 25
@@ -28,10 +26,7 @@ func TestWorkerReportsBatchLatencies(t *testing.T) {
 	}
 	var reg wire.Registration
 	err := testrig.WaitFor(5*time.Second, "a heartbeat with the batches", func() bool {
-		e, err := r.kv.Get(context.Background(), wire.WorkerKey("w1"))
-		if err != nil || json.Unmarshal(e.Value(), &reg) != nil {
-			return false
-		}
+		reg = r.heartbeat("w1")
 		l := reg.Observed["one:a/slow"].Latency
 		return len(l) == 1 && l[0].Count == n
 	})
