@@ -219,7 +219,8 @@ func addBurstReplicas(p *milp.Problem, kv *keptVariant, bi int) {
 // it finds servable, which must agree): there the same replicas carry the load either way, and below it the share
 // keeps less free. The MILP's capacity rows then need no batch-choice term, whose fractions in the LP relaxation
 // let the headroom vanish and made the accuracy steps several times slower. Hardware scaling, whose loads are the
-// demand's, keeps the headroom exact.
+// demand's, keeps the headroom exact. The burst options a spread headroom leaves beaten go (dropDominatedBatches):
+// on the traffic camera a third of the classifiers' columns, and 3.5x fewer nodes over its sweep.
 func (m *model) spreadHeadroom() {
 	ref := m.in.Demand
 	if m.in.headroomDemand > 0 {
@@ -236,5 +237,6 @@ func (m *model) spreadHeadroom() {
 			}
 			kv.headroom[bi] = 0
 		}
+		dropDominatedBatches(kv)
 	}
 }

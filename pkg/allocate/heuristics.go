@@ -128,7 +128,11 @@ func (m *model) fixedBatchIncumbent(x []float64, opt Options) []float64 {
 	for k, kv := range m.variants {
 		for bi := range kv.batchChoiceCol {
 			if bi == fixed[k] {
-				sub.Lower[kv.batchChoiceCol[bi]], sub.Upper[kv.batchChoiceCol[bi]] = 1, 1
+				// Chosen, unless choosing costs something of its own (replicas a burst needs, a headroom): a
+				// variant the LP leaves idle may then have to stay out, or the restricted problem has no point.
+				if kv.minReplicas[bi] <= 1 && kv.headroom[bi] == 0 {
+					sub.Lower[kv.batchChoiceCol[bi]] = 1
+				}
 				continue
 			}
 			sub.Upper[kv.batchChoiceCol[bi]], sub.Upper[kv.replicasCol[bi]] = 0, 0
@@ -160,6 +164,44 @@ func (m *model) fixedBatchIncumbent(x []float64, opt Options) []float64 {
 // hardwareIncumbent is a first feasible point of step 1: every most accurate variant at the largest batch size
 // (one for all) at which every chain fits, with just enough replicas. nil when it does not fit the cluster.
 func (m *model) hardwareIncumbent() []float64 {
+	// One variant per task (the first kept), all paths through them.
+	pick := map[string]int{}
+	for k, kv := range m.variants {
+		if _, ok := pick[kv.task]; !ok && len(kv.batchChoiceCol) > 0 {
+			pick[kv.task] = k
+		}
+	}
+	return m.uniformPoint(pick)
+}
+
+// fallback is what a search of the accuracy step that stopped at its limit before it found a point (sol) still
+// offers: the fastest variant of each task (the most items a second per replica) as hardwareIncumbent places
+// them, with its gap to the search's bound; sol itself when that does not fit.
+func (m *model) fallback(sol milp.Result) milp.Result {
+	pick := map[string]int{}
+	best := map[string]float64{}
+	for k, kv := range m.variants {
+		if t := slicesMax(kv.throughput); len(kv.batchChoiceCol) > 0 && t > best[kv.task] {
+			pick[kv.task], best[kv.task] = k, t
+		}
+	}
+	x := m.uniformPoint(pick)
+	if x == nil {
+		return sol
+	}
+	v := m.prob.Value(x)
+	return milp.Result{Status: milp.Limit, X: x, Objective: v, Bound: sol.Bound, Gap: accuracyGap(sol.Bound, v)}
+}
+
+// accuracyGap is the relative gap of a plan of system accuracy v to bound, a bound on the optimum (infinite when
+// the search stopped before its root: a system accuracy is at most 1).
+func accuracyGap(bound, v float64) float64 {
+	return max(0, (min(bound, 1)-v)/max(v, 1e-9))
+}
+
+// uniformPoint is a feasible point of the model hosting the variant pick[t] of each task t, all at the largest
+// batch size (one for all) at which every chain fits, with just enough replicas; nil when none fits the cluster.
+func (m *model) uniformPoint(pick map[string]int) []float64 {
 	p := m.prob
 	var batches []int
 	seen := map[int]bool{}
@@ -172,13 +214,6 @@ func (m *model) hardwareIncumbent() []float64 {
 		}
 	}
 	sort.Sort(sort.Reverse(sort.IntSlice(batches)))
-	// One variant per task (the first kept), all paths through them.
-	pick := map[string]int{}
-	for k, kv := range m.variants {
-		if _, ok := pick[kv.task]; !ok && len(kv.batchChoiceCol) > 0 {
-			pick[kv.task] = k
-		}
-	}
 	for _, b := range batches {
 		x := make([]float64, p.NumCols())
 		copy(x, p.Lower)
