@@ -53,6 +53,9 @@ type Input struct {
 	// (spreadHeadroom) instead of Demand: the allocation of an overloaded cluster's servable demand uses the
 	// demand asked for, as the max-demand step that found it did.
 	headroomDemand float64
+	// listFlows lists every flow column up to MaxFlowColumns, for a whole form to write (WriteLP), where a solve
+	// would generate them past priceFlowColumns.
+	listFlows bool
 }
 
 // utilization is the share of throughput a plan may use.
@@ -289,6 +292,7 @@ func WriteLP(w io.Writer, in Input) error {
 	if err := in.check(); err != nil {
 		return err
 	}
+	in.listFlows = true
 	m, err := build(in, stepAccuracy)
 	if err != nil {
 		return err

@@ -11,7 +11,7 @@ import (
 )
 
 // fixedBatchIncumbent is a first point for steps 2 and 3, found the way an experienced operator would: from the
-// solution x of the LP relaxation (the search's root), give each variant it uses the batch size where it gives that
+// solution x of the LP relaxation (the search's root, and nodes 8, 16, 32...), give each variant it uses the batch size where it gives that
 // variant the most capacity (or the largest below it at which the paths the LP sends traffic on still fit), and
 // every other variant the largest batch size that still fits some path through it; then solve the much smaller
 // MILP left (replica counts and flows only) with a node limit. nil when that restricted problem has no point within
