@@ -325,6 +325,7 @@ func (m *model) milpOptions(opt Options) milp.Options {
 		o.IntegralObjective = true
 		o.Incumbent = m.hardwareIncumbent()
 	} else {
+		m.tried = &triedBatches{}
 		o.RootHeuristic = func(x []float64) []float64 { return m.fixedBatchIncumbent(x, opt) }
 	}
 	return o

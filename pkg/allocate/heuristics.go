@@ -3,15 +3,17 @@
 package allocate
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"sort"
+	"sync"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/milp"
 )
 
 // fixedBatchIncumbent is a first point for steps 2 and 3, found the way an experienced operator would: from the
-// solution x of the LP relaxation (the search's root, and nodes 8, 16, 32...), give each variant it uses the batch size where it gives that
+// solution x of the LP relaxation (the search's root, and nodes 32, 128, 512...), give each variant it uses the batch size where it gives that
 // variant the most capacity (or the largest below it at which the paths the LP sends traffic on still fit), and
 // every other variant the largest batch size that still fits some path through it; then solve the much smaller
 // MILP left (replica counts and flows only) with a node limit. nil when that restricted problem has no point within
@@ -121,6 +123,9 @@ func (m *model) fixedBatchIncumbent(x []float64, opt Options) []float64 {
 				}
 			}
 		}
+	}
+	if !m.tried.first(fixed) {
+		return nil // the same restricted problem as at an earlier node: nothing new to find
 	}
 	sub := *p
 	sub.Lower = append([]float64(nil), p.Lower...)
@@ -313,4 +318,30 @@ func (m *model) setAggregateColumns(x []float64) {
 		}
 		x[m.taskServersCol[kv.task]] += x[kv.replicasTotalCol]
 	}
+}
+
+// triedBatches remembers the batch sizes fixedBatchIncumbent has fixed in a solve: the LPs of nodes deep in the
+// search often lead to the same ones, whose restricted problem it would solve again for the same point (on the
+// traffic example, that cost more than the nodes it saved). Safe for the concurrent calls of several workers.
+type triedBatches struct {
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+// first says fixed is new, and remembers it (always new without a memory).
+func (t *triedBatches) first(fixed []int) bool {
+	if t == nil {
+		return true
+	}
+	key := fmt.Sprint(fixed)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.seen[key] {
+		return false
+	}
+	if t.seen == nil {
+		t.seen = map[string]bool{}
+	}
+	t.seen[key] = true
+	return true
 }

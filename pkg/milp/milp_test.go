@@ -321,7 +321,7 @@ func TestWithoutZeroColumns(t *testing.T) {
 
 // The root heuristic gets the root's LP point and its point becomes the incumbent before any branching (a search
 // stopped after the root already has it); an infeasible one is ignored, and the optimum stands. Past the root it runs
-// again at nodes 8, 16, 32... only.
+// again at nodes 32, 128, 512... only.
 func TestRootHeuristic(t *testing.T) {
 	for seed := uint64(1); seed <= 10; seed++ {
 		p := knapsack(seed, 10)
@@ -341,9 +341,11 @@ func TestRootHeuristic(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		most := 1 // the root, and the powers of two from 8 among the nodes
-		for n := 8; n <= helped.Nodes; n *= 2 {
-			most++
+		most := 1 // the root, and the nodes heuristicNode picks
+		for n := 1; n <= helped.Nodes; n++ {
+			if heuristicNode(n) {
+				most++
+			}
 		}
 		if calls < 1 || calls > most {
 			t.Errorf("seed %d: the heuristic ran %d times in %d nodes, want 1 to %d", seed, calls, helped.Nodes, most)
@@ -488,23 +490,23 @@ func TestStrongBranch(t *testing.T) {
 	t.Logf("estimates that finished: %d, stopped short: %d", finished, stopped)
 }
 
-// TestHeuristicAtDeeperNodes: past the root, the heuristic runs again from the LPs of nodes 8, 16, 32..., and a
-// point it finds there becomes the incumbent.
+// TestHeuristicAtDeeperNodes: past the root, the heuristic runs again from the LPs of nodes 32, 128, 512..., and
+// a point it finds there becomes the incumbent.
 func TestHeuristicAtDeeperNodes(t *testing.T) {
 	checked := 0
 	defer func() {
 		if checked == 0 {
-			t.Error("no instance needed 16 nodes")
+			t.Error("no instance needed 64 nodes")
 		}
 	}()
 	for seed := uint64(1); seed <= 10; seed++ {
-		p := knapsack(seed, 40)
+		p := knapsack(seed, 60)
 		plain, err := Solve(p, Options{Workers: 1, NoStrongBranching: true})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if plain.Nodes < 16 {
-			continue // too easy to reach node 8 with a heuristic's pruning
+		if plain.Nodes < 64 {
+			continue // too easy to reach node 32 with a heuristic's pruning
 		}
 		checked++
 		calls := 0
