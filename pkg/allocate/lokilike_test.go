@@ -10,8 +10,8 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 )
 
-// Loki-like instances: pipelines of the shape of Loki's traffic analysis (HPDC'24, section 6), on which solves once
-// took up to 11.7 s: a detector family whose largest variant finds about 18 objects a frame, then a classifier
+// Loki-like instances: pipelines of the shape of Loki's traffic analysis (HPDC'24, section 6), the shape on which a
+// solve of 11.7 s was seen from outside the team (on Loki's own profiles, not these): a detector family whose largest variant finds about 18 objects a frame, then a classifier
 // family (two tasks, examples/traffic-camera.yaml), and with a third task, either a second classifier beside the
 // first (Loki's own tree: cars and faces) or one after it (each classified vehicle's plate read). 20 servers, SLO
 // 250 ms. seed 0 is the camera's profiles; other seeds scale each family's latencies by 0.8-1.2 and the fan-outs
