@@ -54,6 +54,9 @@ type Input struct {
 	// (spreadHeadroom) instead of Demand: the allocation of an overloaded cluster's servable demand uses the
 	// demand asked for, as the max-demand step that found it did.
 	headroomDemand float64
+	// listFlows lists every flow column up to MaxFlowColumns, for a whole form to write (WriteLP), where a solve
+	// would generate them past priceFlowColumns.
+	listFlows bool
 }
 
 // utilization is the share of throughput a plan may use.
@@ -176,21 +179,23 @@ func Solve(in Input, opt Options) (*Result, error) {
 		nodes += sol.Nodes
 		return sol, err
 	}
-	maxServable := func() (float64, error) {
+	// maxServable solves the max-demand step: the largest demand the servers serve, and its model and point (nil
+	// when it found none).
+	maxServable := func() (float64, *model, []float64, error) {
 		m, err := build(in, stepMaxDemand)
 		if err != nil {
-			return 0, err
+			return 0, nil, nil, err
 		}
 		sol, err := solveModel(m)
 		if err != nil {
-			return 0, err
+			return 0, nil, nil, err
 		}
 		if sol.Status == milp.Infeasible || sol.X == nil {
-			return 0, nil
+			return 0, nil, nil, nil
 		}
 		res.Optimal = res.Optimal && sol.Status == milp.Optimal
 		res.Gap = max(res.Gap, sol.Gap)
-		return sol.Objective, nil
+		return sol.Objective, m, sol.X, nil
 	}
 	// served is the allocation of a step that serves the demand.
 	served := func(m *model, sol milp.Result, mode string) (*Result, error) {
@@ -198,7 +203,7 @@ func Solve(in Input, opt Options) (*Result, error) {
 		res.Mode = mode
 		if opt.MaxServable {
 			var err error
-			if res.MaxServableQPS, err = maxServable(); err != nil {
+			if res.MaxServableQPS, _, _, err = maxServable(); err != nil {
 				return nil, err
 			}
 		}
@@ -224,13 +229,26 @@ func Solve(in Input, opt Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if sol.X == nil && sol.Status == milp.Limit {
+		// Stopped before it found a point: a plan all the same (a live planner publishes what it has), with the
+		// gap to the search's bound.
+		sol = m.fallback(sol)
+	}
 	if sol.X != nil {
 		return served(m, sol, ModeAccuracy)
 	}
-	// Overloaded: allocate for the most these servers can serve.
-	dmax, err := maxServable()
+	// Overloaded, or a search stopped with nothing better to offer: allocate for the most these servers can serve.
+	dmax, mmax, xmax, err := maxServable()
 	if err != nil {
 		return nil, err
+	}
+	if sol.Status == milp.Limit && dmax >= in.Demand*(1-1e-9) && xmax != nil &&
+		mmax.prob.Violation(scaleFlows(mmax, xmax, in.Demand)) <= 1e-6 {
+		// The demand is servable: the max-demand step's point, its flows scaled down to it.
+		mmax.read(milp.Result{Status: milp.Limit, X: scaleFlows(mmax, xmax, in.Demand)}, res)
+		res.Mode, res.MaxServableQPS = ModeAccuracy, dmax
+		res.Gap = max(res.Gap, accuracyGap(sol.Bound, res.SystemAccuracy))
+		return finish(res)
 	}
 	res.MaxServableQPS = dmax
 	res.Mode = ModeOverloaded
@@ -244,16 +262,31 @@ func Solve(in Input, opt Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	sol, err = solveModel(m)
-	if err != nil {
+	if sol, err = solveModel(m); err != nil {
 		return nil, err
 	}
-	if sol.X == nil {
-		return nil, fmt.Errorf("allocate: no allocation for %.3f QPS, the largest demand found servable", at.Demand)
+	if sol.X != nil {
+		m.read(sol, res)
+	} else {
+		// Stopped before it found a point: the max-demand step's own, which serves that demand.
+		mmax.read(milp.Result{Status: milp.Limit, X: scaleFlows(mmax, xmax, at.Demand)}, res)
+		res.Gap = max(res.Gap, accuracyGap(sol.Bound, res.SystemAccuracy))
 	}
-	m.read(sol, res)
 	res.ServedQPS = at.Demand
 	return finish(res)
+}
+
+// scaleFlows is point x of model m with its continuous columns (the demand, flows, spills) scaled to demand d: a
+// point that serves more serves less on the same replicas, every row being linear in the flows.
+func scaleFlows(m *model, x []float64, d float64) []float64 {
+	out := append([]float64(nil), x...)
+	f := d / max(x[m.demandCol], 1e-12)
+	for j, integer := range m.prob.Integer {
+		if !integer {
+			out[j] *= f
+		}
+	}
+	return out
 }
 
 // WriteLP writes the accuracy-scaling MILP of in (Solve's step 2: every variant, the highest system accuracy that
@@ -263,6 +296,7 @@ func WriteLP(w io.Writer, in Input) error {
 	if err := in.check(); err != nil {
 		return err
 	}
+	in.listFlows = true
 	m, err := build(in, stepAccuracy)
 	if err != nil {
 		return err
@@ -296,6 +330,7 @@ func (m *model) milpOptions(opt Options) milp.Options {
 		o.IntegralObjective = true
 		o.Incumbent = m.hardwareIncumbent()
 	} else {
+		m.tried = &triedBatches{}
 		o.RootHeuristic = func(x []float64) []float64 { return m.fixedBatchIncumbent(x, opt) }
 	}
 	return o

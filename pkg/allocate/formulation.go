@@ -104,6 +104,8 @@ type model struct {
 	// of the accuracy step's unserved demand, per chain.
 	priced       bool
 	unservedCols []int
+	// tried is the batch sizes the fixed-batch heuristic has tried in this model's solve.
+	tried *triedBatches
 }
 
 // build writes the MILP of one step, stage by stage: presolve keeps the variants and batch sizes that can fit, the

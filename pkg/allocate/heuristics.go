@@ -3,21 +3,26 @@
 package allocate
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"sort"
+	"sync"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/milp"
 )
 
 // fixedBatchIncumbent is a first point for steps 2 and 3, found the way an experienced operator would: from the
-// solution x of the LP relaxation (the search's root), give each variant it uses the batch size where it gives that
+// solution x of the LP relaxation (the search's root, and nodes 32, 128, 512...), give each variant it uses the batch size where it gives that
 // variant the most capacity (or the largest below it at which the paths the LP sends traffic on still fit), and
 // every other variant the largest batch size that still fits some path through it; then solve the much smaller
 // MILP left (replica counts and flows only) with a node limit. nil when that restricted problem has no point within
 // its limit; the search then starts without one.
 func (m *model) fixedBatchIncumbent(x []float64, opt Options) []float64 {
 	fixed := m.fixedBatches(x)
+	if !m.tried.first(fixed) {
+		return nil // the same restricted problem as at an earlier node: nothing new to find
+	}
 	sub := *m.prob
 	sub.Lower = append([]float64(nil), m.prob.Lower...)
 	sub.Upper = append([]float64(nil), m.prob.Upper...)
@@ -141,7 +146,11 @@ func (m *model) restrictToBatches(fixed []int, lower, upper []float64) {
 	for k, kv := range m.variants {
 		for bi := range kv.batchChoiceCol {
 			if bi == fixed[k] {
-				lower[kv.batchChoiceCol[bi]], upper[kv.batchChoiceCol[bi]] = 1, 1
+				// Chosen, unless choosing costs something of its own (replicas a burst needs, a headroom): a
+				// variant the LP leaves idle may then have to stay out, or the restricted problem has no point.
+				if kv.minReplicas[bi] <= 1 && kv.headroom[bi] == 0 {
+					lower[kv.batchChoiceCol[bi]] = 1
+				}
 				continue
 			}
 			upper[kv.batchChoiceCol[bi]], upper[kv.replicasCol[bi]] = 0, 0
@@ -177,6 +186,44 @@ func solveRestricted(sub *milp.Problem, opt Options) []float64 {
 // hardwareIncumbent is a first feasible point of step 1: every most accurate variant at the largest batch size
 // (one for all) at which every chain fits, with just enough replicas. nil when it does not fit the cluster.
 func (m *model) hardwareIncumbent() []float64 {
+	// One variant per task (the first kept), all paths through them.
+	pick := map[string]int{}
+	for k, kv := range m.variants {
+		if _, ok := pick[kv.task]; !ok && len(kv.batchChoiceCol) > 0 {
+			pick[kv.task] = k
+		}
+	}
+	return m.uniformPoint(pick)
+}
+
+// fallback is what a search of the accuracy step that stopped at its limit before it found a point (sol) still
+// offers: the fastest variant of each task (the most items a second per replica) as hardwareIncumbent places
+// them, with its gap to the search's bound; sol itself when that does not fit.
+func (m *model) fallback(sol milp.Result) milp.Result {
+	pick := map[string]int{}
+	best := map[string]float64{}
+	for k, kv := range m.variants {
+		if t := slicesMax(kv.throughput); len(kv.batchChoiceCol) > 0 && t > best[kv.task] {
+			pick[kv.task], best[kv.task] = k, t
+		}
+	}
+	x := m.uniformPoint(pick)
+	if x == nil {
+		return sol
+	}
+	v := m.prob.Value(x)
+	return milp.Result{Status: milp.Limit, X: x, Objective: v, Bound: sol.Bound, Gap: accuracyGap(sol.Bound, v)}
+}
+
+// accuracyGap is the relative gap of a plan of system accuracy v to bound, a bound on the optimum (infinite when
+// the search stopped before its root: a system accuracy is at most 1).
+func accuracyGap(bound, v float64) float64 {
+	return max(0, (min(bound, 1)-v)/max(v, 1e-9))
+}
+
+// uniformPoint is a feasible point of the model hosting the variant pick[t] of each task t, all at the largest
+// batch size (one for all) at which every chain fits, with just enough replicas; nil when none fits the cluster.
+func (m *model) uniformPoint(pick map[string]int) []float64 {
 	p := m.prob
 	var batches []int
 	seen := map[int]bool{}
@@ -189,13 +236,6 @@ func (m *model) hardwareIncumbent() []float64 {
 		}
 	}
 	sort.Sort(sort.Reverse(sort.IntSlice(batches)))
-	// One variant per task (the first kept), all paths through them.
-	pick := map[string]int{}
-	for k, kv := range m.variants {
-		if _, ok := pick[kv.task]; !ok && len(kv.batchChoiceCol) > 0 {
-			pick[kv.task] = k
-		}
-	}
 	for _, b := range batches {
 		x := make([]float64, p.NumCols())
 		copy(x, p.Lower)
@@ -295,4 +335,30 @@ func (m *model) setAggregateColumns(x []float64) {
 		}
 		x[m.taskServersCol[kv.task]] += x[kv.replicasTotalCol]
 	}
+}
+
+// triedBatches remembers the batch sizes fixedBatchIncumbent has fixed in a solve: the LPs of nodes deep in the
+// search often lead to the same ones, whose restricted problem it would solve again for the same point (on the
+// traffic example, that cost more than the nodes it saved). Safe for the concurrent calls of several workers.
+type triedBatches struct {
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+// first says fixed is new, and remembers it (always new without a memory).
+func (t *triedBatches) first(fixed []int) bool {
+	if t == nil {
+		return true
+	}
+	key := fmt.Sprint(fixed)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.seen[key] {
+		return false
+	}
+	if t.seen == nil {
+		t.seen = map[string]bool{}
+	}
+	t.seen[key] = true
+	return true
 }

@@ -52,7 +52,9 @@ type Options struct {
 	Pricer func(duals, x []float64) (added int, infeasible bool)
 	// RootHeuristic, when set, is given the root's LP solution and returns a feasible point to start from (nil:
 	// none; ignored if it is not feasible), before the search branches. It may add columns to the problem, as the
-	// pricer does. It spares a heuristic that starts from the LP relaxation a solve of its own.
+	// pricer does. It spares a heuristic that starts from the LP relaxation a solve of its own. It is called again
+	// with the LP solutions of nodes 32, 128, 512... (their points are accepted when better); without a Pricer,
+	// there concurrently with other workers' nodes and then it must add no columns.
 	RootHeuristic func(x []float64) []float64
 }
 
@@ -357,16 +359,10 @@ func (s *search) process(lp *relaxation, n *node) []*node {
 	if n.col >= 0 && n.dist > 0 && !math.IsInf(n.bound, -1) {
 		s.pc.record(n.col, n.up1, max(0, obj-n.bound)/n.dist)
 	}
-	if n.col < 0 && s.opt.RootHeuristic != nil {
-		before := s.p.NumCols()
-		inc := s.opt.RootHeuristic(x)
-		lp.addColumns(before)
-		n.extend(s.p)
-		s.growPseudoCosts()
-		if inc != nil && s.p.Violation(inc) <= 1e-6 {
-			s.accept(inc)
-		}
-		x = s.p.pad(x)
+	if n.col < 0 || heuristicNode(s.nodes) {
+		// At the root, and again from deeper LPs in long searches: their choices are nearer an optimum's, and the
+		// last improvements of an incumbent are otherwise found at the search's end.
+		x = s.heuristic(lp, n, x)
 	}
 	if s.prunable(obj) {
 		return nil

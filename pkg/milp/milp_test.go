@@ -320,7 +320,8 @@ func TestWithoutZeroColumns(t *testing.T) {
 }
 
 // The root heuristic gets the root's LP point and its point becomes the incumbent before any branching (a search
-// stopped after the root already has it); an infeasible one is ignored, and the optimum stands.
+// stopped after the root already has it); an infeasible one is ignored, and the optimum stands. Past the root it runs
+// again at nodes 32, 128, 512... only.
 func TestRootHeuristic(t *testing.T) {
 	for seed := uint64(1); seed <= 10; seed++ {
 		p := knapsack(seed, 10)
@@ -340,6 +341,16 @@ func TestRootHeuristic(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		most := 1 // the root, and the nodes heuristicNode picks
+		for n := 1; n <= helped.Nodes; n++ {
+			if heuristicNode(n) {
+				most++
+			}
+		}
+		if calls < 1 || calls > most {
+			t.Errorf("seed %d: the heuristic ran %d times in %d nodes, want 1 to %d", seed, calls, helped.Nodes, most)
+		}
+		calls = 0
 		rootOnly, err := Solve(p, Options{RootHeuristic: optimum, MaxNodes: 1})
 		if err != nil {
 			t.Fatal(err)
@@ -356,8 +367,8 @@ func TestRootHeuristic(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if calls != 2 {
-			t.Errorf("seed %d: the heuristic ran %d times in two solves, want once each", seed, calls)
+		if calls != 1 {
+			t.Errorf("seed %d: the heuristic ran %d times in a solve stopped after the root, want once", seed, calls)
 		}
 		for name, r := range map[string]Result{"with the optimum as heuristic": helped, "with an infeasible heuristic": ignored} {
 			if r.Status != Optimal || math.Abs(r.Objective-plain.Objective) > 1e-9 {
@@ -477,4 +488,41 @@ func TestStrongBranch(t *testing.T) {
 			stopped)
 	}
 	t.Logf("estimates that finished: %d, stopped short: %d", finished, stopped)
+}
+
+// TestHeuristicAtDeeperNodes: past the root, the heuristic runs again from the LPs of nodes 32, 128, 512..., and
+// a point it finds there becomes the incumbent.
+func TestHeuristicAtDeeperNodes(t *testing.T) {
+	checked := 0
+	defer func() {
+		if checked == 0 {
+			t.Error("no instance needed 64 nodes")
+		}
+	}()
+	for seed := uint64(1); seed <= 10; seed++ {
+		p := knapsack(seed, 60)
+		plain, err := Solve(p, Options{Workers: 1, NoStrongBranching: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if plain.Nodes < 64 {
+			continue // too easy to reach node 32 with a heuristic's pruning
+		}
+		checked++
+		calls := 0
+		late := func(x []float64) []float64 {
+			if calls++; calls == 1 {
+				return nil // nothing at the root
+			}
+			return plain.X
+		}
+		res, err := Solve(p, Options{Workers: 1, NoStrongBranching: true, RootHeuristic: late})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if calls < 2 || res.Nodes >= plain.Nodes {
+			t.Errorf("seed %d: the heuristic ran %d times in %d nodes (%d without its point)", seed, calls, res.Nodes,
+				plain.Nodes)
+		}
+	}
 }
