@@ -63,8 +63,8 @@ type Config struct {
 	IntakeWorkers, IntakeQueue, MaxInFlight, RequestBacklog int
 	MaxTimeout                                              time.Duration
 	// Admit turns the frontend's admission control on (frontend.Config.Admit).
-	Admit bool
-	Storage     jetstream.StorageType
+	Admit   bool
+	Storage jetstream.StorageType
 	// Replicas of the task streams and the KV bucket (planner.Config.Replicas; 0: as the cluster's size suggests).
 	Replicas int
 	// MetricsAddr is where one Prometheus endpoint (/metrics) serves every service's metrics ("" disables it).
