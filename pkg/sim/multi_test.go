@@ -2,6 +2,7 @@ package sim
 
 import (
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -53,5 +54,39 @@ func TestSeveralPipelines(t *testing.T) {
 	cfg.Pipelines = append(cfg.Pipelines, Served{Spec: chain, Workload: workload.Constant(1, time.Second)})
 	if _, err := RunAll(cfg); err == nil {
 		t.Fatal("a pipeline given twice was taken")
+	}
+}
+
+// TestPrioritiesShedTheLowClassFirst: a high-class pipeline (traffic, class 5) whose demand grows past what it can
+// serve at its most accurate on the cluster, and a low-class one (ocr-chain, class 0) at a steady 120 QPS: while
+// traffic fits beside it, ocr-chain is served whole; once traffic needs every server, ocr-chain is shed (its plan
+// hosts nothing) and traffic stays under 1% violations (but in the 5 s after its own step: the step of a pipeline
+// alone misses a few percent there too, docs/adaptation.md).
+func TestPrioritiesShedTheLowClassFirst(t *testing.T) {
+	chain, err := pipeline.Load("../../examples/ocr-chain.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	high := traffic(t)
+	high.Priority = 5
+	steps, err := workload.ParseSteps("100:30s,500:30s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := RunAll(Config{Pipelines: []Served{{Spec: high, Workload: workload.Stepped(steps)},
+		{Spec: chain, Workload: workload.Constant(120, 60*time.Second)}}, Servers: 20, Seed: 1, CommLatency: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, after := tallySeconds(res[1].Seconds[5:30]), tallySeconds(res[1].Seconds[40:])
+	top := tallySeconds(append(slices.Clone(res[0].Seconds[5:30]), res[0].Seconds[35:]...))
+	t.Logf("ocr-chain: %.2f%% violations beside traffic at 100 QPS, %.2f%% once traffic is at 500; traffic %.2f%%",
+		100*before.violationRatio(), 100*after.violationRatio(), 100*top.violationRatio())
+	if before.violationRatio() > 0.01 || after.ok > 0 || after.servers > 0 {
+		t.Errorf("ocr-chain: %.2f%% violations first (want under 1%%), then %d ok on %.0f server-seconds (want shed)",
+			100*before.violationRatio(), after.ok, after.servers)
+	}
+	if top.violationRatio() > 0.01 {
+		t.Errorf("traffic, the high class: %.2f%% violations, want under 1%%", 100*top.violationRatio())
 	}
 }
