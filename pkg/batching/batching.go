@@ -4,13 +4,17 @@
 // A free replica waits for the first message of its variant's queue; it then takes, without waiting, one more message
 // per batch slot still free (MaxBatch less the items it will execute so far), if the queue holds that many. A batch
 // executes at most MaxBatch items: a message carries one or more items (a parent's items for one variant, or a share of
-// them: pkg/hop), so a taken message whose items do not fit (Fits) goes back to the head of the queue, with every
-// message taken after it, in order (the live worker naks them, and JetStream delivers them again before newer ones),
-// for the next free replica. Only a batch's first message to execute may exceed MaxBatch alone; its items run in model
-// batches of at most MaxBatch, one after the other (Chunks). A batch thus takes about the latency of its max batch
-// size, the latency the plan budgets for the task, and the deadline policy's decision before executing holds for every
-// item in it. A replica does not wait for a batch to fill, so a lightly loaded variant runs small batches at their
-// short latency.
+// them: pkg/hop), so a taken message whose items do not fit (Fits) does not join the batch, nor do the messages taken
+// after it. They go back to the head of the queue, in order, for the next free replica (the live worker naks them,
+// and JetStream delivers them again before newer ones), unless one of them has been delivered more than HandBacks
+// times: then the replica carries them to its own next batch, which begins with them. A hand-back counts a delivery
+// toward the consumers' bound on deliveries (pkg/bus.SetAsideAt), and under load the same message, handed back by
+// replica after replica, would reach the bound and be set aside as poison; carrying costs it the wait for this
+// replica's batch while another may be free, so it is the exception. Only a batch's first message to execute may
+// exceed MaxBatch alone; its items run in model batches of at most MaxBatch, one after the other (Chunks). A batch
+// thus takes about the latency of its max batch size, the latency the plan budgets for the task, and the deadline
+// policy's decision before executing holds for every item in it. A replica does not wait for a batch to fill, so a
+// lightly loaded variant runs small batches at their short latency.
 package batching
 
 // More is how many more messages a replica takes, at once, after the first: one per free batch slot, at most the
@@ -19,6 +23,15 @@ package batching
 func More(maxBatch, taken, pending int) int {
 	return max(0, min(maxBatch-taken, pending))
 }
+
+// HandBacks is how many deliveries of a message may end in its going back to the queue because it did not fit a
+// batch: two, leaving the bound on deliveries (pkg/bus.SetAsideAt) to the faults it is there for.
+const HandBacks = 2
+
+// HandBack says whether a message that did not fit a batch, or was taken after one that did not, delivered the
+// given number of times (1: the first delivery), may go back to the queue. The messages that did not join a batch
+// go back together when each of them may, and are otherwise carried together to the replica's next batch, in order.
+func HandBack(delivered uint64) bool { return delivered <= HandBacks }
 
 // Fits says a message of items items to execute joins a batch that executes taken items so far: it does when the
 // batch stays within maxBatch items, and always when it is the batch's first.

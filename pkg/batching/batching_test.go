@@ -17,6 +17,22 @@ func TestMore(t *testing.T) {
 	}
 }
 
+func TestHandBack(t *testing.T) {
+	for _, tc := range []struct {
+		delivered uint64
+		want      bool
+	}{
+		{1, true},  // a first delivery goes back to the queue
+		{2, true},  // a second too
+		{3, false}, // a third is carried
+		{7, false}, // whatever the reason for its deliveries
+	} {
+		if got := HandBack(tc.delivered); got != tc.want {
+			t.Errorf("HandBack(%d) = %v, want %v", tc.delivered, got, tc.want)
+		}
+	}
+}
+
 func TestFits(t *testing.T) {
 	for _, tc := range []struct {
 		maxBatch, taken, items int
@@ -25,7 +41,7 @@ func TestFits(t *testing.T) {
 		{8, 0, 1, true},   // the first message
 		{8, 0, 20, true},  // the first message, alone larger than the batch: it runs in chunks
 		{8, 5, 3, true},   // fills the batch exactly
-		{8, 5, 4, false},  // would overfill it: held back for the next batch
+		{8, 5, 4, false},  // would overfill it: not in this batch
 		{8, 8, 1, false},  // the batch is full
 		{1, 1, 1, false},  // batch size 1
 		{16, 3, 13, true}, // a message of several items

@@ -196,8 +196,8 @@ const DefaultAckWait = 2 * time.Second
 // bound): the variant consumers deliver a message at most SetAsideAt+1 times (MaxDeliver), the last one held in
 // reserve for a set-aside that failed (the dead-letter stream did not confirm it). Legitimate redeliveries stay
 // well under it: a worker killed (+1), a NATS restart or a node lost (+1 or 2: the messages delivered and not yet
-// acknowledged), a message handed back because it did not fit a batch (+1 each time; it goes to the front of the
-// queue), a forwarding failure (+1 each retry while the deadline allows; the backoff below spaces them from the
+// acknowledged), a message handed back because it did not fit a batch (+1 each time, at most pkg/batching.HandBacks
+// times; then the replica carries it to its next batch), a forwarding failure (+1 each retry while the deadline allows; the backoff below spaces them from the
 // third delivery on). A message past its deadline is dropped, not executed, so only a long deadline (or the policy
 // `none`) lets a message that kills its worker come back this often.
 const SetAsideAt = 6

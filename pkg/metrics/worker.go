@@ -57,7 +57,7 @@ func NewWorker(reg prometheus.Registerer) *Worker {
 		serving:     desc("serving", "Workers serving the variant now."),
 		failed:      prometheus.NewDesc(name("worker", "failed_items_total"), "Items whose execution failed.", nil, nil),
 		discarded:   prometheus.NewDesc(name("worker", "discarded_messages_total"), "Messages that were not valid task messages.", nil, nil),
-		returned:    prometheus.NewDesc(name("worker", "returned_messages_total"), "Messages handed back to the queue: they did not fit a batch.", nil, nil),
+		returned:    prometheus.NewDesc(name("worker", "returned_messages_total"), "Messages that did not fit a batch: handed back to the queue, or carried to the replica's next batch.", nil, nil),
 		setAside: prometheus.NewDesc(name("worker", "deadlettered_total"),
 			"Task messages set aside in the dead-letter stream, by reason (redelivered, undecodable).", []string{LabelReason}, nil),
 		workers: prometheus.NewDesc(name("worker", "workers"), "Workers in this process, by whether they serve a variant: serving, idle, or failing (they cannot serve their assignment: a variant that failed to load; they keep trying).", []string{"state"}, nil),

@@ -60,10 +60,24 @@ func (s *sim) deliver(hi int, m *message) {
 	}
 }
 
+// takeAll takes the messages in order until one does not fit, and gives that one and those after it (nil when all
+// were taken).
+func (s *sim) takeAll(ms []*message, take func(*message) bool) []*message {
+	for i, m := range ms {
+		if !take(m) {
+			return ms[i:]
+		}
+	}
+	return nil
+}
+
 func (h *hop) pending() int { return len(h.queue) - h.head }
 
-func (h *hop) pop() *message {
+// deliver is the queue's first message delivered to a replica.
+func (h *hop) deliver() *message {
+	h.inService++
 	m := h.queue[h.head]
+	m.delivered++
 	h.queue[h.head] = nil
 	h.head++
 	if h.head == len(h.queue) {
@@ -75,13 +89,30 @@ func (h *hop) pop() *message {
 	return m
 }
 
+// handBack puts messages a server took back at the head of the queue, in order: they did not fit its batch, or it
+// carried them and leaves the variant (the live worker naks them, and JetStream delivers them again before newer
+// ones).
+func (h *hop) handBack(ms []*message) {
+	if len(ms) == 0 {
+		return
+	}
+	h.inService -= len(ms)
+	if h.head >= len(ms) {
+		h.head -= len(ms)
+		copy(h.queue[h.head:], ms)
+		return
+	}
+	h.queue = append(append([]*message(nil), ms...), h.queue[h.head:]...)
+	h.head = 0
+}
+
 // idle makes a server that has nothing running take work, or wait for it.
 func (s *sim) idle(srv int) {
 	sv := &s.servers[srv]
 	if sv.hop < 0 || sv.busy || sv.swapping {
 		return
 	}
-	if s.hops[sv.hop].pending() > 0 {
+	if len(sv.carried) > 0 || s.hops[sv.hop].pending() > 0 {
 		s.startBatch(srv)
 		return
 	}
@@ -89,10 +120,10 @@ func (s *sim) idle(srv int) {
 	h.free = append(h.free, int32(srv))
 }
 
-// startBatch is the worker's serveOnce up to execution: take the first message and what the batching rule adds,
-// drop what the deadline policy drops before executing, and execute the rest in model batches. A message that does
-// not fit the batch stays at the head of the queue, with those behind it (the live worker naks it, and JetStream
-// delivers it again before newer ones).
+// startBatch is the worker's serveOnce up to execution: begin with the messages the last batch carried, else with
+// the queue's first, take what the batching rule adds, return what does not fit (back to the head of the queue, or
+// carried to the server's next batch: batching.HandBack), drop what the deadline policy drops before executing, and
+// execute the rest in model batches.
 func (s *sim) startBatch(srv int) {
 	sv := &s.servers[srv]
 	h := s.hops[sv.hop]
@@ -109,10 +140,31 @@ func (s *sim) startBatch(srv int) {
 		sv.batch = append(sv.batch, m)
 		return true
 	}
-	take(h.pop())
-	for n := batching.More(sv.maxBatch, taken, h.pending()); n > 0 && take(h.queue[h.head]); n-- {
-		h.pop()
+	queued := sv.carried
+	sv.carried = nil
+	if len(queued) == 0 {
+		queued = append(s.taken[:0], h.deliver())
 	}
+	rest := s.takeAll(queued, take)
+	if rest == nil {
+		more := batching.More(sv.maxBatch, taken, h.pending())
+		queued = s.taken[:0]
+		for range more {
+			queued = append(queued, h.deliver())
+		}
+		rest = s.takeAll(queued, take)
+	}
+	back := true
+	for _, m := range rest {
+		back = back && batching.HandBack(m.delivered)
+	}
+	if back {
+		h.handBack(rest)
+	} else {
+		sv.carried = append([]*message(nil), rest...)
+	}
+	s.taken = queued[:0]
+	clear(queued[:cap(queued)])
 	var d time.Duration
 	scale := slowdownAt(s.cfg.Slowdown, srv, time.Duration(s.now))
 	for c := range batching.Chunks(taken, sv.maxBatch) {
@@ -122,7 +174,6 @@ func (s *sim) startBatch(srv int) {
 		s.measure(srv, h, n, b, d)
 	}
 	sv.busy = true
-	h.inService += len(sv.batch)
 	s.push(event{at: s.now + int64(d), kind: evBatchDone, srv: int32(srv)})
 }
 

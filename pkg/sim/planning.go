@@ -197,6 +197,11 @@ func (s *sim) take(srv int, a plan.Assignment) {
 		}
 	}
 	prev := sv.hop
+	if prev >= 0 && len(sv.carried) > 0 && (a.Idle() || s.named[a.Pipeline].hopIdx[a.Task][a.Variant] != prev) {
+		s.hops[prev].handBack(sv.carried)
+		clear(sv.carried)
+		sv.carried = sv.carried[:0]
+	}
 	sv.assigned = a
 	if a.Idle() {
 		sv.hop, sv.swapping, sv.table = -1, false, nil

@@ -207,6 +207,8 @@ type message struct {
 	node     int32  // path of hops before this one (pathTrie)
 	enqueued int64
 	dropped  string // reason when dropped before execution
+	// delivered counts its deliveries to a replica (JetStream's NumDelivered): batching.HandBack reads it
+	delivered uint64
 }
 
 // hop is one variant of one task.
@@ -244,6 +246,7 @@ type server struct {
 	swapping bool
 	swapEnd  int64 // when the current swap ends
 	batch    []*message
+	carried  []*message       // taken for the last batch, they did not fit it (batching.HandBack): the next begins with them
 	next     *plan.Assignment // an assignment to take when the running batch is done
 	assigned plan.Assignment
 	measured *latency.Window // the batch latencies it measured; nil until it runs one
@@ -289,7 +292,8 @@ type sim struct {
 	now     int64
 	hops    []*hop // every pipeline's
 	servers []server
-	names   []string // worker names, for plan.Assign
+	taken   []*message // startBatch's scratch: the messages a replica took for a batch
+	names   []string   // worker names, for plan.Assign
 	assign  map[string]plan.Assignment
 	// core is the planner's planning core (pkg/core): the simulator gives it the reports and heartbeats the live
 	// planner would hear, and follows what it decides.

@@ -483,7 +483,8 @@ type WorkerStats struct {
 	Discarded uint64 `json:"discarded"` // messages on its subject that were not valid task messages
 	// Rerouted counts sub-requests sent to a backup variant instead of the routing table's choice.
 	Rerouted uint64 `json:"rerouted"`
-	// Returned counts messages taken for a batch whose items did not fit it, handed back to the queue (naked).
+	// Returned counts messages taken for a batch whose items did not fit it: handed back to the queue, or carried to
+	// the replica's next batch (pkg/batching.HandBack).
 	Returned uint64 `json:"returned"`
 	// Unconfirmed counts result messages their frontend did not confirm in time: the task message was redelivered.
 	// Abandoned counts those given up, unconfirmed past the request's deadline and a grace (the frontend is gone).

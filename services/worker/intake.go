@@ -35,10 +35,10 @@ func (w *Worker) fetchFirst(s *serving) jetstream.Msg {
 	return first
 }
 
-// fetchMore takes, without waiting, the messages the batching rule adds to a batch whose first message gave taken
-// items to execute (the first message's NumPending says how many wait, without a round trip).
-func (w *Worker) fetchMore(s *serving, first jetstream.Msg, taken int) []jetstream.Msg {
-	meta, err := first.Metadata()
+// fetchMore takes, without waiting, the messages the batching rule adds to a batch that executes taken items so
+// far (last, the newest message delivered, says in its NumPending how many wait, without a round trip).
+func (w *Worker) fetchMore(s *serving, last jetstream.Msg, taken int) []jetstream.Msg {
+	meta, err := last.Metadata()
 	if err != nil {
 		return nil
 	}
@@ -74,9 +74,21 @@ type inbound struct {
 }
 
 func (w *Worker) serveOnce(ctx context.Context, s *serving) {
-	first := w.fetchFirst(s)
-	if first == nil {
-		return
+	// The batch begins with the messages the last one carried (they did not fit it), else with the queue's first.
+	queued := s.carried
+	s.carried = nil
+	var last jetstream.Msg // the newest message delivered: its NumPending says how many more wait
+	if len(queued) > 0 {
+		last = queued[len(queued)-1].msg
+	} else {
+		first := w.fetchFirst(s)
+		if first == nil {
+			return
+		}
+		last = first
+		if in := w.admit(ctx, s, first); in != nil {
+			queued = append(queued, in)
+		}
 	}
 	var batch []*inbound
 	var inputs []executor.Input
@@ -84,24 +96,18 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 	s.refreshStage()
 	now := time.Now()
 	// take adds a message to the batch; false when the items it would execute do not fit (batching.Fits).
-	take := func(m jetstream.Msg) bool {
-		in, err := w.decode(ctx, s, m)
-		if err != nil {
-			w.setAside(ctx, s, m, err) // deadletter.go: not a task message, or delivered too often
-			return true
-		}
+	take := func(in *inbound) bool {
 		drop := s.stage.BeforeExecute(now, in.deadline, in.enqueued)
 		// The delivery bound is for messages that would be executed again: one dropped here costs nothing, and is
 		// answered as dropped, not set aside as poison (a busy machine's late messages reach the bound too).
 		if drop == "" {
-			if err := checkDeliveries(s, m); err != nil {
+			if err := checkDeliveries(s, in.msg); err != nil {
 				in.span.End()
-				w.setAside(ctx, s, m, err)
+				w.setAside(ctx, s, in.msg, err)
 				return true
 			}
 		}
 		if drop == "" && !batching.Fits(s.a.MaxBatch, len(inputs), len(in.items)) {
-			in.span.End()
 			return false
 		}
 		w.messages.Add(1)
@@ -114,7 +120,7 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 				continue
 			}
 			if err := s.checkItem(it); err != nil {
-				w.complaints.Warn(ComplainItem, "subject", m.Subject(), "request", in.requestID, "item", it.ID, "err", err)
+				w.complaints.Warn(ComplainItem, "subject", in.msg.Subject(), "request", in.requestID, "item", it.ID, "err", err)
 				in.status[i], in.reason[i] = wire.ItemError, "invalid task message: "+err.Error()
 				continue
 			}
@@ -126,19 +132,17 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 	}
 	// Batch slots count items, and one message may carry several (a parent's items for one variant, or a share of
 	// them: pkg/hop).
-	take(first)
-	more := w.fetchMore(s, first, len(inputs))
-	for i, m := range more {
-		if !take(m) {
-			// It goes back to the queue, with the messages after it, in order: JetStream delivers them again, before
-			// newer ones, to this replica's next batch or another's.
-			for _, r := range more[i:] {
-				_ = r.Nak()
+	rest := takeAll(queued, take)
+	if rest == nil {
+		var more []*inbound
+		for _, m := range w.fetchMore(s, last, len(inputs)) {
+			if in := w.admit(ctx, s, m); in != nil {
+				more = append(more, in)
 			}
-			w.returned.Add(uint64(len(more) - i))
-			break
 		}
+		rest = takeAll(more, take)
 	}
+	w.returnUnfit(s, rest)
 	if span := w.startBatchSpan(ctx, s, batch, len(inputs)); span != nil {
 		defer span.End()
 	}
@@ -151,7 +155,7 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 			close(done)
 		}
 	}()
-	go w.keepInProgress(s, batch, done)
+	go w.keepInProgress(s, append(batch[:len(batch):len(batch)], s.carried...), done)
 	// Execute in model batches of at most MaxBatch items (one message may carry several items).
 	for c := range batching.Chunks(len(inputs), s.a.MaxBatch) {
 		lo := c * s.a.MaxBatch
@@ -173,6 +177,7 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 				_ = in.msg.Nak()
 				in.span.End()
 			}
+			s.handBack()
 			return
 		}
 		for j := lo; j < hi; j++ {
@@ -332,6 +337,59 @@ func (w *Worker) execute(ctx context.Context, s *serving, batch []executor.Input
 		}
 	}()
 	return s.exec.Execute(ctx, batch)
+}
+
+// takeAll takes the messages in order until one does not fit, and gives that one and those after it (nil when all
+// were taken).
+func takeAll(ms []*inbound, take func(*inbound) bool) []*inbound {
+	for i, in := range ms {
+		if !take(in) {
+			return ms[i:]
+		}
+	}
+	return nil
+}
+
+// returnUnfit hands the messages that did not join a batch back to the queue, in order (JetStream delivers them
+// again, before newer ones, to this replica's next batch or another's), or, when one of them has been handed back
+// too often already, carries them all to this replica's next batch (batching.HandBack).
+func (w *Worker) returnUnfit(s *serving, rest []*inbound) {
+	if len(rest) == 0 {
+		return
+	}
+	w.returned.Add(uint64(len(rest)))
+	for _, in := range rest {
+		meta, err := in.msg.Metadata()
+		if err != nil || !batching.HandBack(meta.NumDelivered) {
+			s.carried = append(s.carried, rest...)
+			return
+		}
+	}
+	for _, in := range rest {
+		_ = in.msg.Nak()
+		in.span.End()
+	}
+}
+
+// admit decodes a delivered message, or sets it aside (deadletter.go: not a task message) and gives nil.
+func (w *Worker) admit(ctx context.Context, s *serving, m jetstream.Msg) *inbound {
+	in, err := w.decode(ctx, s, m)
+	if err != nil {
+		w.setAside(ctx, s, m, err)
+		return nil
+	}
+	return in
+}
+
+// handBack returns the messages carried for the next batch to the queue, in order, when the replica stops serving
+// the variant: JetStream delivers them again, before newer ones, to another replica.
+func (s *serving) handBack() {
+	for _, in := range s.carried {
+		_ = in.msg.Nak()
+		in.span.End()
+	}
+	clear(s.carried)
+	s.carried = s.carried[:0]
 }
 
 // decode validates one message of the variant's subject and starts its "process" span.

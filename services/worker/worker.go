@@ -121,7 +121,7 @@ type Worker struct {
 	beat  chan struct{}
 
 	messages, items, batches, dropped, failed, discarded, rerouted atomic.Uint64
-	returned                                                       atomic.Uint64             // messages naked: they did not fit a batch
+	returned                                                       atomic.Uint64             // messages that did not fit a batch: handed back, or carried
 	unconfirmed, abandoned                                         atomic.Uint64             // result reports (report)
 	drops                                                          map[string]*atomic.Uint64 // by reason; the map is fixed at New
 	setAsideCounts                                                 map[string]*atomic.Uint64 // messages set aside, by reason; fixed at New
@@ -175,7 +175,8 @@ func New(nc *nats.Conn, cfg Config) (*Worker, error) {
 func (w *Worker) ID() string { return w.cfg.ID }
 
 // Run serves until ctx is done. A batch in hand then is handed back (negatively acknowledged) so that another replica
-// takes it at once; a batch in hand when the assignment changes is finished first.
+// takes it at once; a batch in hand when the assignment changes is finished first. The messages carried for the
+// next batch are handed back in both cases.
 func (w *Worker) Run(ctx context.Context) error {
 	// The planner owns the bucket: wait for it rather than create it.
 	kv, err := bus.BindBucket(ctx, w.js)
@@ -201,6 +202,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	var cur *serving
 	defer func() {
 		if cur != nil {
+			cur.handBack()
 			cur.exec.Close()
 		}
 		// Deregister so the planner gives the replica to another worker at once.
@@ -217,6 +219,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			// The swap time runs from releasing the old variant to serving the new one.
 			swapStart := time.Now()
 			if cur != nil {
+				cur.handBack()
 				cur.exec.Close()
 				cur = nil
 				w.serving.Store(nil)
@@ -373,6 +376,9 @@ type serving struct {
 	step        hop.Stepper
 	children    []int
 	childInputs [][]wire.Tensor
+	// carried are the messages taken for the last batch that did not fit it and had been handed back too often,
+	// in order: the next batch begins with them (batching.HandBack).
+	carried []*inbound
 }
 
 // refreshStage rebuilds the deadline stage and the forwarding table when the plan has changed.

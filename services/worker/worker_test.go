@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/sleipnir-serving/sleipnir/pkg/batching"
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
 	"github.com/sleipnir-serving/sleipnir/pkg/executor"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
@@ -284,8 +285,8 @@ func TestWorkerSwitchLosesNothing(t *testing.T) {
 
 // TestWorkerBatchesWhatIsQueued: with messages waiting, a worker takes up to its max batch at once, counting items,
 // not messages: a message whose items do not fit goes back to the queue (and is counted as returned) for the next
-// batch, so no batch runs longer than its max batch size takes; only a message larger than the max batch alone
-// runs in several model batches.
+// batch, so no batch runs longer than its max batch size takes; only a message larger than the max batch alone runs in
+// several model batches.
 func TestWorkerBatchesWhatIsQueued(t *testing.T) {
 	for _, tc := range []struct {
 		name         string
@@ -294,6 +295,7 @@ func TestWorkerBatchesWhatIsQueued(t *testing.T) {
 		wantReturned bool
 	}{
 		{"pairs", []int{2, 2, 2, 2, 2, 2}, []int{4, 4, 4}, true},
+		{"mixed", []int{1, 3, 2, 2, 1}, []int{4, 4, 1}, true}, // 1 takes three more: 3 fits, 2 and 2 go back
 		{"singles", []int{1, 1, 1, 1, 1, 1}, []int{4, 2}, false},
 		{"oversized first", []int{6, 1}, []int{4, 2, 1}, false}, // the batch is full: nothing more fetched
 	} {
@@ -330,6 +332,81 @@ func TestWorkerBatchesWhatIsQueued(t *testing.T) {
 				t.Errorf("%d messages returned to the queue, want some: %v", got, tc.wantReturned)
 			}
 		})
+	}
+}
+
+// TestMessagesThatDoNotFitAreCarried: four replicas of a variant with a max batch of 4 drain a queue of messages of
+// one to four items. What does not fit a batch goes back to the queue at most batching.HandBacks times, and is
+// then carried to the replica's next batch: a hand-back counts a delivery, and under load the same message, handed
+// back by replica after replica, reached the consumers' bound and was set aside as poison (services/up
+// TestTreeEndToEnd, on a busy machine). No message is handed back from a later delivery, none is set aside, and
+// every one is answered.
+func TestMessagesThatDoNotFitAreCarried(t *testing.T) {
+	r := newRig(t)
+	// The server's advisory for each negative acknowledgement (nats-server's JSAdvisoryConsumerMsgNakPre), with
+	// the delivery it ended.
+	naks, err := r.nc.SubscribeSync("$JS.EVENT.ADVISORY.CONSUMER.MSG_NAKED.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	soon := time.Now().Add(time.Minute)
+	const messages = 400
+	total := 0
+	for i := range messages {
+		n := 1 + (i*7)%4
+		tm := &wire.TaskMessage{}
+		for j := range n {
+			tm.Items = append(tm.Items, wire.Item{ID: fmt.Sprintf("0.%d", j), Den: uint64(n)})
+		}
+		data, _ := msgpack.Marshal(tm)
+		r.publish("fast", fmt.Sprint("r", i), soon, nil, data)
+		total += n
+	}
+	var workers []*Worker
+	for i := range 4 {
+		id := fmt.Sprint("w", i)
+		workers = append(workers, r.startWorker(id))
+		r.assignTask(id, "a", "fast", 4)
+	}
+	for items := 0; items < total; {
+		rm := r.next(10 * time.Second)
+		for _, it := range rm.Items {
+			if it.Status != wire.ItemOK {
+				t.Fatalf("request %s item %s: %s (%s)", rm.RequestID, it.ID, it.Status, it.Reason)
+			}
+		}
+		items += len(rm.Items)
+	}
+	var returned uint64
+	for _, w := range workers {
+		returned += w.Stats().Returned
+	}
+	if err := r.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	handedBack, late := 0, 0
+	for {
+		m, err := naks.NextMsg(100 * time.Millisecond)
+		if err != nil {
+			break
+		}
+		var adv struct {
+			Deliveries uint64 `json:"deliveries"`
+		}
+		if err := json.Unmarshal(m.Data, &adv); err != nil {
+			t.Fatal(err)
+		}
+		handedBack++
+		if !batching.HandBack(adv.Deliveries) {
+			late++
+		}
+	}
+	t.Logf("%d messages did not fit a batch; %d were handed back", returned, handedBack)
+	if late > 0 {
+		t.Errorf("%d messages handed back after %d deliveries or more, want none", late, batching.HandBacks+1)
+	}
+	if returned == 0 {
+		t.Error("every message fit: the test did not exercise messages that do not fit")
 	}
 }
 
