@@ -134,6 +134,7 @@ func TestNodeLoss(t *testing.T) {
 	cfg, faults := shortSuite(t, true)
 	cfg.Nodes = 3
 	cfg.PlannerArgs = strings.Fields(os.Getenv("SLEIPNIR_NODELOSS_PLANNER_ARGS"))
+	cfg.Dir = os.Getenv("SLEIPNIR_CHAOS_LOGS") // the processes' logs are kept there; by default they are removed
 	// Each process in its own network namespace where the machine allows it, so that the cluster is crossed over a
 	// real network path; else on loopback.
 	if err := NetnsAvailable(); err == nil {
