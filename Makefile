@@ -56,14 +56,14 @@ OCR_IMAGES ?= 200
 data: deps $(DATA)/ocr/labels.json
 $(DATA)/ocr/labels.json:
 	@[ -d $(FONTS) ] || $(SUDO) apt-get install -y -q fonts-dejavu-core >/dev/null || { $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q fonts-dejavu-core >/dev/null; }
-	$(GO) run ./services/sleipnir ocrdata --out $(DATA)/ocr --images $(OCR_IMAGES) --fonts $(FONTS)
+	$(GO) run ./cmd/sleipnir ocrdata --out $(DATA)/ocr --images $(OCR_IMAGES) --fonts $(FONTS)
 
 # The version `bin/sleipnir --version` prints and the HTTP API reports: the commit, without Go's VCS stamping (which
 # -buildvcs=false turns off).
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 build: deps
-	$(GO) build -ldflags "-X github.com/sleipnir-serving/sleipnir/pkg/buildinfo.version=$(VERSION)" -o bin/sleipnir ./services/sleipnir
-	$(GO) build -o bin/loadgen ./loadgen
+	$(GO) build -ldflags "-X github.com/sleipnir-serving/sleipnir/pkg/buildinfo.version=$(VERSION)" -o bin/sleipnir ./cmd/sleipnir
+	$(GO) build -o bin/loadgen ./cmd/loadgen
 
 # The whole system on an embedded NATS server, serving examples/$(PIPELINE).yaml. Ctrl-C stops it. The OCR pipeline
 # runs real models: it needs them (and the labelled set, for loadgen --images), and one worker per core, since each
@@ -81,7 +81,7 @@ run: build $(RUN_NEEDS)
 # Tests use the real ONNX Runtime and OCR models; those that need them skip, saying how to get them, when absent.
 test: deps models $(NATS_SERVER) prometheus
 	$(GO) vet ./...
-	$(GO) vet -tags fidelity ./loadgen # make fidelity's test, not run here: compiled, so that it cannot rot
+	$(GO) vet -tags fidelity ./cmd/loadgen # make fidelity's test, not run here: compiled, so that it cannot rot
 	$(GO) vet -tags jaeger ./services/up # make observe-traces's test, likewise
 	SLEIPNIR_MODELS=$(MODELS) SLEIPNIR_NATS_SERVER=$(NATS_SERVER) $(GO) test -race -count=1 -timeout 15m ./...
 	@$(MAKE) --no-print-directory fuzz-short
@@ -140,7 +140,7 @@ ablation: build
 # `up` with 20 emulated workers and in `bin/sleipnir sim`; accuracy, SLO-violation ratio and active servers must
 # agree within 2% (about 2 minutes; not part of `make test`, whose race detector would slow the live side).
 fidelity: deps
-	$(GO) test -tags fidelity -run TestFidelity -count=1 -v ./loadgen
+	$(GO) test -tags fidelity -run TestFidelity -count=1 -v ./cmd/loadgen
 
 # A slower machine, live (issue 26): the OCR pipeline (real models) on 2 workers at a steady HOG_QPS, with a CPU hog
 # (a busy loop pinned by taskset to core HOG_CORE) for the whole run. Prints loadgen's summary (after HOG_WARMUP),
@@ -167,7 +167,7 @@ ocr-hog: build models data
 
 vet: deps
 	$(GO) vet ./...
-	$(GO) vet -tags fidelity ./loadgen
+	$(GO) vet -tags fidelity ./cmd/loadgen
 	$(GO) vet -tags jaeger ./services/up
 
 fmt:
@@ -195,7 +195,7 @@ chaos: build $(NATS_SERVER)
 # given all three URLs, under loadgen at 100 QPS; on a fresh cluster each, the task stream's leader is SIGKILLed, then
 # stopped gracefully (lame-duck mode), then each other node is SIGKILLed, and started again 12 s later. A row per
 # node lost: sent, lost, violations, seconds without an ok reply (at most 10 after a kill, 1 after a graceful stop),
-# and the node's return (about 4 minutes; `make test` runs the stream leader's two rows: services/chaos
+# and the node's return (about 4 minutes; `make test` runs the stream leader's two rows: tools/chaos
 # TestNodeLoss). See docs/deploy.md.
 # Where the machine allows it (root and iproute2), every process runs in a network namespace of its own.
 NETNS_FLAG := $(shell [ "$$(id -u)" = 0 ] && command -v ip >/dev/null && echo --netns)

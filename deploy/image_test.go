@@ -22,7 +22,7 @@ import (
 
 	"github.com/compose-spec/compose-go/v2/types"
 
-	"github.com/sleipnir-serving/sleipnir/pkg/natsproc"
+	"github.com/sleipnir-serving/sleipnir/internal/natsproc"
 	"github.com/sleipnir-serving/sleipnir/pkg/onnx"
 )
 

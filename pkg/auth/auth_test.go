@@ -11,12 +11,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
-	"github.com/sleipnir-serving/sleipnir/pkg/natsproc"
+	"github.com/sleipnir-serving/sleipnir/internal/natsproc"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
 // TestDeployConfIsRendered: deploy/nats-auth.conf is what RenderConf makes of the deployment's users, so the
-// permissions in it are pkg/auth's (regenerate: go run ./services/sleipnir nats-auth --conf deploy/nats-auth.conf).
+// permissions in it are pkg/auth's (regenerate: go run ./cmd/sleipnir nats-auth --conf deploy/nats-auth.conf).
 func TestDeployConfIsRendered(t *testing.T) {
 	want, err := RenderConf(DeployUsers(DeployWorkers))
 	if err != nil {
@@ -28,7 +28,7 @@ func TestDeployConfIsRendered(t *testing.T) {
 	}
 	if string(got) != want {
 		t.Fatal("deploy/nats-auth.conf differs from what pkg/auth renders: run " +
-			"`go run ./services/sleipnir nats-auth --conf deploy/nats-auth.conf`")
+			"`go run ./cmd/sleipnir nats-auth --conf deploy/nats-auth.conf`")
 	}
 }
 

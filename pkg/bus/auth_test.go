@@ -24,8 +24,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sleipnir-serving/sleipnir/internal/natsproc"
 	"github.com/sleipnir-serving/sleipnir/pkg/auth"
-	"github.com/sleipnir-serving/sleipnir/pkg/natsproc"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 

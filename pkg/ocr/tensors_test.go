@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sleipnir-serving/sleipnir/pkg/alloctest"
+	"github.com/sleipnir-serving/sleipnir/internal/alloctest"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 

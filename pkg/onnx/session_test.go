@@ -8,9 +8,9 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/sleipnir-serving/sleipnir/internal/onnxgen"
+	"github.com/sleipnir-serving/sleipnir/internal/onnxtest"
 	"github.com/sleipnir-serving/sleipnir/pkg/onnx"
-	"github.com/sleipnir-serving/sleipnir/pkg/onnx/onnxgen"
-	"github.com/sleipnir-serving/sleipnir/pkg/onnx/onnxtest"
 )
 
 // First in the file: once a test loads the runtime, a missing library can no longer be noticed.

@@ -6,7 +6,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/sleipnir-serving/sleipnir/pkg/alloctest"
+	"github.com/sleipnir-serving/sleipnir/internal/alloctest"
 )
 
 // Fuzz targets for the pipeline spec: JSON as the planner stores it in the KV bucket (ParseJSON) and YAML as an

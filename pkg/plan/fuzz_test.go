@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/sleipnir-serving/sleipnir/pkg/alloctest"
+	"github.com/sleipnir-serving/sleipnir/internal/alloctest"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 )
 

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sleipnir-serving/sleipnir/pkg/alloctest"
+	"github.com/sleipnir-serving/sleipnir/internal/alloctest"
 
 	"github.com/vmihailenco/msgpack/v5"
 )

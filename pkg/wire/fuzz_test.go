@@ -11,7 +11,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
-	"github.com/sleipnir-serving/sleipnir/pkg/alloctest"
+	"github.com/sleipnir-serving/sleipnir/internal/alloctest"
 )
 
 // Fuzz targets for every decoder that reads what arrives from outside: requests (msgpack and JSON), tensors, task,

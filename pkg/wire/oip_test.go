@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sleipnir-serving/sleipnir/pkg/alloctest"
+	"github.com/sleipnir-serving/sleipnir/internal/alloctest"
 )
 
 var pngMagic = []byte("\x89PNG\r\n\x1a\n....")

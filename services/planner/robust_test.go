@@ -18,12 +18,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
 
-	"github.com/sleipnir-serving/sleipnir/pkg/natsproc"
+	"github.com/sleipnir-serving/sleipnir/internal/natsproc"
+	"github.com/sleipnir-serving/sleipnir/internal/testrig"
+	"github.com/sleipnir-serving/sleipnir/pkg/catalog"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
-	"github.com/sleipnir-serving/sleipnir/pkg/testrig"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
-	"github.com/sleipnir-serving/sleipnir/services/catalog"
 	"github.com/sleipnir-serving/sleipnir/services/worker"
 )
 

@@ -13,10 +13,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sleipnir-serving/sleipnir/pkg/onnx/onnxgen"
-	"github.com/sleipnir-serving/sleipnir/pkg/onnx/onnxtest"
+	"github.com/sleipnir-serving/sleipnir/internal/onnxgen"
+	"github.com/sleipnir-serving/sleipnir/internal/onnxtest"
+	"github.com/sleipnir-serving/sleipnir/internal/testrig"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
-	"github.com/sleipnir-serving/sleipnir/pkg/testrig"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 	"github.com/sleipnir-serving/sleipnir/services/frontend"
 	"github.com/sleipnir-serving/sleipnir/services/worker"

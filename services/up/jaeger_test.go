@@ -17,8 +17,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/sleipnir-serving/sleipnir/pkg/natsproc"
-	"github.com/sleipnir-serving/sleipnir/pkg/testrig"
+	"github.com/sleipnir-serving/sleipnir/internal/natsproc"
+	"github.com/sleipnir-serving/sleipnir/internal/testrig"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
@@ -199,7 +199,7 @@ func TestJaegerShowsEveryHop(t *testing.T) {
 	sleipnir := os.Getenv("SLEIPNIR_BIN")
 	if sleipnir == "" {
 		sleipnir = filepath.Join(dir, "sleipnir")
-		cmd := exec.Command("go", "build", "-o", sleipnir, "./services/sleipnir")
+		cmd := exec.Command("go", "build", "-o", sleipnir, "./cmd/sleipnir")
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("go build: %v\n%s", err, out)

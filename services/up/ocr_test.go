@@ -17,8 +17,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/sleipnir-serving/sleipnir/internal/onnxtest"
 	"github.com/sleipnir-serving/sleipnir/pkg/ocr"
-	"github.com/sleipnir-serving/sleipnir/pkg/onnx/onnxtest"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )

@@ -8,9 +8,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sleipnir-serving/sleipnir/pkg/catalog"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
-	"github.com/sleipnir-serving/sleipnir/services/catalog"
 )
 
 // Retry backoff: the first retry after retryFirst, doubling with each failed attempt at the same variant, up to

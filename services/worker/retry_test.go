@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sleipnir-serving/sleipnir/pkg/onnx/onnxgen"
-	"github.com/sleipnir-serving/sleipnir/pkg/onnx/onnxtest"
-	"github.com/sleipnir-serving/sleipnir/pkg/testrig"
+	"github.com/sleipnir-serving/sleipnir/internal/onnxgen"
+	"github.com/sleipnir-serving/sleipnir/internal/onnxtest"
+	"github.com/sleipnir-serving/sleipnir/internal/testrig"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sleipnir-serving/sleipnir/pkg/testrig"
+	"github.com/sleipnir-serving/sleipnir/internal/testrig"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 

@@ -12,14 +12,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/sleipnir-serving/sleipnir/internal/onnxtest"
+	"github.com/sleipnir-serving/sleipnir/internal/testrig"
 	"github.com/sleipnir-serving/sleipnir/pkg/completion"
 	"github.com/sleipnir-serving/sleipnir/pkg/executor"
 	_ "github.com/sleipnir-serving/sleipnir/pkg/executor/onnxexec" // the real OCR programs
 	"github.com/sleipnir-serving/sleipnir/pkg/metrics"
 	"github.com/sleipnir-serving/sleipnir/pkg/ocr"
-	"github.com/sleipnir-serving/sleipnir/pkg/onnx/onnxtest"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
-	"github.com/sleipnir-serving/sleipnir/pkg/testrig"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 

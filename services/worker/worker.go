@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
+	"github.com/sleipnir-serving/sleipnir/pkg/catalog"
 	"github.com/sleipnir-serving/sleipnir/pkg/deadline"
 	"github.com/sleipnir-serving/sleipnir/pkg/executor"
 	_ "github.com/sleipnir-serving/sleipnir/pkg/executor/all" // the worker runs variants of every kind
@@ -32,7 +33,6 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/ratelog"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
-	"github.com/sleipnir-serving/sleipnir/services/catalog"
 )
 
 // Config is the worker's configuration.

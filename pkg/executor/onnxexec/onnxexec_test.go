@@ -15,10 +15,10 @@ import (
 
 	ort "github.com/yalue/onnxruntime_go"
 
+	"github.com/sleipnir-serving/sleipnir/internal/onnxgen"
+	"github.com/sleipnir-serving/sleipnir/internal/onnxtest"
 	"github.com/sleipnir-serving/sleipnir/pkg/executor"
 	"github.com/sleipnir-serving/sleipnir/pkg/ocr"
-	"github.com/sleipnir-serving/sleipnir/pkg/onnx/onnxgen"
-	"github.com/sleipnir-serving/sleipnir/pkg/onnx/onnxtest"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )

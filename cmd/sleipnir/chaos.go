@@ -13,7 +13,7 @@ import (
 	"syscall"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
-	"github.com/sleipnir-serving/sleipnir/services/chaos"
+	"github.com/sleipnir-serving/sleipnir/tools/chaos"
 )
 
 // userFlags is a repeatable --user WHO=NAME:PASSWORD_FILE or WHO=nkey:SEED_FILE. The client and the observer read

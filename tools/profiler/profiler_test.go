@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sleipnir-serving/sleipnir/internal/onnxtest"
 	"github.com/sleipnir-serving/sleipnir/pkg/ocr"
-	"github.com/sleipnir-serving/sleipnir/pkg/onnx/onnxtest"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 )
 

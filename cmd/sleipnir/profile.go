@@ -11,7 +11,7 @@ import (
 
 	"github.com/sleipnir-serving/sleipnir/pkg/ocr"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
-	"github.com/sleipnir-serving/sleipnir/services/profiler"
+	"github.com/sleipnir-serving/sleipnir/tools/profiler"
 )
 
 // runProfile measures an OCR pipeline's variants and writes the profile file its spec names.

@@ -9,8 +9,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/vmihailenco/msgpack/v5"
 
-	"github.com/sleipnir-serving/sleipnir/pkg/natsproc"
-	"github.com/sleipnir-serving/sleipnir/pkg/testrig"
+	"github.com/sleipnir-serving/sleipnir/internal/natsproc"
+	"github.com/sleipnir-serving/sleipnir/internal/testrig"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 

@@ -443,5 +443,5 @@ func round(x float64, digits int) float64 {
 
 // Header is the comment the profile file starts with.
 func Header(cmd string) string {
-	return "# Measured by `" + cmd + "` (services/profiler); regenerate it rather than editing it.\n"
+	return "# Measured by `" + cmd + "` (tools/profiler); regenerate it rather than editing it.\n"
 }

@@ -49,7 +49,7 @@ func TestFidelity(t *testing.T) {
 		{"traffic-camera", 72, 0.01},
 	} {
 		t.Run(fmt.Sprintf("%s/%gqps", tc.pipeline, tc.qps), func(t *testing.T) {
-			fidelity(t, "../examples/"+tc.pipeline+".yaml", tc.qps, tc.maxViolations)
+			fidelity(t, "../../examples/"+tc.pipeline+".yaml", tc.qps, tc.maxViolations)
 		})
 	}
 }

@@ -1,6 +1,6 @@
 // An embedded JetStream server per test, and connections that the test's end closes, because every test of the
 // services needs them and each wrote its own: start, temporary store, shutdown after everything that used the server,
-// connection errors. (A test that kills and restarts the server uses a real nats-server process: pkg/natsproc.)
+// connection errors. (A test that kills and restarts the server uses a real nats-server process: internal/natsproc.)
 
 package testrig
 

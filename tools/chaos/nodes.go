@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sleipnir-serving/sleipnir/pkg/natsproc"
+	"github.com/sleipnir-serving/sleipnir/internal/natsproc"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/sleipnir-serving/sleipnir/services/chaos"
+	"github.com/sleipnir-serving/sleipnir/tools/chaos"
 )
 
 // runCluster starts the deployment of `make cluster` as processes: three clustered nats-server processes, the

@@ -20,8 +20,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/sleipnir-serving/sleipnir/internal/natsproc"
 	"github.com/sleipnir-serving/sleipnir/pkg/auth"
-	"github.com/sleipnir-serving/sleipnir/pkg/natsproc"
 )
 
 // Roles of the processes; with Auth, each role connects as its own user.
