@@ -20,6 +20,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/sim"
 	"github.com/sleipnir-serving/sleipnir/pkg/workload"
+	"github.com/sleipnir-serving/sleipnir/services/planner"
 	"github.com/sleipnir-serving/sleipnir/services/up"
 )
 
@@ -68,7 +69,7 @@ func fidelity(t *testing.T, file string, qps, maxViolations float64) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	sys, err := up.Start(ctx, up.Config{DataDir: t.TempDir(), Pipelines: []*pipeline.Spec{spec}, Workers: servers,
-		Storage: jetstream.MemoryStorage, MaxPayload: 8 << 20,
+		Planner: planner.Config{Storage: jetstream.MemoryStorage}, MaxPayload: 8 << 20,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

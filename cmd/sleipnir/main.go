@@ -11,17 +11,13 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/auth"
 	"github.com/sleipnir-serving/sleipnir/pkg/buildinfo"
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
-	"github.com/sleipnir-serving/sleipnir/pkg/control"
 	"github.com/sleipnir-serving/sleipnir/pkg/metrics"
-	"github.com/sleipnir-serving/sleipnir/pkg/onnx"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/telemetry"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
@@ -161,30 +157,6 @@ func loadPipelines(files []string) ([]*pipeline.Spec, error) {
 	return specs, nil
 }
 
-func storageFlag(fs *flag.FlagSet) *string {
-	return fs.String("storage", "file", "JetStream storage of task streams and the KV bucket: file or memory")
-}
-
-func replicasFlag(fs *flag.FlagSet) *int {
-	return fs.Int("replicas", 0, "copies of the task streams and the KV bucket the NATS cluster keeps (0: 3 on a "+
-		"cluster of three servers or more, else 1); a stream that already has more keeps them")
-}
-
-func parseStorage(s string) (jetstream.StorageType, error) {
-	switch s {
-	case "file":
-		return jetstream.FileStorage, nil
-	case "memory":
-		return jetstream.MemoryStorage, nil
-	}
-	return 0, fmt.Errorf("--storage %q: want file or memory", s)
-}
-
-// modelsFlag is where onnx variants' model files (and the ONNX Runtime library) are.
-func modelsFlag(fs *flag.FlagSet) *string {
-	return fs.String("models", onnx.ModelsDir(), "`DIR` of the ONNX models and runtime that make models fetches (env "+onnx.EnvModels+"; the library: env "+onnx.EnvLibrary+")")
-}
-
 func runUp(args []string) error {
 	fs := flag.NewFlagSet("up", flag.ContinueOnError)
 	var c common
@@ -192,7 +164,6 @@ func runUp(args []string) error {
 	var files pipelineFiles
 	fs.Var(&files, "pipeline", "pipeline spec YAML `FILE`, repeatable (default examples/traffic.yaml)")
 	workers := fs.Int("workers", 20, "number of workers")
-	models := modelsFlag(fs)
 	port := fs.Int("nats-port", 4222, "client port of the embedded NATS server (0: in-process only)")
 	host := fs.String("nats-host", "127.0.0.1", "address the embedded NATS server listens on")
 	stateDir := fs.String("state-dir", envOr("SLEIPNIR_STATE_DIR", envOr("SLEIPNIR_DATA_DIR", "state")),
@@ -200,16 +171,16 @@ func runUp(args []string) error {
 	fs.StringVar(stateDir, "data-dir", *stateDir, "the former name of --state-dir")
 	fresh := fs.Bool("fresh", true, "start the embedded server on an empty state: remove the JetStream files of an "+
 		"earlier run (its plans, workers and queued tasks); --fresh=false keeps them")
-	httpAddr := fs.String("http", "127.0.0.1:8080", "KServe v2 HTTP address of the frontend (empty disables it)")
 	metricsAddr := metricsFlag(fs, DefaultUpMetricsAddr)
-	maxReq := fs.Int("max-request-bytes", frontend.DefaultMaxRequestBytes, "largest request payload accepted")
-	intake := registerIntakeFlags(fs)
-	storage := storageFlag(fs)
-	replicas := replicasFlag(fs)
-	ctl := control.RegisterFlags(fs)
 	permissions := fs.Bool("nats-auth", false, "give the embedded server the deployment's users and permissions "+
 		"(pkg/auth): each service connects as its role, and connections without credentials are clients, which "+
 		"may only send requests")
+	// Each service's own flags, as its own command takes them.
+	plannerFlags := planner.RegisterFlags(fs)
+	fcfg := frontend.Config{HTTPAddr: "127.0.0.1:8080"}
+	fcfg.RegisterFlags(fs)
+	var wcfg worker.Config
+	wcfg.RegisterFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -219,10 +190,6 @@ func runUp(args []string) error {
 	if *permissions && c.natsURL != "" {
 		return errors.New("--nats-auth configures the embedded server; with --nats, the external server's configuration decides")
 	}
-	st, err := parseStorage(*storage)
-	if err != nil {
-		return err
-	}
 	specs, err := loadPipelines(files)
 	if err != nil {
 		return err
@@ -230,11 +197,7 @@ func runUp(args []string) error {
 	if *workers < 0 {
 		return fmt.Errorf("--workers %d: want 0 or more (0 runs the server, planner and frontend only)", *workers)
 	}
-	cc, err := ctl.Config()
-	if err != nil {
-		return err
-	}
-	system, err := ctl.System(specs...)
+	pcfg, err := plannerFlags.Config(specs)
 	if err != nil {
 		return err
 	}
@@ -244,52 +207,27 @@ func runUp(args []string) error {
 	}
 	defer stop()
 	// The server's payload limit leaves room for headers above the largest request.
-	maxPayload := int32(*maxReq + 64<<10)
-	return up.Run(ctx, up.Config{NATSURL: c.natsURL, Auth: c.auth, Permissions: *permissions, DataDir: *stateDir, Fresh: *fresh, NATSHost: *host, NATSPort: *port,
-		MaxPayload: maxPayload, Pipelines: specs, Workers: *workers, ModelsDir: *models, HTTPAddr: *httpAddr, MaxRequestBytes: *maxReq,
-		IntakeWorkers: *intake.workers, IntakeQueue: *intake.queue, MaxInFlight: *intake.maxInFlight,
-		RequestBacklog: *intake.backlog, MaxTimeout: *intake.maxTimeout, Admit: *intake.admission, Storage: st, Replicas: *replicas, System: system, Control: cc, MetricsAddr: *metricsAddr, Logger: log,
+	maxPayload := int32(fcfg.MaxRequestBytes + 64<<10)
+	return up.Run(ctx, up.Config{NATSURL: c.natsURL, Auth: c.auth, Permissions: *permissions, DataDir: *stateDir,
+		Fresh: *fresh, NATSHost: *host, NATSPort: *port, MaxPayload: maxPayload, Pipelines: specs, Workers: *workers,
+		Planner: pcfg, Frontend: fcfg, Worker: wcfg, MetricsAddr: *metricsAddr, Logger: log,
 		Started: func(url string) {
 			names := make([]string, len(specs))
 			for i, s := range specs {
 				names[i] = s.Name
 			}
-			log.Info("sleipnir is up", "nats", bus.RedactURL(url), "http", *httpAddr, "pipelines", strings.Join(names, ","),
+			log.Info("sleipnir is up", "nats", bus.RedactURL(url), "http", fcfg.HTTPAddr, "pipelines", strings.Join(names, ","),
 				"workers", *workers, "requests", wire.InferSubject("<pipeline>"))
 		}})
-}
-
-// intakeFlags are the frontend's intake settings, for `frontend` and `up` alike.
-type intakeFlags struct {
-	workers, queue, maxInFlight, backlog *int
-	maxTimeout                           *time.Duration
-	admission                            *bool
-}
-
-func registerIntakeFlags(fs *flag.FlagSet) intakeFlags {
-	return intakeFlags{
-		workers: fs.Int("intake-workers", frontend.DefaultIntakeWorkers, "requests decoded and published at once"),
-		queue: fs.Int("intake-queue", frontend.DefaultIntakeQueue, "requests that may wait for an intake worker; "+
-			"more are refused as overloaded"),
-		maxInFlight: fs.Int("max-in-flight", frontend.DefaultMaxInFlight, "requests held at once, from arrival to "+
-			"reply; more are refused as overloaded"),
-		backlog: fs.Int("request-backlog", frontend.DefaultRequestBacklog, "requests that may wait for the frontend "+
-			"to take them in; more are dropped unanswered, and counted"),
-		maxTimeout: fs.Duration("max-timeout", 0, "furthest ahead a request's deadline may be (default the larger "+
-			"of 1m and 10 SLOs)"),
-		admission: fs.Bool("admission", false, "refuse at once what the plan cannot serve, by class, and requests "+
-			"whose deadline the queue ahead cannot meet (docs/admission.md); false: only the bounds above refuse"),
-	}
 }
 
 func runFrontend(args []string) error {
 	fs := flag.NewFlagSet("frontend", flag.ContinueOnError)
 	var c common
 	c.register(fs, "NATS server URL")
-	id := fs.String("id", "", "frontend id (default hostname-pid)")
-	httpAddr := fs.String("http", ":8080", "KServe v2 HTTP address (empty disables it)")
-	maxReq := fs.Int("max-request-bytes", frontend.DefaultMaxRequestBytes, "largest request payload accepted")
-	intake := registerIntakeFlags(fs)
+	cfg := frontend.Config{HTTPAddr: ":8080"}
+	fs.StringVar(&cfg.ID, "id", "", "frontend id (default hostname-pid)")
+	cfg.RegisterFlags(fs)
 	metricsAddr := metricsFlag(fs, "")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -300,9 +238,8 @@ func runFrontend(args []string) error {
 			return err
 		}
 		defer stop()
-		f, err := frontend.New(nc, frontend.Config{ID: *id, HTTPAddr: *httpAddr, MaxRequestBytes: *maxReq,
-			IntakeWorkers: *intake.workers, IntakeQueue: *intake.queue, MaxInFlight: *intake.maxInFlight,
-			RequestBacklog: *intake.backlog, MaxTimeout: *intake.maxTimeout, Admit: *intake.admission, Metrics: metrics.NewFrontend(reg), Logger: log})
+		cfg.Metrics, cfg.Logger = metrics.NewFrontend(reg), log
+		f, err := frontend.New(nc, cfg)
 		if err != nil {
 			return err
 		}
@@ -314,22 +251,24 @@ func runWorker(args []string) error {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	var c common
 	c.register(fs, "NATS server URL")
-	id := fs.String("id", "", "worker id (default hostname-pid); with NATS permissions, the one its user may heartbeat as")
-	models := modelsFlag(fs)
+	var cfg worker.Config
+	fs.StringVar(&cfg.ID, "id", "", "worker id (default hostname-pid); with NATS permissions, the one its user may heartbeat as")
+	cfg.RegisterFlags(fs)
 	metricsAddr := metricsFlag(fs, "")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *id == "" {
-		*id = worker.DefaultID() // before connecting: the connection's inbox prefix is named after the worker
+	if cfg.ID == "" {
+		cfg.ID = worker.DefaultID() // before connecting: the connection's inbox prefix is named after the worker
 	}
-	return c.serve("worker", auth.User{Role: auth.Worker, WorkerID: *id}, func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
+	return c.serve("worker", auth.User{Role: auth.Worker, WorkerID: cfg.ID}, func(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
 		reg, stop, err := serveMetrics(*metricsAddr, log)
 		if err != nil {
 			return err
 		}
 		defer stop()
-		w, err := worker.New(nc, worker.Config{ID: *id, ModelsDir: *models, Metrics: metrics.NewWorker(reg), Logger: log})
+		cfg.Metrics, cfg.Logger = metrics.NewWorker(reg), log
+		w, err := worker.New(nc, cfg)
 		if err != nil {
 			return err
 		}
@@ -343,15 +282,7 @@ func runPlanner(args []string) error {
 	c.register(fs, "NATS server URL")
 	var files pipelineFiles
 	fs.Var(&files, "pipeline", "pipeline spec YAML `FILE`, repeatable (required)")
-	storage := storageFlag(fs)
-	replicas := replicasFlag(fs)
-	ctl := control.RegisterFlags(fs)
-	ackWait := fs.Duration("ack-wait", bus.DefaultAckWait, "the variant consumers' ack wait: how long a fetched message may "+
-		"stay unacknowledged before another replica gets it (workers mark batches that run longer in progress)")
-	dlAge := fs.Duration("deadletter-max-age", bus.DefaultDeadLetterMaxAge, "how long the dead-letter stream keeps a "+
-		"task message a worker set aside")
-	dlBytes := fs.Int64("deadletter-max-bytes", bus.DefaultDeadLetterMaxBytes, "the dead-letter stream's size bound, "+
-		"in bytes (the oldest messages go first)")
+	plannerFlags := planner.RegisterFlags(fs)
 	metricsAddr := metricsFlag(fs, "")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -359,22 +290,11 @@ func runPlanner(args []string) error {
 	if len(files) == 0 {
 		return errors.New("--pipeline is required")
 	}
-	if *dlAge <= 0 || *dlBytes <= 0 {
-		return errors.New("--deadletter-max-age and --deadletter-max-bytes must be positive")
-	}
-	st, err := parseStorage(*storage)
-	if err != nil {
-		return err
-	}
 	specs, err := loadPipelines(files)
 	if err != nil {
 		return err
 	}
-	cc, err := ctl.Config()
-	if err != nil {
-		return err
-	}
-	system, err := ctl.System(specs...)
+	cfg, err := plannerFlags.Config(specs)
 	if err != nil {
 		return err
 	}
@@ -384,8 +304,8 @@ func runPlanner(args []string) error {
 			return err
 		}
 		defer stop()
-		p, err := planner.New(nc, planner.Config{Pipelines: specs, Storage: st, Replicas: *replicas, System: system, AckWait: *ackWait,
-			DeadLetterMaxAge: *dlAge, DeadLetterMaxBytes: *dlBytes, Config: cc, Metrics: reg, Logger: log})
+		cfg.Metrics, cfg.Logger = reg, log
+		p, err := planner.New(nc, cfg)
 		if err != nil {
 			return err
 		}
@@ -393,8 +313,6 @@ func runPlanner(args []string) error {
 	})
 }
 
-// serve runs one service against the NATS server of --nats (default the local one), as user: replies come to the
-// user's own inbox prefix, which its permissions let it read and no other user's do.
 func (c *common) serve(service string, user auth.User, run func(context.Context, *nats.Conn, *slog.Logger) error) error {
 	ctx, log, stop, err := c.start(service)
 	if err != nil {

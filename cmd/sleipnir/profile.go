@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/ocr"
+	"github.com/sleipnir-serving/sleipnir/pkg/onnx"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/tools/profiler"
 )
@@ -19,7 +20,8 @@ func runProfile(args []string) error {
 	fs := flag.NewFlagSet("profile", flag.ContinueOnError)
 	specPath := fs.String("pipeline", "examples/ocr.yaml", "pipeline spec YAML `FILE` (its profiles field names the file written)")
 	data := fs.String("data", envOr("SLEIPNIR_OCR_DATA", "data/ocr"), "`DIR` of the labelled set that sleipnir ocrdata makes (env SLEIPNIR_OCR_DATA)")
-	models := modelsFlag(fs)
+	var models string
+	onnx.BindModelsDir(fs, &models)
 	images := fs.Int("images", 0, "images of the labelled set to measure accuracy on (0: all)")
 	reps := fs.Int("repetitions", 10, "timed batches per variant and batch size")
 	out := fs.String("out", "", "profile file to write (default: the one the spec names)")
@@ -43,7 +45,7 @@ func runProfile(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	cfg := profiler.Config{Spec: spec, Set: set, ModelsDir: *models, Images: *images, Repetitions: *reps}
+	cfg := profiler.Config{Spec: spec, Set: set, ModelsDir: models, Images: *images, Repetitions: *reps}
 	if *progress {
 		cfg.Progress = func(done, total int, what string) {
 			drawBar(float64(done)/float64(total), what)

@@ -5,6 +5,7 @@ package onnx
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -28,6 +29,13 @@ func ModelsDir() string {
 		return d
 	}
 	return DefaultModelsDir
+}
+
+// BindModelsDir binds the --models flag, where onnx variants' model files and the ONNX Runtime library are, to dst
+// (default ModelsDir), for every command that runs models.
+func BindModelsDir(fs *flag.FlagSet, dst *string) {
+	fs.StringVar(dst, "models", ModelsDir(), "`DIR` of the ONNX models and runtime that make models fetches (env "+
+		EnvModels+"; the library: env "+EnvLibrary+")")
 }
 
 // LibraryPath is $SLEIPNIR_ONNXRUNTIME_LIB, or the library `make models` puts under modelsDir.

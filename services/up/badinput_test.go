@@ -19,12 +19,13 @@ import (
 	"github.com/sleipnir-serving/sleipnir/internal/testrig"
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+	"github.com/sleipnir-serving/sleipnir/services/frontend"
 )
 
 // TestBadInputOverNATS sends every kind of bad request: each gets exactly one clear error reply, and a good request
 // afterwards is still served.
 func TestBadInputOverNATS(t *testing.T) {
-	sys, spec := startSystemWith(t, "../../examples/ocr-chain.yaml", Config{Workers: 20, MaxRequestBytes: 64 << 10})
+	sys, spec := startSystemWith(t, "../../examples/ocr-chain.yaml", Config{Workers: 20, Frontend: frontend.Config{MaxRequestBytes: 64 << 10}})
 	c := newClient(t, sys)
 	good := inputRequest(t)
 	badTensor, _ := msgpack.Marshal(&wire.InferRequest{Inputs: []wire.Tensor{{Name: "x", Datatype: "FP32", Shape: []int64{2, 2}, Data: []byte{1, 2, 3}}}})

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+	"github.com/sleipnir-serving/sleipnir/services/frontend"
 )
 
 // oipSpec is a chain of two emulated tasks, 100 ms and a slow 1 s, under the last-task policy, so that a request's
@@ -91,7 +92,7 @@ func oipDo(t *testing.T, url, method, path string, header map[string]string, bod
 // rest of the mapping.
 func TestHTTPConformance(t *testing.T) {
 	const limit = 64 << 10
-	sys, _ := startSpecSystem(t, oipSpec, Config{Workers: 2, MaxRequestBytes: limit})
+	sys, _ := startSpecSystem(t, oipSpec, Config{Workers: 2, Frontend: frontend.Config{MaxRequestBytes: limit}})
 	srv := httptest.NewServer(sys.Frontend.Handler())
 	defer srv.Close()
 	do := func(method, path string, header map[string]string, body string) oipResponse {

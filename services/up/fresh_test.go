@@ -11,6 +11,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/internal/testrig"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+	"github.com/sleipnir-serving/sleipnir/services/planner"
 )
 
 // TestFreshStart: a run on the state directory of an earlier one inherits its KV bucket (its plans, workers) unless
@@ -28,8 +29,8 @@ func TestFreshStart(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		started := time.Now()
-		sys, err := Start(ctx, Config{DataDir: dir, Fresh: fresh, Pipelines: []*pipeline.Spec{spec}, System: "static",
-			Storage: jetstream.FileStorage, MaxPayload: 8 << 20})
+		sys, err := Start(ctx, Config{DataDir: dir, Fresh: fresh, Pipelines: []*pipeline.Spec{spec},
+			Planner: planner.Config{System: "static", Storage: jetstream.FileStorage}, MaxPayload: 8 << 20})
 		if err != nil {
 			t.Fatal(err)
 		}

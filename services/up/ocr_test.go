@@ -21,6 +21,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/ocr"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+	"github.com/sleipnir-serving/sleipnir/services/worker"
 )
 
 // ocrSpec is the OCR pipeline on the real models that tests serve end to end.
@@ -29,7 +30,7 @@ const ocrSpec = onnxtest.OCRPipeline
 // startOCRSystem serves ocrSpec on two workers, or skips the test without the models.
 func startOCRSystem(t *testing.T) (*System, *pipeline.Spec) {
 	models := onnxtest.Models(t, onnxtest.OCRModels...)
-	return startSpecSystem(t, ocrSpec, Config{Workers: 2, ModelsDir: models})
+	return startSpecSystem(t, ocrSpec, Config{Workers: 2, Worker: worker.Config{ModelsDir: models}})
 }
 
 // startSpecSystem starts the system with cfg on a spec written out from specYAML.

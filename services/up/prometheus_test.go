@@ -20,6 +20,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/internal/testrig"
 	"github.com/sleipnir-serving/sleipnir/pkg/metrics"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+	"github.com/sleipnir-serving/sleipnir/services/planner"
 )
 
 // TestPrometheusScrapesTheSystem runs the system with its metrics endpoint, a real Prometheus scraping it (Debian's
@@ -38,7 +39,7 @@ func TestPrometheusScrapesTheSystem(t *testing.T) {
 		load = d
 	}
 	// The planner plans for the demand (loki), so that the plan's allocation series exist.
-	sys, spec := startSystemWith(t, "../../examples/traffic.yaml", Config{Workers: 6, System: "loki",
+	sys, spec := startSystemWith(t, "../../examples/traffic.yaml", Config{Workers: 6, Planner: planner.Config{System: "loki"},
 		MetricsAddr: "127.0.0.1:0"})
 	prom := startPrometheus(t, bin, sys.MetricsAddr)
 

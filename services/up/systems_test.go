@@ -15,6 +15,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/sim"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 	"github.com/sleipnir-serving/sleipnir/pkg/workload"
+	"github.com/sleipnir-serving/sleipnir/services/planner"
 )
 
 // TestEverySystemLiveAndSimulated runs each system of control.Systems, by its name, live for a few seconds (up:
@@ -26,8 +27,8 @@ func TestEverySystemLiveAndSimulated(t *testing.T) {
 	const workers, qps = 10, 20
 	for _, kind := range control.Systems {
 		t.Run(kind.Name, func(t *testing.T) {
-			sys, spec := startSystemWith(t, "../../examples/ocr-chain.yaml", Config{Workers: workers, System: kind.Name,
-				Control: control.Config{SolveTimeLimit: 5 * time.Second}})
+			sys, spec := startSystemWith(t, "../../examples/ocr-chain.yaml", Config{Workers: workers,
+				Planner: planner.Config{System: kind.Name, Config: control.Config{SolveTimeLimit: 5 * time.Second}}})
 			want, err := control.ParseSystem(kind.Name, spec, control.Config{})
 			if err != nil {
 				t.Fatal(err)

@@ -51,7 +51,7 @@ func burstServers(t *testing.T, tuneEvery time.Duration) int {
 		t.Fatal(err)
 	}
 	cfg := Config{Workers: 4}
-	cfg.Control.TuneEvery = tuneEvery
+	cfg.Planner.TuneEvery = tuneEvery
 	sys, spec := startSystemWith(t, file, cfg)
 	serving := func() int {
 		n := 0

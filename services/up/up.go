@@ -11,16 +11,13 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/auth"
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
-	"github.com/sleipnir-serving/sleipnir/pkg/control"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/services/frontend"
 	"github.com/sleipnir-serving/sleipnir/services/planner"
@@ -49,24 +46,12 @@ type Config struct {
 	MaxPayload int32
 	Pipelines  []*pipeline.Spec
 	Workers    int
-	// ModelsDir is where the workers find onnx variants' model files (default $SLEIPNIR_MODELS, else models).
-	ModelsDir string
-	// System is the system the planner runs (control.ParseSystem; default loki).
-	System string
-	// Control tunes the planner's control loop (zero: its defaults).
-	Control control.Config
-	// HTTPAddr is the frontend's KServe v2 HTTP address ("" disables it).
-	HTTPAddr        string
-	MaxRequestBytes int
-	// Intake tunes the frontend's bounded intake (frontend.Config's IntakeWorkers, IntakeQueue, MaxInFlight,
-	// RequestBacklog, MaxTimeout; zero: its defaults).
-	IntakeWorkers, IntakeQueue, MaxInFlight, RequestBacklog int
-	MaxTimeout                                              time.Duration
-	// Admit turns the frontend's admission control on (frontend.Config.Admit).
-	Admit   bool
-	Storage jetstream.StorageType
-	// Replicas of the task streams and the KV bucket (planner.Config.Replicas; 0: as the cluster's size suggests).
-	Replicas int
+	// Planner, Frontend and Worker are the services' own configurations (zero values: their defaults), each bound
+	// to flags in its package (RegisterFlags); up sets what is its own to set: the pipelines, the services' names,
+	// metrics and logger. Worker is every worker's.
+	Planner  planner.Config
+	Frontend frontend.Config
+	Worker   worker.Config
 	// MetricsAddr is where one Prometheus endpoint (/metrics) serves every service's metrics ("" disables it).
 	MetricsAddr string
 	Logger      *slog.Logger
@@ -174,8 +159,9 @@ func Start(ctx context.Context, cfg Config) (_ *System, err error) {
 	if err != nil {
 		return nil, err
 	}
-	pl, err := planner.New(nc, planner.Config{Pipelines: cfg.Pipelines, Storage: cfg.Storage, Replicas: cfg.Replicas, System: cfg.System,
-		Config: cfg.Control, Metrics: sys.registry, Logger: cfg.Logger})
+	pcfg := cfg.Planner
+	pcfg.Pipelines, pcfg.Metrics, pcfg.Logger = cfg.Pipelines, sys.registry, cfg.Logger
+	pl, err := planner.New(nc, pcfg)
 	if err != nil {
 		return nil, err
 	}
@@ -184,9 +170,9 @@ func Start(ctx context.Context, cfg Config) (_ *System, err error) {
 	if nc, err = sys.connect("sleipnir-frontend", auth.User{Role: auth.Frontend}); err != nil {
 		return nil, err
 	}
-	fe, err := frontend.New(nc, frontend.Config{ID: "up-frontend", HTTPAddr: cfg.HTTPAddr,
-		MaxRequestBytes: cfg.MaxRequestBytes, IntakeWorkers: cfg.IntakeWorkers, IntakeQueue: cfg.IntakeQueue,
-		MaxInFlight: cfg.MaxInFlight, RequestBacklog: cfg.RequestBacklog, MaxTimeout: cfg.MaxTimeout, Admit: cfg.Admit, Metrics: sys.metrics.frontend, Logger: cfg.Logger})
+	fcfg := cfg.Frontend
+	fcfg.ID, fcfg.Metrics, fcfg.Logger = "up-frontend", sys.metrics.frontend, cfg.Logger
+	fe, err := frontend.New(nc, fcfg)
 	if err != nil {
 		return nil, err
 	}
@@ -199,8 +185,9 @@ func Start(ctx context.Context, cfg Config) (_ *System, err error) {
 		if err != nil {
 			return nil, err
 		}
-		w, err := worker.New(nc, worker.Config{ID: id, ModelsDir: cfg.ModelsDir, Metrics: sys.metrics.worker,
-			Logger: cfg.Logger})
+		wcfg := cfg.Worker
+		wcfg.ID, wcfg.Metrics, wcfg.Logger = id, sys.metrics.worker, cfg.Logger
+		w, err := worker.New(nc, wcfg)
 		if err != nil {
 			return nil, err
 		}

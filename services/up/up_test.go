@@ -31,8 +31,8 @@ func startSystem(t testing.TB, specFile string, workers int) (*System, *pipeline
 func startSystemWith(t testing.TB, specFile string, cfg Config, edits ...func(*pipeline.Spec)) (*System, *pipeline.Spec) {
 	t.Helper()
 	workers := cfg.Workers
-	if cfg.System == "" {
-		cfg.System = "static"
+	if cfg.Planner.System == "" {
+		cfg.Planner.System = "static"
 	}
 	spec, err := pipeline.Load(specFile)
 	if err != nil {
@@ -42,7 +42,7 @@ func startSystemWith(t testing.TB, specFile string, cfg Config, edits ...func(*p
 		edit(spec)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	cfg.DataDir, cfg.Pipelines, cfg.Storage, cfg.MaxPayload = t.TempDir(), []*pipeline.Spec{spec}, jetstream.MemoryStorage, 8<<20
+	cfg.DataDir, cfg.Pipelines, cfg.Planner.Storage, cfg.MaxPayload = t.TempDir(), []*pipeline.Spec{spec}, jetstream.MemoryStorage, 8<<20
 	sys, err := Start(ctx, cfg)
 	if err != nil {
 		cancel()

@@ -1,0 +1,27 @@
+package frontend
+
+import (
+	"cmp"
+	"flag"
+)
+
+// RegisterFlags binds the frontend's settings to fs, the one place they are named as flags: `sleipnir frontend` and
+// `sleipnir up` take the same ones. c's values are the flags' defaults, and zero ones the package's (Default*);
+// the process's identity (--id) is the command's, not a setting.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.HTTPAddr, "http", c.HTTPAddr, "KServe v2 HTTP address (empty disables it)")
+	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", cmp.Or(c.MaxRequestBytes, DefaultMaxRequestBytes),
+		"largest request payload accepted")
+	fs.IntVar(&c.IntakeWorkers, "intake-workers", cmp.Or(c.IntakeWorkers, DefaultIntakeWorkers),
+		"requests decoded and published at once")
+	fs.IntVar(&c.IntakeQueue, "intake-queue", cmp.Or(c.IntakeQueue, DefaultIntakeQueue),
+		"requests that may wait for an intake worker; more are refused as overloaded")
+	fs.IntVar(&c.MaxInFlight, "max-in-flight", cmp.Or(c.MaxInFlight, DefaultMaxInFlight),
+		"requests held at once, from arrival to reply; more are refused as overloaded")
+	fs.IntVar(&c.RequestBacklog, "request-backlog", cmp.Or(c.RequestBacklog, DefaultRequestBacklog),
+		"requests that may wait for the frontend to take them in; more are dropped unanswered, and counted")
+	fs.DurationVar(&c.MaxTimeout, "max-timeout", c.MaxTimeout, "furthest ahead a request's deadline may be "+
+		"(default the larger of 1m and 10 SLOs)")
+	fs.BoolVar(&c.Admit, "admission", c.Admit, "refuse at once what the plan cannot serve, by class, and requests "+
+		"whose deadline the queue ahead cannot meet (docs/admission.md); false: only the bounds above refuse")
+}
