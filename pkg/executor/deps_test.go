@@ -30,7 +30,7 @@ func deps(t *testing.T, pkg string) []string {
 // needs its shared library at run time): they reach the emulated executor and the OCR tensor names without the onnx
 // kind. The worker, which runs every kind, does link it, which shows the listing sees the dependency at all.
 func TestOnlyWhatRunsModelsLinksONNXRuntime(t *testing.T) {
-	for _, pkg := range []string{"pkg/sim", "loadgen"} {
+	for _, pkg := range []string{"pkg/sim", "cmd/loadgen"} {
 		if d := deps(t, module+"/"+pkg); slices.Contains(d, onnxRuntime) {
 			t.Errorf("%s links %s", pkg, onnxRuntime)
 		}

@@ -26,6 +26,10 @@ func init() {
 
 // Executor stands in for a model: a batch takes the profiled p50 latency of its size, with log-normal jitter whose
 // 95th percentile is the profiled p95, and sleeps (never spins) so that many emulated servers share a small machine.
+// A sleep ends late (the timer's slack, and on a machine shared by many emulated servers, the wait for a CPU to run
+// on); the executor keeps the average of that lateness and sleeps that much less, so that its batches take their
+// profiled latency as measured by the worker around Execute: an emulated server stands in for a machine of its own,
+// and the planner's measured latencies (pkg/latency) must see the profile, not the emulation's crowding.
 // Each item emits a seeded number of sub-requests with the profiled mean, split across child tasks by the profiled
 // shares. The fan-out of an item depends only on the seed and the item's identity, so a batch executed again after
 // a redelivery emits the same sub-requests.
@@ -36,11 +40,17 @@ type Executor struct {
 	children []string  // child tasks, sorted
 	shares   []float64 // cumulative shares, aligned with children
 	sleep    func(ctx context.Context, d time.Duration) error
+	now      func() time.Time
+	// late is the moving average of how much later than asked a sleep ended (lateAlpha: the newest's weight).
+	late time.Duration
 }
+
+// lateAlpha is the weight of the newest sleep's lateness in the executor's average: about the last ten batches.
+const lateAlpha = 0.1
 
 // New returns the emulated executor of variant v of task.
 func New(spec *pipeline.Spec, task string, v *pipeline.Variant, seed uint64) *Executor {
-	e := &Executor{variant: v, seed: seed, jitter: rand.New(rand.NewPCG(seed, 0x51e1)), sleep: sleepCtx}
+	e := &Executor{variant: v, seed: seed, jitter: rand.New(rand.NewPCG(seed, 0x51e1)), sleep: sleepCtx, now: time.Now}
 	if t := spec.Task(task); t != nil && v.Fanout != nil {
 		e.children = append([]string(nil), t.Children...)
 		sort.Strings(e.children)
@@ -66,7 +76,7 @@ func (e *Executor) Latency(n int) time.Duration {
 
 // Execute sleeps for one batch and returns each item's result and sub-requests.
 func (e *Executor) Execute(ctx context.Context, batch []executor.Input) ([]executor.Output, error) {
-	if err := e.sleep(ctx, e.Latency(len(batch))); err != nil {
+	if err := e.sleepFor(ctx, e.Latency(len(batch))); err != nil {
 		return nil, err
 	}
 	out := make([]executor.Output, len(batch))
@@ -127,6 +137,18 @@ func itemHash(requestID, itemID string) uint64 {
 	h.Write([]byte{0})
 	h.Write([]byte(itemID))
 	return h.Sum64()
+}
+
+// sleepFor sleeps so that the batch takes d on average: d less the average lateness of the executor's sleeps.
+func (e *Executor) sleepFor(ctx context.Context, d time.Duration) error {
+	ask := max(0, d-e.late)
+	start := e.now()
+	if err := e.sleep(ctx, ask); err != nil {
+		return err
+	}
+	late := e.now().Sub(start) - ask
+	e.late += time.Duration(lateAlpha * float64(late-e.late))
+	return nil
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

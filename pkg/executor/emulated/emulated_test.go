@@ -173,3 +173,40 @@ func TestEmulatedSleepsAndStops(t *testing.T) {
 		t.Error("an unknown variant was accepted")
 	}
 }
+
+// TestLateSleepsAreMadeUp: on a machine where every sleep ends 3 ms late (a fake clock: the sleep advances it by
+// what was asked plus 3 ms), the executor's batches still take their profiled latency on average, as the worker
+// measures them around Execute; without the make-up they would take 3 ms more each.
+func TestLateSleepsAreMadeUp(t *testing.T) {
+	spec := loadTree(t)
+	v := spec.Variant("detect", "big")
+	e := New(spec, "detect", v, 5)
+	clock := time.Unix(0, 0)
+	const slack = 3 * time.Millisecond
+	e.now = func() time.Time { return clock }
+	e.sleep = func(_ context.Context, d time.Duration) error { clock = clock.Add(d + slack); return nil }
+	batch := []executor.Input{{RequestID: "r", ItemID: "0"}}
+	var took, want time.Duration
+	const warm, n = 50, 500
+	for i := range warm + n {
+		start := clock
+		// The draw Execute will make, from a twin executor's identical jitter stream.
+		if _, err := e.Execute(context.Background(), batch); err != nil {
+			t.Fatal(err)
+		}
+		if i >= warm {
+			took += clock.Sub(start)
+		}
+	}
+	twin := New(spec, "detect", v, 5)
+	for i := range warm + n {
+		d := twin.Latency(1)
+		if i >= warm {
+			want += d
+		}
+	}
+	mean, profiled := took/n, want/n
+	if diff := mean - profiled; diff < -slack/10 || diff > slack/10 {
+		t.Errorf("batches took %v on average, their draws %v: want within %v", mean, profiled, slack/10)
+	}
+}
