@@ -134,7 +134,15 @@ func TestNodeLoss(t *testing.T) {
 	cfg, faults := shortSuite(t, true)
 	cfg.Nodes = 3
 	cfg.PlannerArgs = strings.Fields(os.Getenv("SLEIPNIR_NODELOSS_PLANNER_ARGS"))
-	cfg.Dir = os.Getenv("SLEIPNIR_CHAOS_LOGS") // the processes' logs are kept there; by default they are removed
+	// The processes' logs: in SLEIPNIR_CHAOS_LOGS when set (kept), else until the test ends, for the digest below.
+	if cfg.Dir = os.Getenv("SLEIPNIR_CHAOS_LOGS"); cfg.Dir == "" {
+		cfg.Dir = t.TempDir()
+	}
+	defer func() {
+		if t.Failed() {
+			t.Logf("what the processes warned of, per fault and process:\n%s", logDigest(cfg.Dir))
+		}
+	}()
 	// Each process in its own network namespace where the machine allows it, so that the cluster is crossed over a
 	// real network path; else on loopback.
 	if err := NetnsAvailable(); err == nil {
@@ -181,6 +189,53 @@ func TestNodeLoss(t *testing.T) {
 		t.Skipf("the machine was too busy for the system to serve before the fault, so its loss was not judged (%s)",
 			strings.Join(unmeasured, "; "))
 	}
+}
+
+// logDigest sums up the warnings and errors in the processes' logs under dir (a folder per fault, a file per
+// process): per message, how many and the first one's time, so that a failure on a machine whose logs are gone (CI)
+// says what the services saw.
+func logDigest(dir string) string {
+	var out strings.Builder
+	files, _ := filepath.Glob(filepath.Join(dir, "*", "*.log"))
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			continue
+		}
+		type seen struct {
+			n     int
+			first string
+		}
+		counts := map[string]*seen{}
+		var order []string
+		for _, line := range strings.Split(string(data), "\n") {
+			if !strings.Contains(line, "level=WARN") && !strings.Contains(line, "level=ERROR") {
+				continue
+			}
+			msg := line
+			if i := strings.Index(line, "msg="); i >= 0 {
+				msg = line[i:]
+				if j := strings.Index(msg, "\" "); j > 0 {
+					msg = msg[:j+1]
+				}
+			}
+			if counts[msg] == nil {
+				ts, _, _ := strings.Cut(strings.TrimPrefix(line, "time="), " ")
+				counts[msg] = &seen{first: ts}
+				order = append(order, msg)
+			}
+			counts[msg].n++
+		}
+		rel, _ := filepath.Rel(dir, file)
+		for i, msg := range order {
+			if i == 8 {
+				fmt.Fprintf(&out, "  %s: %d more kinds\n", rel, len(order)-i)
+				break
+			}
+			fmt.Fprintf(&out, "  %s: %d x %s (first %s)\n", rel, counts[msg].n, msg, counts[msg].first)
+		}
+	}
+	return out.String()
 }
 
 // unservedPct is the share of violations before the fault at which a node-loss row is not judged: on a machine that
