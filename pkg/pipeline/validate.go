@@ -152,7 +152,8 @@ func (s *Spec) validateVariants(batches []int, allowed map[int]bool, add func(st
 
 // validateAllocation checks a static allocation: each entry names a variant of a task, once, at a batch size of
 // batch_sizes.
-func (s *Spec) validateAllocation(tasks map[string]int, batches []int, allowed map[int]bool, add func(string, string, ...any)) {
+func (s *Spec) validateAllocation(tasks map[string]int, batches []int, allowed map[int]bool,
+	add func(string, string, ...any)) {
 	placed := map[string]int{}
 	for i, a := range s.Allocation {
 		p := fmt.Sprintf("allocation[%d]", i)
