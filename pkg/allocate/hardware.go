@@ -37,8 +37,8 @@ func (m *model) enumerateHardware() (res milp.Result, ok bool) {
 	return milp.Result{Status: milp.Optimal, X: e.point(), Objective: v, Bound: v}, true
 }
 
-// batchSearch is enumerateHardware's search over the batch vectors of vars, depth-first, cut where the servers run
-// out.
+// batchSearch is enumerateHardware's search over the batch vectors of vars, depth-first, cut where a vector takes
+// more servers than the cluster has or the best one found.
 type batchSearch struct {
 	m     *model
 	d     float64     // the demand
