@@ -165,59 +165,18 @@ func Solve(in Input, opt Options) (*Result, error) {
 	if err := opt.check(); err != nil {
 		return nil, err
 	}
-	res := &Result{Demand: in.Demand, Servers: in.Servers, ServedQPS: in.Demand, Optimal: true}
-	res.LatencyModel, _ = ParseLatencyModel(string(in.LatencyModel)) // checked above
-	nodes := 0
-	finish := func(r *Result) (*Result, error) {
-		r.SolveMs = float64(time.Since(start).Microseconds()) / 1000
-		r.Nodes = nodes
-		return r, nil
-	}
-	// solveModel solves m, counting its nodes.
-	solveModel := func(m *model) (milp.Result, error) {
-		sol, err := m.solve(opt)
-		nodes += sol.Nodes
-		return sol, err
-	}
-	// maxServable solves the max-demand step: the largest demand the servers serve, and its model and point (nil
-	// when it found none).
-	maxServable := func() (float64, *model, []float64, error) {
-		m, err := build(in, stepMaxDemand)
-		if err != nil {
-			return 0, nil, nil, err
-		}
-		sol, err := solveModel(m)
-		if err != nil {
-			return 0, nil, nil, err
-		}
-		if sol.Status == milp.Infeasible || sol.X == nil {
-			return 0, nil, nil, nil
-		}
-		res.Optimal = res.Optimal && sol.Status == milp.Optimal
-		res.Gap = max(res.Gap, sol.Gap)
-		return sol.Objective, m, sol.X, nil
-	}
-	// served is the allocation of a step that serves the demand.
-	served := func(m *model, sol milp.Result, mode string) (*Result, error) {
-		m.read(sol, res)
-		res.Mode = mode
-		if opt.MaxServable {
-			var err error
-			if res.MaxServableQPS, _, _, err = maxServable(); err != nil {
-				return nil, err
-			}
-		}
-		return finish(res)
-	}
+	s := &solving{in: in, opt: opt, start: start,
+		res: &Result{Demand: in.Demand, Servers: in.Servers, ServedQPS: in.Demand, Optimal: true}}
+	s.res.LatencyModel, _ = ParseLatencyModel(string(in.LatencyModel)) // checked above
 
 	// Step 1: hardware scaling.
 	if m, err := build(in, stepHardware); err == nil {
-		sol, err := solveModel(m)
+		sol, err := s.solveModel(m)
 		if err != nil {
 			return nil, err
 		}
 		if sol.X != nil {
-			return served(m, sol, ModeHardware)
+			return s.served(m, sol, ModeHardware)
 		}
 	}
 	// Step 2: accuracy scaling.
@@ -225,7 +184,7 @@ func Solve(in Input, opt Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	sol, err := solveModel(m)
+	sol, err := s.solveModel(m)
 	if err != nil {
 		return nil, err
 	}
@@ -235,10 +194,72 @@ func Solve(in Input, opt Options) (*Result, error) {
 		sol = m.fallback(sol)
 	}
 	if sol.X != nil {
-		return served(m, sol, ModeAccuracy)
+		return s.served(m, sol, ModeAccuracy)
 	}
-	// Overloaded, or a search stopped with nothing better to offer: allocate for the most these servers can serve.
-	dmax, mmax, xmax, err := maxServable()
+	return s.overloaded(sol)
+}
+
+// solving is one call of Solve: its input and options, the result it fills in, and what it counts over its steps.
+type solving struct {
+	in    Input
+	opt   Options
+	res   *Result
+	start time.Time
+	nodes int // branch-and-bound nodes over every model solved
+}
+
+// finish records the time and nodes the solve took in r.
+func (s *solving) finish(r *Result) (*Result, error) {
+	r.SolveMs = float64(time.Since(s.start).Microseconds()) / 1000
+	r.Nodes = s.nodes
+	return r, nil
+}
+
+// solveModel solves m, counting its nodes.
+func (s *solving) solveModel(m *model) (milp.Result, error) {
+	sol, err := m.solve(s.opt)
+	s.nodes += sol.Nodes
+	return sol, err
+}
+
+// maxServable solves the max-demand step: the largest demand the servers serve, and its model and point (nil when it
+// found none).
+func (s *solving) maxServable() (float64, *model, []float64, error) {
+	m, err := build(s.in, stepMaxDemand)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	sol, err := s.solveModel(m)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	if sol.Status == milp.Infeasible || sol.X == nil {
+		return 0, nil, nil, nil
+	}
+	s.res.Optimal = s.res.Optimal && sol.Status == milp.Optimal
+	s.res.Gap = max(s.res.Gap, sol.Gap)
+	return sol.Objective, m, sol.X, nil
+}
+
+// served is the allocation of a step that serves the demand.
+func (s *solving) served(m *model, sol milp.Result, mode string) (*Result, error) {
+	res := s.res
+	m.read(sol, res)
+	res.Mode = mode
+	if s.opt.MaxServable {
+		var err error
+		if res.MaxServableQPS, _, _, err = s.maxServable(); err != nil {
+			return nil, err
+		}
+	}
+	return s.finish(res)
+}
+
+// overloaded is the allocation when the accuracy step found no point (sol): overloaded, or a search stopped with
+// nothing better to offer. It allocates for the most these servers can serve.
+func (s *solving) overloaded(sol milp.Result) (*Result, error) {
+	in, res := s.in, s.res
+	dmax, mmax, xmax, err := s.maxServable()
 	if err != nil {
 		return nil, err
 	}
@@ -248,21 +269,21 @@ func Solve(in Input, opt Options) (*Result, error) {
 		mmax.read(milp.Result{Status: milp.Limit, X: scaleFlows(mmax, xmax, in.Demand)}, res)
 		res.Mode, res.MaxServableQPS = ModeAccuracy, dmax
 		res.Gap = max(res.Gap, accuracyGap(sol.Bound, res.SystemAccuracy))
-		return finish(res)
+		return s.finish(res)
 	}
 	res.MaxServableQPS = dmax
 	res.Mode = ModeOverloaded
 	if dmax <= 0 {
-		return finish(res)
+		return s.finish(res)
 	}
 	at := in
 	at.Demand = dmax * (1 - 1e-7) // just inside, so that tolerances do not make it infeasible
 	at.headroomDemand = in.Demand
-	m, err = build(at, stepAccuracy)
+	m, err := build(at, stepAccuracy)
 	if err != nil {
 		return nil, err
 	}
-	if sol, err = solveModel(m); err != nil {
+	if sol, err = s.solveModel(m); err != nil {
 		return nil, err
 	}
 	if sol.X != nil {
@@ -273,7 +294,7 @@ func Solve(in Input, opt Options) (*Result, error) {
 		res.Gap = max(res.Gap, accuracyGap(sol.Bound, res.SystemAccuracy))
 	}
 	res.ServedQPS = at.Demand
-	return finish(res)
+	return s.finish(res)
 }
 
 // scaleFlows is point x of model m with its continuous columns (the demand, flows, spills) scaled to demand d: a

@@ -28,6 +28,34 @@ func (m *model) complete() (p *milp.Problem, point func(x []float64) []float64) 
 		used[pa] = p.AddCol("carries "+m.pathName(pa), 0, 0, 1, true, 0)
 	}
 
+	m.addChainDemandRows(p, flow)
+	m.addSharedPrefixRows(p, flow)
+	m.addCompleteCapacityRows(p, flow)
+	m.addReplicaPerTask(p)
+	m.addPathRows(p, flow, used)
+	if m.in.MinAccuracy > 0 && m.step == stepAccuracy {
+		terms := []milp.Term{{Col: m.demandCol, Coef: -m.in.MinAccuracy}}
+		for _, pa := range m.paths {
+			terms = append(terms, milp.Term{Col: flow[pa], Coef: m.chainShare[pa.chain] * pa.accuracy})
+		}
+		p.AddRow("minimum accuracy", 0, math.Inf(1), terms...)
+	}
+	point = func(x []float64) []float64 {
+		out := make([]float64, p.NumCols())
+		copy(out, x[:base])
+		for pa, f := range m.pathFlows(x) {
+			out[flow[pa]] = f
+			if f > 1e-9 {
+				out[used[pa]] = 1
+			}
+		}
+		return out
+	}
+	return p, point
+}
+
+// addChainDemandRows makes the flows of each chain's paths carry the demand.
+func (m *model) addChainDemandRows(p *milp.Problem, flow map[*path]int) {
 	for ci := range m.chains {
 		terms := []milp.Term{{Col: m.demandCol, Coef: -1}}
 		for _, pa := range m.paths {
@@ -37,7 +65,11 @@ func (m *model) complete() (p *milp.Problem, point func(x []float64) []float64) 
 		}
 		p.AddRow("demand of chain "+strings.Join(m.chains[ci], "->"), 0, 0, terms...)
 	}
-	// Shared prefixes: per task with several children, the same traffic through each assignment of variants.
+}
+
+// addSharedPrefixRows sends, per task with several children, the same traffic through each assignment of variants
+// of the path before it, whichever chain below it the traffic goes on.
+func (m *model) addSharedPrefixRows(p *milp.Problem, flow map[*path]int) {
 	for _, t := range m.in.Spec.Tasks {
 		if len(t.Children) < 2 {
 			continue
@@ -71,6 +103,11 @@ func (m *model) complete() (p *milp.Problem, point func(x []float64) []float64) 
 			}
 		}
 	}
+}
+
+// addCompleteCapacityRows bounds each variant's load by its capacity over its batch sizes, chosen one at a time,
+// and the replicas by the servers.
+func (m *model) addCompleteCapacityRows(p *milp.Problem, flow map[*path]int) {
 	var servers []milp.Term
 	for k, kv := range m.variants {
 		if len(kv.batchChoiceCol) == 0 {
@@ -96,8 +133,11 @@ func (m *model) complete() (p *milp.Problem, point func(x []float64) []float64) 
 		p.AddRow("one batch size of "+kv.task+"/"+kv.variant.Name, math.Inf(-1), 1, oneBatch...)
 	}
 	p.AddRow("servers", math.Inf(-1), float64(m.in.Servers), servers...)
-	m.addReplicaPerTask(p)
-	// Constraint 7.
+}
+
+// addPathRows is constraint 7: a path that carries traffic (I(p) = 1) has every variant on it hosted and its latency
+// at the chosen batch sizes within its budget (a big-M row).
+func (m *model) addPathRows(p *milp.Problem, flow, used map[*path]int) {
 	flowUB := p.Upper[m.demandCol]
 	for _, pa := range m.paths {
 		p.AddRow("I(p) of "+m.pathName(pa), math.Inf(-1), 0, milp.Term{Col: flow[pa], Coef: 1},
@@ -119,23 +159,4 @@ func (m *model) complete() (p *milp.Problem, point func(x []float64) []float64) 
 			p.AddRow("latency of "+m.pathName(pa), math.Inf(-1), pa.budgetMs+bigM, lat...)
 		}
 	}
-	if m.in.MinAccuracy > 0 && m.step == stepAccuracy {
-		terms := []milp.Term{{Col: m.demandCol, Coef: -m.in.MinAccuracy}}
-		for _, pa := range m.paths {
-			terms = append(terms, milp.Term{Col: flow[pa], Coef: m.chainShare[pa.chain] * pa.accuracy})
-		}
-		p.AddRow("minimum accuracy", 0, math.Inf(1), terms...)
-	}
-	point = func(x []float64) []float64 {
-		out := make([]float64, p.NumCols())
-		copy(out, x[:base])
-		for pa, f := range m.pathFlows(x) {
-			out[flow[pa]] = f
-			if f > 1e-9 {
-				out[used[pa]] = 1
-			}
-		}
-		return out
-	}
-	return p, point
 }

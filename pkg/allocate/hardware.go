@@ -28,88 +28,116 @@ func (m *model) enumerateHardware() (res milp.Result, ok bool) {
 		seen[kv.task] = true
 		vars = append(vars, k)
 	}
-	d := m.in.Demand
+	e := newBatchSearch(m, vars)
+	e.visit(0, 0)
+	if e.bestServers == math.MaxInt {
+		return milp.Result{Status: milp.Infeasible}, true
+	}
+	v := float64(e.bestServers)
+	return milp.Result{Status: milp.Optimal, X: e.point(), Objective: v, Bound: v}, true
+}
+
+// batchSearch is enumerateHardware's search over the batch vectors of vars, depth-first, cut where a vector takes
+// more servers than the cluster has or the best one found.
+type batchSearch struct {
+	m     *model
+	d     float64     // the demand
+	vars  []int       // the variants on some path, one per task
+	pos   map[int]int // variant -> index into vars
+	loads []float64   // per variant, the items per second the demand brings it
+
+	choice       []int // batch index per entry of vars, as visited
+	best         []int
+	bestServers  int
+	bestHeadroom float64
+}
+
+func newBatchSearch(m *model, vars []int) *batchSearch {
+	e := &batchSearch{m: m, d: m.in.Demand, vars: vars, pos: map[int]int{}, loads: make([]float64, len(m.variants)),
+		choice: make([]int, len(vars)), best: make([]int, len(vars)), bestServers: math.MaxInt}
 	// One path per chain, which carries the whole demand.
-	loads := make([]float64, len(m.variants))
 	for _, pa := range m.paths {
 		for i, h := range pa.hops {
 			if pa.chain == m.refChain[m.variants[h].task] {
-				loads[h] += pa.itemsPerRequest[i] * d
+				e.loads[h] += pa.itemsPerRequest[i] * e.d
 			}
 		}
 	}
-	// A positive demand needs a replica of every task it reaches (the model's "a replica of" rows).
-	minReplicas := func(k int) int {
-		if d > 0 && loads[k] > 0 {
-			return 1
-		}
-		return 0
+	for i, k := range vars {
+		e.pos[k] = i
 	}
+	return e
+}
 
-	choice := make([]int, len(vars)) // batch index per entry of vars
-	best := make([]int, len(vars))
-	bestServers, bestHeadroom := math.MaxInt, 0.0
-	replicas := func(k, bi int) int {
-		kv := m.variants[k]
-		return max(minReplicas(k), kv.replicasFor(bi, loads[k]))
+// replicas are the fewest replicas of variant k at batch index bi that carry its load. A positive demand needs a
+// replica of every task it reaches (the model's "a replica of" rows).
+func (e *batchSearch) replicas(k, bi int) int {
+	minReplicas := 0
+	if e.d > 0 && e.loads[k] > 0 {
+		minReplicas = 1
 	}
-	pos := map[int]int{} // variant -> index into vars
-	for i, k := range vars {
-		pos[k] = i
+	return max(minReplicas, e.m.variants[k].replicasFor(bi, e.loads[k]))
+}
+
+// visit chooses the batches of vars[i:], the earlier ones taking servers.
+func (e *batchSearch) visit(i, servers int) {
+	m := e.m
+	if servers > m.in.Servers || servers > e.bestServers {
+		return
 	}
-	var rec func(i, servers int)
-	rec = func(i, servers int) {
-		if servers > m.in.Servers || servers > bestServers {
+	if i == len(e.vars) {
+		e.leaf(servers)
+		return
+	}
+	k := e.vars[i]
+	for bi := range m.variants[k].batches {
+		e.choice[i] = bi
+		e.visit(i+1, servers+e.replicas(k, bi))
+	}
+}
+
+// leaf keeps the batch vector chosen, on servers, if its paths fit their budgets and it is the best yet.
+func (e *batchSearch) leaf(servers int) {
+	m := e.m
+	for _, pa := range m.paths {
+		lat := 0.0
+		for _, h := range pa.hops {
+			lat += m.variants[h].latencyMs[e.choice[e.pos[h]]]
+		}
+		if lat > pa.budgetMs+1e-9 {
 			return
 		}
-		if i == len(vars) {
-			for _, pa := range m.paths {
-				lat := 0.0
-				for _, h := range pa.hops {
-					lat += m.variants[h].latencyMs[choice[pos[h]]]
-				}
-				if lat > pa.budgetMs+1e-9 {
-					return
-				}
-			}
-			headroom := math.Inf(1)
-			for j, k := range vars {
-				if loads[k] > 0 {
-					kv := m.variants[k]
-					headroom = min(headroom, float64(replicas(k, choice[j]))*kv.throughput[choice[j]]/loads[k])
-				}
-			}
-			if servers < bestServers || headroom > bestHeadroom {
-				bestServers, bestHeadroom = servers, headroom
-				copy(best, choice)
-			}
-			return
-		}
-		k := vars[i]
-		for bi := range m.variants[k].batches {
-			choice[i] = bi
-			rec(i+1, servers+replicas(k, bi))
+	}
+	headroom := math.Inf(1)
+	for j, k := range e.vars {
+		if e.loads[k] > 0 {
+			kv := m.variants[k]
+			headroom = min(headroom, float64(e.replicas(k, e.choice[j]))*kv.throughput[e.choice[j]]/e.loads[k])
 		}
 	}
-	rec(0, 0)
-	if bestServers == math.MaxInt {
-		return milp.Result{Status: milp.Infeasible}, true
+	if servers < e.bestServers || headroom > e.bestHeadroom {
+		e.bestServers, e.bestHeadroom = servers, headroom
+		copy(e.best, e.choice)
 	}
+}
+
+// point is the model's point of the best batch vector.
+func (e *batchSearch) point() []float64 {
+	m := e.m
 	x := make([]float64, m.prob.NumCols())
-	x[m.demandCol] = d
-	for i, k := range vars {
+	x[m.demandCol] = e.d
+	for i, k := range e.vars {
 		kv := m.variants[k]
-		if n := replicas(k, best[i]); n > 0 {
-			x[kv.batchChoiceCol[best[i]]], x[kv.replicasCol[best[i]]] = 1, float64(n)
+		if n := e.replicas(k, e.best[i]); n > 0 {
+			x[kv.batchChoiceCol[e.best[i]]], x[kv.replicasCol[e.best[i]]] = 1, float64(n)
 		}
 	}
 	for _, c := range m.flows {
-		if m.carries(c, func(h int) int { return best[pos[h]] }) {
-			x[c.col] = d
+		if m.carries(c, func(h int) int { return e.best[e.pos[h]] }) {
+			x[c.col] = e.d
 		}
 	}
 	m.setSpillColumns(x)
 	m.setAggregateColumns(x)
-	v := float64(bestServers)
-	return milp.Result{Status: milp.Optimal, X: x, Objective: v, Bound: v}, true
+	return x
 }

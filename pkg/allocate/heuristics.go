@@ -33,30 +33,45 @@ func (m *model) fixedBatchIncumbent(x []float64, opt Options) []float64 {
 // fixedBatches is fixedBatchIncumbent's batch index per variant from the LP's x (-1: none fits), its flow
 // columns added when the model is priced.
 func (m *model) fixedBatches(x []float64) []int {
-	flows := m.pathFlows(x)
 	fixed := make([]int, len(m.variants)) // batch index per variant, -1 while undecided
-	// fits says path pa fits its budget with variant k at batch bi, the hops decided at theirs, the rest at their
-	// fastest.
-	fits := func(pa *path, k, bi int) bool {
-		lat := 0.0
-		for _, h := range pa.hops {
-			switch {
-			case h == k:
-				lat += m.variants[k].latencyMs[bi]
-			case fixed[h] >= 0:
-				lat += m.variants[h].latencyMs[fixed[h]]
-			default:
-				lat += slicesMin(m.variants[h].latencyMs)
-			}
-		}
-		return lat <= pa.budgetMs+1e-9
+	for k := range fixed {
+		fixed[k] = -1
 	}
-	// The variants the LP gives capacity, the most replicas first.
+	lpUsed := m.fixLPBatches(x, fixed)
+	m.fixOtherBatches(fixed, lpUsed)
+	if m.priced {
+		m.addFixedFlowColumns(fixed)
+	}
+	return fixed
+}
+
+// pathFits says path pa fits its budget with variant k at batch bi, the hops fixed at theirs, the rest at their
+// fastest.
+func (m *model) pathFits(fixed []int, pa *path, k, bi int) bool {
+	lat := 0.0
+	for _, h := range pa.hops {
+		switch {
+		case h == k:
+			lat += m.variants[k].latencyMs[bi]
+		case fixed[h] >= 0:
+			lat += m.variants[h].latencyMs[fixed[h]]
+		default:
+			lat += slicesMin(m.variants[h].latencyMs)
+		}
+	}
+	return lat <= pa.budgetMs+1e-9
+}
+
+// fixLPBatches fixes the batches of the variants the LP's x gives capacity, the most replicas first: the batch of
+// their most replicas, or the largest below it at which every path they carry flow on fits. It returns which
+// variants those are.
+func (m *model) fixLPBatches(x []float64, fixed []int) (lpUsed []bool) {
+	flows := m.pathFlows(x)
 	pick := make([]int, len(m.variants))
 	weight := make([]float64, len(m.variants))
 	var order []int
 	for k, kv := range m.variants {
-		fixed[k], pick[k] = -1, -1
+		pick[k] = -1
 		for bi, col := range kv.replicasCol {
 			weight[k] += x[col]
 			if x[col] > 1e-9 && (pick[k] < 0 || x[col] > x[kv.replicasCol[pick[k]]]) {
@@ -72,7 +87,7 @@ func (m *model) fixedBatches(x []float64) []int {
 		for bi := pick[k]; bi >= 0 && fixed[k] < 0; bi-- {
 			ok := true
 			for _, pa := range m.paths {
-				if flows[pa] > 1e-9 && slices.Contains(pa.hops, k) && !fits(pa, k, bi) {
+				if flows[pa] > 1e-9 && slices.Contains(pa.hops, k) && !m.pathFits(fixed, pa, k, bi) {
 					ok = false
 					break
 				}
@@ -82,13 +97,18 @@ func (m *model) fixedBatches(x []float64) []int {
 			}
 		}
 	}
-	// The others, most accurate first: the largest batch at which some path through the variant and variants the
-	// LP uses fits (so that the restricted problem can move traffic onto it), else some path at all.
-	lpUsed := make([]bool, len(m.variants))
+	lpUsed = make([]bool, len(m.variants))
 	for _, k := range order {
 		lpUsed[k] = true
 	}
-	order = order[:0]
+	return lpUsed
+}
+
+// fixOtherBatches fixes the batches of the other variants, most accurate first: the largest batch at which some
+// path through the variant and variants the LP uses fits (so that the restricted problem can move traffic onto it),
+// else some path at all.
+func (m *model) fixOtherBatches(fixed []int, lpUsed []bool) {
+	var order []int
 	for k := range m.variants {
 		if fixed[k] < 0 && len(m.variants[k].batchChoiceCol) > 0 {
 			order = append(order, k)
@@ -109,7 +129,7 @@ func (m *model) fixedBatches(x []float64) []int {
 		for _, strict := range []bool{true, false} {
 			for bi := len(m.variants[k].batches) - 1; bi >= 0 && fixed[k] < 0; bi-- {
 				for _, pa := range m.paths {
-					if slices.Contains(pa.hops, k) && (!strict || withUsed(pa, k)) && fits(pa, k, bi) {
+					if slices.Contains(pa.hops, k) && (!strict || withUsed(pa, k)) && m.pathFits(fixed, pa, k, bi) {
 						fixed[k] = bi
 						break
 					}
@@ -117,27 +137,28 @@ func (m *model) fixedBatches(x []float64) []int {
 			}
 		}
 	}
-	if m.priced {
-		// The one combination of batch sizes per path the fixed batches allow, if it fits and is not a column yet.
-		for _, pa := range m.paths {
-			batches := make([]int, len(pa.hops))
-			lat, last := 0.0, len(pa.hops)-1
-			for i, h := range pa.hops[:last] {
-				if batches[i] = fixed[h]; batches[i] < 0 {
-					lat = math.Inf(1)
-					break
-				}
-				lat += m.variants[h].latencyMs[batches[i]]
+}
+
+// addFixedFlowColumns adds, per path, the one combination of batch sizes the fixed batches allow, if it fits and is
+// not a column yet.
+func (m *model) addFixedFlowColumns(fixed []int) {
+	for _, pa := range m.paths {
+		batches := make([]int, len(pa.hops))
+		lat, last := 0.0, len(pa.hops)-1
+		for i, h := range pa.hops[:last] {
+			if batches[i] = fixed[h]; batches[i] < 0 {
+				lat = math.Inf(1)
+				break
 			}
-			batches[last] = m.threshold(pa, lat)
-			if fixed[pa.hops[last]] >= 0 && fixed[pa.hops[last]] <= batches[last] {
-				if _, ok := m.flowColByKey[flowKey(pa, batches)]; !ok {
-					m.addFlowColumn(pa, batches)
-				}
+			lat += m.variants[h].latencyMs[batches[i]]
+		}
+		batches[last] = m.threshold(pa, lat)
+		if fixed[pa.hops[last]] >= 0 && fixed[pa.hops[last]] <= batches[last] {
+			if _, ok := m.flowColByKey[flowKey(pa, batches)]; !ok {
+				m.addFlowColumn(pa, batches)
 			}
 		}
 	}
-	return fixed
 }
 
 // restrictToBatches sets the bounds lower and upper of the model's columns to the batch index per variant fixed:

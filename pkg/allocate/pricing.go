@@ -65,41 +65,53 @@ const columnsPerRound = 50
 // (below -1e-9) and that cost, or nil: a depth-first search over the hops' batch sizes that fit the budget, pruned
 // by the least each remaining hop (and prefix agreement) can still subtract.
 func (m *model) cheapestFlowColumn(pa *path, duals []float64, sign float64) (*flowColumn, float64) {
-	n := len(pa.hops)
 	fixedPart := sign*m.flowObjective(pa) - duals[m.chainDemandRow[pa.chain]]
 	if m.minAccuracyRow >= 0 {
 		fixedPart -= duals[m.minAccuracyRow] * m.chainShare[pa.chain] * pa.accuracy
 	}
-	// hopCost[i][bi]: the capacity term of hop i at batch bi.
-	hopCost := make([][]float64, n)
-	least := make([]float64, n+1) // least[i]: the least the hops from i on can add
+	c := newColumnSearch(m, pa, duals)
+	c.visit(0, 0, fixedPart)
+	if c.best == nil {
+		return nil, 0
+	}
+	return &flowColumn{path: pa, batches: c.best}, c.bestRC
+}
+
+// columnSearch is cheapestFlowColumn's depth-first search over the batch sizes of path pa's hops.
+type columnSearch struct {
+	m       *model
+	pa      *path
+	duals   []float64
+	hopCost [][]float64 // hopCost[i][bi]: the capacity term of hop i at batch bi
+	least   []float64   // least[i]: the least the hops from i on can add
+	// prefixes are the prefix agreement terms of pa, known once the prefix's batches are; until then bounded by
+	// their least.
+	prefixes []prefixTerm
+	batches  []int // per hop, as visited
+	best     []int
+	bestRC   float64
+}
+
+type prefixTerm struct {
+	pr    *prefixRows
+	least float64
+}
+
+func newColumnSearch(m *model, pa *path, duals []float64) *columnSearch {
+	n := len(pa.hops)
+	c := &columnSearch{m: m, pa: pa, duals: duals, hopCost: make([][]float64, n), least: make([]float64, n+1),
+		batches: make([]int, n), bestRC: -1e-9}
 	for i := n - 1; i >= 0; i-- {
 		kv := m.variants[pa.hops[i]]
-		hopCost[i] = make([]float64, len(kv.batches))
+		c.hopCost[i] = make([]float64, len(kv.batches))
 		lo := math.Inf(1)
 		for bi := range kv.batches {
 			if pa.chain == m.refChain[kv.task] {
-				hopCost[i][bi] = -duals[kv.capacityRow[bi]] * pa.itemsPerRequest[i]
+				c.hopCost[i][bi] = -duals[kv.capacityRow[bi]] * pa.itemsPerRequest[i]
 			}
-			lo = min(lo, hopCost[i][bi])
+			lo = min(lo, c.hopCost[i][bi])
 		}
-		least[i] = least[i+1] + lo
-	}
-	// Prefix agreement terms, known once the prefix's batches are; until then bounded by their least.
-	type prefixTerm struct {
-		pr    *prefixRows
-		least float64
-	}
-	var prefixes []prefixTerm
-	prefixCost := func(pr *prefixRows, rows []int) float64 {
-		if pa.chain == pr.ref {
-			c := 0.0
-			for _, r := range rows {
-				c -= duals[r]
-			}
-			return c
-		}
-		return duals[rows[slices.Index(pr.others, pa.chain)]]
+		c.least[i] = c.least[i+1] + lo
 	}
 	for k := range m.prefixes {
 		pr := &m.prefixes[k]
@@ -108,54 +120,64 @@ func (m *model) cheapestFlowColumn(pa *path, duals []float64, sign float64) (*fl
 		}
 		lo := 0.0
 		for _, rows := range pr.rows {
-			lo = min(lo, prefixCost(pr, rows))
+			lo = min(lo, c.prefixCost(pr, rows))
 		}
-		prefixes = append(prefixes, prefixTerm{pr, lo})
+		c.prefixes = append(c.prefixes, prefixTerm{pr, lo})
 	}
-	pending := func(i int) float64 { // the least the prefixes not yet complete at hop i can add
-		s := 0.0
-		for _, pt := range prefixes {
-			if pt.pr.depth > i {
-				s += pt.least
-			}
+	return c
+}
+
+// prefixCost is the reduced cost a prefix agreement's rows add to the path's column.
+func (c *columnSearch) prefixCost(pr *prefixRows, rows []int) float64 {
+	if c.pa.chain == pr.ref {
+		cost := 0.0
+		for _, r := range rows {
+			cost -= c.duals[r]
 		}
-		return s
+		return cost
 	}
-	best, bestRC := []int(nil), -1e-9
-	batches := make([]int, n)
-	var rec func(i int, lat, rc float64)
-	rec = func(i int, lat, rc float64) {
-		if rc+least[i]+pending(i) >= bestRC {
-			return
-		}
-		if i == n {
-			best, bestRC = append(best[:0], batches...), rc
-			return
-		}
-		if i == n-1 { // the last hop: its threshold
-			if bi := m.threshold(pa, lat); bi >= 0 {
-				batches[i] = bi
-				rec(n, 0, rc+hopCost[i][bi])
-			}
-			return
-		}
-		for bi, l := range m.variants[pa.hops[i]].latencyMs {
-			if lat+l+pa.fastestAfterMs[i] > pa.budgetMs+1e-9 {
-				continue
-			}
-			batches[i] = bi
-			next := rc + hopCost[i][bi]
-			for _, pt := range prefixes {
-				if pt.pr.depth == i+1 {
-					next += prefixCost(pt.pr, pt.pr.rows[prefixKey(pa.hops[:i+1], batches[:i+1])])
-				}
-			}
-			rec(i+1, lat+l, next)
+	return c.duals[rows[slices.Index(pr.others, c.pa.chain)]]
+}
+
+// pending is the least the prefixes not yet complete at hop i can add.
+func (c *columnSearch) pending(i int) float64 {
+	s := 0.0
+	for _, pt := range c.prefixes {
+		if pt.pr.depth > i {
+			s += pt.least
 		}
 	}
-	rec(0, 0, fixedPart)
-	if best == nil {
-		return nil, 0
+	return s
+}
+
+// visit chooses the batches of hops i on, the earlier ones taking lat of the budget and adding rc.
+func (c *columnSearch) visit(i int, lat, rc float64) {
+	m, pa, n := c.m, c.pa, len(c.pa.hops)
+	if rc+c.least[i]+c.pending(i) >= c.bestRC {
+		return
 	}
-	return &flowColumn{path: pa, batches: best}, bestRC
+	if i == n {
+		c.best, c.bestRC = append(c.best[:0], c.batches...), rc
+		return
+	}
+	if i == n-1 { // the last hop: its threshold
+		if bi := m.threshold(pa, lat); bi >= 0 {
+			c.batches[i] = bi
+			c.visit(n, 0, rc+c.hopCost[i][bi])
+		}
+		return
+	}
+	for bi, l := range m.variants[pa.hops[i]].latencyMs {
+		if lat+l+pa.fastestAfterMs[i] > pa.budgetMs+1e-9 {
+			continue
+		}
+		c.batches[i] = bi
+		next := rc + c.hopCost[i][bi]
+		for _, pt := range c.prefixes {
+			if pt.pr.depth == i+1 {
+				next += c.prefixCost(pt.pr, pt.pr.rows[prefixKey(pa.hops[:i+1], c.batches[:i+1])])
+			}
+		}
+		c.visit(i+1, lat+l, next)
+	}
 }

@@ -6,6 +6,10 @@
 // It also names the systems that can run the loop (Systems: Sleipnir's allocator and the baselines, each with its
 // deadline policy) and the flags that choose and tune them (RegisterFlags), one vocabulary for the planner, up and
 // the simulator.
+//
+// By file: control.go the loop's configuration and what it observes and calls (Config, Observed, Allocator, MILP);
+// loop.go the loop; check.go the simulation check of plans; systems.go and baseline.go the systems and the baselines;
+// joint.go the joint allocation of several pipelines; flags.go the flags; liveness.go the planner's worker liveness.
 package control
 
 import (
@@ -156,6 +160,16 @@ func (c Config) Tunes() bool { return c.TuneEvery > 0 }
 // headroom is the headroom in force (Headroom after SetDefaults; negative is none).
 func (c Config) headroom() float64 { return max(c.Headroom, 0) }
 
+// Planned is the demand a plan for the estimate d is sized for: at least MinDemandQPS, and more by the headroom when
+// padded (a plan that stays in hardware mode with it).
+func (c Config) Planned(d float64, padded bool) float64 {
+	d = max(d, c.MinDemandQPS)
+	if padded {
+		d *= 1 + c.headroom()
+	}
+	return d
+}
+
 // FallSigmas is how many standard deviations of its noise (Observed.DemandWindow) a small fall of the demand
 // estimate must exceed before a due re-plan follows it.
 const FallSigmas = 3
@@ -238,298 +252,4 @@ func (a MILP) Allocate(spec *pipeline.Spec, o Observed) (*plan.Plan, error) {
 		return nil, fmt.Errorf("%w (mode %s)", ErrCannotServe, res.Mode)
 	}
 	return res.Plan(spec.Name, 0), nil
-}
-
-// Step is what the loop decided at one tick.
-type Step struct {
-	// Plan is the plan to publish; nil when the current one stands.
-	Plan *plan.Plan
-	// Replanned says Plan has a new allocation (a new epoch: workers are reassigned); otherwise only its routing
-	// changed.
-	Replanned bool
-	// Err says a re-plan failed: the current allocation stays, and is not solved again until its inputs move or
-	// ReplanEvery passes. Plan may still carry new routing.
-	Err error
-}
-
-// Loop is one pipeline's control loop. Not safe for concurrent use.
-type Loop struct {
-	spec    *pipeline.Spec
-	cfg     Config
-	alloc   Allocator // nil: the allocation never changes, only the routing
-	current *plan.Plan
-	planned plannedAt
-	routed  routedAt
-}
-
-type plannedAt struct {
-	ok         bool
-	overloaded bool
-	// estimate is the demand estimate the plan was made from (raised to MinDemandQPS); covers the demand it was
-	// sized for: more by the headroom when padded, the estimate itself when the headroom could only have been
-	// bought with accuracy.
-	estimate float64
-	covers   float64
-	padded   bool
-	servers  int
-	fanout   map[string]pipeline.Fanout
-	profiles map[string][]pipeline.ProfilePoint
-	at       time.Time
-}
-
-type routedAt struct {
-	demand float64
-	at     time.Time
-}
-
-// New starts a loop from the plan in force; alloc nil keeps its allocation for good (a static plan).
-func New(spec *pipeline.Spec, cfg Config, alloc Allocator, current *plan.Plan) *Loop {
-	cfg.SetDefaults()
-	return &Loop{spec: spec, cfg: cfg, alloc: alloc, current: current}
-}
-
-// Resume starts a loop from a plan an earlier planner published (read back from the KV bucket) as if this loop had
-// published it at now: it is not solved again until its inputs move (demand, servers, multiplicative factors) or
-// ReplanEvery passes. A plan without an allocation section (static) is solved again at the first tick, as by New.
-func Resume(spec *pipeline.Spec, cfg Config, alloc Allocator, current *plan.Plan, now time.Time) *Loop {
-	l := New(spec, cfg, alloc, current)
-	if a := current.Allocation; a != nil {
-		l.notePlanned(Observed{Demand: a.Estimate(), Servers: a.ClusterServers, Fanout: current.Fanout,
-			Profiles: current.Profiles}, current, now)
-		l.routed = routedAt{demand: a.Estimate(), at: now}
-	}
-	return l
-}
-
-// FirstPlan is the plan a pipeline starts with when there is none to resume (planner and simulator alike): the
-// spec's static allocation, routed for no demand (every table sends to the most accurate variant), epoch 0. Until
-// demand is measured, it stands.
-func FirstPlan(spec *pipeline.Spec) (*plan.Plan, error) {
-	p, err := plan.Static(spec)
-	if err != nil {
-		return nil, err
-	}
-	p.Routing = routing.MostAccurateFirst(routing.Input{Spec: spec, Plan: p})
-	return p, nil
-}
-
-// Current is the plan in force (the last one published).
-func (l *Loop) Current() *plan.Plan { return l.current }
-
-// Next decides what to publish at now. The caller publishes Step.Plan and then calls Published; until it does,
-// the loop proposes it again.
-func (l *Loop) Next(now time.Time, o Observed) Step {
-	var st Step
-	if l.cfg.ProfilesOnly {
-		o.Profiles = nil
-	}
-	if o.DemandUnknown {
-		return st
-	}
-	if l.alloc != nil && o.Servers == 0 && len(l.current.Variants) > 0 {
-		return l.shed(o)
-	}
-	if l.alloc != nil && o.Servers > 0 {
-		st = l.replan(now, o)
-		if st.Plan != nil {
-			return st
-		}
-	}
-	last := l.routed
-	if !demand.Significant(last.demand, o.Demand, l.cfg.RouteThreshold, l.cfg.RouteSigmas, o.DemandWindow) &&
-		now.Sub(last.at) < l.cfg.RouteEvery &&
-		!demand.FanoutSignificant(l.current.Fanout, o.Fanout, l.cfg.RouteThreshold, l.cfg.RouteSigmas, o.FanoutSamples) {
-		return st
-	}
-	p := *l.current
-	p.Fanout = o.Fanout
-	p.Profiles = o.Profiles
-	p.Routing = l.route(&p, o)
-	st.Plan = &p
-	return st
-}
-
-// replan solves the allocation when its inputs moved or it is due.
-func (l *Loop) replan(now time.Time, o Observed) Step {
-	target := l.target(o)
-	last := l.planned
-	due := now.Sub(last.at) >= l.cfg.ReplanEvery
-	// An overloaded plan already serves all it can: a demand above it is no reason to solve again every second.
-	// A plan sized for the estimate alone (no headroom, or none to be had without lowering the accuracy) waits for
-	// the thresholds like any other: re-planning at every rise of the estimate would move workers each second.
-	outgrown := last.padded && !last.overloaded && o.Demand > last.covers &&
-		demand.Significant(last.covers, o.Demand, 0, l.cfg.ReplanSigmas, o.DemandWindow)
-	// The noise is the demand's, not the headroom's: compare estimates. A move beyond ReplanThreshold is planned for
-	// at once (a 20% move of a steady load's estimate is a 3-sigma event even at 10 QPS, where the average is
-	// sized to the rate); with ReplanSigmas, the small moves a due re-plan looks at must also be significant.
-	moved := func(threshold, sigmas float64) bool {
-		return demand.Significant(last.estimate, max(o.Demand, l.cfg.MinDemandQPS), threshold, sigmas, o.DemandWindow)
-	}
-	forced := !last.ok || o.Servers != last.servers || outgrown || moved(l.cfg.ReplanThreshold, -1) ||
-		l.latencyMoved(now, o)
-	if !forced {
-		if !due {
-			return Step{}
-		}
-		// Hysteresis: a small fall must be significant (FallSigmas) before it is planned for. Each re-plan to
-		// the estimate of the moment would otherwise follow the noise up and down, a server more, a server less
-		// (a steady 100 QPS on 10 workers re-planned every 20 s); a small rise is planned for, the fall after it
-		// is not, and the plan settles on the high side of the noise.
-		sigmas := l.cfg.ReplanSigmas
-		if o.Demand < last.estimate {
-			sigmas = max(sigmas, FallSigmas)
-		}
-		// A move of a measured multiplicative factor is planned for either way: holding a factor that fell, as the
-		// demand's falls are held, cost the simulator's diurnal hour a tenth of a point of accuracy and 0.04 points of
-		// violations (seeds 1-5).
-		if !moved(replanMinChange, sigmas) && !demand.FanoutSignificant(last.fanout, o.Fanout, l.cfg.RouteThreshold,
-			l.cfg.ReplanSigmas, o.FanoutSamples) {
-			l.planned.at = now // looked again: nothing worth a new plan
-			return Step{}
-		}
-	}
-	in := o
-	in.Demand = target
-	spec := l.specFor(o)
-	p, err := l.alloc.Allocate(spec, in)
-	if err == nil && l.cfg.headroom() > 0 && p.Mode != plan.ModeHardware {
-		in.Demand = l.cfg.Planned(o.Demand, false)
-		p, err = l.alloc.Allocate(spec, in)
-	}
-	if err != nil {
-		l.notePlanned(o, nil, now)
-		return Step{Err: err}
-	}
-	if p.Allocation != nil {
-		p.Allocation.EstimateQPS = o.Demand
-	}
-	if same := sameAllocation(l.current, p); same || !forced && !l.worthSwapping(p, o) {
-		// The same allocation, or a better one not worth its model loads: no new epoch, which would move no worker
-		// and only count as a plan change (on a loaded machine the measured latencies of a steady 10 QPS moved
-		// by 20% every few seconds, and re-planned the same allocation 28 times in 5 minutes). What moved is
-		// followed by the routing, as a re-plan's would have been. A forced re-plan that found the same allocation
-		// made it the plan for what it observed: the triggers start from there; a due one leaves them where they
-		// were, so that the noise does not move them.
-		r := *l.current
-		r.Fanout, r.Profiles = o.Fanout, o.Profiles
-		if same && forced {
-			r.Allocation = p.Allocation
-			l.notePlanned(o, &r, now)
-		} else {
-			l.planned.at = now
-		}
-		r.Routing = l.route(&r, o)
-		return Step{Plan: &r}
-	}
-	p.Pipeline = l.spec.Name
-	p.Epoch = l.current.Epoch + 1
-	p.Fanout = o.Fanout
-	p.Profiles = o.Profiles
-	p.Routing = l.route(p, o)
-	return Step{Plan: p, Replanned: true}
-}
-
-// shed is the plan of a pipeline the division of the workers left none (the joint allocation shed its class): it
-// hosts nothing, its frontends refuse its requests (it serves 0 of the demand), and the first share of workers it
-// gets again forces a re-plan (the servers changed).
-func (l *Loop) shed(o Observed) Step {
-	return Step{Replanned: true, Plan: &plan.Plan{Pipeline: l.spec.Name, Epoch: l.current.Epoch + 1,
-		Mode: plan.ModeOverloaded, Fanout: o.Fanout, Profiles: o.Profiles,
-		Allocation: &plan.Allocation{DemandQPS: o.Demand, EstimateQPS: o.Demand, Optimal: true}}}
-}
-
-// worthSwapping says whether a re-plan that nothing forced (a due one, on a small move of the demand or of the
-// multiplicative factors) is worth the model loads it costs. Each replica the new plan adds to a variant is a worker
-// that loads the variant's model (its swap time) before it serves: for that long, the items it would have served
-// wait, and are counted as lost, at the current plan's accuracy. The gain is the accuracy the new plan adds to every
-// request until the next due re-plan. A plan that frees servers (hardware scaling down) or whose variants load
-// instantly is always taken; one that moves models for less accuracy than its loads cost is not, so that the
-// estimate's small moves do not flip a plan between two variants at each swap's price.
-func (l *Loop) worthSwapping(p *plan.Plan, o Observed) bool {
-	cur := l.current
-	if cur.Allocation == nil || p.Allocation == nil || p.Allocation.ActiveServers < cur.Allocation.ActiveServers {
-		return true
-	}
-	lost := 0.0 // items not served during the model loads
-	for _, vp := range p.Variants {
-		added := vp.Replicas
-		if old := cur.Find(vp.Task, vp.Variant); old != nil {
-			added -= old.Replicas
-		}
-		v := l.spec.Variant(vp.Task, vp.Variant)
-		if added <= 0 || v == nil || vp.Replicas == 0 {
-			continue
-		}
-		lost += float64(added) * v.SwapMs / 1000 * vp.CapacityQPS / float64(vp.Replicas)
-	}
-	if lost == 0 {
-		return true
-	}
-	cost := lost * cur.Allocation.SystemAccuracy
-	gain := (p.Allocation.SystemAccuracy - cur.Allocation.SystemAccuracy) * max(o.Demand, l.cfg.MinDemandQPS) *
-		l.cfg.ReplanEvery.Seconds()
-	return gain > cost
-}
-
-// sameAllocation says whether two plans host the same replicas of the same variants at the same batch sizes: a new
-// epoch for it would move no worker, and only count as a plan change.
-func sameAllocation(a, b *plan.Plan) bool {
-	if a.Allocation == nil || b.Allocation == nil || a.Mode != b.Mode || len(a.Variants) != len(b.Variants) {
-		return false
-	}
-	for _, v := range b.Variants {
-		if w := a.Find(v.Task, v.Variant); w == nil || w.Replicas != v.Replicas || w.MaxBatch != v.MaxBatch {
-			return false
-		}
-	}
-	return true
-}
-
-// target is the demand a plan for o is sized for.
-func (l *Loop) target(o Observed) float64 { return l.cfg.Planned(o.Demand, true) }
-
-// Planned is the demand a plan for the estimate d is sized for: at least MinDemandQPS, and more by the headroom when
-// padded (a plan that stays in hardware mode with it).
-func (c Config) Planned(d float64, padded bool) float64 {
-	d = max(d, c.MinDemandQPS)
-	if padded {
-		d *= 1 + c.headroom()
-	}
-	return d
-}
-
-func (l *Loop) route(p *plan.Plan, o Observed) plan.Routing {
-	in := routing.Input{Spec: l.specFor(o), Plan: p, Demand: o.Demand, Fanout: o.Fanout, Utilization: l.cfg.RouteUtilization}
-	if r, ok := l.alloc.(Router); ok {
-		return r.Route(in)
-	}
-	return routing.MostAccurateFirst(in)
-}
-
-// notePlanned records that p (nil: none, the solve failed) was made from o at now.
-func (l *Loop) notePlanned(o Observed, p *plan.Plan, now time.Time) {
-	est := max(o.Demand, l.cfg.MinDemandQPS)
-	l.planned = plannedAt{ok: true, estimate: est, covers: est, servers: o.Servers, fanout: o.Fanout,
-		profiles: o.Profiles, at: now}
-	if p != nil && p.Allocation != nil {
-		l.planned.overloaded = p.Mode == plan.ModeOverloaded
-		if c := p.Allocation.DemandQPS; c > est*(1+1e-9) {
-			l.planned.covers, l.planned.padded = c, true
-		}
-	}
-}
-
-// Published records that st.Plan, decided from o, is now in force.
-func (l *Loop) Published(st Step, o Observed, now time.Time) {
-	if st.Plan == nil {
-		return
-	}
-	l.current = st.Plan
-	if l.cfg.ProfilesOnly { // as Next saw it: a plan made from the profiles alone is not one made from these
-		o.Profiles = nil
-	}
-	if st.Replanned {
-		l.notePlanned(o, st.Plan, now)
-	}
-	l.routed = routedAt{demand: o.Demand, at: now}
 }

@@ -18,27 +18,6 @@ import (
 // r<i> (the problem's own names may hold characters the format forbids); a comment line maps them back.
 func WriteLP(w io.Writer, p *Problem) error {
 	bw := bufio.NewWriter(w)
-	num := func(v float64) string { return strconv.FormatFloat(v, 'g', 17, 64) }
-	terms := func(ts []Term) string {
-		var b strings.Builder
-		for i, t := range ts {
-			c := t.Coef
-			switch {
-			case c < 0:
-				b.WriteString(" - ")
-				c = -c
-			case i > 0:
-				b.WriteString(" + ")
-			default:
-				b.WriteString(" ")
-			}
-			fmt.Fprintf(&b, "%s c%d", num(c), t.Col)
-		}
-		if len(ts) == 0 {
-			b.WriteString(" 0 c0")
-		}
-		return b.String()
-	}
 	for j, name := range p.Names {
 		fmt.Fprintf(bw, "\\ c%d = %s\n", j, name)
 	}
@@ -53,35 +32,22 @@ func WriteLP(w io.Writer, p *Problem) error {
 			obj = append(obj, Term{Col: j, Coef: c})
 		}
 	}
-	fmt.Fprintf(bw, " obj:%s\nSubject To\n", terms(obj))
+	fmt.Fprintf(bw, " obj:%s\nSubject To\n", lpTerms(obj))
 	for i, r := range p.Rows {
-		lhs := terms(r.Terms)
+		lhs := lpTerms(r.Terms)
 		switch {
 		case r.Lo == r.Hi:
-			fmt.Fprintf(bw, " r%d:%s = %s\n", i, lhs, num(r.Lo))
+			fmt.Fprintf(bw, " r%d:%s = %s\n", i, lhs, lpNumber(r.Lo))
 		default:
 			if !math.IsInf(r.Lo, -1) {
-				fmt.Fprintf(bw, " r%d_lo:%s >= %s\n", i, lhs, num(r.Lo))
+				fmt.Fprintf(bw, " r%d_lo:%s >= %s\n", i, lhs, lpNumber(r.Lo))
 			}
 			if !math.IsInf(r.Hi, 1) {
-				fmt.Fprintf(bw, " r%d_hi:%s <= %s\n", i, lhs, num(r.Hi))
+				fmt.Fprintf(bw, " r%d_hi:%s <= %s\n", i, lhs, lpNumber(r.Hi))
 			}
 		}
 	}
-	bw.WriteString("Bounds\n")
-	for j := range p.Obj {
-		lo, up := p.Lower[j], p.Upper[j]
-		switch {
-		case math.IsInf(lo, -1) && math.IsInf(up, 1):
-			fmt.Fprintf(bw, " c%d free\n", j)
-		case math.IsInf(up, 1):
-			fmt.Fprintf(bw, " c%d >= %s\n", j, num(lo))
-		case math.IsInf(lo, -1):
-			fmt.Fprintf(bw, " -inf <= c%d <= %s\n", j, num(up))
-		default:
-			fmt.Fprintf(bw, " %s <= c%d <= %s\n", num(lo), j, num(up))
-		}
-	}
+	writeLPBounds(bw, p)
 	var ints []string
 	for j, integer := range p.Integer {
 		if integer {
@@ -96,6 +62,49 @@ func WriteLP(w io.Writer, p *Problem) error {
 	}
 	bw.WriteString("End\n")
 	return bw.Flush()
+}
+
+// lpNumber writes v exactly (17 significant digits), so that CBC reads back the very problem.
+func lpNumber(v float64) string { return strconv.FormatFloat(v, 'g', 17, 64) }
+
+// lpTerms writes a linear expression; an empty one as 0 c0, since the format has no empty expression.
+func lpTerms(ts []Term) string {
+	var b strings.Builder
+	for i, t := range ts {
+		c := t.Coef
+		switch {
+		case c < 0:
+			b.WriteString(" - ")
+			c = -c
+		case i > 0:
+			b.WriteString(" + ")
+		default:
+			b.WriteString(" ")
+		}
+		fmt.Fprintf(&b, "%s c%d", lpNumber(c), t.Col)
+	}
+	if len(ts) == 0 {
+		b.WriteString(" 0 c0")
+	}
+	return b.String()
+}
+
+// writeLPBounds writes the Bounds section: every column's bounds, infinite ones as the format spells them.
+func writeLPBounds(bw *bufio.Writer, p *Problem) {
+	bw.WriteString("Bounds\n")
+	for j := range p.Obj {
+		lo, up := p.Lower[j], p.Upper[j]
+		switch {
+		case math.IsInf(lo, -1) && math.IsInf(up, 1):
+			fmt.Fprintf(bw, " c%d free\n", j)
+		case math.IsInf(up, 1):
+			fmt.Fprintf(bw, " c%d >= %s\n", j, lpNumber(lo))
+		case math.IsInf(lo, -1):
+			fmt.Fprintf(bw, " -inf <= c%d <= %s\n", j, lpNumber(up))
+		default:
+			fmt.Fprintf(bw, " %s <= c%d <= %s\n", lpNumber(lo), j, lpNumber(up))
+		}
+	}
 }
 
 // ErrNoCBC says the CBC command-line solver is not installed.

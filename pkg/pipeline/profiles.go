@@ -83,61 +83,78 @@ func mergeProfiles(doc map[string]any, dir string, placeholders bool) error {
 		}
 	}
 	tasks, _ := doc["tasks"].([]any)
-	find := func(task, variant string) (map[string]any, bool) {
-		for _, t := range tasks {
-			tm, _ := t.(map[string]any)
-			if tm["name"] != task {
-				continue
-			}
-			vs, _ := tm["variants"].([]any)
-			for _, v := range vs {
-				if vm, _ := v.(map[string]any); vm["name"] == variant {
-					return vm, len(asList(tm["children"])) > 0
-				}
-			}
-		}
-		return nil, false
-	}
 	if pf != nil {
-		if n, _ := doc["name"].(string); pf.Pipeline != n {
-			return fmt.Errorf("profiles: %s profiles pipeline %q, not %q", name, pf.Pipeline, n)
-		}
-		for _, vp := range pf.Variants {
-			vm, hasChildren := find(vp.Task, vp.Variant)
-			if vm == nil {
-				return fmt.Errorf("profiles: %s measures %s/%s, which the spec does not have", name, vp.Task, vp.Variant)
-			}
-			vm["accuracy"] = vp.Accuracy
-			vm["swap_ms"] = vp.SwapMs
-			var points []any
-			for _, p := range vp.Profile {
-				pt := map[string]any{"batch": p.Batch, "p50_ms": p.P50Ms, "p95_ms": p.P95Ms}
-				if p.P99Ms > 0 {
-					pt["p99_ms"] = p.P99Ms
-				}
-				points = append(points, pt)
-			}
-			vm["profile"] = points
-			if hasChildren {
-				f, _ := vm["fanout"].(map[string]any)
-				if f == nil {
-					f = map[string]any{}
-				}
-				f["mean"] = vp.Fanout
-				vm["fanout"] = f
-			}
-		}
-		if len(pf.PathAccuracy) > 0 && doc["path_accuracy"] == nil {
-			var pas []any
-			for _, pa := range pf.PathAccuracy {
-				pas = append(pas, map[string]any{"path": toAny(pa.Path), "accuracy": pa.Accuracy})
-			}
-			doc["path_accuracy"] = pas
+		if err := writeProfiles(doc, tasks, pf, name); err != nil {
+			return err
 		}
 	}
-	if !placeholders {
-		return nil
+	if placeholders {
+		writePlaceholders(doc, tasks)
 	}
+	return nil
+}
+
+// findVariant is the document's variant of a task, and whether that task has children.
+func findVariant(tasks []any, task, variant string) (map[string]any, bool) {
+	for _, t := range tasks {
+		tm, _ := t.(map[string]any)
+		if tm["name"] != task {
+			continue
+		}
+		vs, _ := tm["variants"].([]any)
+		for _, v := range vs {
+			if vm, _ := v.(map[string]any); vm["name"] == variant {
+				return vm, len(asList(tm["children"])) > 0
+			}
+		}
+	}
+	return nil, false
+}
+
+// writeProfiles writes the measurements of profile file pf (named name) into the document's variants, and its path
+// accuracies unless the spec gives its own.
+func writeProfiles(doc map[string]any, tasks []any, pf *ProfileFile, name string) error {
+	if n, _ := doc["name"].(string); pf.Pipeline != n {
+		return fmt.Errorf("profiles: %s profiles pipeline %q, not %q", name, pf.Pipeline, n)
+	}
+	for _, vp := range pf.Variants {
+		vm, hasChildren := findVariant(tasks, vp.Task, vp.Variant)
+		if vm == nil {
+			return fmt.Errorf("profiles: %s measures %s/%s, which the spec does not have", name, vp.Task, vp.Variant)
+		}
+		vm["accuracy"] = vp.Accuracy
+		vm["swap_ms"] = vp.SwapMs
+		var points []any
+		for _, p := range vp.Profile {
+			pt := map[string]any{"batch": p.Batch, "p50_ms": p.P50Ms, "p95_ms": p.P95Ms}
+			if p.P99Ms > 0 {
+				pt["p99_ms"] = p.P99Ms
+			}
+			points = append(points, pt)
+		}
+		vm["profile"] = points
+		if hasChildren {
+			f, _ := vm["fanout"].(map[string]any)
+			if f == nil {
+				f = map[string]any{}
+			}
+			f["mean"] = vp.Fanout
+			vm["fanout"] = f
+		}
+	}
+	if len(pf.PathAccuracy) > 0 && doc["path_accuracy"] == nil {
+		var pas []any
+		for _, pa := range pf.PathAccuracy {
+			pas = append(pas, map[string]any{"path": toAny(pa.Path), "accuracy": pa.Accuracy})
+		}
+		doc["path_accuracy"] = pas
+	}
+	return nil
+}
+
+// writePlaceholders gives each variant the profiler has not measured yet neutral measurements: accuracy 1, 1 ms at
+// every batch size, a fanout of 1, so that the spec validates.
+func writePlaceholders(doc map[string]any, tasks []any) {
 	batches := asList(doc["batch_sizes"])
 	if len(batches) == 0 {
 		batches = []any{1}
@@ -164,7 +181,6 @@ func mergeProfiles(doc map[string]any, dir string, placeholders bool) error {
 			}
 		}
 	}
-	return nil
 }
 
 func asList(v any) []any { l, _ := v.([]any); return l }

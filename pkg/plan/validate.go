@@ -43,6 +43,21 @@ func (p *Plan) Validate(spec *pipeline.Spec) error {
 	default:
 		return fmt.Errorf("unknown mode %q", p.Mode)
 	}
+	if err := p.checkVariants(spec); err != nil {
+		return err
+	}
+	if err := p.checkRouting(spec); err != nil {
+		return err
+	}
+	if err := p.checkFactors(spec); err != nil {
+		return err
+	}
+	return p.checkAllocation()
+}
+
+// checkVariants checks the hosted variants: the spec's, once each, with a sane number of replicas, at one of its batch
+// sizes.
+func (p *Plan) checkVariants(spec *pipeline.Spec) error {
 	seen := map[string]bool{}
 	for _, v := range p.Variants {
 		hop := wire.Hop(v.Task, v.Variant)
@@ -64,6 +79,12 @@ func (p *Plan) Validate(spec *pipeline.Spec) error {
 			return fmt.Errorf("%s: budget %v ms, capacity %v QPS", hop, v.BudgetMs, v.CapacityQPS)
 		}
 	}
+	return nil
+}
+
+// checkRouting checks the routing tables: one for the root, downstream ones from the spec's variants to their
+// children, and backups that are hosted.
+func (p *Plan) checkRouting(spec *pipeline.Spec) error {
 	root := spec.Root().Name
 	if len(p.Routing.Root) == 0 {
 		return fmt.Errorf("no root routing (task %s)", root)
@@ -96,6 +117,12 @@ func (p *Plan) Validate(spec *pipeline.Spec) error {
 			}
 		}
 	}
+	return nil
+}
+
+// checkFactors checks the measured factors a plan carries: the multiplicative factors and latency profiles of the
+// spec's variants.
+func (p *Plan) checkFactors(spec *pipeline.Spec) error {
 	for hop, f := range p.Fanout {
 		t := hopTask(spec, hop)
 		if t == nil {
@@ -126,6 +153,11 @@ func (p *Plan) Validate(spec *pipeline.Spec) error {
 			}
 		}
 	}
+	return nil
+}
+
+// checkAllocation checks the allocation's figures, when the plan has one.
+func (p *Plan) checkAllocation() error {
 	if a := p.Allocation; a != nil {
 		for _, v := range []float64{a.DemandQPS, a.ServedQPS, a.EstimateQPS, a.SystemAccuracy, a.Gap, a.SolveMs} {
 			if !finiteNonNegative(v) {

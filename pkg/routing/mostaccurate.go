@@ -40,29 +40,11 @@ func MostAccurateFirst(in Input) plan.Routing {
 		util = 1
 	}
 	spec := in.Spec
-	hosted := make(map[string][]candidate, len(spec.Tasks)) // task -> hosted variants, most accurate first
-	left := make(map[string]float64, len(in.Plan.Variants)) // hop -> capacity not yet routed to
-	for _, vp := range in.Plan.Variants {
-		v := spec.Variant(vp.Task, vp.Variant)
-		if v == nil {
-			continue
-		}
-		hop := wire.Hop(vp.Task, vp.Variant)
-		hosted[vp.Task] = append(hosted[vp.Task], candidate{hop: hop, name: vp.Variant, variant: v, plan: vp})
-		left[hop] += vp.CapacityQPS * util
-	}
-	for _, cs := range hosted {
-		sort.Slice(cs, func(i, j int) bool {
-			if cs[i].variant.Accuracy != cs[j].variant.Accuracy {
-				return cs[i].variant.Accuracy > cs[j].variant.Accuracy
-			}
-			return cs[i].name < cs[j].name
-		})
-	}
+	hosted, left := hostedByAccuracy(in, util)
 
 	incoming := make(map[string]float64, len(left))
 	root := spec.Root()
-	r := plan.Routing{Downstream: map[string]map[string][]plan.Route{}, Backup: map[string][]plan.Backup{}}
+	r := plan.Routing{Downstream: map[string]map[string][]plan.Route{}}
 	r.Root = fill(hosted[root.Name], in.Demand, left, incoming)
 
 	// Tasks in breadth-first order, so every variant's incoming demand is known before its table is made.
@@ -91,6 +73,41 @@ func MostAccurateFirst(in Input) plan.Routing {
 	}
 	// Variants the plan does not host get tables too, as if no traffic were estimated for them: a batch started
 	// under the previous plan may finish after this one retired its variant, and its sub-requests must go on.
+	addUnhostedTables(spec, r.Downstream, hosted, left, incoming)
+	r.Backup = backupLists(hosted, left)
+	return r
+}
+
+// hostedByAccuracy are the plan's hosted variants of each task, most accurate first, and the capacity of each (by
+// hop) routing may fill.
+func hostedByAccuracy(in Input, util float64) (hosted map[string][]candidate, left map[string]float64) {
+	spec := in.Spec
+	hosted = make(map[string][]candidate, len(spec.Tasks)) // task -> hosted variants, most accurate first
+	left = make(map[string]float64, len(in.Plan.Variants)) // hop -> capacity not yet routed to
+	for _, vp := range in.Plan.Variants {
+		v := spec.Variant(vp.Task, vp.Variant)
+		if v == nil {
+			continue
+		}
+		hop := wire.Hop(vp.Task, vp.Variant)
+		hosted[vp.Task] = append(hosted[vp.Task], candidate{hop: hop, name: vp.Variant, variant: v, plan: vp})
+		left[hop] += vp.CapacityQPS * util
+	}
+	for _, cs := range hosted {
+		sort.Slice(cs, func(i, j int) bool {
+			if cs[i].variant.Accuracy != cs[j].variant.Accuracy {
+				return cs[i].variant.Accuracy > cs[j].variant.Accuracy
+			}
+			return cs[i].name < cs[j].name
+		})
+	}
+	return hosted, left
+}
+
+// addUnhostedTables gives every variant of spec without a table in downstream (one the plan does not host) tables
+// with no traffic estimated.
+func addUnhostedTables(spec *pipeline.Spec, downstream map[string]map[string][]plan.Route,
+	hosted map[string][]candidate, left, incoming map[string]float64) {
 	for ti := range spec.Tasks {
 		t := &spec.Tasks[ti]
 		if len(t.Children) == 0 {
@@ -98,26 +115,30 @@ func MostAccurateFirst(in Input) plan.Routing {
 		}
 		for _, v := range t.Variants {
 			hop := wire.Hop(t.Name, v.Name)
-			if _, ok := r.Downstream[hop]; ok {
+			if _, ok := downstream[hop]; ok {
 				continue
 			}
 			tables := make(map[string][]plan.Route, len(t.Children))
 			for _, child := range t.Children {
 				tables[child] = fill(hosted[child], 0, left, incoming)
 			}
-			r.Downstream[hop] = tables
+			downstream[hop] = tables
 		}
 	}
+}
 
+// backupLists are, per task, the hosted variants with capacity left over, most accurate first.
+func backupLists(hosted map[string][]candidate, left map[string]float64) map[string][]plan.Backup {
+	backup := map[string][]plan.Backup{}
 	for task, cs := range hosted {
 		for _, c := range cs {
 			if l := left[c.hop]; l > 0 {
-				r.Backup[task] = append(r.Backup[task], plan.Backup{Variant: c.name, LeftoverQPS: l,
+				backup[task] = append(backup[task], plan.Backup{Variant: c.name, LeftoverQPS: l,
 					LatencyMs: c.plan.BudgetMs, Accuracy: c.variant.Accuracy})
 			}
 		}
 	}
-	return r
+	return backup
 }
 
 type candidate struct {

@@ -108,12 +108,41 @@ func (t *Tuner) Lent() map[string]int {
 // Look takes one look at the queues at now and returns the loans that should be in force: how many idle workers
 // each variant has on top of the plan's replicas.
 func (t *Tuner) Look(now time.Time, in Input) map[string]int {
+	for _, v := range in.Variants {
+		t.record(now, v)
+	}
+	t.followPlan(in)
+	wants, lentNow := t.wants(now, in)
+	// A plan that grew into the idle workers leaves fewer to lend: loans beyond them end, the largest first.
+	for lentNow > in.Idle {
+		h := t.largestLoan()
+		t.lent[h]--
+		lentNow--
+		if t.lent[h] == 0 {
+			delete(t.lent, h)
+		}
+	}
+	sort.SliceStable(wants, func(i, j int) bool { return wants[i].accuracy > wants[j].accuracy })
+	for _, w := range wants {
+		n := min(w.more, in.Idle-lentNow)
+		if n <= 0 {
+			break
+		}
+		t.lent[w.hop] += n
+		t.lentAt[w.hop] = now
+		lentNow += n
+	}
+	return t.Lent()
+}
+
+// followPlan takes in the plan in force: under a new plan, the workers lent stay where they are and the plan's new
+// replicas end loans; a variant the plan retired takes its lent workers back with its replicas.
+func (t *Tuner) followPlan(in Input) {
 	hosted := make(map[string]bool, len(in.Variants))
 	newPlan := in.Epoch != t.epoch
 	t.epoch = in.Epoch
 	for _, v := range in.Variants {
 		hosted[v.Hop] = true
-		t.record(now, v)
 		if newPlan && t.lent[v.Hop] > 0 { // the workers stay where they are: the plan's new replicas end loans
 			if n := t.replicas[v.Hop] + t.lent[v.Hop] - v.Replicas; n > 0 {
 				t.lent[v.Hop] = n
@@ -132,14 +161,18 @@ func (t *Tuner) Look(now time.Time, in Input) map[string]int {
 			delete(t.lentAt, h)
 		}
 	}
+}
 
-	type want struct {
-		hop      string
-		accuracy float64
-		more     int
-	}
-	var wants []want
-	lentNow := 0
+// loanWant is how many more workers a variant wants.
+type loanWant struct {
+	hop      string
+	accuracy float64
+	more     int
+}
+
+// wants are the variants whose queues outgrow their replicas and lent workers, with how many more workers they
+// want; lentNow is how many workers stay lent (loans of variants calm for Hold while the plan covers the demand end).
+func (t *Tuner) wants(now time.Time, in Input) (wants []loanWant, lentNow int) {
 	for _, v := range in.Variants {
 		if v.Replicas <= 0 || v.ReplicaQPS <= 0 || v.MaxBatch <= 0 {
 			continue
@@ -163,33 +196,14 @@ func (t *Tuner) Look(now time.Time, in Input) map[string]int {
 			arriving := float64(r)*v.ReplicaQPS + t.growth(v.Hop, now)
 			more := int(math.Ceil((arriving+backlog/Drain.Seconds())/(v.ReplicaQPS*u))) - r
 			if more > 0 {
-				wants = append(wants, want{v.Hop, v.Accuracy, more})
+				wants = append(wants, loanWant{v.Hop, v.Accuracy, more})
 			}
 		case t.lent[v.Hop] > 0 && in.Covered && backlog <= 0 && now.Sub(t.calm[v.Hop]) >= Hold:
 			delete(t.lent, v.Hop)
 		}
 		lentNow += t.lent[v.Hop]
 	}
-	// A plan that grew into the idle workers leaves fewer to lend: loans beyond them end, the largest first.
-	for lentNow > in.Idle {
-		h := t.largestLoan()
-		t.lent[h]--
-		lentNow--
-		if t.lent[h] == 0 {
-			delete(t.lent, h)
-		}
-	}
-	sort.SliceStable(wants, func(i, j int) bool { return wants[i].accuracy > wants[j].accuracy })
-	for _, w := range wants {
-		n := min(w.more, in.Idle-lentNow)
-		if n <= 0 {
-			break
-		}
-		t.lent[w.hop] += n
-		t.lentAt[w.hop] = now
-		lentNow += n
-	}
-	return t.Lent()
+	return wants, lentNow
 }
 
 // record keeps the last samples of what waits at v, as far back as the longest window.

@@ -46,71 +46,12 @@ func CheckMsgpack(data []byte) error {
 			return fmt.Errorf("msgpack: data ends after %d bytes, inside a value", len(data))
 		}
 		at := pos
-		c := data[pos]
-		pos++
-		// size is the bytes of payload after the header; count the values a container holds (uint64: a claim is
-		// compared with what is left before it becomes an int).
-		var size, count uint64
-		var kind string
-		switch {
-		case c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3: // fixint, nil, bool
-			continue
-		case c <= 0x8f:
-			kind, count = "map", 2*uint64(c&0x0f)
-		case c <= 0x9f:
-			kind, count = "array", uint64(c&0x0f)
-		case c <= 0xbf:
-			kind, size = "string", uint64(c&0x1f)
-		default:
-			var lenBytes int
-			switch c {
-			case 0xc4, 0xc5, 0xc6:
-				kind, lenBytes = "binary", 1<<(c-0xc4)
-			case 0xc7, 0xc8, 0xc9:
-				kind, lenBytes = "extension", 1<<(c-0xc7)
-			case 0xd9, 0xda, 0xdb:
-				kind, lenBytes = "string", 1<<(c-0xd9)
-			case 0xdc, 0xdd:
-				kind, lenBytes = "array", 2<<(c-0xdc)
-			case 0xde, 0xdf:
-				kind, lenBytes = "map", 2<<(c-0xde)
-			case 0xca, 0xcb: // float32, float64
-				kind, size = "number", 4<<(c-0xca)
-			case 0xcc, 0xcd, 0xce, 0xcf: // uint8..uint64
-				kind, size = "number", 1<<(c-0xcc)
-			case 0xd0, 0xd1, 0xd2, 0xd3: // int8..int64
-				kind, size = "number", 1<<(c-0xd0)
-			case 0xd4, 0xd5, 0xd6, 0xd7, 0xd8: // fixext: a type byte and 1..16 bytes
-				kind, size = "extension", 1+1<<(c-0xd4)
-			default: // 0xc1 is never used
-				return fmt.Errorf("msgpack: invalid code 0x%02x at byte %d", c, at)
-			}
-			if lenBytes > 0 {
-				if len(data)-pos < lenBytes {
-					return fmt.Errorf("msgpack: data ends inside the length of the %s at byte %d", kind, at)
-				}
-				var n uint64
-				switch lenBytes {
-				case 1:
-					n = uint64(data[pos])
-				case 2:
-					n = uint64(binary.BigEndian.Uint16(data[pos:]))
-				default:
-					n = uint64(binary.BigEndian.Uint32(data[pos:]))
-				}
-				pos += lenBytes
-				switch kind {
-				case "array":
-					count = n
-				case "map":
-					count = 2 * n
-				case "extension":
-					size = n + 1 // the type byte
-				default:
-					size = n
-				}
-			}
+		h, next, err := readMsgpackHead(data, at)
+		if err != nil {
+			return err
 		}
+		pos = next
+		size, count, kind := h.size, h.count, h.kind
 		left := uint64(len(data) - pos)
 		if size > left {
 			return fmt.Errorf("msgpack: the %s at byte %d claims %d bytes, %d left", kind, at, size, left)
@@ -131,4 +72,79 @@ func CheckMsgpack(data []byte) error {
 		}
 		pending = append(pending, int(count))
 	}
+}
+
+// msgpackHead is what the header of one msgpack value claims follows it.
+type msgpackHead struct {
+	kind string // for errors; "" for a value without payload (fixint, nil, bool)
+	// size is the bytes of payload after the header; count the values a container holds (uint64: a claim is
+	// compared with what is left before it becomes an int).
+	size, count uint64
+}
+
+// readMsgpackHead reads the header of the value at data[at] (at < len(data)): its code and, for the longer forms,
+// its length. pos is where the value's payload starts.
+func readMsgpackHead(data []byte, at int) (h msgpackHead, pos int, err error) {
+	c := data[at]
+	pos = at + 1
+	switch {
+	case c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3: // fixint, nil, bool
+		return h, pos, nil
+	case c <= 0x8f:
+		return msgpackHead{kind: "map", count: 2 * uint64(c&0x0f)}, pos, nil
+	case c <= 0x9f:
+		return msgpackHead{kind: "array", count: uint64(c & 0x0f)}, pos, nil
+	case c <= 0xbf:
+		return msgpackHead{kind: "string", size: uint64(c & 0x1f)}, pos, nil
+	}
+	var lenBytes int
+	switch c {
+	case 0xc4, 0xc5, 0xc6:
+		h.kind, lenBytes = "binary", 1<<(c-0xc4)
+	case 0xc7, 0xc8, 0xc9:
+		h.kind, lenBytes = "extension", 1<<(c-0xc7)
+	case 0xd9, 0xda, 0xdb:
+		h.kind, lenBytes = "string", 1<<(c-0xd9)
+	case 0xdc, 0xdd:
+		h.kind, lenBytes = "array", 2<<(c-0xdc)
+	case 0xde, 0xdf:
+		h.kind, lenBytes = "map", 2<<(c-0xde)
+	case 0xca, 0xcb: // float32, float64
+		h.kind, h.size = "number", 4<<(c-0xca)
+	case 0xcc, 0xcd, 0xce, 0xcf: // uint8..uint64
+		h.kind, h.size = "number", 1<<(c-0xcc)
+	case 0xd0, 0xd1, 0xd2, 0xd3: // int8..int64
+		h.kind, h.size = "number", 1<<(c-0xd0)
+	case 0xd4, 0xd5, 0xd6, 0xd7, 0xd8: // fixext: a type byte and 1..16 bytes
+		h.kind, h.size = "extension", 1+1<<(c-0xd4)
+	default: // 0xc1 is never used
+		return h, pos, fmt.Errorf("msgpack: invalid code 0x%02x at byte %d", c, at)
+	}
+	if lenBytes == 0 {
+		return h, pos, nil
+	}
+	if len(data)-pos < lenBytes {
+		return h, pos, fmt.Errorf("msgpack: data ends inside the length of the %s at byte %d", h.kind, at)
+	}
+	var n uint64
+	switch lenBytes {
+	case 1:
+		n = uint64(data[pos])
+	case 2:
+		n = uint64(binary.BigEndian.Uint16(data[pos:]))
+	default:
+		n = uint64(binary.BigEndian.Uint32(data[pos:]))
+	}
+	pos += lenBytes
+	switch h.kind {
+	case "array":
+		h.count = n
+	case "map":
+		h.count = 2 * n
+	case "extension":
+		h.size = n + 1 // the type byte
+	default:
+		h.size = n
+	}
+	return h, pos, nil
 }

@@ -13,7 +13,8 @@ import (
 // The KServe Open Inference Protocol v2 (OIP) as the frontend's HTTP API speaks it, with its binary tensor data
 // extension: a request body is a JSON header of HeaderInferenceHeaderLength bytes followed by the raw bytes of the
 // inputs whose parameters give a ParamBinaryDataSize, in the order of the inputs. JSON requests on NATS are decoded
-// the same way.
+// the same way: this is the JSON request format of both APIs (schemas/README.md), so it lives here, not in the
+// frontend, beside the tensor data decoding it shares with Tensor.UnmarshalJSON (decodeJSONData).
 const (
 	// HeaderInferenceHeaderLength is the length of the JSON header of a body that carries binary tensor data.
 	HeaderInferenceHeaderLength = "Inference-Header-Content-Length"

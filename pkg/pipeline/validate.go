@@ -1,0 +1,332 @@
+package pipeline
+
+import (
+	"fmt"
+	"math"
+	"strings"
+)
+
+// validate checks what the schema cannot express. Every problem is reported, in the order of the spec's fields.
+func (s *Spec) validate() error {
+	var errs []string
+	add := func(path, format string, args ...any) { errs = append(errs, path+": "+fmt.Sprintf(format, args...)) }
+
+	batches, allowed := s.validateBatchSizes(add)
+	if s.Priority < 0 || s.Priority > MaxPriority {
+		add("priority", "%d: want a class from 0 to %d", s.Priority, MaxPriority)
+	}
+	tasks, roots := s.validateTree(add)
+	s.validateVariants(batches, allowed, add)
+	for i, pa := range s.PathAccuracy {
+		s.validatePath(pa.Path, fmt.Sprintf("path_accuracy[%d].path", i), roots, add)
+		for j := 0; j < i; j++ {
+			if strings.Join(s.PathAccuracy[j].Path, ",") == strings.Join(pa.Path, ",") {
+				add(fmt.Sprintf("path_accuracy[%d]", i), "same path as path_accuracy[%d]", j)
+			}
+		}
+	}
+	s.validateAllocation(tasks, batches, allowed, add)
+	validateTensorNames("inputs", s.Inputs, true, add)
+	validateTensorNames("outputs", s.Outputs, false, add)
+	if len(errs) > 0 {
+		return errorList(errs)
+	}
+	return nil
+}
+
+// validateBatchSizes checks that the batch sizes increase, and returns them (default [1]) and their set.
+func (s *Spec) validateBatchSizes(add func(string, string, ...any)) (batches []int, allowed map[int]bool) {
+	batches = s.BatchSizes
+	if len(batches) == 0 {
+		batches = []int{1}
+	}
+	for i := 1; i < len(batches); i++ {
+		if batches[i] <= batches[i-1] {
+			add(fmt.Sprintf("batch_sizes[%d]", i), "%d does not follow %d: batch sizes must be strictly increasing", batches[i], batches[i-1])
+		}
+	}
+	allowed = map[int]bool{}
+	for _, b := range batches {
+		allowed[b] = true
+	}
+	return batches, allowed
+}
+
+// validateTree checks that the tasks have distinct names and form one tree by their children. It returns the index
+// of each task by name and the tasks without a parent (one, in a valid spec: the root).
+func (s *Spec) validateTree(add func(string, string, ...any)) (tasks map[string]int, roots []string) {
+	tasks = map[string]int{}
+	for i, t := range s.Tasks {
+		if j, dup := tasks[t.Name]; dup {
+			add(fmt.Sprintf("tasks[%d].name", i), "task %q is also tasks[%d]", t.Name, j)
+			continue
+		}
+		tasks[t.Name] = i
+	}
+	parent := map[string]string{}
+	for i, t := range s.Tasks {
+		seen := map[string]bool{}
+		for j, c := range t.Children {
+			p := fmt.Sprintf("tasks[%d].children[%d]", i, j)
+			switch {
+			case seen[c]:
+				add(p, "child %q listed twice", c)
+			case c == t.Name:
+				add(p, "task %q lists itself as a child", c)
+			default:
+				if _, ok := tasks[c]; !ok {
+					add(p, "no task named %q", c)
+				} else if other, ok := parent[c]; ok && other != t.Name {
+					add(p, "task %q already has parent %q: tasks must form a tree", c, other)
+				} else {
+					parent[c] = t.Name
+				}
+			}
+			seen[c] = true
+		}
+	}
+	for _, t := range s.Tasks {
+		if _, ok := parent[t.Name]; !ok {
+			roots = append(roots, t.Name)
+		}
+	}
+	switch {
+	case len(roots) == 0:
+		add("tasks", "no root task: every task is some task's child (a cycle)")
+	case len(roots) > 1:
+		add("tasks", "%d root tasks (%s): exactly one task may have no parent", len(roots), strings.Join(roots, ", "))
+	default:
+		s.validateReachable(tasks, roots[0], add)
+	}
+	return tasks, roots
+}
+
+// validateReachable checks that every task hangs from the root: a cycle elsewhere leaves tasks unreachable.
+func (s *Spec) validateReachable(tasks map[string]int, root string, add func(string, string, ...any)) {
+	reached := map[string]bool{}
+	var visit func(string)
+	visit = func(n string) {
+		if reached[n] {
+			return
+		}
+		reached[n] = true
+		if i, ok := tasks[n]; ok {
+			for _, c := range s.Tasks[i].Children {
+				visit(c)
+			}
+		}
+	}
+	visit(root)
+	for i, t := range s.Tasks {
+		if !reached[t.Name] {
+			add(fmt.Sprintf("tasks[%d]", i), "task %q is not reachable from the root %q (a cycle)", t.Name, root)
+		}
+	}
+}
+
+// validateVariants checks each task's variants: distinct names, executor, fanout (exactly when the task has
+// children) and profile.
+func (s *Spec) validateVariants(batches []int, allowed map[int]bool, add func(string, string, ...any)) {
+	for i, t := range s.Tasks {
+		variants := map[string]bool{}
+		for j, v := range t.Variants {
+			vp := fmt.Sprintf("tasks[%d].variants[%d]", i, j)
+			if variants[v.Name] {
+				add(vp+".name", "variant %q appears twice in task %q", v.Name, t.Name)
+			}
+			variants[v.Name] = true
+			s.validateExecutor(t, v.Executor, vp+".executor", add)
+			switch {
+			case len(t.Children) > 0 && v.Fanout == nil:
+				add(vp, "fanout is required: task %q has children", t.Name)
+			case len(t.Children) == 0 && v.Fanout != nil:
+				add(vp+".fanout", "task %q has no children to fan out to", t.Name)
+			case v.Fanout != nil:
+				s.validateShares(t, v.Fanout, vp+".fanout", add)
+				validateDispersion(v.Fanout, vp+".fanout", add)
+			}
+			s.validateProfile(v.Profile, batches, allowed, vp+".profile", add)
+		}
+	}
+}
+
+// validateAllocation checks a static allocation: each entry names a variant of a task, once, at a batch size of
+// batch_sizes.
+func (s *Spec) validateAllocation(tasks map[string]int, batches []int, allowed map[int]bool,
+	add func(string, string, ...any)) {
+	placed := map[string]int{}
+	for i, a := range s.Allocation {
+		p := fmt.Sprintf("allocation[%d]", i)
+		ti, ok := tasks[a.Task]
+		if !ok {
+			add(p+".task", "no task named %q", a.Task)
+			continue
+		}
+		if !hasVariant(&s.Tasks[ti], a.Variant) {
+			add(p+".variant", "task %q has no variant %q", a.Task, a.Variant)
+		}
+		if !allowed[a.MaxBatch] {
+			add(p+".max_batch", "%d is not in batch_sizes %v", a.MaxBatch, batches)
+		}
+		key := a.Task + "/" + a.Variant
+		if j, dup := placed[key]; dup {
+			add(p, "%s is also allocation[%d]", key, j)
+		}
+		placed[key] = i
+	}
+}
+
+// validateTensorNames refuses a declared tensor name used twice: a client could not tell the two apart. With
+// alternatives, an input's name may be declared again with another datatype (a request carries one of them: OCR's
+// image, encoded or as pixels); the datatype tells them apart.
+func validateTensorNames(field string, ts []TensorSpec, alternatives bool, add func(string, string, ...any)) {
+	seen := map[string]int{}
+	for i, t := range ts {
+		key := t.Name
+		if alternatives {
+			key += " " + t.Datatype
+		}
+		if j, dup := seen[key]; dup {
+			add(fmt.Sprintf("%s[%d].name", field, i), "tensor %q is also %s[%d]", t.Name, field, j)
+			continue
+		}
+		seen[key] = i
+	}
+}
+
+// validateExecutor checks what the schema cannot: which fields go with which kind and program, and which programs fit
+// where in the tree.
+func (s *Spec) validateExecutor(t Task, e Executor, path string, add func(string, string, ...any)) {
+	if e.Kind != ExecutorONNX {
+		if e.Model != "" || e.Program != "" || e.InputSize != 0 || e.Threads != 0 {
+			add(path, "model, program, input_size and threads are for kind onnx, not %q", e.Kind)
+		}
+		return
+	}
+	if e.Model == "" {
+		add(path+".model", "an onnx executor needs the model file")
+	}
+	switch e.Program {
+	case "", ProgramTensor:
+		if len(t.Children) > 0 {
+			add(path+".program", "program tensor emits no sub-requests: task %q has children", t.Name)
+		}
+	case ProgramOCRDetect:
+		if len(t.Children) != 1 {
+			add(path+".program", "program ocr-detect sends each line to one child task; task %q has %d", t.Name, len(t.Children))
+		}
+	case ProgramOCRRecognize:
+		if len(t.Children) > 0 {
+			add(path+".program", "program ocr-recognize ends a path: task %q has children", t.Name)
+		}
+	}
+}
+
+func hasVariant(t *Task, name string) bool {
+	for _, v := range t.Variants {
+		if v.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// validateDispersion checks that a negative binomial has its dispersion, and that no other distribution has one.
+func validateDispersion(f *Fanout, path string, add func(string, string, ...any)) {
+	switch {
+	case f.Distribution == FanoutNegativeBinomial && !(f.Dispersion > 0):
+		add(path+".dispersion", "required and > 0 for distribution %q", FanoutNegativeBinomial)
+	case f.Distribution != FanoutNegativeBinomial && f.Dispersion != 0:
+		add(path+".dispersion", "only distribution %q has a dispersion", FanoutNegativeBinomial)
+	}
+}
+
+func (s *Spec) validateShares(t Task, f *Fanout, path string, add func(string, string, ...any)) {
+	if len(f.Shares) == 0 {
+		if len(t.Children) > 1 {
+			add(path+".shares", "required: task %q has %d children", t.Name, len(t.Children))
+		}
+		return
+	}
+	sum := 0.0
+	for c, share := range f.Shares {
+		if !contains(t.Children, c) {
+			add(path+".shares."+c, "%q is not a child of task %q", c, t.Name)
+		}
+		sum += share
+	}
+	for _, c := range t.Children {
+		if _, ok := f.Shares[c]; !ok {
+			add(path+".shares", "no share for child task %q", c)
+		}
+	}
+	if math.Abs(sum-1) > 1e-6 {
+		add(path+".shares", "shares sum to %.6g, want 1", sum)
+	}
+}
+
+func (s *Spec) validateProfile(profile []ProfilePoint, batches []int, allowed map[int]bool, path string, add func(string, string, ...any)) {
+	listed := map[int]bool{}
+	for k, pt := range profile {
+		pp := fmt.Sprintf("%s[%d]", path, k)
+		if !allowed[pt.Batch] {
+			add(pp+".batch", "%d is not in batch_sizes %v", pt.Batch, batches)
+		}
+		if listed[pt.Batch] {
+			add(pp+".batch", "batch size %d listed twice", pt.Batch)
+		}
+		listed[pt.Batch] = true
+		if pt.P95Ms < pt.P50Ms {
+			add(pp+".p95_ms", "%g is below p50_ms %g", pt.P95Ms, pt.P50Ms)
+		}
+		if pt.P99Ms != 0 && pt.P99Ms < pt.P95Ms {
+			add(pp+".p99_ms", "%g is below p95_ms %g", pt.P99Ms, pt.P95Ms)
+		}
+		if k > 0 {
+			prev := profile[k-1]
+			if pt.Batch < prev.Batch {
+				add(pp+".batch", "%d follows %d: list batch sizes in increasing order", pt.Batch, prev.Batch)
+			} else if pt.P50Ms < prev.P50Ms {
+				add(pp+".p50_ms", "%g is below the %g of batch %d: latency cannot fall as the batch grows", pt.P50Ms, prev.P50Ms, prev.Batch)
+			}
+		}
+	}
+	for _, b := range batches {
+		if !listed[b] {
+			add(path, "batch size %d missing", b)
+		}
+	}
+}
+
+func (s *Spec) validatePath(path []string, at string, roots []string, add func(string, string, ...any)) {
+	if len(roots) != 1 {
+		return
+	}
+	expect := []string{roots[0]}
+	for k, hop := range path {
+		task, variant, _ := strings.Cut(hop, "/")
+		p := fmt.Sprintf("%s[%d]", at, k)
+		t := s.Task(task)
+		switch {
+		case !contains(expect, task):
+			add(p, "task %q cannot come here (want one of %s)", task, strings.Join(expect, ", "))
+			return
+		case !hasVariant(t, variant):
+			add(p, "task %q has no variant %q", task, variant)
+			return
+		}
+		expect = t.Children
+	}
+	if len(expect) > 0 {
+		add(at, "ends before a leaf task (next would be one of %s)", strings.Join(expect, ", "))
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
