@@ -535,10 +535,7 @@ func TestReadmeDeploymentMatchesCompose(t *testing.T) {
 
 // TestReadmeNATSServerCommands: the README's nats-server commands are ones nats-server's own flag parsing takes.
 func TestReadmeNATSServerCommands(t *testing.T) {
-	cmds, err := readme.Commands(readme.Read(t, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cmds := readme.Load(t)
 	for _, c := range readme.Of(cmds, "bin/nats-server") {
 		fs := flag.NewFlagSet("nats-server", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)

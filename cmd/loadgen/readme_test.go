@@ -12,10 +12,7 @@ func TestMain(m *testing.M) { readme.RunMain(m, main) }
 
 // TestReadmeCommands: every bin/loadgen command of the README (and `docker compose run loadgen`'s) gives flags loadgen's own flag parsing takes.
 func TestReadmeCommands(t *testing.T) {
-	cmds, err := readme.Commands(readme.Read(t, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cmds := readme.Load(t)
 	loadgen := readme.Of(cmds, "bin/loadgen")
 	if len(loadgen) == 0 {
 		t.Fatal("the README shows no bin/loadgen command")

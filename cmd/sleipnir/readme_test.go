@@ -12,11 +12,7 @@ func TestMain(m *testing.M) { readme.RunMain(m, main) }
 // TestReadmeCommands: every bin/sleipnir command of the README names a subcommand and flags its own flag parsing
 // takes (a subcommand that does not exist, a flag it does not define or a value it refuses fails).
 func TestReadmeCommands(t *testing.T) {
-	cmds, err := readme.Commands(readme.Read(t, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmds = readme.Of(cmds, "bin/sleipnir")
+	cmds := readme.Of(readme.Load(t), "bin/sleipnir")
 	if len(cmds) == 0 {
 		t.Fatal("the README shows no bin/sleipnir command")
 	}

@@ -95,6 +95,16 @@ func Section(text, heading string) (string, bool) {
 	return out.String(), true
 }
 
+// Load is the README's commands (Commands of README.md).
+func Load(t testing.TB) []Command {
+	t.Helper()
+	cmds, err := Commands(Read(t, "README.md"))
+	if err != nil {
+		t.Fatalf("README.md: %v", err)
+	}
+	return cmds
+}
+
 // Commands are the commands of text: every line of its fenced code blocks, and its inline code spans that run one of
 // Programs.
 func Commands(text string) ([]Command, error) {

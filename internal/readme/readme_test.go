@@ -63,15 +63,6 @@ func TestSection(t *testing.T) {
 	}
 }
 
-func readmeCommands(t *testing.T) []Command {
-	t.Helper()
-	cmds, err := Commands(Read(t, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cmds
-}
-
 // TestReadmeIsAGuide: the README stays a user guide; measurements, references and design go to docs/.
 func TestReadmeIsAGuide(t *testing.T) {
 	if n := strings.Count(Read(t, "README.md"), "\n"); n >= 200 {
@@ -81,7 +72,7 @@ func TestReadmeIsAGuide(t *testing.T) {
 
 // TestEveryCommandIsChecked: every command the README shows runs a program whose commands a test checks.
 func TestEveryCommandIsChecked(t *testing.T) {
-	for _, c := range readmeCommands(t) {
+	for _, c := range Load(t) {
 		if _, ok := Programs[c.Program()]; !ok {
 			t.Errorf("README command %q: no test checks %s's commands (readme.Programs)", c.Line, c.Program())
 		}
@@ -96,7 +87,7 @@ func TestMakeCommands(t *testing.T) {
 	}
 	root := Root(t)
 	makefile := Read(t, "Makefile")
-	cmds := Of(readmeCommands(t), "make")
+	cmds := Of(Load(t), "make")
 	if len(cmds) < 2 {
 		t.Fatalf("the README shows %d make commands; want make run and make test at least", len(cmds))
 	}
@@ -124,7 +115,7 @@ func TestMakeCommands(t *testing.T) {
 // TestGoCommands: the README's go commands test packages that exist.
 func TestGoCommands(t *testing.T) {
 	root := Root(t)
-	for _, c := range Of(readmeCommands(t), "go") {
+	for _, c := range Of(Load(t), "go") {
 		if c.Args[1] != "test" {
 			t.Errorf("%q: go %s is not checked here", c.Line, c.Args[1])
 			continue

@@ -22,10 +22,7 @@ import (
 // `make run` runs (the traffic example, planned for the demand): each must reach an endpoint or subject the system
 // serves and be answered as a served request, not refused.
 func TestReadmeRequests(t *testing.T) {
-	cmds, err := readme.Commands(readme.Read(t, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cmds := readme.Load(t)
 	curls, natsReqs := readme.Of(cmds, "curl"), readme.Of(cmds, "bin/nats")
 	if len(curls) == 0 || len(natsReqs) == 0 {
 		t.Fatalf("the README shows %d curl and %d nats commands; want a request by hand of each", len(curls), len(natsReqs))
