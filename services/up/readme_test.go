@@ -19,15 +19,15 @@ import (
 )
 
 // TestReadmeRequests sends the README's requests, its curl and nats commands as they are written, to the system
-// `make run` runs (the traffic example, planned for the demand): each must reach an endpoint or subject the system
-// serves and be answered as a served request, not refused.
+// `make run` runs (the traffic example on 20 workers, here with its static allocation): each must reach an endpoint
+// or subject the system serves and be answered as a served request, not refused.
 func TestReadmeRequests(t *testing.T) {
 	cmds := readme.Load(t)
 	curls, natsReqs := readme.Of(cmds, "curl"), readme.Of(cmds, "bin/nats")
 	if len(curls) == 0 || len(natsReqs) == 0 {
 		t.Fatalf("the README shows %d curl and %d nats commands; want a request by hand of each", len(curls), len(natsReqs))
 	}
-	sys, _ := startSystemWith(t, "../../examples/traffic.yaml", Config{Workers: 20, System: "loki"})
+	sys, _ := startSystem(t, "../../examples/traffic.yaml", 20)
 	srv := httptest.NewServer(sys.Frontend.Handler())
 	defer srv.Close()
 	for _, c := range curls {
