@@ -1,7 +1,7 @@
 // Package deploy_test checks docker-compose.yml and the image's Dockerfile without a Docker engine (none runs on the
 // development and CI machines): the compose file is loaded by the compose-spec loader the way `docker compose` loads
-// it (.env included), the NATS cluster's configuration by nats-server's own parser, the commands of the README and docs/deploy.md against
-// both, and the Dockerfile's build is run as written.
+// it (.env included), the NATS cluster's configuration by nats-server's own parser, the commands of the README and
+// docs/deploy.md against both, and the Dockerfile's build is run as written.
 package deploy_test
 
 import (
