@@ -1,6 +1,8 @@
 package main
 
 import (
+	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/sleipnir-serving/sleipnir/internal/readme"
@@ -24,6 +26,27 @@ func TestReadmeCommands(t *testing.T) {
 			}
 		default:
 			readme.CheckFlags(t, c, 1)
+		}
+	}
+}
+
+// TestReadmeRequestsReachUp: the README's requests by hand go where `make run` (bin/sleipnir up) listens by default.
+func TestReadmeRequestsReachUp(t *testing.T) {
+	usage, err := readme.Run(t, []string{"up", "-h"})
+	if err != nil {
+		t.Fatalf("up -h: %v", err)
+	}
+	m := regexp.MustCompile(`(?m)^  -http string\n.*\(default "[^"]*:(\d+)"\)`).FindStringSubmatch(usage)
+	if m == nil {
+		t.Fatalf("up -h shows no default --http:\n%s", usage)
+	}
+	curls := readme.Of(readme.Load(t), "curl")
+	if len(curls) == 0 {
+		t.Fatal("the README shows no curl command")
+	}
+	for _, c := range curls {
+		if !strings.Contains(c.Line, "localhost:"+m[1]+"/") {
+			t.Errorf("%q: not up's default HTTP port %s", c.Line, m[1])
 		}
 	}
 }
