@@ -1,12 +1,14 @@
 // Package deploy_test checks docker-compose.yml and the image's Dockerfile without a Docker engine (none runs on the
 // development and CI machines): the compose file is loaded by the compose-spec loader the way `docker compose` loads
-// it (.env included), the NATS cluster's configuration by nats-server's own parser, the README's commands against
-// both, and the Dockerfile's build is run as written.
+// it (.env included), the NATS cluster's configuration by nats-server's own parser, the commands of the README and
+// docs/deploy.md against both, and the Dockerfile's build is run as written.
 package deploy_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -22,6 +24,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/sleipnir-serving/sleipnir/internal/readme"
 	"github.com/sleipnir-serving/sleipnir/pkg/auth"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
@@ -512,12 +515,42 @@ func checkPrometheusTargets(t *testing.T, p *types.Project) {
 	}
 }
 
-// TestReadmeDeploymentMatchesCompose checks the README's deployment section against the compose file: every
-// `docker compose` command names services of the profile it runs, and the URLs it shows are the ports the compose
-// file publishes, all of them.
+// TestDeployDocMatchesCompose checks docs/deploy.md's walk-through against the compose file: every `docker compose`
+// command names services of the profile it runs, and the URLs it shows are the ports the compose file publishes, all
+// of them.
+func TestDeployDocMatchesCompose(t *testing.T) {
+	shown := checkComposeSection(t, "docs/deploy.md", "### Running it", 3)
+	for port, name := range publishedPorts(t) {
+		if !shown[port] {
+			t.Errorf("docs/deploy.md's walk-through does not show %s's published port %s", name, port)
+		}
+	}
+}
+
+// TestReadmeDeploymentMatchesCompose: the README's deployment section runs compose commands of the compose file's
+// profiles and shows ports it publishes.
 func TestReadmeDeploymentMatchesCompose(t *testing.T) {
-	section := readmeSection(t, "## Deploying with docker compose")
-	published := map[string]string{} // host port: service
+	checkComposeSection(t, "README.md", "## Deploying", 2)
+}
+
+// TestReadmeNATSServerCommands: the README's nats-server commands are ones nats-server's own flag parsing takes.
+func TestReadmeNATSServerCommands(t *testing.T) {
+	cmds := readme.Load(t)
+	for _, c := range readme.Of(cmds, "bin/nats-server") {
+		fs := flag.NewFlagSet("nats-server", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		noop := func() {}
+		if _, err := server.ConfigureOptions(fs, c.Args[1:], noop, noop, noop); err != nil {
+			t.Errorf("%q: %v", c.Line, err)
+		} else if fs.NArg() > 0 {
+			t.Errorf("%q: nats-server takes no arguments %q", c.Line, fs.Args())
+		}
+	}
+}
+
+// publishedPorts are the host ports the compose file publishes in any profile, each with its service.
+func publishedPorts(t *testing.T) map[string]string {
+	published := map[string]string{}
 	for _, profile := range []string{"cluster", "laptop"} {
 		p := loadProject(t, map[string]string{"COMPOSE_PROFILES": profile})
 		for _, name := range sortedNames(p.Services) {
@@ -526,56 +559,50 @@ func TestReadmeDeploymentMatchesCompose(t *testing.T) {
 			}
 		}
 	}
+	return published
+}
+
+// checkComposeSection checks the `docker compose` commands of a page's section (at least want of them) against the
+// compose file, and that every local port it shows is published; it returns the ports shown.
+func checkComposeSection(t *testing.T, page, heading string, want int) map[string]bool {
+	t.Helper()
+	section, ok := readme.Section(readme.Read(t, page), heading)
+	if !ok {
+		t.Fatalf("%s has no %q", page, heading)
+	}
+	published := publishedPorts(t)
 	shown := map[string]bool{}
 	for _, m := range regexp.MustCompile(`(?:localhost|127\.0\.0\.1):(\d+)`).FindAllStringSubmatch(section, -1) {
 		shown[m[1]] = true
 		if _, ok := published[m[1]]; !ok {
-			t.Errorf("README shows port %s, which no service of docker-compose.yml publishes", m[1])
+			t.Errorf("%s %q shows port %s, which no service of docker-compose.yml publishes", page, heading, m[1])
 		}
 	}
-	for port, name := range published {
-		if !shown[port] {
-			t.Errorf("README's deployment section does not show %s's published port %s", name, port)
-		}
+	cmds, err := readme.Commands(section)
+	if err != nil {
+		t.Fatal(err)
 	}
-	commands := 0
-	code, prose := codeLines(section)
-	// Commands in prose are `inline code`.
-	for _, m := range regexp.MustCompile("`([^`]*docker compose[^`]*)`").FindAllStringSubmatch(prose, -1) {
-		code = append(code, m[1])
+	cmds = readme.Of(cmds, "docker compose")
+	for _, c := range cmds {
+		checkComposeCommand(t, c)
 	}
-	for _, line := range code {
-		if !strings.Contains(line, "docker compose") {
-			continue
-		}
-		commands++
-		checkComposeCommand(t, line)
+	if len(cmds) < want {
+		t.Errorf("%s %q shows %d docker compose commands; want %d at least", page, heading, len(cmds), want)
 	}
-	if commands < 3 {
-		t.Errorf("README's deployment section shows %d docker compose commands; want up, the laptop and the teardown at least", commands)
-	}
+	return shown
 }
 
 // checkComposeCommand loads the project with the command's environment prefix (VAR=value ...) and checks that the
 // services it names exist in it.
-func checkComposeCommand(t *testing.T, line string) {
+func checkComposeCommand(t *testing.T, c readme.Command) {
 	t.Helper()
-	before, after, _ := strings.Cut(line, "docker compose")
-	env := map[string]string{}
-	for _, w := range strings.Fields(before) {
-		if k, v, ok := strings.Cut(w, "="); ok {
-			env[k] = v
-		}
-	}
-	p := loadProject(t, env)
-	args := strings.Fields(after)
+	line := c.Line
+	p := loadProject(t, c.Env)
+	args := c.Args[2:]
 	var sub string
 	var rest []string
 	for i := 0; i < len(args); i++ {
 		a := args[i]
-		if a == "#" || strings.HasPrefix(a, "#") {
-			break
-		}
 		if a == "--profile" && i+1 < len(args) {
 			t.Errorf("%q: use COMPOSE_PROFILES, as the compose file's comments do", line)
 			i++
@@ -590,10 +617,7 @@ func checkComposeCommand(t *testing.T, line string) {
 	switch sub {
 	case "up", "down", "ps", "logs", "build", "pull", "config":
 		for _, a := range rest {
-			if strings.HasPrefix(a, "-") || a == "|" {
-				if a == "|" {
-					return
-				}
+			if strings.HasPrefix(a, "-") {
 				continue
 			}
 			if _, ok := p.Services[a]; !ok {
@@ -617,43 +641,6 @@ func checkComposeCommand(t *testing.T, line string) {
 	default:
 		t.Errorf("%q: a docker compose command the test does not know (%q)", line, sub)
 	}
-}
-
-func readmeSection(t *testing.T, heading string) string {
-	t.Helper()
-	readme := readFile(t, "README.md")
-	_, rest, ok := strings.Cut(readme, "\n"+heading+"\n")
-	if !ok {
-		t.Fatalf("README.md has no %q", heading)
-	}
-	if i := strings.Index(rest, "\n## "); i >= 0 {
-		rest = rest[:i]
-	}
-	return rest
-}
-
-// codeLines are the lines of the fenced code blocks in text, continuation lines joined, and the text outside them.
-func codeLines(text string) (lines []string, prose string) {
-	in := false
-	var cont string
-	var rest strings.Builder
-	for _, l := range strings.Split(text, "\n") {
-		if strings.HasPrefix(l, "```") {
-			in = !in
-			continue
-		}
-		if !in {
-			rest.WriteString(l + "\n")
-			continue
-		}
-		if s, ok := strings.CutSuffix(l, "\\"); ok {
-			cont += s
-			continue
-		}
-		lines = append(lines, cont+l)
-		cont = ""
-	}
-	return lines, rest.String()
 }
 
 func readFile(t *testing.T, rel string) string {
