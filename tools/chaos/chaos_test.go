@@ -108,7 +108,7 @@ func buildBinaries(t *testing.T) (bin, root string) {
 	t.Helper()
 	bin = t.TempDir()
 	root, _ = filepath.Abs("../..")
-	for _, pkg := range []string{"sleipnir:./cmd/sleipnir", "loadgen:./loadgen"} {
+	for _, pkg := range []string{"sleipnir:./cmd/sleipnir", "loadgen:./cmd/loadgen"} {
 		name, path, _ := strings.Cut(pkg, ":")
 		cmd := exec.Command("go", "build", "-o", filepath.Join(bin, name), path)
 		cmd.Dir = root
