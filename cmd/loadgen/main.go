@@ -19,77 +19,98 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/workload"
 )
 
-func main() {
-	var cfg Config
-	var shape string
-	url := flag.String("nats", envOr("SLEIPNIR_NATS", "nats://127.0.0.1:4222"), "NATS server URL; several: comma-separated (env SLEIPNIR_NATS)")
+// cmdLine is what loadgen's flags give: the run's Config, and what main reads or parses into it.
+type cmdLine struct {
+	cfg                                              Config
+	url, inboxPrefix, shape, images, workload, steps string
+	natsAuth                                         bus.ClientAuth
+	asJSON, retry                                    bool
+}
+
+// parseFlags registers loadgen's flags and parses the command line.
+func parseFlags() *cmdLine {
+	var c cmdLine
+	cfg := &c.cfg
+	flag.StringVar(&c.url, "nats", envOr("SLEIPNIR_NATS", "nats://127.0.0.1:4222"), "NATS server URL; several: comma-separated (env SLEIPNIR_NATS)")
 	// A client user may only send requests; --steps also reads the plan, which takes an observer.
-	var natsAuth bus.ClientAuth
-	natsAuth.RegisterFlags(flag.CommandLine)
+	c.natsAuth.RegisterFlags(flag.CommandLine)
 	// Each NATS user may read replies on its own prefix only, named after the user (pkg/auth).
-	inboxPrefix := flag.String("inbox-prefix", envOr("SLEIPNIR_INBOX_PREFIX", auth.User{Role: auth.Client}.Inbox()),
+	flag.StringVar(&c.inboxPrefix, "inbox-prefix", envOr("SLEIPNIR_INBOX_PREFIX", auth.User{Role: auth.Client}.Inbox()),
 		"where replies come: the NATS user's own inbox prefix, _INBOX.<user> (observer: _INBOX.observer; a tenant's "+
 			"client-<tenant>: _INBOX.client-<tenant>) (env SLEIPNIR_INBOX_PREFIX)")
-	asJSON := flag.Bool("json", false, "print the summary as one JSON object on the last line")
+	flag.BoolVar(&c.asJSON, "json", false, "print the summary as one JSON object on the last line")
 	flag.StringVar(&cfg.Pipeline, "pipeline", "", "pipeline name (required)")
 	flag.Float64Var(&cfg.QPS, "qps", 100, "mean arrival rate, requests per second")
 	flag.DurationVar(&cfg.Duration, "duration", 10*time.Second, "how long to send (and measure)")
 	flag.DurationVar(&cfg.Warmup, "warmup", 0, "how long to send before measuring (the routing settles on the demand)")
 	flag.DurationVar(&cfg.Timeout, "timeout", 0, "relative deadline of each request (default: the pipeline's SLO)")
 	flag.DurationVar(&cfg.Grace, "grace", 5*time.Second, "how long past its deadline a request may go unanswered before it counts as lost")
-	flag.StringVar(&shape, "input-shape", "64,192", "shape of the FP32 input tensor \"image\" (the emulated examples declare [-1, -1])")
+	flag.StringVar(&c.shape, "input-shape", "64,192", "shape of the FP32 input tensor \"image\" (the emulated examples declare [-1, -1])")
 	flag.Uint64Var(&cfg.Seed, "seed", 1, "seed of arrivals and input values")
-	images := flag.String("images", "", "a labelled OCR set's `DIR` (make data makes data/ocr): send its images in turn and check the replies against their ground truth")
+	flag.StringVar(&c.images, "images", "", "a labelled OCR set's `DIR` (make data makes data/ocr): send its images in turn and check the replies against their ground truth")
 	flag.BoolVar(&cfg.Series, "series", false, "with --json: add the per-second series (sent, ok, violations, lost, duplicates by second of sending)")
-	retry := flag.Bool("retry", true, "what a client should do to lose nothing: after a reconnect, send again the requests "+
+	flag.BoolVar(&c.retry, "retry", true, "what a client should do to lose nothing: after a reconnect, send again the requests "+
 		"unanswered when the connection dropped; retry \"no responders\" after a short wait; both within the deadline")
-	workloadFlag := flag.String("workload", "", "send a workload of the simulator's instead of --qps for --duration: "+
+	flag.StringVar(&c.workload, "workload", "", "send a workload of the simulator's instead of --qps for --duration: "+
 		"constant:QPS:D, steps:QPS:D,QPS:D,..., diurnal:MIN:MAX:D, trace:FILE[:MIN:MAX[:D]] (after --warmup at its "+
 		"first rate); with --series, its seconds line up with bin/sleipnir sim's")
-	stepsFlag := flag.String("steps", "", "step the demand: QPS:DURATION,... (each after --warmup at its rate); "+
+	flag.StringVar(&c.steps, "steps", "", "step the demand: QPS:DURATION,... (each after --warmup at its rate); "+
 		"prints a line per step with the plan the planner published by its end")
 	flag.Parse()
-	cfg.NoRetry = !*retry
-	if cfg.Pipeline == "" {
+	cfg.NoRetry = !c.retry
+	return &c
+}
+
+// config completes the run's Config with what the flags name: the input shape, the workload, the labelled set.
+func (c *cmdLine) config() (Config, error) {
+	cfg := c.cfg
+	var err error
+	if cfg.InputShape, err = parseShape(c.shape); err != nil {
+		return cfg, err
+	}
+	if c.workload != "" {
+		if cfg.Workload, err = workload.Parse(c.workload, 1); err != nil {
+			return cfg, fmt.Errorf("--workload: %w", err)
+		}
+	}
+	if c.images != "" {
+		if cfg.Images, err = ocr.ReadSet(c.images); err != nil {
+			return cfg, err
+		}
+	}
+	return cfg, nil
+}
+
+func main() {
+	c := parseFlags()
+	if c.cfg.Pipeline == "" {
 		fmt.Fprintln(os.Stderr, "loadgen: --pipeline is required")
 		flag.Usage()
 		os.Exit(2)
 	}
-	var err error
-	if cfg.InputShape, err = parseShape(shape); err != nil {
-		fmt.Fprintln(os.Stderr, "loadgen:", err)
-		os.Exit(2)
-	}
-	if *workloadFlag != "" {
-		if cfg.Workload, err = workload.Parse(*workloadFlag, 1); err != nil {
-			fmt.Fprintln(os.Stderr, "loadgen: --workload:", err)
-			os.Exit(2)
-		}
-	}
-	if *images != "" {
-		if cfg.Images, err = ocr.ReadSet(*images); err != nil {
-			fmt.Fprintln(os.Stderr, "loadgen:", err)
-			os.Exit(2)
-		}
-	}
-	opts, err := natsAuth.Options()
+	cfg, err := c.config()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "loadgen:", err)
 		os.Exit(2)
 	}
-	opts = append(opts, nats.CustomInboxPrefix(*inboxPrefix))
-	nc, err := nats.Connect(*url, append(opts, ClientOptions("sleipnir-loadgen")...)...)
+	opts, err := c.natsAuth.Options()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "loadgen: cannot connect to NATS at %s: %v (is `make run` running?)\n", bus.RedactURL(*url), err)
+		fmt.Fprintln(os.Stderr, "loadgen:", err)
+		os.Exit(2)
+	}
+	opts = append(opts, nats.CustomInboxPrefix(c.inboxPrefix))
+	nc, err := nats.Connect(c.url, append(opts, ClientOptions("sleipnir-loadgen")...)...)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "loadgen: cannot connect to NATS at %s: %v (is `make run` running?)\n", bus.RedactURL(c.url), err)
 		os.Exit(1)
 	}
 	defer nc.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if *stepsFlag != "" {
-		steps, err := workload.ParseSteps(*stepsFlag)
+	if c.steps != "" {
+		steps, err := workload.ParseSteps(c.steps)
 		if err == nil {
-			err = runSteps(ctx, nc, cfg, steps, *asJSON)
+			err = runSteps(ctx, nc, cfg, steps, c.asJSON)
 		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "loadgen:", err)
@@ -99,7 +120,7 @@ func main() {
 	}
 	sum, err := Run(ctx, nc, cfg, os.Stderr)
 	printSummary(sum)
-	if *asJSON {
+	if c.asJSON {
 		line, _ := json.Marshal(sum)
 		fmt.Println(string(line))
 	}

@@ -75,27 +75,12 @@ func runChaos(args []string) error {
 		return err
 	}
 	cfg.PlannerArgs = strings.Fields(*plannerArgs)
-	if *deployAuth {
-		if *natsConf != "" || len(users) > 0 {
-			return errors.New("--deploy-auth makes its own users: not with --nats-conf or --user")
-		}
-		dir, err := os.MkdirTemp("", "sleipnir-chaos-keys-*")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(dir)
-		if cfg.Auth, err = chaos.DeployAuth(dir, cfg.Workers); err != nil {
-			return err
-		}
-	} else if *natsConf != "" {
-		conf, err := os.ReadFile(*natsConf)
-		if err != nil {
-			return err
-		}
-		cfg.Auth = &chaos.Auth{Conf: string(conf), Users: users}
-	} else if len(users) > 0 {
-		return errors.New("--user needs --nats-conf")
+	auth, cleanup, err := chaosAuth(*deployAuth, *natsConf, users, cfg.Workers)
+	if err != nil {
+		return err
 	}
+	defer cleanup()
+	cfg.Auth = auth
 	var names []string
 	if *faults != "" {
 		names = strings.Split(*faults, ",")
@@ -113,17 +98,7 @@ func runChaos(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rows, err := chaos.Run(ctx, cfg, selected)
-	switch {
-	case *asJSON:
-		for _, r := range rows {
-			line, _ := json.Marshal(r)
-			fmt.Println(string(line))
-		}
-	case *markdown:
-		chaos.WriteMarkdown(os.Stdout, rows)
-	default:
-		chaos.WriteTable(os.Stdout, rows)
-	}
+	printRows(rows, *asJSON, *markdown)
 	if err != nil {
 		return err
 	}
@@ -133,4 +108,50 @@ func runChaos(args []string) error {
 		}
 	}
 	return nil
+}
+
+// chaosAuth is the users and permissions the suite's system runs with: the deployment's (deployAuth: fresh nkeys
+// for workers workers, in a directory cleanup removes), or natsConf's with users' credentials, or none (nil).
+func chaosAuth(deployAuth bool, natsConf string, users userFlags, workers int) (auth *chaos.Auth, cleanup func(),
+	err error) {
+	switch {
+	case deployAuth:
+		if natsConf != "" || len(users) > 0 {
+			return nil, nil, errors.New("--deploy-auth makes its own users: not with --nats-conf or --user")
+		}
+		dir, err := os.MkdirTemp("", "sleipnir-chaos-keys-*")
+		if err != nil {
+			return nil, nil, err
+		}
+		cleanup = func() { os.RemoveAll(dir) }
+		if auth, err = chaos.DeployAuth(dir, workers); err != nil {
+			cleanup()
+			return nil, nil, err
+		}
+		return auth, cleanup, nil
+	case natsConf != "":
+		conf, err := os.ReadFile(natsConf)
+		if err != nil {
+			return nil, nil, err
+		}
+		return &chaos.Auth{Conf: string(conf), Users: users}, func() {}, nil
+	case len(users) > 0:
+		return nil, nil, errors.New("--user needs --nats-conf")
+	}
+	return nil, func() {}, nil
+}
+
+// printRows prints the suite's rows: one JSON object each, a Markdown table, or a text table.
+func printRows(rows []chaos.Row, asJSON, markdown bool) {
+	switch {
+	case asJSON:
+		for _, r := range rows {
+			line, _ := json.Marshal(r)
+			fmt.Println(string(line))
+		}
+	case markdown:
+		chaos.WriteMarkdown(os.Stdout, rows)
+	default:
+		chaos.WriteTable(os.Stdout, rows)
+	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sleipnir-serving/sleipnir/pkg/allocate"
 	"github.com/sleipnir-serving/sleipnir/pkg/control"
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 )
 
 // runPlan solves the allocation MILP for one demand, or a sweep of demands, and prints it.
@@ -59,19 +60,14 @@ func runPlan(args []string) error {
 	if err != nil {
 		return err
 	}
-	if *util <= 0 || *util > 1 {
-		return fmt.Errorf("--utilization %v: want a share in (0, 1]", *util)
-	}
-	model, err := allocate.ParseLatencyModel(*latencyModel)
+	in, err := planInput(specs[0], *servers, *slo, *util, *latencyModel)
 	if err != nil {
-		return fmt.Errorf("--latency-model: %w", err)
+		return err
 	}
 	qps, err := demands.of(specs)
 	if err != nil {
 		return err
 	}
-	in := allocate.Input{Spec: specs[0], Servers: *servers, SLOMs: float64(*slo) / float64(time.Millisecond),
-		Utilization: *util, LatencyModel: model}
 	opt := allocate.Options{TimeLimit: *limit, Gap: *gap}
 	if len(specs) > 1 {
 		if *sweep != "" || *lpFile != "" {
@@ -97,6 +93,21 @@ func runPlan(args []string) error {
 		return err
 	}
 	return planSweep(in, opt, from, to, step, *asJSON)
+}
+
+// planInput is the allocation problem the flags state for spec on servers: its SLO (0: the pipeline's), the share
+// of each replica's throughput a plan may use, and the MILP's latency model.
+func planInput(spec *pipeline.Spec, servers int, slo time.Duration, util float64, latencyModel string) (allocate.Input,
+	error) {
+	if util <= 0 || util > 1 {
+		return allocate.Input{}, fmt.Errorf("--utilization %v: want a share in (0, 1]", util)
+	}
+	model, err := allocate.ParseLatencyModel(latencyModel)
+	if err != nil {
+		return allocate.Input{}, fmt.Errorf("--latency-model: %w", err)
+	}
+	return allocate.Input{Spec: spec, Servers: servers, SLOMs: float64(slo) / float64(time.Millisecond),
+		Utilization: util, LatencyModel: model}, nil
 }
 
 // planOne solves in and prints its plan (writing its LP first to lpFile, if any).

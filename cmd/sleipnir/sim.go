@@ -57,17 +57,9 @@ func runSim(args []string) error {
 	if err != nil {
 		return err
 	}
-	var syss []string // their full names (with the deadline policy), as the summaries name them
-	for _, name := range ctl.Systems() {
-		for _, spec := range specs {
-			s, err := control.ParseSystem(name, spec, cc)
-			if err != nil {
-				return fmt.Errorf("--policy: %w", err)
-			}
-			if spec == specs[0] {
-				syss = append(syss, s.Name)
-			}
-		}
+	syss, err := systemNames(ctl.Systems(), specs, cc)
+	if err != nil {
+		return err
 	}
 	slow, err := sim.ParseSlowdowns(*slowdown)
 	if err != nil {
@@ -100,6 +92,24 @@ func runSim(args []string) error {
 		return err
 	}
 	return simReport(base, results, *servers, *seed, *interval, *out, *asJSON)
+}
+
+// systemNames are the systems' full names (with the deadline policy), as the summaries name them, once each
+// system is checked against every pipeline.
+func systemNames(systems []string, specs []*pipeline.Spec, cc control.Config) ([]string, error) {
+	var syss []string
+	for _, name := range systems {
+		for _, spec := range specs {
+			s, err := control.ParseSystem(name, spec, cc)
+			if err != nil {
+				return nil, fmt.Errorf("--policy: %w", err)
+			}
+			if spec == specs[0] {
+				syss = append(syss, s.Name)
+			}
+		}
+	}
+	return syss, nil
 }
 
 // simReport prints the summaries (one JSON object per system and pipeline), and writes the report into out: one

@@ -304,14 +304,8 @@ func (f *Frontend) Run(ctx context.Context) error {
 	}
 	close(f.ready)
 
-	var httpErr chan error
-	if f.cfg.HTTPAddr != "" {
-		httpErr = make(chan error, 1)
-		srv := f.httpServer()
-		go func() { httpErr <- srv.ListenAndServe() }()
-		defer srv.Shutdown(context.Background())
-		f.log.Info("HTTP API listening", "addr", f.cfg.HTTPAddr)
-	}
+	httpErr, stopHTTP := f.startHTTP()
+	defer stopHTTP()
 	go f.reportDemand(ctx)
 	f.log.Info("frontend serving", "subject", wire.InferPrefix+"*", "results", f.result, "boot", f.boot)
 	var runErr error
@@ -322,7 +316,27 @@ func (f *Frontend) Run(ctx context.Context) error {
 			runErr = fmt.Errorf("HTTP API on %s: %w", f.cfg.HTTPAddr, err)
 		}
 	}
-	// Stop taking requests, submit those already taken in, then fail what is still pending: each gets its reply.
+	f.shutdown(requests)
+	intakeClosed = true
+	return runErr
+}
+
+// startHTTP starts the HTTP API when Config.HTTPAddr asks for it: errs gives why it stopped serving (nil: no
+// HTTP API), and stop shuts it down.
+func (f *Frontend) startHTTP() (errs <-chan error, stop func()) {
+	if f.cfg.HTTPAddr == "" {
+		return nil, func() {}
+	}
+	httpErr := make(chan error, 1)
+	srv := f.httpServer()
+	go func() { httpErr <- srv.ListenAndServe() }()
+	f.log.Info("HTTP API listening", "addr", f.cfg.HTTPAddr)
+	return httpErr, func() { srv.Shutdown(context.Background()) }
+}
+
+// shutdown stops taking requests (from requests), submits those already taken in, then fails what is still
+// pending: each gets its reply. It closes the intake.
+func (f *Frontend) shutdown(requests *nats.Subscription) {
 	if err := requests.Drain(); err == nil {
 		for end := time.Now().Add(shutdownGrace); requests.IsValid() && time.Now().Before(end); {
 			time.Sleep(10 * time.Millisecond)
@@ -331,10 +345,8 @@ func (f *Frontend) Run(ctx context.Context) error {
 	// Publish what the intake holds, but give up on a stalled JetStream after a grace period: those get an error.
 	giveUp := time.AfterFunc(shutdownGrace, f.stopPublish)
 	f.intake.close()
-	intakeClosed = true
 	giveUp.Stop()
 	f.failAll("the frontend is shutting down")
-	return runErr
 }
 
 // Pipelines lists the pipelines this frontend can serve now.

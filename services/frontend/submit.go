@@ -163,42 +163,20 @@ func decodeRequest(data []byte, asJSON bool, header func(string) string, arrival
 // submit sends an accepted request into the pipeline, in its turn, or returns why it was refused. On success,
 // sub.reply is called exactly once, later. The publish is bounded by the request's deadline.
 func (f *Frontend) submit(ctx context.Context, sub *submission, t *turn) error {
-	spec, p := f.lookup(sub.pipeline)
-	if spec == nil {
-		return f.unknownPipeline(sub.pipeline)
-	}
-	if p == nil {
-		return refuse(ErrUnavailable, "pipeline %q has no plan yet", sub.pipeline)
-	}
-	now := time.Now()
-	if !sub.deadline.After(now) {
-		return refuse(ErrOverloaded, "overloaded: the request waited %v in the frontend, past its deadline; retry later",
-			now.Sub(sub.arrival).Round(time.Millisecond))
-	}
-	root := spec.Root().Name
-	f.mu.Lock()
-	variant := plan.Pick(p.Routing.Root, f.rng.Float64())
-	f.mu.Unlock()
-	if variant == "" {
-		return refuse(ErrUnavailable, "pipeline %q: the plan hosts no variant of task %s", sub.pipeline, root)
+	root, variant, err := f.rootVariant(sub)
+	if err != nil {
+		return err
 	}
 	r := &request{
 		id: wire.RequestID(f.cfg.ID, f.boot, f.seq.Add(1)), clientID: sub.req.ID, pipeline: sub.pipeline,
 		start: sub.arrival, deadline: sub.deadline, tracker: completion.New(), reply: sub.reply, gated: sub.gated,
 	}
 	spanCtx := f.startRequestSpan(ctx, sub, r)
-
-	data, err := msgpack.Marshal(&wire.TaskMessage{Items: []wire.Item{{ID: wire.RootItemID, Den: 1, Inputs: sub.req.Inputs}}})
+	msg, send, err := f.rootMessage(spanCtx, sub, r, root, variant)
 	if err != nil {
 		r.span.End()
-		return refuse(ErrBadRequest, "encode request: %v", err)
+		return err
 	}
-	msg := nats.NewMsg(wire.TaskSubject(sub.pipeline, root, variant))
-	msg.Data = data
-	msgID := wire.TaskMsgID(r.id, "", root, variant)
-	wire.TaskHeaders{RequestID: r.id, Deadline: r.deadline, ReplyTo: f.result, MsgID: msgID}.Write(msg.Header.Set)
-	send := telemetry.StartSend(spanCtx, f.tracer, msg.Subject, bus.HeaderCarrier(msg.Header),
-		semconv.MessagingMessageID(msgID), telemetry.AttrTask.String(root), telemetry.AttrVariant.String(variant))
 
 	// Register before publishing: a fast worker may report before the publish returns. From here the deadline timer
 	// guarantees the reply, whatever becomes of the task message.
@@ -208,6 +186,55 @@ func (f *Frontend) submit(ctx context.Context, sub *submission, t *turn) error {
 	f.pending[r.id] = r
 	r.timer = time.AfterFunc(time.Until(r.deadline), func() { f.expire(r.id) })
 	f.mu.Unlock()
+	return f.enqueue(ctx, r, msg, send, t)
+}
+
+// rootVariant checks that sub can be served now (its pipeline known and planned, its deadline ahead), and picks
+// the variant of the pipeline's root task that takes it, by the plan's routing.
+func (f *Frontend) rootVariant(sub *submission) (root, variant string, err error) {
+	spec, p := f.lookup(sub.pipeline)
+	if spec == nil {
+		return "", "", f.unknownPipeline(sub.pipeline)
+	}
+	if p == nil {
+		return "", "", refuse(ErrUnavailable, "pipeline %q has no plan yet", sub.pipeline)
+	}
+	now := time.Now()
+	if !sub.deadline.After(now) {
+		return "", "", refuse(ErrOverloaded, "overloaded: the request waited %v in the frontend, past its deadline; retry later",
+			now.Sub(sub.arrival).Round(time.Millisecond))
+	}
+	root = spec.Root().Name
+	f.mu.Lock()
+	variant = plan.Pick(p.Routing.Root, f.rng.Float64())
+	f.mu.Unlock()
+	if variant == "" {
+		return "", "", refuse(ErrUnavailable, "pipeline %q: the plan hosts no variant of task %s", sub.pipeline, root)
+	}
+	return root, variant, nil
+}
+
+// rootMessage is the task message carrying r's inputs (sub's) to root/variant, and its "send" span (a child of
+// spanCtx's), whose context the message carries.
+func (f *Frontend) rootMessage(spanCtx context.Context, sub *submission, r *request, root, variant string) (*nats.Msg,
+	trace.Span, error) {
+	data, err := msgpack.Marshal(&wire.TaskMessage{Items: []wire.Item{{ID: wire.RootItemID, Den: 1, Inputs: sub.req.Inputs}}})
+	if err != nil {
+		return nil, nil, refuse(ErrBadRequest, "encode request: %v", err)
+	}
+	msg := nats.NewMsg(wire.TaskSubject(sub.pipeline, root, variant))
+	msg.Data = data
+	msgID := wire.TaskMsgID(r.id, "", root, variant)
+	wire.TaskHeaders{RequestID: r.id, Deadline: r.deadline, ReplyTo: f.result, MsgID: msgID}.Write(msg.Header.Set)
+	send := telemetry.StartSend(spanCtx, f.tracer, msg.Subject, bus.HeaderCarrier(msg.Header),
+		semconv.MessagingMessageID(msgID), telemetry.AttrTask.String(root), telemetry.AttrVariant.String(variant))
+	return msg, send, nil
+}
+
+// enqueue publishes r's task message (msg, its "send" span send), bounded by r's deadline. A request whose
+// deadline comes first is answered late, as its timer does; one refused is taken out of the pending requests
+// again, unless already answered.
+func (f *Frontend) enqueue(ctx context.Context, r *request, msg *nats.Msg, send trace.Span, t *turn) error {
 	pubCtx, cancel := context.WithDeadline(ctx, r.deadline)
 	defer cancel()
 	defer context.AfterFunc(f.stopping, cancel)()

@@ -213,6 +213,41 @@ type writtenValue struct {
 
 // Run publishes the plans and assigns workers until ctx is done.
 func (p *Planner) Run(ctx context.Context) error {
+	if err := p.openState(ctx); err != nil {
+		return err
+	}
+	svc, err := p.addService()
+	if err != nil {
+		return fmt.Errorf("planner: micro service: %w", err)
+	}
+	defer svc.Stop()
+	p.reconnects = p.nc.Stats().Reconnects
+	p.demandReconnects = p.reconnects
+	if err := p.beginPipelines(ctx); err != nil {
+		return err
+	}
+	reports, err := bus.Subscribe(p.nc, wire.DemandPrefix+"*", "", p.onDemand, p.demandLimits(), &p.droppedReports)
+	if err != nil {
+		return err
+	}
+	defer reports.Unsubscribe()
+	if err := p.loadAssignments(ctx); err != nil {
+		return err
+	}
+	go bus.WatchKV(ctx, p.nc, p.kv, wire.WorkerKeys.Pattern(), p.onWorker, func() { p.workersReady.Store(true) })
+	// What the planner writes, it keeps: a value someone else wrote is put back (see onWritten).
+	for _, keys := range []wire.KeyKind{wire.SpecKeys, wire.PlanKeys, wire.AssignKeys} {
+		go bus.WatchKV(ctx, p.nc, p.kv, keys.Pattern(), p.onWritten, nil)
+	}
+	// Workers register within a refresh period of the planner's start; a shortage before that is no news.
+	p.quietUntil = time.Now().Add(p.cfg.WorkerTimeout)
+	p.loop(ctx)
+	return nil
+}
+
+// openState declares the state the planner alone declares, replicated on the cluster it found: the KV bucket and
+// the dead-letter stream.
+func (p *Planner) openState(ctx context.Context) error {
 	p.replicas = p.cfg.Replicas
 	if p.replicas <= 0 {
 		p.replicas = bus.DefaultReplicas(p.nc)
@@ -229,13 +264,11 @@ func (p *Planner) Run(ctx context.Context) error {
 		p.cfg.DeadLetterMaxBytes); err != nil {
 		return fmt.Errorf("planner: dead-letter stream: %w", err)
 	}
-	svc, err := p.addService()
-	if err != nil {
-		return fmt.Errorf("planner: micro service: %w", err)
-	}
-	defer svc.Stop()
-	p.reconnects = p.nc.Stats().Reconnects
-	p.demandReconnects = p.reconnects
+	return nil
+}
+
+// beginPipelines gives each pipeline its first plan, and starts its control loop from it.
+func (p *Planner) beginPipelines(ctx context.Context) error {
 	for _, cp := range p.core.Pipelines() {
 		// A restarted planner resumes the plan it (or its predecessor) left in the bucket: the workers serve it,
 		// and the demand it was sized for is a better estimate than the nothing a new planner knows.
@@ -258,22 +291,12 @@ func (p *Planner) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	reports, err := bus.Subscribe(p.nc, wire.DemandPrefix+"*", "", p.onDemand, p.demandLimits(), &p.droppedReports)
-	if err != nil {
-		return err
-	}
-	defer reports.Unsubscribe()
-	if err := p.loadAssignments(ctx); err != nil {
-		return err
-	}
-	go bus.WatchKV(ctx, p.nc, kv, wire.WorkerKeys.Pattern(), p.onWorker, func() { p.workersReady.Store(true) })
-	// What the planner writes, it keeps: a value someone else wrote is put back (see onWritten).
-	for _, keys := range []wire.KeyKind{wire.SpecKeys, wire.PlanKeys, wire.AssignKeys} {
-		go bus.WatchKV(ctx, p.nc, kv, keys.Pattern(), p.onWritten, nil)
-	}
-	// Workers register within a refresh period of the planner's start; a shortage before that is no news.
-	p.quietUntil = time.Now().Add(p.cfg.WorkerTimeout)
+	return nil
+}
 
+// loop steps the plans each core.TickEvery (at once after a step of the demand), looks with the tuners, and
+// assigns the workers when they change, until ctx is done.
+func (p *Planner) loop(ctx context.Context) {
 	tick := time.NewTicker(p.cfg.WorkerTimeout / 5)
 	defer tick.Stop()
 	demandTick := time.NewTicker(core.TickEvery)
@@ -287,7 +310,7 @@ func (p *Planner) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case now := <-tuneTick:
 			if p.workersReady.Load() {
 				p.tuneLook(ctx, now)

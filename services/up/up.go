@@ -126,30 +126,9 @@ func Start(ctx context.Context, cfg Config) (_ *System, err error) {
 		}
 	}()
 	if cfg.NATSURL == "" {
-		storeDir := filepath.Join(cfg.DataDir, "jetstream")
-		if cfg.Fresh {
-			// Only the server's own directory: DataDir may hold other files.
-			if err := os.RemoveAll(storeDir); err != nil {
-				return nil, fmt.Errorf("up: fresh start: %w", err)
-			}
+		if err := sys.startServer(); err != nil {
+			return nil, err
 		}
-		scfg := bus.ServerConfig{StoreDir: storeDir,
-			Host: cfg.NATSHost, Port: cfg.NATSPort, MaxPayload: cfg.MaxPayload}
-		if cfg.Permissions {
-			if err := sys.makeUsers(&scfg); err != nil {
-				return nil, err
-			}
-		}
-		s, err := bus.StartServer(scfg)
-		if err != nil {
-			return nil, fmt.Errorf("up: embedded NATS server: %w", err)
-		}
-		sys.Server = s
-		if cfg.NATSPort != 0 {
-			sys.URL = s.ClientURL()
-		}
-		cfg.Logger.Info("embedded NATS server with JetStream", "url", sys.URL, "state", cfg.DataDir,
-			"fresh", cfg.Fresh, "permissions", cfg.Permissions)
 	}
 
 	if err := sys.startMetrics(); err != nil {
@@ -196,6 +175,37 @@ func Start(ctx context.Context, cfg Config) (_ *System, err error) {
 		sys.run(ctx, "worker "+id, w.Run)
 	}
 	return sys, nil
+}
+
+// startServer starts the embedded NATS server with JetStream, storing into DataDir (emptied first with Fresh),
+// with the deployment's users and permissions when Config.Permissions asks for them.
+func (sys *System) startServer() error {
+	cfg := sys.cfg
+	storeDir := filepath.Join(cfg.DataDir, "jetstream")
+	if cfg.Fresh {
+		// Only the server's own directory: DataDir may hold other files.
+		if err := os.RemoveAll(storeDir); err != nil {
+			return fmt.Errorf("up: fresh start: %w", err)
+		}
+	}
+	scfg := bus.ServerConfig{StoreDir: storeDir,
+		Host: cfg.NATSHost, Port: cfg.NATSPort, MaxPayload: cfg.MaxPayload}
+	if cfg.Permissions {
+		if err := sys.makeUsers(&scfg); err != nil {
+			return err
+		}
+	}
+	s, err := bus.StartServer(scfg)
+	if err != nil {
+		return fmt.Errorf("up: embedded NATS server: %w", err)
+	}
+	sys.Server = s
+	if cfg.NATSPort != 0 {
+		sys.URL = s.ClientURL()
+	}
+	cfg.Logger.Info("embedded NATS server with JetStream", "url", sys.URL, "state", cfg.DataDir,
+		"fresh", cfg.Fresh, "permissions", cfg.Permissions)
+	return nil
 }
 
 // workerID names worker i.

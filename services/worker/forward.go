@@ -24,113 +24,53 @@ import (
 // messages wait for theirs together: one round trip a batch, and one confirmation timeout, not one a message, while
 // the server is away.
 func (w *Worker) forward(ctx context.Context, s *serving, in *inbound) (wait func() error) {
-	var acks []jetstream.PubAckFuture
-	var sends []trace.Span // each published message's "send" span, ended when its publish is acknowledged
-	var confirmed <-chan error
-	err := w.publishOut(ctx, s, in, &acks, &sends, &confirmed)
+	var ob outbox
+	err := w.publishOut(ctx, s, in, &ob)
 	return func() error {
 		defer func() {
-			for _, sp := range sends {
+			for _, sp := range ob.sends {
 				sp.End()
 			}
 		}()
 		if err != nil {
 			return err
 		}
-		for i, f := range acks {
+		for i, f := range ob.acks {
 			select {
 			case <-f.Ok():
 			case err := <-f.Err():
-				sends[i].SetStatus(codes.Error, err.Error())
+				ob.sends[i].SetStatus(codes.Error, err.Error())
 				return fmt.Errorf("publish to %s: %w", f.Msg().Subject, err)
 			case <-ctx.Done():
 				return ctx.Err()
 			}
 		}
-		if confirmed != nil {
-			return <-confirmed
+		if ob.confirmed != nil {
+			return <-ob.confirmed
 		}
 		return nil
 	}
 }
 
-// publishOut publishes in's sub-requests (their acknowledgements and "send" spans into acks and sends) and sends its
-// leaves to the frontend (the confirmation into confirmed).
-func (w *Worker) publishOut(ctx context.Context, s *serving, in *inbound, acks *[]jetstream.PubAckFuture,
-	sends *[]trace.Span, confirmed *<-chan error) error {
+// outbox is what forwarding one message waits for: its publishes' acknowledgements, each with its "send" span
+// (ended when the publish is acknowledged), and the frontend's confirmation of its leaves (nil: it has none).
+type outbox struct {
+	acks      []jetstream.PubAckFuture
+	sends     []trace.Span
+	confirmed <-chan error
+}
+
+// publishOut publishes in's sub-requests and sends its leaves to the frontend, what to wait for into ob.
+func (w *Worker) publishOut(ctx context.Context, s *serving, in *inbound, ob *outbox) error {
 	path := wire.AppendHop(in.path, s.a.Task, s.a.Variant)
 	var leaves []wire.ItemResult
 	now := time.Now()
 	when := hop.When{Now: now, AtTask: now.Sub(in.enqueued), Left: in.deadline.Sub(now)}
 	s.refreshStage()
-	for i, it := range in.items {
-		st := in.status[i]
-		if st == "" {
-			w.items.Add(1)
-		}
-		out := in.outputs[i]
-		// Sub-requests are numbered across child tasks in the spec's order, so a re-execution names them the same.
-		s.children, s.childInputs = s.children[:0], s.childInputs[:0]
-		if st == "" {
-			for c, child := range s.table.Children {
-				for _, inputs := range out.Children[child] {
-					s.children = append(s.children, c)
-					s.childInputs = append(s.childInputs, inputs)
-				}
-			}
-		}
-		var step *hop.Out
-		if len(s.children) > 0 {
-			var err error
-			if step, err = s.step.Step(s.table, hop.Item{Den: it.Den, Children: s.children}, when, w.rng); err != nil {
-				st, in.reason[i] = wire.ItemError, err.Error()
-				out.Tensors = nil // a failed leaf carries no outputs
-			}
-		}
-		if step == nil {
-			if st == "" {
-				st = wire.ItemOK
-			}
-			switch st {
-			case wire.ItemDropped:
-				w.countDrop(s, in.reason[i])
-			case wire.ItemError:
-				w.failed.Add(1)
-			}
-			leaves = append(leaves, wire.ItemResult{ID: it.ID, Den: it.Den, Path: wire.SplitPath(path),
-				Status: st, Reason: in.reason[i], Outputs: out.Tensors})
-			continue
-		}
-		if step.Rerouted > 0 {
-			w.rerouted.Add(uint64(step.Rerouted))
-			w.observe(s, func(o *Observed) { o.Rerouted += uint64(step.Rerouted) })
-		}
-		for _, d := range step.Drops {
-			leaves = append(leaves, wire.ItemResult{ID: wire.ChildItemID(it.ID, d.Sub), Den: step.Den,
-				Path: wire.SplitPath(path), Status: wire.ItemDropped, Reason: d.Reason})
-			w.countDrop(s, d.Reason)
-		}
-		for _, m := range step.Messages {
-			tm := &wire.TaskMessage{Items: make([]wire.Item, len(m.Subs))}
-			for j, n := range m.Subs {
-				tm.Items[j] = wire.Item{ID: wire.ChildItemID(it.ID, n), Den: step.Den, Inputs: s.childInputs[n]}
-			}
-			task := s.table.Children[m.Child]
-			// Named by what it carries, split or not: a parent executed again after a redelivery may route its
-			// sub-requests otherwise (another routing draw, another plan, a reroute), and a message named only by
-			// its variant would then be taken for the first execution's and dropped, with the sub-requests it
-			// carries that the first one did not.
-			id := wire.TaskPartMsgID(in.requestID, it.ID, task, m.Variant, m.Subs)
-			msg, send, err := w.taskMsg(in, s.a.Pipeline, task, m.Variant, path, id, tm)
-			if err != nil {
-				return err
-			}
-			*sends = append(*sends, send)
-			f, err := w.js.PublishMsgAsync(msg)
-			if err != nil {
-				return fmt.Errorf("publish to %s: %w", msg.Subject, err)
-			}
-			*acks = append(*acks, f)
+	for i := range in.items {
+		var err error
+		if leaves, err = w.forwardItem(s, in, i, path, when, leaves, ob); err != nil {
+			return err
 		}
 	}
 	for _, l := range leaves {
@@ -146,7 +86,89 @@ func (w *Worker) publishOut(ctx context.Context, s *serving, in *inbound, acks *
 		}
 		c := make(chan error, 1)
 		go func() { c <- w.report(ctx, in, data) }()
-		*confirmed = c
+		ob.confirmed = c
+	}
+	return nil
+}
+
+// forwardItem forwards in's i-th item as the hop step routes it: its sub-requests published (into ob), and its
+// leaves appended to leaves: the item itself when it has no sub-requests (finished, dropped or failed), else the
+// sub-requests the step drops.
+func (w *Worker) forwardItem(s *serving, in *inbound, i int, path string, when hop.When, leaves []wire.ItemResult,
+	ob *outbox) ([]wire.ItemResult, error) {
+	it := in.items[i]
+	st := in.status[i]
+	if st == "" {
+		w.items.Add(1)
+	}
+	out := in.outputs[i]
+	// Sub-requests are numbered across child tasks in the spec's order, so a re-execution names them the same.
+	s.children, s.childInputs = s.children[:0], s.childInputs[:0]
+	if st == "" {
+		for c, child := range s.table.Children {
+			for _, inputs := range out.Children[child] {
+				s.children = append(s.children, c)
+				s.childInputs = append(s.childInputs, inputs)
+			}
+		}
+	}
+	var step *hop.Out
+	if len(s.children) > 0 {
+		var err error
+		if step, err = s.step.Step(s.table, hop.Item{Den: it.Den, Children: s.children}, when, w.rng); err != nil {
+			st, in.reason[i] = wire.ItemError, err.Error()
+			out.Tensors = nil // a failed leaf carries no outputs
+		}
+	}
+	if step == nil {
+		if st == "" {
+			st = wire.ItemOK
+		}
+		switch st {
+		case wire.ItemDropped:
+			w.countDrop(s, in.reason[i])
+		case wire.ItemError:
+			w.failed.Add(1)
+		}
+		return append(leaves, wire.ItemResult{ID: it.ID, Den: it.Den, Path: wire.SplitPath(path),
+			Status: st, Reason: in.reason[i], Outputs: out.Tensors}), nil
+	}
+	if step.Rerouted > 0 {
+		w.rerouted.Add(uint64(step.Rerouted))
+		w.observe(s, func(o *Observed) { o.Rerouted += uint64(step.Rerouted) })
+	}
+	for _, d := range step.Drops {
+		leaves = append(leaves, wire.ItemResult{ID: wire.ChildItemID(it.ID, d.Sub), Den: step.Den,
+			Path: wire.SplitPath(path), Status: wire.ItemDropped, Reason: d.Reason})
+		w.countDrop(s, d.Reason)
+	}
+	return leaves, w.publishStep(s, in, it.ID, path, step, ob)
+}
+
+// publishStep publishes the messages of an item's hop step (its sub-requests, grouped by child variant) without
+// waiting: their acknowledgements and "send" spans go into ob.
+func (w *Worker) publishStep(s *serving, in *inbound, itemID, path string, step *hop.Out, ob *outbox) error {
+	for _, m := range step.Messages {
+		tm := &wire.TaskMessage{Items: make([]wire.Item, len(m.Subs))}
+		for j, n := range m.Subs {
+			tm.Items[j] = wire.Item{ID: wire.ChildItemID(itemID, n), Den: step.Den, Inputs: s.childInputs[n]}
+		}
+		task := s.table.Children[m.Child]
+		// Named by what it carries, split or not: a parent executed again after a redelivery may route its
+		// sub-requests otherwise (another routing draw, another plan, a reroute), and a message named only by
+		// its variant would then be taken for the first execution's and dropped, with the sub-requests it
+		// carries that the first one did not.
+		id := wire.TaskPartMsgID(in.requestID, itemID, task, m.Variant, m.Subs)
+		msg, send, err := w.taskMsg(in, s.a.Pipeline, task, m.Variant, path, id, tm)
+		if err != nil {
+			return err
+		}
+		ob.sends = append(ob.sends, send)
+		f, err := w.js.PublishMsgAsync(msg)
+		if err != nil {
+			return fmt.Errorf("publish to %s: %w", msg.Subject, err)
+		}
+		ob.acks = append(ob.acks, f)
 	}
 	return nil
 }

@@ -73,69 +73,31 @@ type inbound struct {
 	reason    []string
 }
 
+// round is what one serveOnce executes: the messages it took, and their items' inputs in model order.
+type round struct {
+	msgs   []*inbound
+	inputs []executor.Input
+	slots  []slot // where each input's output goes
+	// now is when the round was assembled: drops and queue waits are reckoned from it.
+	now time.Time
+}
+
+// serveOnce assembles a batch of the variant's messages, executes it, and forwards its results; the batch is
+// acknowledged beside the next one (settle).
 func (w *Worker) serveOnce(ctx context.Context, s *serving) {
-	// The batch begins with the messages the last one carried (they did not fit it), else with the queue's first.
-	queued := s.carried
-	s.carried = nil
-	var last jetstream.Msg // the newest message delivered: its NumPending says how many more wait
-	if len(queued) > 0 {
-		last = queued[len(queued)-1].msg
-	} else {
-		first := w.fetchFirst(s)
-		if first == nil {
-			return
-		}
-		last = first
-		if in := w.admit(ctx, s, first); in != nil {
-			queued = append(queued, in)
-		}
+	queued, last := w.nextQueued(ctx, s)
+	if last == nil {
+		return
 	}
-	var batch []*inbound
-	var inputs []executor.Input
-	var slots []slot
 	s.refreshStage()
-	now := time.Now()
-	// take adds a message to the batch; false when the items it would execute do not fit (batching.Fits).
-	take := func(in *inbound) bool {
-		drop := s.stage.BeforeExecute(now, in.deadline, in.enqueued)
-		// The delivery bound is for messages that would be executed again: one dropped here costs nothing, and is
-		// answered as dropped, not set aside as poison (a busy machine's late messages reach the bound too).
-		if drop == "" {
-			if err := checkDeliveries(s, in.msg); err != nil {
-				in.span.End()
-				w.setAside(ctx, s, in.msg, err)
-				return true
-			}
-		}
-		if drop == "" && !batching.Fits(s.a.MaxBatch, len(inputs), len(in.items)) {
-			return false
-		}
-		w.messages.Add(1)
-		in.outputs = make([]executor.Output, len(in.items))
-		in.status = make([]string, len(in.items))
-		in.reason = make([]string, len(in.items))
-		for i, it := range in.items {
-			if drop != "" {
-				in.status[i], in.reason[i] = wire.ItemDropped, drop
-				continue
-			}
-			if err := s.checkItem(it); err != nil {
-				w.complaints.Warn(ComplainItem, "subject", in.msg.Subject(), "request", in.requestID, "item", it.ID, "err", err)
-				in.status[i], in.reason[i] = wire.ItemError, "invalid task message: "+err.Error()
-				continue
-			}
-			inputs = append(inputs, executor.Input{RequestID: in.requestID, ItemID: it.ID, Tensors: it.Inputs})
-			slots = append(slots, slot{in: in, i: i})
-		}
-		batch = append(batch, in)
-		return true
-	}
+	r := &round{now: time.Now()}
+	take := func(in *inbound) bool { return w.take(ctx, s, r, in) }
 	// Batch slots count items, and one message may carry several (a parent's items for one variant, or a share of
 	// them: pkg/hop).
 	rest := takeAll(queued, take)
 	if rest == nil {
 		var more []*inbound
-		for _, m := range w.fetchMore(s, last, len(inputs)) {
+		for _, m := range w.fetchMore(s, last, len(r.inputs)) {
 			if in := w.admit(ctx, s, m); in != nil {
 				more = append(more, in)
 			}
@@ -143,7 +105,7 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 		rest = takeAll(more, take)
 	}
 	w.returnUnfit(s, rest)
-	if span := w.startBatchSpan(ctx, s, batch, len(inputs)); span != nil {
+	if span := w.startBatchSpan(ctx, s, r.msgs, len(r.inputs)); span != nil {
 		defer span.End()
 	}
 	// A batch that runs longer than a third of the ack wait is marked in progress, so that JetStream does not hand
@@ -155,13 +117,83 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 			close(done)
 		}
 	}()
-	go w.keepInProgress(s, append(batch[:len(batch):len(batch)], s.carried...), done)
-	// Execute in model batches of at most MaxBatch items (one message may carry several items).
-	for c := range batching.Chunks(len(inputs), s.a.MaxBatch) {
+	go w.keepInProgress(s, append(r.msgs[:len(r.msgs):len(r.msgs)], s.carried...), done)
+	if !w.executeRound(ctx, s, r) {
+		return
+	}
+	w.observeRound(s, r)
+	waits := make([]func() error, len(r.msgs))
+	for i, in := range r.msgs {
+		waits[i] = w.forward(ctx, s, in)
+	}
+	settling = true
+	go w.settle(r.msgs, waits, done)
+}
+
+// nextQueued gives the messages a batch begins with: those the last batch carried (they did not fit it), else the
+// queue's first if it is a task message; and last, the newest message delivered, whose NumPending says how many
+// more wait (nil: none came within FetchWait).
+func (w *Worker) nextQueued(ctx context.Context, s *serving) (queued []*inbound, last jetstream.Msg) {
+	queued = s.carried
+	s.carried = nil
+	if len(queued) > 0 {
+		return queued, queued[len(queued)-1].msg
+	}
+	first := w.fetchFirst(s)
+	if first == nil {
+		return nil, nil
+	}
+	if in := w.admit(ctx, s, first); in != nil {
+		queued = append(queued, in)
+	}
+	return queued, first
+}
+
+// take adds a message to the round; false when the items it would execute do not fit (batching.Fits).
+func (w *Worker) take(ctx context.Context, s *serving, r *round, in *inbound) bool {
+	drop := s.stage.BeforeExecute(r.now, in.deadline, in.enqueued)
+	// The delivery bound is for messages that would be executed again: one dropped here costs nothing, and is
+	// answered as dropped, not set aside as poison (a busy machine's late messages reach the bound too).
+	if drop == "" {
+		if err := checkDeliveries(s, in.msg); err != nil {
+			in.span.End()
+			w.setAside(ctx, s, in.msg, err)
+			return true
+		}
+	}
+	if drop == "" && !batching.Fits(s.a.MaxBatch, len(r.inputs), len(in.items)) {
+		return false
+	}
+	w.messages.Add(1)
+	in.outputs = make([]executor.Output, len(in.items))
+	in.status = make([]string, len(in.items))
+	in.reason = make([]string, len(in.items))
+	for i, it := range in.items {
+		if drop != "" {
+			in.status[i], in.reason[i] = wire.ItemDropped, drop
+			continue
+		}
+		if err := s.checkItem(it); err != nil {
+			w.complaints.Warn(ComplainItem, "subject", in.msg.Subject(), "request", in.requestID, "item", it.ID, "err", err)
+			in.status[i], in.reason[i] = wire.ItemError, "invalid task message: "+err.Error()
+			continue
+		}
+		r.inputs = append(r.inputs, executor.Input{RequestID: in.requestID, ItemID: it.ID, Tensors: it.Inputs})
+		r.slots = append(r.slots, slot{in: in, i: i})
+	}
+	r.msgs = append(r.msgs, in)
+	return true
+}
+
+// executeRound executes the round in model batches of at most MaxBatch items (one message may carry several
+// items), and gives each item its output or its error. False: the worker is shutting down, and the round's
+// messages, and those carried, are handed back for another replica.
+func (w *Worker) executeRound(ctx context.Context, s *serving, r *round) bool {
+	for c := range batching.Chunks(len(r.inputs), s.a.MaxBatch) {
 		lo := c * s.a.MaxBatch
-		hi := min(lo+s.a.MaxBatch, len(inputs))
+		hi := min(lo+s.a.MaxBatch, len(r.inputs))
 		began := time.Now()
-		outs, err := w.execute(ctx, s, inputs[lo:hi])
+		outs, err := w.execute(ctx, s, r.inputs[lo:hi])
 		ended := time.Now()
 		w.cfg.Metrics.Batch(s.a.Pipeline, s.a.Task, s.a.Variant, hi-lo, ended.Sub(began))
 		if err == nil {
@@ -172,16 +204,15 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 			err = fmt.Errorf("executor returned %d outputs for %d inputs", len(outs), hi-lo)
 		}
 		if err != nil && ctx.Err() != nil {
-			// Shutting down: hand the whole batch back for another replica.
-			for _, in := range batch {
+			for _, in := range r.msgs {
 				_ = in.msg.Nak()
 				in.span.End()
 			}
 			s.handBack()
-			return
+			return false
 		}
 		for j := lo; j < hi; j++ {
-			sl := slots[j]
+			sl := r.slots[j]
 			itemErr := err // the batch's, or else the item's own
 			if itemErr == nil {
 				itemErr = outs[j-lo].Err
@@ -193,16 +224,22 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 			sl.in.outputs[sl.i] = outs[j-lo]
 		}
 	}
+	return true
+}
+
+// observeRound adds the round to what the worker observed: batches, messages, the items executed with their queue
+// waits, and the sub-requests they made.
+func (w *Worker) observeRound(s *serving, r *round) {
 	w.observe(s, func(o *Observed) {
-		o.Batches += uint64(batching.Chunks(len(inputs), s.a.MaxBatch))
-		o.Messages += uint64(len(batch))
-		for _, sl := range slots {
+		o.Batches += uint64(batching.Chunks(len(r.inputs), s.a.MaxBatch))
+		o.Messages += uint64(len(r.msgs))
+		for _, sl := range r.slots {
 			if sl.in.status[sl.i] != "" {
 				continue // failed
 			}
 			o.Items++
-			o.QueueWaitMs += float64(now.Sub(sl.in.enqueued)) / float64(time.Millisecond)
-			w.cfg.Metrics.QueueWait(s.a.Pipeline, s.a.Task, s.a.Variant, now.Sub(sl.in.enqueued))
+			o.QueueWaitMs += float64(r.now.Sub(sl.in.enqueued)) / float64(time.Millisecond)
+			w.cfg.Metrics.QueueWait(s.a.Pipeline, s.a.Task, s.a.Variant, r.now.Sub(sl.in.enqueued))
 			k := 0
 			for child, subs := range sl.in.outputs[sl.i].Children {
 				o.Children[child] += uint64(len(subs))
@@ -213,12 +250,6 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 			}
 		}
 	})
-	waits := make([]func() error, len(batch))
-	for i, in := range batch {
-		waits[i] = w.forward(ctx, s, in)
-	}
-	settling = true
-	go w.settle(batch, waits, done)
 }
 
 // settle acknowledges each message of a batch once its sub-requests are stored and its results confirmed, or hands

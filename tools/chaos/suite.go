@@ -1,16 +1,13 @@
 package chaos
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -157,24 +154,6 @@ type Second struct {
 	Duplicates int `json:"duplicates"`
 }
 
-// loadSummary is the part of loadgen's --json summary the suite reads.
-type loadSummary struct {
-	Sent              int      `json:"sent"`
-	OK                int      `json:"ok"`
-	Lost              int      `json:"lost"`
-	Partial           int      `json:"partial"`
-	Dropped           int      `json:"dropped"`
-	Late              int      `json:"late"`
-	Errors            int      `json:"errors"`
-	Duplicates        int      `json:"duplicates"`
-	LateReplies       int      `json:"late_replies"`
-	SLOViolationRatio float64  `json:"slo_violation_ratio"`
-	FirstError        string   `json:"first_error"`
-	SeriesStartUnixMs int64    `json:"series_start_unix_ms"`
-	Series            []Second `json:"series"`
-	LostSentMs        []int64  `json:"lost_sent_ms"`
-}
-
 // Run runs the faults in turn, one fresh system each, and returns their rows in order.
 func Run(ctx context.Context, cfg Config, faults []Fault) ([]Row, error) {
 	if err := cfg.setDefaults(); err != nil {
@@ -195,30 +174,17 @@ func Run(ctx context.Context, cfg Config, faults []Fault) ([]Row, error) {
 	return rows, nil
 }
 
+// runFault runs one fault on a fresh system under load and judges its row.
 func runFault(ctx context.Context, cfg *Config, f Fault) (Row, error) {
 	row := Row{Fault: f.Name, RecoveryS: -1, ResumeS: -1}
-	if f.NeedsAuth && cfg.Auth == nil {
-		row.Skipped = "needs a server with users and permissions (--nats-conf, --user)"
+	if row.Skipped = skipReason(cfg, f); row.Skipped != "" {
 		return row, nil
 	}
-	if f.NeedsCluster && cfg.Nodes < 3 {
-		row.Skipped = "needs a cluster of three nodes (--nodes 3)"
-		return row, nil
+	dir, cleanup, err := faultDir(cfg, f.Name)
+	if err != nil {
+		return row, err
 	}
-	dir := cfg.Dir
-	if dir == "" {
-		tmp, err := os.MkdirTemp("", "sleipnir-chaos-*")
-		if err != nil {
-			return row, err
-		}
-		defer os.RemoveAll(tmp)
-		dir = tmp
-	} else {
-		dir = filepath.Join(dir, f.Name)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return row, err
-		}
-	}
+	defer cleanup()
 	cfg.logf("%s: starting the system (logs in %s)", f.Name, dir)
 	sys, err := startSystem(cfg, dir)
 	if err != nil {
@@ -228,35 +194,16 @@ func runFault(ctx context.Context, cfg *Config, f Fault) (Row, error) {
 	if err := sys.waitServing(ctx, cfg.spec.Name, 60*time.Second); err != nil {
 		return row, err
 	}
-
-	// The load, as a separate client process.
-	args := append(sys.ClientArgs(), "--pipeline", cfg.spec.Name, "--qps", fmt.Sprint(cfg.QPS),
-		"--warmup", cfg.Settle.String(), "--duration", (cfg.Before + cfg.After).String(),
-		"--timeout", fmt.Sprintf("%gms", cfg.spec.SLOMs), "--grace", cfg.Grace.String(), "--json", "--series")
-	wrap, err := sys.namespace("loadgen")
+	load, err := startLoad(ctx, cfg, sys, dir)
 	if err != nil {
 		return row, err
 	}
-	lg := wrapped(wrap, cfg.Loadgen, args...)
-	var out bytes.Buffer
-	lgLog, err := os.Create(filepath.Join(dir, "loadgen.log"))
-	if err != nil {
-		return row, err
-	}
-	defer lgLog.Close()
-	lg.Stdout, lg.Stderr = &out, lgLog
-	if err := lg.Start(); err != nil {
-		return row, err
-	}
-	stopLoad := context.AfterFunc(ctx, func() { _ = lg.Process.Kill() })
-	defer stopLoad()
-	lgDone := make(chan error, 1)
-	go func() { lgDone <- lg.Wait() }()
+	defer load.close()
 	cfg.logf("%s: load %.0f QPS, %v settling, %v before the fault, %v after", f.Name, cfg.QPS, cfg.Settle, cfg.Before,
 		cfg.After)
 
 	select {
-	case err := <-lgDone:
+	case err := <-load.done:
 		return row, fmt.Errorf("loadgen exited early: %v", err)
 	case <-time.After(cfg.Settle + cfg.Before):
 	case <-ctx.Done():
@@ -269,13 +216,56 @@ func runFault(ctx context.Context, cfg *Config, f Fault) (Row, error) {
 	if err != nil {
 		return row, err
 	}
-	if err := <-lgDone; err != nil {
-		return row, fmt.Errorf("loadgen: %v (%s)", err, strings.TrimSpace(out.String()))
+	sum, err := load.summary()
+	if err != nil {
+		return row, err
 	}
-	var sum loadSummary
-	if err := json.Unmarshal(lastLine(out.Bytes()), &sum); err != nil {
-		return row, fmt.Errorf("loadgen's summary: %v", err)
+	notes = append(notes, measure(&row, sum, faultAt, settleCrashes)...)
+	row.Crashes = sys.Crashes()
+	row.Notes = notes
+	if sum.FirstError != "" {
+		row.Notes = append(row.Notes, "loadgen's first error: "+sum.FirstError)
 	}
+	row.Failures = append(failures, check(cfg, f, row)...)
+	for _, judge := range sys.judges {
+		n, fails := judge(row)
+		row.Notes, row.Failures = append(row.Notes, n...), append(row.Failures, fails...)
+	}
+	row.Pass = len(row.Failures) == 0
+	return row, nil
+}
+
+// skipReason says why f cannot run on the system cfg makes, or "".
+func skipReason(cfg *Config, f Fault) string {
+	switch {
+	case f.NeedsAuth && cfg.Auth == nil:
+		return "needs a server with users and permissions (--nats-conf, --user)"
+	case f.NeedsCluster && cfg.Nodes < 3:
+		return "needs a cluster of three nodes (--nodes 3)"
+	}
+	return ""
+}
+
+// faultDir is where a fault's processes write their logs: under cfg.Dir, else a temporary directory that cleanup
+// removes.
+func faultDir(cfg *Config, name string) (dir string, cleanup func(), err error) {
+	if cfg.Dir == "" {
+		tmp, err := os.MkdirTemp("", "sleipnir-chaos-*")
+		if err != nil {
+			return "", nil, err
+		}
+		return tmp, func() { os.RemoveAll(tmp) }, nil
+	}
+	dir = filepath.Join(cfg.Dir, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", nil, err
+	}
+	return dir, func() {}, nil
+}
+
+// measure fills row from loadgen's summary of a fault injected at faultAt: the counts, the series, when replies
+// resumed and when violations settled. It returns the notes that explain them.
+func measure(row *Row, sum loadSummary, faultAt time.Time, settleCrashes []string) (notes []string) {
 	row.Sent, row.OK, row.Lost = sum.Sent, sum.OK, sum.Lost
 	row.Duplicates, row.LateReplies = sum.Duplicates, sum.LateReplies
 	row.Partial, row.Dropped, row.Late, row.Errors = sum.Partial, sum.Dropped, sum.Late, sum.Errors
@@ -313,18 +303,7 @@ func runFault(ctx context.Context, cfg *Config, f Fault) (Row, error) {
 			notes = append(notes, fmt.Sprintf("after recovery: %d violations of %d requests", v, sent))
 		}
 	}
-	row.Crashes = sys.Crashes()
-	row.Notes = notes
-	if sum.FirstError != "" {
-		row.Notes = append(row.Notes, "loadgen's first error: "+sum.FirstError)
-	}
-	row.Failures = append(failures, check(cfg, f, row)...)
-	for _, judge := range sys.judges {
-		n, fails := judge(row)
-		row.Notes, row.Failures = append(row.Notes, n...), append(row.Failures, fails...)
-	}
-	row.Pass = len(row.Failures) == 0
-	return row, nil
+	return notes
 }
 
 // check holds a row to what the issue asks of every fault: nothing lost (unless the fault loses by its nature),
@@ -348,11 +327,6 @@ func check(cfg *Config, f Fault, row Row) []string {
 		fails = append(fails, fmt.Sprintf("recovery %.1f s, over %v", row.RecoveryS, cfg.MaxRecovery))
 	}
 	return fails
-}
-
-func lastLine(b []byte) []byte {
-	lines := bytes.Split(bytes.TrimSpace(b), []byte("\n"))
-	return lines[len(lines)-1]
 }
 
 // RecoveryWindow is the span, in seconds of sending, over which Recovery judges violations. At 100 requests a second,

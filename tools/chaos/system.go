@@ -245,19 +245,53 @@ func workerName(i int) string   { return fmt.Sprintf("w%02d", i+1) } // auth.Wor
 
 // startSystem starts the server, the planner, two frontends and the workers, each logging into dir.
 func startSystem(cfg *Config, dir string) (*System, error) {
+	lab, nodes, err := startServers(cfg, dir)
+	if err != nil {
+		return nil, err
+	}
+	s := &System{cfg: cfg, Server: nodes[0], Nodes: nodes, procs: map[string]*proc{}, lab: lab}
+	urls := s.URLs()
+	observer := RoleObserver
+	if _, ok := cfg.Auth.user(observer, observer); !ok {
+		observer = RoleClient
+	}
+	opts, err := cfg.Auth.options(observer, observer)
+	if err == nil {
+		// A cluster serves JetStream once it has elected its leaders; a planner started before would exit.
+		err = natsproc.WaitHealthy(nodes, 60*time.Second)
+	}
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	err = s.startServices(dir, urls)
+	if err == nil {
+		s.NC, err = nats.Connect(urls, append(opts, nats.Name("sleipnir-chaos"), nats.MaxReconnects(-1),
+			nats.ReconnectWait(100*time.Millisecond), nats.ReconnectBufSize(64<<20))...)
+	}
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// startServers starts the NATS server, or a cluster of cfg.Nodes, storing into dir; with cfg.Netns each in a
+// network namespace of the lab it returns (else nil).
+func startServers(cfg *Config, dir string) (*netLab, []*natsproc.Server, error) {
 	conf := ""
 	if cfg.Auth != nil {
 		conf = cfg.Auth.Conf
 	}
 	store := filepath.Join(dir, "jetstream")
 	if err := os.MkdirAll(store, 0o700); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var lab *netLab
 	if cfg.Netns {
 		var err error
 		if lab, err = newNetLab(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	// place puts a server in its namespace, if any.
@@ -287,23 +321,15 @@ func startSystem(cfg *Config, dir string) (*System, error) {
 		if lab != nil {
 			lab.close()
 		}
-		return nil, err
+		return nil, nil, err
 	}
-	s := &System{cfg: cfg, Server: nodes[0], Nodes: nodes, procs: map[string]*proc{}, lab: lab}
-	urls := s.URLs()
-	observer := RoleObserver
-	if _, ok := cfg.Auth.user(observer, observer); !ok {
-		observer = RoleClient
-	}
-	opts, err := cfg.Auth.options(observer, observer)
-	if err == nil {
-		// A cluster serves JetStream once it has elected its leaders; a planner started before would exit.
-		err = natsproc.WaitHealthy(nodes, 60*time.Second)
-	}
-	if err != nil {
-		s.Close()
-		return nil, err
-	}
+	return lab, nodes, nil
+}
+
+// startServices starts the planner, two frontends and the workers as processes of s, each given every server's
+// URL (urls) and logging into dir.
+func (s *System) startServices(dir, urls string) error {
+	cfg := s.cfg
 	add := func(name, role string, args ...string) error {
 		f, err := os.Create(filepath.Join(dir, name+".log"))
 		if err != nil {
@@ -319,22 +345,14 @@ func startSystem(cfg *Config, dir string) (*System, error) {
 		s.procs[name] = p
 		return p.start()
 	}
-	err = add("planner", RolePlanner, append([]string{"planner", "--pipeline", cfg.Pipeline}, cfg.PlannerArgs...)...)
+	err := add("planner", RolePlanner, append([]string{"planner", "--pipeline", cfg.Pipeline}, cfg.PlannerArgs...)...)
 	for i := 0; i < 2 && err == nil; i++ {
 		err = add(frontendName(i), RoleFrontend, "frontend", "--id", frontendName(i), "--http", "")
 	}
 	for i := 0; i < cfg.Workers && err == nil; i++ {
 		err = add(workerName(i), RoleWorker, "worker", "--id", workerName(i))
 	}
-	if err == nil {
-		s.NC, err = nats.Connect(urls, append(opts, nats.Name("sleipnir-chaos"), nats.MaxReconnects(-1),
-			nats.ReconnectWait(100*time.Millisecond), nats.ReconnectBufSize(64<<20))...)
-	}
-	if err != nil {
-		s.Close()
-		return nil, err
-	}
-	return s, nil
+	return err
 }
 
 // StartTopology starts the suite's deployment for a user, with no load and no fault: the server, or a cluster of
