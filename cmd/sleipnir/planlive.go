@@ -85,7 +85,7 @@ func printLivePlan(w io.Writer, spec *pipeline.Spec, pl *plan.Plan, measured map
 	for _, t := range spec.Tasks {
 		for vi := range t.Variants {
 			v := &t.Variants[vi]
-			hop := wire.Hop(t.Name, v.Name)
+			hop := wire.VariantKey{Task: t.Name, Variant: v.Name}.String()
 			vp := pl.Find(t.Name, v.Name)
 			if vp == nil && len(measured[hop]) == 0 && len(pl.Profiles[hop]) == 0 {
 				continue

@@ -38,7 +38,7 @@ func TestPlanLiveShowsMeasuredLatencies(t *testing.T) {
 	}
 	pl.Epoch = 7
 	vp := pl.Variants[0]
-	hop := wire.Hop(vp.Task, vp.Variant)
+	hop := wire.VariantKey{Task: vp.Task, Variant: vp.Variant}.String()
 	p1 := spec.Variant(vp.Task, vp.Variant).Profile[0]
 	measured := map[string][]wire.BatchLatency{hop: {{Batch: p1.Batch, Count: 40, P50Ms: 3 * p1.P50Ms,
 		P95Ms: 3 * p1.P95Ms}}}

@@ -37,7 +37,7 @@ func fastestHosted(spec *pipeline.Spec, p *plan.Plan, task string) float64 {
 			continue
 		}
 		ms := v.LatencyFor(1).P50Ms
-		if pts := p.Profiles[wire.Hop(task, vp.Variant)]; len(pts) > 0 {
+		if pts := p.Profiles[wire.VariantKey{Task: task, Variant: vp.Variant}.String()]; len(pts) > 0 {
 			ms = pts[0].P50Ms
 		}
 		if best == 0 || ms < best {

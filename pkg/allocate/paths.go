@@ -14,6 +14,7 @@ import (
 
 	"github.com/sleipnir-serving/sleipnir/pkg/milp"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
 // A chain is the tasks from the root to one leaf (pipeline.Spec.Chains); a tree of tasks has one per leaf, and a
@@ -129,7 +130,7 @@ func (m *model) addPath(ci int, hops []int) {
 	for i, h := range hops {
 		pa.itemsPerRequest = append(pa.itemsPerRequest, items)
 		kv := m.variants[h]
-		names[i] = kv.task + "/" + kv.variant.Name
+		names[i] = wire.VariantKey{Task: kv.task, Variant: kv.variant.Name}.String()
 		if i+1 < len(hops) {
 			items *= m.in.fanout(kv.task, kv.variant, chain[i+1])
 		}
@@ -452,7 +453,7 @@ func (m *model) hopsName(hops, batches []int) string {
 func (m *model) pathName(pa *path) string {
 	names := make([]string, len(pa.hops))
 	for i, h := range pa.hops {
-		names[i] = m.variants[h].task + "/" + m.variants[h].variant.Name
+		names[i] = wire.VariantKey{Task: m.variants[h].task, Variant: m.variants[h].variant.Name}.String()
 	}
 	return strings.Join(names, ",")
 }

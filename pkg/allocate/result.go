@@ -8,6 +8,7 @@ import (
 
 	"github.com/sleipnir-serving/sleipnir/pkg/milp"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
 // Hosted is one hosted variant of an allocation.
@@ -75,7 +76,7 @@ func (m *model) read(sol milp.Result, res *Result) {
 		for ci, chain := range m.chains {
 			names := make([]string, len(chain))
 			for i, t := range chain {
-				names[i] = t + "/" + m.in.Spec.Task(t).MostAccurate().Name
+				names[i] = wire.VariantKey{Task: t, Variant: m.in.Spec.Task(t).MostAccurate().Name}.String()
 			}
 			acc += m.chainShare[ci] * m.in.Spec.PathAccuracyOf(names)
 		}

@@ -218,7 +218,7 @@ func EnsureVariantConsumer(ctx context.Context, js jetstream.JetStream, pipeline
 	}
 	return js.CreateOrUpdateConsumer(ctx, wire.TaskStream(pipeline), jetstream.ConsumerConfig{
 		Durable:       wire.Consumer(task, variant),
-		Description:   "Sleipnir queue of variant " + task + "/" + variant + " of pipeline " + pipeline + ", shared by its replicas",
+		Description:   "Sleipnir queue of variant " + wire.VariantKey{Task: task, Variant: variant}.String() + " of pipeline " + pipeline + ", shared by its replicas",
 		FilterSubject: wire.TaskSubject(pipeline, task, variant),
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       ackWait,

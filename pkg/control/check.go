@@ -7,6 +7,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/routing"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
 // DefaultCheckTarget is the share of requests a checked plan may be predicted to miss (Config.CheckTarget).
@@ -143,7 +144,7 @@ func (c Checked) tighten(spec *pipeline.Spec, p *plan.Plan, pred Prediction, o O
 	demand *float64) (*plan.Plan, error) {
 	worst, peak := -1, 1.0
 	for i, v := range p.Variants {
-		if q := pred.Queues[v.Task+"/"+v.Variant]; q > peak && v.Replicas > 0 {
+		if q := pred.Queues[wire.VariantKey{Task: v.Task, Variant: v.Variant}.String()]; q > peak && v.Replicas > 0 {
 			worst, peak = i, q
 		}
 	}

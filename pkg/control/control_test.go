@@ -280,7 +280,7 @@ func steadyRun(t *testing.T, spec *pipeline.Spec, servers int, seconds int, rate
 			for _, c := range root.Children {
 				counts.Children[c] = uint64(poisson(rng, float64(items)*f.Mean*f.Shares[c]))
 			}
-			fan.Observe(wire.Hop(root.Name, v.Variant), counts)
+			fan.Observe(wire.VariantKey{Task: root.Name, Variant: v.Variant}.String(), counts)
 		}
 		fan.Tick()
 		o := Observed{Demand: est.Tick(now), Fanout: fan.Estimate(spec), Servers: servers, DemandWindow: est.Window(),

@@ -28,7 +28,7 @@ func TestLoopPlansWithMeasuredLatencies(t *testing.T) {
 	spec := trafficSpec(t)
 	root := &spec.Tasks[0]
 	v := root.MostAccurate()
-	hop := wire.Hop(root.Name, v.Name)
+	hop := wire.VariantKey{Task: root.Name, Variant: v.Name}.String()
 	doubled := slices.Clone(v.Profile)
 	for i := range doubled {
 		doubled[i].P50Ms *= 2

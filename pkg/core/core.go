@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -24,6 +23,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/tuner"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
 // Config tunes a Cluster. Zero values are defaults.
@@ -213,7 +213,8 @@ func (c *Cluster) seed(p *Pipeline, current *plan.Plan) {
 		p.demand.Seed(a.Estimate())
 	}
 	for hop, f := range current.Fanout { // validated against the spec by the caller
-		p.fanout.Seed(hop, f, p.Spec.Task(taskOf(hop)).Children)
+		k, _ := wire.ParseVariantKey(hop)
+		p.fanout.Seed(hop, f, p.Spec.Task(k.Task).Children)
 	}
 }
 
@@ -247,10 +248,4 @@ func (c *Cluster) showLoans() {
 	c.mu.Lock()
 	c.lentShown = shown
 	c.mu.Unlock()
-}
-
-// taskOf is the task of a "task/variant".
-func taskOf(hop string) string {
-	task, _, _ := strings.Cut(hop, "/")
-	return task
 }

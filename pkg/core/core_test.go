@@ -123,7 +123,7 @@ func TestTunerSeesRecentMessageSizes(t *testing.T) {
 	c := started(t, now, traffic(t))
 	p := c.Pipelines()[0]
 	root := p.Current().Variants[0]
-	hop := wire.Hop(root.Task, root.Variant)
+	hop := wire.VariantKey{Task: root.Task, Variant: root.Variant}.String()
 	key := "traffic:" + hop
 	beat := func(id string, items, messages uint64) {
 		c.Heartbeat(id, wire.Registration{Started: time.Unix(1, 0), Observed: map[string]wire.Observed{
@@ -132,7 +132,7 @@ func TestTunerSeesRecentMessageSizes(t *testing.T) {
 	waiting := func() float64 {
 		c.Look(now, 20, map[string]map[string]float64{"traffic": {hop: 10}})
 		for _, v := range c.tuneInput(p, 20).Variants {
-			if v.Hop == hop {
+			if v.Key == hop {
 				return v.Waiting
 			}
 		}

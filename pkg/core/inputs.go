@@ -5,7 +5,6 @@ package core
 import (
 	"fmt"
 	"math"
-	"strings"
 	"time"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/demand"
@@ -51,17 +50,18 @@ func (c *Cluster) Heartbeat(id string, reg wire.Registration, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for key, delta := range c.counters.Fold(id, reg) {
-		name, hop, found := strings.Cut(key, ":")
-		p := c.named[name]
-		if !found || p == nil {
+		served, err := wire.ParseServedKey(key)
+		p := c.named[served.Pipeline]
+		if err != nil || p == nil {
 			continue
 		}
+		hop := served.Key().String()
 		p.fanout.Observe(hop, delta.FanoutCounts)
 		c.messages.Observe(key, delta)
 		if delta.Items > 0 {
 			p.traffic.Fold(hop, delta.FanoutCounts)
 		}
-		if t := p.Spec.Task(taskOf(hop)); t != nil && delta.Items > 0 {
+		if t := p.Spec.Task(served.Task); t != nil && delta.Items > 0 {
 			for _, child := range t.Children {
 				p.tasks.Add(child, delta.Children[child])
 			}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/tuner"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
 // Looked is what one look decided.
@@ -59,8 +60,8 @@ func (c *Cluster) tuneInput(p *Pipeline, able int) tuner.Input {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	name := p.Spec.Name
-	return tuner.Observe(p.Spec, p.Current(), func(hop string) float64 {
-		return p.queues[hop] * c.messages.Of(name+":"+hop)
+	return tuner.Observe(p.Spec, p.Current(), func(k wire.VariantKey) float64 {
+		return p.queues[k.String()] * c.messages.Of(k.In(name).String())
 	}, p.Current().Servers()+c.lendable(p, able), p.demand.Estimate(), c.cfg.Control.RouteUtilization)
 }
 

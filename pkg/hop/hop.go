@@ -50,7 +50,7 @@ func NewTable(spec *pipeline.Spec, p *plan.Plan, stage *deadline.Stage, task, va
 	if p == nil {
 		return t
 	}
-	down := p.Routing.Downstream[wire.Hop(task, variant)]
+	down := p.Routing.Downstream[wire.VariantKey{Task: task, Variant: variant}.String()]
 	for c, child := range children {
 		t.routes[c] = down[child]
 		t.dests[c] = map[string]Dest{}

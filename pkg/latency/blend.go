@@ -3,7 +3,6 @@ package latency
 import (
 	"math"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
@@ -68,22 +67,21 @@ func (b *Board) Measured(spec *pipeline.Spec, now time.Time, maxAge time.Duratio
 		workers = append(workers, id)
 	}
 	slices.Sort(workers) // a fixed order of additions: the simulator's runs must not depend on map order
-	prefix := spec.Name + ":"
 	for _, id := range workers {
 		r := b.reports[id]
 		if now.Sub(r.at) > maxAge {
 			continue
 		}
 		for key, entries := range r.latency {
-			hop, ok := strings.CutPrefix(key, prefix)
-			if !ok {
+			served, err := wire.ParseServedKey(key)
+			if err != nil || served.Pipeline != spec.Name {
 				continue
 			}
-			task, variant, _ := strings.Cut(hop, "/")
-			v := spec.Variant(task, variant)
+			v := spec.Variant(served.Task, served.Variant)
 			if v == nil {
 				continue
 			}
+			hop := served.Key().String()
 			for _, e := range entries {
 				if _, ok := v.Point(e.Batch); !ok || !usable(e) {
 					continue
@@ -131,8 +129,7 @@ func usable(e wire.BatchLatency) bool {
 func Blend(spec *pipeline.Spec, measured map[string][]wire.BatchLatency) map[string][]pipeline.ProfilePoint {
 	out := map[string][]pipeline.ProfilePoint{}
 	for hop, entries := range measured {
-		task, variant, _ := strings.Cut(hop, "/")
-		v := spec.Variant(task, variant)
+		_, v := spec.Lookup(hop)
 		if v == nil || len(entries) == 0 {
 			continue
 		}
@@ -202,7 +199,7 @@ func Apply(spec *pipeline.Spec, profiles map[string][]pipeline.ProfilePoint) *pi
 		t := &c.Tasks[ti]
 		cloned := false
 		for vi := range t.Variants {
-			p, ok := profiles[wire.Hop(t.Name, t.Variants[vi].Name)]
+			p, ok := profiles[wire.VariantKey{Task: t.Name, Variant: t.Variants[vi].Name}.String()]
 			if !ok {
 				continue
 			}
@@ -225,8 +222,7 @@ func Moved(spec *pipeline.Spec, a, b map[string][]pipeline.ProfilePoint, thresho
 // slower (relative), or faster by more than faster.
 func MovedBy(spec *pipeline.Spec, a, b map[string][]pipeline.ProfilePoint, slower, faster float64) bool {
 	differs := func(hop string) bool {
-		task, variant, _ := strings.Cut(hop, "/")
-		v := spec.Variant(task, variant)
+		_, v := spec.Lookup(hop)
 		if v == nil {
 			return false
 		}

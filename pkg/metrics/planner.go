@@ -1,12 +1,12 @@
 package metrics
 
 import (
-	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
 // QueueDepth is what waits at one variant's consumer.
@@ -156,9 +156,9 @@ func (m *Planner) Plan(pl *plan.Plan) {
 		m.replicas.WithLabelValues(p, v.Task, v.Variant).Set(float64(v.Replicas))
 		m.maxBatch.WithLabelValues(p, v.Task, v.Variant).Set(float64(v.MaxBatch))
 	}
-	for hop, f := range pl.Fanout {
-		if t, v, ok := strings.Cut(hop, "/"); ok {
-			m.fanout.WithLabelValues(p, t, v).Set(f.Mean)
+	for key, f := range pl.Fanout {
+		if k, err := wire.ParseVariantKey(key); err == nil {
+			m.fanout.WithLabelValues(p, k.Task, k.Variant).Set(f.Mean)
 		}
 	}
 }
@@ -189,9 +189,12 @@ func (m *Planner) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(m.failingD, prometheus.GaugeValue, float64(st.FailingWorkers))
 	for p, lent := range st.Lent {
-		for hop, n := range lent {
-			task, variant, _ := strings.Cut(hop, "/")
-			ch <- prometheus.MustNewConstMetric(m.lentD, prometheus.GaugeValue, float64(n), p, task, variant)
+		for key, n := range lent {
+			k, err := wire.ParseVariantKey(key)
+			if err != nil {
+				continue
+			}
+			ch <- prometheus.MustNewConstMetric(m.lentD, prometheus.GaugeValue, float64(n), p, k.Task, k.Variant)
 		}
 	}
 	for _, q := range st.Queues {

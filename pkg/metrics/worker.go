@@ -109,22 +109,13 @@ func (m *Worker) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// variantKey is a variant's labels.
-type variantKey struct{ pipeline, task, variant string }
-
-// parseServed splits "pipeline:task/variant"; ok is false for anything else.
-func parseServed(s string) (variantKey, bool) {
-	p, t, v, ok := wire.ParseServedKey(s)
-	return variantKey{p, t, v}, ok
-}
-
 // Collect implements prometheus.Collector: the sources' counters summed per variant.
 func (m *Worker) Collect(ch chan<- prometheus.Metric) {
 	m.mu.Lock()
 	sources := append([]WorkerSource(nil), m.sources...)
 	m.mu.Unlock()
-	obs := map[variantKey]*wire.Observed{}
-	serving := map[variantKey]int{}
+	obs := map[wire.ServedKey]*wire.Observed{}
+	serving := map[wire.ServedKey]int{}
 	var failed, discarded, returned uint64
 	setAside := map[string]uint64{}
 	idle, failing := 0, 0
@@ -136,7 +127,7 @@ func (m *Worker) Collect(ch chan<- prometheus.Metric) {
 		failed += st.Failed
 		discarded += st.Discarded
 		returned += st.Returned
-		if k, ok := parseServed(s.Serving()); ok {
+		if k, err := wire.ParseServedKey(s.Serving()); err == nil {
 			serving[k]++
 		} else if s.Failing() != nil {
 			failing++
@@ -144,8 +135,8 @@ func (m *Worker) Collect(ch chan<- prometheus.Metric) {
 			idle++
 		}
 		for key, o := range s.Observations() {
-			k, ok := parseServed(key)
-			if !ok {
+			k, err := wire.ParseServedKey(key)
+			if err != nil {
 				continue
 			}
 			sum := obs[k]
@@ -168,21 +159,21 @@ func (m *Worker) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
 	for k, o := range obs {
-		counter(m.items, o.Items, k.pipeline, k.task, k.variant)
-		counter(m.batches, o.Batches, k.pipeline, k.task, k.variant)
-		counter(m.rerouted, o.Rerouted, k.pipeline, k.task, k.variant)
+		counter(m.items, o.Items, k.Pipeline, k.Task, k.Variant)
+		counter(m.batches, o.Batches, k.Pipeline, k.Task, k.Variant)
+		counter(m.rerouted, o.Rerouted, k.Pipeline, k.Task, k.Variant)
 		for _, r := range wire.DropReasons {
-			counter(m.dropped, o.Dropped[r], k.pipeline, k.task, k.variant, r)
+			counter(m.dropped, o.Dropped[r], k.Pipeline, k.Task, k.Variant, r)
 		}
 		for c, n := range o.Children {
-			counter(m.subrequests, n, k.pipeline, k.task, k.variant, c)
+			counter(m.subrequests, n, k.Pipeline, k.Task, k.Variant, c)
 		}
 		if _, ok := serving[k]; !ok {
 			serving[k] = 0
 		}
 	}
 	for k, n := range serving {
-		ch <- prometheus.MustNewConstMetric(m.serving, prometheus.GaugeValue, float64(n), k.pipeline, k.task, k.variant)
+		ch <- prometheus.MustNewConstMetric(m.serving, prometheus.GaugeValue, float64(n), k.Pipeline, k.Task, k.Variant)
 	}
 	counter(m.failed, failed)
 	counter(m.discarded, discarded)

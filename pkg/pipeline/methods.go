@@ -1,6 +1,10 @@
 package pipeline
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
 
 // Root is the task no other task lists as a child.
 func (s *Spec) Root() *Task {
@@ -26,6 +30,20 @@ func (s *Spec) Task(name string) *Task {
 		}
 	}
 	return nil
+}
+
+// Lookup finds the variant a "task/variant" key names (wire.VariantKey), and its task: nil, nil when the key is
+// malformed or s has no such variant.
+func (s *Spec) Lookup(key string) (*Task, *Variant) {
+	k, err := wire.ParseVariantKey(key)
+	if err != nil {
+		return nil, nil
+	}
+	v := s.Variant(k.Task, k.Variant)
+	if v == nil {
+		return nil, nil
+	}
+	return s.Task(k.Task), v
 }
 
 // Variant returns a task's named variant, or nil.
@@ -89,7 +107,7 @@ func (s *Spec) Paths() [][]string {
 			var next [][]string
 			for _, p := range paths {
 				for _, v := range s.Task(task).Variants {
-					next = append(next, append(append([]string(nil), p...), task+"/"+v.Name))
+					next = append(next, append(append([]string(nil), p...), wire.VariantKey{Task: task, Variant: v.Name}.String()))
 				}
 			}
 			paths = next
@@ -109,9 +127,8 @@ func (s *Spec) PathAccuracyOf(path []string) float64 {
 		}
 	}
 	acc := 1.0
-	for _, hop := range path {
-		task, variant, _ := strings.Cut(hop, "/")
-		v := s.Variant(task, variant)
+	for _, key := range path {
+		_, v := s.Lookup(key)
 		if v == nil {
 			return 0
 		}
@@ -181,7 +198,7 @@ func (f Fanout) Share(child string, children []string) float64 {
 // planner's estimates) when it has v, otherwise v's profile's; nil for a variant of a leaf task. The allocation and
 // the routing both read factors through it (and Share).
 func (t *Task) FanoutOf(v *Variant, measured map[string]Fanout) *Fanout {
-	if m, ok := measured[t.Name+"/"+v.Name]; ok {
+	if m, ok := measured[wire.VariantKey{Task: t.Name, Variant: v.Name}.String()]; ok {
 		return &m
 	}
 	return v.Fanout

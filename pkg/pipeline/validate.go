@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"strings"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
 // validate checks what the schema cannot express. Every problem is reported, in the order of the spec's fields.
@@ -154,7 +156,7 @@ func (s *Spec) validateVariants(batches []int, allowed map[int]bool, add func(st
 // batch_sizes.
 func (s *Spec) validateAllocation(tasks map[string]int, batches []int, allowed map[int]bool,
 	add func(string, string, ...any)) {
-	placed := map[string]int{}
+	placed := map[wire.VariantKey]int{}
 	for i, a := range s.Allocation {
 		p := fmt.Sprintf("allocation[%d]", i)
 		ti, ok := tasks[a.Task]
@@ -168,7 +170,7 @@ func (s *Spec) validateAllocation(tasks map[string]int, batches []int, allowed m
 		if !allowed[a.MaxBatch] {
 			add(p+".max_batch", "%d is not in batch_sizes %v", a.MaxBatch, batches)
 		}
-		key := a.Task + "/" + a.Variant
+		key := wire.VariantKey{Task: a.Task, Variant: a.Variant}
 		if j, dup := placed[key]; dup {
 			add(p, "%s is also allocation[%d]", key, j)
 		}
@@ -303,9 +305,14 @@ func (s *Spec) validatePath(path []string, at string, roots []string, add func(s
 		return
 	}
 	expect := []string{roots[0]}
-	for k, hop := range path {
-		task, variant, _ := strings.Cut(hop, "/")
+	for k, entry := range path {
 		p := fmt.Sprintf("%s[%d]", at, k)
+		key, err := wire.ParseVariantKey(entry)
+		if err != nil { // the schema's pattern catches it in a file; a Spec built in code may not have met it
+			add(p, "%v", err)
+			return
+		}
+		task, variant := key.Task, key.Variant
 		t := s.Task(task)
 		switch {
 		case !contains(expect, task):

@@ -277,11 +277,11 @@ type Assignment struct {
 // Idle reports whether the assignment leaves the worker without work.
 func (a Assignment) Idle() bool { return a.Variant == "" }
 
-// Hop is the assignment's "task/variant".
-func (a Assignment) Hop() string { return wire.Hop(a.Task, a.Variant) }
+// Key is the assignment's variant within its pipeline ("task/variant").
+func (a Assignment) Key() wire.VariantKey { return wire.VariantKey{Task: a.Task, Variant: a.Variant} }
 
-// Served is the assignment's variant as heartbeats name it ("pipeline:task/variant"; wire.ServedKey).
-func (a Assignment) Served() string { return wire.ServedKey(a.Pipeline, a.Task, a.Variant) }
+// Served is the assignment's variant as heartbeats name it ("pipeline:task/variant").
+func (a Assignment) Served() wire.ServedKey { return a.Key().In(a.Pipeline) }
 
 // Assign gives the replicas of the plans to workers, changing as few assignments as possible: a worker keeps its
 // variant while its plan still hosts enough replicas of it; the replicas left are filled, in plan order, from idle
@@ -290,12 +290,11 @@ func (a Assignment) Served() string { return wire.ServedKey(a.Pipeline, a.Task, 
 func Assign(plans []*Plan, workers []string, prev map[string]Assignment) (next map[string]Assignment, unplaced int) {
 	workers = append([]string(nil), workers...)
 	sort.Strings(workers)
-	type key struct{ pipeline, hop string }
-	want := map[key]int{} // replicas still to place
-	byKey := map[key]*Plan{}
+	want := map[wire.ServedKey]int{} // replicas still to place
+	byKey := map[wire.ServedKey]*Plan{}
 	for _, p := range plans {
 		for _, v := range p.Variants {
-			k := key{p.Pipeline, wire.Hop(v.Task, v.Variant)}
+			k := wire.VariantKey{Task: v.Task, Variant: v.Variant}.In(p.Pipeline)
 			want[k] += v.Replicas
 			byKey[k] = p
 		}
@@ -304,7 +303,7 @@ func Assign(plans []*Plan, workers []string, prev map[string]Assignment) (next m
 	var free []string
 	for _, w := range workers {
 		old, ok := prev[w]
-		k := key{old.Pipeline, old.Hop()}
+		k := old.Served()
 		if ok && !old.Idle() && want[k] > 0 {
 			want[k]--
 			p := byKey[k]
@@ -315,7 +314,7 @@ func Assign(plans []*Plan, workers []string, prev map[string]Assignment) (next m
 	}
 	for _, p := range plans {
 		for _, v := range p.Variants {
-			k := key{p.Pipeline, wire.Hop(v.Task, v.Variant)}
+			k := wire.VariantKey{Task: v.Task, Variant: v.Variant}.In(p.Pipeline)
 			for want[k] > 0 && len(free) > 0 {
 				next[free[0]] = assignmentFor(p, free[0], p.Find(v.Task, v.Variant))
 				free = free[1:]

@@ -32,7 +32,7 @@ func count(next map[string]Assignment) map[string]int {
 		if a.Idle() {
 			c["idle"]++
 		} else {
-			c[a.Pipeline+":"+a.Hop()]++
+			c[a.Served().String()]++
 		}
 	}
 	return c
@@ -84,10 +84,10 @@ func TestAssignKeepsWorkersInPlace(t *testing.T) {
 	third, _ := Assign([]*Plan{p2}, workers(6)[1:], second)
 	moved := 0
 	for w, a := range third {
-		if second[w].Hop() != a.Hop() {
+		if second[w].Key() != a.Key() {
 			moved++
 			if !second[w].Idle() {
-				t.Errorf("busy worker %s was moved from %s to %s", w, second[w].Hop(), a.Hop())
+				t.Errorf("busy worker %s was moved from %s to %s", w, second[w].Key(), a.Key())
 			}
 		}
 	}
@@ -99,7 +99,7 @@ func TestAssignKeepsWorkersInPlace(t *testing.T) {
 func changed(a, b map[string]Assignment) int {
 	n := 0
 	for w := range b {
-		if a[w].Hop() != b[w].Hop() {
+		if a[w].Key() != b[w].Key() {
 			n++
 		}
 	}

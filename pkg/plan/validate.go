@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
@@ -58,25 +57,25 @@ func (p *Plan) Validate(spec *pipeline.Spec) error {
 // checkVariants checks the hosted variants: the spec's, once each, with a sane number of replicas, at one of its batch
 // sizes.
 func (p *Plan) checkVariants(spec *pipeline.Spec) error {
-	seen := map[string]bool{}
+	seen := map[wire.VariantKey]bool{}
 	for _, v := range p.Variants {
-		hop := wire.Hop(v.Task, v.Variant)
+		key := wire.VariantKey{Task: v.Task, Variant: v.Variant}
 		if spec.Variant(v.Task, v.Variant) == nil {
-			return fmt.Errorf("hosts %s, which the pipeline does not have", hop)
+			return fmt.Errorf("hosts %s, which the pipeline does not have", key)
 		}
-		if seen[hop] {
-			return fmt.Errorf("hosts %s twice", hop)
+		if seen[key] {
+			return fmt.Errorf("hosts %s twice", key)
 		}
-		seen[hop] = true
+		seen[key] = true
 		if v.Replicas < 1 || v.Replicas > maxReplicas {
-			return fmt.Errorf("%s: %d replicas", hop, v.Replicas)
+			return fmt.Errorf("%s: %d replicas", key, v.Replicas)
 		}
 		if !slices.Contains(spec.BatchSizes, v.MaxBatch) {
-			return fmt.Errorf("%s: max batch %d is not one of the pipeline's batch sizes %v", hop, v.MaxBatch,
+			return fmt.Errorf("%s: max batch %d is not one of the pipeline's batch sizes %v", key, v.MaxBatch,
 				spec.BatchSizes)
 		}
 		if !finiteNonNegative(v.BudgetMs) || !finiteNonNegative(v.CapacityQPS) {
-			return fmt.Errorf("%s: budget %v ms, capacity %v QPS", hop, v.BudgetMs, v.CapacityQPS)
+			return fmt.Errorf("%s: budget %v ms, capacity %v QPS", key, v.BudgetMs, v.CapacityQPS)
 		}
 	}
 	return nil
@@ -92,28 +91,28 @@ func (p *Plan) checkRouting(spec *pipeline.Spec) error {
 	if err := p.checkRoutes(spec, root, p.Routing.Root); err != nil {
 		return fmt.Errorf("root routing: %w", err)
 	}
-	for hop, tables := range p.Routing.Downstream {
-		t := hopTask(spec, hop)
+	for key, tables := range p.Routing.Downstream {
+		t, _ := spec.Lookup(key)
 		if t == nil {
-			return fmt.Errorf("routing from %q, which the pipeline does not have", hop)
+			return fmt.Errorf("routing from %q, which the pipeline does not have", key)
 		}
 		for child, routes := range tables {
 			if !slices.Contains(t.Children, child) {
-				return fmt.Errorf("routing from %s to %q, which is not a child task of %s", hop, child, t.Name)
+				return fmt.Errorf("routing from %s to %q, which is not a child task of %s", key, child, t.Name)
 			}
 			if err := p.checkRoutes(spec, child, routes); err != nil {
-				return fmt.Errorf("routing from %s to %s: %w", hop, child, err)
+				return fmt.Errorf("routing from %s to %s: %w", key, child, err)
 			}
 		}
 	}
 	for task, backups := range p.Routing.Backup {
 		for _, b := range backups {
 			if !p.Hosts(task, b.Variant) {
-				return fmt.Errorf("backup %s is not hosted", wire.Hop(task, b.Variant))
+				return fmt.Errorf("backup %s is not hosted", wire.VariantKey{Task: task, Variant: b.Variant}.String())
 			}
 			if !finiteNonNegative(b.LeftoverQPS) || !finiteNonNegative(b.LatencyMs) || !finiteNonNegative(b.Accuracy) {
 				return fmt.Errorf("backup %s: leftover %v QPS, latency %v ms, accuracy %v",
-					wire.Hop(task, b.Variant), b.LeftoverQPS, b.LatencyMs, b.Accuracy)
+					wire.VariantKey{Task: task, Variant: b.Variant}.String(), b.LeftoverQPS, b.LatencyMs, b.Accuracy)
 			}
 		}
 	}
@@ -123,33 +122,32 @@ func (p *Plan) checkRouting(spec *pipeline.Spec) error {
 // checkFactors checks the measured factors a plan carries: the multiplicative factors and latency profiles of the
 // spec's variants.
 func (p *Plan) checkFactors(spec *pipeline.Spec) error {
-	for hop, f := range p.Fanout {
-		t := hopTask(spec, hop)
+	for key, f := range p.Fanout {
+		t, _ := spec.Lookup(key)
 		if t == nil {
-			return fmt.Errorf("multiplicative factor of %q, which the pipeline does not have", hop)
+			return fmt.Errorf("multiplicative factor of %q, which the pipeline does not have", key)
 		}
 		if !finiteNonNegative(f.Mean) {
-			return fmt.Errorf("multiplicative factor of %s: mean %v", hop, f.Mean)
+			return fmt.Errorf("multiplicative factor of %s: mean %v", key, f.Mean)
 		}
 		for child, share := range f.Shares {
 			if !slices.Contains(t.Children, child) || !finiteNonNegative(share) || share > 1 {
-				return fmt.Errorf("multiplicative factor of %s: share %v to %q", hop, share, child)
+				return fmt.Errorf("multiplicative factor of %s: share %v to %q", key, share, child)
 			}
 		}
 	}
-	for hop, points := range p.Profiles {
-		task, variant, _ := strings.Cut(hop, "/")
-		v := spec.Variant(task, variant)
+	for key, points := range p.Profiles {
+		_, v := spec.Lookup(key)
 		if v == nil {
-			return fmt.Errorf("latency profile of %q, which the pipeline does not have", hop)
+			return fmt.Errorf("latency profile of %q, which the pipeline does not have", key)
 		}
 		if len(points) != len(v.Profile) {
-			return fmt.Errorf("latency profile of %s: %d points, the spec's %d", hop, len(points), len(v.Profile))
+			return fmt.Errorf("latency profile of %s: %d points, the spec's %d", key, len(points), len(v.Profile))
 		}
 		for i, pt := range points {
 			if pt.Batch != v.Profile[i].Batch || !finiteNonNegative(pt.P50Ms) || pt.P50Ms == 0 ||
 				!finiteNonNegative(pt.P95Ms) || !finiteNonNegative(pt.P99Ms) {
-				return fmt.Errorf("latency profile of %s: point %+v", hop, pt)
+				return fmt.Errorf("latency profile of %s: point %+v", key, pt)
 			}
 		}
 	}
@@ -180,7 +178,7 @@ func (p *Plan) checkRoutes(spec *pipeline.Spec, task string, routes []Route) err
 	sum := 0.0
 	for _, r := range routes {
 		if spec.Variant(task, r.Variant) == nil || !p.Hosts(task, r.Variant) {
-			return fmt.Errorf("routes to %s, which the plan does not host", wire.Hop(task, r.Variant))
+			return fmt.Errorf("routes to %s, which the plan does not host", wire.VariantKey{Task: task, Variant: r.Variant}.String())
 		}
 		if !finiteNonNegative(r.Prob) || r.Prob > 1+probTolerance {
 			return fmt.Errorf("probability %v for %s", r.Prob, r.Variant)
@@ -191,15 +189,6 @@ func (p *Plan) checkRoutes(spec *pipeline.Spec, task string, routes []Route) err
 		return fmt.Errorf("probabilities sum to %v, not 1", sum)
 	}
 	return nil
-}
-
-// hopTask is the task of hop, "task/variant", when spec has that variant; nil otherwise.
-func hopTask(spec *pipeline.Spec, hop string) *pipeline.Task {
-	task, variant, ok := strings.Cut(hop, "/")
-	if !ok || spec.Variant(task, variant) == nil {
-		return nil
-	}
-	return spec.Task(task)
 }
 
 func finiteNonNegative(v float64) bool { return v >= 0 && !math.IsInf(v, 1) }
@@ -219,21 +208,21 @@ func (a Assignment) Validate(worker string, spec *pipeline.Spec, p *Plan) error 
 		return fmt.Errorf("%w: pipeline %q", ErrNoPlan, a.Pipeline)
 	}
 	if spec.Variant(a.Task, a.Variant) == nil {
-		return fmt.Errorf("pipeline %s has no variant %s", a.Pipeline, a.Hop())
+		return fmt.Errorf("pipeline %s has no variant %s", a.Pipeline, a.Key())
 	}
 	if a.MaxBatch < 1 || !slices.Contains(spec.BatchSizes, a.MaxBatch) {
-		return fmt.Errorf("%s: max batch %d is not one of the pipeline's batch sizes %v", a.Hop(), a.MaxBatch,
+		return fmt.Errorf("%s: max batch %d is not one of the pipeline's batch sizes %v", a.Key(), a.MaxBatch,
 			spec.BatchSizes)
 	}
 	if !finiteNonNegative(a.BudgetMs) {
-		return fmt.Errorf("%s: budget %v ms", a.Hop(), a.BudgetMs)
+		return fmt.Errorf("%s: budget %v ms", a.Key(), a.BudgetMs)
 	}
 	if a.Epoch != p.Epoch {
 		return fmt.Errorf("%w: assignment of epoch %d, plan of epoch %d", ErrEpoch, a.Epoch, p.Epoch)
 	}
 	vp := p.Find(a.Task, a.Variant)
 	if vp == nil || vp.Replicas < 1 || vp.MaxBatch != a.MaxBatch {
-		return fmt.Errorf("the plan of epoch %d does not host %s at max batch %d", p.Epoch, a.Hop(), a.MaxBatch)
+		return fmt.Errorf("the plan of epoch %d does not host %s at max batch %d", p.Epoch, a.Key(), a.MaxBatch)
 	}
 	return nil
 }
@@ -268,8 +257,7 @@ func ValidateRegistration(id string, r wire.Registration, stored time.Time) erro
 		return fmt.Errorf("heartbeat %d", r.Heartbeat)
 	}
 	if f := r.Failing; f != nil {
-		p, t, v, ok := wire.ParseServedKey(f.Variant)
-		if !ok || !wire.ValidName(p) || !wire.ValidName(t) || !wire.ValidName(v) {
+		if _, err := wire.ParseServedKey(f.Variant); err != nil {
 			return fmt.Errorf("failing variant %q: want pipeline:task/variant", f.Variant)
 		}
 		if len(f.Reason) > wire.MaxFailureReason || f.Attempts < 1 || f.Since.IsZero() || f.Since.After(r.Updated) {

@@ -93,19 +93,19 @@ func TestValidatePlan(t *testing.T) {
 		}},
 		{"latency profile with too few points", "latency profile", func(p *plan.Plan) {
 			v := p.Variants[0]
-			p.Profiles = map[string][]pipeline.ProfilePoint{wire.Hop(v.Task, v.Variant): {{Batch: 1, P50Ms: 1}}}
+			p.Profiles = map[string][]pipeline.ProfilePoint{wire.VariantKey{Task: v.Task, Variant: v.Variant}.String(): {{Batch: 1, P50Ms: 1}}}
 		}},
 		{"latency profile of a zero p50", "latency profile", func(p *plan.Plan) {
 			v := p.Variants[0]
 			points := append([]pipeline.ProfilePoint(nil), spec.Variant(v.Task, v.Variant).Profile...)
 			points[1].P50Ms = 0
-			p.Profiles = map[string][]pipeline.ProfilePoint{wire.Hop(v.Task, v.Variant): points}
+			p.Profiles = map[string][]pipeline.ProfilePoint{wire.VariantKey{Task: v.Task, Variant: v.Variant}.String(): points}
 		}},
 		{"latency profile of NaN", "latency profile", func(p *plan.Plan) {
 			v := p.Variants[0]
 			points := append([]pipeline.ProfilePoint(nil), spec.Variant(v.Task, v.Variant).Profile...)
 			points[0].P95Ms = math.NaN()
-			p.Profiles = map[string][]pipeline.ProfilePoint{wire.Hop(v.Task, v.Variant): points}
+			p.Profiles = map[string][]pipeline.ProfilePoint{wire.VariantKey{Task: v.Task, Variant: v.Variant}.String(): points}
 		}},
 	} {
 		p := clone(t, good)

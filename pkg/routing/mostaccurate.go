@@ -89,7 +89,7 @@ func hostedByAccuracy(in Input, util float64) (hosted map[string][]candidate, le
 		if v == nil {
 			continue
 		}
-		hop := wire.Hop(vp.Task, vp.Variant)
+		hop := wire.VariantKey{Task: vp.Task, Variant: vp.Variant}.String()
 		hosted[vp.Task] = append(hosted[vp.Task], candidate{hop: hop, name: vp.Variant, variant: v, plan: vp})
 		left[hop] += vp.CapacityQPS * util
 	}
@@ -114,7 +114,7 @@ func addUnhostedTables(spec *pipeline.Spec, downstream map[string]map[string][]p
 			continue
 		}
 		for _, v := range t.Variants {
-			hop := wire.Hop(t.Name, v.Name)
+			hop := wire.VariantKey{Task: t.Name, Variant: v.Name}.String()
 			if _, ok := downstream[hop]; ok {
 				continue
 			}

@@ -38,7 +38,7 @@ func CapacityProportional(in Input) plan.Routing {
 			tables[c] = table(c)
 		}
 		for _, v := range t.Variants {
-			r.Downstream[wire.Hop(t.Name, v.Name)] = tables
+			r.Downstream[wire.VariantKey{Task: t.Name, Variant: v.Name}.String()] = tables
 		}
 	}
 	return r

@@ -110,7 +110,7 @@ func (c Checker) replicate(spec *pipeline.Spec, p *plan.Plan, o control.Observed
 	}
 	s.run()
 	pp := s.pipes[0]
-	for _, h := range s.hops {
+	for _, h := range s.queues {
 		if vp := p.Find(pp.tasks[h.task], h.variant.Name); vp != nil && vp.Replicas > 0 && vp.MaxBatch > 0 {
 			queues[h.name] = max(queues[h.name], h.peak/float64(vp.Replicas*vp.MaxBatch))
 		}
@@ -147,7 +147,7 @@ func (s *sim) fix(p *plan.Plan, o control.Observed) error {
 	s.assignWorkers()
 	s.loaded = false
 	if o.Traffic != nil {
-		for _, h := range s.hops {
+		for _, h := range s.queues {
 			if d, ok := o.Traffic.SubRequests[h.name]; ok && len(h.children) > 0 {
 				h.draw = &d
 			}
@@ -162,7 +162,7 @@ func (s *sim) fix(p *plan.Plan, o control.Observed) error {
 
 // subRequests draws how many sub-requests an item of h emits: from the observed distribution in a check, else as
 // the variant's emulated executor does; the heartbeat's histogram counts it.
-func (s *sim) subRequests(h *hop) int {
+func (s *sim) subRequests(h *variantQueue) int {
 	var k int
 	if d := h.draw; d != nil {
 		u := s.rng.Float64()

@@ -27,10 +27,10 @@ func TestServersDecideForThemselves(t *testing.T) {
 	checked := 0
 	for i := range s.servers {
 		sv := &s.servers[i]
-		if sv.hop < 0 {
+		if sv.queue < 0 {
 			continue
 		}
-		h := s.hops[sv.hop]
+		h := s.queues[sv.queue]
 		p := h.pipe
 		task := p.tasks[h.task]
 		own := deadline.NewStage(spec, p.plan, p.system.Policy, task, h.variant.Name, h.budget, 1)

@@ -8,7 +8,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/admission"
 	"github.com/sleipnir-serving/sleipnir/pkg/batching"
 	"github.com/sleipnir-serving/sleipnir/pkg/completion"
-	hopstep "github.com/sleipnir-serving/sleipnir/pkg/hop"
+	"github.com/sleipnir-serving/sleipnir/pkg/hop"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
@@ -35,20 +35,20 @@ func (s *sim) arrive(p *pipe) {
 	r := &request{pipe: p, arrival: s.now, due: s.now + p.slo, second: sec, pending: 1}
 	s.inFlight++
 	v := plan.Pick(p.plan.Routing.Root, s.rng.Float64())
-	h, ok := p.hopIdx[p.spec.Root().Name][v]
+	h, ok := p.queueIdx[p.spec.Root().Name][v]
 	if !ok { // no root variant hosted: the frontend's publish has nowhere to go
 		r.pending = 0
 		r.dropped++
 		s.finish(r, s.now)
 		return
 	}
-	s.push(event{at: s.now + p.comm, kind: evDeliver, hop: h,
+	s.push(event{at: s.now + p.comm, kind: evDeliver, target: h,
 		msg: &message{req: r, items: 1, den: 1, node: 0}})
 }
 
 // deliver puts a message in its variant's queue, and hands it to an idle replica if there is one.
 func (s *sim) deliver(hi int, m *message) {
-	h := s.hops[hi]
+	h := s.queues[hi]
 	m.enqueued = s.now
 	h.queue = append(h.queue, m)
 	h.load += float64(m.items)
@@ -71,10 +71,10 @@ func (s *sim) takeAll(ms []*message, take func(*message) bool) []*message {
 	return nil
 }
 
-func (h *hop) pending() int { return len(h.queue) - h.head }
+func (h *variantQueue) pending() int { return len(h.queue) - h.head }
 
 // deliver is the queue's first message delivered to a replica.
-func (h *hop) deliver() *message {
+func (h *variantQueue) deliver() *message {
 	h.inService++
 	m := h.queue[h.head]
 	m.delivered++
@@ -92,7 +92,7 @@ func (h *hop) deliver() *message {
 // handBack puts messages a server took back at the head of the queue, in order: they did not fit its batch, or it
 // carried them and leaves the variant (the live worker naks them, and JetStream delivers them again before newer
 // ones).
-func (h *hop) handBack(ms []*message) {
+func (h *variantQueue) handBack(ms []*message) {
 	if len(ms) == 0 {
 		return
 	}
@@ -109,14 +109,14 @@ func (h *hop) handBack(ms []*message) {
 // idle makes a server that has nothing running take work, or wait for it.
 func (s *sim) idle(srv int) {
 	sv := &s.servers[srv]
-	if sv.hop < 0 || sv.busy || sv.swapping {
+	if sv.queue < 0 || sv.busy || sv.swapping {
 		return
 	}
-	if len(sv.carried) > 0 || s.hops[sv.hop].pending() > 0 {
+	if len(sv.carried) > 0 || s.queues[sv.queue].pending() > 0 {
 		s.startBatch(srv)
 		return
 	}
-	h := s.hops[sv.hop]
+	h := s.queues[sv.queue]
 	h.free = append(h.free, int32(srv))
 }
 
@@ -126,7 +126,7 @@ func (s *sim) idle(srv int) {
 // execute the rest in model batches.
 func (s *sim) startBatch(srv int) {
 	sv := &s.servers[srv]
-	h := s.hops[sv.hop]
+	h := s.queues[sv.queue]
 	now := s.time()
 	taken := 0
 	take := func(m *message) bool {
@@ -181,7 +181,7 @@ func (s *sim) startBatch(srv int) {
 // groups and splits them; leaves and drops are reported to the frontend.
 func (s *sim) batchDone(srv int) {
 	sv := &s.servers[srv]
-	h := s.hops[sv.hop]
+	h := s.queues[sv.queue]
 	h.inService -= len(sv.batch)
 	p := h.pipe
 	for _, m := range sv.batch {
@@ -195,8 +195,8 @@ func (s *sim) batchDone(srv int) {
 		p.hopsDone += int64(m.items)
 		h.items += uint64(m.items)
 		h.messages++
-		node := p.trie.child(m.node, sv.hop)
-		when := hopstep.When{Now: s.time(), AtTask: time.Duration(s.now - m.enqueued),
+		node := p.trie.child(m.node, sv.queue)
+		when := hop.When{Now: s.time(), AtTask: time.Duration(s.now - m.enqueued),
 			Left: time.Duration(r.due - s.now)}
 		for range m.items {
 			k := s.subRequests(h)
@@ -207,7 +207,7 @@ func (s *sim) batchDone(srv int) {
 				s.children = append(s.children, c)
 				s.routeDraws.draws = append(s.routeDraws.draws, s.rng.Uint64(), s.rng.Uint64())
 			}
-			out, err := s.step.Step(sv.table, hopstep.Item{Den: m.den, Children: s.children}, when, s.routeRand)
+			out, err := s.step.Step(sv.table, hop.Item{Den: m.den, Children: s.children}, when, s.routeRand)
 			if err != nil || k == 0 {
 				if err != nil { // a failed leaf
 					r.dropped++
@@ -224,7 +224,7 @@ func (s *sim) batchDone(srv int) {
 				s.leaves(r, 1)
 			}
 			for _, msg := range out.Messages {
-				s.push(event{at: s.now + p.comm, kind: evDeliver, hop: p.hopIdx[h.children[msg.Child]][msg.Variant],
+				s.push(event{at: s.now + p.comm, kind: evDeliver, target: p.queueIdx[h.children[msg.Child]][msg.Variant],
 					msg: &message{req: r, items: len(msg.Subs), den: out.Den, node: node}})
 			}
 		}

@@ -9,7 +9,7 @@ import (
 
 // measure is worker srv measuring a model batch of n items of h that took d and ends end after now, as a live
 // worker does (pkg/latency.Window); nothing when the planner plans with the profiles alone.
-func (s *sim) measure(srv int, h *hop, n int, d, end time.Duration) {
+func (s *sim) measure(srv int, h *variantQueue, n int, d, end time.Duration) {
 	if s.cfg.Control.ProfilesOnly {
 		return
 	}
@@ -27,7 +27,7 @@ const reportMaxAge = 5 * time.Second
 // latencies are a worker's heartbeat of the latencies it measured (pkg/latency.Window), per variant.
 func (s *sim) latencies(w *latency.Window, now time.Time) map[string]wire.Observed {
 	obs := map[string]wire.Observed{}
-	for _, h := range s.hops {
+	for _, h := range s.queues {
 		if l := w.Summary(h.key, now); l != nil {
 			obs[h.key] = wire.Observed{Latency: l}
 		}

@@ -53,34 +53,34 @@ func (h *eventHeap) pop() event {
 // pathTrie numbers the paths of variants from the root (node 0 is the empty path) and caches each one's end-to-end
 // accuracy (spec.PathAccuracyOf), so an item carries a node number instead of its path.
 type pathTrie struct {
-	spec  *pipeline.Spec
-	hops  []*hop
-	next  [][]int32 // node -> hop -> child node (0: not yet numbered)
-	path  [][]string
-	acc   []float64
-	known []bool
+	spec   *pipeline.Spec
+	queues []*variantQueue
+	next   [][]int32 // node -> variant queue -> child node (0: not yet numbered)
+	path   [][]string
+	acc    []float64
+	known  []bool
 }
 
-func newPathTrie(spec *pipeline.Spec, hops []*hop) pathTrie {
-	t := pathTrie{spec: spec, hops: hops}
+func newPathTrie(spec *pipeline.Spec, queues []*variantQueue) pathTrie {
+	t := pathTrie{spec: spec, queues: queues}
 	t.add(nil)
 	return t
 }
 
 func (t *pathTrie) add(path []string) int32 {
-	t.next = append(t.next, make([]int32, len(t.hops)))
+	t.next = append(t.next, make([]int32, len(t.queues)))
 	t.path = append(t.path, path)
 	t.acc = append(t.acc, 0)
 	t.known = append(t.known, false)
 	return int32(len(t.next) - 1)
 }
 
-// child is the node of node's path followed by hop h.
+// child is the node of node's path followed by variant queue h.
 func (t *pathTrie) child(node int32, h int32) int32 {
 	if c := t.next[node][h]; c != 0 {
 		return c
 	}
-	p := append(append([]string(nil), t.path[node]...), t.hops[h].name)
+	p := append(append([]string(nil), t.path[node]...), t.queues[h].name)
 	c := t.add(p)
 	t.next[node][h] = c
 	return c

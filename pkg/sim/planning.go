@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/admission"
-	hopstep "github.com/sleipnir-serving/sleipnir/pkg/hop"
+	"github.com/sleipnir-serving/sleipnir/pkg/hop"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
@@ -68,7 +68,7 @@ func (s *sim) tick() {
 // (the core folds what is new since the previous one), and each server's measured latencies.
 func (s *sim) heartbeats(now time.Time) {
 	beat := wire.Registration{Observed: map[string]wire.Observed{}}
-	for _, h := range s.hops {
+	for _, h := range s.queues {
 		if h.items > 0 {
 			beat.Observed[h.key] = wire.Observed{FanoutCounts: wire.FanoutCounts{Items: h.items,
 				Children: maps.Clone(h.emitted), SubRequests: slices.Clone(h.subs.SubRequests)}, Messages: h.messages}
@@ -87,7 +87,7 @@ func (s *sim) heartbeats(now time.Time) {
 func (s *sim) applyPlan(p *pipe, pl *plan.Plan, replanned bool) {
 	p.plan = pl
 	p.admit = admission.Of(p.spec, pl)
-	for _, h := range s.hops {
+	for _, h := range s.queues {
 		if h.pipe != p {
 			continue
 		}
@@ -97,7 +97,7 @@ func (s *sim) applyPlan(p *pipe, pl *plan.Plan, replanned bool) {
 		}
 	}
 	for i := range s.servers {
-		if sv := &s.servers[i]; sv.hop >= 0 && s.hops[sv.hop].pipe == p {
+		if sv := &s.servers[i]; sv.queue >= 0 && s.queues[sv.queue].pipe == p {
 			s.follow(i)
 		}
 	}
@@ -107,13 +107,13 @@ func (s *sim) applyPlan(p *pipe, pl *plan.Plan, replanned bool) {
 // when it reads a new plan.
 func (s *sim) follow(srv int) {
 	sv := &s.servers[srv]
-	if sv.hop < 0 {
+	if sv.queue < 0 {
 		sv.table = nil
 		return
 	}
-	h := s.hops[sv.hop]
+	h := s.queues[sv.queue]
 	p := h.pipe
-	sv.table = hopstep.ForReplica(p.spec, p.plan, p.system.Policy, p.tasks[h.task], h.variant.Name, h.budget,
+	sv.table = hop.ForReplica(p.spec, p.plan, p.system.Policy, p.tasks[h.task], h.variant.Name, h.budget,
 		h.children)
 }
 
@@ -124,7 +124,7 @@ func (s *sim) tuneLook() {
 	for _, p := range s.pipes {
 		q := make(map[string]float64, len(p.plan.Variants))
 		for _, vp := range p.plan.Variants {
-			h := s.hops[p.hopIdx[vp.Task][vp.Variant]]
+			h := s.queues[p.queueIdx[vp.Task][vp.Variant]]
 			q[h.name] = float64(h.pending() + h.inService)
 		}
 		queues[p.spec.Name] = q
@@ -161,7 +161,7 @@ func (s *sim) assignWorkers() {
 // routing sends their task's traffic to (plan.Rehome), a hop away, as the live planner does: a plan that retires
 // a variant would otherwise leave its queue to wait out the deadlines.
 func (s *sim) rehome(p *pipe) {
-	for _, h := range s.hops {
+	for _, h := range s.queues {
 		if h.pipe != p {
 			continue
 		}
@@ -173,7 +173,7 @@ func (s *sim) rehome(p *pipe) {
 		for _, m := range h.queue[h.head:] {
 			if to := p.plan.Rehome(task, h.variant.Name, plan.Upstream(p.trie.path[m.node]), s.rng.Float64()); to != "" {
 				h.load -= float64(m.items)
-				s.push(event{at: s.now + p.comm, kind: evDeliver, hop: p.hopIdx[task][to], msg: m})
+				s.push(event{at: s.now + p.comm, kind: evDeliver, target: p.queueIdx[task][to], msg: m})
 				continue
 			}
 			kept = append(kept, m)
@@ -187,8 +187,8 @@ func (s *sim) rehome(p *pipe) {
 // before it takes work.
 func (s *sim) take(srv int, a plan.Assignment) {
 	sv := &s.servers[srv]
-	if old := sv.hop; old >= 0 { // leave the old variant's idle list
-		h := s.hops[old]
+	if old := sv.queue; old >= 0 { // leave the old variant's idle list
+		h := s.queues[old]
 		for i, f := range h.free {
 			if int(f) == srv {
 				h.free = append(h.free[:i], h.free[i+1:]...)
@@ -196,27 +196,27 @@ func (s *sim) take(srv int, a plan.Assignment) {
 			}
 		}
 	}
-	prev := sv.hop
-	if prev >= 0 && len(sv.carried) > 0 && (a.Idle() || s.named[a.Pipeline].hopIdx[a.Task][a.Variant] != prev) {
-		s.hops[prev].handBack(sv.carried)
+	prev := sv.queue
+	if prev >= 0 && len(sv.carried) > 0 && (a.Idle() || s.named[a.Pipeline].queueIdx[a.Task][a.Variant] != prev) {
+		s.queues[prev].handBack(sv.carried)
 		clear(sv.carried)
 		sv.carried = sv.carried[:0]
 	}
 	sv.assigned = a
 	if a.Idle() {
-		sv.hop, sv.swapping, sv.table = -1, false, nil
+		sv.queue, sv.swapping, sv.table = -1, false, nil
 		return
 	}
-	sv.hop = s.named[a.Pipeline].hopIdx[a.Task][a.Variant]
+	sv.queue = s.named[a.Pipeline].queueIdx[a.Task][a.Variant]
 	sv.maxBatch = a.MaxBatch
 	s.follow(srv)
-	swap := int64(s.hops[sv.hop].variant.SwapMs * float64(time.Millisecond))
-	if sv.hop != prev && swap > 0 && !s.loaded {
+	swap := int64(s.queues[sv.queue].variant.SwapMs * float64(time.Millisecond))
+	if sv.queue != prev && swap > 0 && !s.loaded {
 		sv.swapping, sv.swapEnd = true, s.now+swap
 		s.push(event{at: sv.swapEnd, kind: evSwapDone, srv: int32(srv)})
 		return
 	}
-	if sv.hop != prev {
+	if sv.queue != prev {
 		sv.swapping = false
 	}
 	s.idle(srv)

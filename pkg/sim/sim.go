@@ -18,7 +18,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/core"
 	"github.com/sleipnir-serving/sleipnir/pkg/demand"
 	"github.com/sleipnir-serving/sleipnir/pkg/executor/emulated"
-	hopstep "github.com/sleipnir-serving/sleipnir/pkg/hop"
+	"github.com/sleipnir-serving/sleipnir/pkg/hop"
 	"github.com/sleipnir-serving/sleipnir/pkg/latency"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
@@ -172,7 +172,7 @@ func RunAll(cfg Config) ([]*Result, error) {
 
 // Event kinds.
 const (
-	evArrival = iota // at the frontend of pipeline hop
+	evArrival = iota // at the frontend of pipeline target
 	evDeliver        // a task message reaches its variant's queue
 	evBatchDone
 	evSwapDone
@@ -181,12 +181,12 @@ const (
 )
 
 type event struct {
-	at   int64 // simulated ns
-	seq  uint64
-	kind uint8
-	srv  int32
-	hop  int32
-	msg  *message
+	at     int64 // simulated ns
+	seq    uint64
+	kind   uint8
+	srv    int32
+	target int32 // the pipeline (evArrival) or the variant queue (evDeliver)
+	msg    *message
 }
 
 type request struct {
@@ -204,15 +204,15 @@ type message struct {
 	req      *request
 	items    int
 	den      uint64 // each item's weight is 1/den of the request (wire.Item.Den)
-	node     int32  // path of hops before this one (pathTrie)
+	node     int32  // path of queues before this one (pathTrie)
 	enqueued int64
 	dropped  string // reason when dropped before execution
 	// delivered counts its deliveries to a replica (JetStream's NumDelivered): batching.HandBack reads it
 	delivered uint64
 }
 
-// hop is one variant of one task.
-type hop struct {
+// variantQueue is one variant of one task: its queue, its idle servers and what its replicas measured.
+type variantQueue struct {
 	pipe     *pipe
 	name     string
 	task     int
@@ -240,7 +240,7 @@ type hop struct {
 }
 
 type server struct {
-	hop      int32 // -1 idle
+	queue    int32 // the variant queue it serves (index in sim.queues); -1 idle
 	maxBatch int
 	busy     bool
 	swapping bool
@@ -250,27 +250,27 @@ type server struct {
 	next     *plan.Assignment // an assignment to take when the running batch is done
 	assigned plan.Assignment
 	measured *latency.Window // the batch latencies it measured; nil until it runs one
-	// table is its forwarding under the plan in force, with its own deadline stage (hopstep.ForReplica, as a live
+	// table is its forwarding under the plan in force, with its own deadline stage (hop.ForReplica, as a live
 	// worker's; children numbered in Emulated's order).
-	table *hopstep.Table
+	table *hop.Table
 }
 
-// pipe is one pipeline of the simulation: its frontend, its hops, its plan in force and its time series.
+// pipe is one pipeline of the simulation: its frontend, its queues, its plan in force and its time series.
 type pipe struct {
-	spec    *pipeline.Spec
-	work    *workload.Workload
-	arr     *workload.Arrivals
-	system  control.System
-	core    *core.Pipeline // its part of the planning core
-	plan    *plan.Plan
-	hopIdx  map[string]map[string]int32 // task -> variant -> index in sim.hops (no string building per item)
-	tasks   []string
-	trie    pathTrie
-	slo     int64
-	comm    int64          // the latency of one of its hops
-	admit   admission.Plan // what admission control knows of plan
-	end     int64          // its workload's end
-	seconds []Second
+	spec     *pipeline.Spec
+	work     *workload.Workload
+	arr      *workload.Arrivals
+	system   control.System
+	core     *core.Pipeline // its part of the planning core
+	plan     *plan.Plan
+	queueIdx map[string]map[string]int32 // task -> variant -> index in sim.queues (no string building per item)
+	tasks    []string
+	trie     pathTrie
+	slo      int64
+	comm     int64          // the latency of one of its queues
+	admit    admission.Plan // what admission control knows of plan
+	end      int64          // its workload's end
+	seconds  []Second
 	// arrivedNow counts the arrivals since the last tick, and gaps the times between them (the frontend's demand
 	// report).
 	arrivedNow int
@@ -290,7 +290,7 @@ type sim struct {
 	events  eventHeap
 	seq     uint64
 	now     int64
-	hops    []*hop // every pipeline's
+	queues  []*variantQueue // every pipeline's
 	servers []server
 	taken   []*message // startBatch's scratch: the messages a replica took for a batch
 	names   []string   // worker names, for plan.Assign
@@ -301,13 +301,13 @@ type sim struct {
 	gate       *admission.Gate // the frontends' admission control; nil: none
 	admRand    *rand.Rand      // its draws, apart from rng so that a run that refuses nothing is the run without it
 	inFlight   int
-	end        int64           // the last workload's end
-	loaded     bool            // assignments take no swap time (the start)
-	planWall   time.Duration   // wall time in the planning core
-	step       hopstep.Stepper // the hop step's scratch
-	children   []int           // one item's sub-requests' child tasks (indices in Emulated's order)
-	routeDraws replay          // their routing draws, taken from rng in the order the simulator always took them
-	routeRand  *rand.Rand      // routeDraws, for the hop step
+	end        int64         // the last workload's end
+	loaded     bool          // assignments take no swap time (the start)
+	planWall   time.Duration // wall time in the planning core
+	step       hop.Stepper   // the hop step's scratch
+	children   []int         // one item's sub-requests' child tasks (indices in Emulated's order)
+	routeDraws replay        // their routing draws, taken from rng in the order the simulator always took them
+	routeRand  *rand.Rand    // routeDraws, for the hop step
 }
 
 func newSim(cfg Config) (*sim, error) {
@@ -328,7 +328,7 @@ func newSim(cfg Config) (*sim, error) {
 		s.end = max(s.end, p.end)
 	}
 	for _, p := range s.pipes {
-		p.trie = newPathTrie(p.spec, s.hops)
+		p.trie = newPathTrie(p.spec, s.queues)
 	}
 	s.routeRand = rand.New(&s.routeDraws)
 	if cfg.Admit {
@@ -339,7 +339,7 @@ func newSim(cfg Config) (*sim, error) {
 	}
 	s.servers = make([]server, cfg.Servers)
 	for i := range s.servers {
-		s.servers[i].hop = -1
+		s.servers[i].queue = -1
 		s.names = append(s.names, fmt.Sprintf("w%04d", i))
 	}
 	s.loaded = true // the workers start with the static plans' variants loaded
@@ -350,7 +350,7 @@ func newSim(cfg Config) (*sim, error) {
 	s.loaded = false
 	for i, p := range s.pipes {
 		if at, ok := p.arr.Next(); ok {
-			s.push(event{at: int64(at), kind: evArrival, hop: int32(i)})
+			s.push(event{at: int64(at), kind: evArrival, target: int32(i)})
 		}
 	}
 	s.push(event{at: int64(time.Second), kind: evTick})
@@ -360,7 +360,7 @@ func newSim(cfg Config) (*sim, error) {
 	return s, nil
 }
 
-// addPipe adds a pipeline and its hops (its variants' emulated executors seeded from the number of hops before
+// addPipe adds a pipeline and its queues (its variants' emulated executors seeded from the number of queues before
 // them, so that one pipeline runs as it always did).
 func (s *sim) addPipe(sv Served, seed uint64) (*pipe, error) {
 	switch {
@@ -390,7 +390,7 @@ func (s *sim) addPipe(sv Served, seed uint64) (*pipe, error) {
 	check.Policy = system.Policy
 	spec := sv.Spec
 	p := &pipe{spec: spec, work: sv.Workload, arr: sv.Workload.Arrivals(seed), system: system,
-		hopIdx: map[string]map[string]int32{}, slo: int64(spec.SLOMs * float64(time.Millisecond)),
+		queueIdx: map[string]map[string]int32{}, slo: int64(spec.SLOMs * float64(time.Millisecond)),
 		end: int64(sv.Workload.Duration()), comm: int64(s.cfg.CommLatency)}
 	if s.cfg.CommLatency < 0 {
 		p.comm = int64(spec.CommLatencyMs * float64(time.Millisecond))
@@ -399,15 +399,15 @@ func (s *sim) addPipe(sv Served, seed uint64) (*pipe, error) {
 	for ti := range spec.Tasks {
 		t := &spec.Tasks[ti]
 		p.tasks = append(p.tasks, t.Name)
-		p.hopIdx[t.Name] = map[string]int32{}
+		p.queueIdx[t.Name] = map[string]int32{}
 		for vi := range t.Variants {
 			v := &t.Variants[vi]
-			name := wire.Hop(t.Name, v.Name)
-			e := emulated.New(spec, t.Name, v, s.cfg.Seed^uint64(len(s.hops)+1)*0x9e3779b97f4a7c15)
-			h := &hop{pipe: p, name: name, task: ti, variant: v, exec: e, children: e.Children(),
-				emitted: map[string]uint64{}, key: spec.Name + ":" + name}
-			p.hopIdx[t.Name][v.Name] = int32(len(s.hops))
-			s.hops = append(s.hops, h)
+			served := wire.VariantKey{Task: t.Name, Variant: v.Name}.In(spec.Name)
+			e := emulated.New(spec, t.Name, v, s.cfg.Seed^uint64(len(s.queues)+1)*0x9e3779b97f4a7c15)
+			h := &variantQueue{pipe: p, name: served.Key().String(), task: ti, variant: v, exec: e,
+				children: e.Children(), emitted: map[string]uint64{}, key: served.String()}
+			p.queueIdx[t.Name][v.Name] = int32(len(s.queues))
+			s.queues = append(s.queues, h)
 		}
 	}
 	s.pipes = append(s.pipes, p)
@@ -459,13 +459,13 @@ func (s *sim) run() {
 		}
 		switch e.kind {
 		case evArrival:
-			p := s.pipes[e.hop]
+			p := s.pipes[e.target]
 			s.arrive(p)
 			if at, ok := p.arr.Next(); ok {
-				s.push(event{at: int64(at), kind: evArrival, hop: e.hop})
+				s.push(event{at: int64(at), kind: evArrival, target: e.target})
 			}
 		case evDeliver:
-			s.deliver(int(e.hop), e.msg)
+			s.deliver(int(e.target), e.msg)
 		case evBatchDone:
 			s.batchDone(int(e.srv))
 		case evSwapDone:

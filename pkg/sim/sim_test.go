@@ -214,7 +214,7 @@ func TestBatchFitsMaxBatch(t *testing.T) {
 			}
 			srv := -1
 			for i := range s.servers {
-				if s.servers[i].hop >= 0 {
+				if s.servers[i].queue >= 0 {
 					srv = i
 					break
 				}
@@ -224,7 +224,7 @@ func TestBatchFitsMaxBatch(t *testing.T) {
 			}
 			sv := &s.servers[srv]
 			sv.maxBatch = 4
-			h := s.hops[sv.hop]
+			h := s.queues[sv.queue]
 			r := &request{due: int64(time.Minute)}
 			var queued []*message
 			for _, n := range tc.items {
@@ -257,10 +257,10 @@ func TestRehome(t *testing.T) {
 	}
 	p0 := s.pipes[0]
 	static := p0.plan
-	hop := func(task, variant string) int32 { return p0.hopIdx[task][variant] }
-	retired, to, hosted := hop("classify_car", "effnet_b7"), hop("classify_car", "effnet_b0"), hop("classify_car", "effnet_b1")
-	after := p0.trie.child(0, hop("detect", "yolov5x"))    // routed to effnet_b0 by the new plan
-	unrouted := p0.trie.child(0, hop("detect", "yolov5n")) // no table from there
+	queueOf := func(task, variant string) int32 { return p0.queueIdx[task][variant] }
+	retired, to, hosted := queueOf("classify_car", "effnet_b7"), queueOf("classify_car", "effnet_b0"), queueOf("classify_car", "effnet_b1")
+	after := p0.trie.child(0, queueOf("detect", "yolov5x"))    // routed to effnet_b0 by the new plan
+	unrouted := p0.trie.child(0, queueOf("detect", "yolov5n")) // no table from there
 	p := &plan.Plan{Variants: []plan.VariantPlan{{Task: "detect", Variant: "yolov5x", Replicas: 1},
 		{Task: "classify_car", Variant: "effnet_b0", Replicas: 1}, {Task: "classify_car", Variant: "effnet_b1", Replicas: 1},
 		{Task: "recognize_face", Variant: "arcface_r100", Replicas: 1}},
@@ -270,21 +270,21 @@ func TestRehome(t *testing.T) {
 	r := &request{pipe: p0, due: int64(time.Minute)}
 	moved := []*message{{req: r, items: 1, node: after}, {req: r, items: 2, node: after}}
 	stays := &message{req: r, items: 1, node: unrouted}
-	s.hops[retired].queue = []*message{moved[0], stays, moved[1]}
-	s.hops[hosted].queue = []*message{{req: r, items: 1, node: after}}
+	s.queues[retired].queue = []*message{moved[0], stays, moved[1]}
+	s.queues[hosted].queue = []*message{{req: r, items: 1, node: after}}
 	s.events = eventHeap{}
 	p0.plan = p
 	s.rehome(p0)
 
-	if q := s.hops[retired].queue[s.hops[retired].head:]; len(q) != 1 || q[0] != stays {
+	if q := s.queues[retired].queue[s.queues[retired].head:]; len(q) != 1 || q[0] != stays {
 		t.Errorf("the retired variant's queue holds %d messages, want only the one routed nowhere", len(q))
 	}
-	if s.hops[hosted].pending() != 1 {
-		t.Errorf("a hosted variant's queue moved: %d messages left of 1", s.hops[hosted].pending())
+	if s.queues[hosted].pending() != 1 {
+		t.Errorf("a hosted variant's queue moved: %d messages left of 1", s.queues[hosted].pending())
 	}
 	var delivered []*message
 	for _, e := range s.events.ev {
-		if e.kind != evDeliver || e.hop != to || e.at != s.now+p0.comm {
+		if e.kind != evDeliver || e.target != to || e.at != s.now+p0.comm {
 			t.Errorf("unexpected event %+v: want deliveries to effnet_b0 one hop from now", e)
 			continue
 		}
@@ -298,10 +298,10 @@ func TestRehome(t *testing.T) {
 	s.events = eventHeap{}
 	p0.plan = static
 	stranded := &message{req: r, items: 1, node: after}
-	s.hops[to].queue, s.hops[to].head = []*message{stranded}, 0
+	s.queues[to].queue, s.queues[to].head = []*message{stranded}, 0
 	s.tick()
-	if s.hops[to].pending() != 0 || !slices.ContainsFunc(s.events.ev, func(e event) bool {
-		return e.kind == evDeliver && e.msg == stranded && e.hop == hop("classify_car", "effnet_b7")
+	if s.queues[to].pending() != 0 || !slices.ContainsFunc(s.events.ev, func(e event) bool {
+		return e.kind == evDeliver && e.msg == stranded && e.target == queueOf("classify_car", "effnet_b7")
 	}) {
 		t.Error("a tick left a message at a variant the plan in force does not host")
 	}

@@ -11,7 +11,7 @@ import (
 // Observe builds a look's input from the plan in force p (the planner and the simulator alike): its hosted
 // variants with what waits at each (waiting, by "task/variant"), the workers the pipeline may use (servers), the
 // demand estimate and the routing's utilisation.
-func Observe(spec *pipeline.Spec, p *plan.Plan, waiting func(hop string) float64, servers int,
+func Observe(spec *pipeline.Spec, p *plan.Plan, waiting func(wire.VariantKey) float64, servers int,
 	estimate, utilization float64) Input {
 	in := Input{Epoch: p.Epoch, Idle: max(0, servers-p.Servers()), Covered: true, Utilization: utilization}
 	if a := p.Allocation; a != nil {
@@ -22,10 +22,10 @@ func Observe(spec *pipeline.Spec, p *plan.Plan, waiting func(hop string) float64
 		if vp.Replicas <= 0 {
 			continue
 		}
-		hop := wire.Hop(vp.Task, vp.Variant)
-		v := Variant{Hop: hop, Replicas: vp.Replicas, MaxBatch: vp.MaxBatch,
+		key := wire.VariantKey{Task: vp.Task, Variant: vp.Variant}
+		v := Variant{Key: key.String(), Replicas: vp.Replicas, MaxBatch: vp.MaxBatch,
 			ReplicaQPS: vp.CapacityQPS / float64(vp.Replicas),
-			Budget:     time.Duration(vp.BudgetMs * scale * float64(time.Millisecond)), Waiting: waiting(hop)}
+			Budget:     time.Duration(vp.BudgetMs * scale * float64(time.Millisecond)), Waiting: waiting(key)}
 		if sv := spec.Variant(vp.Task, vp.Variant); sv != nil {
 			v.Accuracy = sv.Accuracy
 			v.Swap = time.Duration(sv.SwapMs * float64(time.Millisecond))
@@ -44,7 +44,7 @@ func WithLoans(p *plan.Plan, lent map[string]int) *plan.Plan {
 	c := *p
 	c.Variants = make([]plan.VariantPlan, len(p.Variants))
 	for i, vp := range p.Variants {
-		if n := lent[wire.Hop(vp.Task, vp.Variant)]; n > 0 {
+		if n := lent[wire.VariantKey{Task: vp.Task, Variant: vp.Variant}.String()]; n > 0 {
 			vp.CapacityQPS *= float64(vp.Replicas+n) / float64(vp.Replicas)
 			vp.Replicas += n
 		}

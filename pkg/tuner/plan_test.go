@@ -5,6 +5,7 @@ import (
 
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
 func TestWithLoansAndObserve(t *testing.T) {
@@ -17,13 +18,13 @@ func TestWithLoansAndObserve(t *testing.T) {
 			{Task: "detect", Variant: "yolov5x", Replicas: 2, MaxBatch: 8, BudgetMs: 190, CapacityQPS: 84},
 			{Task: "classify_car", Variant: "effnet_b7", Replicas: 1, MaxBatch: 8, BudgetMs: 76, CapacityQPS: 105},
 		}}
-	in := Observe(spec, p, func(hop string) float64 { return map[string]float64{"detect/yolov5x": 30}[hop] }, 10,
+	in := Observe(spec, p, func(k wire.VariantKey) float64 { return map[string]float64{"detect/yolov5x": 30}[k.String()] }, 10,
 		120, 0.85)
 	if in.Epoch != 7 || in.Idle != 7 || in.Covered || in.Utilization != 0.85 || len(in.Variants) != 2 {
 		t.Fatalf("input %+v: want epoch 7, 7 idle of 10, not covered (120 > 100)", in)
 	}
 	v := in.Variants[0]
-	if v.Hop != "detect/yolov5x" || v.ReplicaQPS != 42 || v.Waiting != 30 || v.Accuracy <= 0 || v.Budget <= 0 {
+	if v.Key != "detect/yolov5x" || v.ReplicaQPS != 42 || v.Waiting != 30 || v.Accuracy <= 0 || v.Budget <= 0 {
 		t.Fatalf("variant %+v", v)
 	}
 	lent := WithLoans(p, map[string]int{"detect/yolov5x": 3})

@@ -48,7 +48,7 @@ var windows = []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Seco
 
 // Variant is one hosted variant at a look.
 type Variant struct {
-	Hop      string // "task/variant"
+	Key      string // "task/variant"
 	Accuracy float64
 	// Replicas is how many the plan hosts (not counting loans); MaxBatch its batch size.
 	Replicas int
@@ -142,15 +142,15 @@ func (t *Tuner) followPlan(in Input) {
 	newPlan := in.Epoch != t.epoch
 	t.epoch = in.Epoch
 	for _, v := range in.Variants {
-		hosted[v.Hop] = true
-		if newPlan && t.lent[v.Hop] > 0 { // the workers stay where they are: the plan's new replicas end loans
-			if n := t.replicas[v.Hop] + t.lent[v.Hop] - v.Replicas; n > 0 {
-				t.lent[v.Hop] = n
+		hosted[v.Key] = true
+		if newPlan && t.lent[v.Key] > 0 { // the workers stay where they are: the plan's new replicas end loans
+			if n := t.replicas[v.Key] + t.lent[v.Key] - v.Replicas; n > 0 {
+				t.lent[v.Key] = n
 			} else {
-				delete(t.lent, v.Hop)
+				delete(t.lent, v.Key)
 			}
 		}
-		t.replicas[v.Hop] = v.Replicas
+		t.replicas[v.Key] = v.Replicas
 	}
 	for h := range t.history {
 		if !hosted[h] { // a new plan retired it: its lent workers go back with its replicas
@@ -177,43 +177,43 @@ func (t *Tuner) wants(now time.Time, in Input) (wants []loanWant, lentNow int) {
 		if v.Replicas <= 0 || v.ReplicaQPS <= 0 || v.MaxBatch <= 0 {
 			continue
 		}
-		r := v.Replicas + t.lent[v.Hop]
+		r := v.Replicas + t.lent[v.Key]
 		backlog := v.Waiting - float64(r*v.MaxBatch)
 		if backlog > 0 {
-			delete(t.calm, v.Hop)
-		} else if _, ok := t.calm[v.Hop]; !ok {
-			t.calm[v.Hop] = now
+			delete(t.calm, v.Key)
+		} else if _, ok := t.calm[v.Key]; !ok {
+			t.calm[v.Key] = now
 		}
 		switch {
 		case backlog > float64(r)*v.ReplicaQPS*v.Budget.Seconds():
-			if at, ok := t.lentAt[v.Hop]; ok && now.Sub(at) < v.Swap+Every {
+			if at, ok := t.lentAt[v.Key]; ok && now.Sub(at) < v.Swap+Every {
 				break // the last loan is still loading
 			}
 			u := in.Utilization
 			if u <= 0 || u > 1 {
 				u = 0.85
 			}
-			arriving := float64(r)*v.ReplicaQPS + t.growth(v.Hop, now)
+			arriving := float64(r)*v.ReplicaQPS + t.growth(v.Key, now)
 			more := int(math.Ceil((arriving+backlog/Drain.Seconds())/(v.ReplicaQPS*u))) - r
 			if more > 0 {
-				wants = append(wants, loanWant{v.Hop, v.Accuracy, more})
+				wants = append(wants, loanWant{v.Key, v.Accuracy, more})
 			}
-		case t.lent[v.Hop] > 0 && in.Covered && backlog <= 0 && now.Sub(t.calm[v.Hop]) >= Hold:
-			delete(t.lent, v.Hop)
+		case t.lent[v.Key] > 0 && in.Covered && backlog <= 0 && now.Sub(t.calm[v.Key]) >= Hold:
+			delete(t.lent, v.Key)
 		}
-		lentNow += t.lent[v.Hop]
+		lentNow += t.lent[v.Key]
 	}
 	return wants, lentNow
 }
 
 // record keeps the last samples of what waits at v, as far back as the longest window.
 func (t *Tuner) record(now time.Time, v Variant) {
-	h := append(t.history[v.Hop], sample{now, v.Waiting})
+	h := append(t.history[v.Key], sample{now, v.Waiting})
 	keep := 0
 	for keep < len(h)-1 && now.Sub(h[keep+1].at) >= windows[len(windows)-1] {
 		keep++
 	}
-	t.history[v.Hop] = append(h[:0], h[keep:]...)
+	t.history[v.Key] = append(h[:0], h[keep:]...)
 }
 
 // growth is the largest rise per second of what waits at hop over the windows (0 when it fell over all of them).

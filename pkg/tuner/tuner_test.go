@@ -9,7 +9,7 @@ var t0 = time.Unix(1_700_000_000, 0)
 
 // detect is one hosted variant: 1 replica serving 40 items/s at batch 8, budget 200 ms.
 func detect(replicas int, waiting float64) Variant {
-	return Variant{Hop: "detect/big", Accuracy: 0.5, Replicas: replicas, MaxBatch: 8, ReplicaQPS: 40,
+	return Variant{Key: "detect/big", Accuracy: 0.5, Replicas: replicas, MaxBatch: 8, ReplicaQPS: 40,
 		Budget: 200 * time.Millisecond, Waiting: waiting}
 }
 
@@ -61,7 +61,7 @@ func TestTunerLeavesASteadyQueueAlone(t *testing.T) {
 
 func TestTunerLendsNoMoreThanIdleAndMostAccurateFirst(t *testing.T) {
 	tn := New()
-	fast := Variant{Hop: "detect/small", Accuracy: 0.3, Replicas: 1, MaxBatch: 8, ReplicaQPS: 100,
+	fast := Variant{Key: "detect/small", Accuracy: 0.3, Replicas: 1, MaxBatch: 8, ReplicaQPS: 100,
 		Budget: 100 * time.Millisecond}
 	var lent map[string]int
 	for at := time.Duration(0); at <= time.Second; at += Every {

@@ -233,8 +233,9 @@ func FuzzHeaders(f *testing.F) {
 		if strings.Join(hops, ",") != path {
 			t.Fatalf("SplitPath(%q) = %q does not join back", path, hops)
 		}
-		if got := SplitPath(AppendHop(path, "t", "v")); !slices.Equal(got, append(hops, "t/v")) {
-			t.Fatalf("SplitPath(AppendHop(%q)) = %q", path, got)
+		got := SplitPath(AppendPath(path, VariantKey{Task: "t", Variant: "v"}))
+		if !slices.Equal(got, append(hops, "t/v")) {
+			t.Fatalf("SplitPath(AppendPath(%q)) = %q", path, got)
 		}
 	})
 }

@@ -265,7 +265,7 @@ func ParseTimeout(s string) (time.Duration, error) {
 type TaskHeaders struct {
 	RequestID string
 	Deadline  time.Time
-	Path      string // the hops before this one (AppendHop); "" on the root message
+	Path      string // the variants before this one (AppendPath); "" on the root message
 	ReplyTo   string // the result subject of the frontend that owns the request
 	MsgID     string // JetStream de-duplication id (TaskMsgID, TaskPartMsgID)
 }
@@ -317,30 +317,11 @@ func RequestID(frontendID, boot string, n uint64) string {
 	return frontendID + "-" + boot + "-" + strconv.FormatUint(n, 10)
 }
 
-// Hop names one variant on a path: "task/variant".
-func Hop(task, variant string) string { return task + "/" + variant }
-
-// AppendHop extends a HeaderPath value by one hop.
-func AppendHop(path, task, variant string) string {
-	if path == "" {
-		return Hop(task, variant)
-	}
-	return path + "," + Hop(task, variant)
-}
-
-// SplitPath decodes a HeaderPath value.
-func SplitPath(path string) []string {
-	if path == "" {
-		return nil
-	}
-	return strings.Split(path, ",")
-}
-
 // TaskMsgID is the JetStream de-duplication id of the message carrying parent's sub-requests to one variant, so that
 // a parent executed twice (after a redelivery) does not enqueue its sub-requests twice. The frontend's root message
 // uses parent "".
 func TaskMsgID(requestID, parent, task, variant string) string {
-	return requestID + "/" + parent + ">" + task + "/" + variant
+	return requestID + "/" + parent + ">" + VariantKey{Task: task, Variant: variant}.String()
 }
 
 // TaskPartMsgID is the de-duplication id of one of the messages a parent's sub-requests to one variant are split
@@ -400,18 +381,4 @@ func ValidName(s string) bool {
 		}
 	}
 	return true
-}
-
-// ServedKey names a variant a worker serves as heartbeats do ("pipeline:task/variant": Registration.Variant, the
-// keys of Registration.Observed, AssignmentFailure.Variant).
-func ServedKey(pipeline, task, variant string) string { return pipeline + ":" + Hop(task, variant) }
-
-// ParseServedKey splits a ServedKey; ok is false for anything else (the names are not checked).
-func ParseServedKey(s string) (pipeline, task, variant string, ok bool) {
-	pipeline, hop, ok := strings.Cut(s, ":")
-	if !ok {
-		return "", "", "", false
-	}
-	task, variant, ok = strings.Cut(hop, "/")
-	return pipeline, task, variant, ok
 }

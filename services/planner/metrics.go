@@ -2,7 +2,6 @@ package planner
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/metrics"
@@ -32,14 +31,13 @@ func (p *Planner) metricsState() metrics.PlannerState {
 		if err != nil {
 			continue // not made yet, or JetStream is away: no series rather than a wrong zero
 		}
-		prefix := wire.TaskPrefix + spec.Name + "."
 		consumers := stream.ListConsumers(ctx)
 		for info := range consumers.Info() {
-			task, variant, ok := strings.Cut(strings.TrimPrefix(info.Config.FilterSubject, prefix), ".")
-			if !ok {
+			k, err := wire.ParseTaskSubject(info.Config.FilterSubject)
+			if err != nil || k.Pipeline != spec.Name {
 				continue
 			}
-			st.Queues = append(st.Queues, metrics.QueueDepth{Pipeline: spec.Name, Task: task, Variant: variant,
+			st.Queues = append(st.Queues, metrics.QueueDepth{Pipeline: spec.Name, Task: k.Task, Variant: k.Variant,
 				Pending: info.NumPending, Unacked: uint64(info.NumAckPending)})
 		}
 	}

@@ -34,10 +34,10 @@ func (p *Planner) rehome(ctx context.Context, spec *pipeline.Spec, pl *plan.Plan
 			moved, err := p.rehomeQueue(ctx, spec.Name, t.Name, v.Name, pl)
 			if err != nil && ctx.Err() == nil {
 				p.log.Warn("moving the queue of a retired variant failed; will retry", "pipeline", spec.Name,
-					"variant", wire.Hop(t.Name, v.Name), "moved", moved, "err", err)
+					"variant", wire.VariantKey{Task: t.Name, Variant: v.Name}.String(), "moved", moved, "err", err)
 			} else if moved > 0 {
 				p.log.Info("moved the queue of a retired variant", "pipeline", spec.Name,
-					"variant", wire.Hop(t.Name, v.Name), "moved", moved)
+					"variant", wire.VariantKey{Task: t.Name, Variant: v.Name}.String(), "moved", moved)
 			}
 		}
 	}

@@ -57,7 +57,7 @@ func (p *Planner) queueDepths(ctx context.Context, pl *plan.Plan) (map[string]fl
 			return nil, err
 		}
 		info := c.CachedInfo()
-		out[wire.Hop(vp.Task, vp.Variant)] = float64(info.NumPending) + float64(info.NumAckPending)
+		out[wire.VariantKey{Task: vp.Task, Variant: vp.Variant}.String()] = float64(info.NumPending) + float64(info.NumAckPending)
 	}
 	return out, nil
 }

@@ -105,7 +105,7 @@ func (p *Planner) workers(now time.Time) (able, failing []string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, id := range live {
-		if a, ok := p.assign[id]; ok && !a.Idle() && p.failing[id] == a.Served() {
+		if a, ok := p.assign[id]; ok && !a.Idle() && p.failing[id] == a.Served().String() {
 			failing = append(failing, id)
 		} else {
 			able = append(able, id)
@@ -172,7 +172,7 @@ func (p *Planner) reassign(ctx context.Context) error {
 		if a.Idle() {
 			p.log.Info("worker idle", "worker", id)
 		} else {
-			p.log.Info("worker assigned", "worker", id, "pipeline", a.Pipeline, "variant", a.Hop(), "max_batch", a.MaxBatch)
+			p.log.Info("worker assigned", "worker", id, "pipeline", a.Pipeline, "variant", a.Key(), "max_batch", a.MaxBatch)
 		}
 	}
 	for id := range prev {
@@ -181,7 +181,7 @@ func (p *Planner) reassign(ctx context.Context) error {
 			if err := p.deleteKey(ctx, wire.AssignKey(id)); err != nil {
 				return err
 			}
-			p.log.Info("worker gone", "worker", id, "was", prev[id].Hop())
+			p.log.Info("worker gone", "worker", id, "was", prev[id].Key())
 		}
 	}
 	p.mu.Lock()

@@ -62,7 +62,7 @@ type outbox struct {
 
 // publishOut publishes in's sub-requests and sends its leaves to the frontend, what to wait for into ob.
 func (w *Worker) publishOut(ctx context.Context, s *serving, in *inbound, ob *outbox) error {
-	path := wire.AppendHop(in.path, s.a.Task, s.a.Variant)
+	path := wire.AppendPath(in.path, s.a.Key())
 	var leaves []wire.ItemResult
 	now := time.Now()
 	when := hop.When{Now: now, AtTask: now.Sub(in.enqueued), Left: in.deadline.Sub(now)}

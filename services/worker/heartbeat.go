@@ -23,7 +23,7 @@ func (w *Worker) countDrop(s *serving, reason string) {
 
 // observe updates the measurements of the variant s serves.
 func (w *Worker) observe(s *serving, f func(*Observed)) {
-	key := s.a.Pipeline + ":" + s.hop
+	key := s.served
 	w.obsMu.Lock()
 	defer w.obsMu.Unlock()
 	o := w.observed[key]
@@ -36,7 +36,7 @@ func (w *Worker) observe(s *serving, f func(*Observed)) {
 
 // measure records a model batch of n items that s's variant ran from began to end.
 func (w *Worker) measure(s *serving, n int, began, end time.Time) {
-	key := s.a.Pipeline + ":" + s.hop
+	key := s.served
 	w.obsMu.Lock()
 	defer w.obsMu.Unlock()
 	w.latency.Add(key, latency.BatchOf(s.variant, n), end.Sub(began), end)

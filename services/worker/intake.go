@@ -312,7 +312,7 @@ func (w *Worker) startBatchSpan(ctx context.Context, s *serving, batch []*inboun
 	for i, in := range batch {
 		links[i] = trace.Link{SpanContext: in.span.SpanContext()}
 	}
-	_, span := w.tracer.Start(ctx, "execute "+s.a.Task+"/"+s.a.Variant, trace.WithLinks(links...),
+	_, span := w.tracer.Start(ctx, "execute "+s.a.Key().String(), trace.WithLinks(links...),
 		trace.WithAttributes(semconv.MessagingBatchMessageCount(len(batch)), telemetry.AttrBatchSize.Int(items),
 			telemetry.AttrPipeline.String(s.a.Pipeline), telemetry.AttrTask.String(s.a.Task),
 			telemetry.AttrVariant.String(s.a.Variant)))
@@ -362,7 +362,7 @@ func (w *Worker) execute(ctx context.Context, s *serving, batch []executor.Input
 	defer func() {
 		if r := recover(); r != nil {
 			w.cfg.Metrics.Panicked(s.a.Pipeline, s.a.Task, s.a.Variant)
-			w.complaints.Error(ComplainPanic, "variant", s.hop, "items", len(batch), "panic", r,
+			w.complaints.Error(ComplainPanic, "variant", s.a.Key(), "items", len(batch), "panic", r,
 				"stack", string(debug.Stack()))
 			outs, err = nil, fmt.Errorf("the executor panicked: %v", r)
 		}

@@ -47,7 +47,7 @@ func (w *Worker) cannotServe(a plan.Assignment, err error) time.Duration {
 	if len(reason) > wire.MaxFailureReason {
 		reason = strings.ToValidUTF8(reason[:wire.MaxFailureReason], "") // not a rune cut in two
 	}
-	f := &wire.AssignmentFailure{Variant: a.Served(), Since: time.Now()}
+	f := &wire.AssignmentFailure{Variant: a.Served().String(), Since: time.Now()}
 	if old := w.Failing(); old != nil && old.Variant == f.Variant {
 		f.Since, f.Attempts = old.Since, old.Attempts
 	}
@@ -55,7 +55,7 @@ func (w *Worker) cannotServe(a plan.Assignment, err error) time.Duration {
 	f.Reason = reason
 	w.setFault(f)
 	delay := retryDelay(f.Attempts)
-	w.log.Error("cannot serve assignment; will try again", "variant", a.Hop(), "attempt", f.Attempts,
+	w.log.Error("cannot serve assignment; will try again", "variant", a.Key(), "attempt", f.Attempts,
 		"retry_in", delay, "err", err)
 	select {
 	case w.beat <- struct{}{}:

@@ -237,7 +237,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			}
 			w.setFault(nil)
 			cur = s
-			name := next.a.Served()
+			name := next.a.Served().String()
 			w.serving.Store(&name)
 		}
 		cur.follow(next, w.log)
@@ -365,7 +365,7 @@ type serving struct {
 	exec     executor.Executor
 	root     bool // the pipeline's root task: its items are requests, checked against the spec's inputs
 	consumer jetstream.Consumer
-	hop      string
+	served   string // "pipeline:task/variant" (wire.ServedKey): the key of its measurements in a heartbeat
 	policy   deadline.Policy
 	budget   time.Duration // the task's latency budget on this variant: its profiled time at the max batch
 	// stage is what the deadline policy knows of this variant under stagePlan, and table its forwarding (pkg/hop).
@@ -403,7 +403,7 @@ func (s *serving) follow(n wanted, log *slog.Logger) {
 		return
 	}
 	if s.a.MaxBatch != n.a.MaxBatch || s.a.BudgetMs != n.a.BudgetMs {
-		log.Info("serving", "pipeline", n.a.Pipeline, "variant", n.a.Hop(), "max_batch", n.a.MaxBatch,
+		log.Info("serving", "pipeline", n.a.Pipeline, "variant", n.a.Key(), "max_batch", n.a.MaxBatch,
 			"epoch", n.a.Epoch, "swap", time.Duration(0))
 	}
 	s.a = n.a
@@ -418,10 +418,10 @@ const consumerBindWait = 5 * time.Second
 func (w *Worker) start(ctx context.Context, n wanted, t0 time.Time) (*serving, error) {
 	v := n.spec.Variant(n.a.Task, n.a.Variant)
 	if v == nil {
-		return nil, fmt.Errorf("pipeline %s has no variant %s", n.a.Pipeline, n.a.Hop())
+		return nil, fmt.Errorf("pipeline %s has no variant %s", n.a.Pipeline, n.a.Key())
 	}
 	if n.a.MaxBatch < 1 {
-		return nil, fmt.Errorf("assignment %s: max batch %d", n.a.Hop(), n.a.MaxBatch)
+		return nil, fmt.Errorf("assignment %s: max batch %d", n.a.Key(), n.a.MaxBatch)
 	}
 	exec, err := w.cfg.NewExecutor(n.spec, n.a.Task, n.a.Variant,
 		executor.Options{Seed: w.cfg.Seed, ModelsDir: w.cfg.ModelsDir})
@@ -438,7 +438,7 @@ func (w *Worker) start(ctx context.Context, n wanted, t0 time.Time) (*serving, e
 	}
 	swap := time.Since(t0)
 	w.swapMs.Store(float64bits(float64(swap) / float64(time.Millisecond)))
-	w.log.Info("serving", "pipeline", n.a.Pipeline, "variant", n.a.Hop(), "max_batch", n.a.MaxBatch,
+	w.log.Info("serving", "pipeline", n.a.Pipeline, "variant", n.a.Key(), "max_batch", n.a.MaxBatch,
 		"epoch", n.a.Epoch, "swap", swap)
 	policy, err := deadline.ParsePolicy(n.spec.DeadlinePolicy)
 	if err != nil {
@@ -447,7 +447,7 @@ func (w *Worker) start(ctx context.Context, n wanted, t0 time.Time) (*serving, e
 	}
 	budget := time.Duration(n.a.BudgetMs * float64(time.Millisecond))
 	return &serving{a: n.a, spec: n.spec, plan: n.plan, task: n.spec.Task(n.a.Task), variant: v, exec: exec,
-		consumer: cons, hop: n.a.Hop(), policy: policy, budget: budget, root: n.spec.Root().Name == n.a.Task}, nil
+		consumer: cons, served: n.a.Served().String(), policy: policy, budget: budget, root: n.spec.Root().Name == n.a.Task}, nil
 }
 
 // sanitize makes a host name usable as a worker id.
