@@ -74,8 +74,8 @@ func printCheck(pred control.Prediction, qps float64, gapsFile string) {
 	fmt.Printf("check: %.2f%% of the deadlines missed (standard error %.2f), %d requests simulated on %s\n",
 		100*pred.ViolationRatio, 100*pred.StdErr, pred.Requests, on)
 	var queues []string
-	for _, hop := range slices.Sorted(maps.Keys(pred.Queues)) {
-		queues = append(queues, fmt.Sprintf("%s %.1f", hop, pred.Queues[hop]))
+	for _, key := range slices.Sorted(maps.Keys(pred.Queues)) {
+		queues = append(queues, fmt.Sprintf("%s %.1f", key, pred.Queues[key]))
 	}
 	fmt.Printf("longest queues (batches per replica): %s\n", strings.Join(queues, ", "))
 }

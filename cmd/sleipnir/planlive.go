@@ -85,25 +85,25 @@ func printLivePlan(w io.Writer, spec *pipeline.Spec, pl *plan.Plan, measured map
 	for _, t := range spec.Tasks {
 		for vi := range t.Variants {
 			v := &t.Variants[vi]
-			hop := wire.VariantKey{Task: t.Name, Variant: v.Name}.String()
+			key := wire.VariantKey{Task: t.Name, Variant: v.Name}.String()
 			vp := pl.Find(t.Name, v.Name)
-			if vp == nil && len(measured[hop]) == 0 && len(pl.Profiles[hop]) == 0 {
+			if vp == nil && len(measured[key]) == 0 && len(pl.Profiles[key]) == 0 {
 				continue
 			}
 			hosted := "-"
 			if vp != nil {
 				hosted = fmt.Sprintf("%d@%d", vp.Replicas, vp.MaxBatch)
 			}
-			label := hop
+			label := key
 			for i, p := range v.Profile {
 				m := "-"
-				for _, b := range measured[hop] {
+				for _, b := range measured[key] {
 					if b.Batch == p.Batch {
 						m = fmt.Sprintf("%d  %.1f/%.1f", b.Count, b.P50Ms, b.P95Ms)
 					}
 				}
 				planned := p
-				if pp := pl.Profiles[hop]; i < len(pp) {
+				if pp := pl.Profiles[key]; i < len(pp) {
 					planned = pp[i]
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%d\t%.1f/%.1f\t%s\t%.1f/%.1f\n", label, hosted, p.Batch, p.P50Ms, p.P95Ms, m,

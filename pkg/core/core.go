@@ -212,9 +212,9 @@ func (c *Cluster) seed(p *Pipeline, current *plan.Plan) {
 	if a := current.Allocation; a != nil {
 		p.demand.Seed(a.Estimate())
 	}
-	for hop, f := range current.Fanout { // validated against the spec by the caller
-		k, _ := wire.ParseVariantKey(hop)
-		p.fanout.Seed(hop, f, p.Spec.Task(k.Task).Children)
+	for key, f := range current.Fanout { // validated against the spec by the caller
+		k, _ := wire.ParseVariantKey(key)
+		p.fanout.Seed(key, f, p.Spec.Task(k.Task).Children)
 	}
 }
 

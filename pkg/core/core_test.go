@@ -288,3 +288,24 @@ func names(n int) []string {
 	}
 	return out
 }
+
+// TestHeartbeatIgnoresMalformedKeys: a heartbeat's observed keys come from the KV bucket (untrusted); one that is
+// not "pipeline:task/variant" is left out, rather than cut by hand into a "variant" named after a task, whose
+// factor would then be published in a plan (which workers refuse: it names no variant of the spec).
+func TestHeartbeatIgnoresMalformedKeys(t *testing.T) {
+	now := time.Unix(1000, 0)
+	c := started(t, now, traffic(t))
+	p := c.Pipelines()[0]
+	for i, key := range []string{"traffic:detect", "traffic:detect/", "traffic:detect/yolov5x/x",
+		"traffic:detect/yolov5x,detect/yolov5n", "traffic/detect/yolov5x", "traffic:detect:yolov5x"} {
+		for n := uint64(1); n <= 3; n++ { // cumulative counters, as a worker reports them
+			c.Heartbeat(fmt.Sprint("w", i), wire.Registration{Started: time.Unix(1, 0), Observed: map[string]wire.Observed{
+				key: {FanoutCounts: wire.FanoutCounts{Items: 1000 * n,
+					Children: map[string]uint64{"classify_car": 5000 * n, "recognize_face": 100 * n}}}}}, now)
+		}
+	}
+	p.fanout.Tick()
+	for key := range p.fanout.Estimate(p.Spec) {
+		t.Errorf("a factor estimated for %q from malformed heartbeats", key)
+	}
+}

@@ -55,11 +55,11 @@ func (c *Cluster) Heartbeat(id string, reg wire.Registration, now time.Time) {
 		if err != nil || p == nil {
 			continue
 		}
-		hop := served.Key().String()
-		p.fanout.Observe(hop, delta.FanoutCounts)
+		variant := served.Key().String()
+		p.fanout.Observe(variant, delta.FanoutCounts)
 		c.messages.Observe(key, delta)
 		if delta.Items > 0 {
-			p.traffic.Fold(hop, delta.FanoutCounts)
+			p.traffic.Fold(variant, delta.FanoutCounts)
 		}
 		if t := p.Spec.Task(served.Task); t != nil && delta.Items > 0 {
 			for _, child := range t.Children {

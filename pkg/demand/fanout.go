@@ -40,11 +40,11 @@ func NewFanoutEstimator(alpha, minItems float64) *FanoutEstimator {
 }
 
 // Observe adds what a worker did since its previous heartbeat (a difference of its cumulative counters).
-func (e *FanoutEstimator) Observe(hop string, delta wire.FanoutCounts) {
-	p := e.pending[hop]
+func (e *FanoutEstimator) Observe(key string, delta wire.FanoutCounts) {
+	p := e.pending[key]
 	if p == nil {
 		p = &wire.FanoutCounts{Children: map[string]uint64{}}
-		e.pending[hop] = p
+		e.pending[key] = p
 	}
 	p.Items += delta.Items
 	for c, n := range delta.Children {
@@ -52,30 +52,30 @@ func (e *FanoutEstimator) Observe(hop string, delta wire.FanoutCounts) {
 	}
 }
 
-// Seed starts hop's average at factor f, as if MinItems items had shown it: a restarted planner starts from the
+// Seed starts key's average at factor f, as if MinItems items had shown it: a restarted planner starts from the
 // factors of the plan in force rather than from the profile's, and the workers' heartbeats move it from there.
-func (e *FanoutEstimator) Seed(hop string, f pipeline.Fanout, children []string) {
+func (e *FanoutEstimator) Seed(key string, f pipeline.Fanout, children []string) {
 	s := &smoothedCounts{items: e.MinItems, children: map[string]float64{}}
 	for _, c := range children {
 		s.children[c] = f.Mean * f.Share(c, children) * e.MinItems
 	}
-	e.smoothed[hop] = s
+	e.smoothed[key] = s
 }
 
 // Tick folds the interval's counts into the averages; call it once per heartbeat interval. Variants that executed
 // nothing in the interval keep their average (no traffic says nothing about the factor).
 func (e *FanoutEstimator) Tick() {
-	for hop, p := range e.pending {
+	for key, p := range e.pending {
 		if p.Items == 0 {
 			continue
 		}
-		s := e.smoothed[hop]
+		s := e.smoothed[key]
 		if s == nil {
 			s = &smoothedCounts{items: float64(p.Items), children: map[string]float64{}}
 			for c, n := range p.Children {
 				s.children[c] = float64(n)
 			}
-			e.smoothed[hop] = s
+			e.smoothed[key] = s
 			continue
 		}
 		a := e.Alpha
@@ -94,15 +94,15 @@ func (e *FanoutEstimator) Tick() {
 // ("task/variant" -> factor): the mean sub-requests per item and each child task's share.
 func (e *FanoutEstimator) Estimate(spec *pipeline.Spec) map[string]pipeline.Fanout {
 	out := map[string]pipeline.Fanout{}
-	hops := make([]string, 0, len(e.smoothed))
-	for hop := range e.smoothed {
-		hops = append(hops, hop)
+	keys := make([]string, 0, len(e.smoothed))
+	for key := range e.smoothed {
+		keys = append(keys, key)
 	}
-	sort.Strings(hops)
-	for _, hop := range hops {
-		s := e.smoothed[hop]
-		task := hopTask(hop)
-		t := spec.Task(task)
+	sort.Strings(keys)
+	for _, key := range keys {
+		s := e.smoothed[key]
+		k, _ := wire.ParseVariantKey(key) // a malformed key is the zero key: no task
+		t := spec.Task(k.Task)
 		if t == nil || len(t.Children) == 0 || s.items < e.MinItems {
 			continue
 		}
@@ -118,7 +118,7 @@ func (e *FanoutEstimator) Estimate(spec *pipeline.Spec) map[string]pipeline.Fano
 				f.Shares[c] = 1 / float64(len(t.Children))
 			}
 		}
-		out[hop] = f
+		out[key] = f
 	}
 	return out
 }
@@ -127,19 +127,10 @@ func (e *FanoutEstimator) Estimate(spec *pipeline.Spec) map[string]pipeline.Fano
 // items per interval times the span of the average, (2-Alpha)/Alpha intervals (see Estimator.Window).
 func (e *FanoutEstimator) Samples() map[string]float64 {
 	out := make(map[string]float64, len(e.smoothed))
-	for hop, s := range e.smoothed {
-		out[hop] = s.items * (2 - e.Alpha) / e.Alpha
+	for key, s := range e.smoothed {
+		out[key] = s.items * (2 - e.Alpha) / e.Alpha
 	}
 	return out
-}
-
-func hopTask(hop string) string {
-	for i := 0; i < len(hop); i++ {
-		if hop[i] == '/' {
-			return hop[:i]
-		}
-	}
-	return hop
 }
 
 // FanoutMoved reports whether any variant's factor differs between two estimates by more than the relative
@@ -149,7 +140,7 @@ func FanoutMoved(previous, current map[string]pipeline.Fanout, threshold float64
 }
 
 // FanoutSignificant is FanoutMoved with a significance test: a child task's sub-requests per item must also have
-// moved by more than sigmas standard deviations of the difference of two estimates that rest on samples[hop] items
+// moved by more than sigmas standard deviations of the difference of two estimates that rest on samples[key] items
 // each, with Poisson sub-requests per item (each: sqrt(rate/items)). A variant without samples is tested on the
 // threshold alone.
 func FanoutSignificant(previous, current map[string]pipeline.Fanout, threshold, sigmas float64,
@@ -157,8 +148,8 @@ func FanoutSignificant(previous, current map[string]pipeline.Fanout, threshold, 
 	if len(previous) != len(current) {
 		return true
 	}
-	for hop, c := range current {
-		p, ok := previous[hop]
+	for key, c := range current {
+		p, ok := previous[key]
 		if !ok {
 			return true
 		}
@@ -168,7 +159,7 @@ func FanoutSignificant(previous, current map[string]pipeline.Fanout, threshold, 
 			if d <= threshold*b {
 				continue
 			}
-			if n := samples[hop]; n > 0 && d <= sigmas*math.Sqrt(2*b/n) {
+			if n := samples[key]; n > 0 && d <= sigmas*math.Sqrt(2*b/n) {
 				continue
 			}
 			return true

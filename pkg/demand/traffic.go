@@ -78,15 +78,15 @@ func (t *Traffic) Observe(r wire.DemandReport, now time.Time) error {
 
 // Fold adds what a variant ("task/variant") counted between two heartbeats (a difference from demand.Counters).
 // A malformed histogram is ignored.
-func (t *Traffic) Fold(hop string, d wire.FanoutCounts) {
+func (t *Traffic) Fold(key string, d wire.FanoutCounts) {
 	c, err := d.SubRequestBuckets()
 	if err != nil || len(c) == 0 {
 		return
 	}
-	h := t.subs[hop]
+	h := t.subs[key]
 	if h == nil {
 		h = &subHist{}
-		t.subs[hop] = h
+		t.subs[key] = h
 	}
 	if len(h.weights) < len(c) {
 		h.weights = append(h.weights, make([]float64, len(c)-len(h.weights))...)
@@ -130,7 +130,7 @@ func (t *Traffic) Sample(now time.Time) *TrafficSample {
 	for _, id := range ids {
 		s.Gaps = append(s.Gaps, slices.Clone(t.gaps[id].gaps))
 	}
-	for hop, h := range t.subs {
+	for key, h := range t.subs {
 		total := 0.0
 		for _, w := range h.weights {
 			total += w
@@ -145,7 +145,7 @@ func (t *Traffic) Sample(now time.Time) *TrafficSample {
 		if last := len(h.weights) - 1; h.weights[last] > 0 {
 			d.TailMean = max(float64(last), h.tailSub/h.weights[last])
 		}
-		s.SubRequests[hop] = d
+		s.SubRequests[key] = d
 	}
 	if len(s.Gaps) == 0 && len(s.SubRequests) == 0 {
 		return nil

@@ -81,18 +81,18 @@ func (b *Board) Measured(spec *pipeline.Spec, now time.Time, maxAge time.Duratio
 			if v == nil {
 				continue
 			}
-			hop := served.Key().String()
+			variant := served.Key().String()
 			for _, e := range entries {
 				if _, ok := v.Point(e.Batch); !ok || !usable(e) {
 					continue
 				}
-				if acc[hop] == nil {
-					acc[hop] = map[int]*sums{}
+				if acc[variant] == nil {
+					acc[variant] = map[int]*sums{}
 				}
-				s := acc[hop][e.Batch]
+				s := acc[variant][e.Batch]
 				if s == nil {
 					s = &sums{}
-					acc[hop][e.Batch] = s
+					acc[variant][e.Batch] = s
 				}
 				n := float64(e.Count)
 				s.n += n
@@ -102,12 +102,12 @@ func (b *Board) Measured(spec *pipeline.Spec, now time.Time, maxAge time.Duratio
 		}
 	}
 	out := make(map[string][]wire.BatchLatency, len(acc))
-	for hop, byBatch := range acc {
+	for key, byBatch := range acc {
 		for batch, s := range byBatch {
-			out[hop] = append(out[hop], wire.BatchLatency{Batch: batch, Count: int(s.n), P50Ms: s.p50 / s.n,
+			out[key] = append(out[key], wire.BatchLatency{Batch: batch, Count: int(s.n), P50Ms: s.p50 / s.n,
 				P95Ms: s.p95 / s.n})
 		}
-		slices.SortFunc(out[hop], func(a, b wire.BatchLatency) int { return a.Batch - b.Batch })
+		slices.SortFunc(out[key], func(a, b wire.BatchLatency) int { return a.Batch - b.Batch })
 	}
 	return out
 }
@@ -128,8 +128,8 @@ func usable(e wire.BatchLatency) bool {
 // measured are not listed: they keep their profile.
 func Blend(spec *pipeline.Spec, measured map[string][]wire.BatchLatency) map[string][]pipeline.ProfilePoint {
 	out := map[string][]pipeline.ProfilePoint{}
-	for hop, entries := range measured {
-		_, v := spec.Lookup(hop)
+	for key, entries := range measured {
+		_, v := spec.Lookup(key)
 		if v == nil || len(entries) == 0 {
 			continue
 		}
@@ -169,7 +169,7 @@ func Blend(spec *pipeline.Spec, measured map[string][]wire.BatchLatency) map[str
 				}
 			}
 		}
-		out[hop] = points
+		out[key] = points
 	}
 	return out
 }
@@ -221,16 +221,16 @@ func Moved(spec *pipeline.Spec, a, b map[string][]pipeline.ProfilePoint, thresho
 // MovedBy is Moved with a threshold of its own for each direction: some point of b slower than a's by more than
 // slower (relative), or faster by more than faster.
 func MovedBy(spec *pipeline.Spec, a, b map[string][]pipeline.ProfilePoint, slower, faster float64) bool {
-	differs := func(hop string) bool {
-		_, v := spec.Lookup(hop)
+	differs := func(key string) bool {
+		_, v := spec.Lookup(key)
 		if v == nil {
 			return false
 		}
-		pa, ok := a[hop]
+		pa, ok := a[key]
 		if !ok {
 			pa = v.Profile
 		}
-		pb, ok := b[hop]
+		pb, ok := b[key]
 		if !ok {
 			pb = v.Profile
 		}
@@ -244,13 +244,13 @@ func MovedBy(spec *pipeline.Spec, a, b map[string][]pipeline.ProfilePoint, slowe
 		}
 		return false
 	}
-	for hop := range a {
-		if differs(hop) {
+	for key := range a {
+		if differs(key) {
 			return true
 		}
 	}
-	for hop := range b {
-		if differs(hop) {
+	for key := range b {
+		if differs(key) {
 			return true
 		}
 	}

@@ -61,11 +61,11 @@ func MostAccurateFirst(in Input) plan.Routing {
 			for _, child := range t.Children {
 				out := 0.0
 				if f != nil {
-					out = incoming[u.hop] * f.Mean * f.Share(child, t.Children)
+					out = incoming[u.key] * f.Mean * f.Share(child, t.Children)
 				}
 				tables[child] = fill(hosted[child], out, left, incoming)
 			}
-			r.Downstream[u.hop] = tables
+			r.Downstream[u.key] = tables
 		}
 		for _, child := range t.Children {
 			queue = append(queue, spec.Task(child))
@@ -79,19 +79,19 @@ func MostAccurateFirst(in Input) plan.Routing {
 }
 
 // hostedByAccuracy are the plan's hosted variants of each task, most accurate first, and the capacity of each (by
-// hop) routing may fill.
+// key) routing may fill.
 func hostedByAccuracy(in Input, util float64) (hosted map[string][]candidate, left map[string]float64) {
 	spec := in.Spec
 	hosted = make(map[string][]candidate, len(spec.Tasks)) // task -> hosted variants, most accurate first
-	left = make(map[string]float64, len(in.Plan.Variants)) // hop -> capacity not yet routed to
+	left = make(map[string]float64, len(in.Plan.Variants)) // key -> capacity not yet routed to
 	for _, vp := range in.Plan.Variants {
 		v := spec.Variant(vp.Task, vp.Variant)
 		if v == nil {
 			continue
 		}
-		hop := wire.VariantKey{Task: vp.Task, Variant: vp.Variant}.String()
-		hosted[vp.Task] = append(hosted[vp.Task], candidate{hop: hop, name: vp.Variant, variant: v, plan: vp})
-		left[hop] += vp.CapacityQPS * util
+		key := wire.VariantKey{Task: vp.Task, Variant: vp.Variant}.String()
+		hosted[vp.Task] = append(hosted[vp.Task], candidate{key: key, name: vp.Variant, variant: v, plan: vp})
+		left[key] += vp.CapacityQPS * util
 	}
 	for _, cs := range hosted {
 		sort.Slice(cs, func(i, j int) bool {
@@ -114,15 +114,15 @@ func addUnhostedTables(spec *pipeline.Spec, downstream map[string]map[string][]p
 			continue
 		}
 		for _, v := range t.Variants {
-			hop := wire.VariantKey{Task: t.Name, Variant: v.Name}.String()
-			if _, ok := downstream[hop]; ok {
+			key := wire.VariantKey{Task: t.Name, Variant: v.Name}.String()
+			if _, ok := downstream[key]; ok {
 				continue
 			}
 			tables := make(map[string][]plan.Route, len(t.Children))
 			for _, child := range t.Children {
 				tables[child] = fill(hosted[child], 0, left, incoming)
 			}
-			downstream[hop] = tables
+			downstream[key] = tables
 		}
 	}
 }
@@ -132,7 +132,7 @@ func backupLists(hosted map[string][]candidate, left map[string]float64) map[str
 	backup := map[string][]plan.Backup{}
 	for task, cs := range hosted {
 		for _, c := range cs {
-			if l := left[c.hop]; l > 0 {
+			if l := left[c.key]; l > 0 {
 				backup[task] = append(backup[task], plan.Backup{Variant: c.name, LeftoverQPS: l,
 					LatencyMs: c.plan.BudgetMs, Accuracy: c.variant.Accuracy})
 			}
@@ -142,7 +142,7 @@ func backupLists(hosted map[string][]candidate, left map[string]float64) map[str
 }
 
 type candidate struct {
-	hop     string
+	key     string
 	name    string
 	variant *pipeline.Variant
 	plan    plan.VariantPlan
@@ -156,7 +156,7 @@ func fill(cs []candidate, demand float64, left, incoming map[string]float64) []p
 	routes := make([]plan.Route, 0, len(cs))
 	if demand <= 0 {
 		for _, c := range cs {
-			if left[c.hop] > 0 {
+			if left[c.key] > 0 {
 				return append(routes, plan.Route{Variant: c.name, Prob: 1})
 			}
 		}
@@ -167,12 +167,12 @@ func fill(cs []candidate, demand float64, left, incoming map[string]float64) []p
 	}
 	remaining := demand
 	for _, c := range cs {
-		take := min(remaining, left[c.hop])
+		take := min(remaining, left[c.key])
 		if take <= 0 {
 			continue
 		}
-		left[c.hop] -= take
-		incoming[c.hop] += take
+		left[c.key] -= take
+		incoming[c.key] += take
 		remaining -= take
 		routes = append(routes, plan.Route{Variant: c.name, Prob: take / demand})
 	}
@@ -182,7 +182,7 @@ func fill(cs []candidate, demand float64, left, incoming map[string]float64) []p
 	// Overload: the excess goes to every variant in proportion to its capacity.
 	for i, share := range capacityShares(cs) {
 		extra := remaining * share
-		incoming[cs[i].hop] += extra
+		incoming[cs[i].key] += extra
 		routes = addProb(routes, cs[i].name, extra/demand)
 	}
 	return routes

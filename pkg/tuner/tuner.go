@@ -128,8 +128,8 @@ func (t *Tuner) Look(now time.Time, in Input) map[string]int {
 		if n <= 0 {
 			break
 		}
-		t.lent[w.hop] += n
-		t.lentAt[w.hop] = now
+		t.lent[w.key] += n
+		t.lentAt[w.key] = now
 		lentNow += n
 	}
 	return t.Lent()
@@ -165,7 +165,7 @@ func (t *Tuner) followPlan(in Input) {
 
 // loanWant is how many more workers a variant wants.
 type loanWant struct {
-	hop      string
+	key      string
 	accuracy float64
 	more     int
 }
@@ -216,10 +216,10 @@ func (t *Tuner) record(now time.Time, v Variant) {
 	t.history[v.Key] = append(h[:0], h[keep:]...)
 }
 
-// growth is the largest rise per second of what waits at hop over the windows (0 when it fell over all of them).
+// growth is the largest rise per second of what waits at key over the windows (0 when it fell over all of them).
 // A window the history does not span yet uses what it has.
-func (t *Tuner) growth(hop string, now time.Time) float64 {
-	h := t.history[hop]
+func (t *Tuner) growth(key string, now time.Time) float64 {
+	h := t.history[key]
 	if len(h) < 2 {
 		return 0
 	}
