@@ -217,8 +217,9 @@ func EnsureVariantConsumer(ctx context.Context, js jetstream.JetStream, pipeline
 		ackWait = DefaultAckWait
 	}
 	return js.CreateOrUpdateConsumer(ctx, wire.TaskStream(pipeline), jetstream.ConsumerConfig{
-		Durable:       wire.Consumer(task, variant),
-		Description:   "Sleipnir queue of variant " + wire.VariantKey{Task: task, Variant: variant}.String() + " of pipeline " + pipeline + ", shared by its replicas",
+		Durable: wire.Consumer(task, variant),
+		Description: "Sleipnir queue of variant " + wire.VariantKey{Task: task, Variant: variant}.String() +
+			" of pipeline " + pipeline + ", shared by its replicas",
 		FilterSubject: wire.TaskSubject(pipeline, task, variant),
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       ackWait,

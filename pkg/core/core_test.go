@@ -299,9 +299,11 @@ func TestHeartbeatIgnoresMalformedKeys(t *testing.T) {
 	for i, key := range []string{"traffic:detect", "traffic:detect/", "traffic:detect/yolov5x/x",
 		"traffic:detect/yolov5x,detect/yolov5n", "traffic/detect/yolov5x", "traffic:detect:yolov5x"} {
 		for n := uint64(1); n <= 3; n++ { // cumulative counters, as a worker reports them
-			c.Heartbeat(fmt.Sprint("w", i), wire.Registration{Started: time.Unix(1, 0), Observed: map[string]wire.Observed{
-				key: {FanoutCounts: wire.FanoutCounts{Items: 1000 * n,
-					Children: map[string]uint64{"classify_car": 5000 * n, "recognize_face": 100 * n}}}}}, now)
+			counts := wire.FanoutCounts{Items: 1000 * n,
+				Children: map[string]uint64{"classify_car": 5000 * n, "recognize_face": 100 * n}}
+			reg := wire.Registration{Started: time.Unix(1, 0),
+				Observed: map[string]wire.Observed{key: {FanoutCounts: counts}}}
+			c.Heartbeat(fmt.Sprint("w", i), reg, now)
 		}
 	}
 	p.fanout.Tick()

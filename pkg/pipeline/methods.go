@@ -107,7 +107,8 @@ func (s *Spec) Paths() [][]string {
 			var next [][]string
 			for _, p := range paths {
 				for _, v := range s.Task(task).Variants {
-					next = append(next, append(append([]string(nil), p...), wire.VariantKey{Task: task, Variant: v.Name}.String()))
+					key := wire.VariantKey{Task: task, Variant: v.Name}.String()
+					next = append(next, append(append([]string(nil), p...), key))
 				}
 			}
 			paths = next

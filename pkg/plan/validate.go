@@ -108,11 +108,11 @@ func (p *Plan) checkRouting(spec *pipeline.Spec) error {
 	for task, backups := range p.Routing.Backup {
 		for _, b := range backups {
 			if !p.Hosts(task, b.Variant) {
-				return fmt.Errorf("backup %s is not hosted", wire.VariantKey{Task: task, Variant: b.Variant}.String())
+				return fmt.Errorf("backup %s is not hosted", wire.VariantKey{Task: task, Variant: b.Variant})
 			}
 			if !finiteNonNegative(b.LeftoverQPS) || !finiteNonNegative(b.LatencyMs) || !finiteNonNegative(b.Accuracy) {
 				return fmt.Errorf("backup %s: leftover %v QPS, latency %v ms, accuracy %v",
-					wire.VariantKey{Task: task, Variant: b.Variant}.String(), b.LeftoverQPS, b.LatencyMs, b.Accuracy)
+					wire.VariantKey{Task: task, Variant: b.Variant}, b.LeftoverQPS, b.LatencyMs, b.Accuracy)
 			}
 		}
 	}
@@ -178,7 +178,8 @@ func (p *Plan) checkRoutes(spec *pipeline.Spec, task string, routes []Route) err
 	sum := 0.0
 	for _, r := range routes {
 		if spec.Variant(task, r.Variant) == nil || !p.Hosts(task, r.Variant) {
-			return fmt.Errorf("routes to %s, which the plan does not host", wire.VariantKey{Task: task, Variant: r.Variant}.String())
+			return fmt.Errorf("routes to %s, which the plan does not host",
+				wire.VariantKey{Task: task, Variant: r.Variant})
 		}
 		if !finiteNonNegative(r.Prob) || r.Prob > 1+probTolerance {
 			return fmt.Errorf("probability %v for %s", r.Prob, r.Variant)

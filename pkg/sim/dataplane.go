@@ -224,7 +224,8 @@ func (s *sim) batchDone(srv int) {
 				s.leaves(r, 1)
 			}
 			for _, msg := range out.Messages {
-				s.push(event{at: s.now + p.comm, kind: evDeliver, target: p.queueIdx[h.children[msg.Child]][msg.Variant],
+				to := p.queueIdx[h.children[msg.Child]][msg.Variant]
+				s.push(event{at: s.now + p.comm, kind: evDeliver, target: to,
 					msg: &message{req: r, items: len(msg.Subs), den: out.Den, node: node}})
 			}
 		}

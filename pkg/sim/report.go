@@ -255,7 +255,7 @@ func writeFile(path string, write func(io.Writer) error) error {
 // PrintSummaries prints one row per result.
 func PrintSummaries(w io.Writer, results []*Result) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "system\trequests\tSLO violations\tmean accuracy\tmean servers\tmax servers\tdropped\tlate\trefused\treplans\titem queues\twall\t")
+	fmt.Fprintln(tw, "system\trequests\tSLO violations\tmean accuracy\tmean servers\tmax servers\tdropped\tlate\trefused\treplans\titem hops\twall\t")
 	for _, r := range results {
 		s := r.Summary
 		fmt.Fprintf(tw, "%s\t%d\t%.2f%%\t%.4f\t%.1f\t%d\t%d\t%d\t%d\t%d\t%d\t%.1fs\t\n", s.System, s.Requests,

@@ -204,7 +204,7 @@ type message struct {
 	req      *request
 	items    int
 	den      uint64 // each item's weight is 1/den of the request (wire.Item.Den)
-	node     int32  // path of queues before this one (pathTrie)
+	node     int32  // path of variants before this one (pathTrie)
 	enqueued int64
 	dropped  string // reason when dropped before execution
 	// delivered counts its deliveries to a replica (JetStream's NumDelivered): batching.HandBack reads it
@@ -255,7 +255,7 @@ type server struct {
 	table *hop.Table
 }
 
-// pipe is one pipeline of the simulation: its frontend, its queues, its plan in force and its time series.
+// pipe is one pipeline of the simulation: its frontend, its variant queues, its plan in force and its time series.
 type pipe struct {
 	spec     *pipeline.Spec
 	work     *workload.Workload
@@ -267,7 +267,7 @@ type pipe struct {
 	tasks    []string
 	trie     pathTrie
 	slo      int64
-	comm     int64          // the latency of one of its queues
+	comm     int64          // the latency of one of its hops
 	admit    admission.Plan // what admission control knows of plan
 	end      int64          // its workload's end
 	seconds  []Second

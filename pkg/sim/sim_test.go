@@ -258,7 +258,8 @@ func TestRehome(t *testing.T) {
 	p0 := s.pipes[0]
 	static := p0.plan
 	queueOf := func(task, variant string) int32 { return p0.queueIdx[task][variant] }
-	retired, to, hosted := queueOf("classify_car", "effnet_b7"), queueOf("classify_car", "effnet_b0"), queueOf("classify_car", "effnet_b1")
+	retired, to := queueOf("classify_car", "effnet_b7"), queueOf("classify_car", "effnet_b0")
+	hosted := queueOf("classify_car", "effnet_b1")
 	after := p0.trie.child(0, queueOf("detect", "yolov5x"))    // routed to effnet_b0 by the new plan
 	unrouted := p0.trie.child(0, queueOf("detect", "yolov5n")) // no table from there
 	p := &plan.Plan{Variants: []plan.VariantPlan{{Task: "detect", Variant: "yolov5x", Replicas: 1},

@@ -11,8 +11,9 @@ func TestTaskHeadersRoundTrip(t *testing.T) {
 	deadline := time.Unix(0, 1_700_000_000_123_456_789)
 	for _, want := range []TaskHeaders{
 		{RequestID: "fe1-b-1", Deadline: deadline, ReplyTo: ResultSubject("fe1"), MsgID: TaskMsgID("fe1-b-1", "", "t", "v")},
-		{RequestID: "fe1-b-1", Deadline: deadline, Path: AppendPath("", VariantKey{Task: "t", Variant: "v"}), ReplyTo: ResultSubject("fe1"),
-			MsgID: TaskPartMsgID("fe1-b-1", RootItemID, "c", "w", []int{0, 1})},
+		{RequestID: "fe1-b-1", Deadline: deadline, Path: AppendPath("", VariantKey{Task: "t", Variant: "v"}),
+			ReplyTo: ResultSubject("fe1"),
+			MsgID:   TaskPartMsgID("fe1-b-1", RootItemID, "c", "w", []int{0, 1})},
 	} {
 		h := map[string]string{}
 		want.Write(func(k, v string) { h[k] = v })

@@ -57,7 +57,8 @@ func (p *Planner) queueDepths(ctx context.Context, pl *plan.Plan) (map[string]fl
 			return nil, err
 		}
 		info := c.CachedInfo()
-		out[wire.VariantKey{Task: vp.Task, Variant: vp.Variant}.String()] = float64(info.NumPending) + float64(info.NumAckPending)
+		key := wire.VariantKey{Task: vp.Task, Variant: vp.Variant}.String()
+		out[key] = float64(info.NumPending) + float64(info.NumAckPending)
 	}
 	return out, nil
 }

@@ -447,7 +447,8 @@ func (w *Worker) start(ctx context.Context, n wanted, t0 time.Time) (*serving, e
 	}
 	budget := time.Duration(n.a.BudgetMs * float64(time.Millisecond))
 	return &serving{a: n.a, spec: n.spec, plan: n.plan, task: n.spec.Task(n.a.Task), variant: v, exec: exec,
-		consumer: cons, served: n.a.Served().String(), policy: policy, budget: budget, root: n.spec.Root().Name == n.a.Task}, nil
+		consumer: cons, served: n.a.Served().String(), policy: policy, budget: budget,
+		root: n.spec.Root().Name == n.a.Task}, nil
 }
 
 // sanitize makes a host name usable as a worker id.

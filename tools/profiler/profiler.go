@@ -120,7 +120,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			m.Detector, m.Recognizer = d.Name, r.Name
 			res.Paths = append(res.Paths, m)
 			res.File.PathAccuracy = append(res.File.PathAccuracy, pipeline.PathAccuracy{
-				Path: []string{wire.VariantKey{Task: det.Name, Variant: d.Name}.String(), wire.VariantKey{Task: rec.Name, Variant: r.Name}.String()}, Accuracy: round(m.LineExactMatch, 4),
+				Path: []string{wire.VariantKey{Task: det.Name, Variant: d.Name}.String(),
+					wire.VariantKey{Task: rec.Name, Variant: r.Name}.String()},
+				Accuracy: round(m.LineExactMatch, 4),
 			})
 		}
 		e.Close()
