@@ -154,15 +154,15 @@ func (s *sim) startBatch(srv int) {
 		}
 		rest = s.takeAll(queued, take)
 	}
-	back := true
+	var back []*message
 	for _, m := range rest {
-		back = back && batching.HandBack(m.delivered)
+		if batching.HandBack(m.delivered) {
+			back = append(back, m)
+		} else {
+			sv.carried = append(sv.carried, m)
+		}
 	}
-	if back {
-		h.handBack(rest)
-	} else {
-		sv.carried = append([]*message(nil), rest...)
-	}
+	h.handBack(back)
 	s.taken = queued[:0]
 	clear(queued[:cap(queued)])
 	var d time.Duration

@@ -382,23 +382,17 @@ func takeAll(ms []*inbound, take func(*inbound) bool) []*inbound {
 }
 
 // returnUnfit hands the messages that did not join a batch back to the queue, in order (JetStream delivers them
-// again, before newer ones, to this replica's next batch or another's), or, when one of them has been handed back
-// too often already, carries them all to this replica's next batch (batching.HandBack).
+// again, before newer ones, to this replica's next batch or another's), except those handed back too often
+// already, which it carries to this replica's next batch (batching.HandBack).
 func (w *Worker) returnUnfit(s *serving, rest []*inbound) {
-	if len(rest) == 0 {
-		return
-	}
 	w.returned.Add(uint64(len(rest)))
 	for _, in := range rest {
-		meta, err := in.msg.Metadata()
-		if err != nil || !batching.HandBack(meta.NumDelivered) {
-			s.carried = append(s.carried, rest...)
-			return
+		if meta, err := in.msg.Metadata(); err == nil && batching.HandBack(meta.NumDelivered) {
+			_ = in.msg.Nak()
+			in.span.End()
+			continue
 		}
-	}
-	for _, in := range rest {
-		_ = in.msg.Nak()
-		in.span.End()
+		s.carried = append(s.carried, in)
 	}
 }
 
