@@ -5,12 +5,13 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/sleipnir-serving/sleipnir/internal/readme"
 )
 
 const module = "github.com/sleipnir-serving/sleipnir/"
@@ -150,27 +151,9 @@ func isRandType(name string) bool {
 	return false
 }
 
-func moduleRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the test's directory")
-		}
-		dir = parent
-	}
-}
-
 // TestLayers: every package is in a layer of docs/architecture.md, and keeps its rules.
 func TestLayers(t *testing.T) {
-	pkgs := readModule(t, moduleRoot(t))
+	pkgs := readModule(t, readme.Root(t))
 	if len(pkgs) < 20 {
 		t.Fatalf("read %d packages: the walk missed the module", len(pkgs))
 	}

@@ -154,15 +154,16 @@ func (s *sim) startBatch(srv int) {
 		}
 		rest = s.takeAll(queued, take)
 	}
-	var back []*message
+	back := 0 // those that go back, compacted in place at the front of rest
 	for _, m := range rest {
 		if batching.HandBack(m.delivered) {
-			back = append(back, m)
+			rest[back] = m
+			back++
 		} else {
 			sv.carried = append(sv.carried, m)
 		}
 	}
-	h.handBack(back)
+	h.handBack(rest[:back])
 	s.taken = queued[:0]
 	clear(queued[:cap(queued)])
 	var d time.Duration
