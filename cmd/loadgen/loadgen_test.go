@@ -80,6 +80,9 @@ func TestCountsEveryOutcome(t *testing.T) {
 // accepted_violation_ratio (the late ones, a fifth of the accepted).
 func TestRefusalsApart(t *testing.T) {
 	nc := connect(t)
+	// The accepted requests' latency, far above what a refusal's round trip takes even on a busy CI machine (80 ms
+	// was not: a refusal's p99 reached it under load).
+	const acceptedLatency = 300 * time.Millisecond
 	statuses := []string{wire.StatusOverloaded, wire.StatusOK, wire.StatusOverloaded, wire.StatusOK, wire.StatusOK,
 		wire.StatusOK, wire.StatusLate}
 	var n atomic.Int64
@@ -90,21 +93,21 @@ func TestRefusalsApart(t *testing.T) {
 			m.Respond(data)
 			return
 		}
-		time.AfterFunc(80*time.Millisecond, func() { m.Respond(data) })
+		time.AfterFunc(acceptedLatency, func() { m.Respond(data) })
 	}); err != nil {
 		t.Fatal(err)
 	}
 	s, err := Run(context.Background(), nc, Config{Pipeline: "p", QPS: 200, Duration: time.Second,
-		Timeout: time.Second, Grace: 200 * time.Millisecond}, nil)
+		Timeout: 2 * time.Second, Grace: time.Second}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if s.Refused == 0 || s.Refused+s.OK+s.Late != s.Sent || s.Lost != 0 {
 		t.Fatalf("outcomes: %+v", s)
 	}
-	if s.RefusedP99Ms <= 0 || s.RefusedP99Ms >= 80 || s.P50Ms < 80 {
-		t.Errorf("refusals' p99 %.1f ms, accepted p50 %.1f ms: want the refusals under 80 ms, the others over",
-			s.RefusedP99Ms, s.P50Ms)
+	if ms := float64(acceptedLatency.Milliseconds()); s.RefusedP99Ms <= 0 || s.RefusedP99Ms >= ms || s.P50Ms < ms {
+		t.Errorf("refusals' p99 %.1f ms, accepted p50 %.1f ms: want the refusals under %v ms, the others over",
+			s.RefusedP99Ms, s.P50Ms, ms)
 	}
 	if want := float64(s.Late) / float64(s.OK+s.Late); s.AcceptedViolationRatio != want || s.SLOViolationRatio <= want {
 		t.Errorf("violations among the accepted %v (all %v), want %v: the late among the accepted",
