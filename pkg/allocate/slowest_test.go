@@ -101,3 +101,49 @@ func benchSlowest(b *testing.B, ins []Input) {
 	b.ReportMetric(float64(limited), "limited")
 	b.Logf("%d solves; the slowest: %s", len(times), slowest)
 }
+
+// liveLimit is the live planner's solve limit (services/planner's default --solve-time-limit).
+const liveLimit = time.Second
+
+// BenchmarkLiveLimitLoss measures what the live planner's solve limit costs where solves outlast it: each
+// Loki-like shape (seed 0, 20 servers, burst model) at 70:1450:60 QPS, solved once within liveLimit as the live
+// planner solves (one worker per CPU) and once within slowestLimit; it reports how many solves stopped at the live
+// limit, and the largest and median loss of system accuracy of the limited plan, relative to the longer solve's
+// ("loss-%"; a solve proven optimal within the live limit loses nothing). Run it alone on the machine: the limit is
+// wall time, so a busy machine finds worse plans within it.
+func BenchmarkLiveLimitLoss(b *testing.B) {
+	for _, shape := range lokiShapes {
+		b.Run("lokilike-"+shape, func(b *testing.B) {
+			spec := lokiLike(b, shape, 0)
+			for i := 0; i < b.N; i++ {
+				var losses []float64
+				limited := 0
+				for d := 70.0; d <= 1450; d += 60 {
+					in := Input{Spec: spec, Demand: d, Servers: 20}
+					live, err := Solve(in, Options{TimeLimit: liveLimit})
+					if err != nil {
+						b.Fatal(err)
+					}
+					loss := 0.0
+					if !live.Optimal {
+						limited++
+						long, err := Solve(in, Options{TimeLimit: slowestLimit})
+						if err != nil {
+							b.Fatal(err)
+						}
+						loss = max(0, 100*(long.SystemAccuracy-live.SystemAccuracy)/long.SystemAccuracy)
+						if loss > 0.5 {
+							b.Logf("%v QPS: %.5f within %v, %.5f within %v (optimal %v)", d, live.SystemAccuracy,
+								liveLimit, long.SystemAccuracy, slowestLimit, long.Optimal)
+						}
+					}
+					losses = append(losses, loss)
+				}
+				slices.Sort(losses)
+				b.ReportMetric(float64(limited), "limited")
+				b.ReportMetric(losses[len(losses)-1], "max-loss-%")
+				b.ReportMetric(losses[len(losses)/2], "median-loss-%")
+			}
+		})
+	}
+}
