@@ -126,7 +126,7 @@ func allottedBelow(spec *pipeline.Spec, p *plan.Plan, task string, scale float64
 func (s *Stage) BeforeExecute(now, due, enqueued time.Time) string {
 	q := Queued{Now: now, Deadline: due, LastTask: s.LastTask, Expected: s.Budget, Allowance: s.Allowance,
 		Waited: now.Sub(enqueued)}
-	if s.Policy == Reroute { // the only policy that looks below the task
+	if s.Policy == Reroute || s.Policy == Degrade { // the only policies that look below the task
 		q.LeastRest = s.LeastRest(now)
 	}
 	return BeforeExecute(s.Policy, q)
@@ -171,7 +171,7 @@ func (s *Stage) Route(child string, routes []plan.Route, now time.Time, atTask, 
 		chosen = Option{Variant: v}
 	}
 	co.open = co.open[:0]
-	if s.Policy == Reroute {
+	if s.Policy == Reroute || s.Policy == Degrade {
 		for i := range co.backups {
 			if co.backups[i].bucket.available(now) {
 				co.open = append(co.open, co.backups[i].Option)
@@ -187,6 +187,7 @@ func (s *Stage) Route(child string, routes []plan.Route, now time.Time, atTask, 
 			}
 		}
 	}
+	d.Degraded = d.Variant == "" && Answers(s.Policy, d.Reason)
 	return d
 }
 

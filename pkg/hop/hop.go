@@ -87,10 +87,12 @@ type Message struct {
 	Parts   int
 }
 
-// Drop is a sub-request the routing or the deadline policy sent nowhere: a leaf, dropped for Reason.
+// Drop is a sub-request the routing or the deadline policy sent nowhere: a leaf, dropped for Reason, or, when
+// Degraded (policy degrade), answered with the parent's result for it.
 type Drop struct {
-	Sub    int
-	Reason string
+	Sub      int
+	Reason   string
+	Degraded bool
 }
 
 // Out is what one item's step produced. Its slices belong to the Stepper and are reused by its next Step.
@@ -146,7 +148,7 @@ func (st *Stepper) Step(t *Table, item Item, w When, rng *rand.Rand) (*Out, erro
 			out.Rerouted++
 		}
 		if d.Variant == "" {
-			out.Drops = append(out.Drops, Drop{Sub: n, Reason: d.Reason})
+			out.Drops = append(out.Drops, Drop{Sub: n, Reason: d.Reason, Degraded: d.Degraded})
 			st.group = append(st.group, -1)
 			continue
 		}

@@ -12,7 +12,7 @@ type Spec struct {
 	SLOMs float64 `json:"slo_ms"`
 	// CommLatencyMs is the communication latency of one hop, subtracted from the SLO per hop by the planner.
 	CommLatencyMs float64 `json:"comm_latency_ms,omitempty"`
-	// DeadlinePolicy is how workers treat items running late: none, last-task, per-task or reroute (default).
+	// DeadlinePolicy is how workers treat items running late: none, last-task, per-task, reroute (default) or degrade.
 	DeadlinePolicy string `json:"deadline_policy,omitempty"`
 	// Priority is the pipeline's class, 0 (the default) to MaxPriority: when the cluster cannot serve every
 	// pipeline, the lower classes give up accuracy first and are shed first (the rule: schemas/README.md). A

@@ -228,7 +228,7 @@ func (s *sim) result(p *pipe) *Result {
 	// Requests still in flight are stuck where no worker serves: the frontend replied late at their deadline.
 	for i := range p.seconds {
 		x := &p.seconds[i]
-		x.Late += x.Arrivals - x.Refused - x.OK - x.Partial - x.Dropped - x.Late
+		x.Late += x.Arrivals - x.Refused - x.OK - x.Partial - x.Dropped - x.Late - x.Degraded
 	}
 	sum := &res.Summary
 	sum.System, sum.Pipeline = p.system.Name, p.spec.Name
@@ -236,15 +236,15 @@ func (s *sim) result(p *pipe) *Result {
 	first := min(len(p.seconds), int((s.cfg.Warmup+time.Second-1)/time.Second))
 	t := tallySeconds(p.seconds[first:])
 	sum.Requests, sum.OK, sum.Partial, sum.Dropped, sum.Late = t.arrivals, t.ok, t.partial, t.dropped, t.late
-	sum.Refused = t.refused
+	sum.Refused, sum.Degraded = t.refused, t.degraded
 	sum.MaxActiveServers = t.maxServers
 	if t.arrivals > 0 {
-		sum.SLOViolationRatio = t.violationRatio()
+		sum.SLOViolationRatio, sum.UnansweredRatio = t.violationRatio(), t.unansweredRatio()
 	}
 	if t.arrivals > t.refused {
 		sum.AcceptedViolationRatio = t.acceptedViolationRatio()
 	}
-	if t.ok+t.partial > 0 {
+	if t.ok+t.partial+t.degraded > 0 {
 		sum.MeanAccuracy = t.accuracy()
 	}
 	if t.n > 0 {

@@ -53,7 +53,7 @@ type tally struct {
 	n                                    int // seconds
 	demand                               float64
 	arrivals, ok, partial, dropped, late int
-	refused                              int
+	refused, degraded                    int
 	accuracySum, servers                 float64
 	maxServers                           int
 	last                                 Second
@@ -69,12 +69,21 @@ func tallySeconds(xs []Second) tally {
 		t.dropped += x.Dropped
 		t.late += x.Late
 		t.refused += x.Refused
+		t.degraded += x.Degraded
 		t.accuracySum += x.AccuracySum
 		t.servers += float64(x.ActiveServers)
 		t.maxServers = max(t.maxServers, x.ActiveServers)
 		t.last = x
 	}
 	return t
+}
+
+// unansweredRatio is the share of requests answered neither ok nor degraded; NaN without requests.
+func (t tally) unansweredRatio() float64 {
+	if t.arrivals == 0 {
+		return math.NaN()
+	}
+	return float64(t.arrivals-t.ok-t.degraded) / float64(t.arrivals)
 }
 
 // violationRatio is the share of requests not answered ok; NaN without requests.
@@ -94,9 +103,9 @@ func (t tally) acceptedViolationRatio() float64 {
 	return float64(admitted-t.ok) / float64(admitted)
 }
 
-// accuracy is the mean served accuracy of the ok and partial replies; NaN without any.
+// accuracy is the mean served accuracy of the ok, degraded and partial replies; NaN without any.
 func (t tally) accuracy() float64 {
-	if served := t.ok + t.partial; served > 0 {
+	if served := t.ok + t.partial + t.degraded; served > 0 {
 		return t.accuracySum / float64(served)
 	}
 	return math.NaN()

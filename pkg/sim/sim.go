@@ -89,7 +89,10 @@ type Second struct {
 	Dropped int `json:"dropped"`
 	Late    int `json:"late"`
 	Refused int `json:"refused"`
-	// AccuracySum sums the served accuracy of the ok and partial replies.
+	// Degraded counts the replies answered degraded (deadline policy degrade: every leaf answered in time, some
+	// with an earlier task's result).
+	Degraded int `json:"degraded,omitempty"`
+	// AccuracySum sums the served accuracy of the ok, degraded and partial replies.
 	AccuracySum float64 `json:"accuracy_sum"`
 	// ActiveServers is the number of workers assigned a variant of the pipeline at the end of the second.
 	ActiveServers int `json:"active_servers"`
@@ -118,11 +121,15 @@ type Summary struct {
 	Dropped  int    `json:"dropped"`
 	Late     int    `json:"late"`
 	Refused  int    `json:"refused"`
+	// Degraded counts the replies answered degraded: SLO violations, but answers; UnansweredRatio is the share of
+	// the requests answered neither ok nor degraded (refused ones included).
+	Degraded        int     `json:"degraded"`
+	UnansweredRatio float64 `json:"unanswered_ratio"`
 	// SLOViolationRatio is the share of the requests not answered ok, refused ones included;
 	// AcceptedViolationRatio the same among the requests admitted (loadgen's two figures).
 	SLOViolationRatio      float64 `json:"slo_violation_ratio"`
 	AcceptedViolationRatio float64 `json:"accepted_violation_ratio"`
-	// MeanAccuracy is the mean served accuracy of the ok and partial replies (as loadgen reports it).
+	// MeanAccuracy is the mean served accuracy of the ok, degraded and partial replies (as loadgen reports it).
 	MeanAccuracy      float64 `json:"mean_accuracy"`
 	MeanActiveServers float64 `json:"mean_active_servers"`
 	MaxActiveServers  int     `json:"max_active_servers"`
@@ -196,6 +203,7 @@ type request struct {
 	second       int32
 	pending      int // items not yet finished or dropped
 	ok, dropped  int
+	degraded     int // leaves answered degraded (deadline policy degrade)
 	acc          completion.Accuracy
 }
 

@@ -132,6 +132,8 @@ type Worker struct {
 	obsMu    sync.Mutex
 	observed map[string]*Observed // by "pipeline:task/variant"
 	latency  *latency.Window      // the recent batch latencies, by the same key; under obsMu
+
+	degraded atomic.Uint64 // items answered degraded (policy degrade, countDegraded)
 }
 
 // Serving is what the worker serves now, "pipeline:task/variant", or "" when idle.
