@@ -65,6 +65,7 @@ func (w *Worker) Observations() map[string]Observed {
 		c.Children = maps.Clone(o.Children)
 		c.SubRequests = slices.Clone(o.SubRequests)
 		c.Dropped = maps.Clone(o.Dropped)
+		c.Degraded = maps.Clone(o.Degraded)
 		c.Latency = w.latency.Summary(k, now)
 		out[k] = c
 	}
