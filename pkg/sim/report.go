@@ -264,12 +264,12 @@ func writeFile(path string, write func(io.Writer) error) error {
 // PrintSummaries prints one row per result.
 func PrintSummaries(w io.Writer, results []*Result) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "system\trequests\tSLO violations\tmean accuracy\tmean servers\tmax servers\tdropped\tlate\trefused\treplans\titem hops\twall\t")
+	fmt.Fprintln(tw, "system\trequests\tSLO violations\tmean accuracy\tmean servers\tmax servers\tdropped\tlate\trefused\tdegraded\treplans\titem hops\twall\t")
 	for _, r := range results {
 		s := r.Summary
-		fmt.Fprintf(tw, "%s\t%d\t%.2f%%\t%.4f\t%.1f\t%d\t%d\t%d\t%d\t%d\t%d\t%.1fs\t\n", s.System, s.Requests,
+		fmt.Fprintf(tw, "%s\t%d\t%.2f%%\t%.4f\t%.1f\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.1fs\t\n", s.System, s.Requests,
 			100*s.SLOViolationRatio, s.MeanAccuracy, s.MeanActiveServers, s.MaxActiveServers, s.Dropped, s.Late,
-			s.Refused, s.Replans, s.ItemHops, s.WallSeconds)
+			s.Refused, s.Degraded, s.Replans, s.ItemHops, s.WallSeconds)
 	}
 	tw.Flush()
 }
