@@ -11,6 +11,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/deadline"
 	"github.com/sleipnir-serving/sleipnir/pkg/hop"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/routing"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
@@ -36,6 +37,12 @@ func (s *sim) arrive(p *pipe) {
 	r := &request{pipe: p, arrival: s.now, due: s.now + p.slo, second: sec, pending: 1}
 	s.inFlight++
 	v := plan.Pick(p.plan.Routing.Root, s.rng.Float64())
+	if p.rootQueue != nil {
+		if c, ok := routing.ChooseByQueue(p.spec.Root().Name, p.rootQueue, queueView{s, p},
+			time.Duration(p.slo)-p.rootRest); ok {
+			v = c
+		}
+	}
 	h, ok := p.queueIdx[p.spec.Root().Name][v]
 	if !ok { // no root variant hosted: the frontend's publish has nowhere to go
 		r.pending = 0

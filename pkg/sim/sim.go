@@ -22,6 +22,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/latency"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/routing"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 	"github.com/sleipnir-serving/sleipnir/pkg/workload"
 )
@@ -288,6 +289,10 @@ type pipe struct {
 	// what the plan check did to the allocations published (noteCheck)
 	checkChanged   int
 	checkPredicted float64
+	// rootQueue and rootRest, with routing_mode queue: the root's hosted variants for the frontend's queue-aware
+	// choice, and the time allotted below the root (deadline.RestBelow).
+	rootQueue []routing.QueueOption
+	rootRest  time.Duration
 }
 
 type sim struct {
