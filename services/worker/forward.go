@@ -179,6 +179,7 @@ func (w *Worker) publishStep(s *serving, in *inbound, itemID, path string, step 
 			return fmt.Errorf("publish to %s: %w", msg.Subject, err)
 		}
 		ob.acks = append(ob.acks, f)
+		s.queues.note(task, m.Variant, len(m.Subs))
 	}
 	return nil
 }
