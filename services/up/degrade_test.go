@@ -1,14 +1,8 @@
 package up
 
 import (
-	"os"
-	"path/filepath"
 	"testing"
-	"time"
 
-	"github.com/nats-io/nats.go"
-
-	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
@@ -37,24 +31,8 @@ allocation:
 // (no-time-for-last, 100 ms to spare), degrade answers it with what a made for it: status degraded, its path a's,
 // its outputs the tensors a emitted, its accuracy 0 (the classification it lacks).
 func TestDegradeAnswersWithWhatItHas(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "slowleaf.yaml")
-	if err := os.WriteFile(file, []byte(degradeChain), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	run := func(policy string) []wire.InferReply {
-		sys, spec := startSystemWith(t, file, Config{Workers: 2}, func(s *pipeline.Spec) { s.DeadlinePolicy = policy })
-		c := newClient(t, sys)
-		hdr := nats.Header{}
-		hdr.Set(wire.HeaderTimeout, "1800ms")
-		var subjects []string
-		for range 3 {
-			subjects = append(subjects, c.Send(t, spec.Name, inputRequest(t), hdr))
-		}
-		replies := c.Wait(t, subjects, 5*time.Second)
-		var out []wire.InferReply
-		for _, s := range subjects {
-			out = append(out, decodeReply(t, replies[s][0]))
-		}
+		sys, out := burst(t, degradeChain, policy, 2, 3, "1800ms")
 		for _, w := range sys.Workers {
 			if o, ok := w.Observations()["slowleaf:b/slow"]; ok && policy == "degrade" &&
 				o.Degraded[wire.DropLastTask] != 1 {
