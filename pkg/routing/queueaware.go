@@ -79,7 +79,7 @@ func (o QueueOption) Completion(depth float64) time.Duration {
 // queueHeadroom is how many times its expected completion an item's time left must be for a queue-aware choice:
 // the plan's own rule (the profiled latencies of a path fill at most half the SLO, the rest is for the queueing
 // the profiles do not show). Measured on bursty demand, 1 (the whole time left) kept the accurate variants' queues
-// at the edge of the deadline, and 2.1 times the tables' violations (docs/queue-routing.md).
+// at the edge of the deadline, and twice the tables' violations (docs/queue-routing.md).
 const queueHeadroom = 2
 
 // ChooseByQueue is the most accurate of task's options (QueueOptions' order) whose expected completion, given its
