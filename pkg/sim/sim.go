@@ -83,6 +83,7 @@ type Second struct {
 	// DemandQPS is the workload's rate; Arrivals the requests that arrived.
 	DemandQPS float64 `json:"demand_qps"`
 	Arrivals  int     `json:"arrivals"`
+	Degraded  int     `json:"degraded,omitempty"` // replies degraded (deadline policy degrade; docs/degrade.md)
 	// OK, Partial, Dropped and Late count the replies by status; Refused the requests admission control refused
 	// (pkg/admission: answered overloaded at once, at no model time).
 	OK      int `json:"ok"`
@@ -90,9 +91,6 @@ type Second struct {
 	Dropped int `json:"dropped"`
 	Late    int `json:"late"`
 	Refused int `json:"refused"`
-	// Degraded counts the replies answered degraded (deadline policy degrade: every leaf answered in time, some
-	// with an earlier task's result).
-	Degraded int `json:"degraded,omitempty"`
 	// AccuracySum sums the served accuracy of the ok, degraded and partial replies.
 	AccuracySum float64 `json:"accuracy_sum"`
 	// ActiveServers is the number of workers assigned a variant of the pipeline at the end of the second.
@@ -114,18 +112,16 @@ type Result struct {
 
 // Summary aggregates a simulation.
 type Summary struct {
-	System   string `json:"system"`
-	Pipeline string `json:"pipeline"`
-	Requests int    `json:"requests"`
-	OK       int    `json:"ok"`
-	Partial  int    `json:"partial"`
-	Dropped  int    `json:"dropped"`
-	Late     int    `json:"late"`
-	Refused  int    `json:"refused"`
-	// Degraded counts the replies answered degraded: SLO violations, but answers; UnansweredRatio is the share of
-	// the requests answered neither ok nor degraded (refused ones included).
-	Degraded        int     `json:"degraded"`
-	UnansweredRatio float64 `json:"unanswered_ratio"`
+	System          string  `json:"system"`
+	Pipeline        string  `json:"pipeline"`
+	Requests        int     `json:"requests"`
+	OK              int     `json:"ok"`
+	Partial         int     `json:"partial"`
+	Dropped         int     `json:"dropped"`
+	Late            int     `json:"late"`
+	Refused         int     `json:"refused"`
+	Degraded        int     `json:"degraded"`         // replies degraded: violations, but answers
+	UnansweredRatio float64 `json:"unanswered_ratio"` // the share answered neither ok nor degraded
 	// SLOViolationRatio is the share of the requests not answered ok, refused ones included;
 	// AcceptedViolationRatio the same among the requests admitted (loadgen's two figures).
 	SLOViolationRatio      float64 `json:"slo_violation_ratio"`
@@ -289,10 +285,8 @@ type pipe struct {
 	// what the plan check did to the allocations published (noteCheck)
 	checkChanged   int
 	checkPredicted float64
-	// rootQueue and rootRest, with routing_mode queue: the root's hosted variants for the frontend's queue-aware
-	// choice, and the time allotted below the root (deadline.RestBelow).
-	rootQueue []routing.QueueOption
-	rootRest  time.Duration
+	rootQueue      []routing.QueueOption // routing_mode queue: the root's options, and the time allotted below it
+	rootRest       time.Duration
 }
 
 type sim struct {
