@@ -139,7 +139,7 @@ type chosen struct {
 	n       float64
 }
 
-// Depth is the measured queue of child task c's variant, with what this step sent there.
+// depth is the measured queue of child task c's variant, with what this step sent there.
 func (st *Stepper) depth(t *Table, c int, variant string) (float64, bool) {
 	d, ok := t.Queues.Depth(t.Children[c], variant)
 	for _, ch := range st.chosen {
@@ -159,7 +159,7 @@ type stepQueues struct {
 
 func (q stepQueues) Depth(_, variant string) (float64, bool) { return q.st.depth(q.t, q.c, variant) }
 
-// routes is where sub-request of child task c goes by the table, or, with routing_mode queue and the queues known,
+// routes is where a sub-request of child task c goes by the table, or, with routing_mode queue and the queues known,
 // to the variant ChooseByQueue picks for the time left less what the tasks below are allotted.
 func (st *Stepper) routes(t *Table, c int, left time.Duration) []plan.Route {
 	if t.queue == nil || t.Queues == nil {
