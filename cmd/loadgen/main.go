@@ -132,8 +132,8 @@ func main() {
 
 func printSummary(s Summary) {
 	fmt.Printf("pipeline %s: %d sent in %.1fs (%.1f/s of %.1f/s asked)\n", s.Pipeline, s.Sent, s.DurationS, s.AchievedQPS, s.QPS)
-	fmt.Printf("  ok %d  partial %d  dropped %d  late %d  errors %d  lost %d  refused %d\n", s.OK, s.Partial, s.Dropped,
-		s.Late, s.Errors, s.Lost, s.Refused)
+	fmt.Printf("  ok %d  degraded %d  partial %d  dropped %d  late %d  errors %d  lost %d  refused %d\n", s.OK,
+		s.Degraded, s.Partial, s.Dropped, s.Late, s.Errors, s.Lost, s.Refused)
 	if s.Resent+s.Retried+s.Duplicates+s.LateReplies+s.ExtraReplies > 0 {
 		fmt.Printf("  attempts resent after a reconnect %d, retried after no responders %d; duplicate replies %d, "+
 			"late replies %d, extra replies %d\n", s.Resent, s.Retried, s.Duplicates, s.LateReplies, s.ExtraReplies)

@@ -104,6 +104,9 @@ func (r *run) outcomeLocked(p *pendingReq, data []byte, now time.Time) {
 	case wire.StatusPartial:
 		r.sum.Partial++
 		r.accSum, r.accN = r.accSum+rep.Accuracy, r.accN+1
+	case wire.StatusDegraded:
+		r.sum.Degraded++
+		r.accSum, r.accN = r.accSum+rep.Accuracy, r.accN+1
 	case wire.StatusDropped:
 		r.sum.Dropped++
 	case wire.StatusLate:

@@ -19,6 +19,10 @@ type Summary struct {
 	Dropped   int     `json:"dropped"`
 	Late      int     `json:"late"`
 	Errors    int     `json:"errors"`
+	// Degraded counts the replies answered in time with some items degraded (deadline policy degrade): SLO
+	// violations, but answers; UnansweredRatio is the share of requests sent whose reply is neither ok nor degraded.
+	Degraded        int     `json:"degraded"`
+	UnansweredRatio float64 `json:"unanswered_ratio"`
 	// Refused counts the replies with status overloaded: requests the system refused at once, before they cost
 	// model time (admission control, the frontend's bounds). RefusedP99Ms is the 99th percentile of their latency.
 	Refused      int     `json:"refused"`
@@ -46,7 +50,8 @@ type Summary struct {
 	// reply is not ok (lost ones included), over the requests sent less the refused.
 	AcceptedViolationRatio float64 `json:"accepted_violation_ratio"`
 	AchievedQPS            float64 `json:"achieved_qps"`
-	// MeanAccuracy is the mean profiled end-to-end accuracy of the ok and partial replies (the reply's accuracy).
+	// MeanAccuracy is the mean profiled end-to-end accuracy of the ok, degraded and partial replies (the reply's
+	// accuracy).
 	MeanAccuracy float64 `json:"mean_accuracy"`
 	// With a labelled set (--images), over the ok replies: the share of true lines found and read exactly (what
 	// was served), the same as the profile predicts it (each reply's profiled accuracy, weighted by its true lines),
@@ -86,6 +91,7 @@ func (r *run) summarize(cfg Config, sendEnd, measureStart time.Time) (Summary, e
 	}
 	if s.Sent > 0 {
 		s.SLOViolationRatio = float64(s.Sent-s.OK) / float64(s.Sent)
+		s.UnansweredRatio = float64(s.Sent-s.OK-s.Degraded) / float64(s.Sent)
 	}
 	if accepted := s.Sent - s.Refused; accepted > 0 {
 		s.AcceptedViolationRatio = float64(accepted-s.OK) / float64(accepted)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sleipnir-serving/sleipnir/pkg/control"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/routing"
 	"github.com/sleipnir-serving/sleipnir/pkg/sim"
 	"github.com/sleipnir-serving/sleipnir/pkg/workload"
 )
@@ -42,6 +43,7 @@ func runSim(args []string) error {
 	slowdown := fs.String("slowdown", "", "emulate slower machines: "+sim.SlowdownSyntax)
 	admit := fs.Bool("admission", false, "the frontends' admission control (pkg/admission), as on up and frontend")
 	asJSON := fs.Bool("json", false, "print the summaries as JSON")
+	routingMode := fs.String("routing", "", "every pipeline's routing_mode: tables or queue (default: each spec's)")
 	progress := fs.Bool("progress", isTerminal(os.Stderr), "show a progress bar on standard error (default: when it is a terminal)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -51,6 +53,9 @@ func runSim(args []string) error {
 	}
 	specs, err := loadPipelines(files)
 	if err != nil {
+		return err
+	}
+	if err := setRoutingMode(specs, *routingMode); err != nil {
 		return err
 	}
 	cc, err := ctl.Config()
@@ -92,6 +97,21 @@ func runSim(args []string) error {
 		return err
 	}
 	return simReport(base, results, *servers, *seed, *interval, *out, *asJSON)
+}
+
+// setRoutingMode gives every spec routing mode mode ("" leaves each its own).
+func setRoutingMode(specs []*pipeline.Spec, mode string) error {
+	switch mode {
+	case "":
+		return nil
+	case routing.ModeTables, routing.ModeQueue:
+	default:
+		return fmt.Errorf("--routing %q: want %s or %s", mode, routing.ModeTables, routing.ModeQueue)
+	}
+	for _, s := range specs {
+		s.RoutingMode = mode
+	}
+	return nil
 }
 
 // systemNames are the systems' full names (with the deadline policy), as the summaries name them, once each

@@ -18,6 +18,7 @@ type Tracker struct {
 	term    big.Rat // scratch, to avoid an allocation per report
 	results []wire.ItemResult
 	ok      int
+	degrade int // degraded answers (wire.ItemDegraded)
 	dropped int
 	failed  int
 }
@@ -49,6 +50,8 @@ func (t *Tracker) Add(r wire.ItemResult) (done, duplicate bool, err error) {
 		t.ok++
 	case wire.ItemDropped:
 		t.dropped++
+	case wire.ItemDegraded:
+		t.degrade++
 	default:
 		t.failed++
 	}
@@ -60,7 +63,7 @@ var one = big.NewRat(1, 1)
 // Clone is a tracker that goes on from t's reports without changing t.
 func (t *Tracker) Clone() *Tracker {
 	c := &Tracker{seen: make(map[string]struct{}, len(t.seen)), results: append([]wire.ItemResult(nil), t.results...),
-		ok: t.ok, dropped: t.dropped, failed: t.failed}
+		ok: t.ok, degrade: t.degrade, dropped: t.dropped, failed: t.failed}
 	for id := range t.seen {
 		c.seen[id] = struct{}{}
 	}
@@ -75,17 +78,28 @@ func (t *Tracker) Done() bool { return t.sum.Cmp(one) == 0 }
 func (t *Tracker) Results() []wire.ItemResult { return t.results }
 
 // Status is the reply status for the reports received so far; late says the deadline passed first.
-func (t *Tracker) Status(late bool) string { return Status(late, t.ok, t.dropped, t.failed) }
+func (t *Tracker) Status(late bool) string {
+	return StatusDegraded(late, t.ok, t.degrade, t.dropped, t.failed)
+}
 
 // Status is the reply status of a request whose leaves ok finished, dropped were dropped and failed failed; late
 // says the deadline passed before every leaf was reported.
 func Status(late bool, ok, dropped, failed int) string {
+	return StatusDegraded(late, ok, 0, dropped, failed)
+}
+
+// StatusDegraded is Status when degraded leaves were answered with what an earlier task had made (deadline policy
+// degrade): a request all of whose leaves were answered, some of them so, is degraded; a degraded leaf counts as
+// an answer where some were dropped (partial).
+func StatusDegraded(late bool, ok, degraded, dropped, failed int) string {
 	switch {
 	case late:
 		return wire.StatusLate
+	case degraded > 0 && dropped == 0 && failed == 0:
+		return wire.StatusDegraded
 	case ok > 0 && dropped == 0 && failed == 0:
 		return wire.StatusOK
-	case ok > 0:
+	case ok+degraded > 0:
 		return wire.StatusPartial
 	case failed > 0:
 		return wire.StatusError

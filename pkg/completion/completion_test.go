@@ -34,6 +34,13 @@ func TestTracker(t *testing.T) {
 			[]bool{false, true}, wire.StatusPartial},
 		{"all dropped", []wire.ItemResult{leaf("0", 1, wire.ItemDropped)}, []bool{true}, wire.StatusDropped},
 		{"all failed", []wire.ItemResult{leaf("0", 1, wire.ItemError)}, []bool{true}, wire.StatusError},
+		{"one degraded, the rest ok",
+			[]wire.ItemResult{leaf("0.0", 2, wire.ItemDegraded), leaf("0.1", 2, wire.ItemOK)},
+			[]bool{false, true}, wire.StatusDegraded},
+		{"all degraded", []wire.ItemResult{leaf("0", 1, wire.ItemDegraded)}, []bool{true}, wire.StatusDegraded},
+		{"degraded and dropped is partial",
+			[]wire.ItemResult{leaf("0.0", 2, wire.ItemDegraded), leaf("0.1", 2, wire.ItemDropped)},
+			[]bool{false, true}, wire.StatusPartial},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

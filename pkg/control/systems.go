@@ -57,7 +57,7 @@ var SystemSyntax = func() string {
 }()
 
 // ParseSystem reads a system name of Systems, optionally followed by ":" and a deadline policy (none, last-task,
-// per-task or reroute) that replaces the system's. Its allocator sizes plans for the routing utilization of cfg
+// per-task, reroute or degrade) that replaces the system's. Its allocator sizes plans for the routing utilization of cfg
 // and solves within its solve limits (zero values are their defaults).
 func ParseSystem(s string, spec *pipeline.Spec, cfg Config) (System, error) {
 	name, pol, hasPolicy := strings.Cut(s, ":")
@@ -89,7 +89,7 @@ func ParseSystem(s string, spec *pipeline.Spec, cfg Config) (System, error) {
 	if hasPolicy {
 		p, err := deadline.ParsePolicy(pol)
 		if err != nil || pol == "" {
-			return System{}, fmt.Errorf("system %q: deadline policy %q: want none, last-task, per-task or reroute", s, pol)
+			return System{}, fmt.Errorf("system %q: deadline policy %q: want none, last-task, per-task, reroute or degrade", s, pol)
 		}
 		sys.Policy = p
 	}

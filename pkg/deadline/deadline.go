@@ -25,13 +25,16 @@ const (
 	// one; it drops the item only when there is none. An item is late when its time left is less than the time the
 	// chosen variant and the tasks below it are allotted (see AfterTask).
 	Reroute Policy = "reroute"
+	// Degrade is reroute that answers instead of dropping (degrade.go): it decides as reroute does, and an item
+	// reroute would drop for being late is answered with the result it already has (its parent's) when it has one.
+	Degrade Policy = "degrade"
 )
 
 // Default is the policy of a pipeline that names none.
 const Default = Reroute
 
 // Policies lists every policy, for flags and docs.
-var Policies = []Policy{None, LastTask, PerTask, Reroute}
+var Policies = []Policy{None, LastTask, PerTask, Reroute, Degrade}
 
 // ParsePolicy reads a policy name ("" is the default).
 func ParsePolicy(s string) (Policy, error) {
@@ -43,7 +46,7 @@ func ParsePolicy(s string) (Policy, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("deadline policy %q: want none, last-task, per-task or reroute", s)
+	return "", fmt.Errorf("deadline policy %q: want none, last-task, per-task, reroute or degrade", s)
 }
 
 // Expired reports whether an item whose request is due at deadline can no longer be served at now.
@@ -78,6 +81,8 @@ type Queued struct {
 //     task takes and the reply's hop. One that overran its allotment here but has the time runs: a reroute after
 //     the task may make up for it. Counting on a faster variant without capacity to spare would let an overloaded
 //     queue grow until items ran this task only to be dropped after it for want of a backup.
+//   - degrade decides as reroute does; the caller answers an item dropped for no-time-for-last or
+//     no-faster-variant with the result it already has, when it has one (Answers).
 func BeforeExecute(p Policy, q Queued) string {
 	left := q.Deadline.Sub(q.Now)
 	over := q.Waited + q.Expected - q.Allowance
@@ -94,7 +99,7 @@ func BeforeExecute(p Policy, q Queued) string {
 		if over > 0 {
 			return wire.DropBudget
 		}
-	case p == Reroute:
+	case p == Reroute || p == Degrade:
 		switch {
 		case q.LastTask && left < q.Expected+q.LeastRest:
 			return wire.DropLastTask
@@ -119,6 +124,9 @@ type Decision struct {
 	Reason  string
 	// Rerouted says Variant is a backup, not the routing table's choice.
 	Rerouted bool
+	// Degraded (policy degrade, with no Variant) says the sub-request is answered with its parent's result rather
+	// than dropped for Reason.
+	Degraded bool
 }
 
 // Progress is where an item stands when it has finished a task.
@@ -153,7 +161,7 @@ func AfterTask(p Policy, pr Progress, chosen Option, backups []Option, u float64
 	switch {
 	case p == PerTask && pr.AtTask > pr.Allowance:
 		return Decision{Reason: wire.DropBudget}
-	case p != Reroute || pr.allotted(chosen) <= pr.Left:
+	case (p != Reroute && p != Degrade) || pr.allotted(chosen) <= pr.Left:
 		return Decision{Variant: chosen.Variant}
 	}
 	var best []Option

@@ -93,6 +93,21 @@ func NewStage(spec *pipeline.Spec, p *plan.Plan, policy Policy, task, variant st
 	return s
 }
 
+// Rest is the time allotted to a sub-request for child from the end of this task, less its own variant's: the hop
+// to the child, the tasks below it, the reply (Progress.Rest); 0 for a task that is not a child.
+func (s *Stage) Rest(child string) time.Duration {
+	if co := s.children[child]; co != nil {
+		return co.rest
+	}
+	return 0
+}
+
+// RestBelow is Stage.Rest for the root task under plan p: the time allotted from the frontend's publish to the
+// reply, less the root's own: the publish's hop, the tasks below the root, the reply.
+func RestBelow(spec *pipeline.Spec, p *plan.Plan, task string) time.Duration {
+	return commLatency(spec) + allottedBelow(spec, p, task, p.BudgetScale(spec))
+}
+
 // commLatency is the latency of one hop.
 func commLatency(spec *pipeline.Spec) time.Duration {
 	return time.Duration(spec.CommLatencyMs * float64(time.Millisecond))
@@ -126,7 +141,7 @@ func allottedBelow(spec *pipeline.Spec, p *plan.Plan, task string, scale float64
 func (s *Stage) BeforeExecute(now, due, enqueued time.Time) string {
 	q := Queued{Now: now, Deadline: due, LastTask: s.LastTask, Expected: s.Budget, Allowance: s.Allowance,
 		Waited: now.Sub(enqueued)}
-	if s.Policy == Reroute { // the only policy that looks below the task
+	if s.Policy == Reroute || s.Policy == Degrade { // the only policies that look below the task
 		q.LeastRest = s.LeastRest(now)
 	}
 	return BeforeExecute(s.Policy, q)
@@ -171,7 +186,7 @@ func (s *Stage) Route(child string, routes []plan.Route, now time.Time, atTask, 
 		chosen = Option{Variant: v}
 	}
 	co.open = co.open[:0]
-	if s.Policy == Reroute {
+	if s.Policy == Reroute || s.Policy == Degrade {
 		for i := range co.backups {
 			if co.backups[i].bucket.available(now) {
 				co.open = append(co.open, co.backups[i].Option)
@@ -187,6 +202,7 @@ func (s *Stage) Route(child string, routes []plan.Route, now time.Time, atTask, 
 			}
 		}
 	}
+	d.Degraded = d.Variant == "" && Answers(s.Policy, d.Reason)
 	return d
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/deadline"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/routing"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
@@ -28,8 +29,12 @@ type Dest struct {
 type Table struct {
 	Children []string
 	Stage    *deadline.Stage
-	routes   [][]plan.Route    // aligned with Children
-	dests    []map[string]Dest // per child: hosted variant -> size
+	// Queues, when the spec's routing_mode is queue, is the queues' measured state the choice reads (the caller's;
+	// nil: the tables alone).
+	Queues routing.Queues
+	routes [][]plan.Route          // aligned with Children
+	dests  []map[string]Dest       // per child: hosted variant -> size
+	queue  [][]routing.QueueOption // per child, with routing_mode queue: its hosted variants, most accurate first
 }
 
 // ForReplica is the forwarding table of one replica of task/variant under plan p, with the replica's own deadline
@@ -51,8 +56,14 @@ func NewTable(spec *pipeline.Spec, p *plan.Plan, stage *deadline.Stage, task, va
 		return t
 	}
 	down := p.Routing.Downstream[wire.VariantKey{Task: task, Variant: variant}.String()]
+	if spec.RoutingMode == routing.ModeQueue {
+		t.queue = make([][]routing.QueueOption, len(children))
+	}
 	for c, child := range children {
 		t.routes[c] = down[child]
+		if t.queue != nil {
+			t.queue[c] = routing.QueueOptions(spec, p, child)
+		}
 		t.dests[c] = map[string]Dest{}
 		for _, vp := range p.Variants {
 			if vp.Task == child {
@@ -87,10 +98,12 @@ type Message struct {
 	Parts   int
 }
 
-// Drop is a sub-request the routing or the deadline policy sent nowhere: a leaf, dropped for Reason.
+// Drop is a sub-request the routing or the deadline policy sent nowhere: a leaf, dropped for Reason, or, when
+// Degraded (policy degrade), answered with the parent's result for it.
 type Drop struct {
-	Sub    int
-	Reason string
+	Sub      int
+	Reason   string
+	Degraded bool
 }
 
 // Out is what one item's step produced. Its slices belong to the Stepper and are reused by its next Step.
@@ -115,6 +128,58 @@ type Stepper struct {
 	groups []group
 	subs   []int // the sub-requests, grouped by destination
 	sizes  []int // one group's message sizes
+	one    [1]plan.Route
+	chosen []chosen // this step's queue-aware choices: the queues do not hold them yet
+}
+
+// chosen counts the sub-requests one step sent to a variant by queue.
+type chosen struct {
+	child   int
+	variant string
+	n       float64
+}
+
+// depth is the measured queue of child task c's variant, with what this step sent there.
+func (st *Stepper) depth(t *Table, c int, variant string) (float64, bool) {
+	d, ok := t.Queues.Depth(t.Children[c], variant)
+	for _, ch := range st.chosen {
+		if ch.child == c && ch.variant == variant {
+			d += ch.n
+		}
+	}
+	return d, ok
+}
+
+// stepQueues is the queues as one step sees them (Stepper.depth) for child task c.
+type stepQueues struct {
+	st *Stepper
+	t  *Table
+	c  int
+}
+
+func (q stepQueues) Depth(_, variant string) (float64, bool) { return q.st.depth(q.t, q.c, variant) }
+
+// routes is where a sub-request of child task c goes by the table, or, with routing_mode queue and the queues known,
+// to the variant ChooseByQueue picks for the time left less what the tasks below are allotted.
+func (st *Stepper) routes(t *Table, c int, left time.Duration) []plan.Route {
+	if t.queue == nil || t.Queues == nil {
+		return t.routes[c]
+	}
+	child := t.Children[c]
+	v, ok := routing.ChooseByQueue(child, t.queue[c], stepQueues{st, t, c}, left-t.Stage.Rest(child))
+	if !ok {
+		return t.routes[c]
+	}
+	i := 0
+	for i < len(st.chosen) && (st.chosen[i].child != c || st.chosen[i].variant != v) {
+		i++
+	}
+	if i == len(st.chosen) {
+		st.chosen = append(st.chosen, chosen{child: c, variant: v})
+	}
+	st.chosen[i].n++
+	st.one[0] = plan.Route{Variant: v, Prob: 1}
+	return st.one[:]
 }
 
 type group struct {
@@ -139,14 +204,15 @@ func (st *Stepper) Step(t *Table, item Item, w When, rng *rand.Rand) (*Out, erro
 	if out.Den/uint64(k) != item.Den {
 		return nil, ErrWeightOverflow
 	}
-	st.group, st.groups = st.group[:0], st.groups[:0]
+	st.group, st.groups, st.chosen = st.group[:0], st.groups[:0], st.chosen[:0]
 	for n, c := range item.Children {
-		d := t.Stage.Route(t.Children[c], t.routes[c], w.Now, w.AtTask, w.Left, rng.Float64(), rng.Float64())
+		u1, u2 := rng.Float64(), rng.Float64()
+		d := t.Stage.Route(t.Children[c], st.routes(t, c, w.Left), w.Now, w.AtTask, w.Left, u1, u2)
 		if d.Rerouted {
 			out.Rerouted++
 		}
 		if d.Variant == "" {
-			out.Drops = append(out.Drops, Drop{Sub: n, Reason: d.Reason})
+			out.Drops = append(out.Drops, Drop{Sub: n, Reason: d.Reason, Degraded: d.Degraded})
 			st.group = append(st.group, -1)
 			continue
 		}

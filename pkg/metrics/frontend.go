@@ -40,7 +40,7 @@ func NewFrontend(reg prometheus.Registerer) *Frontend {
 	}
 	m := &Frontend{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: name("frontend", "requests_total"),
-			Help: "Requests answered, by pipeline and reply status (ok, partial, dropped, late, error, overloaded)."},
+			Help: "Requests answered, by pipeline and reply status (ok, degraded, partial, dropped, late, error, overloaded)."},
 			[]string{LabelPipeline, LabelStatus}),
 		admission: prometheus.NewCounterVec(prometheus.CounterOpts{Name: name("frontend", "admission_refusals_total"),
 			Help: "Requests admission control refused at once (status overloaded), by pipeline, priority class and " +

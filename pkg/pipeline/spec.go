@@ -12,8 +12,12 @@ type Spec struct {
 	SLOMs float64 `json:"slo_ms"`
 	// CommLatencyMs is the communication latency of one hop, subtracted from the SLO per hop by the planner.
 	CommLatencyMs float64 `json:"comm_latency_ms,omitempty"`
-	// DeadlinePolicy is how workers treat items running late: none, last-task, per-task or reroute (default).
+	// DeadlinePolicy is how workers treat items running late: none, last-task, per-task, reroute (default) or degrade.
 	DeadlinePolicy string `json:"deadline_policy,omitempty"`
+	// RoutingMode is how each item's variant is chosen: "tables" (the default: the plan's routing tables) or
+	// "queue" (the most accurate variant whose measured queue and latency fit the item's deadline, the tables as
+	// the fallback: pkg/routing.ChooseByQueue).
+	RoutingMode string `json:"routing_mode,omitempty"`
 	// Priority is the pipeline's class, 0 (the default) to MaxPriority: when the cluster cannot serve every
 	// pipeline, the lower classes give up accuracy first and are shed first (the rule: schemas/README.md). A
 	// request may ask for a lower class than its pipeline's (the Sleipnir-Priority header), never a higher one.

@@ -8,8 +8,10 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/admission"
 	"github.com/sleipnir-serving/sleipnir/pkg/batching"
 	"github.com/sleipnir-serving/sleipnir/pkg/completion"
+	"github.com/sleipnir-serving/sleipnir/pkg/deadline"
 	"github.com/sleipnir-serving/sleipnir/pkg/hop"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/routing"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
@@ -35,6 +37,12 @@ func (s *sim) arrive(p *pipe) {
 	r := &request{pipe: p, arrival: s.now, due: s.now + p.slo, second: sec, pending: 1}
 	s.inFlight++
 	v := plan.Pick(p.plan.Routing.Root, s.rng.Float64())
+	if p.rootQueue != nil {
+		if c, ok := routing.ChooseByQueue(p.spec.Root().Name, p.rootQueue, queueView{s, p},
+			time.Duration(p.slo)-p.rootRest); ok {
+			v = c
+		}
+	}
 	h, ok := p.queueIdx[p.spec.Root().Name][v]
 	if !ok { // no root variant hosted: the frontend's publish has nowhere to go
 		r.pending = 0
@@ -189,7 +197,12 @@ func (s *sim) batchDone(srv int) {
 		r := m.req
 		h.load -= float64(m.items)
 		if m.dropped != "" {
-			r.dropped += m.items
+			if m.node != 0 && deadline.Answers(sv.table.Stage.Policy, m.dropped) { // with its parent's result
+				r.degraded += m.items
+				r.acc.Add(float64(m.items)/float64(m.den), p.trie.answered(m.node))
+			} else {
+				r.dropped += m.items
+			}
 			s.leaves(r, m.items)
 			continue
 		}
@@ -220,8 +233,13 @@ func (s *sim) batchDone(srv int) {
 				continue
 			}
 			r.pending += k - 1
-			for range out.Drops {
-				r.dropped++
+			for _, d := range out.Drops {
+				if d.Degraded { // answered with this item's result
+					r.degraded++
+					r.acc.Add(1/float64(out.Den), p.trie.answered(node))
+				} else {
+					r.dropped++
+				}
 				s.leaves(r, 1)
 			}
 			for _, msg := range out.Messages {
@@ -270,7 +288,7 @@ func (s *sim) leaves(r *request, n int) {
 func (s *sim) finish(r *request, at int64) {
 	s.inFlight--
 	r.replied = at
-	status := completion.Status(at > r.due, r.ok, r.dropped, 0)
+	status := completion.StatusDegraded(at > r.due, r.ok, r.degraded, r.dropped, 0)
 	if s.gate != nil {
 		s.gate.Done(r.pipe.spec.Name, time.Unix(0, r.arrival), time.Unix(0, at), status != wire.StatusOK)
 	}
@@ -284,6 +302,9 @@ func (s *sim) finish(r *request, at int64) {
 		sec.AccuracySum += r.acc.Value()
 	case wire.StatusPartial:
 		sec.Partial++
+		sec.AccuracySum += r.acc.Value()
+	case wire.StatusDegraded:
+		sec.Degraded++
 		sec.AccuracySum += r.acc.Value()
 	case wire.StatusLate:
 		sec.Late++

@@ -86,6 +86,11 @@ func (t *pathTrie) child(node int32, h int32) int32 {
 	return c
 }
 
+// answered is the accuracy of an answer degraded to node's path (spec.AnsweredAccuracyOf).
+func (t *pathTrie) answered(node int32) float64 {
+	return t.spec.AnsweredAccuracyOf(t.path[node])
+}
+
 // accuracy is the end-to-end accuracy of a root-to-leaf path.
 func (t *pathTrie) accuracy(node int32) float64 {
 	if !t.known[node] {

@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/admission"
+	"github.com/sleipnir-serving/sleipnir/pkg/deadline"
 	"github.com/sleipnir-serving/sleipnir/pkg/hop"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/routing"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
@@ -87,6 +89,10 @@ func (s *sim) heartbeats(now time.Time) {
 func (s *sim) applyPlan(p *pipe, pl *plan.Plan, replanned bool) {
 	p.plan = pl
 	p.admit = admission.Of(p.spec, pl)
+	if p.spec.RoutingMode == routing.ModeQueue {
+		p.rootQueue = routing.QueueOptions(p.spec, pl, p.spec.Root().Name)
+		p.rootRest = deadline.RestBelow(p.spec, pl, p.spec.Root().Name)
+	}
 	for _, h := range s.queues {
 		if h.pipe != p {
 			continue
@@ -115,6 +121,24 @@ func (s *sim) follow(srv int) {
 	p := h.pipe
 	sv.table = hop.ForReplica(p.spec, p.plan, p.system.Policy, p.tasks[h.task], h.variant.Name, h.budget,
 		h.children)
+	if p.spec.RoutingMode == routing.ModeQueue {
+		sv.table.Queues = queueView{s, p}
+	}
+}
+
+// queueView is the queues' state for queue-aware routing: the simulator knows it exactly (the items waiting or in
+// service at each variant), where a live worker measures it.
+type queueView struct {
+	s *sim
+	p *pipe
+}
+
+func (q queueView) Depth(task, variant string) (float64, bool) {
+	h, ok := q.p.queueIdx[task][variant]
+	if !ok {
+		return 0, false
+	}
+	return q.s.queues[h].load, true
 }
 
 // tuneLook is the tuner's look at the queues, as the planner's: the core sees each hosted variant's messages
@@ -228,7 +252,7 @@ func (s *sim) result(p *pipe) *Result {
 	// Requests still in flight are stuck where no worker serves: the frontend replied late at their deadline.
 	for i := range p.seconds {
 		x := &p.seconds[i]
-		x.Late += x.Arrivals - x.Refused - x.OK - x.Partial - x.Dropped - x.Late
+		x.Late += x.Arrivals - x.Refused - x.OK - x.Partial - x.Dropped - x.Late - x.Degraded
 	}
 	sum := &res.Summary
 	sum.System, sum.Pipeline = p.system.Name, p.spec.Name
@@ -236,15 +260,15 @@ func (s *sim) result(p *pipe) *Result {
 	first := min(len(p.seconds), int((s.cfg.Warmup+time.Second-1)/time.Second))
 	t := tallySeconds(p.seconds[first:])
 	sum.Requests, sum.OK, sum.Partial, sum.Dropped, sum.Late = t.arrivals, t.ok, t.partial, t.dropped, t.late
-	sum.Refused = t.refused
+	sum.Refused, sum.Degraded = t.refused, t.degraded
 	sum.MaxActiveServers = t.maxServers
 	if t.arrivals > 0 {
-		sum.SLOViolationRatio = t.violationRatio()
+		sum.SLOViolationRatio, sum.UnansweredRatio = t.violationRatio(), t.unansweredRatio()
 	}
 	if t.arrivals > t.refused {
 		sum.AcceptedViolationRatio = t.acceptedViolationRatio()
 	}
-	if t.ok+t.partial > 0 {
+	if t.ok+t.partial+t.degraded > 0 {
 		sum.MeanAccuracy = t.accuracy()
 	}
 	if t.n > 0 {

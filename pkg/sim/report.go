@@ -53,7 +53,7 @@ type tally struct {
 	n                                    int // seconds
 	demand                               float64
 	arrivals, ok, partial, dropped, late int
-	refused                              int
+	refused, degraded                    int
 	accuracySum, servers                 float64
 	maxServers                           int
 	last                                 Second
@@ -69,12 +69,21 @@ func tallySeconds(xs []Second) tally {
 		t.dropped += x.Dropped
 		t.late += x.Late
 		t.refused += x.Refused
+		t.degraded += x.Degraded
 		t.accuracySum += x.AccuracySum
 		t.servers += float64(x.ActiveServers)
 		t.maxServers = max(t.maxServers, x.ActiveServers)
 		t.last = x
 	}
 	return t
+}
+
+// unansweredRatio is the share of requests answered neither ok nor degraded; NaN without requests.
+func (t tally) unansweredRatio() float64 {
+	if t.arrivals == 0 {
+		return math.NaN()
+	}
+	return float64(t.arrivals-t.ok-t.degraded) / float64(t.arrivals)
 }
 
 // violationRatio is the share of requests not answered ok; NaN without requests.
@@ -94,9 +103,9 @@ func (t tally) acceptedViolationRatio() float64 {
 	return float64(admitted-t.ok) / float64(admitted)
 }
 
-// accuracy is the mean served accuracy of the ok and partial replies; NaN without any.
+// accuracy is the mean served accuracy of the ok, degraded and partial replies; NaN without any.
 func (t tally) accuracy() float64 {
-	if served := t.ok + t.partial; served > 0 {
+	if served := t.ok + t.partial + t.degraded; served > 0 {
 		return t.accuracySum / float64(served)
 	}
 	return math.NaN()
@@ -255,12 +264,12 @@ func writeFile(path string, write func(io.Writer) error) error {
 // PrintSummaries prints one row per result.
 func PrintSummaries(w io.Writer, results []*Result) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "system\trequests\tSLO violations\tmean accuracy\tmean servers\tmax servers\tdropped\tlate\trefused\treplans\titem hops\twall\t")
+	fmt.Fprintln(tw, "system\trequests\tSLO violations\tmean accuracy\tmean servers\tmax servers\tdropped\tlate\trefused\tdegraded\treplans\titem hops\twall\t")
 	for _, r := range results {
 		s := r.Summary
-		fmt.Fprintf(tw, "%s\t%d\t%.2f%%\t%.4f\t%.1f\t%d\t%d\t%d\t%d\t%d\t%d\t%.1fs\t\n", s.System, s.Requests,
+		fmt.Fprintf(tw, "%s\t%d\t%.2f%%\t%.4f\t%.1f\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.1fs\t\n", s.System, s.Requests,
 			100*s.SLOViolationRatio, s.MeanAccuracy, s.MeanActiveServers, s.MaxActiveServers, s.Dropped, s.Late,
-			s.Refused, s.Replans, s.ItemHops, s.WallSeconds)
+			s.Refused, s.Degraded, s.Replans, s.ItemHops, s.WallSeconds)
 	}
 	tw.Flush()
 }

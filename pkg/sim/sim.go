@@ -22,6 +22,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/latency"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/routing"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 	"github.com/sleipnir-serving/sleipnir/pkg/workload"
 )
@@ -82,6 +83,7 @@ type Second struct {
 	// DemandQPS is the workload's rate; Arrivals the requests that arrived.
 	DemandQPS float64 `json:"demand_qps"`
 	Arrivals  int     `json:"arrivals"`
+	Degraded  int     `json:"degraded,omitempty"` // replies degraded (deadline policy degrade; docs/degrade.md)
 	// OK, Partial, Dropped and Late count the replies by status; Refused the requests admission control refused
 	// (pkg/admission: answered overloaded at once, at no model time).
 	OK      int `json:"ok"`
@@ -89,7 +91,7 @@ type Second struct {
 	Dropped int `json:"dropped"`
 	Late    int `json:"late"`
 	Refused int `json:"refused"`
-	// AccuracySum sums the served accuracy of the ok and partial replies.
+	// AccuracySum sums the served accuracy of the ok, degraded and partial replies.
 	AccuracySum float64 `json:"accuracy_sum"`
 	// ActiveServers is the number of workers assigned a variant of the pipeline at the end of the second.
 	ActiveServers int `json:"active_servers"`
@@ -110,19 +112,21 @@ type Result struct {
 
 // Summary aggregates a simulation.
 type Summary struct {
-	System   string `json:"system"`
-	Pipeline string `json:"pipeline"`
-	Requests int    `json:"requests"`
-	OK       int    `json:"ok"`
-	Partial  int    `json:"partial"`
-	Dropped  int    `json:"dropped"`
-	Late     int    `json:"late"`
-	Refused  int    `json:"refused"`
+	System          string  `json:"system"`
+	Pipeline        string  `json:"pipeline"`
+	Requests        int     `json:"requests"`
+	OK              int     `json:"ok"`
+	Partial         int     `json:"partial"`
+	Dropped         int     `json:"dropped"`
+	Late            int     `json:"late"`
+	Refused         int     `json:"refused"`
+	Degraded        int     `json:"degraded"`         // replies degraded: violations, but answers
+	UnansweredRatio float64 `json:"unanswered_ratio"` // the share answered neither ok nor degraded
 	// SLOViolationRatio is the share of the requests not answered ok, refused ones included;
 	// AcceptedViolationRatio the same among the requests admitted (loadgen's two figures).
 	SLOViolationRatio      float64 `json:"slo_violation_ratio"`
 	AcceptedViolationRatio float64 `json:"accepted_violation_ratio"`
-	// MeanAccuracy is the mean served accuracy of the ok and partial replies (as loadgen reports it).
+	// MeanAccuracy is the mean served accuracy of the ok, degraded and partial replies (as loadgen reports it).
 	MeanAccuracy      float64 `json:"mean_accuracy"`
 	MeanActiveServers float64 `json:"mean_active_servers"`
 	MaxActiveServers  int     `json:"max_active_servers"`
@@ -196,6 +200,7 @@ type request struct {
 	second       int32
 	pending      int // items not yet finished or dropped
 	ok, dropped  int
+	degraded     int // leaves answered degraded (deadline policy degrade)
 	acc          completion.Accuracy
 }
 
@@ -280,6 +285,8 @@ type pipe struct {
 	// what the plan check did to the allocations published (noteCheck)
 	checkChanged   int
 	checkPredicted float64
+	rootQueue      []routing.QueueOption // routing_mode queue: the root's options, and the time allotted below it
+	rootRest       time.Duration
 }
 
 type sim struct {

@@ -48,6 +48,9 @@ type Observed struct {
 	Dropped map[string]uint64 `json:"dropped,omitempty"`
 	// Rerouted counts sub-requests this variant sent to a backup variant instead of the routing table's choice.
 	Rerouted uint64 `json:"rerouted,omitempty"`
+	// Degraded counts the items answered degraded at this variant, by reason (deadline policy degrade: answered
+	// with what their path had made, instead of dropped).
+	Degraded map[string]uint64 `json:"degraded,omitempty"`
 	// Latency summarises the model batches this variant ran over a recent window (not cumulative), one entry per
 	// profiled batch size, in increasing batch order: the planner blends them with the profile (pkg/latency).
 	Latency []BatchLatency `json:"latency,omitempty"`
@@ -72,6 +75,8 @@ type WorkerStats struct {
 	Discarded uint64 `json:"discarded"` // messages on its subject that were not valid task messages
 	// Rerouted counts sub-requests sent to a backup variant instead of the routing table's choice.
 	Rerouted uint64 `json:"rerouted"`
+	// Degraded counts items answered degraded (deadline policy degrade).
+	Degraded uint64 `json:"degraded,omitempty"`
 	// Returned counts messages taken for a batch whose items did not fit it: handed back to the queue, or carried to
 	// the replica's next batch (pkg/batching.HandBack).
 	Returned uint64 `json:"returned"`

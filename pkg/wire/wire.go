@@ -218,6 +218,14 @@ const (
 	ItemError   = "error"
 )
 
+// Degraded answers (deadline policy degrade): an item too late for the rest of its path is answered with what the
+// tasks it ran had made (its Reason says why the rest was skipped, its Path the hops it ran), and a reply all of
+// whose items were answered in time, some of them so, is degraded.
+const (
+	ItemDegraded   = "degraded"
+	StatusDegraded = "degraded"
+)
+
 // Drop reasons.
 const (
 	DropDeadline = "deadline"          // the deadline had passed before the item was executed

@@ -58,10 +58,11 @@ func (f *Frontend) admitRequest(pipelineName string, header func(string) string,
 }
 
 // gateDone tells the gate an admitted request (arrived at arrival) was answered with status ("" for a refusal after
-// admission): late, dropped and partial are violations, which cut its limit on requests in flight.
+// admission): late, dropped, partial and degraded are violations, which cut its limit on requests in flight.
 func (f *Frontend) gateDone(pipelineName string, gated bool, arrival time.Time, status string) {
 	if gated {
-		violated := status == wire.StatusLate || status == wire.StatusDropped || status == wire.StatusPartial
+		violated := status == wire.StatusLate || status == wire.StatusDropped || status == wire.StatusPartial ||
+			status == wire.StatusDegraded
 		f.gate.Done(pipelineName, arrival, time.Now(), violated)
 	}
 }

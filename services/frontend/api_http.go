@@ -307,7 +307,8 @@ func httpStatus(rep *wire.InferReply, err error) (code int, retry bool) {
 		return http.StatusInternalServerError, false
 	}
 	switch rep.Status {
-	case wire.StatusOK:
+	case wire.StatusOK, wire.StatusDegraded:
+		// Degraded: every item answered in time, some with an earlier task's result (the body says which).
 		return http.StatusOK, false
 	case wire.StatusPartial, wire.StatusDropped:
 		// Leaves were dropped: the pipeline had no capacity for them in time (the body holds what finished).

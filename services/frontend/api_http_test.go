@@ -19,6 +19,7 @@ func TestHTTPStatus(t *testing.T) {
 		retry bool
 	}{
 		{"ok", &wire.InferReply{Status: wire.StatusOK}, nil, http.StatusOK, false},
+		{"degraded: every leaf answered in time", &wire.InferReply{Status: wire.StatusDegraded}, nil, http.StatusOK, false},
 		{"partial: some leaves dropped or failed", &wire.InferReply{Status: wire.StatusPartial}, nil, http.StatusServiceUnavailable, true},
 		{"dropped", &wire.InferReply{Status: wire.StatusDropped}, nil, http.StatusServiceUnavailable, true},
 		{"late", &wire.InferReply{Status: wire.StatusLate}, nil, http.StatusGatewayTimeout, false},
@@ -66,6 +67,7 @@ func TestExecutedItems(t *testing.T) {
 		{"grandchildren", []wire.ItemResult{leaf("0.0.0", wire.ItemOK), leaf("0.0.1", wire.ItemDropped),
 			leaf("0.1.0", wire.ItemError)}, 5},
 		{"nothing reported (late)", nil, 0},
+		{"a child answered degraded", []wire.ItemResult{leaf("0.0", wire.ItemDegraded), leaf("0.1", wire.ItemOK)}, 2},
 	} {
 		if got := executedItems(tc.leaves); got != tc.want {
 			t.Errorf("%s: %d executed, want %d", tc.name, got, tc.want)

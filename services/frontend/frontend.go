@@ -140,6 +140,8 @@ type Stats struct {
 	ReplyFailures uint64 `json:"reply_failures"`
 	// DemandWithheld counts demand reports not sent because their interval spanned a lost connection.
 	DemandWithheld uint64 `json:"demand_withheld"`
+	// Degraded counts the replies answered in time with some items degraded (deadline policy degrade).
+	Degraded uint64 `json:"degraded"`
 	// Of the requests answered late (Late) whose task message JetStream had acknowledged, those whose every leaf was
 	// reported within lateWatch after the reply (the work was done, its report came late), and those still
 	// incomplete then (a result lost on the way, or work that never finished). Requests answered late while
@@ -204,6 +206,7 @@ type Frontend struct {
 
 	accepted, refused, overloaded, replied, late, stray, badReports, replyFailures, demandWithheld atomic.Uint64
 	lateCompleted, lateUnfinished, executedItems, droppedWork                                      atomic.Uint64
+	degraded                                                                                       atomic.Uint64
 }
 
 // New prepares a frontend on a connection; Run serves.
@@ -246,7 +249,7 @@ func (f *Frontend) Stats() Stats {
 		ReplyFailures: f.replyFailures.Load(), DemandWithheld: f.demandWithheld.Load(),
 		LateCompleted: f.lateCompleted.Load(), LateUnfinished: f.lateUnfinished.Load(),
 		ExecutedItems: f.executedItems.Load(), DroppedWorkItems: f.droppedWork.Load(),
-		InFlight: f.inFlight.Load(), DroppedRequests: f.droppedRequests.Total(),
+		Degraded: f.degraded.Load(), InFlight: f.inFlight.Load(), DroppedRequests: f.droppedRequests.Total(),
 		DroppedResults: f.droppedResults.Total(), DroppedControl: f.droppedControl.Total()}
 }
 

@@ -161,21 +161,24 @@ func (f *Frontend) finish(r *request, late bool, failure string) {
 	f.replied.Add(1)
 	n := uint64(executedItems(rep.Results))
 	f.executedItems.Add(n)
-	if rep.Status == wire.StatusDropped {
+	switch rep.Status {
+	case wire.StatusDropped:
 		f.droppedWork.Add(n)
+	case wire.StatusDegraded:
+		f.degraded.Add(1)
 	}
 	f.gateDone(r.pipeline, r.gated, r.start, rep.Status)
 	r.reply(rep)
 }
 
 // executedItems is how many of a request's items a model executed, read from its leaves: a leaf that finished or
-// failed was executed, one dropped was not, and every item above a leaf (its id's prefixes: item "0.3" is a child of
+// failed was executed, one dropped or degraded was not, and every item above a leaf (its id's prefixes: item "0.3" is a child of
 // "0") was executed to emit it. Leaves not reported (a late reply) are not counted.
 func executedItems(results []wire.ItemResult) int {
 	seen := map[string]bool{}
 	for _, it := range results {
 		id := it.ID
-		if it.Status == wire.ItemDropped {
+		if it.Status == wire.ItemDropped || it.Status == wire.ItemDegraded {
 			id = parentItem(id)
 		}
 		for ; id != "" && !seen[id]; id = parentItem(id) {
@@ -193,12 +196,17 @@ func parentItem(id string) string {
 	return ""
 }
 
-// servedAccuracy is the weighted mean of the path accuracies of the finished leaves.
+// servedAccuracy is the weighted mean of the path accuracies of the finished leaves, degraded answers counted at
+// what they answered (pipeline.Spec.AnsweredAccuracyOf).
 func servedAccuracy(spec *pipeline.Spec, results []wire.ItemResult) float64 {
 	var acc completion.Accuracy
 	for _, it := range results {
-		if it.Status == wire.ItemOK && it.Den != 0 {
+		switch {
+		case it.Den == 0:
+		case it.Status == wire.ItemOK:
 			acc.Add(1/float64(it.Den), spec.PathAccuracyOf(it.Path))
+		case it.Status == wire.ItemDegraded:
+			acc.Add(1/float64(it.Den), spec.AnsweredAccuracyOf(it.Path))
 		}
 	}
 	return acc.Value()

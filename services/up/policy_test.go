@@ -36,6 +36,30 @@ allocation:
   - {task: b, variant: fast, replicas: 1, max_batch: 1}
 `
 
+// burst runs the pipeline of spec (YAML) on workers workers under deadline policy policy, sends it n requests at
+// once with timeout timeout, and returns the system and their replies, in order.
+func burst(t *testing.T, spec, policy string, workers, n int, timeout string) (*System, []wire.InferReply) {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "burst.yaml")
+	if err := os.WriteFile(file, []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sys, s := startSystemWith(t, file, Config{Workers: workers}, func(s *pipeline.Spec) { s.DeadlinePolicy = policy })
+	c := newClient(t, sys)
+	hdr := nats.Header{}
+	hdr.Set(wire.HeaderTimeout, timeout)
+	var subjects []string
+	for range n {
+		subjects = append(subjects, c.Send(t, s.Name, inputRequest(t), hdr))
+	}
+	replies := c.Wait(t, subjects, 5*time.Second)
+	out := make([]wire.InferReply, len(subjects))
+	for i, sub := range subjects {
+		out[i] = decodeReply(t, replies[sub][0])
+	}
+	return sys, out
+}
+
 // TestDeadlinePoliciesOnABurst sends a burst of 5 requests with a 1650 ms timeout. Request k reaches a's worker at
 // once and leaves it at k*300 ms, so from the second on it overruns a's allotment (450 ms) by 150, 450, 750 and
 // 1050 ms. The routing table sends b to slow (600 ms, allotted 900); fast (30 ms, allotted 45) has room.
@@ -46,27 +70,14 @@ allocation:
 //
 // So reroute serves requests per-task drops (2-5) and that none delivers late (3-5).
 func TestDeadlinePoliciesOnABurst(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "late.yaml")
-	if err := os.WriteFile(file, []byte(lateChain), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	type outcome struct {
 		status string
 		leaf   string // the variant of b that served it, or the reason it was dropped
 	}
 	run := func(policy string) []outcome {
-		sys, spec := startSystemWith(t, file, Config{Workers: 3}, func(s *pipeline.Spec) { s.DeadlinePolicy = policy })
-		c := newClient(t, sys)
-		hdr := nats.Header{}
-		hdr.Set(wire.HeaderTimeout, "1650ms")
-		var subjects []string
-		for i := 0; i < 5; i++ {
-			subjects = append(subjects, c.Send(t, spec.Name, inputRequest(t), hdr))
-		}
-		replies := c.Wait(t, subjects, 5*time.Second)
+		sys, reps := burst(t, lateChain, policy, 3, 5, "1650ms")
 		var out []outcome
-		for _, s := range subjects {
-			rep := decodeReply(t, replies[s][0])
+		for _, rep := range reps {
 			o := outcome{status: rep.Status}
 			wantAcc := map[string]float64{"b/slow": 0.9 * 0.9, "b/fast": 0.9 * 0.7}
 			if rep.Status == wire.StatusOK && len(rep.Results) == 1 && len(rep.Results[0].Path) == 2 {

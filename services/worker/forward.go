@@ -124,13 +124,17 @@ func (w *Worker) forwardItem(s *serving, in *inbound, i int, path string, when h
 		if st == "" {
 			st = wire.ItemOK
 		}
+		hops := path
 		switch st {
 		case wire.ItemDropped:
 			w.countDrop(s, in.reason[i])
 		case wire.ItemError:
 			w.failed.Add(1)
+		case wire.ItemDegraded:
+			w.countDegraded(s, in.reason[i])
+			hops = in.path // not executed here: the answer is its parent's
 		}
-		return append(leaves, wire.ItemResult{ID: it.ID, Den: it.Den, Path: wire.SplitPath(path),
+		return append(leaves, wire.ItemResult{ID: it.ID, Den: it.Den, Path: wire.SplitPath(hops),
 			Status: st, Reason: in.reason[i], Outputs: out.Tensors}), nil
 	}
 	if step.Rerouted > 0 {
@@ -138,6 +142,12 @@ func (w *Worker) forwardItem(s *serving, in *inbound, i int, path string, when h
 		w.observe(s, func(o *Observed) { o.Rerouted += uint64(step.Rerouted) })
 	}
 	for _, d := range step.Drops {
+		if d.Degraded { // answered with what this item made for it
+			leaves = append(leaves, wire.ItemResult{ID: wire.ChildItemID(it.ID, d.Sub), Den: step.Den,
+				Path: wire.SplitPath(path), Status: wire.ItemDegraded, Reason: d.Reason, Outputs: s.childInputs[d.Sub]})
+			w.countDegraded(s, d.Reason)
+			continue
+		}
 		leaves = append(leaves, wire.ItemResult{ID: wire.ChildItemID(it.ID, d.Sub), Den: step.Den,
 			Path: wire.SplitPath(path), Status: wire.ItemDropped, Reason: d.Reason})
 		w.countDrop(s, d.Reason)
@@ -169,6 +179,7 @@ func (w *Worker) publishStep(s *serving, in *inbound, itemID, path string, step 
 			return fmt.Errorf("publish to %s: %w", msg.Subject, err)
 		}
 		ob.acks = append(ob.acks, f)
+		s.queues.note(task, m.Variant, len(m.Subs))
 	}
 	return nil
 }

@@ -21,6 +21,17 @@ func (w *Worker) countDrop(s *serving, reason string) {
 	w.observe(s, func(o *Observed) { o.Dropped[reason]++ })
 }
 
+// countDegraded counts an item answered degraded at this variant, late for reason (policy degrade).
+func (w *Worker) countDegraded(s *serving, reason string) {
+	w.degraded.Add(1)
+	w.observe(s, func(o *Observed) {
+		if o.Degraded == nil {
+			o.Degraded = map[string]uint64{}
+		}
+		o.Degraded[reason]++
+	})
+}
+
 // observe updates the measurements of the variant s serves.
 func (w *Worker) observe(s *serving, f func(*Observed)) {
 	key := s.served
@@ -54,6 +65,7 @@ func (w *Worker) Observations() map[string]Observed {
 		c.Children = maps.Clone(o.Children)
 		c.SubRequests = slices.Clone(o.SubRequests)
 		c.Dropped = maps.Clone(o.Dropped)
+		c.Degraded = maps.Clone(o.Degraded)
 		c.Latency = w.latency.Summary(k, now)
 		out[k] = c
 	}
@@ -65,7 +77,8 @@ func (w *Worker) Stats() Stats {
 	st := Stats{Messages: w.messages.Load(), Items: w.items.Load(), Batches: w.batches.Load(),
 		Dropped: w.dropped.Load(), Failed: w.failed.Load(), Discarded: w.discarded.Load(),
 		Rerouted: w.rerouted.Load(), Returned: w.returned.Load(), Unconfirmed: w.unconfirmed.Load(),
-		Abandoned: w.abandoned.Load(), DropReasons: map[string]uint64{}}
+		Abandoned: w.abandoned.Load(), DropReasons: map[string]uint64{},
+		Degraded: w.degraded.Load()}
 	for r, c := range w.drops {
 		if n := c.Load(); n > 0 {
 			st.DropReasons[r] = n

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sleipnir-serving/sleipnir/pkg/batching"
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
+	"github.com/sleipnir-serving/sleipnir/pkg/deadline"
 	"github.com/sleipnir-serving/sleipnir/pkg/executor"
 	"github.com/sleipnir-serving/sleipnir/pkg/telemetry"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
@@ -168,7 +169,13 @@ func (w *Worker) take(ctx context.Context, s *serving, r *round, in *inbound) bo
 	in.outputs = make([]executor.Output, len(in.items))
 	in.status = make([]string, len(in.items))
 	in.reason = make([]string, len(in.items))
+	// Policy degrade answers a sub-request too late for this task with its parent's result: its inputs.
+	degrade := drop != "" && in.path != "" && deadline.Answers(s.stage.Policy, drop)
 	for i, it := range in.items {
+		if degrade {
+			in.status[i], in.reason[i], in.outputs[i].Tensors = wire.ItemDegraded, drop, it.Inputs
+			continue
+		}
 		if drop != "" {
 			in.status[i], in.reason[i] = wire.ItemDropped, drop
 			continue

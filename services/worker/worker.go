@@ -32,6 +32,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/ratelog"
+	"github.com/sleipnir-serving/sleipnir/pkg/routing"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
@@ -132,6 +133,9 @@ type Worker struct {
 	obsMu    sync.Mutex
 	observed map[string]*Observed // by "pipeline:task/variant"
 	latency  *latency.Window      // the recent batch latencies, by the same key; under obsMu
+
+	degraded atomic.Uint64 // items answered degraded (policy degrade, countDegraded)
+	queues   *queueWatch   // the queues' state, for queue-aware routing (queues.go)
 }
 
 // Serving is what the worker serves now, "pipeline:task/variant", or "" when idle.
@@ -153,7 +157,7 @@ func New(nc *nats.Conn, cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	w := &Worker{
-		cfg: cfg, nc: nc, js: js, log: cfg.Logger, tracer: otel.Tracer("sleipnir/worker"),
+		cfg: cfg, nc: nc, js: js, log: cfg.Logger, queues: newQueueWatch(), tracer: otel.Tracer("sleipnir/worker"),
 		changed: make(chan struct{}, 1), beat: make(chan struct{}, 1), drops: map[string]*atomic.Uint64{}, observed: map[string]*Observed{},
 		latency:    latency.NewWindow(),
 		complaints: ratelog.New(cfg.Logger, 0, 0),
@@ -198,6 +202,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	// A new plan changes routing, picked up with the next batch; a worker waiting for its first plan wakes up.
 	cat := catalog.Watch(watchCtx, w.nc, kv, w.log, w.signal)
 	go w.register(watchCtx)
+	go w.watchQueues(watchCtx)
 
 	var cur *serving
 	defer func() {
@@ -241,6 +246,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.serving.Store(&name)
 		}
 		cur.follow(next, w.log)
+		cur.refreshStage() // before the first message too: queue-aware routing reads the queues from now on
 		w.serveOnce(ctx, cur)
 	}
 	return nil
@@ -379,6 +385,8 @@ type serving struct {
 	// carried are the messages taken for the last batch that did not fit it and had been handed back too often,
 	// in order: the next batch begins with them (batching.HandBack).
 	carried []*inbound
+	// queues is the worker's reading of the queues it sends to (routing_mode queue).
+	queues *queueWatch
 }
 
 // refreshStage rebuilds the deadline stage and the forwarding table when the plan has changed.
@@ -389,6 +397,12 @@ func (s *serving) refreshStage() {
 	s.stagePlan = s.plan
 	s.table = hop.ForReplica(s.spec, s.plan, s.policy, s.a.Task, s.a.Variant, s.budget, s.task.Children)
 	s.stage = s.table.Stage
+	if s.queues != nil {
+		s.queues.watch(s.spec, s.plan, s.task)
+		if s.spec.RoutingMode == routing.ModeQueue {
+			s.table.Queues = s.queues
+		}
+	}
 }
 
 // same says n is the variant s serves: the executor and the consumer stay. A new max batch, budget or epoch is
@@ -448,7 +462,7 @@ func (w *Worker) start(ctx context.Context, n wanted, t0 time.Time) (*serving, e
 	budget := time.Duration(n.a.BudgetMs * float64(time.Millisecond))
 	return &serving{a: n.a, spec: n.spec, plan: n.plan, task: n.spec.Task(n.a.Task), variant: v, exec: exec,
 		consumer: cons, served: n.a.Served().String(), policy: policy, budget: budget,
-		root: n.spec.Root().Name == n.a.Task}, nil
+		root: n.spec.Root().Name == n.a.Task, queues: w.queues}, nil
 }
 
 // sanitize makes a host name usable as a worker id.

@@ -1,0 +1,123 @@
+package worker
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/routing"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
+
+// queuePoll is how often a worker routing by queue (the spec's routing_mode queue) reads the state of the queues
+// it sends to, and queueStale how old a reading may be before the tables decide again.
+const (
+	queuePoll  = 50 * time.Millisecond
+	queueStale = time.Second
+)
+
+// queueWatch is the queues' state a worker's queue-aware routing reads (routing.Queues): for each hosted variant
+// of the child tasks of the variant it serves, the messages its consumer holds (waiting, or delivered and not
+// acknowledged) times the mean items per message this worker sent there (the queue counts messages; a message
+// carries the sub-requests of one parent for one variant).
+type queueWatch struct {
+	mu       sync.Mutex
+	pipeline string
+	watched  []wire.VariantKey
+	depth    map[wire.VariantKey]float64 // messages held
+	at       time.Time                   // of the last reading
+	sent     map[wire.VariantKey][2]float64
+}
+
+func newQueueWatch() *queueWatch {
+	return &queueWatch{depth: map[wire.VariantKey]float64{}, sent: map[wire.VariantKey][2]float64{}}
+}
+
+// watch sets the queues to read: the hosted variants of task's child tasks under plan p (none: stop reading).
+func (q *queueWatch) watch(spec *pipeline.Spec, p *plan.Plan, task *pipeline.Task) {
+	var keys []wire.VariantKey
+	if p != nil && spec.RoutingMode == routing.ModeQueue {
+		for _, child := range task.Children {
+			for _, vp := range p.Variants {
+				if vp.Task == child {
+					keys = append(keys, wire.VariantKey{Task: child, Variant: vp.Variant})
+				}
+			}
+		}
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.pipeline != spec.Name {
+		clear(q.sent)
+	}
+	q.pipeline, q.watched = spec.Name, keys
+	clear(q.depth)
+	q.at = time.Time{}
+}
+
+// note counts a message of items sub-requests published to task/variant.
+func (q *queueWatch) note(task, variant string, items int) {
+	if q == nil {
+		return
+	}
+	k := wire.VariantKey{Task: task, Variant: variant}
+	q.mu.Lock()
+	s := q.sent[k]
+	q.sent[k] = [2]float64{s[0] + float64(items), s[1] + 1}
+	q.mu.Unlock()
+}
+
+// Depth is the items at task/variant as last read; false when not read, or not within queueStale.
+func (q *queueWatch) Depth(task, variant string) (float64, bool) {
+	k := wire.VariantKey{Task: task, Variant: variant}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n, ok := q.depth[k]
+	if !ok || time.Since(q.at) > queueStale {
+		return 0, false
+	}
+	perMessage := 1.0
+	if s := q.sent[k]; s[1] > 0 {
+		perMessage = s[0] / s[1]
+	}
+	return n * perMessage, true
+}
+
+// watchQueues reads the watched queues every queuePoll until ctx ends: each consumer's state (a JetStream API
+// request per variant; a worker may look up any consumer).
+func (w *Worker) watchQueues(ctx context.Context) {
+	t := time.NewTicker(queuePoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		q := w.queues
+		q.mu.Lock()
+		pl, keys := q.pipeline, q.watched
+		q.mu.Unlock()
+		if len(keys) == 0 {
+			continue
+		}
+		read := make(map[wire.VariantKey]float64, len(keys))
+		for _, k := range keys {
+			rctx, cancel := context.WithTimeout(ctx, queuePoll)
+			c, err := w.js.Consumer(rctx, wire.TaskStream(pl), wire.Consumer(k.Task, k.Variant))
+			cancel()
+			if err != nil {
+				break // not read: the tables decide until a reading succeeds
+			}
+			info := c.CachedInfo()
+			read[k] = float64(info.NumPending) + float64(info.NumAckPending)
+		}
+		q.mu.Lock()
+		if q.pipeline == pl && len(read) == len(keys) {
+			q.depth, q.at = read, time.Now()
+		}
+		q.mu.Unlock()
+	}
+}
