@@ -1,9 +1,10 @@
-// Command loadgen sends open-loop Poisson load to a Sleipnir pipeline over NATS and reports what came back.
+// Command loadgen sends open-loop load (Poisson, or Gamma arrivals with --cv) to a Sleipnir pipeline over NATS and reports what came back.
 package main
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -25,6 +26,7 @@ type cmdLine struct {
 	url, inboxPrefix, shape, images, workload, steps string
 	natsAuth                                         bus.ClientAuth
 	asJSON, retry                                    bool
+	cv                                               float64
 }
 
 // parseFlags registers loadgen's flags and parses the command line.
@@ -54,6 +56,8 @@ func parseFlags() *cmdLine {
 	flag.StringVar(&c.workload, "workload", "", "send a workload of the simulator's instead of --qps for --duration: "+
 		"constant:QPS:D, steps:QPS:D,QPS:D,..., diurnal:MIN:MAX:D, trace:FILE[:MIN:MAX[:D]] (after --warmup at its "+
 		"first rate); with --series, its seconds line up with bin/sleipnir sim's")
+	flag.Float64Var(&c.cv, "cv", 1, "coefficient of variation of the inter-arrival times, as the simulator's --cv: 1 "+
+		"is Poisson, above 1 Gamma arrivals burstier than Poisson (with --qps or --workload; the warmup stays Poisson)")
 	flag.StringVar(&c.steps, "steps", "", "step the demand: QPS:DURATION,... (each after --warmup at its rate); "+
 		"prints a line per step with the plan the planner published by its end")
 	flag.Parse()
@@ -68,9 +72,20 @@ func (c *cmdLine) config() (Config, error) {
 	if cfg.InputShape, err = parseShape(c.shape); err != nil {
 		return cfg, err
 	}
-	if c.workload != "" {
-		if cfg.Workload, err = workload.Parse(c.workload, 1); err != nil {
+	switch {
+	case c.workload != "":
+		if cfg.Workload, err = workload.Parse(c.workload, c.cv); err != nil {
 			return cfg, fmt.Errorf("--workload: %w", err)
+		}
+	case c.cv != 1:
+		// Other than Poisson: the constant workload at --qps, whose arrivals pkg/workload draws as the simulator's.
+		if c.steps != "" {
+			return cfg, errors.New("--cv applies to --qps or --workload, not to --steps")
+		}
+		cfg.Workload = workload.Constant(cfg.QPS, cfg.Duration)
+		cfg.Workload.CV = c.cv
+		if err = cfg.Workload.Validate(); err != nil {
+			return cfg, fmt.Errorf("--cv: %w", err)
 		}
 	}
 	if c.images != "" {
