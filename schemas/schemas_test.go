@@ -99,7 +99,7 @@ func TestSchemaMatchesSpecTypes(t *testing.T) {
 		{pipeline.Task{}, sch.Defs["task"].Properties},
 		{pipeline.Variant{}, variant},
 		{pipeline.Executor{}, sub(variant, "executor")},
-		{pipeline.Fanout{}, sub(variant, "fanout")},
+		{pipeline.Fanout{}, sch.Defs["fanout"].Properties},
 		{pipeline.ProfilePoint{}, sch.Defs["profilePoint"].Properties},
 		{pipeline.PathAccuracy{}, sch.Defs["pathAccuracy"].Properties},
 		{pipeline.Allocation{}, sch.Defs["allocation"].Properties},

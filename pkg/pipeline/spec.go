@@ -47,8 +47,12 @@ type TensorSpec struct {
 
 // Task is one node of the pipeline tree.
 type Task struct {
-	Name     string    `json:"name"`
-	Children []string  `json:"children,omitempty"`
+	Name     string   `json:"name"`
+	Children []string `json:"children,omitempty"`
+	// Parallel names the children that each get every item (parallel branches: a detector and a captioner on the
+	// same image), one copy each unless a variant gives the branch a fan-out of its own (Variant.Branches). The
+	// other children share the variant's Fanout by its shares, each sub-request going to one of them.
+	Parallel []string  `json:"parallel,omitempty"`
 	Variants []Variant `json:"variants"`
 }
 
@@ -58,9 +62,12 @@ type Variant struct {
 	// Accuracy is the variant's profiled single-model accuracy, in [0, 1].
 	Accuracy float64  `json:"accuracy"`
 	Executor Executor `json:"executor"`
-	// Fanout is the multiplicative factor: sub-requests emitted per input, and their split across child tasks.
-	// Required for tasks with children, absent for leaf tasks.
+	// Fanout is the multiplicative factor: sub-requests emitted per input, and their split across the child tasks
+	// not in the task's Parallel. Required when the task has such children, absent otherwise.
 	Fanout *Fanout `json:"fanout,omitempty"`
+	// Branches optionally gives a parallel child (Task.Parallel) a fan-out of its own: that many sub-requests per
+	// item go to it, drawn from the distribution (no shares). A parallel child not listed gets one copy per item.
+	Branches map[string]Fanout `json:"branches,omitempty"`
 	// Profile has one point per allowed batch size, in increasing batch order.
 	Profile []ProfilePoint `json:"profile"`
 	// SwapMs is how long a worker takes to load the variant when it is assigned it (0 if not profiled): the

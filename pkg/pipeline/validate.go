@@ -2,7 +2,9 @@ package pipeline
 
 import (
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
@@ -130,6 +132,7 @@ func (s *Spec) validateReachable(tasks map[string]int, root string, add func(str
 // children) and profile.
 func (s *Spec) validateVariants(batches []int, allowed map[int]bool, add func(string, string, ...any)) {
 	for i, t := range s.Tasks {
+		validateParallel(t, fmt.Sprintf("tasks[%d].parallel", i), add)
 		variants := map[string]bool{}
 		for j, v := range t.Variants {
 			vp := fmt.Sprintf("tasks[%d].variants[%d]", i, j)
@@ -138,15 +141,19 @@ func (s *Spec) validateVariants(batches []int, allowed map[int]bool, add func(st
 			}
 			variants[v.Name] = true
 			s.validateExecutor(t, v.Executor, vp+".executor", add)
+			shared := t.SharedChildren()
 			switch {
-			case len(t.Children) > 0 && v.Fanout == nil:
+			case len(shared) > 0 && v.Fanout == nil:
 				add(vp, "fanout is required: task %q has children", t.Name)
-			case len(t.Children) == 0 && v.Fanout != nil:
+			case len(shared) == 0 && v.Fanout != nil && len(t.Children) > 0:
+				add(vp+".fanout", "task %q sends every item to each of its children (parallel): no fan-out to split", t.Name)
+			case len(shared) == 0 && v.Fanout != nil:
 				add(vp+".fanout", "task %q has no children to fan out to", t.Name)
 			case v.Fanout != nil:
 				s.validateShares(t, v.Fanout, vp+".fanout", add)
 				validateDispersion(v.Fanout, vp+".fanout", add)
 			}
+			validateBranches(t, v.Branches, vp+".branches", add)
 			s.validateProfile(v.Profile, batches, allowed, vp+".profile", add)
 		}
 	}
@@ -243,27 +250,59 @@ func validateDispersion(f *Fanout, path string, add func(string, string, ...any)
 	}
 }
 
+// validateShares checks that f's shares split its sub-requests over the task's children that are not parallel.
 func (s *Spec) validateShares(t Task, f *Fanout, path string, add func(string, string, ...any)) {
+	shared := t.SharedChildren()
 	if len(f.Shares) == 0 {
-		if len(t.Children) > 1 {
-			add(path+".shares", "required: task %q has %d children", t.Name, len(t.Children))
+		if len(shared) > 1 {
+			add(path+".shares", "required: task %q has %d children", t.Name, len(shared))
 		}
 		return
 	}
 	sum := 0.0
 	for c, share := range f.Shares {
-		if !contains(t.Children, c) {
+		switch {
+		case !contains(t.Children, c):
 			add(path+".shares."+c, "%q is not a child of task %q", c, t.Name)
+		case t.IsParallel(c):
+			add(path+".shares."+c, "%q is a parallel child of task %q: it gets every item, not a share", c, t.Name)
 		}
 		sum += share
 	}
-	for _, c := range t.Children {
+	for _, c := range shared {
 		if _, ok := f.Shares[c]; !ok {
 			add(path+".shares", "no share for child task %q", c)
 		}
 	}
 	if math.Abs(sum-1) > 1e-6 {
 		add(path+".shares", "shares sum to %.6g, want 1", sum)
+	}
+}
+
+// validateParallel checks a task's parallel children: each one of its children, once.
+func validateParallel(t Task, path string, add func(string, string, ...any)) {
+	for j, c := range t.Parallel {
+		switch {
+		case !contains(t.Children, c):
+			add(fmt.Sprintf("%s[%d]", path, j), "%q is not a child of task %q", c, t.Name)
+		case contains(t.Parallel[:j], c):
+			add(fmt.Sprintf("%s[%d]", path, j), "%q listed twice", c)
+		}
+	}
+}
+
+// validateBranches checks a variant's own fan-outs of parallel children: each to a parallel child, with no shares
+// (a branch goes to one child) and its distribution's parameters.
+func validateBranches(t Task, branches map[string]Fanout, path string, add func(string, string, ...any)) {
+	for _, c := range slices.Sorted(maps.Keys(branches)) {
+		f := branches[c]
+		if !t.IsParallel(c) {
+			add(path+"."+c, "%q is not a parallel child of task %q", c, t.Name)
+		}
+		if len(f.Shares) > 0 {
+			add(path+"."+c+".shares", "a branch goes to its one child: no shares")
+		}
+		validateDispersion(&f, path+"."+c, add)
 	}
 }
 

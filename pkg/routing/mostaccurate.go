@@ -57,12 +57,8 @@ func MostAccurateFirst(in Input) plan.Routing {
 		}
 		for _, u := range hosted[t.Name] {
 			tables := make(map[string][]plan.Route, len(t.Children))
-			f := t.FanoutOf(u.variant, in.Fanout)
 			for _, child := range t.Children {
-				out := 0.0
-				if f != nil {
-					out = incoming[u.key] * f.Mean * f.Share(child, t.Children)
-				}
+				out := incoming[u.key] * t.FanoutTo(u.variant, child, in.Fanout)
 				tables[child] = fill(hosted[child], out, left, incoming)
 			}
 			r.Downstream[u.key] = tables

@@ -200,14 +200,7 @@ func (s *sim) batchDone(srv int) {
 		when := hop.When{Now: s.time(), AtTask: time.Duration(s.now - m.enqueued),
 			Left: time.Duration(r.due - s.now)}
 		for range m.items {
-			k := s.subRequests(h)
-			s.children, s.routeDraws.next, s.routeDraws.draws = s.children[:0], 0, s.routeDraws.draws[:0]
-			for range k {
-				c := h.exec.ChildOf(s.rng.Float64())
-				h.emitted[h.children[c]]++
-				s.children = append(s.children, c)
-				s.routeDraws.draws = append(s.routeDraws.draws, s.rng.Uint64(), s.rng.Uint64())
-			}
+			k := s.emit(h)
 			out, err := s.step.Step(sv.table, hop.Item{Den: m.den, Children: s.children}, when, s.routeRand)
 			if err != nil || k == 0 {
 				if err != nil { // a failed leaf
@@ -241,6 +234,28 @@ func (s *sim) batchDone(srv int) {
 		return
 	}
 	s.idle(srv)
+}
+
+// emit draws one executed item's sub-requests into s.children (the child of each, as an index in h.children) and
+// their routing draws, as the emulated executor emits them (pkg/executor/emulated): every parallel child its own
+// copies, then the shared fan-out's, each to one child by the shares. It returns how many.
+func (s *sim) emit(h *variantQueue) int {
+	s.children, s.routeDraws.next, s.routeDraws.draws = s.children[:0], 0, s.routeDraws.draws[:0]
+	add := func(c int) {
+		h.emitted[h.children[c]]++
+		s.children = append(s.children, c)
+		s.routeDraws.draws = append(s.routeDraws.draws, s.rng.Uint64(), s.rng.Uint64())
+	}
+	for i, c := range h.exec.Parallel() {
+		for range h.exec.Copies(s.rng, i) {
+			add(c)
+		}
+	}
+	for range s.subRequests(h) {
+		add(h.exec.ChildOf(s.rng.Float64()))
+	}
+	h.subs.CountSubRequests(len(s.children)) // the plan check's distribution of sub-requests
+	return len(s.children)
 }
 
 // replay is a rand.Source that gives back draws taken before. The hop step routes an item's sub-requests after

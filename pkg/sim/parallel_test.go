@@ -1,0 +1,43 @@
+package sim
+
+import (
+	"testing"
+	"time"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/workload"
+)
+
+// TestParallelBranchesGetEveryItemOnce: the simulator sends every item of a task with parallel children to each of
+// them, one copy each, beside the children its fan-out splits by shares (pkg/hop/testdata/parallel.yaml, the live
+// worker's test of the same name): the detector and the captioner execute exactly as many items as the image task,
+// the classifier exactly twice as many, and every request completes ok. Split by shares instead, the branches' counts
+// would only be about equal to the parent's.
+func TestParallelBranchesGetEveryItemOnce(t *testing.T) {
+	spec, err := pipeline.Load("../hop/testdata/parallel.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := newSim(Config{Spec: spec, Workload: workload.Constant(40, 30*time.Second), Servers: 4,
+		System: "static", Seed: 1, CommLatency: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.run()
+	items := map[string]uint64{}
+	for _, h := range s.queues {
+		items[spec.Tasks[h.task].Name] += h.items
+	}
+	n := items["img"]
+	if n < 1000 || items["det"] != n || items["cap"] != n || items["cls"] != 2*n {
+		t.Errorf("items executed per task %v: want det and cap as many as img, cls twice as many", items)
+	}
+	arrivals, ok := 0, 0
+	for _, x := range s.pipes[0].seconds {
+		arrivals += x.Arrivals
+		ok += x.OK
+	}
+	if ok != arrivals {
+		t.Errorf("%d of %d requests ok: every leaf of every request must complete it", ok, arrivals)
+	}
+}
