@@ -100,6 +100,7 @@ func TestSchemaMatchesSpecTypes(t *testing.T) {
 		{pipeline.Variant{}, variant},
 		{pipeline.Executor{}, sub(variant, "executor")},
 		{pipeline.Fanout{}, sch.Defs["fanout"].Properties},
+		{pipeline.Join{}, sub(sch.Defs["task"].Properties, "join")},
 		{pipeline.ProfilePoint{}, sch.Defs["profilePoint"].Properties},
 		{pipeline.PathAccuracy{}, sch.Defs["pathAccuracy"].Properties},
 		{pipeline.Allocation{}, sch.Defs["allocation"].Properties},

@@ -66,7 +66,31 @@ func (s *Spec) IsLeaf(task string) bool {
 	return t != nil && len(t.Children) == 0
 }
 
-// Parent returns the parent of a task ("" for the root).
+// Parents lists the tasks that list task as a child: one, but for a join task (Task.Join); none for the root.
+func (s *Spec) Parents(task string) []string {
+	var out []string
+	for _, t := range s.Tasks {
+		if contains(t.Children, task) {
+			out = append(out, t.Name)
+		}
+	}
+	return out
+}
+
+// JoinAfter is the join task that task's items go to, when its one child is a join task: task's items end there
+// as parts, which the frontend joins (docs/design.md, "Joins"); nil otherwise.
+func (s *Spec) JoinAfter(task string) *Task {
+	t := s.Task(task)
+	if t == nil || len(t.Children) != 1 {
+		return nil
+	}
+	if j := s.Task(t.Children[0]); j != nil && j.Join != nil {
+		return j
+	}
+	return nil
+}
+
+// Parent returns the parent of a task ("" for the root; a join task's first).
 func (s *Spec) Parent(task string) string {
 	for _, t := range s.Tasks {
 		for _, c := range t.Children {

@@ -69,3 +69,60 @@ func TestParallelErrors(t *testing.T) {
 		})
 	}
 }
+
+// joinSpec: the root's two parallel children joined by merge.
+const joinSpec = `
+name: j
+slo_ms: 500
+tasks:
+  - name: img
+    children: [det, cap]
+    parallel: [det, cap]
+    variants:
+      - {name: i, accuracy: 1, executor: {kind: emulated}, profile: [{batch: 1, p50_ms: 1, p95_ms: 1}]}
+  - name: det
+    children: [merge]
+    variants:
+      - {name: d, accuracy: 0.9, executor: {kind: emulated}, fanout: {mean: 1, distribution: fixed}, profile: [{batch: 1, p50_ms: 1, p95_ms: 1}]}
+  - name: cap
+    children: [merge]
+    variants:
+      - {name: c, accuracy: 0.8, executor: {kind: emulated}, fanout: {mean: 1, distribution: fixed}, profile: [{batch: 1, p50_ms: 1, p95_ms: 1}]}
+  - name: merge
+    join: {mode: all}
+    variants:
+      - {name: m, accuracy: 1, executor: {kind: emulated}, profile: [{batch: 1, p50_ms: 1, p95_ms: 1}]}
+`
+
+// TestJoin: a join task may have several parents; the chains run through it from each; each mistake in the shape
+// a join closes is named.
+func TestJoin(t *testing.T) {
+	s, err := Parse([]byte(joinSpec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(s.Parents("merge"), ","); got != "det,cap" || s.JoinAfter("det").Name != "merge" ||
+		s.JoinAfter("img") != nil || len(s.Chains()) != 2 {
+		t.Errorf("parents %s, chains %v", got, s.Chains())
+	}
+	for _, tc := range []struct{ name, old, new, want string }{
+		{"two parents, no join", "    join: {mode: all}\n", "", `task "merge" already has parent "det": tasks must form a tree`},
+		{"unknown mode", "mode: all", "mode: inner", "tasks[3].join.mode: value must be one of"},
+		{"window without its time", "mode: all", "mode: window", "tasks[3].join.window_ms: required"},
+		{"time without a window", "mode: all", "mode: any, window_ms: 5", `tasks[3].join.window_ms: only mode "window"`},
+		{"a parent not parallel", "parallel: [det, cap]", "parallel: [det]", `parent "cap" of join "merge": a join's parents are the root's children, all parallel`},
+		{"a parent's fan-out", "name: c, accuracy: 0.8, executor: {kind: emulated}, fanout: {mean: 1,", "name: c, accuracy: 0.8, executor: {kind: emulated}, fanout: {mean: 2,", `variant "c" must send each item once`},
+		{"one parent", "    children: [merge]\n    variants:\n      - {name: c", "    variants:\n      - {name: c", `task "merge" joins 1 parents, want at least 2`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := strings.Replace(joinSpec, tc.old, tc.new, 1)
+			if spec == joinSpec {
+				t.Fatalf("%q not in the spec", tc.old)
+			}
+			_, err := Parse([]byte(spec))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -52,9 +52,28 @@ type Task struct {
 	// Parallel names the children that each get every item (parallel branches: a detector and a captioner on the
 	// same image), one copy each unless a variant gives the branch a fan-out of its own (Variant.Branches). The
 	// other children share the variant's Fanout by its shares, each sub-request going to one of them.
-	Parallel []string  `json:"parallel,omitempty"`
+	Parallel []string `json:"parallel,omitempty"`
+	// Join makes the task join its parents' outputs for one item before it runs: the one task several tasks may
+	// list as a child. Its parents are parallel children of the root and nothing else's; see Join.
+	Join     *Join     `json:"join,omitempty"`
 	Variants []Variant `json:"variants"`
 }
+
+// Join is how a join task waits for its parents' outputs of one item (Seldon Core 2's inner, any and outer joins).
+// The frontend that owns the request keeps the parts (docs/design.md, "Joins").
+type Join struct {
+	// Mode is "all" (every parent's output; the default), "any" (the first to arrive) or "window" (those that
+	// arrive within WindowMs of the first, or all of them if sooner).
+	Mode     string  `json:"mode,omitempty"`
+	WindowMs float64 `json:"window_ms,omitempty"`
+}
+
+// Join modes.
+const (
+	JoinAll    = "all"
+	JoinAny    = "any"
+	JoinWindow = "window"
+)
 
 // Variant is one model that can perform a task.
 type Variant struct {

@@ -21,6 +21,9 @@ func (s *Spec) validate() error {
 	}
 	tasks, roots := s.validateTree(add)
 	s.validateVariants(batches, allowed, add)
+	if len(roots) == 1 {
+		s.validateJoins(roots[0], add)
+	}
 	for i, pa := range s.PathAccuracy {
 		s.validatePath(pa.Path, fmt.Sprintf("path_accuracy[%d].path", i), roots, add)
 		for j := 0; j < i; j++ {
@@ -80,8 +83,8 @@ func (s *Spec) validateTree(add func(string, string, ...any)) (tasks map[string]
 			default:
 				if _, ok := tasks[c]; !ok {
 					add(p, "no task named %q", c)
-				} else if other, ok := parent[c]; ok && other != t.Name {
-					add(p, "task %q already has parent %q: tasks must form a tree", c, other)
+				} else if other, ok := parent[c]; ok && other != t.Name && s.Tasks[tasks[c]].Join == nil {
+					add(p, "task %q already has parent %q: tasks must form a tree (only a join task has several)", c, other)
 				} else {
 					parent[c] = t.Name
 				}
@@ -276,6 +279,47 @@ func (s *Spec) validateShares(t Task, f *Fanout, path string, add func(string, s
 	}
 	if math.Abs(sum-1) > 1e-6 {
 		add(path+".shares", "shares sum to %.6g, want 1", sum)
+	}
+}
+
+// validateJoins checks each join task (Task.Join) and the shape it closes: its parents, two at least, are the root's
+// children, all parallel, and each sends every item to the join alone, one sub-request each (a fixed fan-out of 1),
+// so that an item at the root becomes exactly one part per parent, which the frontend joins.
+func (s *Spec) validateJoins(root string, add func(string, string, ...any)) {
+	r := s.Task(root)
+	for i, t := range s.Tasks {
+		if t.Join == nil {
+			continue
+		}
+		p := fmt.Sprintf("tasks[%d].join", i)
+		switch m := t.Join.Mode; {
+		case m != "" && m != JoinAll && m != JoinAny && m != JoinWindow:
+			add(p+".mode", "%q: want %s, %s or %s", m, JoinAll, JoinAny, JoinWindow)
+		case m == JoinWindow && !(t.Join.WindowMs > 0):
+			add(p+".window_ms", "required and > 0 for mode %q", JoinWindow)
+		case m != JoinWindow && t.Join.WindowMs != 0:
+			add(p+".window_ms", "only mode %q has a window", JoinWindow)
+		}
+		parents := s.Parents(t.Name)
+		if len(parents) < 2 {
+			add(p, "task %q joins %d parents, want at least 2", t.Name, len(parents))
+		}
+		for _, parent := range parents {
+			pt := s.Task(parent)
+			switch {
+			case !r.IsParallel(parent) || len(r.SharedChildren()) > 0:
+				add(p, "parent %q of join %q: a join's parents are the root's children, all parallel", parent, t.Name)
+			case len(pt.Children) != 1:
+				add(p, "parent %q of join %q has other children: its items go to the join alone", parent, t.Name)
+			default:
+				for _, v := range pt.Variants {
+					if f := v.Fanout; f != nil && (f.Mean != 1 || f.Distribution != FanoutFixed) {
+						add(p, "parent %q of join %q: variant %q must send each item once (fanout: {mean: 1, "+
+							"distribution: fixed})", parent, t.Name, v.Name)
+					}
+				}
+			}
+		}
 	}
 }
 
