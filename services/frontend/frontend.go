@@ -139,7 +139,7 @@ type Stats struct {
 	// JoinFailures counts the joined items the frontend could not enqueue (docs/design.md, "Joins").
 	JoinParts    int64  `json:"join_parts"`
 	JoinFailures uint64 `json:"join_failures"`
-	BadReports  uint64 `json:"bad_reports"`  // undecodable or inconsistent result messages
+	BadReports   uint64 `json:"bad_reports"` // undecodable or inconsistent result messages
 	// ReplyFailures counts replies that could not be encoded or sent.
 	ReplyFailures uint64 `json:"reply_failures"`
 	// DemandWithheld counts demand reports not sent because their interval spanned a lost connection.
@@ -208,9 +208,9 @@ type Frontend struct {
 
 	accepted, refused, overloaded, replied, late, stray, badReports, replyFailures, demandWithheld atomic.Uint64
 	// joinParts is the join parts the pending requests hold (join.go); joinFailures the joined items not enqueued.
-	joinParts    atomic.Int64
-	joinFailures atomic.Uint64
-	lateCompleted, lateUnfinished, executedItems, droppedWork                                      atomic.Uint64
+	joinParts                                                 atomic.Int64
+	joinFailures                                              atomic.Uint64
+	lateCompleted, lateUnfinished, executedItems, droppedWork atomic.Uint64
 }
 
 // New prepares a frontend on a connection; Run serves.
