@@ -9,6 +9,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/batching"
 	"github.com/sleipnir-serving/sleipnir/pkg/completion"
 	"github.com/sleipnir-serving/sleipnir/pkg/hop"
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
@@ -201,6 +202,13 @@ func (s *sim) batchDone(srv int) {
 			Left: time.Duration(r.due - s.now)}
 		for range m.items {
 			k := s.emit(h)
+			if j := p.joinOf[h.task]; j != nil && k > 0 && !carries(r, p, j) {
+				// A part the join does not carry on: a leaf, as the frontend records it (services/frontend).
+				r.ok++
+				r.acc.Add(1/float64(m.den), p.trie.accuracy(node))
+				s.leaves(r, 1)
+				continue
+			}
 			out, err := s.step.Step(sv.table, hop.Item{Den: m.den, Children: s.children}, when, s.routeRand)
 			if err != nil || k == 0 {
 				if err != nil { // a failed leaf
@@ -256,6 +264,21 @@ func (s *sim) emit(h *variantQueue) int {
 	}
 	h.subs.CountSubRequests(len(s.children)) // the plan check's distribution of sub-requests
 	return len(s.children)
+}
+
+// carries counts a part of r's join j reaching the frontend, and says whether it is the one that goes on to j as the
+// joined item: the first under mode any, else the last of its parents' parts (a window is taken as all of them). A
+// part that never comes (dropped on the way) leaves the others as leaves, and the request partial, as live.
+func carries(r *request, p *pipe, j *pipeline.Task) bool {
+	if r.parts == nil {
+		r.parts = make([]uint8, len(p.joinIdx))
+	}
+	i := p.joinIdx[j.Name]
+	r.parts[i]++
+	if j.Join.Mode == pipeline.JoinAny {
+		return r.parts[i] == 1
+	}
+	return int(r.parts[i]) == len(p.spec.Parents(j.Name))
 }
 
 // replay is a rand.Source that gives back draws taken before. The hop step routes an item's sub-requests after

@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,5 +41,41 @@ func TestParallelBranchesGetEveryItemOnce(t *testing.T) {
 	}
 	if ok != arrivals {
 		t.Errorf("%d of %d requests ok: every leaf of every request must complete it", ok, arrivals)
+	}
+}
+
+// TestJoinRunsOnce: the simulator joins the detector's and the captioner's parts of every image into one item of the
+// merge task, as the frontend does (pkg/hop/testdata/join.yaml): the merge executes as many items as the image task,
+// not one per branch, and every request completes ok.
+func TestJoinRunsOnce(t *testing.T) {
+	text, err := os.ReadFile("../hop/testdata/join.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := pipeline.Parse([]byte(strings.ReplaceAll(string(text), "CAP_MS", "5")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := newSim(Config{Spec: spec, Workload: workload.Constant(40, 30*time.Second), Servers: 4,
+		System: "static", Seed: 1, CommLatency: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.run()
+	items := map[string]uint64{}
+	for _, h := range s.queues {
+		items[spec.Tasks[h.task].Name] += h.items
+	}
+	n := items["img"]
+	if n < 1000 || items["det"] != n || items["cap"] != n || items["merge"] != n {
+		t.Errorf("items executed per task %v: want det, cap and merge as many as img", items)
+	}
+	arrivals, ok := 0, 0
+	for _, x := range s.pipes[0].seconds {
+		arrivals += x.Arrivals
+		ok += x.OK
+	}
+	if ok != arrivals {
+		t.Errorf("%d of %d requests ok", ok, arrivals)
 	}
 }

@@ -14,11 +14,11 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
-// joinSystem is the planner, four workers and a frontend serving testdata/join.yaml with the captioner's latency
+// joinSystem is the planner, four workers and a frontend serving pkg/hop/testdata/join.yaml with the captioner's latency
 // capMs.
 func joinSystem(t *testing.T, capMs string, cfg Config) (*pipeline.Spec, *Frontend, *testrig.Client) {
 	t.Helper()
-	text, err := os.ReadFile("testdata/join.yaml")
+	text, err := os.ReadFile("../../pkg/hop/testdata/join.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
