@@ -268,14 +268,14 @@ type pipe struct {
 	tasks    []string
 	// joinOf is, per task (index in spec.Tasks), the join task its items are parts of (pipeline.Spec.JoinAfter),
 	// and joinIdx each join task's index in request.parts.
-	joinOf   []*pipeline.Task
-	joinIdx  map[string]int
-	trie     pathTrie
-	slo      int64
-	comm     int64          // the latency of one of its hops
-	admit    admission.Plan // what admission control knows of plan
-	end      int64          // its workload's end
-	seconds  []Second
+	joinOf  []*pipeline.Task
+	joinIdx map[string]int
+	trie    pathTrie
+	slo     int64
+	comm    int64          // the latency of one of its hops
+	admit   admission.Plan // what admission control knows of plan
+	end     int64          // its workload's end
+	seconds []Second
 	// arrivedNow counts the arrivals since the last tick, and gaps the times between them (the frontend's demand
 	// report).
 	arrivedNow int
