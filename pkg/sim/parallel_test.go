@@ -79,3 +79,22 @@ func TestJoinRunsOnce(t *testing.T) {
 		t.Errorf("%d of %d requests ok", ok, arrivals)
 	}
 }
+
+// TestSocialHoldsItsSLO: examples/social.yaml (parallel branches joined) on 20 servers misses under 1% of its
+// requests at 10%, 50% and 90% of its hardware-mode capacity (280 QPS; docs/branches.md).
+func TestSocialHoldsItsSLO(t *testing.T) {
+	spec, err := pipeline.Load("../../examples/social.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, qps := range []float64{28, 140, 252} {
+		res, err := Run(Config{Spec: spec, Workload: workload.Constant(qps, 40*time.Second), Warmup: 10 * time.Second,
+			Servers: 20, System: "loki", Seed: 1, CommLatency: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v := res.Summary.SLOViolationRatio; v >= 0.01 {
+			t.Errorf("%.0f QPS: %.2f%% violations, want under 1%%", qps, 100*v)
+		}
+	}
+}
