@@ -57,16 +57,7 @@ func TestParallelErrors(t *testing.T) {
 		{"branch dispersion", "{mean: 3, distribution: fixed}", "{mean: 3, distribution: negative-binomial}", "tasks[0].variants[1].branches.face.dispersion: required"},
 		{"unknown field in a branch", "{mean: 3, distribution: fixed}", "{mean: 3, copies: 2}", "additional properties 'copies' not allowed"},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			spec := strings.Replace(parallelBase, tc.old, tc.new, 1)
-			if spec == parallelBase {
-				t.Fatalf("%q not in the spec", tc.old)
-			}
-			_, err := Parse([]byte(spec))
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("error %v, want %q", err, tc.want)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { expectParseError(t, parallelBase, tc.old, tc.new, tc.want) })
 	}
 }
 
@@ -114,15 +105,18 @@ func TestJoin(t *testing.T) {
 		{"a parent's fan-out", "name: c, accuracy: 0.8, executor: {kind: emulated}, fanout: {mean: 1,", "name: c, accuracy: 0.8, executor: {kind: emulated}, fanout: {mean: 2,", `variant "c" must send each item once`},
 		{"one parent", "    children: [merge]\n    variants:\n      - {name: c", "    variants:\n      - {name: c", `task "merge" joins 1 parents, want at least 2`},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			spec := strings.Replace(joinSpec, tc.old, tc.new, 1)
-			if spec == joinSpec {
-				t.Fatalf("%q not in the spec", tc.old)
-			}
-			_, err := Parse([]byte(spec))
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("error %v, want %q", err, tc.want)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { expectParseError(t, joinSpec, tc.old, tc.new, tc.want) })
+	}
+}
+
+// expectParseError parses base with old replaced by new, and wants an error that says want.
+func expectParseError(t *testing.T, base, old, new, want string) {
+	t.Helper()
+	spec := strings.Replace(base, old, new, 1)
+	if spec == base {
+		t.Fatalf("%q not in the spec", old)
+	}
+	if _, err := Parse([]byte(spec)); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("error %v, want %q", err, want)
 	}
 }
