@@ -202,20 +202,30 @@ func (f *Frontend) releaseParts(w *joinWait, record []wire.ItemResult) []wire.It
 	return record
 }
 
-// closeWindow sends a window join on with the parts that arrived in its window.
+// closeWindow sends a window join on with the parts that arrived in its window (and answers the request if that
+// completed it: the plan hosting no variant of the join).
 func (f *Frontend) closeWindow(id, task string) {
 	f.mu.Lock()
 	r, ok := f.pending[id]
 	var sends []joined
+	done := false
 	if ok && r.joins[task] != nil && !r.joins[task].sent {
 		if _, p := f.lookup(r.pipeline); p != nil {
 			var record []wire.ItemResult
 			record, sends = f.sendJoined(r, p, r.joins[task], nil, nil)
 			f.recordLocked(r, record)
 		}
+		if done = r.tracker.Done(); done {
+			delete(f.pending, r.id)
+			r.timer.Stop()
+			f.dropJoins(r)
+		}
 	}
 	f.mu.Unlock()
 	f.publishJoined(sends)
+	if done {
+		f.finish(r, false, "")
+	}
 }
 
 // closeJoins ends r's joins at its deadline: the parts that arrived are recorded as leaves (what arrived), and
