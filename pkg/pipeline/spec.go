@@ -23,7 +23,8 @@ type Spec struct {
 	// Profiles names the profile file (relative to the spec file) whose measurements Load merged into the variants
 	// and PathAccuracy; see ProfileFile.
 	Profiles string `json:"profiles,omitempty"`
-	// Tasks form a rooted tree through Children; the root is the one task no other task lists as a child.
+	// Tasks form a rooted tree through Children (but for a join task, which several tasks list: Task.Join); the root
+	// is the one task no other task lists as a child.
 	Tasks []Task `json:"tasks"`
 	// PathAccuracy optionally overrides the end-to-end accuracy of a root-to-leaf path of variants; a path not
 	// listed defaults to the product of its variants' accuracies.
