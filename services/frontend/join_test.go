@@ -52,9 +52,10 @@ func TestJoinCompletesOnce(t *testing.T) {
 	spec, f, c := joinSystem(t, "5", Config{})
 	var subjects []string
 	for range 10 {
-		subjects = append(subjects, c.Send(t, spec.Name, goodRequest(t), nats.Header{wire.HeaderTimeout: []string{"5s"}}))
+		// A deadline far off: under -race on a busy machine (load average 18) a 5 s one was missed.
+		subjects = append(subjects, c.Send(t, spec.Name, goodRequest(t), nats.Header{wire.HeaderTimeout: []string{"30s"}}))
 	}
-	replies := c.Wait(t, subjects, 20*time.Second)
+	replies := c.Wait(t, subjects, 40*time.Second)
 	c.ExpectOneReply(t, subjects, 300*time.Millisecond)
 	for _, subj := range subjects {
 		rep := decodeReply(t, replies[subj][0])
