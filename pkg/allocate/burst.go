@@ -67,10 +67,10 @@ func (in Input) arrivalsOf(task string, st step) arrivals {
 			best, mean = v, f
 		}
 	}
-	if best == nil || best.Fanout == nil || mean <= 0 {
+	if best == nil || parent.BranchOf(best, task) == nil || mean <= 0 {
 		return arrivals{pmf: []float64{1}}
 	}
-	f := best.Fanout
+	f := parent.BranchOf(best, task) // a parallel child's own branch, else the fan-out it has a share of
 	var pmf func(k int) float64
 	switch {
 	case f.Distribution == pipeline.FanoutNegativeBinomial:

@@ -32,13 +32,7 @@ func randomInstance(seed uint64) Input {
 		}
 		nv := 2 + r.IntN(2)
 		for vi := 0; vi < nv; vi++ {
-			v := pipeline.Variant{Name: fmt.Sprintf("v%d", vi), Accuracy: 0.5 + 0.45*r.Float64(),
-				Executor: pipeline.Executor{Kind: pipeline.ExecutorEmulated}}
-			a, c := 5+35*r.Float64(), 2+18*r.Float64()
-			for _, b := range batches {
-				l := math.Round((a+c*float64(b))*10) / 10
-				v.Profile = append(v.Profile, pipeline.ProfilePoint{Batch: b, P50Ms: l, P95Ms: 1.2 * l})
-			}
+			v := linearVariant(r, vi, batches)
 			if len(t.Children) > 0 {
 				f := &pipeline.Fanout{Mean: math.Round((0.5+2.5*r.Float64())*100) / 100}
 				if len(t.Children) == 2 {
@@ -83,6 +77,11 @@ func TestCrossCheckWithCBC(t *testing.T) {
 			in := randomInstance(seed)
 			in.LatencyModel = lm
 			instances = append(instances, in)
+			if seed%8 == 0 { // parallel branches (dagcheck_test.go)
+				in = dagInstance(seed, false)
+				in.LatencyModel = lm
+				instances = append(instances, in)
+			}
 		}
 	}
 	// The example pipelines, around their switch points. CBC takes minutes on their complete (big-M) models, so it

@@ -118,7 +118,7 @@ func leafVariants(t pipeline.Task) []pipeline.Variant {
 	out := make([]pipeline.Variant, len(t.Variants))
 	for i, v := range t.Variants {
 		out[i] = v
-		out[i].Fanout = nil
+		out[i].Fanout, out[i].Branches = nil, nil
 	}
 	return out
 }
@@ -134,11 +134,8 @@ func taskDemand(spec *pipeline.Spec, o Observed) map[string]float64 {
 		}
 		out[task] = d
 		t := spec.Task(task)
-		f := t.MostAccurate().Fanout
 		for _, c := range t.Children {
-			if f != nil {
-				walk(c, d*f.Mean*f.Share(c, t.Children))
-			}
+			walk(c, d*t.FanoutTo(t.MostAccurate(), c, nil))
 		}
 	}
 	walk(spec.Root().Name, o.Demand)

@@ -19,6 +19,8 @@ type FrontendCounts struct {
 	// Messages the NATS client dropped over the subscriptions' pending limits: requests (unanswered), results, and
 	// micro protocol requests.
 	DroppedRequests, DroppedResults, DroppedControl uint64
+	// Joined items (a join task's parts made one) the frontend could not enqueue.
+	JoinFailures uint64
 }
 
 // Frontend holds the frontends' metrics: one per registry, shared by the frontends of a process.
@@ -81,6 +83,8 @@ var frontendCounters = []struct {
 		func(c FrontendCounts) uint64 { return c.DroppedResults }},
 	{"dropped_control_total", "Micro protocol requests ($SRV.*) dropped over their subscriptions' pending limits.",
 		func(c FrontendCounts) uint64 { return c.DroppedControl }},
+	{"join_failures_total", "Joined items (a join task's parts made one) the frontend could not enqueue.",
+		func(c FrontendCounts) uint64 { return c.JoinFailures }},
 }
 
 // AddSource adds a frontend's counters to the exported sums.

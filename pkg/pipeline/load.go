@@ -233,15 +233,22 @@ func (s *Spec) applyDefaults() {
 	for i := range s.Tasks {
 		t := &s.Tasks[i]
 		for j := range t.Variants {
-			f := t.Variants[j].Fanout
+			v := &t.Variants[j]
+			for c, b := range v.Branches {
+				if b.Distribution == "" {
+					b.Distribution = FanoutPoisson
+					v.Branches[c] = b
+				}
+			}
+			f := v.Fanout
 			if f == nil {
 				continue
 			}
 			if f.Distribution == "" {
 				f.Distribution = FanoutPoisson
 			}
-			if len(f.Shares) == 0 && len(t.Children) == 1 {
-				f.Shares = map[string]float64{t.Children[0]: 1}
+			if shared := t.SharedChildren(); len(f.Shares) == 0 && len(shared) == 1 {
+				f.Shares = map[string]float64{shared[0]: 1}
 			}
 		}
 	}

@@ -66,7 +66,31 @@ func (s *Spec) IsLeaf(task string) bool {
 	return t != nil && len(t.Children) == 0
 }
 
-// Parent returns the parent of a task ("" for the root).
+// Parents lists the tasks that list task as a child: one, but for a join task (Task.Join); none for the root.
+func (s *Spec) Parents(task string) []string {
+	var out []string
+	for _, t := range s.Tasks {
+		if contains(t.Children, task) {
+			out = append(out, t.Name)
+		}
+	}
+	return out
+}
+
+// JoinAfter is the join task that task's items go to, when its one child is a join task: task's items end there
+// as parts, which the frontend joins (docs/design.md, "Joins"); nil otherwise.
+func (s *Spec) JoinAfter(task string) *Task {
+	t := s.Task(task)
+	if t == nil || len(t.Children) != 1 {
+		return nil
+	}
+	if j := s.Task(t.Children[0]); j != nil && j.Join != nil {
+		return j
+	}
+	return nil
+}
+
+// Parent returns the parent of a task ("" for the root; a join task's first).
 func (s *Spec) Parent(task string) string {
 	for _, t := range s.Tasks {
 		for _, c := range t.Children {
@@ -206,13 +230,51 @@ func (t *Task) FanoutOf(v *Variant, measured map[string]Fanout) *Fanout {
 }
 
 // FanoutTo is the mean number of sub-requests an item executed by v, a variant of t, sends to the child task
-// child (FanoutOf and Share).
+// child: a measured factor's (FanoutOf and Share: the workers count what each child got, parallel or not), else
+// for a parallel child its branch's (one copy: 1; a branch's demand is its parent's items, not a share of them),
+// else the profiled fan-out's share.
 func (t *Task) FanoutTo(v *Variant, child string, measured map[string]Fanout) float64 {
-	f := t.FanoutOf(v, measured)
-	if f == nil {
+	if m, ok := measured[wire.VariantKey{Task: t.Name, Variant: v.Name}.String()]; ok {
+		return m.Mean * m.Share(child, t.Children)
+	}
+	if t.IsParallel(child) {
+		return t.BranchOf(v, child).Mean
+	}
+	if v.Fanout == nil {
 		return 0
 	}
-	return f.Mean * f.Share(child, t.Children)
+	return v.Fanout.Mean * v.Fanout.Share(child, t.Children)
+}
+
+// IsParallel reports whether child is one of t's parallel children (Task.Parallel): it gets every item.
+func (t *Task) IsParallel(child string) bool { return contains(t.Parallel, child) }
+
+// SharedChildren are t's children that are not parallel: those its variants' Fanout splits its sub-requests over.
+func (t *Task) SharedChildren() []string {
+	var out []string
+	for _, c := range t.Children {
+		if !t.IsParallel(c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// copyBranch is a parallel child's fan-out when its variant gives it none: one copy of every item.
+var copyBranch = Fanout{Mean: 1, Distribution: FanoutFixed}
+
+// BranchOf is the distribution of the number of sub-requests one item executed by v, a variant of t, sends to
+// child: for a parallel child its branch's own (Variant.Branches; one copy when not listed), for another child
+// v's fan-out, of which child gets a share (nil at a leaf).
+func (t *Task) BranchOf(v *Variant, child string) *Fanout {
+	if !t.IsParallel(child) {
+		return v.Fanout
+	}
+	f, ok := v.Branches[child]
+	if !ok {
+		f = copyBranch
+	}
+	return &f
 }
 
 // ProcessingBudgetMs is the time a chain's execution and hops may take under an SLO of sloMs: half of it, the other

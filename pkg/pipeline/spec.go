@@ -27,7 +27,8 @@ type Spec struct {
 	// Profiles names the profile file (relative to the spec file) whose measurements Load merged into the variants
 	// and PathAccuracy; see ProfileFile.
 	Profiles string `json:"profiles,omitempty"`
-	// Tasks form a rooted tree through Children; the root is the one task no other task lists as a child.
+	// Tasks form a rooted tree through Children (but for a join task, which several tasks list: Task.Join); the root
+	// is the one task no other task lists as a child.
 	Tasks []Task `json:"tasks"`
 	// PathAccuracy optionally overrides the end-to-end accuracy of a root-to-leaf path of variants; a path not
 	// listed defaults to the product of its variants' accuracies.
@@ -51,10 +52,33 @@ type TensorSpec struct {
 
 // Task is one node of the pipeline tree.
 type Task struct {
-	Name     string    `json:"name"`
-	Children []string  `json:"children,omitempty"`
+	Name     string   `json:"name"`
+	Children []string `json:"children,omitempty"`
+	// Parallel names the children that each get every item (parallel branches: a detector and a captioner on the
+	// same image), one copy each unless a variant gives the branch a fan-out of its own (Variant.Branches). The
+	// other children share the variant's Fanout by its shares, each sub-request going to one of them.
+	Parallel []string `json:"parallel,omitempty"`
+	// Join makes the task join its parents' outputs for one item before it runs: the one task several tasks may
+	// list as a child. Its parents are parallel children of the root and nothing else's; see Join.
+	Join     *Join     `json:"join,omitempty"`
 	Variants []Variant `json:"variants"`
 }
+
+// Join is how a join task waits for its parents' outputs of one item (Seldon Core 2's inner, any and outer joins).
+// The frontend that owns the request keeps the parts (docs/design.md, "Joins").
+type Join struct {
+	// Mode is "all" (every parent's output; the default), "any" (the first to arrive) or "window" (those that
+	// arrive within WindowMs of the first, or all of them if sooner).
+	Mode     string  `json:"mode,omitempty"`
+	WindowMs float64 `json:"window_ms,omitempty"`
+}
+
+// Join modes.
+const (
+	JoinAll    = "all"
+	JoinAny    = "any"
+	JoinWindow = "window"
+)
 
 // Variant is one model that can perform a task.
 type Variant struct {
@@ -62,9 +86,12 @@ type Variant struct {
 	// Accuracy is the variant's profiled single-model accuracy, in [0, 1].
 	Accuracy float64  `json:"accuracy"`
 	Executor Executor `json:"executor"`
-	// Fanout is the multiplicative factor: sub-requests emitted per input, and their split across child tasks.
-	// Required for tasks with children, absent for leaf tasks.
+	// Fanout is the multiplicative factor: sub-requests emitted per input, and their split across the child tasks
+	// not in the task's Parallel. Required when the task has such children, absent otherwise.
 	Fanout *Fanout `json:"fanout,omitempty"`
+	// Branches optionally gives a parallel child (Task.Parallel) a fan-out of its own: that many sub-requests per
+	// item go to it, drawn from the distribution (no shares). A parallel child not listed gets one copy per item.
+	Branches map[string]Fanout `json:"branches,omitempty"`
 	// Profile has one point per allowed batch size, in increasing batch order.
 	Profile []ProfilePoint `json:"profile"`
 	// SwapMs is how long a worker takes to load the variant when it is assigned it (0 if not profiled): the

@@ -2,7 +2,9 @@ package pipeline
 
 import (
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
@@ -19,6 +21,9 @@ func (s *Spec) validate() error {
 	}
 	tasks, roots := s.validateTree(add)
 	s.validateVariants(batches, allowed, add)
+	if len(roots) == 1 {
+		s.validateJoins(roots[0], add)
+	}
 	for i, pa := range s.PathAccuracy {
 		s.validatePath(pa.Path, fmt.Sprintf("path_accuracy[%d].path", i), roots, add)
 		for j := 0; j < i; j++ {
@@ -78,8 +83,8 @@ func (s *Spec) validateTree(add func(string, string, ...any)) (tasks map[string]
 			default:
 				if _, ok := tasks[c]; !ok {
 					add(p, "no task named %q", c)
-				} else if other, ok := parent[c]; ok && other != t.Name {
-					add(p, "task %q already has parent %q: tasks must form a tree", c, other)
+				} else if other, ok := parent[c]; ok && other != t.Name && s.Tasks[tasks[c]].Join == nil {
+					add(p, "task %q already has parent %q: tasks must form a tree (only a join task has several)", c, other)
 				} else {
 					parent[c] = t.Name
 				}
@@ -130,6 +135,7 @@ func (s *Spec) validateReachable(tasks map[string]int, root string, add func(str
 // children) and profile.
 func (s *Spec) validateVariants(batches []int, allowed map[int]bool, add func(string, string, ...any)) {
 	for i, t := range s.Tasks {
+		validateParallel(t, fmt.Sprintf("tasks[%d].parallel", i), add)
 		variants := map[string]bool{}
 		for j, v := range t.Variants {
 			vp := fmt.Sprintf("tasks[%d].variants[%d]", i, j)
@@ -138,15 +144,19 @@ func (s *Spec) validateVariants(batches []int, allowed map[int]bool, add func(st
 			}
 			variants[v.Name] = true
 			s.validateExecutor(t, v.Executor, vp+".executor", add)
+			shared := t.SharedChildren()
 			switch {
-			case len(t.Children) > 0 && v.Fanout == nil:
+			case len(shared) > 0 && v.Fanout == nil:
 				add(vp, "fanout is required: task %q has children", t.Name)
-			case len(t.Children) == 0 && v.Fanout != nil:
+			case len(shared) == 0 && v.Fanout != nil && len(t.Children) > 0:
+				add(vp+".fanout", "task %q sends every item to each of its children (parallel): no fan-out to split", t.Name)
+			case len(shared) == 0 && v.Fanout != nil:
 				add(vp+".fanout", "task %q has no children to fan out to", t.Name)
 			case v.Fanout != nil:
 				s.validateShares(t, v.Fanout, vp+".fanout", add)
 				validateDispersion(v.Fanout, vp+".fanout", add)
 			}
+			validateBranches(t, v.Branches, vp+".branches", add)
 			s.validateProfile(v.Profile, batches, allowed, vp+".profile", add)
 		}
 	}
@@ -243,27 +253,100 @@ func validateDispersion(f *Fanout, path string, add func(string, string, ...any)
 	}
 }
 
+// validateShares checks that f's shares split its sub-requests over the task's children that are not parallel.
 func (s *Spec) validateShares(t Task, f *Fanout, path string, add func(string, string, ...any)) {
+	shared := t.SharedChildren()
 	if len(f.Shares) == 0 {
-		if len(t.Children) > 1 {
-			add(path+".shares", "required: task %q has %d children", t.Name, len(t.Children))
+		if len(shared) > 1 {
+			add(path+".shares", "required: task %q has %d children", t.Name, len(shared))
 		}
 		return
 	}
 	sum := 0.0
 	for c, share := range f.Shares {
-		if !contains(t.Children, c) {
+		switch {
+		case !contains(t.Children, c):
 			add(path+".shares."+c, "%q is not a child of task %q", c, t.Name)
+		case t.IsParallel(c):
+			add(path+".shares."+c, "%q is a parallel child of task %q: it gets every item, not a share", c, t.Name)
 		}
 		sum += share
 	}
-	for _, c := range t.Children {
+	for _, c := range shared {
 		if _, ok := f.Shares[c]; !ok {
 			add(path+".shares", "no share for child task %q", c)
 		}
 	}
 	if math.Abs(sum-1) > 1e-6 {
 		add(path+".shares", "shares sum to %.6g, want 1", sum)
+	}
+}
+
+// validateJoins checks each join task (Task.Join) and the shape it closes: its parents, two at least, are the root's
+// children, all parallel, and each sends every item to the join alone, one sub-request each (a fixed fan-out of 1),
+// so that an item at the root becomes exactly one part per parent, which the frontend joins.
+func (s *Spec) validateJoins(root string, add func(string, string, ...any)) {
+	r := s.Task(root)
+	for i, t := range s.Tasks {
+		if t.Join == nil {
+			continue
+		}
+		p := fmt.Sprintf("tasks[%d].join", i)
+		switch m := t.Join.Mode; {
+		case m != "" && m != JoinAll && m != JoinAny && m != JoinWindow:
+			add(p+".mode", "%q: want %s, %s or %s", m, JoinAll, JoinAny, JoinWindow)
+		case m == JoinWindow && !(t.Join.WindowMs > 0):
+			add(p+".window_ms", "required and > 0 for mode %q", JoinWindow)
+		case m != JoinWindow && t.Join.WindowMs != 0:
+			add(p+".window_ms", "only mode %q has a window", JoinWindow)
+		}
+		parents := s.Parents(t.Name)
+		if len(parents) < 2 {
+			add(p, "task %q joins %d parents, want at least 2", t.Name, len(parents))
+		}
+		for _, parent := range parents {
+			pt := s.Task(parent)
+			switch {
+			case !r.IsParallel(parent) || len(r.SharedChildren()) > 0:
+				add(p, "parent %q of join %q: a join's parents are the root's children, all parallel", parent, t.Name)
+			case len(pt.Children) != 1:
+				add(p, "parent %q of join %q has other children: its items go to the join alone", parent, t.Name)
+			default:
+				for _, v := range pt.Variants {
+					if f := v.Fanout; f != nil && (f.Mean != 1 || f.Distribution != FanoutFixed) {
+						add(p, "parent %q of join %q: variant %q must send each item once (fanout: {mean: 1, "+
+							"distribution: fixed})", parent, t.Name, v.Name)
+					}
+				}
+			}
+		}
+	}
+}
+
+// validateParallel checks a task's parallel children: each one of its children, once.
+func validateParallel(t Task, path string, add func(string, string, ...any)) {
+	for j, c := range t.Parallel {
+		switch {
+		case !contains(t.Children, c):
+			add(fmt.Sprintf("%s[%d]", path, j), "%q is not a child of task %q", c, t.Name)
+		case contains(t.Parallel[:j], c):
+			add(fmt.Sprintf("%s[%d]", path, j), "%q listed twice", c)
+		}
+	}
+}
+
+// validateBranches checks a variant's own fan-outs of parallel children: each to a parallel child, with no shares
+// (a branch goes to one child) and its distribution's parameters.
+func validateBranches(t Task, branches map[string]Fanout, path string, add func(string, string, ...any)) {
+	for _, c := range slices.Sorted(maps.Keys(branches)) {
+		f := branches[c]
+		if !t.IsParallel(c) {
+			add(path+"."+c, "%q is not a parallel child of task %q", c, t.Name)
+		}
+		if len(f.Shares) > 0 {
+			add(path+"."+c+".shares", "a branch goes to its one child: no shares")
+		}
+		validateDispersion(&f, path+"."+c, add)
 	}
 }
 

@@ -57,18 +57,20 @@ func MostAccurateFirst(in Input) plan.Routing {
 		}
 		for _, u := range hosted[t.Name] {
 			tables := make(map[string][]plan.Route, len(t.Children))
-			f := t.FanoutOf(u.variant, in.Fanout)
 			for _, child := range t.Children {
-				out := 0.0
-				if f != nil {
-					out = incoming[u.key] * f.Mean * f.Share(child, t.Children)
+				out := incoming[u.key] * t.FanoutTo(u.variant, child, in.Fanout)
+				if j := spec.Task(child); j.Join != nil {
+					// Each parent sends the join every item; the frontend joins them into one.
+					out /= float64(len(spec.Parents(child)))
 				}
 				tables[child] = fill(hosted[child], out, left, incoming)
 			}
 			r.Downstream[u.key] = tables
 		}
 		for _, child := range t.Children {
-			queue = append(queue, spec.Task(child))
+			if c := spec.Task(child); c.Join == nil || spec.Parents(child)[0] == t.Name { // a join once
+				queue = append(queue, c)
+			}
 		}
 	}
 	// Variants the plan does not host get tables too, as if no traffic were estimated for them: a batch started

@@ -148,7 +148,9 @@ func (s *sim) fix(p *plan.Plan, o control.Observed) error {
 	s.loaded = false
 	if o.Traffic != nil {
 		for _, h := range s.queues {
-			if d, ok := o.Traffic.SubRequests[h.name]; ok && len(h.children) > 0 {
+			// The observed histogram counts every sub-request of an item, parallel copies too: only a task
+			// without parallel children draws its fan-out from it.
+			if d, ok := o.Traffic.SubRequests[h.name]; ok && len(h.children) > 0 && len(h.exec.Parallel()) == 0 {
 				h.draw = &d
 			}
 		}
@@ -160,8 +162,8 @@ func (s *sim) fix(p *plan.Plan, o control.Observed) error {
 	return nil
 }
 
-// subRequests draws how many sub-requests an item of h emits: from the observed distribution in a check, else as
-// the variant's emulated executor does; the heartbeat's histogram counts it.
+// subRequests draws how many sub-requests an item of h emits to its shared children: from the observed distribution
+// in a check, else as the variant's emulated executor does.
 func (s *sim) subRequests(h *variantQueue) int {
 	var k int
 	if d := h.draw; d != nil {
@@ -180,7 +182,6 @@ func (s *sim) subRequests(h *variantQueue) int {
 	} else {
 		k = h.exec.SubRequests(s.rng)
 	}
-	h.subs.CountSubRequests(k)
 	return k
 }
 

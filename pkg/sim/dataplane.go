@@ -10,6 +10,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/completion"
 	"github.com/sleipnir-serving/sleipnir/pkg/deadline"
 	"github.com/sleipnir-serving/sleipnir/pkg/hop"
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/routing"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
@@ -213,13 +214,13 @@ func (s *sim) batchDone(srv int) {
 		when := hop.When{Now: s.time(), AtTask: time.Duration(s.now - m.enqueued),
 			Left: time.Duration(r.due - s.now)}
 		for range m.items {
-			k := s.subRequests(h)
-			s.children, s.routeDraws.next, s.routeDraws.draws = s.children[:0], 0, s.routeDraws.draws[:0]
-			for range k {
-				c := h.exec.ChildOf(s.rng.Float64())
-				h.emitted[h.children[c]]++
-				s.children = append(s.children, c)
-				s.routeDraws.draws = append(s.routeDraws.draws, s.rng.Uint64(), s.rng.Uint64())
+			k := s.emit(h)
+			if j := p.joinOf[h.task]; j != nil && k > 0 && !carries(r, p, j) {
+				// A part the join does not carry on: a leaf, as the frontend records it (services/frontend).
+				r.ok++
+				r.acc.Add(1/float64(m.den), p.trie.accuracy(node))
+				s.leaves(r, 1)
+				continue
 			}
 			out, err := s.step.Step(sv.table, hop.Item{Den: m.den, Children: s.children}, when, s.routeRand)
 			if err != nil || k == 0 {
@@ -259,6 +260,43 @@ func (s *sim) batchDone(srv int) {
 		return
 	}
 	s.idle(srv)
+}
+
+// emit draws one executed item's sub-requests into s.children (the child of each, as an index in h.children) and
+// their routing draws, as the emulated executor emits them (pkg/executor/emulated): every parallel child its own
+// copies, then the shared fan-out's, each to one child by the shares. It returns how many.
+func (s *sim) emit(h *variantQueue) int {
+	s.children, s.routeDraws.next, s.routeDraws.draws = s.children[:0], 0, s.routeDraws.draws[:0]
+	add := func(c int) {
+		h.emitted[h.children[c]]++
+		s.children = append(s.children, c)
+		s.routeDraws.draws = append(s.routeDraws.draws, s.rng.Uint64(), s.rng.Uint64())
+	}
+	for i, c := range h.exec.Parallel() {
+		for range h.exec.Copies(s.rng, i) {
+			add(c)
+		}
+	}
+	for range s.subRequests(h) {
+		add(h.exec.ChildOf(s.rng.Float64()))
+	}
+	h.subs.CountSubRequests(len(s.children)) // the plan check's distribution of sub-requests
+	return len(s.children)
+}
+
+// carries counts a part of r's join j reaching the frontend, and says whether it is the one that goes on to j as the
+// joined item: the first under mode any, else the last of its parents' parts (a window is taken as all of them). A
+// part that never comes (dropped on the way) leaves the others as leaves, and the request partial, as live.
+func carries(r *request, p *pipe, j *pipeline.Task) bool {
+	if r.parts == nil {
+		r.parts = make([]uint8, len(p.joinIdx))
+	}
+	i := p.joinIdx[j.Name]
+	r.parts[i]++
+	if j.Join.Mode == pipeline.JoinAny {
+		return r.parts[i] == 1
+	}
+	return int(r.parts[i]) == len(p.spec.Parents(j.Name))
 }
 
 // replay is a rand.Source that gives back draws taken before. The hop step routes an item's sub-requests after

@@ -200,7 +200,8 @@ type request struct {
 	second       int32
 	pending      int // items not yet finished or dropped
 	ok, dropped  int
-	degraded     int // leaves answered degraded (deadline policy degrade)
+	degraded     int     // leaves answered degraded (deadline policy degrade)
+	parts        []uint8 // per join task of its pipeline (pipe.joinIdx): the parts that reached the frontend
 	acc          completion.Accuracy
 }
 
@@ -270,12 +271,16 @@ type pipe struct {
 	plan     *plan.Plan
 	queueIdx map[string]map[string]int32 // task -> variant -> index in sim.queues (no string building per item)
 	tasks    []string
-	trie     pathTrie
-	slo      int64
-	comm     int64          // the latency of one of its hops
-	admit    admission.Plan // what admission control knows of plan
-	end      int64          // its workload's end
-	seconds  []Second
+	// joinOf is, per task (index in spec.Tasks), the join task its items are parts of (pipeline.Spec.JoinAfter),
+	// and joinIdx each join task's index in request.parts.
+	joinOf  []*pipeline.Task
+	joinIdx map[string]int
+	trie    pathTrie
+	slo     int64
+	comm    int64          // the latency of one of its hops
+	admit   admission.Plan // what admission control knows of plan
+	end     int64          // its workload's end
+	seconds []Second
 	// arrivedNow counts the arrivals since the last tick, and gaps the times between them (the frontend's demand
 	// report).
 	arrivedNow int
@@ -403,9 +408,14 @@ func (s *sim) addPipe(sv Served, seed uint64) (*pipe, error) {
 		p.comm = int64(spec.CommLatencyMs * float64(time.Millisecond))
 	}
 	p.seconds = make([]Second, (p.end+int64(time.Second)-1)/int64(time.Second))
+	p.joinIdx = map[string]int{}
 	for ti := range spec.Tasks {
 		t := &spec.Tasks[ti]
 		p.tasks = append(p.tasks, t.Name)
+		p.joinOf = append(p.joinOf, spec.JoinAfter(t.Name))
+		if t.Join != nil {
+			p.joinIdx[t.Name] = len(p.joinIdx)
+		}
 		p.queueIdx[t.Name] = map[string]int32{}
 		for vi := range t.Variants {
 			v := &t.Variants[vi]

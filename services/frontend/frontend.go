@@ -135,7 +135,11 @@ type Stats struct {
 	Replied     uint64 `json:"replied"`
 	Late        uint64 `json:"late"`
 	StrayLeaves uint64 `json:"stray_leaves"` // leaf reports for requests already answered (at their deadline)
-	BadReports  uint64 `json:"bad_reports"`  // undecodable or inconsistent result messages
+	// JoinParts is the join parts the requests in flight hold now (at most one per parent of a join task each);
+	// JoinFailures counts the joined items the frontend could not enqueue (docs/design.md, "Joins").
+	JoinParts    int64  `json:"join_parts"`
+	JoinFailures uint64 `json:"join_failures"`
+	BadReports   uint64 `json:"bad_reports"` // undecodable or inconsistent result messages
 	// ReplyFailures counts replies that could not be encoded or sent.
 	ReplyFailures uint64 `json:"reply_failures"`
 	// DemandWithheld counts demand reports not sent because their interval spanned a lost connection.
@@ -205,8 +209,11 @@ type Frontend struct {
 	admRng        *rand.Rand
 
 	accepted, refused, overloaded, replied, late, stray, badReports, replyFailures, demandWithheld atomic.Uint64
-	lateCompleted, lateUnfinished, executedItems, droppedWork                                      atomic.Uint64
-	degraded                                                                                       atomic.Uint64
+	// joinParts is the join parts the pending requests hold (join.go); joinFailures the joined items not enqueued.
+	joinParts                                                 atomic.Int64
+	joinFailures                                              atomic.Uint64
+	lateCompleted, lateUnfinished, executedItems, droppedWork atomic.Uint64
+	degraded                                                  atomic.Uint64
 }
 
 // New prepares a frontend on a connection; Run serves.
@@ -246,6 +253,7 @@ func New(nc *nats.Conn, cfg Config) (*Frontend, error) {
 func (f *Frontend) Stats() Stats {
 	return Stats{Accepted: f.accepted.Load(), Refused: f.refused.Load(), Overloaded: f.overloaded.Load(),
 		Replied: f.replied.Load(), Late: f.late.Load(), StrayLeaves: f.stray.Load(), BadReports: f.badReports.Load(),
+		JoinParts: f.joinParts.Load(), JoinFailures: f.joinFailures.Load(),
 		ReplyFailures: f.replyFailures.Load(), DemandWithheld: f.demandWithheld.Load(),
 		LateCompleted: f.lateCompleted.Load(), LateUnfinished: f.lateUnfinished.Load(),
 		ExecutedItems: f.executedItems.Load(), DroppedWorkItems: f.droppedWork.Load(),

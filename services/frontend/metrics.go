@@ -12,7 +12,8 @@ func (f *Frontend) exportCounters() {
 		s := f.Stats()
 		return metrics.FrontendCounts{Accepted: s.Accepted, Refused: s.Refused, Overloaded: s.Overloaded, Late: s.Late,
 			StrayLeaves: s.StrayLeaves, ExecutedItems: s.ExecutedItems, DroppedWorkItems: s.DroppedWorkItems, BadReports: s.BadReports, ReplyFailures: s.ReplyFailures,
-			DroppedRequests: s.DroppedRequests, DroppedResults: s.DroppedResults, DroppedControl: s.DroppedControl}
+			DroppedRequests: s.DroppedRequests, DroppedResults: s.DroppedResults, DroppedControl: s.DroppedControl,
+			JoinFailures: s.JoinFailures}
 	})
 }
 

@@ -85,19 +85,29 @@ func (f *Frontend) onResult(m *nats.Msg) {
 	// A task message of the request was set aside (pkg/wire.ResultMessage.Error): what its items would have become
 	// is unknown, so the request fails now rather than at its deadline.
 	done := rm.Error != ""
+	spec, p := f.lookup(r.pipeline)
+	var sends []joined
 	for _, it := range rm.Items {
-		d, _, err := r.tracker.Add(it)
-		if err != nil {
-			f.badReports.Add(1)
-			f.complaints.Warn("inconsistent leaf report", "request", rm.RequestID, "err", err)
+		record := []wire.ItemResult{it}
+		if spec != nil && p != nil {
+			record, sends = f.join(r, spec, p, it, record[:0], sends)
 		}
-		done = done || d
+		for _, x := range record {
+			d, _, err := r.tracker.Add(x)
+			if err != nil {
+				f.badReports.Add(1)
+				f.complaints.Warn("inconsistent leaf report", "request", rm.RequestID, "err", err)
+			}
+			done = done || d
+		}
 	}
 	if done {
 		delete(f.pending, r.id)
 		r.timer.Stop()
+		f.dropJoins(r)
 	}
 	f.mu.Unlock()
+	f.publishJoined(sends)
 	if done {
 		f.finish(r, false, rm.Error)
 	}
@@ -108,13 +118,21 @@ func (f *Frontend) expire(id string) {
 	f.mu.Lock()
 	r, ok := f.pending[id]
 	delete(f.pending, id)
+	late := true
 	if ok {
-		f.watchLate(r)
+		// A join still waiting closes with what arrived: a request that waited for nothing else is partial.
+		f.closeJoins(r)
+		late = !r.tracker.Done()
+		if late {
+			f.watchLate(r)
+		}
 	}
 	f.mu.Unlock()
 	if ok {
-		f.late.Add(1)
-		f.finish(r, true, "")
+		if late {
+			f.late.Add(1)
+		}
+		f.finish(r, late, "")
 	}
 }
 
@@ -123,6 +141,9 @@ func (f *Frontend) failAll(why string) {
 	f.mu.Lock()
 	all := f.pending
 	f.pending = map[string]*request{}
+	for _, r := range all {
+		f.dropJoins(r)
+	}
 	f.mu.Unlock()
 	for _, r := range all {
 		r.timer.Stop()

@@ -42,6 +42,8 @@ type request struct {
 	// enqueued: JetStream acknowledged the root task message (a request answered late before is not watched: late.go).
 	enqueued atomic.Bool
 	gated    bool // admission control counts it in flight until its reply (admission.go)
+	// joins holds the parts of its join tasks' items (join.go), under the frontend's mu.
+	joins map[string]*joinWait
 }
 
 // submission is a decoded client request, whatever API it came through.

@@ -39,6 +39,12 @@ func startTestSystem(t testing.TB, workers int, tune ...func(*planner.Config)) *
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startSystemOf(t, spec, workers, tune...)
+}
+
+// startSystemOf is startTestSystem for another pipeline.
+func startSystemOf(t testing.TB, spec *pipeline.Spec, workers int, tune ...func(*planner.Config)) *testSystem {
+	t.Helper()
 	logs := &countingHandler{counts: map[string]int{}}
 	s := &testSystem{srv: testrig.Server(t), spec: spec, logs: logs, log: slog.New(logs)}
 	cfg := planner.Config{Pipelines: []*pipeline.Spec{spec}, Storage: jetstream.MemoryStorage, System: "static",

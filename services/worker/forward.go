@@ -104,7 +104,9 @@ func (w *Worker) forwardItem(s *serving, in *inbound, i int, path string, when h
 	out := in.outputs[i]
 	// Sub-requests are numbered across child tasks in the spec's order, so a re-execution names them the same.
 	s.children, s.childInputs = s.children[:0], s.childInputs[:0]
-	if st == "" {
+	// An item for a join task is a part of it: reported to the request's frontend, which joins the parts
+	// (docs/design.md, "Joins"), with its outputs.
+	if st == "" && s.spec.JoinAfter(s.task.Name) == nil {
 		for c, child := range s.table.Children {
 			for _, inputs := range out.Children[child] {
 				s.children = append(s.children, c)

@@ -38,7 +38,10 @@ type Executor struct {
 	seed     uint64
 	jitter   *rand.Rand
 	children []string  // child tasks, sorted
-	shares   []float64 // cumulative shares, aligned with children
+	shared   []int     // the children the fan-out's shares split over (indexes in children)
+	shares   []float64 // cumulative shares, aligned with shared
+	parallel []int     // the children every item goes to (indexes in children)
+	branches []*pipeline.Fanout
 	sleep    func(ctx context.Context, d time.Duration) error
 	now      func() time.Time
 	// late is the moving average of how much later than asked a sleep ended (lateAlpha: the newest's weight).
@@ -51,12 +54,20 @@ const lateAlpha = 0.1
 // New returns the emulated executor of variant v of task.
 func New(spec *pipeline.Spec, task string, v *pipeline.Variant, seed uint64) *Executor {
 	e := &Executor{variant: v, seed: seed, jitter: rand.New(rand.NewPCG(seed, 0x51e1)), sleep: sleepCtx, now: time.Now}
-	if t := spec.Task(task); t != nil && v.Fanout != nil {
-		e.children = append([]string(nil), t.Children...)
-		sort.Strings(e.children)
-		acc := 0.0
-		for _, c := range e.children {
-			acc += v.Fanout.Shares[c]
+	t := spec.Task(task)
+	if t == nil || len(t.Children) == 0 {
+		return e
+	}
+	e.children = append([]string(nil), t.Children...)
+	sort.Strings(e.children)
+	acc := 0.0
+	for c, child := range e.children {
+		if t.IsParallel(child) {
+			e.parallel = append(e.parallel, c)
+			e.branches = append(e.branches, t.BranchOf(v, child))
+		} else if v.Fanout != nil {
+			acc += v.Fanout.Shares[child]
+			e.shared = append(e.shared, c)
 			e.shares = append(e.shares, acc)
 		}
 	}
@@ -92,36 +103,53 @@ func (e *Executor) output(in executor.Input) executor.Output {
 	if len(e.children) == 0 {
 		return o
 	}
-	k := e.SubRequests(rng)
-	if k == 0 {
-		return o
-	}
-	o.Children = make(map[string][][]wire.Tensor, len(e.children))
-	for j := 0; j < k; j++ {
-		c := e.ChildOf(rng.Float64())
+	emit := func(c int) {
+		if o.Children == nil {
+			o.Children = make(map[string][][]wire.Tensor, len(e.children))
+		}
 		// A crop box, as a detector would pass on: x, y, w, h in [0, 1).
 		crop := wire.NewFP32("crop", []int64{1, 4}, []float32{
 			float32(rng.Float64()), float32(rng.Float64()), float32(rng.Float64()), float32(rng.Float64())})
 		o.Children[e.children[c]] = append(o.Children[e.children[c]], []wire.Tensor{crop})
 	}
+	for i, c := range e.parallel {
+		for range e.Copies(rng, i) {
+			emit(c)
+		}
+	}
+	for range e.SubRequests(rng) {
+		emit(e.ChildOf(rng.Float64()))
+	}
 	return o
 }
 
-// Children are the child tasks the variant's sub-requests go to, in the order ChildOf numbers them.
+// Children are the child tasks the variant's sub-requests go to, in the order ChildOf and Parallel number them.
 func (e *Executor) Children() []string { return e.children }
 
-// ChildOf is the index in Children of the child task a sub-request drawn with u in [0, 1) goes to, by the
-// profiled shares.
+// ChildOf is the index in Children of the child task a sub-request of the shared fan-out (SubRequests) drawn with
+// u in [0, 1) goes to, by the profiled shares.
 func (e *Executor) ChildOf(u float64) int {
-	return min(sort.SearchFloat64s(e.shares, u), len(e.children)-1)
+	return e.shared[min(sort.SearchFloat64s(e.shares, u), len(e.shared)-1)]
 }
 
-// SubRequests draws the number of sub-requests of one item (0 at a leaf task).
+// Parallel are the indexes in Children of the parallel children, which every item goes to (Copies of it each).
+func (e *Executor) Parallel() []int { return e.parallel }
+
+// Copies draws how many sub-requests one item sends to the i-th parallel child (Parallel()[i]): one, unless the
+// variant gives that branch a fan-out of its own.
+func (e *Executor) Copies(rng *rand.Rand, i int) int { return draw(rng, e.branches[i]) }
+
+// SubRequests draws the number of sub-requests of one item that the fan-out's shares split over the children that
+// are not parallel (0 at a leaf task, or when every child is parallel).
 func (e *Executor) SubRequests(rng *rand.Rand) int {
-	f := e.variant.Fanout
-	if len(e.children) == 0 || f == nil {
+	if len(e.shared) == 0 {
 		return 0
 	}
+	return draw(rng, e.variant.Fanout)
+}
+
+// draw is a count from fan-out f's distribution.
+func draw(rng *rand.Rand, f *pipeline.Fanout) int {
 	switch f.Distribution {
 	case pipeline.FanoutFixed:
 		return int(math.Round(f.Mean))
