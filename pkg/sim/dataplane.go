@@ -32,7 +32,8 @@ func (s *sim) arrive(p *pipe) {
 			return
 		}
 	}
-	r := &request{pipe: p, arrival: s.now, due: s.now + p.slo, second: sec, pending: 1}
+	r := s.newRequest()
+	*r = request{pipe: p, arrival: s.now, due: s.now + p.slo, second: sec, pending: 1}
 	s.inFlight++
 	v := plan.Pick(p.plan.Routing.Root, s.rng.Float64())
 	h, ok := p.queueIdx[p.spec.Root().Name][v]
@@ -43,7 +44,7 @@ func (s *sim) arrive(p *pipe) {
 		return
 	}
 	s.push(event{at: s.now + p.comm, kind: evDeliver, target: h,
-		msg: &message{req: r, items: 1, den: 1, node: 0}})
+		msg: s.ref(s.newMessage(message{req: r, items: 1, den: 1, node: 0}))})
 }
 
 // deliver puts a message in its variant's queue, and hands it to an idle replica if there is one.
@@ -227,10 +228,11 @@ func (s *sim) batchDone(srv int) {
 			for _, msg := range out.Messages {
 				to := p.queueIdx[h.children[msg.Child]][msg.Variant]
 				s.push(event{at: s.now + p.comm, kind: evDeliver, target: to,
-					msg: &message{req: r, items: len(msg.Subs), den: out.Den, node: node}})
+					msg: s.ref(s.newMessage(message{req: r, items: len(msg.Subs), den: out.Den, node: node}))})
 			}
 		}
 	}
+	s.freeMsgs = append(s.freeMsgs, sv.batch...) // done with: their items went on or were answered
 	clear(sv.batch)
 	sv.batch = sv.batch[:0]
 	sv.busy = false
@@ -274,6 +276,7 @@ func (s *sim) finish(r *request, at int64) {
 	if s.gate != nil {
 		s.gate.Done(r.pipe.spec.Name, time.Unix(0, r.arrival), time.Unix(0, at), status != wire.StatusOK)
 	}
+	s.freeReqs = append(s.freeReqs, r) // no message of it is left: it is not read again
 	if int(r.second) >= len(r.pipe.seconds) {
 		return
 	}
@@ -293,3 +296,40 @@ func (s *sim) finish(r *request, at int64) {
 }
 
 func (s *sim) time() time.Time { return time.Unix(0, s.now) }
+
+// newMessage is m in a message done with (freeMsgs), or a new one: the per-item path allocates none once warm.
+func (s *sim) newMessage(m message) *message {
+	n := len(s.freeMsgs)
+	if n == 0 {
+		p := new(message)
+		*p = m
+		return p
+	}
+	p := s.freeMsgs[n-1]
+	s.freeMsgs[n-1] = nil
+	s.freeMsgs = s.freeMsgs[:n-1]
+	m.id = p.id
+	*p = m
+	return p
+}
+
+// ref is m's id, for an event; a message sent for the first time is given one.
+func (s *sim) ref(m *message) int32 {
+	if m.id == 0 {
+		m.id = int32(len(s.msgs))
+		s.msgs = append(s.msgs, m)
+	}
+	return m.id
+}
+
+// newRequest is a request answered before (freeReqs), or a new one; the caller sets every field.
+func (s *sim) newRequest() *request {
+	n := len(s.freeReqs)
+	if n == 0 {
+		return new(request)
+	}
+	r := s.freeReqs[n-1]
+	s.freeReqs[n-1] = nil
+	s.freeReqs = s.freeReqs[:n-1]
+	return r
+}

@@ -173,7 +173,7 @@ func (s *sim) rehome(p *pipe) {
 		for _, m := range h.queue[h.head:] {
 			if to := p.plan.Rehome(task, h.variant.Name, plan.Upstream(p.trie.path[m.node]), s.rng.Float64()); to != "" {
 				h.load -= float64(m.items)
-				s.push(event{at: s.now + p.comm, kind: evDeliver, target: p.queueIdx[task][to], msg: m})
+				s.push(event{at: s.now + p.comm, kind: evDeliver, target: p.queueIdx[task][to], msg: s.ref(m)})
 				continue
 			}
 			kept = append(kept, m)
