@@ -41,7 +41,10 @@ func (c *Counters) Fold(id string, reg wire.Registration) map[string]Delta {
 		if cur.Items < old.Items {
 			old = wire.Observed{}
 		}
-		delta := Delta{FanoutCounts: wire.FanoutCounts{Items: cur.Items - old.Items, Children: map[string]uint64{}}}
+		delta := Delta{FanoutCounts: wire.FanoutCounts{Items: cur.Items - old.Items}}
+		if len(cur.Children) > 0 { // a heartbeat of latencies alone (the simulator's servers) counts no child
+			delta.Children = make(map[string]uint64, len(cur.Children))
+		}
 		for child, n := range cur.Children {
 			if n >= old.Children[child] {
 				delta.Children[child] = n - old.Children[child]

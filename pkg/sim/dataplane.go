@@ -36,7 +36,7 @@ func (s *sim) arrive(p *pipe) {
 	*r = request{pipe: p, arrival: s.now, due: s.now + p.slo, second: sec, pending: 1}
 	s.inFlight++
 	v := plan.Pick(p.plan.Routing.Root, s.rng.Float64())
-	h, ok := p.queueIdx[p.spec.Root().Name][v]
+	h, ok := p.rootIdx[v]
 	if !ok { // no root variant hosted: the frontend's publish has nowhere to go
 		r.pending = 0
 		r.dropped++
@@ -205,7 +205,7 @@ func (s *sim) batchDone(srv int) {
 			s.children, s.routeDraws.next, s.routeDraws.draws = s.children[:0], 0, s.routeDraws.draws[:0]
 			for range k {
 				c := h.exec.ChildOf(s.rng.Float64())
-				h.emitted[h.children[c]]++
+				h.emitted[c]++
 				s.children = append(s.children, c)
 				s.routeDraws.draws = append(s.routeDraws.draws, s.rng.Uint64(), s.rng.Uint64())
 			}

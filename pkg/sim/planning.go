@@ -5,7 +5,6 @@ package sim
 
 import (
 	"fmt"
-	"maps"
 	"slices"
 	"time"
 
@@ -70,8 +69,14 @@ func (s *sim) heartbeats(now time.Time) {
 	beat := wire.Registration{Observed: map[string]wire.Observed{}}
 	for _, h := range s.queues {
 		if h.items > 0 {
+			emitted := make(map[string]uint64, len(h.children))
+			for c, n := range h.emitted {
+				if n > 0 {
+					emitted[h.children[c]] = n
+				}
+			}
 			beat.Observed[h.key] = wire.Observed{FanoutCounts: wire.FanoutCounts{Items: h.items,
-				Children: maps.Clone(h.emitted), SubRequests: slices.Clone(h.subs.SubRequests)}, Messages: h.messages}
+				Children: emitted, SubRequests: slices.Clone(h.subs.SubRequests)}, Messages: h.messages}
 		}
 	}
 	s.core.Heartbeat("workers", beat, now)
@@ -122,7 +127,7 @@ func (s *sim) follow(srv int) {
 func (s *sim) tuneLook() {
 	queues := make(map[string]map[string]float64, len(s.pipes))
 	for _, p := range s.pipes {
-		q := make(map[string]float64, len(p.plan.Variants))
+		q := make(map[string]float64, len(p.plan.Variants)) // the core keeps it till the next look
 		for _, vp := range p.plan.Variants {
 			h := s.queues[p.queueIdx[vp.Task][vp.Variant]]
 			q[h.name] = float64(h.pending() + h.inService)

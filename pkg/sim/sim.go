@@ -229,7 +229,7 @@ type variantQueue struct {
 	// What the variant's replicas executed, the messages those came in and the sub-requests they emitted per child
 	// task, cumulative as a worker's heartbeat reports them (wire.Observed); the core folds them.
 	items, messages uint64
-	emitted         map[string]uint64
+	emitted         []uint64 // per child task, in children's order
 	// inService is the messages its servers have taken and not finished: with those waiting, what JetStream shows
 	// the tuner (a consumer's pending and unacknowledged messages).
 	inService int
@@ -267,6 +267,7 @@ type pipe struct {
 	core     *core.Pipeline // its part of the planning core
 	plan     *plan.Plan
 	queueIdx map[string]map[string]int32 // task -> variant -> index in sim.queues (no string building per item)
+	rootIdx  map[string]int32            // queueIdx of the root task
 	tasks    []string
 	trie     pathTrie
 	slo      int64
@@ -413,11 +414,13 @@ func (s *sim) addPipe(sv Served, seed uint64) (*pipe, error) {
 			served := wire.VariantKey{Task: t.Name, Variant: v.Name}.In(spec.Name)
 			e := emulated.New(spec, t.Name, v, s.cfg.Seed^uint64(len(s.queues)+1)*0x9e3779b97f4a7c15)
 			h := &variantQueue{pipe: p, name: served.Key().String(), task: ti, variant: v, exec: e,
-				children: e.Children(), emitted: map[string]uint64{}, key: served.String()}
+				children: e.Children(), key: served.String()}
+			h.emitted = make([]uint64, len(h.children))
 			p.queueIdx[t.Name][v.Name] = int32(len(s.queues))
 			s.queues = append(s.queues, h)
 		}
 	}
+	p.rootIdx = p.queueIdx[spec.Root().Name]
 	s.pipes = append(s.pipes, p)
 	s.named[spec.Name] = p
 	return p, nil
