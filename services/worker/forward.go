@@ -159,7 +159,7 @@ func (w *Worker) publishStep(s *serving, in *inbound, itemID, path string, step 
 		// its variant would then be taken for the first execution's and dropped, with the sub-requests it
 		// carries that the first one did not.
 		id := wire.TaskPartMsgID(in.requestID, itemID, task, m.Variant, m.Subs)
-		msg, send, err := w.taskMsg(in, s.a.Pipeline, task, m.Variant, path, id, tm)
+		msg, send, err := w.taskMsg(s, in, task, m.Variant, path, id, tm)
 		if err != nil {
 			return err
 		}
@@ -175,19 +175,21 @@ func (w *Worker) publishStep(s *serving, in *inbound, itemID, path string, step 
 
 // taskMsg is the task message carrying tm to task/variant, de-duplicated by id, and its "send" span (a child of
 // in's), whose context the message carries.
-func (w *Worker) taskMsg(in *inbound, pipelineName, task, variant, path, id string,
+func (w *Worker) taskMsg(s *serving, in *inbound, task, variant, path, id string,
 	tm *wire.TaskMessage) (*nats.Msg, trace.Span, error) {
 	data, err := msgpack.Marshal(tm)
 	if err != nil {
 		return nil, nil, err
 	}
-	msg := nats.NewMsg(wire.TaskSubject(pipelineName, task, variant))
+	msg := nats.NewMsg(wire.TaskSubject(s.a.Pipeline, task, variant))
 	msg.Data = data
 	wire.TaskHeaders{RequestID: in.requestID, Deadline: in.deadline, Path: path, ReplyTo: in.replyTo,
 		MsgID: id}.Write(msg.Header.Set)
-	send := telemetry.StartSend(in.ctx, w.tracer, msg.Subject, bus.HeaderCarrier(msg.Header),
-		semconv.MessagingMessageID(id), telemetry.AttrItems.Int(len(tm.Items)),
-		telemetry.AttrTask.String(task), telemetry.AttrVariant.String(variant))
+	send := s.sendSpans(msg.Subject).Start(in.ctx, w.tracer, bus.HeaderCarrier(msg.Header))
+	if send.IsRecording() {
+		send.SetAttributes(semconv.MessagingMessageID(id), telemetry.AttrItems.Int(len(tm.Items)),
+			telemetry.AttrTask.String(task), telemetry.AttrVariant.String(variant))
+	}
 	return msg, send, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -110,14 +111,13 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 	}
 	// A batch that runs longer than a third of the ack wait is marked in progress, so that JetStream does not hand
 	// it to another replica while this one is alive; until its results are confirmed too (settle).
-	done := make(chan struct{})
+	done := w.keepInProgress(s, append(r.msgs[:len(r.msgs):len(r.msgs)], s.carried...))
 	settling := false
 	defer func() {
 		if !settling {
-			close(done)
+			done()
 		}
 	}()
-	go w.keepInProgress(s, append(r.msgs[:len(r.msgs):len(r.msgs)], s.carried...), done)
 	if !w.executeRound(ctx, s, r) {
 		return
 	}
@@ -255,8 +255,8 @@ func (w *Worker) observeRound(s *serving, r *round) {
 // settle acknowledges each message of a batch once its sub-requests are stored and its results confirmed, or hands
 // it back, and then closes done. It runs beside the next batch: a worker does not wait for the frontends'
 // confirmations (a round trip through the server and a frontend's scheduling) before it fetches again.
-func (w *Worker) settle(batch []*inbound, waits []func() error, done chan<- struct{}) {
-	defer close(done)
+func (w *Worker) settle(batch []*inbound, waits []func() error, done func()) {
+	defer done()
 	for i, in := range batch {
 		if err := waits[i](); err != nil {
 			// Not acknowledged: JetStream delivers the message again; sub-requests already published are
@@ -319,23 +319,35 @@ func (w *Worker) startBatchSpan(ctx context.Context, s *serving, batch []*inboun
 	return span
 }
 
-// keepInProgress tells JetStream the batch's messages are being worked on, every third of the ack wait, until done.
-func (w *Worker) keepInProgress(s *serving, batch []*inbound, done <-chan struct{}) {
+// keepInProgress tells JetStream the batch's messages are being worked on, every third of the ack wait, until the
+// function it returns is called. A timer, not a goroutine with a ticker: nearly every batch ends long before the
+// first mark, and a goroutine started per batch (and the thread woken to run it) was on every hop's path.
+func (w *Worker) keepInProgress(s *serving, batch []*inbound) (done func()) {
 	wait := w.cfg.AckWait
 	if info := s.consumer.CachedInfo(); info != nil && info.Config.AckWait > 0 {
 		wait = info.Config.AckWait
 	}
-	t := time.NewTicker(wait / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-done:
+	var mu sync.Mutex
+	stopped := false
+	var t *time.Timer
+	mu.Lock() // the first mark waits for t
+	defer mu.Unlock()
+	t = time.AfterFunc(wait/3, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
 			return
-		case <-t.C:
-			for _, in := range batch {
-				_ = in.msg.InProgress()
-			}
 		}
+		for _, in := range batch {
+			_ = in.msg.InProgress()
+		}
+		t.Reset(wait / 3)
+	})
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		t.Stop()
 	}
 }
 
@@ -442,11 +454,11 @@ func (w *Worker) decode(ctx context.Context, s *serving, m jetstream.Msg) (*inbo
 		}
 	}
 	in.items = tm.Items
-	in.ctx, in.span = telemetry.StartProcess(ctx, w.tracer, m.Subject(), wire.Consumer(s.a.Task, s.a.Variant),
-		bus.HeaderCarrier(h), trace.WithAttributes(semconv.MessagingMessageID(h.Get(wire.HeaderMsgID)),
-			semconv.MessagingClientID(w.cfg.ID), telemetry.AttrPipeline.String(s.a.Pipeline),
-			telemetry.AttrTask.String(s.a.Task), telemetry.AttrVariant.String(s.a.Variant),
+	in.ctx, in.span = s.process.Start(ctx, w.tracer, bus.HeaderCarrier(h))
+	if in.span.IsRecording() { // a message's own attributes cost nothing when its trace is not sampled
+		in.span.SetAttributes(semconv.MessagingMessageID(h.Get(wire.HeaderMsgID)),
 			telemetry.AttrRequestID.String(in.requestID), telemetry.AttrItems.Int(len(tm.Items)),
-			telemetry.AttrDeadlineSlackMs.Float64(float64(time.Until(in.deadline).Microseconds())/1000)))
+			telemetry.AttrDeadlineSlackMs.Float64(float64(time.Until(in.deadline).Microseconds())/1000))
+	}
 	return in, nil
 }
