@@ -92,12 +92,18 @@ func (s *samples) drop(n int) {
 // Summary is key's batches of the window as of now, per batch size in increasing order; nil when it ran none.
 // Samples beyond the window (and beyond the newest KeepNewest) are dropped.
 func (w *Window) Summary(key string, now time.Time) []wire.BatchLatency {
-	byBatch := w.buckets[key]
-	if len(byBatch) == 0 {
+	if len(w.buckets[key]) == 0 {
 		return nil
 	}
+	return w.AppendSummary(nil, key, now)
+}
+
+// AppendSummary appends key's summary (Summary) to dst: the simulator's workers summarise into one buffer.
+func (w *Window) AppendSummary(dst []wire.BatchLatency, key string, now time.Time) []wire.BatchLatency {
+	byBatch := w.buckets[key]
 	cut := now.Add(-WindowSpan).UnixNano()
-	out := make([]wire.BatchLatency, 0, len(byBatch))
+	out := slices.Grow(dst, len(byBatch))
+	first := len(out)
 	for b, s := range byBatch {
 		old := 0
 		for old < len(s.at)-KeepNewest && s.at[old] < cut {
@@ -109,7 +115,7 @@ func (w *Window) Summary(key string, now time.Time) []wire.BatchLatency {
 		out = append(out, wire.BatchLatency{Batch: b, Count: len(s.sorted), P50Ms: Quantile(s.sorted, 0.5),
 			P95Ms: Quantile(s.sorted, 0.95)})
 	}
-	slices.SortFunc(out, func(a, b wire.BatchLatency) int { return a.Batch - b.Batch })
+	slices.SortFunc(out[first:], func(a, b wire.BatchLatency) int { return a.Batch - b.Batch })
 	return out
 }
 

@@ -81,8 +81,8 @@ func (s *sim) heartbeats(now time.Time) {
 	}
 	s.core.Heartbeat("workers", beat, now)
 	for i := range s.servers {
-		if w := s.servers[i].measured; w != nil {
-			s.core.Heartbeat(s.names[i], wire.Registration{Observed: s.latencies(w, now)}, now)
+		if s.servers[i].measured != nil {
+			s.core.Heartbeat(s.names[i], wire.Registration{Observed: s.latencies(i, now)}, now)
 		}
 	}
 }

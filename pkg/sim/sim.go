@@ -253,6 +253,9 @@ type server struct {
 	next     *plan.Assignment // an assignment to take when the running batch is done
 	assigned plan.Assignment
 	measured *latency.Window // the batch latencies it measured; nil until it runs one
+	// beat and summaries hold its heartbeat of them (latencies), reused
+	beat      map[string]wire.Observed
+	summaries []wire.BatchLatency
 	// table is its forwarding under the plan in force, with its own deadline stage (hop.ForReplica, as a live
 	// worker's; children numbered in Emulated's order).
 	table *hop.Table
