@@ -83,7 +83,7 @@ func (h *variantQueue) deliver() *message {
 	h.head++
 	if h.head == len(h.queue) {
 		h.queue, h.head = h.queue[:0], 0
-	} else if h.head > 1024 && h.head*2 > len(h.queue) {
+	} else if h.head >= 64 && h.head*2 >= len(h.queue) { // compacted early: the array stops growing once warm
 		n := copy(h.queue, h.queue[h.head:])
 		h.queue, h.head = h.queue[:n], 0
 	}
@@ -103,7 +103,11 @@ func (h *variantQueue) handBack(ms []*message) {
 		copy(h.queue[h.head:], ms)
 		return
 	}
-	h.queue = append(append([]*message(nil), ms...), h.queue[h.head:]...)
+	// Not enough room before the head: the waiting messages move up, in the same array.
+	waiting := len(h.queue)
+	h.queue = append(h.queue, make([]*message, len(ms)-h.head)...)
+	copy(h.queue[len(ms):], h.queue[h.head:waiting])
+	copy(h.queue, ms)
 	h.head = 0
 }
 

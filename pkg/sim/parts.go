@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"time"
+
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 )
 
@@ -92,4 +94,53 @@ func (t *pathTrie) accuracy(node int32) float64 {
 		t.acc[node], t.known[node] = t.spec.PathAccuracyOf(t.path[node]), true
 	}
 	return t.acc[node]
+}
+
+// run handles the events in order until none is left.
+func (s *sim) run() {
+	nextProgress := int64(time.Minute)
+	for s.events.len() > 0 {
+		e := s.events.pop()
+		s.now = e.at
+		if s.cfg.Progress != nil && s.now >= nextProgress {
+			s.cfg.Progress(time.Duration(min(s.now, s.end)), time.Duration(s.end))
+			nextProgress += int64(time.Minute)
+		}
+		s.handle(e)
+	}
+	if s.cfg.Progress != nil {
+		s.cfg.Progress(time.Duration(s.end), time.Duration(s.end))
+	}
+}
+
+// handle is one event, at its time (s.now).
+func (s *sim) handle(e event) {
+	switch e.kind {
+	case evArrival:
+		p := s.pipes[e.target]
+		s.arrive(p)
+		if at, ok := p.arr.Next(); ok {
+			s.push(event{at: int64(at), kind: evArrival, target: e.target})
+		}
+	case evDeliver:
+		s.deliver(int(e.target), s.msgs[e.msg])
+	case evBatchDone:
+		s.batchDone(int(e.srv))
+	case evSwapDone:
+		if sv := &s.servers[e.srv]; sv.swapping && sv.swapEnd == s.now {
+			sv.swapping = false
+			s.idle(int(e.srv))
+		}
+	case evTune:
+		s.tuneLook()
+		if s.now < s.end || s.inFlight > 0 && s.now < s.end+int64(time.Minute) {
+			s.push(event{at: s.now + int64(s.core.TuneEvery()), kind: evTune})
+		}
+	case evTick:
+		s.tick()
+		// Ticks go on past the workload while requests are in flight, so the loop keeps serving them.
+		if s.now < s.end || s.inFlight > 0 && s.now < s.end+int64(time.Minute) {
+			s.push(event{at: s.now + int64(time.Second), kind: evTick})
+		}
+	}
 }
