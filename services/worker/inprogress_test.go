@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -8,20 +9,9 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
-// slowTask's variant takes 0.6 s a batch: three times the ack wait TestLongBatchIsKeptInProgress gives it.
-const slowTask = `
-name: one
-slo_ms: 10000
-tasks:
-  - name: a
-    variants:
-      - name: slow
-        accuracy: 0.9
-        executor: {kind: emulated}
-        profile: [{batch: 1, p50_ms: 600, p95_ms: 600}]
-allocation:
-  - {task: a, variant: slow, replicas: 1, max_batch: 1}
-`
+// slowTask is oneTask with its slow variant taking 0.6 s a batch: three times the ack wait
+// TestLongBatchIsKeptInProgress gives it.
+var slowTask = strings.ReplaceAll(oneTask, "p50_ms: 30, p95_ms: 31", "p50_ms: 600, p95_ms: 600")
 
 // TestLongBatchIsKeptInProgress: a batch that runs longer than its consumer's ack wait is marked in progress
 // (keepInProgress), so JetStream does not deliver its message again to the other replica, idle and fetching: it is
