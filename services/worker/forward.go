@@ -62,7 +62,7 @@ type outbox struct {
 
 // publishOut publishes in's sub-requests and sends its leaves to the frontend, what to wait for into ob.
 func (w *Worker) publishOut(ctx context.Context, s *serving, in *inbound, ob *outbox) error {
-	path := wire.AppendPath(in.path, s.a.Key())
+	path := &leafPath{path: wire.AppendPath(in.path, s.a.Key())}
 	var leaves []wire.ItemResult
 	now := time.Now()
 	when := hop.When{Now: now, AtTask: now.Sub(in.enqueued), Left: in.deadline.Sub(now)}
@@ -94,8 +94,8 @@ func (w *Worker) publishOut(ctx context.Context, s *serving, in *inbound, ob *ou
 // forwardItem forwards in's i-th item as the hop step routes it: its sub-requests published (into ob), and its
 // leaves appended to leaves: the item itself when it has no sub-requests (finished, dropped or failed), else the
 // sub-requests the step drops.
-func (w *Worker) forwardItem(s *serving, in *inbound, i int, path string, when hop.When, leaves []wire.ItemResult,
-	ob *outbox) ([]wire.ItemResult, error) {
+func (w *Worker) forwardItem(s *serving, in *inbound, i int, path *leafPath, when hop.When,
+	leaves []wire.ItemResult, ob *outbox) ([]wire.ItemResult, error) {
 	it := in.items[i]
 	st := in.status[i]
 	if st == "" {
@@ -130,7 +130,7 @@ func (w *Worker) forwardItem(s *serving, in *inbound, i int, path string, when h
 		case wire.ItemError:
 			w.failed.Add(1)
 		}
-		return append(leaves, wire.ItemResult{ID: it.ID, Den: it.Den, Path: wire.SplitPath(path),
+		return append(leaves, wire.ItemResult{ID: it.ID, Den: it.Den, Path: path.hops(),
 			Status: st, Reason: in.reason[i], Outputs: out.Tensors}), nil
 	}
 	if step.Rerouted > 0 {
@@ -139,10 +139,25 @@ func (w *Worker) forwardItem(s *serving, in *inbound, i int, path string, when h
 	}
 	for _, d := range step.Drops {
 		leaves = append(leaves, wire.ItemResult{ID: wire.ChildItemID(it.ID, d.Sub), Den: step.Den,
-			Path: wire.SplitPath(path), Status: wire.ItemDropped, Reason: d.Reason})
+			Path: path.hops(), Status: wire.ItemDropped, Reason: d.Reason})
 		w.countDrop(s, d.Reason)
 	}
-	return leaves, w.publishStep(s, in, it.ID, path, step, ob)
+	return leaves, w.publishStep(s, in, it.ID, path.path, step, ob)
+}
+
+// leafPath is the path a message's items took, with this hop: as the next hop's header, and split once for all of
+// the message's leaves (the leaves of a message share it).
+type leafPath struct {
+	path  string
+	split []string
+	done  bool
+}
+
+func (p *leafPath) hops() []string {
+	if !p.done {
+		p.split, p.done = wire.SplitPath(p.path), true
+	}
+	return p.split
 }
 
 // publishStep publishes the messages of an item's hop step (its sub-requests, grouped by child variant) without
