@@ -89,6 +89,9 @@ type Pipeline struct {
 	lent        map[string]int
 	queues      map[string]float64 // messages waiting or in service per "task/variant" at the last look
 	replannedAt time.Time          // when the last new allocation was published
+	// scale is the budget scale of scaleOf, the plan its tuner last looked at (plans are replaced, not changed)
+	scale   float64
+	scaleOf *plan.Plan
 }
 
 // New makes the core of specs, each planned by its system (the same index). Each pipeline starts with Begin.

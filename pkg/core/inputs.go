@@ -50,6 +50,9 @@ func (c *Cluster) Heartbeat(id string, reg wire.Registration, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for key, delta := range c.counters.Fold(id, reg) {
+		if delta.Items == 0 && delta.Messages == 0 && len(delta.Children) == 0 {
+			continue // nothing to fold (a heartbeat of latencies alone): no key to parse
+		}
 		served, err := wire.ParseServedKey(key)
 		p := c.named[served.Pipeline]
 		if err != nil || p == nil {

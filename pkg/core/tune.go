@@ -59,10 +59,13 @@ func (c *Cluster) TuneEvery() time.Duration { return c.cfg.Control.TuneEvery }
 func (c *Cluster) tuneInput(p *Pipeline, able int) tuner.Input {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	name := p.Spec.Name
-	return tuner.Observe(p.Spec, p.Current(), func(k wire.VariantKey) float64 {
+	name, cur := p.Spec.Name, p.Current()
+	if p.scaleOf != cur {
+		p.scale, p.scaleOf = cur.BudgetScale(p.Spec), cur
+	}
+	return tuner.ObserveScaled(p.Spec, cur, p.scale, func(k wire.VariantKey) float64 {
 		return p.queues[k.String()] * c.messages.Of(k.In(name).String())
-	}, p.Current().Servers()+c.lendable(p, able), p.demand.Estimate(), c.cfg.Control.RouteUtilization)
+	}, cur.Servers()+c.lendable(p, able), p.demand.Estimate(), c.cfg.Control.RouteUtilization)
 }
 
 // lendable is how many of the able workers p's tuner may lend: those no pipeline's plan hosts a replica on and no

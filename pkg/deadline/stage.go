@@ -22,6 +22,7 @@ type Stage struct {
 	Scale             float64
 	reply             time.Duration // the last hop, to the frontend
 	children          map[string]*childOptions
+	order             []*childOptions // children's values, in the task's order: LeastRest walks a slice, not a map
 }
 
 // childOptions are a child task's hosted variants and its backups (variants with spare capacity), the allotment of
@@ -89,6 +90,7 @@ func NewStage(spec *pipeline.Spec, p *plan.Plan, policy Policy, task, variant st
 		}
 		co.rest = commLatency(spec) + allottedBelow(spec, p, child, s.Scale)
 		s.children[child] = co
+		s.order = append(s.order, co)
 	}
 	return s
 }
@@ -153,7 +155,7 @@ func (s *Stage) BeforeExecute(now, due, enqueued time.Time) string {
 // slowest hosted variants (their backups are other stages' to share); the hops.
 func (s *Stage) LeastRest(now time.Time) time.Duration {
 	rest := s.reply
-	for _, co := range s.children {
+	for _, co := range s.order {
 		if len(co.hosted) == 0 {
 			continue
 		}

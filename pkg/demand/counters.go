@@ -1,6 +1,7 @@
 package demand
 
 import (
+	"maps"
 	"math"
 	"time"
 
@@ -12,11 +13,19 @@ import (
 // The planner folds the workers' heartbeats with it, and the simulator its workers' counters. Not safe for
 // concurrent use.
 type Counters struct {
-	last map[string]wire.Registration // by worker id
+	last map[string]*counted // by worker id
+	out  map[string]Delta    // Fold's result, reused by the next Fold
+}
+
+// counted is a copy of the counts of a worker's last heartbeat (its own storage, reused heartbeat after heartbeat:
+// the simulator's workers beat every simulated second).
+type counted struct {
+	started time.Time
+	counts  map[string]*wire.Observed // FanoutCounts and Messages only
 }
 
 // NewCounters returns a folder that has seen no heartbeat.
-func NewCounters() *Counters { return &Counters{last: map[string]wire.Registration{}} }
+func NewCounters() *Counters { return &Counters{last: map[string]*counted{}, out: map[string]Delta{}} }
 
 // Delta is what a worker counted for one variant since its previous heartbeat.
 type Delta struct {
@@ -25,23 +34,30 @@ type Delta struct {
 	Messages uint64
 }
 
-// Fold returns what worker id counted since its previous heartbeat, per key of reg.Observed, and keeps reg (which
-// the caller must not change afterwards). A worker seen for the first time, or restarted since (another Started),
-// counts from zero; so does a variant whose item count went back, and a child or message count that went back
-// counts nothing: a difference is never negative.
+// Fold returns what worker id counted since its previous heartbeat, per key of reg.Observed, and keeps a copy of
+// reg's counts; the map returned is valid until the next Fold. A worker seen for the first time, or restarted since
+// (another Started), counts from zero; so does a variant whose item count went back, and a child or message count
+// that went back counts nothing: a difference is never negative.
 func (c *Counters) Fold(id string, reg wire.Registration) map[string]Delta {
-	prev, ok := c.last[id]
-	if !ok || !prev.Started.Equal(reg.Started) {
-		prev = wire.Registration{}
+	prev := c.last[id]
+	if prev == nil {
+		prev = &counted{counts: map[string]*wire.Observed{}}
+		c.last[id] = prev
 	}
-	c.last[id] = reg
-	out := make(map[string]Delta, len(reg.Observed))
+	if !prev.started.Equal(reg.Started) {
+		prev.started = reg.Started
+		clear(prev.counts)
+	}
+	clear(c.out)
 	for key, cur := range reg.Observed {
-		old := prev.Observed[key]
-		if cur.Items < old.Items {
-			old = wire.Observed{}
+		var old wire.Observed
+		if o := prev.counts[key]; o != nil && cur.Items >= o.Items {
+			old = *o
 		}
-		delta := Delta{FanoutCounts: wire.FanoutCounts{Items: cur.Items - old.Items, Children: map[string]uint64{}}}
+		delta := Delta{FanoutCounts: wire.FanoutCounts{Items: cur.Items - old.Items}}
+		if len(cur.Children) > 0 { // a heartbeat of latencies alone (the simulator's servers) counts no child
+			delta.Children = make(map[string]uint64, len(cur.Children))
+		}
 		for child, n := range cur.Children {
 			if n >= old.Children[child] {
 				delta.Children[child] = n - old.Children[child]
@@ -51,9 +67,33 @@ func (c *Counters) Fold(id string, reg wire.Registration) map[string]Delta {
 			delta.Messages = cur.Messages - old.Messages
 		}
 		delta.SubRequests = subDelta(cur.FanoutCounts, old.FanoutCounts)
-		out[key] = delta
+		c.out[key] = delta
 	}
-	return out
+	prev.keep(reg.Observed)
+	return c.out
+}
+
+// keep copies the counts of observed, in place of the previous ones.
+func (p *counted) keep(observed map[string]wire.Observed) {
+	for key := range p.counts {
+		if _, ok := observed[key]; !ok {
+			delete(p.counts, key)
+		}
+	}
+	for key, cur := range observed {
+		k := p.counts[key]
+		if k == nil {
+			k = &wire.Observed{}
+			p.counts[key] = k
+		}
+		k.Items, k.Messages = cur.Items, cur.Messages
+		if len(cur.Children) > 0 && k.Children == nil {
+			k.Children = make(map[string]uint64, len(cur.Children))
+		}
+		clear(k.Children)
+		maps.Copy(k.Children, cur.Children)
+		k.SubRequests = append(k.SubRequests[:0], cur.SubRequests...)
+	}
 }
 
 // subDelta is the difference of two cumulative sub-request histograms; nil when either is malformed (a heartbeat is

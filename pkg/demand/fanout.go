@@ -41,6 +41,9 @@ func NewFanoutEstimator(alpha, minItems float64) *FanoutEstimator {
 
 // Observe adds what a worker did since its previous heartbeat (a difference of its cumulative counters).
 func (e *FanoutEstimator) Observe(key string, delta wire.FanoutCounts) {
+	if delta.Items == 0 && len(delta.Children) == 0 { // counts nothing (a heartbeat of latencies alone)
+		return
+	}
 	p := e.pending[key]
 	if p == nil {
 		p = &wire.FanoutCounts{Children: map[string]uint64{}}

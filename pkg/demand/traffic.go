@@ -39,7 +39,9 @@ type Traffic struct {
 }
 
 type frontendGaps struct {
-	gaps []time.Duration // oldest first
+	// gaps are oldest first, the newest MaxGaps of them kept (up to twice that before a trim). Never changed in
+	// place: a trim copies to a new array, so a sample shares the array instead of copying it every tick.
+	gaps []time.Duration
 	seen time.Time
 }
 
@@ -69,8 +71,8 @@ func (t *Traffic) Observe(r wire.DemandReport, now time.Time) error {
 	for _, g := range gs {
 		f.gaps = append(f.gaps, time.Duration(float64(g)*float64(time.Millisecond)))
 	}
-	if n := len(f.gaps) - t.MaxGaps; n > 0 {
-		f.gaps = append(f.gaps[:0], f.gaps[n:]...)
+	if n := len(f.gaps) - t.MaxGaps; n > t.MaxGaps {
+		f.gaps = append(make([]time.Duration, 0, 2*t.MaxGaps), f.gaps[n:]...)
 	}
 	f.seen = now
 	return nil
@@ -128,7 +130,8 @@ func (t *Traffic) Sample(now time.Time) *TrafficSample {
 	}
 	slices.Sort(ids)
 	for _, id := range ids {
-		s.Gaps = append(s.Gaps, slices.Clone(t.gaps[id].gaps))
+		g := t.gaps[id].gaps
+		s.Gaps = append(s.Gaps, g[max(0, len(g)-t.MaxGaps):len(g):len(g)]) // capped: an append cannot reach it
 	}
 	for key, h := range t.subs {
 		total := 0.0

@@ -41,10 +41,19 @@ func NewBoard() *Board { return &Board{reports: map[string]report{}} }
 
 // Set keeps the latency summaries of a worker's heartbeat received at, in place of its previous ones.
 func (b *Board) Set(worker string, at time.Time, observed map[string]wire.Observed) {
-	r := report{at: at, latency: map[string][]wire.BatchLatency{}}
+	r := b.reports[worker] // its map and slices are reused: a worker reports every few seconds, for good
+	r.at = at
+	if r.latency == nil {
+		r.latency = map[string][]wire.BatchLatency{}
+	}
+	for key := range r.latency {
+		if len(observed[key].Latency) == 0 {
+			delete(r.latency, key)
+		}
+	}
 	for key, o := range observed {
 		if len(o.Latency) > 0 {
-			r.latency[key] = slices.Clone(o.Latency)
+			r.latency[key] = append(r.latency[key][:0], o.Latency...)
 		}
 	}
 	b.reports[worker] = r

@@ -2,6 +2,8 @@ package latency
 
 import (
 	"math"
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -146,5 +148,38 @@ func TestApplyAndMoved(t *testing.T) {
 	// way back) only against a faster one below 0.5.
 	if !MovedBy(spec, nil, slow, 0.2, 0.6) || MovedBy(spec, slow, nil, 0.2, 0.6) || !MovedBy(spec, slow, nil, 0.2, 0.4) {
 		t.Fatal("MovedBy: slower by 100% beyond 0.2; faster by 50% within 0.6, beyond 0.4")
+	}
+}
+
+// TestWindowSummaryMatchesASort: the samples a window keeps sorted as they come and go (past the span, past
+// maxSamples) give the quantiles a sort of the kept samples gives, and AppendSummary appends what Summary returns.
+func TestWindowSummaryMatchesASort(t *testing.T) {
+	w := NewWindow()
+	rng := rand.New(rand.NewPCG(1, 2))
+	at := t0
+	for i := range 20000 {
+		gap := 20 * time.Millisecond
+		if i < 10000 {
+			gap = time.Millisecond // a burst: a bucket reaches maxSamples
+		}
+		at = at.Add(time.Duration(rng.IntN(int(gap))))
+		batch := 1 + rng.IntN(2)
+		w.Add("k", batch, time.Duration(rng.IntN(50))*time.Millisecond, at) // many equal values
+		if i%97 != 0 {
+			continue
+		}
+		got := w.Summary("k", at)
+		for _, e := range got {
+			sorted := slices.Clone(w.buckets["k"][e.Batch].ms)
+			slices.Sort(sorted)
+			want := wire.BatchLatency{Batch: e.Batch, Count: len(sorted), P50Ms: Quantile(sorted, 0.5),
+				P95Ms: Quantile(sorted, 0.95)}
+			if e != want {
+				t.Fatalf("sample %d: summary %+v, want %+v", i, e, want)
+			}
+		}
+		if app := w.AppendSummary([]wire.BatchLatency{{Batch: 99}}, "k", at); !slices.Equal(app[1:], got) {
+			t.Fatalf("appended %+v, want %+v after the first", app, got)
+		}
 	}
 }

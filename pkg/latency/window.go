@@ -34,6 +34,13 @@ type Window struct {
 type samples struct {
 	at []int64 // Unix ns, in order
 	ms []float64
+	// sorted is ms but its newest fresh samples, in ascending order: a summary sorts only the samples added since
+	// the last one and merges them in (a sort of them all per bucket per heartbeat was a seventh of the
+	// simulator's time, and an insertion per sample a twentieth).
+	sorted []float64
+	fresh  int
+	gone   []float64 // scratch: the values dropped, or those merged in
+	merged []float64 // scratch: the merge, swapped with sorted
 }
 
 // NewWindow returns an empty window.
@@ -56,40 +63,86 @@ func (w *Window) Add(key string, batch int, d time.Duration, now time.Time) {
 		byBatch[batch] = s
 	}
 	if len(s.at) >= maxSamples {
-		n := copy(s.at, s.at[len(s.at)-maxSamples/2:])
-		copy(s.ms, s.ms[len(s.ms)-maxSamples/2:])
-		s.at, s.ms = s.at[:n], s.ms[:n]
+		s.drop(len(s.at) - maxSamples/2)
 	}
+	ms := float64(d) / float64(time.Millisecond)
 	s.at = append(s.at, now.UnixNano())
-	s.ms = append(s.ms, float64(d)/float64(time.Millisecond))
+	s.ms = append(s.ms, ms)
+	s.fresh++
+}
+
+// sort merges the fresh samples into sorted.
+func (s *samples) sort() {
+	if s.fresh == 0 {
+		return
+	}
+	s.gone = append(s.gone[:0], s.ms[len(s.ms)-s.fresh:]...)
+	slices.Sort(s.gone)
+	s.merged = s.merged[:0]
+	i, j := 0, 0
+	for i < len(s.sorted) && j < len(s.gone) {
+		if s.gone[j] < s.sorted[i] {
+			s.merged = append(s.merged, s.gone[j])
+			j++
+		} else {
+			s.merged = append(s.merged, s.sorted[i])
+			i++
+		}
+	}
+	s.merged = append(append(s.merged, s.sorted[i:]...), s.gone[j:]...)
+	s.sorted, s.merged = s.merged, s.sorted
+	s.fresh = 0
+}
+
+// drop forgets the oldest n samples, in ms and in sorted (one pass: the values dropped, sorted, are skipped in
+// order; equal values are interchangeable).
+func (s *samples) drop(n int) {
+	s.sort()
+	s.gone = append(s.gone[:0], s.ms[:n]...)
+	slices.Sort(s.gone)
+	kept, j := 0, 0
+	for _, v := range s.sorted {
+		if j < len(s.gone) && v == s.gone[j] {
+			j++
+			continue
+		}
+		s.sorted[kept] = v
+		kept++
+	}
+	s.sorted = s.sorted[:kept]
+	m := copy(s.at, s.at[n:])
+	copy(s.ms, s.ms[n:])
+	s.at, s.ms = s.at[:m], s.ms[:m]
 }
 
 // Summary is key's batches of the window as of now, per batch size in increasing order; nil when it ran none.
 // Samples beyond the window (and beyond the newest KeepNewest) are dropped.
 func (w *Window) Summary(key string, now time.Time) []wire.BatchLatency {
-	byBatch := w.buckets[key]
-	if len(byBatch) == 0 {
+	if len(w.buckets[key]) == 0 {
 		return nil
 	}
+	return w.AppendSummary(nil, key, now)
+}
+
+// AppendSummary appends key's summary (Summary) to dst: the simulator's workers summarise into one buffer.
+func (w *Window) AppendSummary(dst []wire.BatchLatency, key string, now time.Time) []wire.BatchLatency {
+	byBatch := w.buckets[key]
 	cut := now.Add(-WindowSpan).UnixNano()
-	var out []wire.BatchLatency
-	var sorted []float64
+	out := slices.Grow(dst, len(byBatch))
+	first := len(out)
 	for b, s := range byBatch {
 		old := 0
 		for old < len(s.at)-KeepNewest && s.at[old] < cut {
 			old++
 		}
 		if old > 0 {
-			n := copy(s.at, s.at[old:])
-			copy(s.ms, s.ms[old:])
-			s.at, s.ms = s.at[:n], s.ms[:n]
+			s.drop(old)
 		}
-		sorted = append(sorted[:0], s.ms...)
-		slices.Sort(sorted)
-		out = append(out, wire.BatchLatency{Batch: b, Count: len(sorted), P50Ms: Quantile(sorted, 0.5),
-			P95Ms: Quantile(sorted, 0.95)})
+		s.sort()
+		out = append(out, wire.BatchLatency{Batch: b, Count: len(s.sorted), P50Ms: Quantile(s.sorted, 0.5),
+			P95Ms: Quantile(s.sorted, 0.95)})
 	}
-	slices.SortFunc(out, func(a, b wire.BatchLatency) int { return a.Batch - b.Batch })
+	slices.SortFunc(out[first:], func(a, b wire.BatchLatency) int { return a.Batch - b.Batch })
 	return out
 }
 

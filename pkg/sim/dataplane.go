@@ -35,7 +35,8 @@ func (s *sim) arrive(p *pipe) {
 			return
 		}
 	}
-	r := &request{pipe: p, arrival: s.now, due: s.now + p.slo, second: sec, pending: 1}
+	r := s.newRequest()
+	*r = request{pipe: p, arrival: s.now, due: s.now + p.slo, second: sec, pending: 1}
 	s.inFlight++
 	v := plan.Pick(p.plan.Routing.Root, s.rng.Float64())
 	if p.rootQueue != nil {
@@ -44,7 +45,7 @@ func (s *sim) arrive(p *pipe) {
 			v = c
 		}
 	}
-	h, ok := p.queueIdx[p.spec.Root().Name][v]
+	h, ok := p.rootIdx[v]
 	if !ok { // no root variant hosted: the frontend's publish has nowhere to go
 		r.pending = 0
 		r.dropped++
@@ -52,7 +53,7 @@ func (s *sim) arrive(p *pipe) {
 		return
 	}
 	s.push(event{at: s.now + p.comm, kind: evDeliver, target: h,
-		msg: &message{req: r, items: 1, den: 1, node: 0}})
+		msg: s.ref(s.newMessage(message{req: r, items: 1, den: 1, node: 0}))})
 }
 
 // deliver puts a message in its variant's queue, and hands it to an idle replica if there is one.
@@ -91,7 +92,7 @@ func (h *variantQueue) deliver() *message {
 	h.head++
 	if h.head == len(h.queue) {
 		h.queue, h.head = h.queue[:0], 0
-	} else if h.head > 1024 && h.head*2 > len(h.queue) {
+	} else if h.head >= 64 && h.head*2 >= len(h.queue) { // compacted early: the array stops growing once warm
 		n := copy(h.queue, h.queue[h.head:])
 		h.queue, h.head = h.queue[:n], 0
 	}
@@ -111,7 +112,11 @@ func (h *variantQueue) handBack(ms []*message) {
 		copy(h.queue[h.head:], ms)
 		return
 	}
-	h.queue = append(append([]*message(nil), ms...), h.queue[h.head:]...)
+	// Not enough room before the head: the waiting messages move up, in the same array.
+	waiting := len(h.queue)
+	h.queue = append(h.queue, make([]*message, len(ms)-h.head)...)
+	copy(h.queue[len(ms):], h.queue[h.head:waiting])
+	copy(h.queue, ms)
 	h.head = 0
 }
 
@@ -246,10 +251,11 @@ func (s *sim) batchDone(srv int) {
 			for _, msg := range out.Messages {
 				to := p.queueIdx[h.children[msg.Child]][msg.Variant]
 				s.push(event{at: s.now + p.comm, kind: evDeliver, target: to,
-					msg: &message{req: r, items: len(msg.Subs), den: out.Den, node: node}})
+					msg: s.ref(s.newMessage(message{req: r, items: len(msg.Subs), den: out.Den, node: node}))})
 			}
 		}
 	}
+	s.freeMsgs = append(s.freeMsgs, sv.batch...) // done with: their items went on or were answered
 	clear(sv.batch)
 	sv.batch = sv.batch[:0]
 	sv.busy = false
@@ -268,7 +274,7 @@ func (s *sim) batchDone(srv int) {
 func (s *sim) emit(h *variantQueue) int {
 	s.children, s.routeDraws.next, s.routeDraws.draws = s.children[:0], 0, s.routeDraws.draws[:0]
 	add := func(c int) {
-		h.emitted[h.children[c]]++
+		h.emitted[c]++
 		s.children = append(s.children, c)
 		s.routeDraws.draws = append(s.routeDraws.draws, s.rng.Uint64(), s.rng.Uint64())
 	}
@@ -330,6 +336,7 @@ func (s *sim) finish(r *request, at int64) {
 	if s.gate != nil {
 		s.gate.Done(r.pipe.spec.Name, time.Unix(0, r.arrival), time.Unix(0, at), status != wire.StatusOK)
 	}
+	s.freeReqs = append(s.freeReqs, r) // no message of it is left: it is not read again
 	if int(r.second) >= len(r.pipe.seconds) {
 		return
 	}
@@ -352,3 +359,40 @@ func (s *sim) finish(r *request, at int64) {
 }
 
 func (s *sim) time() time.Time { return time.Unix(0, s.now) }
+
+// newMessage is m in a message done with (freeMsgs), or a new one: the per-item path allocates none once warm.
+func (s *sim) newMessage(m message) *message {
+	n := len(s.freeMsgs)
+	if n == 0 {
+		p := new(message)
+		*p = m
+		return p
+	}
+	p := s.freeMsgs[n-1]
+	s.freeMsgs[n-1] = nil
+	s.freeMsgs = s.freeMsgs[:n-1]
+	m.id = p.id
+	*p = m
+	return p
+}
+
+// ref is m's id, for an event; a message sent for the first time is given one.
+func (s *sim) ref(m *message) int32 {
+	if m.id == 0 {
+		m.id = int32(len(s.msgs))
+		s.msgs = append(s.msgs, m)
+	}
+	return m.id
+}
+
+// newRequest is a request answered before (freeReqs), or a new one; the caller sets every field.
+func (s *sim) newRequest() *request {
+	n := len(s.freeReqs)
+	if n == 0 {
+		return new(request)
+	}
+	r := s.freeReqs[n-1]
+	s.freeReqs[n-1] = nil
+	s.freeReqs = s.freeReqs[:n-1]
+	return r
+}

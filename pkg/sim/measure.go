@@ -24,13 +24,20 @@ func (s *sim) measure(srv int, h *variantQueue, n int, d, end time.Duration) {
 // timeout): in the simulator every worker reports at every tick.
 const reportMaxAge = 5 * time.Second
 
-// latencies are a worker's heartbeat of the latencies it measured (pkg/latency.Window), per variant.
-func (s *sim) latencies(w *latency.Window, now time.Time) map[string]wire.Observed {
-	obs := map[string]wire.Observed{}
+// latencies are server srv's heartbeat of the latencies it measured (pkg/latency.Window), per variant: in the
+// server's own map and buffer, reused beat after beat (the core copies what it keeps).
+func (s *sim) latencies(srv int, now time.Time) map[string]wire.Observed {
+	sv := &s.servers[srv]
+	if sv.beat == nil {
+		sv.beat = map[string]wire.Observed{}
+	}
+	clear(sv.beat)
+	sv.summaries = sv.summaries[:0]
 	for _, h := range s.queues {
-		if l := w.Summary(h.key, now); l != nil {
-			obs[h.key] = wire.Observed{Latency: l}
+		at := len(sv.summaries)
+		if sv.summaries = sv.measured.AppendSummary(sv.summaries, h.key, now); len(sv.summaries) > at {
+			sv.beat[h.key] = wire.Observed{Latency: sv.summaries[at:len(sv.summaries):len(sv.summaries)]}
 		}
 	}
-	return obs
+	return sv.beat
 }

@@ -5,7 +5,6 @@ package sim
 
 import (
 	"fmt"
-	"maps"
 	"slices"
 	"time"
 
@@ -72,14 +71,20 @@ func (s *sim) heartbeats(now time.Time) {
 	beat := wire.Registration{Observed: map[string]wire.Observed{}}
 	for _, h := range s.queues {
 		if h.items > 0 {
+			emitted := make(map[string]uint64, len(h.children))
+			for c, n := range h.emitted {
+				if n > 0 {
+					emitted[h.children[c]] = n
+				}
+			}
 			beat.Observed[h.key] = wire.Observed{FanoutCounts: wire.FanoutCounts{Items: h.items,
-				Children: maps.Clone(h.emitted), SubRequests: slices.Clone(h.subs.SubRequests)}, Messages: h.messages}
+				Children: emitted, SubRequests: slices.Clone(h.subs.SubRequests)}, Messages: h.messages}
 		}
 	}
 	s.core.Heartbeat("workers", beat, now)
 	for i := range s.servers {
-		if w := s.servers[i].measured; w != nil {
-			s.core.Heartbeat(s.names[i], wire.Registration{Observed: s.latencies(w, now)}, now)
+		if s.servers[i].measured != nil {
+			s.core.Heartbeat(s.names[i], wire.Registration{Observed: s.latencies(i, now)}, now)
 		}
 	}
 }
@@ -146,7 +151,7 @@ func (q queueView) Depth(task, variant string) (float64, bool) {
 func (s *sim) tuneLook() {
 	queues := make(map[string]map[string]float64, len(s.pipes))
 	for _, p := range s.pipes {
-		q := make(map[string]float64, len(p.plan.Variants))
+		q := make(map[string]float64, len(p.plan.Variants)) // the core keeps it till the next look
 		for _, vp := range p.plan.Variants {
 			h := s.queues[p.queueIdx[vp.Task][vp.Variant]]
 			q[h.name] = float64(h.pending() + h.inService)
@@ -197,7 +202,7 @@ func (s *sim) rehome(p *pipe) {
 		for _, m := range h.queue[h.head:] {
 			if to := p.plan.Rehome(task, h.variant.Name, plan.Upstream(p.trie.path[m.node]), s.rng.Float64()); to != "" {
 				h.load -= float64(m.items)
-				s.push(event{at: s.now + p.comm, kind: evDeliver, target: p.queueIdx[task][to], msg: m})
+				s.push(event{at: s.now + p.comm, kind: evDeliver, target: p.queueIdx[task][to], msg: s.ref(m)})
 				continue
 			}
 			kept = append(kept, m)

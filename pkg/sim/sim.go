@@ -190,7 +190,9 @@ type event struct {
 	kind   uint8
 	srv    int32
 	target int32 // the pipeline (evArrival) or the variant queue (evDeliver)
-	msg    *message
+	// msg is the message delivered (evDeliver), as its index in sim.msgs: an event holds no pointer, so moving
+	// events in the heap costs the garbage collector nothing (write barriers were a tenth of the simulator's time).
+	msg int32
 }
 
 type request struct {
@@ -215,6 +217,7 @@ type message struct {
 	dropped  string // reason when dropped before execution
 	// delivered counts its deliveries to a replica (JetStream's NumDelivered): batching.HandBack reads it
 	delivered uint64
+	id        int32 // its index in sim.msgs (sim.ref); 0 until it is first sent
 }
 
 // variantQueue is one variant of one task: its queue, its idle servers and what its replicas measured.
@@ -232,7 +235,7 @@ type variantQueue struct {
 	// What the variant's replicas executed, the messages those came in and the sub-requests they emitted per child
 	// task, cumulative as a worker's heartbeat reports them (wire.Observed); the core folds them.
 	items, messages uint64
-	emitted         map[string]uint64
+	emitted         []uint64 // per child task, in children's order
 	// inService is the messages its servers have taken and not finished: with those waiting, what JetStream shows
 	// the tuner (a consumer's pending and unacknowledged messages).
 	inService int
@@ -256,6 +259,9 @@ type server struct {
 	next     *plan.Assignment // an assignment to take when the running batch is done
 	assigned plan.Assignment
 	measured *latency.Window // the batch latencies it measured; nil until it runs one
+	// beat and summaries hold its heartbeat of them (latencies), reused
+	beat      map[string]wire.Observed
+	summaries []wire.BatchLatency
 	// table is its forwarding under the plan in force, with its own deadline stage (hop.ForReplica, as a live
 	// worker's; children numbered in Emulated's order).
 	table *hop.Table
@@ -270,6 +276,7 @@ type pipe struct {
 	core     *core.Pipeline // its part of the planning core
 	plan     *plan.Plan
 	queueIdx map[string]map[string]int32 // task -> variant -> index in sim.queues (no string building per item)
+	rootIdx  map[string]int32            // queueIdx of the root task
 	tasks    []string
 	// joinOf is, per task (index in spec.Tasks), the join task its items are parts of (pipeline.Spec.JoinAfter),
 	// and joinIdx each join task's index in request.parts.
@@ -320,6 +327,11 @@ type sim struct {
 	children   []int         // one item's sub-requests' child tasks (indices in Emulated's order)
 	routeDraws replay        // their routing draws, taken from rng in the order the simulator always took them
 	routeRand  *rand.Rand    // routeDraws, for the hop step
+	// freeMsgs and freeReqs are messages and requests done with, reused so that the per-item path allocates
+	// nothing (newMessage, newRequest).
+	freeMsgs []*message
+	freeReqs []*request
+	msgs     []*message // every message, by id (events name them by id); msgs[0] is none
 }
 
 func newSim(cfg Config) (*sim, error) {
@@ -331,7 +343,7 @@ func newSim(cfg Config) (*sim, error) {
 		return nil, fmt.Errorf("sim: %d servers: want at least 1", cfg.Servers)
 	}
 	s := &sim{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x51a)), named: map[string]*pipe{},
-		assign: map[string]plan.Assignment{}}
+		assign: map[string]plan.Assignment{}, msgs: []*message{nil}}
 	for i, sv := range served {
 		p, err := s.addPipe(sv, cfg.Seed+uint64(i)*0x632be59bd9b4e019) // the first pipeline keeps cfg's seed
 		if err != nil {
@@ -422,11 +434,13 @@ func (s *sim) addPipe(sv Served, seed uint64) (*pipe, error) {
 			served := wire.VariantKey{Task: t.Name, Variant: v.Name}.In(spec.Name)
 			e := emulated.New(spec, t.Name, v, s.cfg.Seed^uint64(len(s.queues)+1)*0x9e3779b97f4a7c15)
 			h := &variantQueue{pipe: p, name: served.Key().String(), task: ti, variant: v, exec: e,
-				children: e.Children(), emitted: map[string]uint64{}, key: served.String()}
+				children: e.Children(), key: served.String()}
+			h.emitted = make([]uint64, len(h.children))
 			p.queueIdx[t.Name][v.Name] = int32(len(s.queues))
 			s.queues = append(s.queues, h)
 		}
 	}
+	p.rootIdx = p.queueIdx[spec.Root().Name]
 	s.pipes = append(s.pipes, p)
 	s.named[spec.Name] = p
 	return p, nil
@@ -463,47 +477,4 @@ func (s *sim) push(e event) {
 	s.seq++
 	e.seq = s.seq
 	s.events.push(e)
-}
-
-func (s *sim) run() {
-	nextProgress := int64(time.Minute)
-	for s.events.len() > 0 {
-		e := s.events.pop()
-		s.now = e.at
-		if s.cfg.Progress != nil && s.now >= nextProgress {
-			s.cfg.Progress(time.Duration(min(s.now, s.end)), time.Duration(s.end))
-			nextProgress += int64(time.Minute)
-		}
-		switch e.kind {
-		case evArrival:
-			p := s.pipes[e.target]
-			s.arrive(p)
-			if at, ok := p.arr.Next(); ok {
-				s.push(event{at: int64(at), kind: evArrival, target: e.target})
-			}
-		case evDeliver:
-			s.deliver(int(e.target), e.msg)
-		case evBatchDone:
-			s.batchDone(int(e.srv))
-		case evSwapDone:
-			if sv := &s.servers[e.srv]; sv.swapping && sv.swapEnd == s.now {
-				sv.swapping = false
-				s.idle(int(e.srv))
-			}
-		case evTune:
-			s.tuneLook()
-			if s.now < s.end || s.inFlight > 0 && s.now < s.end+int64(time.Minute) {
-				s.push(event{at: s.now + int64(s.core.TuneEvery()), kind: evTune})
-			}
-		case evTick:
-			s.tick()
-			// Ticks go on past the workload while requests are in flight, so the loop keeps serving them.
-			if s.now < s.end || s.inFlight > 0 && s.now < s.end+int64(time.Minute) {
-				s.push(event{at: s.now + int64(time.Second), kind: evTick})
-			}
-		}
-	}
-	if s.cfg.Progress != nil {
-		s.cfg.Progress(time.Duration(s.end), time.Duration(s.end))
-	}
 }

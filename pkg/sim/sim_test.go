@@ -289,7 +289,7 @@ func TestRehome(t *testing.T) {
 			t.Errorf("unexpected event %+v: want deliveries to effnet_b0 one hop from now", e)
 			continue
 		}
-		delivered = append(delivered, e.msg)
+		delivered = append(delivered, s.msgs[e.msg])
 	}
 	if len(delivered) != 2 || !slices.Contains(delivered, moved[0]) || !slices.Contains(delivered, moved[1]) {
 		t.Errorf("delivered %d messages to effnet_b0, want the 2 routed there", len(delivered))
@@ -302,7 +302,7 @@ func TestRehome(t *testing.T) {
 	s.queues[to].queue, s.queues[to].head = []*message{stranded}, 0
 	s.tick()
 	if s.queues[to].pending() != 0 || !slices.ContainsFunc(s.events.ev, func(e event) bool {
-		return e.kind == evDeliver && e.msg == stranded && e.target == queueOf("classify_car", "effnet_b7")
+		return e.kind == evDeliver && s.msgs[e.msg] == stranded && e.target == queueOf("classify_car", "effnet_b7")
 	}) {
 		t.Error("a tick left a message at a variant the plan in force does not host")
 	}

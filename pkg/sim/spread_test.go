@@ -29,7 +29,7 @@ func TestParentSpreadOverReplicas(t *testing.T) {
 			s.events = eventHeap{}
 			r := &request{pipe: s.pipes[0], due: int64(time.Minute), pending: 1}
 			s.inFlight++
-			s.push(event{kind: evDeliver, target: s.pipes[0].queueIdx["det"]["d"], msg: &message{req: r, items: 1, den: 1}})
+			s.push(event{kind: evDeliver, target: s.pipes[0].queueIdx["det"]["d"], msg: s.ref(&message{req: r, items: 1, den: 1})})
 			s.run()
 			if s.inFlight != 0 || r.ok != 24 || r.dropped != 0 {
 				t.Fatalf("request %+v: want it answered, its 24 leaves ok", r)

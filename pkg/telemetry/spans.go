@@ -56,11 +56,8 @@ const (
 // headers (carrier), as the message's creation context. The caller ends the span when the publish is acknowledged.
 func StartSend(ctx context.Context, tracer trace.Tracer, subject string, carrier propagation.TextMapCarrier,
 	attrs ...attribute.KeyValue) trace.Span {
-	ctx, span := tracer.Start(ctx, OpPublish+" "+subject, trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(MessagingSystem, semconv.MessagingDestinationName(subject),
-			semconv.MessagingOperationTypeSend, semconv.MessagingOperationName(OpPublish)),
-		trace.WithAttributes(attrs...))
-	otel.GetTextMapPropagator().Inject(ctx, carrier)
+	span := NewSendSpans(subject).Start(ctx, tracer, carrier)
+	span.SetAttributes(attrs...)
 	return span
 }
 
@@ -68,11 +65,57 @@ func StartSend(ctx context.Context, tracer trace.Tracer, subject string, carrier
 // headers (carrier) carry; group is the JetStream consumer (or queue group) it came through.
 func StartProcess(ctx context.Context, tracer trace.Tracer, subject, group string, carrier propagation.TextMapCarrier,
 	opts ...trace.SpanStartOption) (context.Context, trace.Span) {
-	opts = append([]trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(MessagingSystem, semconv.MessagingDestinationName(subject),
-			semconv.MessagingOperationTypeProcess, semconv.MessagingOperationName(OpProcess),
-			semconv.MessagingConsumerGroupName(group))}, opts...)
-	return tracer.Start(otel.GetTextMapPropagator().Extract(ctx, carrier), OpProcess+" "+subject, opts...)
+	return NewProcessSpans(subject, group).Start(ctx, tracer, carrier, opts...)
+}
+
+// SendSpans starts the "send" spans of one subject (StartSend), their name and attributes made once: a worker keeps
+// one per destination, and sets a message's own attributes only when its span is recorded (span.IsRecording), so
+// that a trace context that is not sampled costs next to nothing.
+type SendSpans struct {
+	name string
+	opts []trace.SpanStartOption
+}
+
+// NewSendSpans makes the "send" spans of subject.
+func NewSendSpans(subject string) *SendSpans {
+	return &SendSpans{name: OpPublish + " " + subject, opts: []trace.SpanStartOption{
+		trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(MessagingSystem,
+			semconv.MessagingDestinationName(subject), semconv.MessagingOperationTypeSend,
+			semconv.MessagingOperationName(OpPublish))}}
+}
+
+// Start starts a "send" span and injects its context into carrier.
+func (s *SendSpans) Start(ctx context.Context, tracer trace.Tracer, carrier propagation.TextMapCarrier) trace.Span {
+	ctx, span := tracer.Start(ctx, s.name, s.opts...)
+	otel.GetTextMapPropagator().Inject(ctx, carrier)
+	return span
+}
+
+// ProcessSpans starts the "process" spans of one subject and consumer group (StartProcess), made once per
+// variant a worker serves, with attrs that every span of them carries.
+type ProcessSpans struct {
+	name string
+	opts []trace.SpanStartOption
+}
+
+// NewProcessSpans makes the "process" spans of messages received on subject through group.
+func NewProcessSpans(subject, group string, attrs ...attribute.KeyValue) *ProcessSpans {
+	return &ProcessSpans{name: OpProcess + " " + subject, opts: []trace.SpanStartOption{
+		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(MessagingSystem,
+			semconv.MessagingDestinationName(subject), semconv.MessagingOperationTypeProcess,
+			semconv.MessagingOperationName(OpProcess), semconv.MessagingConsumerGroupName(group)),
+		trace.WithAttributes(attrs...)}}
+}
+
+// Start is StartProcess; opts are the message's own.
+func (p *ProcessSpans) Start(ctx context.Context, tracer trace.Tracer, carrier propagation.TextMapCarrier,
+	opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	if len(opts) > 0 {
+		opts = append(p.opts[:len(p.opts):len(p.opts)], opts...)
+	} else {
+		opts = p.opts
+	}
+	return tracer.Start(otel.GetTextMapPropagator().Extract(ctx, carrier), p.name, opts...)
 }
 
 // TraceID is span's trace id in hex, or "" when it has none.

@@ -13,11 +13,17 @@ import (
 // demand estimate and the routing's utilisation.
 func Observe(spec *pipeline.Spec, p *plan.Plan, waiting func(wire.VariantKey) float64, servers int,
 	estimate, utilization float64) Input {
+	return ObserveScaled(spec, p, p.BudgetScale(spec), waiting, servers, estimate, utilization)
+}
+
+// ObserveScaled is Observe with p's budget scale (plan.BudgetScale) given: a caller that looks at the same plan ten
+// times a second works it out once.
+func ObserveScaled(spec *pipeline.Spec, p *plan.Plan, scale float64, waiting func(wire.VariantKey) float64,
+	servers int, estimate, utilization float64) Input {
 	in := Input{Epoch: p.Epoch, Idle: max(0, servers-p.Servers()), Covered: true, Utilization: utilization}
 	if a := p.Allocation; a != nil {
 		in.Covered = a.DemandQPS >= estimate
 	}
-	scale := p.BudgetScale(spec)
 	for _, vp := range p.Variants {
 		if vp.Replicas <= 0 {
 			continue

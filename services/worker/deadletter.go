@@ -23,9 +23,8 @@ var errRedelivered = errors.New("delivered as many times as the bound without be
 
 // checkDeliveries refuses a message whose delivery (its metadata's NumDelivered) is the one at which the consumer's
 // bound (bus.SetAsideDue of its MaxDeliver) says to set it aside rather than execute it again.
-func checkDeliveries(s *serving, m jetstream.Msg) error {
-	meta, err := m.Metadata()
-	if err != nil {
+func checkDeliveries(s *serving, meta *jetstream.MsgMetadata) error {
+	if meta == nil {
 		return nil // not a JetStream delivery: nothing to count
 	}
 	if bus.SetAsideDue(meta.NumDelivered, s.maxDeliver()) {

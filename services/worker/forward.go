@@ -62,7 +62,7 @@ type outbox struct {
 
 // publishOut publishes in's sub-requests and sends its leaves to the frontend, what to wait for into ob.
 func (w *Worker) publishOut(ctx context.Context, s *serving, in *inbound, ob *outbox) error {
-	path := wire.AppendPath(in.path, s.a.Key())
+	path := &leafPath{path: wire.AppendPath(in.path, s.a.Key())}
 	var leaves []wire.ItemResult
 	now := time.Now()
 	when := hop.When{Now: now, AtTask: now.Sub(in.enqueued), Left: in.deadline.Sub(now)}
@@ -94,8 +94,8 @@ func (w *Worker) publishOut(ctx context.Context, s *serving, in *inbound, ob *ou
 // forwardItem forwards in's i-th item as the hop step routes it: its sub-requests published (into ob), and its
 // leaves appended to leaves: the item itself when it has no sub-requests (finished, dropped or failed), else the
 // sub-requests the step drops.
-func (w *Worker) forwardItem(s *serving, in *inbound, i int, path string, when hop.When, leaves []wire.ItemResult,
-	ob *outbox) ([]wire.ItemResult, error) {
+func (w *Worker) forwardItem(s *serving, in *inbound, i int, path *leafPath, when hop.When,
+	leaves []wire.ItemResult, ob *outbox) ([]wire.ItemResult, error) {
 	it := in.items[i]
 	st := in.status[i]
 	if st == "" {
@@ -126,7 +126,7 @@ func (w *Worker) forwardItem(s *serving, in *inbound, i int, path string, when h
 		if st == "" {
 			st = wire.ItemOK
 		}
-		hops := path
+		hops := path.hops()
 		switch st {
 		case wire.ItemDropped:
 			w.countDrop(s, in.reason[i])
@@ -134,9 +134,9 @@ func (w *Worker) forwardItem(s *serving, in *inbound, i int, path string, when h
 			w.failed.Add(1)
 		case wire.ItemDegraded:
 			w.countDegraded(s, in.reason[i])
-			hops = in.path // not executed here: the answer is its parent's
+			hops = wire.SplitPath(in.path) // not executed here: the answer is its parent's
 		}
-		return append(leaves, wire.ItemResult{ID: it.ID, Den: it.Den, Path: wire.SplitPath(hops),
+		return append(leaves, wire.ItemResult{ID: it.ID, Den: it.Den, Path: hops,
 			Status: st, Reason: in.reason[i], Outputs: out.Tensors}), nil
 	}
 	if step.Rerouted > 0 {
@@ -146,15 +146,30 @@ func (w *Worker) forwardItem(s *serving, in *inbound, i int, path string, when h
 	for _, d := range step.Drops {
 		if d.Degraded { // answered with what this item made for it
 			leaves = append(leaves, wire.ItemResult{ID: wire.ChildItemID(it.ID, d.Sub), Den: step.Den,
-				Path: wire.SplitPath(path), Status: wire.ItemDegraded, Reason: d.Reason, Outputs: s.childInputs[d.Sub]})
+				Path: path.hops(), Status: wire.ItemDegraded, Reason: d.Reason, Outputs: s.childInputs[d.Sub]})
 			w.countDegraded(s, d.Reason)
 			continue
 		}
 		leaves = append(leaves, wire.ItemResult{ID: wire.ChildItemID(it.ID, d.Sub), Den: step.Den,
-			Path: wire.SplitPath(path), Status: wire.ItemDropped, Reason: d.Reason})
+			Path: path.hops(), Status: wire.ItemDropped, Reason: d.Reason})
 		w.countDrop(s, d.Reason)
 	}
-	return leaves, w.publishStep(s, in, it.ID, path, step, ob)
+	return leaves, w.publishStep(s, in, it.ID, path.path, step, ob)
+}
+
+// leafPath is the path a message's items took, with this hop: as the next hop's header, and split once for all of
+// the message's leaves (the leaves of a message share it).
+type leafPath struct {
+	path  string
+	split []string
+	done  bool
+}
+
+func (p *leafPath) hops() []string {
+	if !p.done {
+		p.split, p.done = wire.SplitPath(p.path), true
+	}
+	return p.split
 }
 
 // publishStep publishes the messages of an item's hop step (its sub-requests, grouped by child variant) without
@@ -171,7 +186,7 @@ func (w *Worker) publishStep(s *serving, in *inbound, itemID, path string, step 
 		// its variant would then be taken for the first execution's and dropped, with the sub-requests it
 		// carries that the first one did not.
 		id := wire.TaskPartMsgID(in.requestID, itemID, task, m.Variant, m.Subs)
-		msg, send, err := w.taskMsg(in, s.a.Pipeline, task, m.Variant, path, id, tm)
+		msg, send, err := w.taskMsg(s, in, task, m.Variant, path, id, tm)
 		if err != nil {
 			return err
 		}
@@ -188,19 +203,21 @@ func (w *Worker) publishStep(s *serving, in *inbound, itemID, path string, step 
 
 // taskMsg is the task message carrying tm to task/variant, de-duplicated by id, and its "send" span (a child of
 // in's), whose context the message carries.
-func (w *Worker) taskMsg(in *inbound, pipelineName, task, variant, path, id string,
+func (w *Worker) taskMsg(s *serving, in *inbound, task, variant, path, id string,
 	tm *wire.TaskMessage) (*nats.Msg, trace.Span, error) {
 	data, err := msgpack.Marshal(tm)
 	if err != nil {
 		return nil, nil, err
 	}
-	msg := nats.NewMsg(wire.TaskSubject(pipelineName, task, variant))
+	msg := nats.NewMsg(wire.TaskSubject(s.a.Pipeline, task, variant))
 	msg.Data = data
 	wire.TaskHeaders{RequestID: in.requestID, Deadline: in.deadline, Path: path, ReplyTo: in.replyTo,
 		MsgID: id}.Write(msg.Header.Set)
-	send := telemetry.StartSend(in.ctx, w.tracer, msg.Subject, bus.HeaderCarrier(msg.Header),
-		semconv.MessagingMessageID(id), telemetry.AttrItems.Int(len(tm.Items)),
-		telemetry.AttrTask.String(task), telemetry.AttrVariant.String(variant))
+	send := s.sendSpans(msg.Subject).Start(in.ctx, w.tracer, bus.HeaderCarrier(msg.Header))
+	if send.IsRecording() {
+		send.SetAttributes(semconv.MessagingMessageID(id), telemetry.AttrItems.Int(len(tm.Items)),
+			telemetry.AttrTask.String(task), telemetry.AttrVariant.String(variant))
+	}
 	return msg, send, nil
 }
 

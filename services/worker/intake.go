@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -37,13 +38,9 @@ func (w *Worker) fetchFirst(s *serving) jetstream.Msg {
 }
 
 // fetchMore takes, without waiting, the messages the batching rule adds to a batch that executes taken items so
-// far (last, the newest message delivered, says in its NumPending how many wait, without a round trip).
-func (w *Worker) fetchMore(s *serving, last jetstream.Msg, taken int) []jetstream.Msg {
-	meta, err := last.Metadata()
-	if err != nil {
-		return nil
-	}
-	n := batching.More(s.a.MaxBatch, taken, int(meta.NumPending))
+// far (pending, the NumPending of the newest message delivered, says how many wait, without a round trip).
+func (w *Worker) fetchMore(s *serving, pending uint64, taken int) []jetstream.Msg {
+	n := batching.More(s.a.MaxBatch, taken, int(pending))
 	if n == 0 {
 		return nil
 	}
@@ -61,6 +58,7 @@ func (w *Worker) fetchMore(s *serving, last jetstream.Msg, taken int) []jetstrea
 // inbound is one valid task message of a batch.
 type inbound struct {
 	msg       jetstream.Msg
+	meta      *jetstream.MsgMetadata // parsed once (nil: not a JetStream delivery)
 	requestID string
 	deadline  time.Time
 	path      string // hops before this one
@@ -86,8 +84,8 @@ type round struct {
 // serveOnce assembles a batch of the variant's messages, executes it, and forwards its results; the batch is
 // acknowledged beside the next one (settle).
 func (w *Worker) serveOnce(ctx context.Context, s *serving) {
-	queued, last := w.nextQueued(ctx, s)
-	if last == nil {
+	queued, pending, ok := w.nextQueued(ctx, s)
+	if !ok {
 		return
 	}
 	s.refreshStage()
@@ -98,7 +96,7 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 	rest := takeAll(queued, take)
 	if rest == nil {
 		var more []*inbound
-		for _, m := range w.fetchMore(s, last, len(r.inputs)) {
+		for _, m := range w.fetchMore(s, pending, len(r.inputs)) {
 			if in := w.admit(ctx, s, m); in != nil {
 				more = append(more, in)
 			}
@@ -111,14 +109,13 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 	}
 	// A batch that runs longer than a third of the ack wait is marked in progress, so that JetStream does not hand
 	// it to another replica while this one is alive; until its results are confirmed too (settle).
-	done := make(chan struct{})
+	done := w.keepInProgress(s, append(r.msgs[:len(r.msgs):len(r.msgs)], s.carried...))
 	settling := false
 	defer func() {
 		if !settling {
-			close(done)
+			done()
 		}
 	}()
-	go w.keepInProgress(s, append(r.msgs[:len(r.msgs):len(r.msgs)], s.carried...), done)
 	if !w.executeRound(ctx, s, r) {
 		return
 	}
@@ -132,22 +129,33 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 }
 
 // nextQueued gives the messages a batch begins with: those the last batch carried (they did not fit it), else the
-// queue's first if it is a task message; and last, the newest message delivered, whose NumPending says how many
-// more wait (nil: none came within FetchWait).
-func (w *Worker) nextQueued(ctx context.Context, s *serving) (queued []*inbound, last jetstream.Msg) {
+// queue's first if it is a task message; and the NumPending of the newest message delivered, how many more wait
+// (ok false: none came within FetchWait).
+func (w *Worker) nextQueued(ctx context.Context, s *serving) (queued []*inbound, pending uint64, ok bool) {
 	queued = s.carried
 	s.carried = nil
 	if len(queued) > 0 {
-		return queued, queued[len(queued)-1].msg
+		return queued, queued[len(queued)-1].numPending(), true
 	}
 	first := w.fetchFirst(s)
 	if first == nil {
-		return nil, nil
+		return nil, 0, false
 	}
 	if in := w.admit(ctx, s, first); in != nil {
-		queued = append(queued, in)
+		return append(queued, in), in.numPending(), true
 	}
-	return queued, first
+	if meta, err := first.Metadata(); err == nil {
+		pending = meta.NumPending
+	}
+	return nil, pending, true
+}
+
+// numPending is the NumPending of in's delivery: how many messages waited behind it.
+func (in *inbound) numPending() uint64 {
+	if in.meta == nil {
+		return 0
+	}
+	return in.meta.NumPending
 }
 
 // take adds a message to the round; false when the items it would execute do not fit (batching.Fits).
@@ -156,7 +164,7 @@ func (w *Worker) take(ctx context.Context, s *serving, r *round, in *inbound) bo
 	// The delivery bound is for messages that would be executed again: one dropped here costs nothing, and is
 	// answered as dropped, not set aside as poison (a busy machine's late messages reach the bound too).
 	if drop == "" {
-		if err := checkDeliveries(s, in.msg); err != nil {
+		if err := checkDeliveries(s, in.meta); err != nil {
 			in.span.End()
 			w.setAside(ctx, s, in.msg, err)
 			return true
@@ -262,8 +270,8 @@ func (w *Worker) observeRound(s *serving, r *round) {
 // settle acknowledges each message of a batch once its sub-requests are stored and its results confirmed, or hands
 // it back, and then closes done. It runs beside the next batch: a worker does not wait for the frontends'
 // confirmations (a round trip through the server and a frontend's scheduling) before it fetches again.
-func (w *Worker) settle(batch []*inbound, waits []func() error, done chan<- struct{}) {
-	defer close(done)
+func (w *Worker) settle(batch []*inbound, waits []func() error, done func()) {
+	defer done()
 	for i, in := range batch {
 		if err := waits[i](); err != nil {
 			// Not acknowledged: JetStream delivers the message again; sub-requests already published are
@@ -326,23 +334,35 @@ func (w *Worker) startBatchSpan(ctx context.Context, s *serving, batch []*inboun
 	return span
 }
 
-// keepInProgress tells JetStream the batch's messages are being worked on, every third of the ack wait, until done.
-func (w *Worker) keepInProgress(s *serving, batch []*inbound, done <-chan struct{}) {
+// keepInProgress tells JetStream the batch's messages are being worked on, every third of the ack wait, until the
+// function it returns is called. A timer, not a goroutine with a ticker: nearly every batch ends long before the
+// first mark, and a goroutine started per batch (and the thread woken to run it) was on every hop's path.
+func (w *Worker) keepInProgress(s *serving, batch []*inbound) (done func()) {
 	wait := w.cfg.AckWait
 	if info := s.consumer.CachedInfo(); info != nil && info.Config.AckWait > 0 {
 		wait = info.Config.AckWait
 	}
-	t := time.NewTicker(wait / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-done:
+	var mu sync.Mutex
+	stopped := false
+	var t *time.Timer
+	mu.Lock() // the first mark waits for t
+	defer mu.Unlock()
+	t = time.AfterFunc(wait/3, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
 			return
-		case <-t.C:
-			for _, in := range batch {
-				_ = in.msg.InProgress()
-			}
 		}
+		for _, in := range batch {
+			_ = in.msg.InProgress()
+		}
+		t.Reset(wait / 3)
+	})
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		t.Stop()
 	}
 }
 
@@ -394,7 +414,7 @@ func takeAll(ms []*inbound, take func(*inbound) bool) []*inbound {
 func (w *Worker) returnUnfit(s *serving, rest []*inbound) {
 	w.returned.Add(uint64(len(rest)))
 	for _, in := range rest {
-		if meta, err := in.msg.Metadata(); err == nil && batching.HandBack(meta.NumDelivered) {
+		if in.meta != nil && batching.HandBack(in.meta.NumDelivered) {
 			_ = in.msg.Nak()
 			in.span.End()
 			continue
@@ -434,7 +454,7 @@ func (w *Worker) decode(ctx context.Context, s *serving, m jetstream.Msg) (*inbo
 	in := &inbound{msg: m, requestID: th.RequestID, path: th.Path, replyTo: th.ReplyTo, deadline: th.Deadline}
 	in.enqueued = time.Now()
 	if meta, err := m.Metadata(); err == nil {
-		in.enqueued = meta.Timestamp
+		in.meta, in.enqueued = meta, meta.Timestamp
 	}
 	var tm wire.TaskMessage
 	if err := wire.UnmarshalMsgpack(m.Data(), &tm); err != nil {
@@ -449,11 +469,11 @@ func (w *Worker) decode(ctx context.Context, s *serving, m jetstream.Msg) (*inbo
 		}
 	}
 	in.items = tm.Items
-	in.ctx, in.span = telemetry.StartProcess(ctx, w.tracer, m.Subject(), wire.Consumer(s.a.Task, s.a.Variant),
-		bus.HeaderCarrier(h), trace.WithAttributes(semconv.MessagingMessageID(h.Get(wire.HeaderMsgID)),
-			semconv.MessagingClientID(w.cfg.ID), telemetry.AttrPipeline.String(s.a.Pipeline),
-			telemetry.AttrTask.String(s.a.Task), telemetry.AttrVariant.String(s.a.Variant),
+	in.ctx, in.span = s.process.Start(ctx, w.tracer, bus.HeaderCarrier(h))
+	if in.span.IsRecording() { // a message's own attributes cost nothing when its trace is not sampled
+		in.span.SetAttributes(semconv.MessagingMessageID(th.MsgID),
 			telemetry.AttrRequestID.String(in.requestID), telemetry.AttrItems.Int(len(tm.Items)),
-			telemetry.AttrDeadlineSlackMs.Float64(float64(time.Until(in.deadline).Microseconds())/1000)))
+			telemetry.AttrDeadlineSlackMs.Float64(float64(time.Until(in.deadline).Microseconds())/1000))
+	}
 	return in, nil
 }

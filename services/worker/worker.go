@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel"
+	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
@@ -33,6 +34,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/ratelog"
 	"github.com/sleipnir-serving/sleipnir/pkg/routing"
+	"github.com/sleipnir-serving/sleipnir/pkg/telemetry"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
@@ -387,6 +389,19 @@ type serving struct {
 	carried []*inbound
 	// queues is the worker's reading of the queues it sends to (routing_mode queue).
 	queues *queueWatch
+	// The spans of its messages, made once: "process" spans, and "send" spans by subject.
+	process *telemetry.ProcessSpans
+	sends   map[string]*telemetry.SendSpans
+}
+
+// sendSpans are the "send" spans of subject.
+func (s *serving) sendSpans(subject string) *telemetry.SendSpans {
+	sp := s.sends[subject]
+	if sp == nil {
+		sp = telemetry.NewSendSpans(subject)
+		s.sends[subject] = sp
+	}
+	return sp
 }
 
 // refreshStage rebuilds the deadline stage and the forwarding table when the plan has changed.
@@ -462,7 +477,11 @@ func (w *Worker) start(ctx context.Context, n wanted, t0 time.Time) (*serving, e
 	budget := time.Duration(n.a.BudgetMs * float64(time.Millisecond))
 	return &serving{a: n.a, spec: n.spec, plan: n.plan, task: n.spec.Task(n.a.Task), variant: v, exec: exec,
 		consumer: cons, served: n.a.Served().String(), policy: policy, budget: budget,
-		root: n.spec.Root().Name == n.a.Task, queues: w.queues}, nil
+		root: n.spec.Root().Name == n.a.Task, queues: w.queues, sends: map[string]*telemetry.SendSpans{},
+		process: telemetry.NewProcessSpans(wire.TaskSubject(n.a.Pipeline, n.a.Task, n.a.Variant),
+			wire.Consumer(n.a.Task, n.a.Variant), semconv.MessagingClientID(w.cfg.ID),
+			telemetry.AttrPipeline.String(n.a.Pipeline), telemetry.AttrTask.String(n.a.Task),
+			telemetry.AttrVariant.String(n.a.Variant))}, nil
 }
 
 // sanitize makes a host name usable as a worker id.
