@@ -30,6 +30,7 @@ type Table struct {
 	Stage    *deadline.Stage
 	routes   [][]plan.Route    // aligned with Children
 	dests    []map[string]Dest // per child: hosted variant -> size
+	esc      *escalation       // nil: no cascade from this variant (cascade.go)
 }
 
 // ForReplica is the forwarding table of one replica of task/variant under plan p, with the replica's own deadline
@@ -50,6 +51,7 @@ func NewTable(spec *pipeline.Spec, p *plan.Plan, stage *deadline.Stage, task, va
 	if p == nil {
 		return t
 	}
+	t.esc = newEscalation(spec, p, task, variant)
 	down := p.Routing.Downstream[wire.VariantKey{Task: task, Variant: variant}.String()]
 	for c, child := range children {
 		t.routes[c] = down[child]

@@ -50,6 +50,8 @@ type Task struct {
 	Name     string    `json:"name"`
 	Children []string  `json:"children,omitempty"`
 	Variants []Variant `json:"variants"`
+	// Cascade optionally serves the task by a cascade of its variants (cascade.go).
+	Cascade *Cascade `json:"cascade,omitempty"`
 }
 
 // Variant is one model that can perform a task.
@@ -66,6 +68,9 @@ type Variant struct {
 	// SwapMs is how long a worker takes to load the variant when it is assigned it (0 if not profiled): the
 	// emulated executor waits that long before serving, and the simulator keeps the server idle as long.
 	SwapMs float64 `json:"swap_ms,omitempty"`
+	// Confidence is how the emulated executor draws its confidence in each answer (emulated only; needed by a
+	// cascade's first variant).
+	Confidence *Confidence `json:"confidence,omitempty"`
 }
 
 // Executor says how a variant computes.

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 )
 
 // eventHeap is a binary min-heap of events by time, then by the order they were pushed (so runs are
@@ -86,8 +87,11 @@ func (t *pathTrie) child(node int32, h int32) int32 {
 	return c
 }
 
-// accuracy is the end-to-end accuracy of a root-to-leaf path.
-func (t *pathTrie) accuracy(node int32) float64 {
+// accuracy is the end-to-end accuracy of a root-to-leaf path under plan p (its cascades' levels, uncached).
+func (t *pathTrie) accuracy(node int32, p *plan.Plan) float64 {
+	if p != nil && len(p.Cascades) > 0 {
+		return p.LeafAccuracy(t.spec, t.path[node])
+	}
 	if !t.known[node] {
 		t.acc[node], t.known[node] = t.spec.PathAccuracyOf(t.path[node]), true
 	}

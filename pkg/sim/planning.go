@@ -71,7 +71,8 @@ func (s *sim) heartbeats(now time.Time) {
 	for _, h := range s.queues {
 		if h.items > 0 {
 			beat.Observed[h.key] = wire.Observed{FanoutCounts: wire.FanoutCounts{Items: h.items,
-				Children: maps.Clone(h.emitted), SubRequests: slices.Clone(h.subs.SubRequests)}, Messages: h.messages}
+				Children: maps.Clone(h.emitted), SubRequests: slices.Clone(h.subs.SubRequests),
+				Escalated: h.subs.Escalated}, Messages: h.messages}
 		}
 	}
 	s.core.Heartbeat("workers", beat, now)

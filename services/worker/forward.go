@@ -122,6 +122,9 @@ func (w *Worker) forwardItem(s *serving, in *inbound, i int, path string, when h
 	}
 	if step == nil {
 		if st == "" {
+			if next, _ := s.table.Escalate(out.Confidence, when.Left); next != "" {
+				return leaves, w.escalate(s, in, it, path, next, ob)
+			}
 			st = wire.ItemOK
 		}
 		switch st {
@@ -170,6 +173,25 @@ func (w *Worker) publishStep(s *serving, in *inbound, itemID, path string, step 
 		}
 		ob.acks = append(ob.acks, f)
 	}
+	return nil
+}
+
+// escalate sends item it on to its cascade's next variant (pkg/hop.Table.Escalate), as a reroute goes: the same
+// item (id, weight, inputs), deadline and request, one hop further on its path; named by the item, so that a
+// redelivered message sends it once.
+func (w *Worker) escalate(s *serving, in *inbound, it wire.Item, path, next string, ob *outbox) error {
+	id := wire.TaskMsgID(in.requestID, it.ID, s.a.Task, next)
+	msg, send, err := w.taskMsg(in, s.a.Pipeline, s.a.Task, next, path, id, &wire.TaskMessage{Items: []wire.Item{it}})
+	if err != nil {
+		return err
+	}
+	ob.sends = append(ob.sends, send)
+	f, err := w.js.PublishMsgAsync(msg)
+	if err != nil {
+		return fmt.Errorf("publish to %s: %w", msg.Subject, err)
+	}
+	ob.acks = append(ob.acks, f)
+	w.observe(s, func(o *Observed) { o.Escalated++ })
 	return nil
 }
 

@@ -89,6 +89,9 @@ func (e *Executor) Execute(ctx context.Context, batch []executor.Input) ([]execu
 func (e *Executor) output(in executor.Input) executor.Output {
 	rng := rand.New(rand.NewPCG(e.seed, itemHash(in.RequestID, in.ItemID)))
 	o := executor.Output{Tensors: []wire.Tensor{wire.NewFP32("score", []int64{1}, []float32{float32(rng.Float64())})}}
+	if e.variant.Confidence != nil {
+		o.Confidence = e.Confidence(rng)
+	}
 	if len(e.children) == 0 {
 		return o
 	}
@@ -105,6 +108,20 @@ func (e *Executor) output(in executor.Input) executor.Output {
 		o.Children[e.children[c]] = append(o.Children[e.children[c]], []wire.Tensor{crop})
 	}
 	return o
+}
+
+// Confidence draws the confidence of one answer: right with the variant's accuracy, and its confidence from the
+// variant's distribution for right or wrong answers (pipeline.Confidence); 1 for a variant that has none.
+func (e *Executor) Confidence(rng *rand.Rand) float64 {
+	c := e.variant.Confidence
+	if c == nil {
+		return 1
+	}
+	d := c.Wrong
+	if rng.Float64() < e.variant.Accuracy {
+		d = c.Right
+	}
+	return d.Draw(rng.NormFloat64())
 }
 
 // Children are the child tasks the variant's sub-requests go to, in the order ChildOf numbers them.
