@@ -49,6 +49,7 @@ func runPlan(args []string) error {
 		"separated), replayed at --demand")
 	var c common
 	c.register(fs, "NATS server(s) of --live")
+	noCascade := fs.Bool("no-cascade", false, "serve every task as if it declared no cascade (the same pipeline without its cascades)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -58,7 +59,7 @@ func runPlan(args []string) error {
 	if len(files) == 0 {
 		return errors.New("--pipeline is required")
 	}
-	specs, err := loadPipelines(files)
+	specs, err := loadPipelinesCascades(files, !*noCascade)
 	if err != nil {
 		return err
 	}

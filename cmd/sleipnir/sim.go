@@ -42,6 +42,7 @@ func runSim(args []string) error {
 	slowdown := fs.String("slowdown", "", "emulate slower machines: "+sim.SlowdownSyntax)
 	admit := fs.Bool("admission", false, "the frontends' admission control (pkg/admission), as on up and frontend")
 	asJSON := fs.Bool("json", false, "print the summaries as JSON")
+	noCascade := fs.Bool("no-cascade", false, "serve every task as if it declared no cascade (the same pipeline without its cascades)")
 	progress := fs.Bool("progress", isTerminal(os.Stderr), "show a progress bar on standard error (default: when it is a terminal)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -49,7 +50,7 @@ func runSim(args []string) error {
 	if len(files) == 0 {
 		return errors.New("--pipeline is required")
 	}
-	specs, err := loadPipelines(files)
+	specs, err := loadPipelinesCascades(files, !*noCascade)
 	if err != nil {
 		return err
 	}

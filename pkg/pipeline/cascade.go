@@ -109,6 +109,17 @@ func (s *Spec) Cascades() []*Task {
 	return out
 }
 
+// WithoutCascades is a copy of s whose tasks declare no cascade: the same pipeline, each task routed as any other
+// (to compare a cascade with its absence).
+func (s *Spec) WithoutCascades() *Spec {
+	c := *s
+	c.Tasks = append([]Task(nil), s.Tasks...)
+	for i := range c.Tasks {
+		c.Tasks[i].Cascade = nil
+	}
+	return &c
+}
+
 // CascadePathAccuracy is the end-to-end accuracy of a leaf's path where the cascades run at thresholds (task ->
 // threshold, the plan's): a path whose last hops are a cascade's first variant and then its next is an item that was
 // sent on; one that ends at a cascade's first variant, an item it kept. Either is the path's accuracy

@@ -256,5 +256,29 @@ func (s *sim) result(p *pipe) *Result {
 	sum.CheckChanged, sum.CheckPredicted = p.checkChanged, p.checkPredicted
 	sum.PlanSeconds = s.planWall.Seconds()
 	sum.SimulatedS = float64(p.end) / float64(time.Second)
+	if p.plan != nil && p.plan.Allocation != nil {
+		sum.PlannedAccuracy = p.plan.Allocation.SystemAccuracy
+	}
+	if p.plan != nil {
+		sum.Cascades = p.plan.Cascades
+	}
+	var firsts, sent uint64
+	for _, h := range s.queues {
+		if h.pipe == p {
+			firsts, sent = firsts+h.itemsIfEscalating(), sent+h.subs.Escalated
+		}
+	}
+	if firsts > 0 {
+		sum.EscalationRatio = float64(sent) / float64(firsts)
+	}
 	return res
+}
+
+// itemsIfEscalating is the items h executed if it is a cascade's first variant, else 0.
+func (h *variantQueue) itemsIfEscalating() uint64 {
+	t := h.pipe.spec.Tasks[h.task]
+	if t.Cascade == nil || t.Cascade.Variants[0] != h.variant.Name {
+		return 0
+	}
+	return h.items
 }

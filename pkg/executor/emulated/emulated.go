@@ -110,18 +110,24 @@ func (e *Executor) output(in executor.Input) executor.Output {
 	return o
 }
 
-// Confidence draws the confidence of one answer: right with the variant's accuracy, and its confidence from the
-// variant's distribution for right or wrong answers (pipeline.Confidence); 1 for a variant that has none.
+// Confidence draws the confidence of one answer (Answer).
 func (e *Executor) Confidence(rng *rand.Rand) float64 {
+	c, _ := e.Answer(rng)
+	return c
+}
+
+// Answer draws one answer: right with the variant's accuracy, and its confidence from the variant's distribution
+// for right or wrong answers (pipeline.Confidence); confidence 1 and no draw for a variant that has none.
+func (e *Executor) Answer(rng *rand.Rand) (confidence float64, right bool) {
 	c := e.variant.Confidence
 	if c == nil {
-		return 1
+		return 1, true
 	}
 	d := c.Wrong
-	if rng.Float64() < e.variant.Accuracy {
+	if right = rng.Float64() < e.variant.Accuracy; right {
 		d = c.Right
 	}
-	return d.Draw(rng.NormFloat64())
+	return d.Draw(rng.NormFloat64()), right
 }
 
 // Children are the child tasks the variant's sub-requests go to, in the order ChildOf numbers them.
