@@ -140,7 +140,9 @@ type pipelineFiles []string
 func (p *pipelineFiles) String() string     { return strings.Join(*p, ",") }
 func (p *pipelineFiles) Set(v string) error { *p = append(*p, v); return nil }
 
-func loadPipelines(files []string) ([]*pipeline.Spec, error) { return loadPipelinesCascades(files, true) }
+func loadPipelines(files []string) ([]*pipeline.Spec, error) {
+	return loadPipelinesCascades(files, true)
+}
 
 // loadPipelinesCascades is loadPipelines, with the tasks' cascades left out unless cascades.
 func loadPipelinesCascades(files []string, cascades bool) ([]*pipeline.Spec, error) {
