@@ -20,6 +20,9 @@ type Cascade struct {
 	// Thresholds are candidate thresholds whose levels are computed from the variants' confidence distributions
 	// (emulated variants, Variant.Confidence) when Levels is empty.
 	Thresholds []float64 `json:"thresholds,omitempty" yaml:"thresholds,flow"`
+	// Threshold is the one a static plan (the spec's allocation) runs the cascade at; absent, a static plan does
+	// not run it. The planner chooses its own among the levels.
+	Threshold float64 `json:"threshold,omitempty"`
 }
 
 // CascadeLevel is one candidate threshold of a cascade and what it does to the task's items.

@@ -2,7 +2,6 @@ package plan
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 )
@@ -27,22 +26,18 @@ func (p *Plan) checkCascades(spec *pipeline.Spec) error {
 	return nil
 }
 
-// Escalation is where an item of task/variant that answered with confidence conf goes on to under p: its cascade's
-// next variant when the plan serves task by its cascade, variant is the cascade's first and conf is below the
-// threshold; "" otherwise (the item is a leaf).
-func (p *Plan) Escalation(spec *pipeline.Spec, task, variant string, conf float64) string {
-	if p == nil {
-		return ""
+// staticCascades runs, in a static plan, each cascade that states its threshold and whose variants the allocation
+// hosts.
+func (p *Plan) staticCascades(spec *pipeline.Spec) {
+	for _, t := range spec.Cascades() {
+		c := t.Cascade
+		if c.Threshold > 0 && p.Find(t.Name, c.Variants[0]) != nil && p.Find(t.Name, c.Variants[1]) != nil {
+			if p.Cascades == nil {
+				p.Cascades = map[string]float64{}
+			}
+			p.Cascades[t.Name] = c.Threshold
+		}
 	}
-	th, on := p.Cascades[task]
-	if !on || math.IsNaN(conf) || conf >= th {
-		return ""
-	}
-	t := spec.Task(task)
-	if t == nil || t.Cascade == nil || t.Cascade.Variants[0] != variant {
-		return ""
-	}
-	return t.Cascade.Next(variant)
 }
 
 // LeafAccuracy is the end-to-end accuracy of a finished leaf's path under p: its cascade's level when it ran on a

@@ -240,6 +240,7 @@ func Static(spec *pipeline.Spec) (*Plan, error) {
 			return nil, fmt.Errorf("allocation hosts no variant of task %s", t.Name)
 		}
 	}
+	p.staticCascades(spec)
 	return p, nil
 }
 
