@@ -209,7 +209,8 @@ func (s *Spec) validateCascade(i int, t Task, add func(string, string, ...any)) 
 	case len(c.Levels) == 0 && len(c.Thresholds) == 0:
 		add(p, "levels or thresholds required: the candidate thresholds")
 	case len(c.Levels) == 0 && first.Confidence == nil:
-		add(p+".thresholds", "levels are computed from the first variant's confidence, which %q lacks", first.Name)
+		add(p, "no levels: measure them (bin/sleipnir profile, into the profile file), or give the emulated "+
+			"first variant %q a confidence to compute them from", first.Name)
 	}
 	if !sort.SliceIsSorted(c.Levels, func(a, b int) bool { return c.Levels[a].Threshold < c.Levels[b].Threshold }) {
 		add(p+".levels", "thresholds must increase")
@@ -217,4 +218,26 @@ func (s *Spec) validateCascade(i int, t Task, add func(string, string, ...any)) 
 	if !sort.Float64sAreSorted(c.Thresholds) {
 		add(p+".thresholds", "thresholds must increase")
 	}
+}
+
+// writeCascades writes the measured levels of profile file pf (named name) into the document's cascades.
+func writeCascades(tasks []any, pf *ProfileFile, name string) error {
+	for _, cp := range pf.Cascades {
+		var c map[string]any
+		for _, t := range tasks {
+			if tm, _ := t.(map[string]any); tm["name"] == cp.Task {
+				c, _ = tm["cascade"].(map[string]any)
+			}
+		}
+		if c == nil {
+			return fmt.Errorf("profiles: %s measures a cascade of %q, which the spec does not declare", name, cp.Task)
+		}
+		levels := make([]any, len(cp.Levels))
+		for i, l := range cp.Levels {
+			levels[i] = map[string]any{"threshold": l.Threshold, "escalation": l.Escalation, "accuracy": l.Accuracy,
+				"next_accuracy": l.NextAccuracy}
+		}
+		c["levels"] = levels
+	}
+	return nil
 }
