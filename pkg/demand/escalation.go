@@ -15,12 +15,7 @@ type EscalationEstimator struct {
 
 // NewEscalationEstimator returns an estimator; alpha 0 means 0.3, minItems 0 means 20.
 func NewEscalationEstimator(alpha, minItems float64) *EscalationEstimator {
-	if alpha <= 0 || alpha > 1 {
-		alpha = 0.3
-	}
-	if minItems <= 0 {
-		minItems = 20
-	}
+	alpha, minItems = smoothingDefaults(alpha, minItems)
 	return &EscalationEstimator{Alpha: alpha, MinItems: minItems, items: map[string]float64{},
 		escalated: map[string]float64{}, pendItems: map[string]uint64{}, pendEscalated: map[string]uint64{}}
 }
