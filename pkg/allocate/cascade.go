@@ -28,9 +28,14 @@ func SolveCascade(in Input, opt Options, scale map[string]float64) (*Result, err
 	if len(tasks) == 0 {
 		return best, err
 	}
+	names := nextTasks(in.Spec, tasks)
 	for _, setting := range gears(tasks) {
 		g := in
-		g.Spec = cascadeSpec(in.Spec, tasks, setting, scale)
+		g.Spec = cascadeSpec(in.Spec, tasks, names, setting, scale)
+		g.cascadeNext = map[string]bool{}
+		for _, n := range names {
+			g.cascadeNext[n] = true
+		}
 		r, gerr := Solve(g, opt)
 		if gerr != nil {
 			// A gear whose two stages do not fit the latency budget (or too large a model) is no gear: the
@@ -41,7 +46,7 @@ func SolveCascade(in Input, opt Options, scale map[string]float64) (*Result, err
 		for i, t := range tasks {
 			r.Cascades[t.Name] = setting[i]
 		}
-		unsplit(r, in.Spec, tasks)
+		unsplit(r, tasks, names)
 		if best == nil || better(r, best) {
 			best, err = r, nil
 		}
@@ -87,7 +92,8 @@ func gears(tasks []*pipeline.Task) [][]float64 {
 // holding the next variant, and each path through them is worth the cascade's accuracy at that level
 // (pipeline.Spec.CascadePathAccuracy, items kept and items sent on weighted by the rate). The allocation then sizes
 // both stages for their loads, and budgets an item sent on for both latencies and one more hop.
-func cascadeSpec(spec *pipeline.Spec, tasks []*pipeline.Task, setting []float64, scale map[string]float64) *pipeline.Spec {
+func cascadeSpec(spec *pipeline.Spec, tasks []*pipeline.Task, names []string, setting []float64,
+	scale map[string]float64) *pipeline.Spec {
 	g := *spec
 	g.Tasks = append([]pipeline.Task(nil), spec.Tasks...)
 	g.PathAccuracy = append([]pipeline.PathAccuracy(nil), spec.PathAccuracy...)
@@ -103,7 +109,7 @@ func cascadeSpec(spec *pipeline.Spec, tasks []*pipeline.Task, setting []float64,
 		if s, ok := scale[t.Name]; ok && s > 0 {
 			e = min(1, e*s)
 		}
-		next := nextTask(&g, t.Name)
+		next := names[i]
 		first := *spec.Variant(t.Name, c.Variants[0])
 		first.Fanout = &pipeline.Fanout{Mean: e, Shares: map[string]float64{next: 1},
 			Distribution: pipeline.FanoutPoisson}
@@ -126,13 +132,22 @@ func cascadeSpec(spec *pipeline.Spec, tasks []*pipeline.Task, setting []float64,
 	return &g
 }
 
-// nextTask names the task a cascade's next stage is planned as: task + "-next", made unique among spec's tasks.
-func nextTask(spec *pipeline.Spec, task string) string {
-	name := task + "-next"
-	for spec.Task(name) != nil {
-		name += "-"
+// nextTasks names the tasks the cascades' second stages are planned as: task + "-next", made unique among spec's
+// tasks and each other.
+func nextTasks(spec *pipeline.Spec, tasks []*pipeline.Task) []string {
+	taken := map[string]bool{}
+	for _, t := range spec.Tasks {
+		taken[t.Name] = true
 	}
-	return name
+	names := make([]string, len(tasks))
+	for i, t := range tasks {
+		name := t.Name + "-next"
+		for taken[name] {
+			name += "-"
+		}
+		taken[name], names[i] = true, name
+	}
+	return names
 }
 
 func taskIndex(spec *pipeline.Spec, task string) int {
@@ -144,16 +159,12 @@ func taskIndex(spec *pipeline.Spec, task string) int {
 	return -1
 }
 
-// unsplit renames a gear's result back to spec's tasks: each cascade's next stage hosted in its own task again.
-func unsplit(r *Result, spec *pipeline.Spec, tasks []*pipeline.Task) {
-	g := *spec
-	g.Tasks = append([]pipeline.Task(nil), spec.Tasks...)
-	for _, t := range tasks {
-		next := nextTask(&g, t.Name)
-		g.Tasks = append(g.Tasks, pipeline.Task{Name: next})
-		for i := range r.Variants {
-			if r.Variants[i].Task == next {
-				r.Variants[i].Task = t.Name
+// unsplit renames a gear's result back to the spec's tasks: each cascade's second stage hosted in its own task again.
+func unsplit(r *Result, tasks []*pipeline.Task, names []string) {
+	for i := range r.Variants {
+		for j, n := range names {
+			if r.Variants[i].Task == n {
+				r.Variants[i].Task = tasks[j].Name
 			}
 		}
 	}

@@ -2,6 +2,8 @@ package allocate
 
 import (
 	"math"
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
@@ -96,5 +98,38 @@ func TestGearPlanChoosesTheBest(t *testing.T) {
 	l := spec.Task("classify").Cascade.Level(scaled.Cascades["classify"])
 	if want := 250 * min(1, 2*l.Escalation); math.Abs(next-want) > 1e-6 {
 		t.Errorf("escalation scaled by 2: %.1f items/s sent on, want %.1f", next, want)
+	}
+}
+
+// TestGearChainWeights: in a tree with several leaves, a gear weighs each chain as the spec does: the items a
+// cascade sends on are its chain's items, not more of them.
+func TestGearChainWeights(t *testing.T) {
+	data, err := os.ReadFile("../../examples/traffic.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	y := strings.Replace(string(data), "      - name: effnet_b0\n        accuracy: 0.771\n",
+		"      - name: effnet_b0\n        accuracy: 0.771\n        confidence: {right: {mean: 0.8, sd: 0.15}, wrong: {mean: 0.45, sd: 0.2}}\n", 1)
+	y = strings.Replace(y, "  - name: recognize_face\n",
+		"    cascade: {variants: [effnet_b0, effnet_b7], thresholds: [0.6]}\n  - name: recognize_face\n", 1)
+	spec, err := pipeline.Parse([]byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks := spec.Cascades()
+	if len(tasks) != 1 {
+		t.Fatalf("cascades %v", tasks)
+	}
+	names := nextTasks(spec, tasks)
+	g := Input{Spec: cascadeSpec(spec, tasks, names, []float64{0.6}, nil), cascadeNext: map[string]bool{names[0]: true}}
+	want := chainWeights(Input{Spec: spec}, spec.Chains())
+	got := chainWeights(g, g.Spec.Chains())
+	if len(got) != len(want) {
+		t.Fatalf("%d chains in the gear, %d in the spec", len(got), len(want))
+	}
+	for i := range want {
+		if math.Abs(got[i]-want[i]) > 1e-12 {
+			t.Errorf("chain %d: weight %v in the gear, %v in the spec", i, got[i], want[i])
+		}
 	}
 }
