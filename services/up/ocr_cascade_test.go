@@ -1,16 +1,12 @@
 package up
 
 import (
-	"bytes"
 	"fmt"
-	"image/png"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/sleipnir-serving/sleipnir/internal/onnxtest"
 	"github.com/sleipnir-serving/sleipnir/pkg/ocr"
@@ -18,22 +14,12 @@ import (
 	"github.com/sleipnir-serving/sleipnir/services/worker"
 )
 
-// ocrCascade: the v3 detector, its lines read by rec_v3 and, below its confidence threshold, by rec_v4 (a static
-// plan at the cascade's threshold). The level's figures are the test's own: what the replies' accuracy must show.
-const ocrCascade = `
-name: ocr-casc
-slo_ms: 60000
-batch_sizes: [1, 2]
-tasks:
-  - name: find_text
-    children: [read_text]
-    variants:
-      - name: det
-        accuracy: 0.9
-        fanout: {mean: 4}
-        executor: {kind: onnx, model: paddleocr/en_PP-OCRv3_det_infer.onnx, program: ocr-detect, input_size: 480}
-        profile: [{batch: 1, p50_ms: 40, p95_ms: 50}, {batch: 2, p50_ms: 80, p95_ms: 90}]
-  - name: read_text
+// ocrCascade is onnxtest.OCRPipeline with read_text served by rec_v3 and, below its confidence threshold, rec_v4 (a
+// static plan at the cascade's threshold). The level's figures are the test's own: what the replies' accuracy must
+// show.
+func ocrCascade(threshold float64) string {
+	det, _, _ := strings.Cut(onnxtest.OCRPipeline, "  - name: read_text\n")
+	return strings.Replace(det, "name: ocr-e2e", "name: ocr-casc", 1) + fmt.Sprintf(`  - name: read_text
     variants:
       - {name: rec_v3, accuracy: 0.9, executor: {kind: onnx, model: paddleocr/en_PP-OCRv3_rec_infer.onnx, program: ocr-recognize},
          profile: [{batch: 1, p50_ms: 15, p95_ms: 20}, {batch: 2, p50_ms: 25, p95_ms: 30}]}
@@ -41,8 +27,8 @@ tasks:
          profile: [{batch: 1, p50_ms: 20, p95_ms: 25}, {batch: 2, p50_ms: 35, p95_ms: 40}]}
     cascade:
       variants: [rec_v3, rec_v4]
-      levels: [{threshold: %v, escalation: 0.3, accuracy: 0.95, next_accuracy: 0.8}]
-      threshold: %v
+      levels: [{threshold: %[1]v, escalation: 0.3, accuracy: 0.95, next_accuracy: 0.8}]
+      threshold: %[1]v
 path_accuracy:
   - {path: [find_text/det, read_text/rec_v3], accuracy: 0.75}
   - {path: [find_text/det, read_text/rec_v4], accuracy: 0.8}
@@ -50,7 +36,8 @@ allocation:
   - {task: find_text, variant: det, replicas: 1, max_batch: 2}
   - {task: read_text, variant: rec_v3, replicas: 1, max_batch: 2}
   - {task: read_text, variant: rec_v4, replicas: 1, max_batch: 2}
-`
+`, threshold)
+}
 
 // ocrCascadeThreshold sends on some of the rendered lines and keeps others (rec_v3's confidence on them).
 const ocrCascadeThreshold = 0.97
@@ -60,7 +47,7 @@ const ocrCascadeThreshold = 0.97
 // each; every reply's accuracy is the mean of its lines' level accuracies.
 func TestOCRCascadeLive(t *testing.T) {
 	models := onnxtest.Models(t, append(onnxtest.OCRModels, "paddleocr/en_PP-OCRv4_rec.onnx")...)
-	sys, spec := startSpecSystem(t, fmt.Sprintf(ocrCascade, ocrCascadeThreshold, ocrCascadeThreshold),
+	sys, spec := startSpecSystem(t, ocrCascade(ocrCascadeThreshold),
 		Config{Workers: 3, Worker: worker.Config{ModelsDir: models}})
 	c := newClient(t, sys)
 	fonts, _ := ocr.LoadFonts("")
@@ -68,15 +55,7 @@ func TestOCRCascadeLive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var subjects []string
-	for i, img := range imgs {
-		var buf bytes.Buffer
-		if err := png.Encode(&buf, img); err != nil {
-			t.Fatal(err)
-		}
-		data, _ := msgpack.Marshal(&wire.InferRequest{ID: fmt.Sprint(i), Inputs: []wire.Tensor{wire.NewBytes(ocr.TensorImage, [][]byte{buf.Bytes()})}})
-		subjects = append(subjects, c.Send(t, spec.Name, data, nats.Header{wire.HeaderContentType: {wire.ContentMsgpack}}))
-	}
+	subjects := sendImages(t, c, spec.Name, imgs)
 	replies := c.Wait(t, subjects, 3*time.Minute)
 	kept := []string{"find_text/det", "read_text/rec_v3"}
 	sent := append(slices.Clone(kept), "read_text/rec_v4")

@@ -1,15 +1,10 @@
 package profiler
 
 import (
-	"context"
 	"math"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/sleipnir-serving/sleipnir/internal/onnxtest"
-	"github.com/sleipnir-serving/sleipnir/pkg/ocr"
-	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 )
 
 const cascadeSpec = `
@@ -35,31 +30,7 @@ tasks:
 func TestProfileCascadeLevels(t *testing.T) {
 	models := onnxtest.Models(t, "paddleocr/en_PP-OCRv3_det_infer.onnx", "paddleocr/en_PP-OCRv3_rec_infer.onnx",
 		"paddleocr/en_PP-OCRv4_rec.onnx")
-	dir := t.TempDir()
-	specPath := filepath.Join(dir, "casc.yaml")
-	if err := os.WriteFile(specPath, []byte(cascadeSpec), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	s, err := pipeline.LoadForProfiling(specPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fonts, _ := ocr.LoadFonts("")
-	set, err := ocr.WriteSet(filepath.Join(dir, "data"), 4, 11, fonts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := Run(context.Background(), Config{Spec: s, Set: set, ModelsDir: models, Repetitions: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := pipeline.WriteProfileFile(filepath.Join(dir, s.Profiles), &res.File, Header("test")); err != nil {
-		t.Fatal(err)
-	}
-	loaded, err := pipeline.Load(specPath)
-	if err != nil {
-		t.Fatalf("the spec does not load with its new profile: %v", err)
-	}
+	_, loaded := profileAndLoad(t, cascadeSpec, models, 4, 11, nil)
 	ls := loaded.Task("read_text").Cascade.Levels
 	if len(ls) != 4 {
 		t.Fatalf("levels %+v, want 4", ls)
