@@ -7,20 +7,8 @@ import (
 	"github.com/sleipnir-serving/sleipnir/internal/onnxtest"
 )
 
-const cascadeSpec = `
-name: ocr-casc
-slo_ms: 3000
-batch_sizes: [1, 4]
-profiles: casc.profile.yaml
-tasks:
-  - name: find_text
-    children: [read_text]
-    variants:
-      - {name: det_v3_320, executor: {kind: onnx, model: paddleocr/en_PP-OCRv3_det_infer.onnx, program: ocr-detect, input_size: 320}}
-  - name: read_text
-    variants:
-      - {name: rec_v3, executor: {kind: onnx, model: paddleocr/en_PP-OCRv3_rec_infer.onnx, program: ocr-recognize}}
-      - {name: rec_v4, executor: {kind: onnx, model: paddleocr/en_PP-OCRv4_rec.onnx, program: ocr-recognize}}
+// cascadeSpec is the small pipeline with rec_v4 beside rec_v3, and read_text declared the cascade of the two.
+var cascadeSpec = spec + `      - {name: rec_v4, executor: {kind: onnx, model: paddleocr/en_PP-OCRv4_rec.onnx, program: ocr-recognize}}
     cascade: {variants: [rec_v3, rec_v4], thresholds: [0, 0.5, 0.9, 1]}
 `
 
