@@ -6,6 +6,7 @@ package sim
 import (
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"time"
 
@@ -257,7 +258,8 @@ func (s *sim) result(p *pipe) *Result {
 	sum.PlanSeconds = s.planWall.Seconds()
 	sum.SimulatedS = float64(p.end) / float64(time.Second)
 	if p.plan != nil && p.plan.Allocation != nil {
-		sum.PlannedAccuracy = p.plan.Allocation.SystemAccuracy
+		// Rounded: the allocation sums its paths' flows in map order, so the last bits vary from run to run.
+		sum.PlannedAccuracy = math.Round(p.plan.Allocation.SystemAccuracy*1e9) / 1e9
 	}
 	if p.plan != nil {
 		sum.Cascades = p.plan.Cascades
