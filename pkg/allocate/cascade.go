@@ -90,7 +90,7 @@ func gears(tasks []*pipeline.Task) [][]float64 {
 // cascadeSpec is spec with each cascade task served as its cascade at the setting's threshold: the task keeps only
 // the cascade's first variant, which sends the level's escalation rate of its items (times scale) to a new child task
 // holding the next variant, and each path through them is worth the cascade's accuracy at that level
-// (pipeline.Spec.CascadePathAccuracy, items kept and items sent on weighted by the rate). The allocation then sizes
+// (pipeline.Spec.CascadePathAccuracy, items kept and items sent on weighted by the level's rate). The allocation then sizes
 // both stages for their loads, and budgets an item sent on for both latencies and one more hop.
 func cascadeSpec(spec *pipeline.Spec, tasks []*pipeline.Task, names []string, setting []float64,
 	scale map[string]float64) *pipeline.Spec {
@@ -105,6 +105,8 @@ func cascadeSpec(spec *pipeline.Spec, tasks []*pipeline.Task, names []string, se
 	for i, t := range tasks {
 		c := t.Cascade
 		l := c.Level(setting[i])
+		// The measured scale moves the second stage's load, not the level's accuracy: the level's figures hold
+		// together (fewer items sent on would mean less accurate kept ones, which no heartbeat measures).
 		e := l.Escalation
 		if s, ok := scale[t.Name]; ok && s > 0 {
 			e = min(1, e*s)
@@ -126,7 +128,8 @@ func cascadeSpec(spec *pipeline.Spec, tasks []*pipeline.Task, names []string, se
 			kept := spec.CascadePathAccuracy(p, thresholds)
 			on := spec.CascadePathAccuracy(append(append([]string(nil), p...), nextKey), thresholds)
 			path := append(append([]string(nil), p...), wire.VariantKey{Task: next, Variant: c.Variants[1]}.String())
-			g.PathAccuracy = append(g.PathAccuracy, pipeline.PathAccuracy{Path: path, Accuracy: (1-e)*kept + e*on})
+			g.PathAccuracy = append(g.PathAccuracy, pipeline.PathAccuracy{Path: path,
+				Accuracy: (1-l.Escalation)*kept + l.Escalation*on})
 		}
 	}
 	return &g
