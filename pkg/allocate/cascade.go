@@ -90,8 +90,8 @@ func gears(tasks []*pipeline.Task) [][]float64 {
 // cascadeSpec is spec with each cascade task served as its cascade at the setting's threshold: the task keeps only
 // the cascade's first variant, which sends the level's escalation rate of its items (times scale) to a new child task
 // holding the next variant, and each path through them is worth the cascade's accuracy at that level
-// (pipeline.Spec.CascadePathAccuracy, items kept and items sent on weighted by the level's rate). The allocation then sizes
-// both stages for their loads, and budgets an item sent on for both latencies and one more hop.
+// (pipeline.Spec.CascadePathAccuracy, items kept and items sent on weighted by the level's rate). The allocation then
+// sizes both stages for their loads, and budgets an item sent on for both latencies and one more hop.
 func cascadeSpec(spec *pipeline.Spec, tasks []*pipeline.Task, names []string, setting []float64,
 	scale map[string]float64) *pipeline.Spec {
 	g := *spec
