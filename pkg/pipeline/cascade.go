@@ -125,9 +125,10 @@ func (s *Spec) WithoutCascades() *Spec {
 
 // CascadePathAccuracy is the end-to-end accuracy of a leaf's path where the cascades run at thresholds (task ->
 // threshold, the plan's): a path whose last hops are a cascade's first variant and then its next is an item that was
-// sent on; one that ends at a cascade's first variant, an item it kept. Either is the path's accuracy
-// (PathAccuracyOf, without the first variant's hop when the item went on) times the level's accuracy on those items
-// over the variant's own. Any other path is PathAccuracyOf's.
+// sent on; one that ends at a cascade's first variant, an item it kept. Either is the accuracy of the path to the
+// first variant (PathAccuracyOf) times the level's accuracy on those items over the first variant's own: what the
+// tasks above lose (an OCR line never found) is what the first variant's path loses, since every item of the cascade
+// takes it. Any other path is PathAccuracyOf's.
 func (s *Spec) CascadePathAccuracy(path []string, thresholds map[string]float64) float64 {
 	n := len(path)
 	if n == 0 || len(thresholds) == 0 {
@@ -146,8 +147,8 @@ func (s *Spec) CascadePathAccuracy(path []string, thresholds map[string]float64)
 		return s.PathAccuracyOf(path) * ratio(l.Accuracy, v.Accuracy)
 	}
 	if n >= 2 && path[n-2] == (wire.VariantKey{Task: t.Name, Variant: t.Cascade.Variants[0]}).String() {
-		short := append(append([]string(nil), path[:n-2]...), path[n-1])
-		return s.PathAccuracyOf(short) * ratio(l.NextAccuracy, v.Accuracy)
+		_, first := s.Lookup(path[n-2])
+		return s.PathAccuracyOf(path[:n-1]) * ratio(l.NextAccuracy, first.Accuracy)
 	}
 	return s.PathAccuracyOf(path)
 }
