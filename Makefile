@@ -65,10 +65,10 @@ build: deps
 	$(GO) build -ldflags "-X github.com/sleipnir-serving/sleipnir/pkg/buildinfo.version=$(VERSION)" -o bin/sleipnir ./cmd/sleipnir
 	$(GO) build -o bin/loadgen ./cmd/loadgen
 
-# The whole system on an embedded NATS server, serving examples/$(PIPELINE).yaml. Ctrl-C stops it. The OCR pipeline
-# runs real models: it needs them (and the labelled set, for loadgen --images), and one worker per core, since each
-# inference takes a core (its profile was measured so).
-ifeq ($(PIPELINE),ocr)
+# The whole system on an embedded NATS server, serving examples/$(PIPELINE).yaml. Ctrl-C stops it. The OCR pipelines
+# run real models: they need them (and the labelled set, for loadgen --images), and one worker per core, since each
+# inference takes a core (their profiles were measured so).
+ifneq ($(filter ocr ocr-cascade,$(PIPELINE)),)
 RUN_NEEDS = models data
 RUN_ARGS  = --workers $(shell nproc)
 endif

@@ -141,6 +141,11 @@ func (p *pipelineFiles) String() string     { return strings.Join(*p, ",") }
 func (p *pipelineFiles) Set(v string) error { *p = append(*p, v); return nil }
 
 func loadPipelines(files []string) ([]*pipeline.Spec, error) {
+	return loadPipelinesCascades(files, true)
+}
+
+// loadPipelinesCascades is loadPipelines, with the tasks' cascades left out unless cascades.
+func loadPipelinesCascades(files []string, cascades bool) ([]*pipeline.Spec, error) {
 	var specs []*pipeline.Spec
 	seen := map[string]string{}
 	for _, f := range files {
@@ -152,6 +157,9 @@ func loadPipelines(files []string) ([]*pipeline.Spec, error) {
 			return nil, fmt.Errorf("%s and %s both define pipeline %q", other, f, s.Name)
 		}
 		seen[s.Name] = f
+		if !cascades {
+			s = s.WithoutCascades()
+		}
 		specs = append(specs, s)
 	}
 	return specs, nil

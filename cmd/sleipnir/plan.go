@@ -6,7 +6,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -47,6 +49,7 @@ func runPlan(args []string) error {
 		"separated), replayed at --demand")
 	var c common
 	c.register(fs, "NATS server(s) of --live")
+	noCascade := fs.Bool("no-cascade", false, "serve every task as if it declared no cascade (the same pipeline without its cascades)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -56,7 +59,7 @@ func runPlan(args []string) error {
 	if len(files) == 0 {
 		return errors.New("--pipeline is required")
 	}
-	specs, err := loadPipelines(files)
+	specs, err := loadPipelinesCascades(files, !*noCascade)
 	if err != nil {
 		return err
 	}
@@ -118,7 +121,7 @@ func planOne(in allocate.Input, opt allocate.Options, lpFile string, asJSON bool
 		}
 	}
 	opt.MaxServable = true
-	r, err := allocate.Solve(in, opt)
+	r, err := allocate.SolveCascade(in, opt, nil)
 	if err != nil {
 		return err
 	}
@@ -133,7 +136,7 @@ func planOne(in allocate.Input, opt allocate.Options, lpFile string, asJSON bool
 // Poisson arrivals).
 func planChecked(in allocate.Input, opt allocate.Options, checkGaps string, asJSON bool) error {
 	opt.MaxServable = true
-	r, err := allocate.Solve(in, opt)
+	r, err := allocate.SolveCascade(in, opt, nil)
 	if err != nil {
 		return err
 	}
@@ -160,7 +163,7 @@ func planSweep(in allocate.Input, opt allocate.Options, from, to, step float64, 
 	}
 	for d := from; d <= to+1e-9; d += step {
 		in.Demand = d
-		r, err := allocate.Solve(in, opt)
+		r, err := allocate.SolveCascade(in, opt, nil)
 		if err != nil {
 			return err
 		}
@@ -173,6 +176,9 @@ func planSweep(in allocate.Input, opt allocate.Options, from, to, step float64, 
 		var hosted []string
 		for _, v := range r.Variants {
 			hosted = append(hosted, fmt.Sprintf("%s/%s x%d@%d", v.Task, v.Variant, v.Replicas, v.BatchSize))
+		}
+		for _, t := range slices.Sorted(maps.Keys(r.Cascades)) {
+			hosted = append(hosted, fmt.Sprintf("cascade %s@%g", t, r.Cascades[t]))
 		}
 		fmt.Fprintf(tw, "%g\t%s\t%d\t%.4f\t%v\t%.1f\t%s\n", d, r.Mode, r.ServersUsed, r.SystemAccuracy, r.Optimal,
 			r.SolveMs, strings.Join(hosted, " "))
@@ -211,6 +217,9 @@ func printPlan(r *allocate.Result, gap float64) {
 	fmt.Printf("mode %s: %d of %d servers, system accuracy %.4f, serves %.1f QPS (at most %.1f with these servers)\n",
 		r.Mode, r.ServersUsed, r.Servers, r.SystemAccuracy, r.ServedQPS, r.MaxServableQPS)
 	printSolve(r.Optimal, gap, r.Gap, r.SolveMs, r.Nodes)
+	for _, t := range slices.Sorted(maps.Keys(r.Cascades)) {
+		fmt.Printf("task %s served by its cascade at threshold %g\n", t, r.Cascades[t])
+	}
 	printVariants(r)
 }
 

@@ -44,6 +44,7 @@ func runSim(args []string) error {
 	admit := fs.Bool("admission", false, "the frontends' admission control (pkg/admission), as on up and frontend")
 	asJSON := fs.Bool("json", false, "print the summaries as JSON")
 	routingMode := fs.String("routing", "", "every pipeline's routing_mode: tables or queue (default: each spec's)")
+	noCascade := fs.Bool("no-cascade", false, "serve every task as if it declared no cascade (the same pipeline without its cascades)")
 	progress := fs.Bool("progress", isTerminal(os.Stderr), "show a progress bar on standard error (default: when it is a terminal)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -51,7 +52,7 @@ func runSim(args []string) error {
 	if len(files) == 0 {
 		return errors.New("--pipeline is required")
 	}
-	specs, err := loadPipelines(files)
+	specs, err := loadPipelinesCascades(files, !*noCascade)
 	if err != nil {
 		return err
 	}

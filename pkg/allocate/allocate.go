@@ -57,6 +57,9 @@ type Input struct {
 	// listFlows lists every flow column up to MaxFlowColumns, for a whole form to write (WriteLP), where a solve
 	// would generate them past priceFlowColumns.
 	listFlows bool
+	// cascadeNext names the tasks that are a gear's cascade second stage (cascade.go): the hop to one is the same
+	// items sent on, not a fan-out, and does not weigh its chain.
+	cascadeNext map[string]bool
 }
 
 // utilization is the share of throughput a plan may use.

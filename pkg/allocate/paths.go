@@ -67,6 +67,9 @@ func chainWeights(in Input, chains [][]string) []float64 {
 	for ci, chain := range chains {
 		f := 1.0
 		for i := 0; i+1 < len(chain); i++ {
+			if in.cascadeNext[chain[i+1]] {
+				continue
+			}
 			t := in.Spec.Task(chain[i])
 			f *= in.fanout(t.Name, t.MostAccurate(), chain[i+1])
 		}

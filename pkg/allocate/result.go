@@ -42,6 +42,8 @@ type Result struct {
 	// LatencyModel is the latency model the allocation was solved with (Input.LatencyModel).
 	LatencyModel LatencyModel `json:"latency_model"`
 	Variants     []Hosted     `json:"variants"`
+	// Cascades is, per cascade task, the threshold its gear plan chose (SolveCascade); absent: no cascade runs.
+	Cascades map[string]float64 `json:"cascades,omitempty"`
 }
 
 // read fills res from a solution.
@@ -127,5 +129,6 @@ func (r *Result) Plan(pipelineName string, epoch uint64) *plan.Plan {
 		p.Variants = append(p.Variants, plan.VariantPlan{Task: h.Task, Variant: h.Variant, Replicas: h.Replicas,
 			MaxBatch: h.BatchSize, BudgetMs: h.LatencyMs, CapacityQPS: h.CapacityQPS})
 	}
+	p.Cascades = r.Cascades
 	return p
 }

@@ -200,6 +200,11 @@ type Observed struct {
 	// pkg/latency.Blend); variants not listed use the spec's. The allocation and the routing plan with them, and a
 	// move of more than ReplanThreshold at any point solves the allocation again at once.
 	Profiles map[string][]pipeline.ProfilePoint
+	// Escalation is, per cascade task, the escalation rate workers measured at its first variant
+	// (pkg/demand.EscalationEstimator); EscalationScale, which the loop fills in, that rate over the profiled one at
+	// the threshold in force: the allocation scales every level's rate by it. Tasks not listed plan with the
+	// profile's.
+	Escalation, EscalationScale map[string]float64
 	// Servers is how many workers the pipeline may use.
 	Servers int
 	// DemandUnknown says no demand has been measured yet (no frontend has reported, and no earlier plan gave a
@@ -242,9 +247,9 @@ type MILP struct {
 
 // Allocate solves the allocation MILP.
 func (a MILP) Allocate(spec *pipeline.Spec, o Observed) (*plan.Plan, error) {
-	res, err := allocate.Solve(allocate.Input{Spec: spec, Demand: o.Demand, Servers: o.Servers, Fanout: o.Fanout,
-		Utilization: a.Utilization, LatencyModel: a.LatencyModel},
-		allocate.Options{TimeLimit: a.TimeLimit, Workers: a.Workers})
+	res, err := allocate.SolveCascade(allocate.Input{Spec: spec, Demand: o.Demand, Servers: o.Servers,
+		Fanout: o.Fanout, Utilization: a.Utilization, LatencyModel: a.LatencyModel},
+		allocate.Options{TimeLimit: a.TimeLimit, Workers: a.Workers}, o.EscalationScale)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package control
 
 import (
+	"maps"
 	"time"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/demand"
@@ -159,6 +160,7 @@ func (l *Loop) replan(now time.Time, o Observed) Step {
 	}
 	in := o
 	in.Demand = target
+	in.EscalationScale = escalationScale(l.spec, l.current, o.Escalation)
 	spec := l.specFor(o)
 	p, err := l.alloc.Allocate(spec, in)
 	if err == nil && l.cfg.headroom() > 0 && p.Mode != plan.ModeHardware {
@@ -243,7 +245,8 @@ func (l *Loop) worthSwapping(p *plan.Plan, o Observed) bool {
 // sameAllocation says whether two plans host the same replicas of the same variants at the same batch sizes: a new
 // epoch for it would move no worker, and only count as a plan change.
 func sameAllocation(a, b *plan.Plan) bool {
-	if a.Allocation == nil || b.Allocation == nil || a.Mode != b.Mode || len(a.Variants) != len(b.Variants) {
+	if a.Allocation == nil || b.Allocation == nil || a.Mode != b.Mode || len(a.Variants) != len(b.Variants) ||
+		!maps.Equal(a.Cascades, b.Cascades) {
 		return false
 	}
 	for _, v := range b.Variants {

@@ -80,6 +80,7 @@ type Pipeline struct {
 	// Under Cluster.mu:
 	demand  *demand.Estimator
 	fanout  *demand.FanoutEstimator
+	escal   *demand.EscalationEstimator // the cascades' first variants' escalation rates
 	tasks   *demand.TaskDemand
 	traffic *demand.Traffic // the frontends' gaps and the workers' sub-request counts, for the plan check
 
@@ -119,7 +120,7 @@ func New(specs []*pipeline.Spec, systems []control.System, cfg Config) (*Cluster
 			}
 		}
 		p := &Pipeline{Spec: spec, System: systems[i], index: i, demand: e, traffic: demand.NewTraffic(),
-			fanout: demand.NewFanoutEstimator(cfg.DemandAlpha, 0),
+			fanout: demand.NewFanoutEstimator(cfg.DemandAlpha, 0), escal: demand.NewEscalationEstimator(cfg.DemandAlpha, 0),
 			tasks: demand.NewTaskDemand(below, func() *demand.Estimator {
 				return cfg.Control.DemandEstimator(cfg.DemandAlpha)
 			})}

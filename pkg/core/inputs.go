@@ -60,6 +60,7 @@ func (c *Cluster) Heartbeat(id string, reg wire.Registration, now time.Time) {
 		}
 		variant := served.Key().String()
 		p.fanout.Observe(variant, delta.FanoutCounts)
+		p.escal.Observe(variant, delta.Items, delta.Escalated)
 		c.messages.Observe(key, delta)
 		if delta.Items > 0 {
 			p.traffic.Fold(variant, delta.FanoutCounts)

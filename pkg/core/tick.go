@@ -7,6 +7,7 @@ import (
 
 	"github.com/sleipnir-serving/sleipnir/pkg/control"
 	"github.com/sleipnir-serving/sleipnir/pkg/latency"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
 // TickEvery is how often the caller ticks: the frontends report and the workers beat about once a second.
@@ -43,7 +44,8 @@ func (c *Cluster) observe(now time.Time) []Decision {
 	out := make([]Decision, len(c.pipes))
 	for i, p := range c.pipes {
 		p.fanout.Tick()
-		out[i] = Decision{Pipeline: p, Observed: control.Observed{Demand: p.demand.Tick(now),
+		p.escal.Tick()
+		out[i] = Decision{Pipeline: p, Observed: control.Observed{Demand: p.demand.Tick(now), Escalation: p.escalations(),
 			DemandWindow: p.demand.Window(), DemandUnknown: !p.demand.Known(), Fanout: p.fanout.Estimate(p.Spec),
 			FanoutSamples: p.fanout.Samples(), TaskDemand: p.tasks.Tick(now, TickEvery), Traffic: p.traffic.Sample(now),
 			Profiles: latency.Blend(p.Spec, c.latency.Measured(p.Spec, now, c.cfg.LatencyMaxAge))}}
@@ -65,4 +67,18 @@ func (c *Cluster) Published(d Decision, now time.Time, able int) {
 		p.lent = p.tuner.Look(now, c.tuneInput(p, able))
 		c.showLoans()
 	}
+}
+
+// escalations is the measured escalation rate of each cascade task's first variant seen often enough.
+func (p *Pipeline) escalations() map[string]float64 {
+	var out map[string]float64
+	for _, t := range p.Spec.Cascades() {
+		if r, ok := p.escal.Rate(wire.VariantKey{Task: t.Name, Variant: t.Cascade.Variants[0]}.String()); ok {
+			if out == nil {
+				out = map[string]float64{}
+			}
+			out[t.Name] = r
+		}
+	}
+	return out
 }

@@ -63,6 +63,9 @@ func (c *Counters) Fold(id string, reg wire.Registration) map[string]Delta {
 				delta.Children[child] = n - old.Children[child]
 			}
 		}
+		if cur.Escalated >= old.Escalated {
+			delta.Escalated = cur.Escalated - old.Escalated
+		}
 		if cur.Messages >= old.Messages {
 			delta.Messages = cur.Messages - old.Messages
 		}

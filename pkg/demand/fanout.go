@@ -27,14 +27,20 @@ type smoothedCounts struct {
 	children map[string]float64
 }
 
-// NewFanoutEstimator returns an estimator; alpha 0 means 0.3, minItems 0 means 20.
-func NewFanoutEstimator(alpha, minItems float64) *FanoutEstimator {
+// smoothingDefaults are alpha and minItems with their defaults for 0 (or an alpha out of (0, 1]): 0.3 and 20.
+func smoothingDefaults(alpha, minItems float64) (float64, float64) {
 	if alpha <= 0 || alpha > 1 {
 		alpha = 0.3
 	}
 	if minItems <= 0 {
 		minItems = 20
 	}
+	return alpha, minItems
+}
+
+// NewFanoutEstimator returns an estimator; alpha 0 means 0.3, minItems 0 means 20.
+func NewFanoutEstimator(alpha, minItems float64) *FanoutEstimator {
+	alpha, minItems = smoothingDefaults(alpha, minItems)
 	return &FanoutEstimator{Alpha: alpha, MinItems: minItems, smoothed: map[string]*smoothedCounts{},
 		pending: map[string]*wire.FanoutCounts{}}
 }

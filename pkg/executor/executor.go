@@ -27,6 +27,9 @@ type Output struct {
 	Children map[string][][]wire.Tensor
 	// Err fails this item alone (its input was unusable); the rest of the batch stands.
 	Err error
+	// Confidence is how sure the model is of this answer, in [0, 1], from the kinds that say (a cascade's first
+	// variant sends the item on when it is below the plan's threshold: pkg/hop.Table.Escalate).
+	Confidence float64
 }
 
 // NumChildren is the number of sub-requests the item emits over all child tasks.

@@ -35,6 +35,7 @@ type Table struct {
 	routes [][]plan.Route          // aligned with Children
 	dests  []map[string]Dest       // per child: hosted variant -> size
 	queue  [][]routing.QueueOption // per child, with routing_mode queue: its hosted variants, most accurate first
+	esc    *escalation             // nil: no cascade from this variant (cascade.go)
 }
 
 // ForReplica is the forwarding table of one replica of task/variant under plan p, with the replica's own deadline
@@ -55,6 +56,7 @@ func NewTable(spec *pipeline.Spec, p *plan.Plan, stage *deadline.Stage, task, va
 	if p == nil {
 		return t
 	}
+	t.esc = newEscalation(spec, p, task, variant)
 	down := p.Routing.Downstream[wire.VariantKey{Task: task, Variant: variant}.String()]
 	if spec.RoutingMode == routing.ModeQueue {
 		t.queue = make([][]routing.QueueOption, len(children))

@@ -96,6 +96,7 @@ func ParseJSON(data []byte) (*Spec, error) {
 		return nil, err
 	}
 	s.applyDefaults()
+	s.computeLevels()
 	return &s, nil
 }
 

@@ -18,6 +18,14 @@ type ProfileFile struct {
 	Measured     Measurement      `json:"measured" yaml:"measured"`
 	Variants     []VariantProfile `json:"variants" yaml:"variants"`
 	PathAccuracy []PathAccuracy   `json:"path_accuracy,omitempty" yaml:"path_accuracy,omitempty"`
+	// Cascades are the measured levels of each cascade the spec declares (pipeline.Cascade.Levels).
+	Cascades []CascadeProfile `json:"cascades,omitempty" yaml:"cascades,omitempty"`
+}
+
+// CascadeProfile is the measured levels of one task's cascade.
+type CascadeProfile struct {
+	Task   string         `json:"task" yaml:"task"`
+	Levels []CascadeLevel `json:"levels" yaml:"levels"`
 }
 
 // Measurement says where and how a profile was measured.
@@ -142,6 +150,9 @@ func writeProfiles(doc map[string]any, tasks []any, pf *ProfileFile, name string
 			vm["fanout"] = f
 		}
 	}
+	if err := writeCascades(tasks, pf, name); err != nil {
+		return err
+	}
 	if len(pf.PathAccuracy) > 0 && doc["path_accuracy"] == nil {
 		var pas []any
 		for _, pa := range pf.PathAccuracy {
@@ -178,6 +189,17 @@ func writePlaceholders(doc map[string]any, tasks []any) {
 			}
 			if _, ok := vm["fanout"]; !ok && len(asList(tm["children"])) > 0 {
 				vm["fanout"] = map[string]any{"mean": 1.0}
+			}
+		}
+		// A cascade's levels: none escalates, every answer right.
+		if c, _ := tm["cascade"].(map[string]any); c != nil && c["levels"] == nil {
+			var levels []any
+			for _, th := range asList(c["thresholds"]) {
+				levels = append(levels, map[string]any{"threshold": th, "escalation": 0.0, "accuracy": 1.0,
+					"next_accuracy": 1.0})
+			}
+			if len(levels) > 0 {
+				c["levels"] = levels
 			}
 		}
 	}

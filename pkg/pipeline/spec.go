@@ -62,6 +62,8 @@ type Task struct {
 	// list as a child. Its parents are parallel children of the root and nothing else's; see Join.
 	Join     *Join     `json:"join,omitempty"`
 	Variants []Variant `json:"variants"`
+	// Cascade optionally serves the task by a cascade of its variants (cascade.go).
+	Cascade *Cascade `json:"cascade,omitempty"`
 }
 
 // Join is how a join task waits for its parents' outputs of one item (Seldon Core 2's inner, any and outer joins).
@@ -97,6 +99,9 @@ type Variant struct {
 	// SwapMs is how long a worker takes to load the variant when it is assigned it (0 if not profiled): the
 	// emulated executor waits that long before serving, and the simulator keeps the server idle as long.
 	SwapMs float64 `json:"swap_ms,omitempty"`
+	// Confidence is how the emulated executor draws its confidence in each answer (emulated only; needed by a
+	// cascade's first variant).
+	Confidence *Confidence `json:"confidence,omitempty"`
 }
 
 // Executor says how a variant computes.

@@ -158,6 +158,12 @@ func (s *Spec) validateVariants(batches []int, allowed map[int]bool, add func(st
 			}
 			validateBranches(t, v.Branches, vp+".branches", add)
 			s.validateProfile(v.Profile, batches, allowed, vp+".profile", add)
+			if v.Confidence != nil && v.Executor.Kind != ExecutorEmulated {
+				add(vp+".confidence", "only emulated variants draw a confidence; %q reports its own", v.Name)
+			}
+		}
+		if t.Cascade != nil {
+			s.validateCascade(i, t, add)
 		}
 	}
 }

@@ -35,6 +35,9 @@ type Plan struct {
 	// routed with in place of the spec's: the profile blended with the batch latencies workers measured
 	// (pkg/latency); variants not listed use the spec's.
 	Profiles map[string][]pipeline.ProfilePoint `json:"profiles,omitempty"`
+	// Cascades is, per task served by its cascade (pipeline.Cascade), the first variant's confidence threshold: its
+	// items below it are sent on to the next variant. A cascade task not listed is routed as any other.
+	Cascades map[string]float64 `json:"cascades,omitempty"`
 	// Allocation says what the allocation MILP was solved for and what it found; absent from static plans.
 	Allocation *Allocation `json:"allocation,omitempty"`
 }
@@ -237,6 +240,7 @@ func Static(spec *pipeline.Spec) (*Plan, error) {
 			return nil, fmt.Errorf("allocation hosts no variant of task %s", t.Name)
 		}
 	}
+	p.staticCascades(spec)
 	return p, nil
 }
 

@@ -51,6 +51,9 @@ func (p *Plan) Validate(spec *pipeline.Spec) error {
 	if err := p.checkFactors(spec); err != nil {
 		return err
 	}
+	if err := p.checkCascades(spec); err != nil {
+		return err
+	}
 	return p.checkAllocation()
 }
 

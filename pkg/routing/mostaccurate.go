@@ -41,11 +41,12 @@ func MostAccurateFirst(in Input) plan.Routing {
 	}
 	spec := in.Spec
 	hosted, left := hostedByAccuracy(in, util)
+	entry := cascadeEntries(spec, in.Plan, hosted)
 
 	incoming := make(map[string]float64, len(left))
 	root := spec.Root()
 	r := plan.Routing{Downstream: map[string]map[string][]plan.Route{}}
-	r.Root = fill(hosted[root.Name], in.Demand, left, incoming)
+	r.Root = fill(entry[root.Name], in.Demand, left, incoming)
 
 	// Tasks in breadth-first order, so every variant's incoming demand is known before its table is made.
 	queue := []*pipeline.Task{root}
@@ -63,7 +64,7 @@ func MostAccurateFirst(in Input) plan.Routing {
 					// Each parent sends the join every item; the frontend joins them into one.
 					out /= float64(len(spec.Parents(child)))
 				}
-				tables[child] = fill(hosted[child], out, left, incoming)
+				tables[child] = fill(entry[child], out, left, incoming)
 			}
 			r.Downstream[u.key] = tables
 		}
@@ -75,7 +76,8 @@ func MostAccurateFirst(in Input) plan.Routing {
 	}
 	// Variants the plan does not host get tables too, as if no traffic were estimated for them: a batch started
 	// under the previous plan may finish after this one retired its variant, and its sub-requests must go on.
-	addUnhostedTables(spec, r.Downstream, hosted, left, incoming)
+	addUnhostedTables(spec, r.Downstream, entry, left, incoming)
+	reserveEscalations(spec, in.Plan, hosted, left, incoming)
 	r.Backup = backupLists(hosted, left)
 	return r
 }

@@ -223,17 +223,20 @@ func (s *sim) batchDone(srv int) {
 			if j := p.joinOf[h.task]; j != nil && k > 0 && !carries(r, p, j) {
 				// A part the join does not carry on: a leaf, as the frontend records it (services/frontend).
 				r.ok++
-				r.acc.Add(1/float64(m.den), p.trie.accuracy(node))
+				r.acc.Add(1/float64(m.den), p.trie.accuracy(node, p.plan))
 				s.leaves(r, 1)
 				continue
 			}
 			out, err := s.step.Step(sv.table, hop.Item{Den: m.den, Children: s.children}, when, s.routeRand)
 			if err != nil || k == 0 {
+				if err == nil && s.escalate(p, h, sv.table, r, m.den, node, when.Left) {
+					continue // still pending, on the cascade's next variant
+				}
 				if err != nil { // a failed leaf
 					r.dropped++
 				} else {
 					r.ok++
-					r.acc.Add(1/float64(m.den), p.trie.accuracy(node))
+					r.acc.Add(1/float64(m.den), p.trie.accuracy(node, p.plan))
 				}
 				s.leaves(r, 1)
 				continue
@@ -395,4 +398,23 @@ func (s *sim) newRequest() *request {
 	s.freeReqs[n-1] = nil
 	s.freeReqs = s.freeReqs[:n-1]
 	return r
+}
+
+// escalate sends on an item a cascade's first variant answered, as a worker does (hop.Table.Escalate): its
+// confidence drawn as the emulated executor draws it, the item delivered to the cascade's next variant one hop later
+// and counted for the heartbeat. It says whether the item went on.
+func (s *sim) escalate(p *pipe, h *variantQueue, t *hop.Table, r *request, den uint64, node int32,
+	left time.Duration) bool {
+	if !t.Escalates() {
+		return false
+	}
+	next, _ := t.Escalate(h.exec.Confidence(s.rng), left)
+	if next == "" {
+		return false
+	}
+	h.subs.Escalated++
+	to := p.queueIdx[p.spec.Tasks[h.task].Name][next]
+	s.push(event{at: s.now + p.comm, kind: evDeliver, target: to,
+		msg: s.ref(s.newMessage(message{req: r, items: 1, den: den, node: node}))})
+	return true
 }

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 )
 
 // eventHeap is a 4-ary min-heap of events by time, then by the order they were pushed (so runs are deterministic:
@@ -97,8 +98,11 @@ func (t *pathTrie) answered(node int32) float64 {
 	return t.spec.AnsweredAccuracyOf(t.path[node])
 }
 
-// accuracy is the end-to-end accuracy of a root-to-leaf path.
-func (t *pathTrie) accuracy(node int32) float64 {
+// accuracy is the end-to-end accuracy of a root-to-leaf path under plan p (its cascades' levels, uncached).
+func (t *pathTrie) accuracy(node int32, p *plan.Plan) float64 {
+	if p != nil && len(p.Cascades) > 0 {
+		return p.LeafAccuracy(t.spec, t.path[node])
+	}
 	if !t.known[node] {
 		t.acc[node], t.known[node] = t.spec.PathAccuracyOf(t.path[node]), true
 	}

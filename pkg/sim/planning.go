@@ -5,6 +5,7 @@ package sim
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -78,7 +79,8 @@ func (s *sim) heartbeats(now time.Time) {
 				}
 			}
 			beat.Observed[h.key] = wire.Observed{FanoutCounts: wire.FanoutCounts{Items: h.items,
-				Children: emitted, SubRequests: slices.Clone(h.subs.SubRequests)}, Messages: h.messages}
+				Children: emitted, SubRequests: slices.Clone(h.subs.SubRequests),
+				Escalated: h.subs.Escalated}, Messages: h.messages}
 		}
 	}
 	s.core.Heartbeat("workers", beat, now)
@@ -284,5 +286,30 @@ func (s *sim) result(p *pipe) *Result {
 	sum.CheckChanged, sum.CheckPredicted = p.checkChanged, p.checkPredicted
 	sum.PlanSeconds = s.planWall.Seconds()
 	sum.SimulatedS = float64(p.end) / float64(time.Second)
+	if p.plan != nil && p.plan.Allocation != nil {
+		// Rounded: the allocation sums its paths' flows in map order, so the last bits vary from run to run.
+		sum.PlannedAccuracy = math.Round(p.plan.Allocation.SystemAccuracy*1e9) / 1e9
+	}
+	if p.plan != nil {
+		sum.Cascades = p.plan.Cascades
+	}
+	var firsts, sent uint64
+	for _, h := range s.queues {
+		if h.pipe == p {
+			firsts, sent = firsts+h.itemsIfEscalating(), sent+h.subs.Escalated
+		}
+	}
+	if firsts > 0 {
+		sum.EscalationRatio = float64(sent) / float64(firsts)
+	}
 	return res
+}
+
+// itemsIfEscalating is the items h executed if it is a cascade's first variant, else 0.
+func (h *variantQueue) itemsIfEscalating() uint64 {
+	t := h.pipe.spec.Tasks[h.task]
+	if t.Cascade == nil || t.Cascade.Variants[0] != h.variant.Name {
+		return 0
+	}
+	return h.items
 }

@@ -130,6 +130,11 @@ type Summary struct {
 	MeanAccuracy      float64 `json:"mean_accuracy"`
 	MeanActiveServers float64 `json:"mean_active_servers"`
 	MaxActiveServers  int     `json:"max_active_servers"`
+	// EscalationRatio is the share of the items the cascades' first variants executed that they sent on (the whole
+	// run); PlannedAccuracy the system accuracy the last plan expected, Cascades its thresholds. Empty without them.
+	EscalationRatio float64            `json:"escalation_ratio,omitempty"`
+	PlannedAccuracy float64            `json:"planned_accuracy,omitempty"`
+	Cascades        map[string]float64 `json:"cascades,omitempty"`
 	// ItemHops counts items executed at a task; Replans the new allocations published.
 	ItemHops int64 `json:"item_hops"`
 	Replans  int   `json:"replans"`

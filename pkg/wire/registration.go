@@ -99,6 +99,9 @@ type FanoutCounts struct {
 	// those that emitted len-1 or more: the distribution the plan check draws from. At most MaxSubRequestBuckets
 	// entries (SubRequestBuckets reads them).
 	SubRequests []uint64 `json:"sub_requests,omitempty"`
+	// Escalated counts the items a cascade's first variant sent on to the next (their confidence was below the
+	// plan's threshold): the measured escalation rate is Escalated/Items.
+	Escalated uint64 `json:"escalated,omitempty"`
 }
 
 // MaxSubRequestBuckets bounds FanoutCounts.SubRequests.

@@ -14,6 +14,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/completion"
 	"github.com/sleipnir-serving/sleipnir/pkg/demand"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/telemetry"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
@@ -162,8 +163,8 @@ func (f *Frontend) finish(r *request, late bool, failure string) {
 	if rep.Results == nil {
 		rep.Results = []wire.ItemResult{}
 	}
-	if spec, _ := f.lookup(r.pipeline); spec != nil {
-		rep.Accuracy = servedAccuracy(spec, rep.Results)
+	if spec, p := f.lookup(r.pipeline); spec != nil {
+		rep.Accuracy = servedAccuracy(spec, p, rep.Results)
 	}
 	rep.TraceID = telemetry.TraceID(r.span)
 	r.span.SetAttributes(telemetry.AttrStatus.String(rep.Status), telemetry.AttrAccuracy.Float64(rep.Accuracy),
@@ -217,15 +218,16 @@ func parentItem(id string) string {
 	return ""
 }
 
-// servedAccuracy is the weighted mean of the path accuracies of the finished leaves, degraded answers counted at
-// what they answered (pipeline.Spec.AnsweredAccuracyOf).
-func servedAccuracy(spec *pipeline.Spec, results []wire.ItemResult) float64 {
+// servedAccuracy is the weighted mean of the path accuracies of the finished leaves under the plan in force p (its
+// cascades' thresholds: plan.LeafAccuracy), degraded answers counted at what they answered
+// (pipeline.Spec.AnsweredAccuracyOf).
+func servedAccuracy(spec *pipeline.Spec, p *plan.Plan, results []wire.ItemResult) float64 {
 	var acc completion.Accuracy
 	for _, it := range results {
 		switch {
 		case it.Den == 0:
 		case it.Status == wire.ItemOK:
-			acc.Add(1/float64(it.Den), spec.PathAccuracyOf(it.Path))
+			acc.Add(1/float64(it.Den), p.LeafAccuracy(spec, it.Path))
 		case it.Status == wire.ItemDegraded:
 			acc.Add(1/float64(it.Den), spec.AnsweredAccuracyOf(it.Path))
 		}

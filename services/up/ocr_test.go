@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"image"
 	"image/png"
 	"math"
 	"net/http/httptest"
@@ -18,6 +19,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/sleipnir-serving/sleipnir/internal/onnxtest"
+	"github.com/sleipnir-serving/sleipnir/internal/testrig"
 	"github.com/sleipnir-serving/sleipnir/pkg/ocr"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
@@ -43,6 +45,21 @@ func startSpecSystem(t *testing.T, specYAML string, cfg Config) (*System, *pipel
 	return startSystemWith(t, specFile, cfg)
 }
 
+// sendImages sends each image as a PNG request to pipeline, and returns the subjects the replies come on.
+func sendImages(t *testing.T, c *testrig.Client, pipeline string, imgs []*image.RGBA) []string {
+	t.Helper()
+	var subjects []string
+	for i, img := range imgs {
+		var buf bytes.Buffer
+		if err := png.Encode(&buf, img); err != nil {
+			t.Fatal(err)
+		}
+		data, _ := msgpack.Marshal(&wire.InferRequest{ID: fmt.Sprint(i), Inputs: []wire.Tensor{wire.NewBytes(ocr.TensorImage, [][]byte{buf.Bytes()})}})
+		subjects = append(subjects, c.Send(t, pipeline, data, nats.Header{wire.HeaderContentType: {wire.ContentMsgpack}}))
+	}
+	return subjects
+}
+
 // TestOCRPipelineServesImages runs the real OCR models through the whole system: a request carries a PNG, the
 // detector's worker sends each line it finds to the recogniser's, and the one reply has the text and the box of
 // every line, most of them read exactly.
@@ -54,15 +71,7 @@ func TestOCRPipelineServesImages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var subjects []string
-	for i, img := range imgs {
-		var buf bytes.Buffer
-		if err := png.Encode(&buf, img); err != nil {
-			t.Fatal(err)
-		}
-		data, _ := msgpack.Marshal(&wire.InferRequest{ID: fmt.Sprint(i), Inputs: []wire.Tensor{wire.NewBytes(ocr.TensorImage, [][]byte{buf.Bytes()})}})
-		subjects = append(subjects, c.Send(t, spec.Name, data, nats.Header{wire.HeaderContentType: {wire.ContentMsgpack}}))
-	}
+	subjects := sendImages(t, c, spec.Name, imgs)
 	// A request that is not an image gets an error reply of its own.
 	bad, _ := msgpack.Marshal(&wire.InferRequest{Inputs: []wire.Tensor{wire.NewBytes(ocr.TensorImage, [][]byte{[]byte("no image")})}})
 	badSubject := c.Send(t, spec.Name, bad, nats.Header{wire.HeaderContentType: {wire.ContentMsgpack}})

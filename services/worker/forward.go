@@ -124,6 +124,9 @@ func (w *Worker) forwardItem(s *serving, in *inbound, i int, path *leafPath, whe
 	}
 	if step == nil {
 		if st == "" {
+			if next, _ := s.table.Escalate(out.Confidence, when.Left); next != "" {
+				return leaves, w.escalate(s, in, it, path.path, next, ob)
+			}
 			st = wire.ItemOK
 		}
 		hops := path.hops()
@@ -186,18 +189,41 @@ func (w *Worker) publishStep(s *serving, in *inbound, itemID, path string, step 
 		// its variant would then be taken for the first execution's and dropped, with the sub-requests it
 		// carries that the first one did not.
 		id := wire.TaskPartMsgID(in.requestID, itemID, task, m.Variant, m.Subs)
-		msg, send, err := w.taskMsg(s, in, task, m.Variant, path, id, tm)
-		if err != nil {
+		if err := w.publishTask(s, in, task, m.Variant, path, id, tm, ob); err != nil {
 			return err
 		}
-		ob.sends = append(ob.sends, send)
-		f, err := w.js.PublishMsgAsync(msg)
-		if err != nil {
-			return fmt.Errorf("publish to %s: %w", msg.Subject, err)
-		}
-		ob.acks = append(ob.acks, f)
 		s.queues.note(task, m.Variant, len(m.Subs))
 	}
+	return nil
+}
+
+// publishTask publishes the task message carrying tm to task/variant without waiting: its acknowledgement and
+// "send" span go into ob.
+func (w *Worker) publishTask(s *serving, in *inbound, task, variant, path, id string, tm *wire.TaskMessage,
+	ob *outbox) error {
+	msg, send, err := w.taskMsg(s, in, task, variant, path, id, tm)
+	if err != nil {
+		return err
+	}
+	ob.sends = append(ob.sends, send)
+	f, err := w.js.PublishMsgAsync(msg)
+	if err != nil {
+		return fmt.Errorf("publish to %s: %w", msg.Subject, err)
+	}
+	ob.acks = append(ob.acks, f)
+	return nil
+}
+
+// escalate sends item it on to its cascade's next variant (pkg/hop.Table.Escalate), as a reroute goes: the same
+// item (id, weight, inputs), deadline and request, one hop further on its path; named by the item, so that a
+// redelivered message sends it once.
+func (w *Worker) escalate(s *serving, in *inbound, it wire.Item, path, next string, ob *outbox) error {
+	id := wire.TaskMsgID(in.requestID, it.ID, s.a.Task, next)
+	tm := &wire.TaskMessage{Items: []wire.Item{it}}
+	if err := w.publishTask(s, in, s.a.Task, next, path, id, tm, ob); err != nil {
+		return err
+	}
+	w.observe(s, func(o *Observed) { o.Escalated++ })
 	return nil
 }
 

@@ -127,6 +127,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 		e.Close()
 	}
+	res.File.Cascades = p.cascadeLevels(rec)
 	return res, nil
 }
 
@@ -157,6 +158,8 @@ type run struct {
 	cfg         Config
 	spec        *pipeline.Spec
 	done, total int
+	// truth is each recogniser's reading of the true lines, for the cascades' levels (cascade.go).
+	truth map[string][]reading
 }
 
 func (p *run) step(what string) {
@@ -282,10 +285,11 @@ func (p *run) recognizer(ctx context.Context, task string, v pipeline.Variant, t
 	for _, c := range truth {
 		all = append(all, c...)
 	}
-	texts, err := recognize(ctx, e, all, p.spec.BatchSizes[len(p.spec.BatchSizes)-1])
+	texts, confs, err := recognize(ctx, e, all, p.spec.BatchSizes[len(p.spec.BatchSizes)-1])
 	if err != nil {
 		return pipeline.VariantProfile{}, err
 	}
+	p.keepTruth(v.Name, texts, confs, docs)
 	var charAcc float64
 	exact, k := 0, 0
 	for _, d := range docs {
@@ -312,7 +316,7 @@ func (p *run) path(ctx context.Context, e executor.Executor, crops [][]executor.
 	for _, c := range crops {
 		all = append(all, c...)
 	}
-	texts, err := recognize(ctx, e, all, p.spec.BatchSizes[len(p.spec.BatchSizes)-1])
+	texts, _, err := recognize(ctx, e, all, p.spec.BatchSizes[len(p.spec.BatchSizes)-1])
 	if err != nil {
 		return PathMeasure{}, err
 	}
@@ -335,22 +339,26 @@ func (p *run) path(ctx context.Context, e executor.Executor, crops [][]executor.
 	return m, nil
 }
 
-func recognize(ctx context.Context, e executor.Executor, inputs []executor.Input, maxBatch int) ([]string, error) {
+// recognize reads every input, maxBatch at a time: each one's text and the recogniser's confidence in it.
+func recognize(ctx context.Context, e executor.Executor, inputs []executor.Input, maxBatch int) ([]string, []float64,
+	error) {
 	texts := make([]string, 0, len(inputs))
+	confs := make([]float64, 0, len(inputs))
 	for lo := 0; lo < len(inputs); lo += maxBatch {
 		outs, err := e.Execute(ctx, inputs[lo:min(lo+maxBatch, len(inputs))])
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for _, o := range outs {
 			if o.Err != nil {
-				return nil, o.Err
+				return nil, nil, o.Err
 			}
 			read, _ := ocr.ReadOf(o.Tensors)
 			texts = append(texts, read.Text)
+			confs = append(confs, o.Confidence)
 		}
 	}
-	return texts, nil
+	return texts, confs, nil
 }
 
 // truthCrops cuts every true line out of its image, with a margin like the one the detector's unclipping adds.

@@ -32,35 +32,10 @@ tasks:
 // a profile file that the spec then loads with.
 func TestProfileSmallOCRPipeline(t *testing.T) {
 	models := onnxtest.Models(t, "paddleocr/en_PP-OCRv3_det_infer.onnx", "paddleocr/en_PP-OCRv3_rec_infer.onnx")
-	dir := t.TempDir()
-	specPath := filepath.Join(dir, "small.yaml")
-	if err := os.WriteFile(specPath, []byte(spec), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	s, err := pipeline.LoadForProfiling(specPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fonts, _ := ocr.LoadFonts("")
-	set, err := ocr.WriteSet(filepath.Join(dir, "data"), 3, 7, fonts)
-	if err != nil {
-		t.Fatal(err)
-	}
 	steps := 0
-	res, err := Run(context.Background(), Config{Spec: s, Set: set, ModelsDir: models, Repetitions: 1,
-		Progress: func(done, _ int, _ string) { steps = done }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	res, loaded := profileAndLoad(t, spec, models, 3, 7, func(done, _ int, _ string) { steps = done })
 	if steps != 2*(1+2) {
 		t.Errorf("progress reached step %d, want 6", steps)
-	}
-	if err := pipeline.WriteProfileFile(filepath.Join(dir, s.Profiles), &res.File, Header("test")); err != nil {
-		t.Fatal(err)
-	}
-	loaded, err := pipeline.Load(specPath)
-	if err != nil {
-		t.Fatalf("the spec does not load with its new profile: %v", err)
 	}
 	det := loaded.Variant("find_text", "det_v3_320")
 	if det.Fanout.Mean <= 0 || det.Accuracy <= 0 || det.Accuracy > 1 || det.SwapMs <= 0 || len(det.Profile) != 2 {
@@ -79,6 +54,40 @@ func TestProfileSmallOCRPipeline(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", want, table.String())
 		}
 	}
+}
+
+// profileAndLoad profiles specYAML (written to a file of its own) with the models in models on a rendered set of
+// images images (seed), writes the profile file the spec names, and loads the spec with it.
+func profileAndLoad(t *testing.T, specYAML, models string, images int, seed uint64,
+	progress func(done, total int, what string)) (*Result, *pipeline.Spec) {
+	t.Helper()
+	dir := t.TempDir()
+	specPath := filepath.Join(dir, "spec.yaml")
+	if err := os.WriteFile(specPath, []byte(specYAML), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := pipeline.LoadForProfiling(specPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fonts, _ := ocr.LoadFonts("")
+	set, err := ocr.WriteSet(filepath.Join(dir, "data"), images, seed, fonts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(context.Background(), Config{Spec: s, Set: set, ModelsDir: models, Repetitions: 1,
+		Progress: progress})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pipeline.WriteProfileFile(filepath.Join(dir, s.Profiles), &res.File, Header("test")); err != nil {
+		t.Fatal(err)
+	}
+	loaded, err := pipeline.Load(specPath)
+	if err != nil {
+		t.Fatalf("the spec does not load with its new profile: %v", err)
+	}
+	return res, loaded
 }
 
 func TestProfileRejectsOtherPipelines(t *testing.T) {

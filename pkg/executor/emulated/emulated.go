@@ -100,6 +100,9 @@ func (e *Executor) Execute(ctx context.Context, batch []executor.Input) ([]execu
 func (e *Executor) output(in executor.Input) executor.Output {
 	rng := rand.New(rand.NewPCG(e.seed, itemHash(in.RequestID, in.ItemID)))
 	o := executor.Output{Tensors: []wire.Tensor{wire.NewFP32("score", []int64{1}, []float32{float32(rng.Float64())})}}
+	if e.variant.Confidence != nil {
+		o.Confidence = e.Confidence(rng)
+	}
 	if len(e.children) == 0 {
 		return o
 	}
@@ -121,6 +124,26 @@ func (e *Executor) output(in executor.Input) executor.Output {
 		emit(e.ChildOf(rng.Float64()))
 	}
 	return o
+}
+
+// Confidence draws the confidence of one answer (Answer).
+func (e *Executor) Confidence(rng *rand.Rand) float64 {
+	c, _ := e.Answer(rng)
+	return c
+}
+
+// Answer draws one answer: right with the variant's accuracy, and its confidence from the variant's distribution
+// for right or wrong answers (pipeline.Confidence); confidence 1 and no draw for a variant that has none.
+func (e *Executor) Answer(rng *rand.Rand) (confidence float64, right bool) {
+	c := e.variant.Confidence
+	if c == nil {
+		return 1, true
+	}
+	d := c.Wrong
+	if right = rng.Float64() < e.variant.Accuracy; right {
+		d = c.Right
+	}
+	return d.Draw(rng.NormFloat64()), right
 }
 
 // Children are the child tasks the variant's sub-requests go to, in the order ChildOf and Parallel number them.

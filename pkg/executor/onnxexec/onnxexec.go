@@ -183,7 +183,7 @@ func (e *Executor) recognize(batch []executor.Input) ([]executor.Output, error) 
 				ts = append(ts, t)
 			}
 		}
-		out[idx[j]] = executor.Output{Tensors: ts}
+		out[idx[j]] = executor.Output{Tensors: ts, Confidence: conf}
 	}
 	return out, nil
 }

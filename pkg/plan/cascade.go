@@ -1,0 +1,50 @@
+package plan
+
+import (
+	"fmt"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+)
+
+// checkCascades checks that each task the plan serves by its cascade has one, with a threshold in [0, 1], and
+// hosts both its variants.
+func (p *Plan) checkCascades(spec *pipeline.Spec) error {
+	for task, th := range p.Cascades {
+		t := spec.Task(task)
+		if t == nil || t.Cascade == nil {
+			return fmt.Errorf("cascade of %q: the pipeline declares none there", task)
+		}
+		if !(th >= 0 && th <= 1) {
+			return fmt.Errorf("cascade of %q: threshold %v, want one in [0, 1]", task, th)
+		}
+		for _, v := range t.Cascade.Variants {
+			if p.Find(task, v) == nil {
+				return fmt.Errorf("cascade of %q: %s/%s is not hosted", task, task, v)
+			}
+		}
+	}
+	return nil
+}
+
+// staticCascades runs, in a static plan, each cascade that states its threshold and whose variants the allocation
+// hosts.
+func (p *Plan) staticCascades(spec *pipeline.Spec) {
+	for _, t := range spec.Cascades() {
+		c := t.Cascade
+		if c.Threshold > 0 && p.Find(t.Name, c.Variants[0]) != nil && p.Find(t.Name, c.Variants[1]) != nil {
+			if p.Cascades == nil {
+				p.Cascades = map[string]float64{}
+			}
+			p.Cascades[t.Name] = c.Threshold
+		}
+	}
+}
+
+// LeafAccuracy is the end-to-end accuracy of a finished leaf's path under p: its cascade's level when it ran on a
+// cascade (pipeline.Spec.CascadePathAccuracy), else the path's.
+func (p *Plan) LeafAccuracy(spec *pipeline.Spec, path []string) float64 {
+	if p == nil {
+		return spec.PathAccuracyOf(path)
+	}
+	return spec.CascadePathAccuracy(path, p.Cascades)
+}
