@@ -216,9 +216,7 @@ func (f *Frontend) closeWindow(id, task string) {
 			f.recordLocked(r, record)
 		}
 		if done = r.tracker.Done(); done {
-			delete(f.pending, r.id)
-			r.timer.Stop()
-			f.dropJoins(r)
+			f.retireLocked(r)
 		}
 	}
 	f.mu.Unlock()
@@ -246,6 +244,14 @@ func (f *Frontend) closeJoins(r *request) {
 		}
 	}
 	f.recordLocked(r, record)
+}
+
+// retireLocked takes r, complete, out of the pending map: its deadline timer stopped and its join parts let go;
+// the caller sends its reply. Under f.mu.
+func (f *Frontend) retireLocked(r *request) {
+	delete(f.pending, r.id)
+	r.timer.Stop()
+	f.dropJoins(r)
 }
 
 // dropJoins lets go of the parts r holds, answered. Under f.mu.

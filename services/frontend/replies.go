@@ -103,9 +103,7 @@ func (f *Frontend) onResult(m *nats.Msg) {
 		}
 	}
 	if done {
-		delete(f.pending, r.id)
-		r.timer.Stop()
-		f.dropJoins(r)
+		f.retireLocked(r)
 	}
 	f.mu.Unlock()
 	f.publishJoined(sends)
