@@ -70,8 +70,9 @@ func (m *model) read(sol milp.Result, res *Result) {
 	}
 	acc := 0.0
 	if d > 0 {
-		for pa, f := range m.pathFlows(x) {
-			acc += m.chainShare[pa.chain] * pa.accuracy * f / d
+		// In the flow columns' order, not a map's: the same sum, to the last bit, on every run.
+		for _, c := range m.flows {
+			acc += m.chainShare[c.path.chain] * c.path.accuracy * x[c.col] / d
 		}
 	} else {
 		// No traffic: the accuracy of the most accurate variants, which a hardware plan hosts.

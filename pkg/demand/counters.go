@@ -89,7 +89,7 @@ func (p *counted) keep(observed map[string]wire.Observed) {
 			k = &wire.Observed{}
 			p.counts[key] = k
 		}
-		k.Items, k.Messages = cur.Items, cur.Messages
+		k.Items, k.Messages, k.Escalated = cur.Items, cur.Messages, cur.Escalated
 		if len(cur.Children) > 0 && k.Children == nil {
 			k.Children = make(map[string]uint64, len(cur.Children))
 		}

@@ -5,7 +5,6 @@ package sim
 
 import (
 	"fmt"
-	"math"
 	"slices"
 	"time"
 
@@ -287,8 +286,7 @@ func (s *sim) result(p *pipe) *Result {
 	sum.PlanSeconds = s.planWall.Seconds()
 	sum.SimulatedS = float64(p.end) / float64(time.Second)
 	if p.plan != nil && p.plan.Allocation != nil {
-		// Rounded: the allocation sums its paths' flows in map order, so the last bits vary from run to run.
-		sum.PlannedAccuracy = math.Round(p.plan.Allocation.SystemAccuracy*1e9) / 1e9
+		sum.PlannedAccuracy = p.plan.Allocation.SystemAccuracy
 	}
 	if p.plan != nil {
 		sum.Cascades = p.plan.Cascades
