@@ -31,7 +31,7 @@ func TestCVMakesArrivalsBursty(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		cl := cmdLine{cfg: Config{Pipeline: "p", QPS: 400, Duration: 6 * time.Second, Grace: time.Second},
+		cl := cmdLine{cfg: Config{Pipeline: "p", QPS: 400, Duration: 8 * time.Second, Grace: time.Second},
 			shape: "64,192", cv: cv}
 		cfg, err := cl.config()
 		if err != nil {
@@ -47,9 +47,11 @@ func TestCVMakesArrivalsBursty(t *testing.T) {
 		t.Logf("cv %v: %d sent, index of dispersion of the counts per 200 ms: %.2f", cv, s.Sent, d)
 		if cv == 1 {
 			poisson = d
-		} else if d < 3 || d < 2*poisson {
-			t.Errorf("cv %v: index of dispersion %.2f, Poisson's %.2f: want at least 3 and twice Poisson's", cv, d,
-				poisson)
+		} else if d < 4 || d < 1.5*poisson {
+			// A busy machine's stalls raised Poisson's to 3.7 once (CPU-bound tests beside it); Gamma's is about 9
+			// plus as much.
+			t.Errorf("cv %v: index of dispersion %.2f, Poisson's %.2f: want at least 4 and 1.5 times Poisson's", cv,
+				d, poisson)
 		}
 	}
 }
