@@ -77,12 +77,18 @@ func TestCrossCheckWithCBC(t *testing.T) {
 			in := randomInstance(seed)
 			in.LatencyModel = lm
 			instances = append(instances, in)
-			if seed%8 == 0 { // parallel branches (dagcheck_test.go)
-				in = dagInstance(seed, false)
-				in.LatencyModel = lm
-				instances = append(instances, in)
+			if seed%8 == 0 { // parallel branches, and joined again (dagcheck_test.go)
+				for _, join := range []bool{false, true} {
+					in = dagInstance(seed, join)
+					in.LatencyModel = lm
+					instances = append(instances, in)
+				}
 			}
 		}
+	}
+	// Joined instances on which the chains through the join once disagreed on its variant or batch size.
+	for _, seed := range []uint64{120, 148, 196} {
+		instances = append(instances, dagInstance(seed, true))
 	}
 	// The example pipelines, around their switch points. CBC takes minutes on their complete (big-M) models, so it
 	// solves the same model as ours there; our solution must still satisfy the complete model.

@@ -67,39 +67,41 @@ func (m *model) addChainDemandRows(p *milp.Problem, flow map[*path]int) {
 	}
 }
 
-// addSharedPrefixRows sends, per task with several children, the same traffic through each assignment of variants
-// of the path before it, whichever chain below it the traffic goes on.
+// addSharedPrefixRows sends the same traffic through each assignment of variants to the tasks chains share (the
+// model's agreements: the path before a task with several children, the root and a join with the tasks below it),
+// whichever chain the traffic goes on.
 func (m *model) addSharedPrefixRows(p *milp.Problem, flow map[*path]int) {
-	for _, t := range m.in.Spec.Tasks {
-		if len(t.Children) < 2 {
-			continue
-		}
-		through, depth := m.chainsThrough(t.Name)
+	for _, pr := range m.agreements {
+		through := append([]int{pr.ref}, pr.others...)
 		type key struct {
-			prefix string
+			shared string
 			chain  int
 		}
 		groups := map[key][]milp.Term{}
-		var prefixes []string
+		var shared []string
 		seen := map[string]bool{}
 		for _, pa := range m.paths {
 			if !slices.Contains(through, pa.chain) {
 				continue
 			}
-			k := key{fmt.Sprint(pa.hops[:depth]), pa.chain}
+			hops := make([]int, len(pr.positions))
+			for n, i := range pr.positions {
+				hops[n] = pa.hops[i]
+			}
+			k := key{fmt.Sprint(hops), pa.chain}
 			groups[k] = append(groups[k], milp.Term{Col: flow[pa], Coef: 1})
-			if !seen[k.prefix] {
-				seen[k.prefix] = true
-				prefixes = append(prefixes, k.prefix)
+			if !seen[k.shared] {
+				seen[k.shared] = true
+				shared = append(shared, k.shared)
 			}
 		}
-		for _, pre := range prefixes {
-			for _, ci := range through[1:] {
-				terms := append([]milp.Term(nil), groups[key{pre, through[0]}]...)
-				for _, tm := range groups[key{pre, ci}] {
+		for _, sh := range shared {
+			for _, ci := range pr.others {
+				terms := append([]milp.Term(nil), groups[key{sh, pr.ref}]...)
+				for _, tm := range groups[key{sh, ci}] {
 					terms = append(terms, milp.Term{Col: tm.Col, Coef: -1})
 				}
-				p.AddRow("shared prefix "+t.Name, 0, 0, terms...)
+				p.AddRow(pr.name+sh, 0, 0, terms...)
 			}
 		}
 	}

@@ -95,8 +95,11 @@ type model struct {
 	taskServersCol map[string]int
 	// Rows that flow columns enter (see flowTerms); minAccuracyRow is -1 when there is none.
 	chainDemandRow []int
-	prefixes       []prefixRows
+	agreements     []agreementRows
 	minAccuracyRow int
+	// exactLeaf is per chain whether its flow columns give the last hop a batch size each, not a threshold: the
+	// chains through a join (leafBatches).
+	exactLeaf []bool
 	// firstFlowCol is the first flow column; flowColByKey the column of each flow column by flowKey.
 	firstFlowCol int
 	flowColByKey map[string]int
@@ -144,6 +147,15 @@ func newModel(in Input, st step) *model {
 		}
 	}
 	m.chainShare = chainWeights(in, m.chains)
+	m.exactLeaf = make([]bool, len(m.chains))
+	for _, t := range in.Spec.Tasks {
+		if t.Join != nil {
+			through, _ := m.chainsThrough(t.Name)
+			for _, ci := range through {
+				m.exactLeaf[ci] = true
+			}
+		}
+	}
 	return m
 }
 
@@ -249,7 +261,7 @@ func (m *model) addBatchColumns() {
 }
 
 // addRows adds the rows, with no flow columns yet (addFlowColumn puts each in the rows it belongs to): per chain
-// its demand, the shared prefixes, per variant and batch its capacity and the replicas the choice allows, one batch
+// its demand, the agreements of chains that share tasks, per variant and batch its capacity and the replicas the choice allows, one batch
 // size per variant, the servers, the aggregates, a replica per task reached and the minimum accuracy.
 func (m *model) addRows() {
 	p, in := m.prob, m.in
@@ -257,7 +269,7 @@ func (m *model) addRows() {
 		m.chainDemandRow = append(m.chainDemandRow, p.AddRow("demand of chain "+strings.Join(m.chains[ci], "->"), 0,
 			0, milp.Term{Col: m.demandCol, Coef: -1}))
 	}
-	m.addPrefixAgreement()
+	m.addAgreementRows()
 	var servers []milp.Term
 	for _, kv := range m.variants {
 		if len(kv.batchChoiceCol) == 0 {

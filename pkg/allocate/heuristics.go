@@ -154,6 +154,9 @@ func (m *model) addFixedFlowColumns(fixed []int) {
 		}
 		batches[last] = m.threshold(pa, lat)
 		if fixed[pa.hops[last]] >= 0 && fixed[pa.hops[last]] <= batches[last] {
+			if m.exactLeaf[pa.chain] { // the join's chains agree on its batch size: the one fixed
+				batches[last] = fixed[pa.hops[last]]
+			}
 			if _, ok := m.flowColByKey[flowKey(pa, batches)]; !ok {
 				m.addFlowColumn(pa, batches)
 			}

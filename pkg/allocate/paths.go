@@ -204,18 +204,22 @@ func (m *model) addFlowColumns() error {
 	return nil
 }
 
-// eachFlowBatches calls f with each combination of batch indexes (one per hop, the last hop's its threshold) whose
-// latencies fit the path's budget, until f returns false.
+// eachFlowBatches calls f with each combination of batch indexes (one per hop, the last hop's its threshold, or each
+// batch up to it on a chain through a join: leafBatches) whose latencies fit the path's budget, until f returns
+// false.
 func (m *model) eachFlowBatches(pa *path, f func(batches []int) bool) {
 	batches := make([]int, len(pa.hops))
 	last := len(pa.hops) - 1
 	var rec func(i int, lat float64) bool
 	rec = func(i int, lat float64) bool {
 		if i == last {
-			if batches[i] = m.threshold(pa, lat); batches[i] < 0 {
-				return true
+			for _, t := range m.leafBatches(pa, lat) {
+				batches[i] = t
+				if !f(batches) {
+					return false
+				}
 			}
-			return f(batches)
+			return true
 		}
 		for bi, l := range m.variants[pa.hops[i]].latencyMs {
 			if lat+l+pa.fastestAfterMs[i] <= pa.budgetMs+1e-9 {
@@ -252,6 +256,23 @@ func (m *model) threshold(pa *path, lat float64) int {
 	return t
 }
 
+// leafBatches is the batch indexes a flow column of path pa may give its last hop, the hops before it taking lat:
+// its threshold; on a chain through a join, every batch index up to it (see addJoinAgreement). None if nothing fits.
+func (m *model) leafBatches(pa *path, lat float64) []int {
+	t := m.threshold(pa, lat)
+	switch {
+	case t < 0:
+		return nil
+	case !m.exactLeaf[pa.chain]:
+		return []int{t}
+	}
+	out := make([]int, t+1)
+	for bi := range out {
+		out[bi] = bi
+	}
+	return out
+}
+
 // addSpillColumns adds the spill columns of each leaf variant: spillDownCol[bi] takes load off batch bi's capacity
 // row and puts it on batch bi-1's, so that a flow column's load, brought to its threshold's row, may run at any
 // faster batch size (see threshold).
@@ -269,7 +290,8 @@ func (m *model) addSpillColumns() {
 	}
 }
 
-// carries says flow column c can carry traffic with each hop h at batch index batch(h).
+// carries says flow column c can carry traffic with each hop h at batch index batch(h). On a chain through a join
+// only the column of the last hop's batch itself does (leafBatches): the one that agrees with the other chains'.
 func (m *model) carries(c *flowColumn, batch func(h int) int) bool {
 	last := len(c.batches) - 1
 	for i, h := range c.path.hops {
@@ -278,7 +300,7 @@ func (m *model) carries(c *flowColumn, batch func(h int) int) bool {
 		case b < 0:
 			return false
 		case i == last:
-			if b > c.batches[i] {
+			if b > c.batches[i] || (m.exactLeaf[c.path.chain] && b != c.batches[i]) {
 				return false
 			}
 		case b != c.batches[i]:
@@ -321,7 +343,7 @@ func (m *model) flowObjective(pa *path) float64 {
 }
 
 // flowTerms is a flow column's coefficients: in its chain's demand row, the capacity rows of its hops at their
-// batch sizes (on the reference chain of each hop's task), the prefix agreement rows and the minimum accuracy row.
+// batch sizes (on the reference chain of each hop's task), the agreement rows and the minimum accuracy row.
 func (m *model) flowTerms(pa *path, batches []int) []milp.Term {
 	terms := []milp.Term{{Col: m.chainDemandRow[pa.chain], Coef: 1}}
 	for i, h := range pa.hops {
@@ -330,8 +352,8 @@ func (m *model) flowTerms(pa *path, batches []int) []milp.Term {
 			terms = append(terms, milp.Term{Col: kv.capacityRow[batches[i]], Coef: pa.itemsPerRequest[i]})
 		}
 	}
-	for _, pr := range m.prefixes {
-		if rows, ok := pr.rows[prefixKey(pa.hops[:pr.depth], batches[:pr.depth])]; ok {
+	for _, pr := range m.agreements {
+		if rows, ok := pr.rows[agreementKey(pa.hops, batches, pr.positions)]; ok {
 			if pa.chain == pr.ref {
 				for _, r := range rows {
 					terms = append(terms, milp.Term{Col: r, Coef: 1})
@@ -365,14 +387,18 @@ func flowKey(pa *path, batches []int) string {
 	return string(key)
 }
 
-// prefixRows are the agreement rows of one task with several children: chains that share the prefix of tasks from
-// the root to it must route the same traffic through each assignment of variants and batch sizes to that prefix as
-// the first chain through it (ref) does. rows[key][k] is the row of chain others[k] for prefix key.
-type prefixRows struct {
-	depth  int
-	ref    int
-	others []int
-	rows   map[string][]int
+// agreementRows make chains that share tasks route the same traffic through each assignment of variants and batch
+// sizes to the tasks they share, as the first of them (ref) does: the tasks from the root to a task with several
+// children (a shared prefix), or the root and a join with the tasks below it (addJoinAgreement). positions are the
+// hops of those tasks, the same on every chain of the group; depth is one past the last of them.
+// rows[key][k] is the row of chain others[k] for the assignment key.
+type agreementRows struct {
+	name      string
+	positions []int
+	depth     int
+	ref       int
+	others    []int
+	rows      map[string][]int
 }
 
 // chainsThrough is the chains through task and the number of tasks from the root to it, inclusive.
@@ -388,47 +414,79 @@ func (m *model) chainsThrough(task string) (through []int, depth int) {
 	return through, depth
 }
 
-// addPrefixAgreement adds the rows of prefixRows, for every prefix of variants and batch sizes that fits, with no
-// flow columns yet.
-func (m *model) addPrefixAgreement() {
+// addAgreementRows adds the agreement rows (agreementRows), for every assignment of variants and batch sizes to the
+// shared tasks that fits, with no flow columns yet: per task with several children its prefix, then per join.
+func (m *model) addAgreementRows() {
 	for _, t := range m.in.Spec.Tasks {
 		if len(t.Children) < 2 {
 			continue
 		}
 		through, depth := m.chainsThrough(t.Name)
-		pr := prefixRows{depth: depth, ref: through[0], others: through[1:], rows: map[string][]int{}}
-		var keys []string
-		names := map[string]string{} // row names, readable
-		for _, pa := range m.paths {
-			if !slices.Contains(through, pa.chain) {
-				continue
-			}
-			// The batch combinations of the prefix that some combination of the whole path extends (a prefix
-			// only another chain can take still gets its rows: they keep that chain's flow through it at 0).
-			m.eachFlowBatches(pa, func(batches []int) bool {
-				key := prefixKey(pa.hops[:depth], batches[:depth])
-				if _, ok := pr.rows[key]; !ok {
-					pr.rows[key] = nil
-					keys = append(keys, key)
-					names[key] = m.hopsName(pa.hops[:depth], batches[:depth])
-				}
-				return true
-			})
+		positions := make([]int, depth)
+		for i := range positions {
+			positions[i] = i
 		}
-		sort.Strings(keys)
-		for _, key := range keys {
-			for range pr.others {
-				pr.rows[key] = append(pr.rows[key], m.prob.AddRow("shared prefix "+names[key], 0, 0))
-			}
+		m.addAgreement("shared prefix ", through, positions)
+	}
+	for _, t := range m.in.Spec.Tasks {
+		if t.Join != nil {
+			m.addJoinAgreement(t.Name)
 		}
-		m.prefixes = append(m.prefixes, pr)
 	}
 }
 
-// prefixKey identifies hops at batch indexes: a map key, cheap to build (the pricer's search builds one per step).
-func prefixKey(hops, batches []int) string {
-	key := make([]byte, 0, 2*len(hops))
-	for i := range hops {
+// addJoinAgreement makes the chains through join task j (one per parent: pipeline.Spec's validation admits a join of
+// the root's children with no branching below it) agree on the root's variant and batch size and on the variants
+// and batch sizes of j and the tasks below it, taken together: a request's item runs through one variant of each,
+// whichever branch's chain counts it. Then a plan's flows glue into one assignment per request (the chains share
+// nothing else), and the model stays exact. The last hop of those chains gets a flow column per batch size up to its
+// threshold (leafBatches), not the threshold's alone: an item runs at one batch size of the join, which must fit
+// every branch's budget, so the chains must agree on it.
+func (m *model) addJoinAgreement(j string) {
+	through, depth := m.chainsThrough(j)
+	positions := []int{0}
+	for i := depth - 1; i < len(m.chains[through[0]]); i++ {
+		positions = append(positions, i)
+	}
+	m.addAgreement("shared join ", through, positions)
+}
+
+// addAgreement adds the rows of one agreementRows group: chains through agree with through[0] at positions.
+func (m *model) addAgreement(name string, through []int, positions []int) {
+	pr := agreementRows{name: name, positions: positions, depth: positions[len(positions)-1] + 1, ref: through[0],
+		others: through[1:], rows: map[string][]int{}}
+	var keys []string
+	names := map[string]string{} // row names, readable
+	for _, pa := range m.paths {
+		if !slices.Contains(through, pa.chain) {
+			continue
+		}
+		// The batch combinations of the shared tasks that some combination of the whole path extends (one only
+		// another chain can take still gets its rows: they keep that chain's flow through it at 0).
+		m.eachFlowBatches(pa, func(batches []int) bool {
+			key := agreementKey(pa.hops, batches, positions)
+			if _, ok := pr.rows[key]; !ok {
+				pr.rows[key] = nil
+				keys = append(keys, key)
+				names[key] = m.hopsNameAt(pa.hops, batches, positions)
+			}
+			return true
+		})
+	}
+	sort.Strings(keys)
+	for _, key := range keys {
+		for range pr.others {
+			pr.rows[key] = append(pr.rows[key], m.prob.AddRow(name+names[key], 0, 0))
+		}
+	}
+	m.agreements = append(m.agreements, pr)
+}
+
+// agreementKey identifies hops at batch indexes at positions: a map key, cheap to build (the pricer's search builds
+// one per step).
+func agreementKey(hops, batches, positions []int) string {
+	key := make([]byte, 0, 2*len(positions))
+	for _, i := range positions {
 		key = binary.AppendUvarint(binary.AppendUvarint(key, uint64(hops[i])), uint64(batches[i]))
 	}
 	return string(key)
@@ -438,11 +496,21 @@ func (m *model) flowName(c *flowColumn) string { return m.hopsName(c.path.hops, 
 
 // hopsName names variants hops at batch indexes batches: "task/variant@batch,...".
 func (m *model) hopsName(hops, batches []int) string {
+	all := make([]int, len(hops))
+	for i := range all {
+		all[i] = i
+	}
+	return m.hopsNameAt(hops, batches, all)
+}
+
+// hopsNameAt is hopsName of the hops at positions.
+func (m *model) hopsNameAt(hops, batches, positions []int) string {
 	var b strings.Builder
-	for i, h := range hops {
-		if i > 0 {
+	for n, i := range positions {
+		if n > 0 {
 			b.WriteByte(',')
 		}
+		h := hops[i]
 		kv := m.variants[h]
 		b.WriteString(kv.task)
 		b.WriteByte('/')

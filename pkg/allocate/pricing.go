@@ -63,7 +63,7 @@ const columnsPerRound = 50
 
 // cheapestFlowColumn is the flow column (not yet added) of path pa with the most negative reduced cost under duals
 // (below -1e-9) and that cost, or nil: a depth-first search over the hops' batch sizes that fit the budget, pruned
-// by the least each remaining hop (and prefix agreement) can still subtract.
+// by the least each remaining hop (and agreement) can still subtract.
 func (m *model) cheapestFlowColumn(pa *path, duals []float64, sign float64) (*flowColumn, float64) {
 	fixedPart := sign*m.flowObjective(pa) - duals[m.chainDemandRow[pa.chain]]
 	if m.minAccuracyRow >= 0 {
@@ -84,16 +84,16 @@ type columnSearch struct {
 	duals   []float64
 	hopCost [][]float64 // hopCost[i][bi]: the capacity term of hop i at batch bi
 	least   []float64   // least[i]: the least the hops from i on can add
-	// prefixes are the prefix agreement terms of pa, known once the prefix's batches are; until then bounded by
-	// their least.
-	prefixes []prefixTerm
-	batches  []int // per hop, as visited
-	best     []int
-	bestRC   float64
+	// agreements are the agreement terms of pa, known once the batches of the shared tasks are; until then
+	// bounded by their least.
+	agreements []agreementTerm
+	batches    []int // per hop, as visited
+	best       []int
+	bestRC     float64
 }
 
-type prefixTerm struct {
-	pr    *prefixRows
+type agreementTerm struct {
+	pr    *agreementRows
 	least float64
 }
 
@@ -113,22 +113,22 @@ func newColumnSearch(m *model, pa *path, duals []float64) *columnSearch {
 		}
 		c.least[i] = c.least[i+1] + lo
 	}
-	for k := range m.prefixes {
-		pr := &m.prefixes[k]
+	for k := range m.agreements {
+		pr := &m.agreements[k]
 		if pa.chain != pr.ref && !slices.Contains(pr.others, pa.chain) {
 			continue
 		}
 		lo := 0.0
 		for _, rows := range pr.rows {
-			lo = min(lo, c.prefixCost(pr, rows))
+			lo = min(lo, c.agreementCost(pr, rows))
 		}
-		c.prefixes = append(c.prefixes, prefixTerm{pr, lo})
+		c.agreements = append(c.agreements, agreementTerm{pr, lo})
 	}
 	return c
 }
 
-// prefixCost is the reduced cost a prefix agreement's rows add to the path's column.
-func (c *columnSearch) prefixCost(pr *prefixRows, rows []int) float64 {
+// agreementCost is the reduced cost an agreement's rows add to the path's column.
+func (c *columnSearch) agreementCost(pr *agreementRows, rows []int) float64 {
 	if c.pa.chain == pr.ref {
 		cost := 0.0
 		for _, r := range rows {
@@ -139,10 +139,10 @@ func (c *columnSearch) prefixCost(pr *prefixRows, rows []int) float64 {
 	return c.duals[rows[slices.Index(pr.others, c.pa.chain)]]
 }
 
-// pending is the least the prefixes not yet complete at hop i can add.
+// pending is the least the agreements not yet complete at hop i can add.
 func (c *columnSearch) pending(i int) float64 {
 	s := 0.0
-	for _, pt := range c.prefixes {
+	for _, pt := range c.agreements {
 		if pt.pr.depth > i {
 			s += pt.least
 		}
@@ -160,10 +160,10 @@ func (c *columnSearch) visit(i int, lat, rc float64) {
 		c.best, c.bestRC = append(c.best[:0], c.batches...), rc
 		return
 	}
-	if i == n-1 { // the last hop: its threshold
-		if bi := m.threshold(pa, lat); bi >= 0 {
+	if i == n-1 { // the last hop: its threshold (or each batch up to it: leafBatches)
+		for _, bi := range m.leafBatches(pa, lat) {
 			c.batches[i] = bi
-			c.visit(n, 0, rc+c.hopCost[i][bi])
+			c.visit(n, 0, c.completed(i, rc+c.hopCost[i][bi]))
 		}
 		return
 	}
@@ -172,12 +172,17 @@ func (c *columnSearch) visit(i int, lat, rc float64) {
 			continue
 		}
 		c.batches[i] = bi
-		next := rc + c.hopCost[i][bi]
-		for _, pt := range c.prefixes {
-			if pt.pr.depth == i+1 {
-				next += c.prefixCost(pt.pr, pt.pr.rows[prefixKey(pa.hops[:i+1], c.batches[:i+1])])
-			}
-		}
-		c.visit(i+1, lat+l, next)
+		c.visit(i+1, lat+l, c.completed(i, rc+c.hopCost[i][bi]))
 	}
+}
+
+// completed is rc plus the costs of the agreements whose shared tasks end at hop i, now that their batches are
+// known.
+func (c *columnSearch) completed(i int, rc float64) float64 {
+	for _, pt := range c.agreements {
+		if pt.pr.depth == i+1 {
+			rc += c.agreementCost(pt.pr, pt.pr.rows[agreementKey(c.pa.hops, c.batches, pt.pr.positions)])
+		}
+	}
+	return rc
 }
