@@ -86,10 +86,6 @@ func TestCrossCheckWithCBC(t *testing.T) {
 			}
 		}
 	}
-	// Joined instances on which the chains through the join once disagreed on its variant or batch size.
-	for _, seed := range []uint64{120, 148, 196} {
-		instances = append(instances, dagInstance(seed, true))
-	}
 	// The example pipelines, around their switch points. CBC takes minutes on their complete (big-M) models, so it
 	// solves the same model as ours there; our solution must still satisfy the complete model.
 	examples := map[int]bool{}

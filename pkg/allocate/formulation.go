@@ -49,6 +49,14 @@ type keptVariant struct {
 	// spillDownCol[bi] (bi >= 1) moves load a leaf variant's flow columns bring to batch bi's capacity row down to
 	// batch bi-1's (see threshold: a leaf task ends its chains, and the flow columns leave its batch size open).
 	spillDownCol []int
+	// joinCapacity is, per chain through a join that ends at the variant's task and is not the task's reference
+	// chain, the capacity rows and spill columns that chain's flows meet on their own (addJoinCapacity).
+	joinCapacity map[int]*capacityRows
+}
+
+// capacityRows are a leaf variant's capacity rows (per allowed batch) and spill columns for one chain's flows.
+type capacityRows struct {
+	row, spillDownCol []int
 }
 
 // label names allowed batch bi: its size, and the rounds of a burst when more than one ("8x2").
@@ -97,9 +105,8 @@ type model struct {
 	chainDemandRow []int
 	agreements     []agreementRows
 	minAccuracyRow int
-	// exactLeaf is per chain whether its flow columns give the last hop a batch size each, not a threshold: the
-	// chains through a join (leafBatches).
-	exactLeaf []bool
+	// viaJoin is per chain whether it runs through a join (addJoinAgreement).
+	viaJoin []bool
 	// firstFlowCol is the first flow column; flowColByKey the column of each flow column by flowKey.
 	firstFlowCol int
 	flowColByKey map[string]int
@@ -147,12 +154,12 @@ func newModel(in Input, st step) *model {
 		}
 	}
 	m.chainShare = chainWeights(in, m.chains)
-	m.exactLeaf = make([]bool, len(m.chains))
+	m.viaJoin = make([]bool, len(m.chains))
 	for _, t := range in.Spec.Tasks {
 		if t.Join != nil {
 			through, _ := m.chainsThrough(t.Name)
 			for _, ci := range through {
-				m.exactLeaf[ci] = true
+				m.viaJoin[ci] = true
 			}
 		}
 	}
@@ -288,6 +295,7 @@ func (m *model) addRows() {
 			servers = append(servers, milp.Term{Col: replicas, Coef: 1})
 		}
 		p.AddRow("one batch size of "+kv.task+"/"+kv.variant.Name, math.Inf(-1), 1, oneBatch...)
+		m.addJoinCapacity(kv)
 	}
 	p.AddRow("servers", math.Inf(-1), float64(in.Servers), servers...)
 	m.addAggregateColumns()

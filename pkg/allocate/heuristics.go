@@ -154,9 +154,6 @@ func (m *model) addFixedFlowColumns(fixed []int) {
 		}
 		batches[last] = m.threshold(pa, lat)
 		if fixed[pa.hops[last]] >= 0 && fixed[pa.hops[last]] <= batches[last] {
-			if m.exactLeaf[pa.chain] { // the join's chains agree on its batch size: the one fixed
-				batches[last] = fixed[pa.hops[last]]
-			}
 			if _, ok := m.flowColByKey[flowKey(pa, batches)]; !ok {
 				m.addFlowColumn(pa, batches)
 			}
@@ -328,18 +325,25 @@ func (m *model) setSpillColumns(x []float64) {
 	arriving := map[int]float64{} // capacity row -> load
 	for _, c := range m.flows {
 		last := len(c.batches) - 1
-		kv := m.variants[c.path.hops[last]]
-		arriving[kv.capacityRow[c.batches[last]]] += c.path.itemsPerRequest[last] * x[c.col]
+		if row, ok := m.capacityRowOf(c.path, last, c.batches[last]); ok {
+			arriving[row] += c.path.itemsPerRequest[last] * x[c.col]
+		}
+	}
+	spill := func(kv *keptVariant, rows, cols []int) {
+		carry := 0.0
+		for bi := len(kv.batches) - 1; bi >= 1; bi-- {
+			absorbed := kv.absorbs(bi, x[kv.replicasCol[bi]], x[kv.batchChoiceCol[bi]])
+			carry = max(0, carry+arriving[rows[bi]]-absorbed)
+			x[cols[bi]] = carry
+		}
 	}
 	for _, kv := range m.variants {
 		if kv.spillDownCol == nil {
 			continue
 		}
-		carry := 0.0
-		for bi := len(kv.batches) - 1; bi >= 1; bi-- {
-			absorbed := kv.absorbs(bi, x[kv.replicasCol[bi]], x[kv.batchChoiceCol[bi]])
-			carry = max(0, carry+arriving[kv.capacityRow[bi]]-absorbed)
-			x[kv.spillDownCol[bi]] = carry
+		spill(kv, kv.capacityRow, kv.spillDownCol)
+		for _, jc := range kv.joinCapacity {
+			spill(kv, jc.row, jc.spillDownCol)
 		}
 	}
 }

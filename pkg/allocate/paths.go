@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -60,7 +61,8 @@ func (in Input) chainBudget(chain []string) float64 {
 }
 
 // chainWeights is each chain's share of the leaf traffic, from the multiplicative factors of the most accurate
-// variants (the traffic a request sends down each chain at full accuracy).
+// variants (the traffic a request sends down each chain at full accuracy), times its branches' weights over their
+// even shares (pipeline.Spec.LeafWeight), as the frontend weighs a request's leaves.
 func chainWeights(in Input, chains [][]string) []float64 {
 	w := make([]float64, len(chains))
 	total := 0.0
@@ -72,6 +74,9 @@ func chainWeights(in Input, chains [][]string) []float64 {
 			}
 			t := in.Spec.Task(chain[i])
 			f *= in.fanout(t.Name, t.MostAccurate(), chain[i+1])
+			if len(t.BranchWeights) > 0 {
+				f *= t.BranchWeights[chain[i+1]] * float64(len(t.Children))
+			}
 		}
 		w[ci] = f
 		total += f
@@ -204,22 +209,18 @@ func (m *model) addFlowColumns() error {
 	return nil
 }
 
-// eachFlowBatches calls f with each combination of batch indexes (one per hop, the last hop's its threshold, or each
-// batch up to it on a chain through a join: leafBatches) whose latencies fit the path's budget, until f returns
-// false.
+// eachFlowBatches calls f with each combination of batch indexes (one per hop, the last hop's its threshold) whose
+// latencies fit the path's budget, until f returns false.
 func (m *model) eachFlowBatches(pa *path, f func(batches []int) bool) {
 	batches := make([]int, len(pa.hops))
 	last := len(pa.hops) - 1
 	var rec func(i int, lat float64) bool
 	rec = func(i int, lat float64) bool {
 		if i == last {
-			for _, t := range m.leafBatches(pa, lat) {
-				batches[i] = t
-				if !f(batches) {
-					return false
-				}
+			if batches[i] = m.threshold(pa, lat); batches[i] < 0 {
+				return true
 			}
-			return true
+			return f(batches)
 		}
 		for bi, l := range m.variants[pa.hops[i]].latencyMs {
 			if lat+l+pa.fastestAfterMs[i] <= pa.budgetMs+1e-9 {
@@ -256,23 +257,6 @@ func (m *model) threshold(pa *path, lat float64) int {
 	return t
 }
 
-// leafBatches is the batch indexes a flow column of path pa may give its last hop, the hops before it taking lat:
-// its threshold; on a chain through a join, every batch index up to it (see addJoinAgreement). None if nothing fits.
-func (m *model) leafBatches(pa *path, lat float64) []int {
-	t := m.threshold(pa, lat)
-	switch {
-	case t < 0:
-		return nil
-	case !m.exactLeaf[pa.chain]:
-		return []int{t}
-	}
-	out := make([]int, t+1)
-	for bi := range out {
-		out[bi] = bi
-	}
-	return out
-}
-
 // addSpillColumns adds the spill columns of each leaf variant: spillDownCol[bi] takes load off batch bi's capacity
 // row and puts it on batch bi-1's, so that a flow column's load, brought to its threshold's row, may run at any
 // faster batch size (see threshold).
@@ -281,17 +265,39 @@ func (m *model) addSpillColumns() {
 		if !m.in.Spec.IsLeaf(kv.task) || len(kv.capacityRow) == 0 {
 			continue
 		}
-		kv.spillDownCol = make([]int, len(kv.batches))
-		for bi := 1; bi < len(kv.batches); bi++ {
-			kv.spillDownCol[bi] = m.prob.AddColumn(fmt.Sprintf("spill %s/%s@%s to @%s", kv.task, kv.variant.Name,
-				kv.label(bi), kv.label(bi-1)), 0, 0, milp.Inf, []milp.Term{{Col: kv.capacityRow[bi], Coef: -1},
-				{Col: kv.capacityRow[bi-1], Coef: 1}})
+		kv.spillDownCol = m.addSpills(kv, kv.capacityRow, "")
+		for _, ci := range slices.Sorted(maps.Keys(kv.joinCapacity)) {
+			jc := kv.joinCapacity[ci]
+			jc.spillDownCol = m.addSpills(kv, jc.row, fmt.Sprintf(" (chain %d)", ci))
 		}
 	}
 }
 
-// carries says flow column c can carry traffic with each hop h at batch index batch(h). On a chain through a join
-// only the column of the last hop's batch itself does (leafBatches): the one that agrees with the other chains'.
+// addSpills adds the spill columns between the capacity rows rows of leaf variant kv, one per batch index from 1.
+func (m *model) addSpills(kv *keptVariant, rows []int, suffix string) []int {
+	cols := make([]int, len(kv.batches))
+	for bi := 1; bi < len(kv.batches); bi++ {
+		cols[bi] = m.prob.AddColumn(fmt.Sprintf("spill %s/%s@%s to @%s%s", kv.task, kv.variant.Name, kv.label(bi),
+			kv.label(bi-1), suffix), 0, 0, milp.Inf, []milp.Term{{Col: rows[bi], Coef: -1}, {Col: rows[bi-1], Coef: 1}})
+	}
+	return cols
+}
+
+// capacityRowOf is the capacity row that hop i of path pa's flow columns enter at batch index bi: its variant's,
+// on the reference chain of its task; the chain's own on a chain through a join ending at it (addJoinCapacity);
+// none (false) otherwise.
+func (m *model) capacityRowOf(pa *path, i, bi int) (int, bool) {
+	kv := m.variants[pa.hops[i]]
+	if pa.chain == m.refChain[kv.task] {
+		return kv.capacityRow[bi], true
+	}
+	if jc := kv.joinCapacity[pa.chain]; jc != nil && i == len(pa.hops)-1 {
+		return jc.row[bi], true
+	}
+	return 0, false
+}
+
+// carries says flow column c can carry traffic with each hop h at batch index batch(h).
 func (m *model) carries(c *flowColumn, batch func(h int) int) bool {
 	last := len(c.batches) - 1
 	for i, h := range c.path.hops {
@@ -300,7 +306,7 @@ func (m *model) carries(c *flowColumn, batch func(h int) int) bool {
 		case b < 0:
 			return false
 		case i == last:
-			if b > c.batches[i] || (m.exactLeaf[c.path.chain] && b != c.batches[i]) {
+			if b > c.batches[i] {
 				return false
 			}
 		case b != c.batches[i]:
@@ -346,14 +352,13 @@ func (m *model) flowObjective(pa *path) float64 {
 // batch sizes (on the reference chain of each hop's task), the agreement rows and the minimum accuracy row.
 func (m *model) flowTerms(pa *path, batches []int) []milp.Term {
 	terms := []milp.Term{{Col: m.chainDemandRow[pa.chain], Coef: 1}}
-	for i, h := range pa.hops {
-		kv := m.variants[h]
-		if pa.chain == m.refChain[kv.task] {
-			terms = append(terms, milp.Term{Col: kv.capacityRow[batches[i]], Coef: pa.itemsPerRequest[i]})
+	for i := range pa.hops {
+		if row, ok := m.capacityRowOf(pa, i, batches[i]); ok {
+			terms = append(terms, milp.Term{Col: row, Coef: pa.itemsPerRequest[i]})
 		}
 	}
 	for _, pr := range m.agreements {
-		if rows, ok := pr.rows[agreementKey(pa.hops, batches, pr.positions)]; ok {
+		if rows, ok := pr.rows[pr.key(pa.hops, batches)]; ok {
 			if pa.chain == pr.ref {
 				for _, r := range rows {
 					terms = append(terms, milp.Term{Col: r, Coef: 1})
@@ -395,10 +400,13 @@ func flowKey(pa *path, batches []int) string {
 type agreementRows struct {
 	name      string
 	positions []int
-	depth     int
-	ref       int
-	others    []int
-	rows      map[string][]int
+	// leafOpen says the last position is the chains' last hop, whose batch size the flow columns leave open (its
+	// threshold): keyed on its variant alone.
+	leafOpen bool
+	depth    int
+	ref      int
+	others   []int
+	rows     map[string][]int
 }
 
 // chainsThrough is the chains through task and the number of tasks from the root to it, inclusive.
@@ -426,7 +434,7 @@ func (m *model) addAgreementRows() {
 		for i := range positions {
 			positions[i] = i
 		}
-		m.addAgreement("shared prefix ", through, positions)
+		m.addAgreement("shared prefix ", through, positions, false)
 	}
 	for _, t := range m.in.Spec.Tasks {
 		if t.Join != nil {
@@ -439,22 +447,46 @@ func (m *model) addAgreementRows() {
 // the root's children with no branching below it) agree on the root's variant and batch size and on the variants
 // and batch sizes of j and the tasks below it, taken together: a request's item runs through one variant of each,
 // whichever branch's chain counts it. Then a plan's flows glue into one assignment per request (the chains share
-// nothing else), and the model stays exact. The last hop of those chains gets a flow column per batch size up to its
-// threshold (leafBatches), not the threshold's alone: an item runs at one batch size of the join, which must fit
-// every branch's budget, so the chains must agree on it.
+// nothing else), and the model stays exact. The last hop's batch size is left open (its threshold), as on any chain:
+// the batch size it runs at must fit every branch's budget, which each chain's own capacity rows for it ensure
+// (addJoinCapacity).
 func (m *model) addJoinAgreement(j string) {
 	through, depth := m.chainsThrough(j)
 	positions := []int{0}
 	for i := depth - 1; i < len(m.chains[through[0]]); i++ {
 		positions = append(positions, i)
 	}
-	m.addAgreement("shared join ", through, positions)
+	m.addAgreement("shared join ", through, positions, true)
+}
+
+// addJoinCapacity adds, for a variant of the last task of chains through a join, the capacity rows each such chain
+// but the task's reference chain meets on its own: the same replicas and headroom as the variant's rows. Every
+// chain through the join carries all of the task's items, so each must fit them, and a chain's flows at a threshold
+// below the batch size the variant runs at find no capacity there: the batch size the items run at fits every
+// branch's budget. Without them only the reference chain's thresholds would bound it.
+func (m *model) addJoinCapacity(kv *keptVariant) {
+	for ci, chain := range m.chains {
+		if !m.viaJoin[ci] || chain[len(chain)-1] != kv.task || ci == m.refChain[kv.task] {
+			continue
+		}
+		if kv.joinCapacity == nil {
+			kv.joinCapacity = map[int]*capacityRows{}
+		}
+		jc := &capacityRows{}
+		for bi := range kv.batches {
+			jc.row = append(jc.row, m.prob.AddRow(fmt.Sprintf("capacity of %s/%s@%s (chain %d)", kv.task,
+				kv.variant.Name, kv.label(bi), ci), math.Inf(-1), 0,
+				milp.Term{Col: kv.replicasCol[bi], Coef: -kv.throughput[bi]},
+				milp.Term{Col: kv.batchChoiceCol[bi], Coef: kv.headroom[bi]}))
+		}
+		kv.joinCapacity[ci] = jc
+	}
 }
 
 // addAgreement adds the rows of one agreementRows group: chains through agree with through[0] at positions.
-func (m *model) addAgreement(name string, through []int, positions []int) {
-	pr := agreementRows{name: name, positions: positions, depth: positions[len(positions)-1] + 1, ref: through[0],
-		others: through[1:], rows: map[string][]int{}}
+func (m *model) addAgreement(name string, through []int, positions []int, leafOpen bool) {
+	pr := agreementRows{name: name, positions: positions, leafOpen: leafOpen, depth: positions[len(positions)-1] + 1,
+		ref: through[0], others: through[1:], rows: map[string][]int{}}
 	var keys []string
 	names := map[string]string{} // row names, readable
 	for _, pa := range m.paths {
@@ -464,11 +496,14 @@ func (m *model) addAgreement(name string, through []int, positions []int) {
 		// The batch combinations of the shared tasks that some combination of the whole path extends (one only
 		// another chain can take still gets its rows: they keep that chain's flow through it at 0).
 		m.eachFlowBatches(pa, func(batches []int) bool {
-			key := agreementKey(pa.hops, batches, positions)
+			key := pr.key(pa.hops, batches)
 			if _, ok := pr.rows[key]; !ok {
 				pr.rows[key] = nil
 				keys = append(keys, key)
 				names[key] = m.hopsNameAt(pa.hops, batches, positions)
+				if leafOpen {
+					names[key] = strings.TrimRightFunc(names[key], func(r rune) bool { return r != '@' }) + "*"
+				}
 			}
 			return true
 		})
@@ -482,12 +517,16 @@ func (m *model) addAgreement(name string, through []int, positions []int) {
 	m.agreements = append(m.agreements, pr)
 }
 
-// agreementKey identifies hops at batch indexes at positions: a map key, cheap to build (the pricer's search builds
-// one per step).
-func agreementKey(hops, batches, positions []int) string {
-	key := make([]byte, 0, 2*len(positions))
-	for _, i := range positions {
-		key = binary.AppendUvarint(binary.AppendUvarint(key, uint64(hops[i])), uint64(batches[i]))
+// key identifies the assignment of a path's hops at batch indexes to the shared tasks (the last one's variant alone
+// when leafOpen): a map key, cheap to build (the pricer's search builds one per step).
+func (pr *agreementRows) key(hops, batches []int) string {
+	key := make([]byte, 0, 2*len(pr.positions))
+	for n, i := range pr.positions {
+		b := uint64(batches[i])
+		if pr.leafOpen && n == len(pr.positions)-1 {
+			b = 0
+		}
+		key = binary.AppendUvarint(binary.AppendUvarint(key, uint64(hops[i])), b)
 	}
 	return string(key)
 }

@@ -106,8 +106,8 @@ func newColumnSearch(m *model, pa *path, duals []float64) *columnSearch {
 		c.hopCost[i] = make([]float64, len(kv.batches))
 		lo := math.Inf(1)
 		for bi := range kv.batches {
-			if pa.chain == m.refChain[kv.task] {
-				c.hopCost[i][bi] = -duals[kv.capacityRow[bi]] * pa.itemsPerRequest[i]
+			if row, ok := m.capacityRowOf(pa, i, bi); ok {
+				c.hopCost[i][bi] = -duals[row] * pa.itemsPerRequest[i]
 			}
 			lo = min(lo, c.hopCost[i][bi])
 		}
@@ -160,8 +160,8 @@ func (c *columnSearch) visit(i int, lat, rc float64) {
 		c.best, c.bestRC = append(c.best[:0], c.batches...), rc
 		return
 	}
-	if i == n-1 { // the last hop: its threshold (or each batch up to it: leafBatches)
-		for _, bi := range m.leafBatches(pa, lat) {
+	if i == n-1 { // the last hop: its threshold
+		if bi := m.threshold(pa, lat); bi >= 0 {
 			c.batches[i] = bi
 			c.visit(n, 0, c.completed(i, rc+c.hopCost[i][bi]))
 		}
@@ -181,7 +181,7 @@ func (c *columnSearch) visit(i int, lat, rc float64) {
 func (c *columnSearch) completed(i int, rc float64) float64 {
 	for _, pt := range c.agreements {
 		if pt.pr.depth == i+1 {
-			rc += c.agreementCost(pt.pr, pt.pr.rows[agreementKey(c.pa.hops, c.batches, pt.pr.positions)])
+			rc += c.agreementCost(pt.pr, pt.pr.rows[pt.pr.key(c.pa.hops, c.batches)])
 		}
 	}
 	return rc

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"math"
 	"strings"
 	"testing"
 )
@@ -104,6 +105,7 @@ func TestJoin(t *testing.T) {
 		{"a parent not parallel", "parallel: [det, cap]", "parallel: [det]", `parent "cap" of join "merge": a join's parents are the root's children, all parallel`},
 		{"a parent's fan-out", "name: c, accuracy: 0.8, executor: {kind: emulated}, fanout: {mean: 1,", "name: c, accuracy: 0.8, executor: {kind: emulated}, fanout: {mean: 2,", `variant "c" must send each item once`},
 		{"one parent", "    children: [merge]\n    variants:\n      - {name: c", "    variants:\n      - {name: c", `task "merge" joins 1 parents, want at least 2`},
+		{"a branching below", "    join: {mode: all}\n", "    join: {mode: all}\n    children: [x, y]\n", `task "merge" below join "merge" has 2 children`},
 	} {
 		t.Run(tc.name, func(t *testing.T) { expectParseError(t, joinSpec, tc.old, tc.new, tc.want) })
 	}
@@ -118,5 +120,42 @@ func expectParseError(t *testing.T, base, old, new, want string) {
 	}
 	if _, err := Parse([]byte(spec)); err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("error %v, want %q", err, want)
+	}
+}
+
+// TestBranchWeights: a request's leaves are weighed by their branch's weight over the even share of its copy, on the
+// join's path as on the branch's own; each mistake in the weights is named.
+func TestBranchWeights(t *testing.T) {
+	weighted := strings.Replace(joinSpec, "    parallel: [det, cap]\n", "    parallel: [det, cap]\n    branch_weights: {det: 0.7, cap: 0.3}\n", 1)
+	s, err := Parse([]byte(weighted))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		path []string
+		want float64
+	}{
+		{[]string{"img/i", "det/d", "merge/m"}, 1.4},
+		{[]string{"img/i", "cap/c"}, 0.6},
+		{[]string{"img/i"}, 1},
+	} {
+		if got := s.LeafWeight(tc.path); math.Abs(got-tc.want) > 1e-12 {
+			t.Errorf("LeafWeight(%v) = %v, want %v", tc.path, got, tc.want)
+		}
+	}
+	plain, err := Parse([]byte(joinSpec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := plain.LeafWeight([]string{"img/i", "det/d", "merge/m"}); got != 1 {
+		t.Errorf("without weights: %v, want 1", got)
+	}
+	for _, tc := range []struct{ name, old, new, want string }{
+		{"not summing to 1", "det: 0.7", "det: 0.6", "branch weights sum to 0.9, want 1"},
+		{"a branch missing", "{det: 0.7, cap: 0.3}", "{det: 1}", `no weight for branch "cap"`},
+		{"not a child", "{det: 0.7, cap: 0.3}", "{det: 0.7, cap: 0.2, x: 0.1}", `"x" is not a child of task "img"`},
+		{"a shared child", "parallel: [det, cap]", "parallel: [det]", "branch weights need every child parallel"},
+	} {
+		t.Run(tc.name, func(t *testing.T) { expectParseError(t, weighted, tc.old, tc.new, tc.want) })
 	}
 }

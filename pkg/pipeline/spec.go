@@ -58,6 +58,10 @@ type Task struct {
 	// same image), one copy each unless a variant gives the branch a fan-out of its own (Variant.Branches). The
 	// other children share the variant's Fanout by its shares, each sub-request going to one of them.
 	Parallel []string `json:"parallel,omitempty"`
+	// BranchWeights optionally weighs the branches in a request's accuracy, where every child is parallel (one
+	// copy each): a weight per child, summing to 1; without, each branch counts by its share of the items, evenly
+	// for copies (branchweights.go).
+	BranchWeights map[string]float64 `json:"branch_weights,omitempty"`
 	// Join makes the task join its parents' outputs for one item before it runs: the one task several tasks may
 	// list as a child. Its parents are parallel children of the root and nothing else's; see Join.
 	Join     *Join     `json:"join,omitempty"`

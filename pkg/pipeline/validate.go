@@ -136,6 +136,7 @@ func (s *Spec) validateReachable(tasks map[string]int, root string, add func(str
 func (s *Spec) validateVariants(batches []int, allowed map[int]bool, add func(string, string, ...any)) {
 	for i, t := range s.Tasks {
 		validateParallel(t, fmt.Sprintf("tasks[%d].parallel", i), add)
+		validateBranchWeights(t, fmt.Sprintf("tasks[%d].branch_weights", i), add)
 		variants := map[string]bool{}
 		for j, v := range t.Variants {
 			vp := fmt.Sprintf("tasks[%d].variants[%d]", i, j)
@@ -305,6 +306,20 @@ func (s *Spec) validateJoins(root string, add func(string, string, ...any)) {
 			add(p+".window_ms", "required and > 0 for mode %q", JoinWindow)
 		case m != JoinWindow && t.Join.WindowMs != 0:
 			add(p+".window_ms", "only mode %q has a window", JoinWindow)
+		}
+		// Below a join, a chain: the plan's model joins the chains through it exactly only then (pkg/allocate's
+		// addJoinAgreement; with a branching below, the chains' agreements no longer make one assignment).
+		below := &s.Tasks[i]
+		for range s.Tasks { // at most as many steps as tasks, whatever cycle the other checks report
+			if below == nil || len(below.Children) == 0 {
+				break
+			}
+			if len(below.Children) > 1 {
+				add(p, "task %q below join %q has %d children: below a join, each task has one child at most",
+					below.Name, t.Name, len(below.Children))
+				break
+			}
+			below = s.Task(below.Children[0])
 		}
 		parents := s.Parents(t.Name)
 		if len(parents) < 2 {

@@ -205,7 +205,7 @@ func (s *sim) batchDone(srv int) {
 		if m.dropped != "" {
 			if m.node != 0 && deadline.Answers(sv.table.Stage.Policy, m.dropped) { // with its parent's result
 				r.degraded += m.items
-				r.acc.Add(float64(m.items)/float64(m.den), p.trie.answered(m.node))
+				r.acc.Add(p.trie.leafWeight(m.node)*float64(m.items)/float64(m.den), p.trie.answered(m.node))
 			} else {
 				r.dropped += m.items
 			}
@@ -223,7 +223,7 @@ func (s *sim) batchDone(srv int) {
 			if j := p.joinOf[h.task]; j != nil && k > 0 && !carries(r, p, j) {
 				// A part the join does not carry on: a leaf, as the frontend records it (services/frontend).
 				r.ok++
-				r.acc.Add(1/float64(m.den), p.trie.accuracy(node, p.plan))
+				r.acc.Add(p.trie.leafWeight(node)/float64(m.den), p.trie.accuracy(node, p.plan))
 				s.leaves(r, 1)
 				continue
 			}
@@ -236,7 +236,7 @@ func (s *sim) batchDone(srv int) {
 					r.dropped++
 				} else {
 					r.ok++
-					r.acc.Add(1/float64(m.den), p.trie.accuracy(node, p.plan))
+					r.acc.Add(p.trie.leafWeight(node)/float64(m.den), p.trie.accuracy(node, p.plan))
 				}
 				s.leaves(r, 1)
 				continue
@@ -245,7 +245,7 @@ func (s *sim) batchDone(srv int) {
 			for _, d := range out.Drops {
 				if d.Degraded { // answered with this item's result
 					r.degraded++
-					r.acc.Add(1/float64(out.Den), p.trie.answered(node))
+					r.acc.Add(p.trie.leafWeight(node)/float64(out.Den), p.trie.answered(node))
 				} else {
 					r.dropped++
 				}

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"math"
 	"os"
 	"strings"
 	"testing"
@@ -87,5 +88,28 @@ func TestSocialHoldsItsSLO(t *testing.T) {
 		if v := res.Summary.SLOViolationRatio; v >= 0.01 {
 			t.Errorf("%.0f QPS: %.2f%% violations, want under 1%%", qps, 100*v)
 		}
+	}
+}
+
+// TestBranchWeightsInServedAccuracy: examples/social.yaml with its branches weighed 0.9 (detect) and 0.1 (caption)
+// at a demand served in hardware mode: the simulator's served accuracy is the weighted mean of the most accurate
+// paths' (0.9 x 0.507 + 0.1 x 0.89 = 0.5453), as the plan's, not their even mean (0.6985).
+func TestBranchWeightsInServedAccuracy(t *testing.T) {
+	spec, err := pipeline.Load("../../examples/social.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Task("ingest").BranchWeights = map[string]float64{"detect": 0.9, "caption": 0.1}
+	res, err := Run(Config{Spec: spec, Workload: workload.Constant(100, 20*time.Second), Warmup: 5 * time.Second,
+		Servers: 20, System: "loki", Seed: 1, CommLatency: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = 0.9*0.507 + 0.1*0.89
+	if got := res.Summary.MeanAccuracy; math.Abs(got-want) > 0.002 {
+		t.Errorf("served accuracy %.4f, want %.4f", got, want)
+	}
+	if got := res.Summary.PlannedAccuracy; math.Abs(got-want) > 0.002 {
+		t.Errorf("planned accuracy %.4f, want %.4f", got, want)
 	}
 }

@@ -65,6 +65,7 @@ type pathTrie struct {
 	next   [][]int32 // node -> variant queue -> child node (0: not yet numbered)
 	path   [][]string
 	acc    []float64
+	weight []float64 // spec.LeafWeight of the path, once known
 	known  []bool
 }
 
@@ -78,6 +79,7 @@ func (t *pathTrie) add(path []string) int32 {
 	t.next = append(t.next, make([]int32, len(t.queues)))
 	t.path = append(t.path, path)
 	t.acc = append(t.acc, 0)
+	t.weight = append(t.weight, 0)
 	t.known = append(t.known, false)
 	return int32(len(t.next) - 1)
 }
@@ -103,10 +105,22 @@ func (t *pathTrie) accuracy(node int32, p *plan.Plan) float64 {
 	if p != nil && len(p.Cascades) > 0 {
 		return p.LeafAccuracy(t.spec, t.path[node])
 	}
-	if !t.known[node] {
-		t.acc[node], t.known[node] = t.spec.PathAccuracyOf(t.path[node]), true
-	}
+	t.know(node)
 	return t.acc[node]
+}
+
+// leafWeight is what a leaf on node's path weighs in its request's accuracy over its completion share
+// (spec.LeafWeight: its branches' weights).
+func (t *pathTrie) leafWeight(node int32) float64 {
+	t.know(node)
+	return t.weight[node]
+}
+
+func (t *pathTrie) know(node int32) {
+	if !t.known[node] {
+		t.acc[node], t.weight[node] = t.spec.PathAccuracyOf(t.path[node]), t.spec.LeafWeight(t.path[node])
+		t.known[node] = true
+	}
 }
 
 // run handles the events in order until none is left.
