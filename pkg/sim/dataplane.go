@@ -52,7 +52,7 @@ func (s *sim) arrive(p *pipe) {
 		s.finish(r, s.now)
 		return
 	}
-	s.send(h, p.comm, r, 1, 1, 0)
+	s.send(p, h, r, 1, 1, 0)
 }
 
 // deliver puts a message in its variant's queue, and hands it to an idle replica if there is one.
@@ -250,7 +250,7 @@ func (s *sim) batchDone(srv int) {
 				s.leaves(r, 1)
 			}
 			for _, msg := range out.Messages {
-				s.send(p.queueIdx[h.children[msg.Child]][msg.Variant], p.comm, r, len(msg.Subs), out.Den, node)
+				s.send(p, p.queueIdx[h.children[msg.Child]][msg.Variant], r, len(msg.Subs), out.Den, node)
 			}
 		}
 	}
@@ -358,12 +358,14 @@ func (s *sim) finish(r *request, at int64) {
 
 func (s *sim) time() time.Time { return time.Unix(0, s.now) }
 
-// send is a new message of items of r (each 1/den of it, on path node) delivered to variant queue to after comm.
-func (s *sim) send(to int32, comm int64, r *request, items int, den uint64, node int32) {
+// send is a new message of items of r (each 1/den of it, on path node) delivered to p's variant queue to a hop
+// later: in p's deliveries, not the heap (sim.next).
+func (s *sim) send(p *pipe, to int32, r *request, items int, den uint64, node int32) {
 	m := s.newMessage()
 	// Field by field: a whole-struct copy of a message (it holds pointers) was a bulk write barrier under GC.
 	m.req, m.items, m.den, m.node, m.enqueued, m.dropped, m.delivered = r, items, den, node, 0, "", 0
-	s.push(event{at: s.now + comm, kind: evDeliver, target: to, msg: s.ref(m)})
+	s.seq++
+	p.sent.push(event{at: s.now + p.comm, seq: s.seq, kind: evDeliver, target: to, msg: s.ref(m)})
 }
 
 // newMessage is a message done with (freeMsgs), or a new one: the per-item path allocates none once warm. The
@@ -412,6 +414,6 @@ func (s *sim) escalate(p *pipe, h *variantQueue, t *hop.Table, r *request, den u
 		return false
 	}
 	h.subs.Escalated++
-	s.send(p.queueIdx[p.spec.Tasks[h.task].Name][next], p.comm, r, 1, den, node)
+	s.send(p, p.queueIdx[p.spec.Tasks[h.task].Name][next], r, 1, den, node)
 	return true
 }

@@ -307,6 +307,7 @@ type pipe struct {
 	checkPredicted float64
 	rootQueue      []routing.QueueOption // routing_mode queue: the root's options, and the time allotted below it
 	rootRest       time.Duration
+	sent           deliveries // its messages on their way to a queue (send)
 }
 
 type sim struct {
