@@ -94,7 +94,7 @@ type Pipeline struct {
 	scale   float64
 	scaleOf *plan.Plan
 	// looked are the key strings of the variants its tuner looks at ("task/variant", "pipeline:task/variant"):
-	// built once, not at every look (they were a fifth of the simulator's allocations)
+	// built once, not at every look (they were a fifth of the objects the simulator allocated)
 	looked map[wire.VariantKey][2]string
 }
 

@@ -29,8 +29,8 @@ func (s *sim) measure(srv int, h *variantQueue, n int, d, end time.Duration) {
 const reportMaxAge = 5 * time.Second
 
 // latencies are server srv's heartbeat of the latencies it measured (pkg/latency.Window), per variant: in the
-// server's own map and buffer, reused beat after beat (the core copies what it keeps), for the variants it ran
-// (looking every variant up in every server's window was a third of the heartbeats' time).
+// server's own map and buffer, reused beat after beat (the core copies what it keeps), for the variants it ran (not
+// every variant looked up in every server's window).
 func (s *sim) latencies(srv int, now time.Time) map[string]wire.Observed {
 	sv := &s.servers[srv]
 	if sv.beat == nil {
