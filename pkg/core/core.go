@@ -93,6 +93,9 @@ type Pipeline struct {
 	// scale is the budget scale of scaleOf, the plan its tuner last looked at (plans are replaced, not changed)
 	scale   float64
 	scaleOf *plan.Plan
+	// looked are the key strings of the variants its tuner looks at ("task/variant", "pipeline:task/variant"):
+	// built once, not at every look (they were a fifth of the objects the simulator allocated)
+	looked map[wire.VariantKey][2]string
 }
 
 // New makes the core of specs, each planned by its system (the same index). Each pipeline starts with Begin.

@@ -64,7 +64,15 @@ func (c *Cluster) tuneInput(p *Pipeline, able int) tuner.Input {
 		p.scale, p.scaleOf = cur.BudgetScale(p.Spec), cur
 	}
 	return tuner.ObserveScaled(p.Spec, cur, p.scale, func(k wire.VariantKey) float64 {
-		return p.queues[k.String()] * c.messages.Of(k.In(name).String())
+		keys, ok := p.looked[k]
+		if !ok {
+			if p.looked == nil {
+				p.looked = map[wire.VariantKey][2]string{}
+			}
+			keys = [2]string{k.String(), k.In(name).String()}
+			p.looked[k] = keys
+		}
+		return p.queues[keys[0]] * c.messages.Of(keys[1])
 	}, cur.Servers()+c.lendable(p, able), p.demand.Estimate(), c.cfg.Control.RouteUtilization)
 }
 

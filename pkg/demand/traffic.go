@@ -68,6 +68,11 @@ func (t *Traffic) Observe(r wire.DemandReport, now time.Time) error {
 		f = &frontendGaps{}
 		t.gaps[r.Frontend] = f
 	}
+	if len(f.gaps)+len(gs) > cap(f.gaps) && len(f.gaps) > t.MaxGaps {
+		// Trimmed before the appends outgrow the array, not after: growing it first doubled it at every trim (a
+		// sixth of the bytes the simulator allocated).
+		f.gaps = append(make([]time.Duration, 0, max(2*t.MaxGaps, t.MaxGaps+len(gs))), f.gaps[len(f.gaps)-t.MaxGaps:]...)
+	}
 	for _, g := range gs {
 		f.gaps = append(f.gaps, time.Duration(float64(g)*float64(time.Millisecond)))
 	}

@@ -29,6 +29,10 @@ const (
 // size. Not safe for concurrent use.
 type Window struct {
 	buckets map[string]map[int]*samples
+	// lastKey's buckets, the last Add's: a worker runs one variant for long, and its batches skip the hash of the
+	// key (buckets are never deleted)
+	lastKey   string
+	lastByKey map[int]*samples
 }
 
 type samples struct {
@@ -52,10 +56,13 @@ func BatchOf(v *pipeline.Variant, n int) int { return v.LatencyFor(n).Batch }
 
 // Add records that key ran a model batch at profiled batch size batch that took d, ending at now.
 func (w *Window) Add(key string, batch int, d time.Duration, now time.Time) {
-	byBatch := w.buckets[key]
-	if byBatch == nil {
-		byBatch = map[int]*samples{}
-		w.buckets[key] = byBatch
+	byBatch := w.lastByKey
+	if byBatch == nil || key != w.lastKey {
+		if byBatch = w.buckets[key]; byBatch == nil {
+			byBatch = map[int]*samples{}
+			w.buckets[key] = byBatch
+		}
+		w.lastKey, w.lastByKey = key, byBatch
 	}
 	s := byBatch[batch]
 	if s == nil {

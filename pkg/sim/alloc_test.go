@@ -20,8 +20,7 @@ func TestItemPathAllocatesNothing(t *testing.T) {
 	}
 	perItem := func(e event) bool { return e.kind != evTick && e.kind != evTune }
 	next := func() event {
-		e := s.events.pop()
-		s.now = e.at
+		e, _ := s.next()
 		return e
 	}
 	for s.now < int64(30*time.Second) { // warm: queues, pools and windows at their steady sizes
@@ -38,7 +37,7 @@ func TestItemPathAllocatesNothing(t *testing.T) {
 		bytes += alloctest.Bytes(func() {
 			for {
 				s.handle(e)
-				if s.events.len() == 0 || !perItem(s.events.ev[0]) {
+				if first, _ := s.peek(); first == nil || !perItem(*first) {
 					return
 				}
 				e = next()

@@ -125,6 +125,7 @@ func (c Checker) replicate(spec *pipeline.Spec, p *plan.Plan, o control.Observed
 func (s *sim) fix(p *plan.Plan, o control.Observed) error {
 	s.events = eventHeap{}
 	pp := s.pipes[0]
+	pp.sent = deliveries{}
 	s.core = nil
 	if err := s.startCore(); err != nil {
 		return err

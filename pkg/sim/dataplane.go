@@ -52,8 +52,7 @@ func (s *sim) arrive(p *pipe) {
 		s.finish(r, s.now)
 		return
 	}
-	s.push(event{at: s.now + p.comm, kind: evDeliver, target: h,
-		msg: s.ref(s.newMessage(message{req: r, items: 1, den: 1, node: 0}))})
+	s.send(p, h, r, 1, 1, 0)
 }
 
 // deliver puts a message in its variant's queue, and hands it to an idle replica if there is one.
@@ -178,8 +177,7 @@ func (s *sim) startBatch(srv int) {
 		}
 	}
 	h.handBack(rest[:back])
-	s.taken = queued[:0]
-	clear(queued[:cap(queued)])
+	s.taken = queued[:0] // not cleared: every message stays referenced by s.msgs anyway
 	var d time.Duration
 	scale := slowdownAt(s.cfg.Slowdown, srv, time.Duration(s.now))
 	for c := range batching.Chunks(taken, sv.maxBatch) {
@@ -252,15 +250,12 @@ func (s *sim) batchDone(srv int) {
 				s.leaves(r, 1)
 			}
 			for _, msg := range out.Messages {
-				to := p.queueIdx[h.children[msg.Child]][msg.Variant]
-				s.push(event{at: s.now + p.comm, kind: evDeliver, target: to,
-					msg: s.ref(s.newMessage(message{req: r, items: len(msg.Subs), den: out.Den, node: node}))})
+				s.send(p, p.queueIdx[h.children[msg.Child]][msg.Variant], r, len(msg.Subs), out.Den, node)
 			}
 		}
 	}
 	s.freeMsgs = append(s.freeMsgs, sv.batch...) // done with: their items went on or were answered
-	clear(sv.batch)
-	sv.batch = sv.batch[:0]
+	sv.batch = sv.batch[:0]                      // not cleared: every message stays referenced by s.msgs
 	sv.busy = false
 	if sv.next != nil {
 		a := *sv.next
@@ -363,20 +358,26 @@ func (s *sim) finish(r *request, at int64) {
 
 func (s *sim) time() time.Time { return time.Unix(0, s.now) }
 
-// newMessage is m in a message done with (freeMsgs), or a new one: the per-item path allocates none once warm.
-func (s *sim) newMessage(m message) *message {
+// send is a new message of items of r (each 1/den of it, on path node) delivered to p's variant queue to a hop
+// later: in p's deliveries, not the heap (sim.next).
+func (s *sim) send(p *pipe, to int32, r *request, items int, den uint64, node int32) {
+	m := s.newMessage()
+	// Field by field: a whole-struct copy of a message (it holds pointers) was a bulk write barrier under GC.
+	m.req, m.items, m.den, m.node, m.enqueued, m.dropped, m.delivered = r, items, den, node, 0, "", 0
+	s.seq++
+	p.sent.push(event{at: s.now + p.comm, seq: s.seq, kind: evDeliver, target: to, msg: s.ref(m)})
+}
+
+// newMessage is a message done with (freeMsgs), or a new one: the per-item path allocates none once warm. The
+// caller sets every field but id.
+func (s *sim) newMessage() *message {
 	n := len(s.freeMsgs)
 	if n == 0 {
-		p := new(message)
-		*p = m
-		return p
+		return new(message)
 	}
-	p := s.freeMsgs[n-1]
-	s.freeMsgs[n-1] = nil
-	s.freeMsgs = s.freeMsgs[:n-1]
-	m.id = p.id
-	*p = m
-	return p
+	m := s.freeMsgs[n-1]
+	s.freeMsgs = s.freeMsgs[:n-1] // not cleared: every message stays referenced by s.msgs anyway
+	return m
 }
 
 // ref is m's id, for an event; a message sent for the first time is given one.
@@ -413,8 +414,6 @@ func (s *sim) escalate(p *pipe, h *variantQueue, t *hop.Table, r *request, den u
 		return false
 	}
 	h.subs.Escalated++
-	to := p.queueIdx[p.spec.Tasks[h.task].Name][next]
-	s.push(event{at: s.now + p.comm, kind: evDeliver, target: to,
-		msg: s.ref(s.newMessage(message{req: r, items: 1, den: den, node: node}))})
+	s.send(p, p.queueIdx[p.spec.Tasks[h.task].Name][next], r, 1, den, node)
 	return true
 }

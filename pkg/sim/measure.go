@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"slices"
 	"time"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/latency"
@@ -17,6 +18,9 @@ func (s *sim) measure(srv int, h *variantQueue, n int, d, end time.Duration) {
 	if sv.measured == nil {
 		sv.measured = latency.NewWindow()
 	}
+	if !slices.Contains(sv.ran, h) {
+		sv.ran = append(sv.ran, h)
+	}
 	sv.measured.Add(h.key, latency.BatchOf(h.variant, n), d, time.Unix(0, s.now).Add(end))
 }
 
@@ -25,7 +29,8 @@ func (s *sim) measure(srv int, h *variantQueue, n int, d, end time.Duration) {
 const reportMaxAge = 5 * time.Second
 
 // latencies are server srv's heartbeat of the latencies it measured (pkg/latency.Window), per variant: in the
-// server's own map and buffer, reused beat after beat (the core copies what it keeps).
+// server's own map and buffer, reused beat after beat (the core copies what it keeps), for the variants it ran (not
+// every variant looked up in every server's window).
 func (s *sim) latencies(srv int, now time.Time) map[string]wire.Observed {
 	sv := &s.servers[srv]
 	if sv.beat == nil {
@@ -33,7 +38,7 @@ func (s *sim) latencies(srv int, now time.Time) map[string]wire.Observed {
 	}
 	clear(sv.beat)
 	sv.summaries = sv.summaries[:0]
-	for _, h := range s.queues {
+	for _, h := range sv.ran {
 		at := len(sv.summaries)
 		if sv.summaries = sv.measured.AppendSummary(sv.summaries, h.key, now); len(sv.summaries) > at {
 			sv.beat[h.key] = wire.Observed{Latency: sv.summaries[at:len(sv.summaries):len(sv.summaries)]}

@@ -57,6 +57,59 @@ func (h *eventHeap) pop() event {
 	return top
 }
 
+// deliveries are one pipeline's messages sent and not yet delivered, in the order they are due: each is due one
+// hop (the pipeline's constant latency) after it was sent, and the simulated time never goes back, so they are
+// due in the order sent and a queue holds them in order. Half the events are deliveries: they skip the heap.
+type deliveries struct {
+	ev   []event
+	head int
+}
+
+func (d *deliveries) len() int { return len(d.ev) - d.head }
+
+func (d *deliveries) push(e event) {
+	if d.head == len(d.ev) { // emptied: start again at the front
+		d.ev, d.head = d.ev[:0], 0
+	} else if d.head >= 64 && 2*d.head >= len(d.ev) { // compacted early: the array stops growing once warm
+		n := copy(d.ev, d.ev[d.head:])
+		d.ev, d.head = d.ev[:n], 0
+	}
+	d.ev = append(d.ev, e)
+}
+
+// peek is the event due first, in the heap or a pipeline's deliveries (nil: none), and the deliveries it is
+// first of (nil: the heap's).
+func (s *sim) peek() (*event, *deliveries) {
+	var first *event
+	if s.events.len() > 0 {
+		first = &s.events.ev[0]
+	}
+	var from *deliveries
+	for _, p := range s.pipes {
+		if d := &p.sent; d.len() > 0 && (first == nil || less(&d.ev[d.head], first)) {
+			first, from = &d.ev[d.head], d
+		}
+	}
+	return first, from
+}
+
+// next takes the event due first, and makes its time now; false when none is left.
+func (s *sim) next() (event, bool) {
+	first, from := s.peek()
+	if first == nil {
+		return event{}, false
+	}
+	var e event
+	if from == nil {
+		e = s.events.pop()
+	} else {
+		e = *first
+		from.head++
+	}
+	s.now = e.at
+	return e, true
+}
+
 // pathTrie numbers the paths of variants from the root (node 0 is the empty path) and caches each one's end-to-end
 // accuracy (spec.PathAccuracyOf), so an item carries a node number instead of its path.
 type pathTrie struct {
@@ -126,9 +179,11 @@ func (t *pathTrie) know(node int32) {
 // run handles the events in order until none is left.
 func (s *sim) run() {
 	nextProgress := int64(time.Minute)
-	for s.events.len() > 0 {
-		e := s.events.pop()
-		s.now = e.at
+	for {
+		e, ok := s.next()
+		if !ok {
+			break
+		}
 		if s.cfg.Progress != nil && s.now >= nextProgress {
 			s.cfg.Progress(time.Duration(min(s.now, s.end)), time.Duration(s.end))
 			nextProgress += int64(time.Minute)

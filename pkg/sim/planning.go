@@ -5,7 +5,6 @@ package sim
 
 import (
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/admission"
@@ -66,23 +65,28 @@ func (s *sim) tick() {
 }
 
 // heartbeats are the workers' heartbeats: the counters of every variant that executed anything, as one worker's
-// (the core folds what is new since the previous one), and each server's measured latencies.
+// (the core folds what is new since the previous one), and each server's measured latencies. The core copies what
+// it keeps of a heartbeat, so the counters' beat is built in maps reused tick after tick.
 func (s *sim) heartbeats(now time.Time) {
-	beat := wire.Registration{Observed: map[string]wire.Observed{}}
+	if s.beat == nil {
+		s.beat = map[string]wire.Observed{}
+	}
 	for _, h := range s.queues {
 		if h.items > 0 {
-			emitted := make(map[string]uint64, len(h.children))
+			if h.emittedBy == nil {
+				h.emittedBy = make(map[string]uint64, len(h.children))
+			}
 			for c, n := range h.emitted {
 				if n > 0 {
-					emitted[h.children[c]] = n
+					h.emittedBy[h.children[c]] = n
 				}
 			}
-			beat.Observed[h.key] = wire.Observed{FanoutCounts: wire.FanoutCounts{Items: h.items,
-				Children: emitted, SubRequests: slices.Clone(h.subs.SubRequests),
+			s.beat[h.key] = wire.Observed{FanoutCounts: wire.FanoutCounts{Items: h.items,
+				Children: h.emittedBy, SubRequests: h.subs.SubRequests,
 				Escalated: h.subs.Escalated}, Messages: h.messages}
 		}
 	}
-	s.core.Heartbeat("workers", beat, now)
+	s.core.Heartbeat("workers", wire.Registration{Observed: s.beat}, now)
 	for i := range s.servers {
 		if s.servers[i].measured != nil {
 			s.core.Heartbeat(s.names[i], wire.Registration{Observed: s.latencies(i, now)}, now)
@@ -150,16 +154,22 @@ func (q queueView) Depth(task, variant string) (float64, bool) {
 // tuneLook is the tuner's look at the queues, as the planner's: the core sees each hosted variant's messages
 // waiting or in service, and the simulator moves and reassigns what it decides.
 func (s *sim) tuneLook() {
-	queues := make(map[string]map[string]float64, len(s.pipes))
+	if s.looks == nil {
+		s.looks = make(map[string]map[string]float64, len(s.pipes))
+	}
 	for _, p := range s.pipes {
-		q := make(map[string]float64, len(p.plan.Variants)) // the core keeps it till the next look
+		q := s.looks[p.spec.Name] // the core keeps it till the next look, which refills it
+		if q == nil {
+			q = map[string]float64{}
+			s.looks[p.spec.Name] = q
+		}
+		clear(q)
 		for _, vp := range p.plan.Variants {
 			h := s.queues[p.queueIdx[vp.Task][vp.Variant]]
 			q[h.name] = float64(h.pending() + h.inService)
 		}
-		queues[p.spec.Name] = q
 	}
-	looked := s.core.Look(s.time(), len(s.servers), queues)
+	looked := s.core.Look(s.time(), len(s.servers), s.looks)
 	for _, cp := range looked.Rehome {
 		s.rehome(s.named[cp.Spec.Name])
 	}

@@ -251,6 +251,8 @@ type variantQueue struct {
 	// is the observed distribution its items emit from (check.go).
 	subs wire.FanoutCounts
 	draw *demand.SubRequestDist
+	// emittedBy is emitted by child task name, the heartbeat's (reused)
+	emittedBy map[string]uint64
 }
 
 type server struct {
@@ -264,6 +266,7 @@ type server struct {
 	next     *plan.Assignment // an assignment to take when the running batch is done
 	assigned plan.Assignment
 	measured *latency.Window // the batch latencies it measured; nil until it runs one
+	ran      []*variantQueue // the variants it measured, in the order it first ran them
 	// beat and summaries hold its heartbeat of them (latencies), reused
 	beat      map[string]wire.Observed
 	summaries []wire.BatchLatency
@@ -304,6 +307,7 @@ type pipe struct {
 	checkPredicted float64
 	rootQueue      []routing.QueueOption // routing_mode queue: the root's options, and the time allotted below it
 	rootRest       time.Duration
+	sent           deliveries // its messages on their way to a queue (send)
 }
 
 type sim struct {
@@ -337,6 +341,9 @@ type sim struct {
 	freeMsgs []*message
 	freeReqs []*request
 	msgs     []*message // every message, by id (events name them by id); msgs[0] is none
+	// beat and looks are the counters' heartbeat and the tuner's view of the queues, reused (heartbeats, tuneLook)
+	beat  map[string]wire.Observed
+	looks map[string]map[string]float64
 }
 
 func newSim(cfg Config) (*sim, error) {

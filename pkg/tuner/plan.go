@@ -24,6 +24,7 @@ func ObserveScaled(spec *pipeline.Spec, p *plan.Plan, scale float64, waiting fun
 	if a := p.Allocation; a != nil {
 		in.Covered = a.DemandQPS >= estimate
 	}
+	in.Variants = make([]Variant, 0, len(p.Variants)) // one allocation, not one per doubling: the tuner looks ten times a second
 	for _, vp := range p.Variants {
 		if vp.Replicas <= 0 {
 			continue
