@@ -3,6 +3,9 @@ package worker
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"testing"
 	"time"
@@ -68,18 +71,28 @@ func (passThrough) Close() error { return nil }
 // untraced).
 func BenchmarkHop(b *testing.B) {
 	b.Run("tracer=none", func(b *testing.B) { benchmarkHop(b) })
-	// What a service runs by default: the SDK tracer sampling every request, exporting nowhere.
-	b.Run("tracer=sdk", func(b *testing.B) { benchmarkHopTraced(b, "") })
-	// The SDK tracer sampling no request: trace contexts made and carried, no span recorded.
-	b.Run("tracer=sdk-unsampled", func(b *testing.B) { benchmarkHopTraced(b, "0") })
+	// What a service runs by default (telemetry.Setup, no exporter): every request sampled, its trace context
+	// carried on, no span recorded.
+	b.Run("tracer=sdk", func(b *testing.B) { benchmarkHopTraced(b, "", false) })
+	// Sampling no request: trace contexts made and carried, unsampled.
+	b.Run("tracer=sdk-unsampled", func(b *testing.B) { benchmarkHopTraced(b, "0", false) })
+	// Exporting every span over OTLP/HTTP to a collector that takes everything: what a traced deployment pays.
+	b.Run("tracer=otlp", func(b *testing.B) { benchmarkHopTraced(b, "", true) })
 	b.Run("leaf", benchmarkLeaf)
 }
 
-// benchmarkHopTraced is benchmarkHop under the SDK tracer, sampling ratio (OTEL_TRACES_SAMPLER_ARG; "" the
-// default).
-func benchmarkHopTraced(b *testing.B, ratio string) {
+// benchmarkHopTraced is benchmarkHop under telemetry.Setup, sampling ratio (OTEL_TRACES_SAMPLER_ARG; "" the
+// default), exporting to a collector on this machine when export.
+func benchmarkHopTraced(b *testing.B, ratio string, export bool) {
 	if ratio != "" {
 		b.Setenv("OTEL_TRACES_SAMPLER_ARG", ratio)
+	}
+	if export {
+		collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+		}))
+		defer collector.Close()
+		b.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.URL)
 	}
 	shutdown, err := telemetry.Setup(context.Background(), "bench")
 	if err != nil {
