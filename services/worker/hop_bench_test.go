@@ -160,13 +160,23 @@ func benchmarkHop(b *testing.B) {
 		b.Fatal(err)
 	}
 
-	// The bare path: its own stream and two consumers, and a forwarder goroutine doing fetch, publish, ack.
+	// The bare path: its own stream and two consumers, and a forwarder goroutine doing fetch, publish, wait for the
+	// publish's acknowledgement, ack. It pulls as a worker does: one pull request at a time over one subscription
+	// (bus.Puller; nats.go's pull subscription).
 	if _, err := r.js.CreateStream(ctx, jetstream.StreamConfig{Name: "RAW", Subjects: []string{"raw.>"},
 		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.MemoryStorage}); err != nil {
 		b.Fatal(err)
 	}
-	rawIn, _ := r.js.CreateOrUpdateConsumer(ctx, "RAW", jetstream.ConsumerConfig{Durable: "in", FilterSubject: "raw.in", AckPolicy: jetstream.AckExplicitPolicy})
+	_, _ = r.js.CreateOrUpdateConsumer(ctx, "RAW", jetstream.ConsumerConfig{Durable: "in", FilterSubject: "raw.in", AckPolicy: jetstream.AckExplicitPolicy})
 	rawOut, _ := r.js.CreateOrUpdateConsumer(ctx, "RAW", jetstream.ConsumerConfig{Durable: "out", FilterSubject: "raw.out", AckPolicy: jetstream.AckExplicitPolicy})
+	legacy, err := r.nc.JetStream()
+	if err != nil {
+		b.Fatal(err)
+	}
+	rawIn, err := legacy.PullSubscribe("raw.in", "in", nats.Bind("RAW", "in"))
+	if err != nil {
+		b.Fatal(err)
+	}
 	stop := make(chan struct{})
 	defer close(stop)
 	go func() {
@@ -176,16 +186,16 @@ func benchmarkHop(b *testing.B) {
 				return
 			default:
 			}
-			batch, err := rawIn.Fetch(1, jetstream.FetchMaxWait(time.Second))
+			batch, err := rawIn.Fetch(1, nats.MaxWait(time.Second))
 			if err != nil {
 				continue
 			}
-			for m := range batch.Messages() {
-				f, err := r.js.PublishMsgAsync(&nats.Msg{Subject: "raw.out", Data: m.Data(), Header: m.Headers()})
+			for _, m := range batch {
+				f, err := r.js.PublishMsgAsync(&nats.Msg{Subject: "raw.out", Data: m.Data, Header: m.Header})
 				if err == nil {
 					<-f.Ok()
 				}
-				m.Ack()
+				_ = m.Ack()
 			}
 		}
 	}()

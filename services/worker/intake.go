@@ -23,18 +23,17 @@ import (
 
 // fetchFirst waits (up to FetchWait) for one message of the variant's queue.
 func (w *Worker) fetchFirst(s *serving) jetstream.Msg {
-	batch, err := s.consumer.Fetch(1, jetstream.FetchMaxWait(w.cfg.FetchWait))
+	msgs, err := s.puller.Fetch(1, w.cfg.FetchWait)
 	if err != nil {
 		// Disconnected, or the server is restarting: back off instead of spinning.
 		w.log.Debug("fetch failed", "err", err)
 		time.Sleep(100 * time.Millisecond)
 		return nil
 	}
-	var first jetstream.Msg
-	for m := range batch.Messages() {
-		first = m
+	if len(msgs) == 0 {
+		return nil
 	}
-	return first
+	return msgs[0]
 }
 
 // fetchMore takes, without waiting, the messages the batching rule adds to a batch that executes taken items so
