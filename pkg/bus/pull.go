@@ -65,16 +65,16 @@ func (p pulled) Metadata() (*jetstream.MsgMetadata, error) {
 		Timestamp: md.Timestamp, Stream: md.Stream, Consumer: md.Consumer, Domain: md.Domain}, nil
 }
 
-func (p pulled) Data() []byte                                { return p.m.Data }
-func (p pulled) Headers() nats.Header                        { return p.m.Header }
-func (p pulled) Subject() string                             { return p.m.Subject }
-func (p pulled) Reply() string                               { return p.m.Reply }
-func (p pulled) Ack() error                                  { return p.m.Ack() }
-func (p pulled) DoubleAck(ctx context.Context) error         { return p.m.AckSync(nats.Context(ctx)) }
-func (p pulled) Nak() error                                  { return p.m.Nak() }
-func (p pulled) NakWithDelay(delay time.Duration) error      { return p.m.NakWithDelay(delay) }
-func (p pulled) InProgress() error                           { return p.m.InProgress() }
-func (p pulled) Term() error                                 { return p.m.Term() }
+func (p pulled) Data() []byte                           { return p.m.Data }
+func (p pulled) Headers() nats.Header                   { return p.m.Header }
+func (p pulled) Subject() string                        { return p.m.Subject }
+func (p pulled) Reply() string                          { return p.m.Reply }
+func (p pulled) Ack() error                             { return p.m.Ack() }
+func (p pulled) DoubleAck(ctx context.Context) error    { return p.m.AckSync(nats.Context(ctx)) }
+func (p pulled) Nak() error                             { return p.m.Nak() }
+func (p pulled) NakWithDelay(delay time.Duration) error { return p.m.NakWithDelay(delay) }
+func (p pulled) InProgress() error                      { return p.m.InProgress() }
+func (p pulled) Term() error                            { return p.m.Term() }
 func (p pulled) TermWithReason(reason string) error {
 	if reason == "" {
 		return p.m.Term()

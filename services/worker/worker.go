@@ -372,7 +372,7 @@ type serving struct {
 	root     bool // the pipeline's root task: its items are requests, checked against the spec's inputs
 	consumer jetstream.Consumer
 	puller   *bus.Puller // the consumer's messages, one pull request a batch (fetchFirst)
-	served   string // "pipeline:task/variant" (wire.ServedKey): the key of its measurements in a heartbeat
+	served   string      // "pipeline:task/variant" (wire.ServedKey): the key of its measurements in a heartbeat
 	policy   deadline.Policy
 	budget   time.Duration // the task's latency budget on this variant: its profiled time at the max batch
 	// stage is what the deadline policy knows of this variant under stagePlan, and table its forwarding (pkg/hop).
