@@ -209,7 +209,7 @@ func (w *Worker) executeRound(ctx context.Context, s *serving, r *round) bool {
 		began := time.Now()
 		outs, err := w.execute(ctx, s, r.inputs[lo:hi])
 		ended := time.Now()
-		w.cfg.Metrics.Batch(s.a.Pipeline, s.a.Task, s.a.Variant, hi-lo, ended.Sub(began))
+		s.metrics.Batch(hi-lo, ended.Sub(began))
 		if err == nil {
 			w.measure(s, hi-lo, began, ended)
 		}
@@ -253,7 +253,7 @@ func (w *Worker) observeRound(s *serving, r *round) {
 			}
 			o.Items++
 			o.QueueWaitMs += float64(r.now.Sub(sl.in.enqueued)) / float64(time.Millisecond)
-			w.cfg.Metrics.QueueWait(s.a.Pipeline, s.a.Task, s.a.Variant, r.now.Sub(sl.in.enqueued))
+			s.metrics.QueueWait(r.now.Sub(sl.in.enqueued))
 			k := 0
 			for child, subs := range sl.in.outputs[sl.i].Children {
 				o.Children[child] += uint64(len(subs))
@@ -387,7 +387,7 @@ func (s *serving) checkItem(it wire.Item) error {
 func (w *Worker) execute(ctx context.Context, s *serving, batch []executor.Input) (outs []executor.Output, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			w.cfg.Metrics.Panicked(s.a.Pipeline, s.a.Task, s.a.Variant)
+			s.metrics.Panicked()
 			w.complaints.Error(ComplainPanic, "variant", s.a.Key(), "items", len(batch), "panic", r,
 				"stack", string(debug.Stack()))
 			outs, err = nil, fmt.Errorf("the executor panicked: %v", r)

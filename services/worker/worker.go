@@ -372,7 +372,8 @@ type serving struct {
 	root     bool // the pipeline's root task: its items are requests, checked against the spec's inputs
 	consumer jetstream.Consumer
 	puller   *bus.Puller // the consumer's messages, one pull request a batch (fetchFirst)
-	served   string      // "pipeline:task/variant" (wire.ServedKey): the key of its measurements in a heartbeat
+	metrics  *metrics.WorkerVariant
+	served   string // "pipeline:task/variant" (wire.ServedKey): the key of its measurements in a heartbeat
 	policy   deadline.Policy
 	budget   time.Duration // the task's latency budget on this variant: its profiled time at the max batch
 	// stage is what the deadline policy knows of this variant under stagePlan, and table its forwarding (pkg/hop).
@@ -480,7 +481,7 @@ func (w *Worker) start(ctx context.Context, n wanted, t0 time.Time) (*serving, e
 	}
 	budget := time.Duration(n.a.BudgetMs * float64(time.Millisecond))
 	return &serving{a: n.a, spec: n.spec, plan: n.plan, task: n.spec.Task(n.a.Task), variant: v, exec: exec,
-		consumer: cons, puller: puller, served: n.a.Served().String(), policy: policy, budget: budget,
+		consumer: cons, puller: puller, metrics: w.cfg.Metrics.Variant(n.a.Pipeline, n.a.Task, n.a.Variant), served: n.a.Served().String(), policy: policy, budget: budget,
 		root: n.spec.Root().Name == n.a.Task, queues: w.queues, sends: map[string]*telemetry.SendSpans{},
 		process: telemetry.NewProcessSpans(wire.TaskSubject(n.a.Pipeline, n.a.Task, n.a.Variant),
 			wire.Consumer(n.a.Task, n.a.Variant), semconv.MessagingClientID(w.cfg.ID),
