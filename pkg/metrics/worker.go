@@ -76,29 +76,47 @@ func (m *Worker) AddSource(s WorkerSource) {
 	m.mu.Unlock()
 }
 
-// Batch records one executed model batch of a variant.
-func (m *Worker) Batch(pipeline, task, variant string, items int, took time.Duration) {
-	if m == nil {
-		return
-	}
-	m.batchSize.WithLabelValues(pipeline, task, variant).Observe(float64(items))
-	m.batchDuration.WithLabelValues(pipeline, task, variant).Observe(took.Seconds())
+// WorkerVariant is the worker metrics of one variant, its series looked up once (Worker.Variant): a worker records
+// per batch and per item, and a label lookup per record was a measurable share of a hop (BenchmarkHop).
+type WorkerVariant struct {
+	batchSize, batchDuration, queueWait prometheus.Observer
+	panics                              prometheus.Counter
 }
 
-// QueueWait records how long an executed item waited in a variant's queue.
-func (m *Worker) QueueWait(pipeline, task, variant string, waited time.Duration) {
+// Variant is the metrics of one variant; none (nil) when m is nil.
+func (m *Worker) Variant(pipeline, task, variant string) *WorkerVariant {
 	if m == nil {
-		return
+		return nil
 	}
-	m.queueWait.WithLabelValues(pipeline, task, variant).Observe(waited.Seconds())
+	return &WorkerVariant{batchSize: m.batchSize.WithLabelValues(pipeline, task, variant),
+		batchDuration: m.batchDuration.WithLabelValues(pipeline, task, variant),
+		queueWait:     m.queueWait.WithLabelValues(pipeline, task, variant),
+		panics:        m.panics.WithLabelValues(pipeline, task, variant)}
 }
 
-// Panicked records a model batch of a variant whose execution panicked.
-func (m *Worker) Panicked(pipeline, task, variant string) {
-	if m == nil {
+// Batch records one executed model batch.
+func (v *WorkerVariant) Batch(items int, took time.Duration) {
+	if v == nil {
 		return
 	}
-	m.panics.WithLabelValues(pipeline, task, variant).Inc()
+	v.batchSize.Observe(float64(items))
+	v.batchDuration.Observe(took.Seconds())
+}
+
+// QueueWait records how long an executed item waited in the variant's queue.
+func (v *WorkerVariant) QueueWait(waited time.Duration) {
+	if v == nil {
+		return
+	}
+	v.queueWait.Observe(waited.Seconds())
+}
+
+// Panicked records a model batch whose execution panicked.
+func (v *WorkerVariant) Panicked() {
+	if v == nil {
+		return
+	}
+	v.panics.Inc()
 }
 
 // Describe implements prometheus.Collector for what is read from the sources.

@@ -3,6 +3,9 @@ package worker
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"testing"
 	"time"
@@ -68,18 +71,28 @@ func (passThrough) Close() error { return nil }
 // untraced).
 func BenchmarkHop(b *testing.B) {
 	b.Run("tracer=none", func(b *testing.B) { benchmarkHop(b) })
-	// What a service runs by default: the SDK tracer sampling every request, exporting nowhere.
-	b.Run("tracer=sdk", func(b *testing.B) { benchmarkHopTraced(b, "") })
-	// The SDK tracer sampling no request: trace contexts made and carried, no span recorded.
-	b.Run("tracer=sdk-unsampled", func(b *testing.B) { benchmarkHopTraced(b, "0") })
+	// What a service runs by default (telemetry.Setup, no exporter): every request sampled, its trace context
+	// carried on, no span recorded.
+	b.Run("tracer=sdk", func(b *testing.B) { benchmarkHopTraced(b, "", false) })
+	// Sampling no request: trace contexts made and carried, unsampled.
+	b.Run("tracer=sdk-unsampled", func(b *testing.B) { benchmarkHopTraced(b, "0", false) })
+	// Exporting every span over OTLP/HTTP to a collector that takes everything: what a traced deployment pays.
+	b.Run("tracer=otlp", func(b *testing.B) { benchmarkHopTraced(b, "", true) })
 	b.Run("leaf", benchmarkLeaf)
 }
 
-// benchmarkHopTraced is benchmarkHop under the SDK tracer, sampling ratio (OTEL_TRACES_SAMPLER_ARG; "" the
-// default).
-func benchmarkHopTraced(b *testing.B, ratio string) {
+// benchmarkHopTraced is benchmarkHop under telemetry.Setup, sampling ratio (OTEL_TRACES_SAMPLER_ARG; "" the
+// default), exporting to a collector on this machine when export.
+func benchmarkHopTraced(b *testing.B, ratio string, export bool) {
 	if ratio != "" {
 		b.Setenv("OTEL_TRACES_SAMPLER_ARG", ratio)
+	}
+	if export {
+		collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+		}))
+		defer collector.Close()
+		b.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.URL)
 	}
 	shutdown, err := telemetry.Setup(context.Background(), "bench")
 	if err != nil {
@@ -147,13 +160,23 @@ func benchmarkHop(b *testing.B) {
 		b.Fatal(err)
 	}
 
-	// The bare path: its own stream and two consumers, and a forwarder goroutine doing fetch, publish, ack.
+	// The bare path: its own stream and two consumers, and a forwarder goroutine doing fetch, publish, wait for the
+	// publish's acknowledgement, ack. It pulls as a worker does: one pull request at a time over one subscription
+	// (bus.Puller; nats.go's pull subscription).
 	if _, err := r.js.CreateStream(ctx, jetstream.StreamConfig{Name: "RAW", Subjects: []string{"raw.>"},
 		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.MemoryStorage}); err != nil {
 		b.Fatal(err)
 	}
-	rawIn, _ := r.js.CreateOrUpdateConsumer(ctx, "RAW", jetstream.ConsumerConfig{Durable: "in", FilterSubject: "raw.in", AckPolicy: jetstream.AckExplicitPolicy})
+	_, _ = r.js.CreateOrUpdateConsumer(ctx, "RAW", jetstream.ConsumerConfig{Durable: "in", FilterSubject: "raw.in", AckPolicy: jetstream.AckExplicitPolicy})
 	rawOut, _ := r.js.CreateOrUpdateConsumer(ctx, "RAW", jetstream.ConsumerConfig{Durable: "out", FilterSubject: "raw.out", AckPolicy: jetstream.AckExplicitPolicy})
+	legacy, err := r.nc.JetStream()
+	if err != nil {
+		b.Fatal(err)
+	}
+	rawIn, err := legacy.PullSubscribe("raw.in", "in", nats.Bind("RAW", "in"))
+	if err != nil {
+		b.Fatal(err)
+	}
 	stop := make(chan struct{})
 	defer close(stop)
 	go func() {
@@ -163,16 +186,16 @@ func benchmarkHop(b *testing.B) {
 				return
 			default:
 			}
-			batch, err := rawIn.Fetch(1, jetstream.FetchMaxWait(time.Second))
+			batch, err := rawIn.Fetch(1, nats.MaxWait(time.Second))
 			if err != nil {
 				continue
 			}
-			for m := range batch.Messages() {
-				f, err := r.js.PublishMsgAsync(&nats.Msg{Subject: "raw.out", Data: m.Data(), Header: m.Headers()})
+			for _, m := range batch {
+				f, err := r.js.PublishMsgAsync(&nats.Msg{Subject: "raw.out", Data: m.Data, Header: m.Header})
 				if err == nil {
 					<-f.Ok()
 				}
-				m.Ack()
+				_ = m.Ack()
 			}
 		}
 	}()

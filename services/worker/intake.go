@@ -23,18 +23,17 @@ import (
 
 // fetchFirst waits (up to FetchWait) for one message of the variant's queue.
 func (w *Worker) fetchFirst(s *serving) jetstream.Msg {
-	batch, err := s.consumer.Fetch(1, jetstream.FetchMaxWait(w.cfg.FetchWait))
+	msgs, err := s.puller.Fetch(1, w.cfg.FetchWait)
 	if err != nil {
 		// Disconnected, or the server is restarting: back off instead of spinning.
 		w.log.Debug("fetch failed", "err", err)
 		time.Sleep(100 * time.Millisecond)
 		return nil
 	}
-	var first jetstream.Msg
-	for m := range batch.Messages() {
-		first = m
+	if len(msgs) == 0 {
+		return nil
 	}
-	return first
+	return msgs[0]
 }
 
 // fetchMore takes, without waiting, the messages the batching rule adds to a batch that executes taken items so
@@ -120,12 +119,20 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 		return
 	}
 	w.observeRound(s, r)
-	waits := make([]func() error, len(r.msgs))
+	stored, confirmed := make([]func() error, len(r.msgs)), make([]func() error, len(r.msgs))
 	for i, in := range r.msgs {
-		waits[i] = w.forward(ctx, s, in)
+		stored[i], confirmed[i] = w.forward(ctx, s, in)
+	}
+	// The batch's sub-requests are stored before the worker pulls again, as a bare forwarder does (publish, its
+	// acknowledgement, pull): a pull and the next round started beside the publishes held them up on a busy machine
+	// (BenchmarkHop, docs/measurements.md), for one round trip to the server a batch. The frontends' confirmations
+	// and the acknowledgements still run beside the next batch.
+	errs := make([]error, len(r.msgs))
+	for i := range stored {
+		errs[i] = stored[i]()
 	}
 	settling = true
-	go w.settle(r.msgs, waits, done)
+	go w.settle(r.msgs, errs, confirmed, done)
 }
 
 // nextQueued gives the messages a batch begins with: those the last batch carried (they did not fit it), else the
@@ -210,7 +217,7 @@ func (w *Worker) executeRound(ctx context.Context, s *serving, r *round) bool {
 		began := time.Now()
 		outs, err := w.execute(ctx, s, r.inputs[lo:hi])
 		ended := time.Now()
-		w.cfg.Metrics.Batch(s.a.Pipeline, s.a.Task, s.a.Variant, hi-lo, ended.Sub(began))
+		s.metrics.Batch(hi-lo, ended.Sub(began))
 		if err == nil {
 			w.measure(s, hi-lo, began, ended)
 		}
@@ -254,7 +261,7 @@ func (w *Worker) observeRound(s *serving, r *round) {
 			}
 			o.Items++
 			o.QueueWaitMs += float64(r.now.Sub(sl.in.enqueued)) / float64(time.Millisecond)
-			w.cfg.Metrics.QueueWait(s.a.Pipeline, s.a.Task, s.a.Variant, r.now.Sub(sl.in.enqueued))
+			s.metrics.QueueWait(r.now.Sub(sl.in.enqueued))
 			k := 0
 			for child, subs := range sl.in.outputs[sl.i].Children {
 				o.Children[child] += uint64(len(subs))
@@ -267,13 +274,18 @@ func (w *Worker) observeRound(s *serving, r *round) {
 	})
 }
 
-// settle acknowledges each message of a batch once its sub-requests are stored and its results confirmed, or hands
-// it back, and then closes done. It runs beside the next batch: a worker does not wait for the frontends'
+// settle acknowledges each message of a batch once its sub-requests are stored (errs: what serveOnce's wait for
+// their publishes gave) and its results confirmed, or hands it back, and then closes done. It runs beside the next
+// batch: a worker does not wait for the frontends'
 // confirmations (a round trip through the server and a frontend's scheduling) before it fetches again.
-func (w *Worker) settle(batch []*inbound, waits []func() error, done func()) {
+func (w *Worker) settle(batch []*inbound, errs []error, confirmed []func() error, done func()) {
 	defer done()
 	for i, in := range batch {
-		if err := waits[i](); err != nil {
+		err := errs[i] // the publishes'
+		if err == nil {
+			err = confirmed[i]()
+		}
+		if err != nil {
 			// Not acknowledged: JetStream delivers the message again; sub-requests already published are
 			// de-duplicated by their message ids.
 			w.log.Warn("forwarding failed; message will be redelivered", "request", in.requestID, "err", err)
@@ -388,7 +400,7 @@ func (s *serving) checkItem(it wire.Item) error {
 func (w *Worker) execute(ctx context.Context, s *serving, batch []executor.Input) (outs []executor.Output, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			w.cfg.Metrics.Panicked(s.a.Pipeline, s.a.Task, s.a.Variant)
+			s.metrics.Panicked()
 			w.complaints.Error(ComplainPanic, "variant", s.a.Key(), "items", len(batch), "panic", r,
 				"stack", string(debug.Stack()))
 			outs, err = nil, fmt.Errorf("the executor panicked: %v", r)

@@ -154,7 +154,7 @@ func New(nc *nats.Conn, cfg Config) (*Worker, error) {
 	if !wire.ValidName(cfg.ID) {
 		return nil, fmt.Errorf("worker id %q: use letters, digits, '_' and '-' only", cfg.ID)
 	}
-	js, err := jetstream.New(nc)
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(publishWait))
 	if err != nil {
 		return nil, err
 	}
@@ -209,8 +209,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	var cur *serving
 	defer func() {
 		if cur != nil {
-			cur.handBack()
-			cur.exec.Close()
+			cur.stop()
 		}
 		// Deregister so the planner gives the replica to another worker at once.
 		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -226,8 +225,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			// The swap time runs from releasing the old variant to serving the new one.
 			swapStart := time.Now()
 			if cur != nil {
-				cur.handBack()
-				cur.exec.Close()
+				cur.stop()
 				cur = nil
 				w.serving.Store(nil)
 			}
@@ -373,6 +371,8 @@ type serving struct {
 	exec     executor.Executor
 	root     bool // the pipeline's root task: its items are requests, checked against the spec's inputs
 	consumer jetstream.Consumer
+	puller   *bus.Puller // the consumer's messages, one pull request a batch (fetchFirst)
+	metrics  *metrics.WorkerVariant
 	served   string // "pipeline:task/variant" (wire.ServedKey): the key of its measurements in a heartbeat
 	policy   deadline.Policy
 	budget   time.Duration // the task's latency budget on this variant: its profiled time at the max batch
@@ -461,6 +461,10 @@ func (w *Worker) start(ctx context.Context, n wanted, t0 time.Time) (*serving, e
 	bindCtx, cancel := context.WithTimeout(ctx, consumerBindWait)
 	cons, err := bus.BindVariantConsumer(bindCtx, w.js, n.a.Pipeline, n.a.Task, n.a.Variant)
 	cancel()
+	var puller *bus.Puller
+	if err == nil {
+		puller, err = bus.BindPuller(w.nc, n.a.Pipeline, n.a.Task, n.a.Variant)
+	}
 	if err != nil {
 		exec.Close()
 		return nil, err
@@ -472,16 +476,24 @@ func (w *Worker) start(ctx context.Context, n wanted, t0 time.Time) (*serving, e
 	policy, err := deadline.ParsePolicy(n.spec.DeadlinePolicy)
 	if err != nil {
 		exec.Close()
+		_ = puller.Close()
 		return nil, err
 	}
 	budget := time.Duration(n.a.BudgetMs * float64(time.Millisecond))
 	return &serving{a: n.a, spec: n.spec, plan: n.plan, task: n.spec.Task(n.a.Task), variant: v, exec: exec,
-		consumer: cons, served: n.a.Served().String(), policy: policy, budget: budget,
+		consumer: cons, puller: puller, metrics: w.cfg.Metrics.Variant(n.a.Pipeline, n.a.Task, n.a.Variant), served: n.a.Served().String(), policy: policy, budget: budget,
 		root: n.spec.Root().Name == n.a.Task, queues: w.queues, sends: map[string]*telemetry.SendSpans{},
 		process: telemetry.NewProcessSpans(wire.TaskSubject(n.a.Pipeline, n.a.Task, n.a.Variant),
 			wire.Consumer(n.a.Task, n.a.Variant), semconv.MessagingClientID(w.cfg.ID),
 			telemetry.AttrPipeline.String(n.a.Pipeline), telemetry.AttrTask.String(n.a.Task),
 			telemetry.AttrVariant.String(n.a.Variant))}, nil
+}
+
+// stop ends serving: the messages carried are handed back, the executor closed, the subscription ended.
+func (s *serving) stop() {
+	s.handBack()
+	s.exec.Close()
+	_ = s.puller.Close()
 }
 
 // sanitize makes a host name usable as a worker id.
