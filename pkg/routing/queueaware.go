@@ -16,10 +16,19 @@ const (
 	ModeQueue  = "queue"
 )
 
-// Queues is the measured state of the queues a queue-aware choice reads: the items waiting at task/variant or in
-// service there; ok false when it is not known (the tables decide then).
-type Queues interface {
+// Depths is the state of the queues a queue-aware choice reads: the items waiting at task/variant or in service
+// there; ok false when it is not known (the tables decide then).
+type Depths interface {
 	Depth(task, variant string) (items float64, ok bool)
+}
+
+// Queues is the measured state of the queues, read now and then: Reading names the reading the depths come from,
+// and changes when they are read again (live, every 50 ms). What a chooser sent since, the reading cannot hold:
+// pkg/hop counts it on top, or every item of a batch (live, every item until the next reading) would see the same
+// short queue and join it (herding).
+type Queues interface {
+	Depths
+	Reading() uint64
 }
 
 // QueueOption is a hosted variant of a task as the queue-aware choice sees it: its accuracy, its replicas and max
@@ -86,7 +95,7 @@ const queueHeadroom = 2
 // measured queue, fits queueHeadroom times within left (the time the item has for this task: its time to the
 // deadline less the hop and what the tasks below are allotted). "", false when none fits or a queue is not known:
 // the caller follows the routing table.
-func ChooseByQueue(task string, opts []QueueOption, q Queues, left time.Duration) (string, bool) {
+func ChooseByQueue(task string, opts []QueueOption, q Depths, left time.Duration) (string, bool) {
 	for _, o := range opts {
 		depth, ok := q.Depth(task, o.Variant)
 		if !ok {

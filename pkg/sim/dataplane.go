@@ -58,6 +58,7 @@ func (s *sim) arrive(p *pipe) {
 // deliver puts a message in its variant's queue, and hands it to an idle replica if there is one.
 func (s *sim) deliver(hi int, m *message) {
 	h := s.queues[hi]
+	h.transit -= float64(m.items)
 	m.enqueued = s.now
 	h.queue = append(h.queue, m)
 	h.load += float64(m.items)

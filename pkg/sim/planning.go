@@ -136,19 +136,23 @@ func (s *sim) follow(srv int) {
 	}
 }
 
-// queueView is the queues' state for queue-aware routing: the simulator knows it exactly (the items waiting or in
-// service at each variant), where a live worker measures it.
+// queueView is the queues' state for queue-aware routing: the simulator knows it exactly (the items waiting, in
+// service or on their way to each variant), where a live worker measures it.
 type queueView struct {
 	s *sim
 	p *pipe
 }
+
+// Reading changes with every message sent: the depths hold it at once (the hop step counts only what one item's
+// step sends, before its messages go).
+func (q queueView) Reading() uint64 { return q.s.seq }
 
 func (q queueView) Depth(task, variant string) (float64, bool) {
 	h, ok := q.p.queueIdx[task][variant]
 	if !ok {
 		return 0, false
 	}
-	return q.s.queues[h].load, true
+	return q.s.queues[h].load + q.s.queues[h].transit, true
 }
 
 // tuneLook is the tuner's look at the queues, as the planner's: the core sees each hosted variant's messages

@@ -246,7 +246,10 @@ type variantQueue struct {
 	inService int
 	// load is the items in its queue or in service, peak the most it had in a plan check (check.go).
 	load, peak float64
-	key        string // "pipeline:task/variant", the key of its measurements in a heartbeat
+	// transit is the items on their way to it: a live publish is in the stream's count once stored, where the
+	// simulator delivers a hop later.
+	transit float64
+	key     string // "pipeline:task/variant", the key of its measurements in a heartbeat
 	// subs counts its items by the sub-requests they emitted (the heartbeat's histogram); draw, in a plan check,
 	// is the observed distribution its items emit from (check.go).
 	subs wire.FanoutCounts
@@ -488,5 +491,8 @@ func (s *sim) startCore() error {
 func (s *sim) push(e event) {
 	s.seq++
 	e.seq = s.seq
+	if e.kind == evDeliver {
+		s.queues[e.target].transit += float64(s.msgs[e.msg].items)
+	}
 	s.events.push(e)
 }

@@ -28,6 +28,7 @@ type queueWatch struct {
 	watched  []wire.VariantKey
 	depth    map[wire.VariantKey]float64 // messages held
 	at       time.Time                   // of the last reading
+	reading  uint64                      // counts the readings (routing.Queues.Reading)
 	sent     map[wire.VariantKey][2]float64
 }
 
@@ -55,6 +56,14 @@ func (q *queueWatch) watch(spec *pipeline.Spec, p *plan.Plan, task *pipeline.Tas
 	q.pipeline, q.watched = spec.Name, keys
 	clear(q.depth)
 	q.at = time.Time{}
+	q.reading++
+}
+
+// Reading names the last reading: the hop step counts what this worker sent since on top of it.
+func (q *queueWatch) Reading() uint64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.reading
 }
 
 // note counts a message of items sub-requests published to task/variant.
@@ -117,6 +126,7 @@ func (w *Worker) watchQueues(ctx context.Context) {
 		q.mu.Lock()
 		if q.pipeline == pl && len(read) == len(keys) {
 			q.depth, q.at = read, time.Now()
+			q.reading++
 		}
 		q.mu.Unlock()
 	}
