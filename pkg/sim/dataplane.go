@@ -366,6 +366,7 @@ func (s *sim) send(p *pipe, to int32, r *request, items int, den uint64, node in
 	// Field by field: a whole-struct copy of a message (it holds pointers) was a bulk write barrier under GC.
 	m.req, m.items, m.den, m.node, m.enqueued, m.dropped, m.delivered = r, items, den, node, 0, "", 0
 	s.seq++
+	s.queues[to].transit += float64(items) // on its way: in the queue's depth at once (queueView)
 	p.sent.push(event{at: s.now + p.comm, seq: s.seq, kind: evDeliver, target: to, msg: s.ref(m)})
 }
 

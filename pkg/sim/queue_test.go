@@ -32,18 +32,16 @@ func TestQueueViewHoldsWhatIsOnItsWay(t *testing.T) {
 		return d
 	}
 	before, reading := depth(), q.Reading()
-	s.events = eventHeap{}
+	s.events, p.sent = eventHeap{}, deliveries{}
 	r := &request{pipe: p, due: int64(time.Minute)}
-	s.push(event{at: s.now + p.comm, kind: evDeliver, target: p.queueIdx["classify_car"]["effnet_b7"],
-		msg: s.ref(s.newMessage(message{req: r, items: 3, den: 1}))})
+	s.send(p, p.queueIdx["classify_car"]["effnet_b7"], r, 3, 1, 0)
 	if got := depth(); got != before+3 {
 		t.Errorf("with a message of 3 on its way: depth %v, want %v", got, before+3)
 	}
 	if q.Reading() == reading {
 		t.Error("the reading did not change with a message sent")
 	}
-	e := s.events.pop()
-	s.now = e.at
+	e, _ := s.next()
 	s.handle(e)
 	if got := depth(); got != before+3 {
 		t.Errorf("delivered: depth %v, want %v (counted once)", got, before+3)
