@@ -3,6 +3,7 @@ package pipeline
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
@@ -23,6 +24,31 @@ type Cascade struct {
 	// Threshold is the one a static plan (the spec's allocation) runs the cascade at; absent, a static plan does
 	// not run it. The planner chooses its own among the levels.
 	Threshold float64 `json:"threshold,omitempty"`
+	// Paths are levels measured on the items one path above the task brings it (an OCR detector's crops, matched
+	// to the true lines), whose accuracies are that path's: what the cascade serves through it. Measured
+	// (`sleipnir profile`); a path without them is scaled from Levels (Spec.CascadePathAccuracy).
+	Paths []CascadePath `json:"paths,omitempty" yaml:"paths,omitempty"`
+}
+
+// CascadePath is a cascade's levels on the items of one path above its task. Escalation is the share of those
+// items sent on; Accuracy and NextAccuracy are path accuracies (the share of the labelled set's true answers the
+// path finds and answers right) of the items kept and of those sent on, each over its share of the items, so that
+// (1-Escalation)*Accuracy + Escalation*NextAccuracy is what the path serves at the level. Over its share, a path
+// accuracy may pass 1 when the items sent on are mostly the path's false finds.
+type CascadePath struct {
+	Path   []string       `json:"path" yaml:"path,flow"`
+	Levels []CascadeLevel `json:"levels" yaml:"levels"`
+}
+
+// PathLevel is the level of threshold t measured on the items path (the variants above the task) brings: its
+// listed level nearest t; false if the cascade has no levels for path.
+func (c *Cascade) PathLevel(path []string, t float64) (CascadeLevel, bool) {
+	for _, p := range c.Paths {
+		if slices.Equal(p.Path, path) && len(p.Levels) > 0 {
+			return nearest(p.Levels, t), true
+		}
+	}
+	return CascadeLevel{}, false
 }
 
 // CascadeLevel is one candidate threshold of a cascade and what it does to the task's items.
@@ -80,9 +106,11 @@ func LevelAt(first, next *Variant, t float64) CascadeLevel {
 }
 
 // Level is the cascade's level of threshold t: the listed level nearest it.
-func (c *Cascade) Level(t float64) CascadeLevel {
-	best := c.Levels[0]
-	for _, l := range c.Levels[1:] {
+func (c *Cascade) Level(t float64) CascadeLevel { return nearest(c.Levels, t) }
+
+func nearest(levels []CascadeLevel, t float64) CascadeLevel {
+	best := levels[0]
+	for _, l := range levels[1:] {
 		if math.Abs(l.Threshold-t) < math.Abs(best.Threshold-t) {
 			best = l
 		}
@@ -125,10 +153,11 @@ func (s *Spec) WithoutCascades() *Spec {
 
 // CascadePathAccuracy is the end-to-end accuracy of a leaf's path where the cascades run at thresholds (task ->
 // threshold, the plan's): a path whose last hops are a cascade's first variant and then its next is an item that was
-// sent on; one that ends at a cascade's first variant, an item it kept. Either is the accuracy of the path to the
-// first variant (PathAccuracyOf) times the level's accuracy on those items over the first variant's own: what the
-// tasks above lose (an OCR line never found) is what the first variant's path loses, since every item of the cascade
-// takes it. Any other path is PathAccuracyOf's.
+// sent on; one that ends at a cascade's first variant, an item it kept. Either is the level's accuracy measured on
+// the items of the path above the task (Cascade.PathLevel) when there is one. Without it, the accuracy of the path
+// to the first variant (PathAccuracyOf) times the level's accuracy on those items over the first variant's own:
+// what the tasks above lose (an OCR line never found) is what the first variant's path loses, since every item of
+// the cascade takes it. Any other path is PathAccuracyOf's.
 func (s *Spec) CascadePathAccuracy(path []string, thresholds map[string]float64) float64 {
 	n := len(path)
 	if n == 0 || len(thresholds) == 0 {
@@ -142,11 +171,18 @@ func (s *Spec) CascadePathAccuracy(path []string, thresholds map[string]float64)
 	if !ok {
 		return s.PathAccuracyOf(path)
 	}
-	l := t.Cascade.Level(th)
-	if v.Name == t.Cascade.Variants[0] {
+	c := t.Cascade
+	l := c.Level(th)
+	if v.Name == c.Variants[0] {
+		if pl, ok := c.PathLevel(path[:n-1], th); ok {
+			return pl.Accuracy
+		}
 		return s.PathAccuracyOf(path) * ratio(l.Accuracy, v.Accuracy)
 	}
-	if n >= 2 && path[n-2] == (wire.VariantKey{Task: t.Name, Variant: t.Cascade.Variants[0]}).String() {
+	if n >= 2 && path[n-2] == (wire.VariantKey{Task: t.Name, Variant: c.Variants[0]}).String() {
+		if pl, ok := c.PathLevel(path[:n-2], th); ok {
+			return pl.NextAccuracy
+		}
 		_, first := s.Lookup(path[n-2])
 		return s.PathAccuracyOf(path[:n-1]) * ratio(l.NextAccuracy, first.Accuracy)
 	}
@@ -213,8 +249,16 @@ func (s *Spec) validateCascade(i int, t Task, add func(string, string, ...any)) 
 		add(p, "no levels: measure them (bin/sleipnir profile, into the profile file), or give the emulated "+
 			"first variant %q a confidence to compute them from", first.Name)
 	}
-	if !sort.SliceIsSorted(c.Levels, func(a, b int) bool { return c.Levels[a].Threshold < c.Levels[b].Threshold }) {
+	increasing := func(ls []CascadeLevel) bool {
+		return sort.SliceIsSorted(ls, func(a, b int) bool { return ls[a].Threshold < ls[b].Threshold })
+	}
+	if !increasing(c.Levels) {
 		add(p+".levels", "thresholds must increase")
+	}
+	for j, cp := range c.Paths {
+		if len(cp.Levels) == 0 || !increasing(cp.Levels) {
+			add(fmt.Sprintf("%s.paths[%d].levels", p, j), "levels required, in increasing threshold order")
+		}
 	}
 	if !sort.Float64sAreSorted(c.Thresholds) {
 		add(p+".thresholds", "thresholds must increase")
@@ -233,12 +277,23 @@ func writeCascades(tasks []any, pf *ProfileFile, name string) error {
 		if c == nil {
 			return fmt.Errorf("profiles: %s measures a cascade of %q, which the spec does not declare", name, cp.Task)
 		}
-		levels := make([]any, len(cp.Levels))
-		for i, l := range cp.Levels {
-			levels[i] = map[string]any{"threshold": l.Threshold, "escalation": l.Escalation, "accuracy": l.Accuracy,
-				"next_accuracy": l.NextAccuracy}
+		c["levels"] = levelsDoc(cp.Levels)
+		if len(cp.Paths) > 0 {
+			paths := make([]any, len(cp.Paths))
+			for i, pl := range cp.Paths {
+				paths[i] = map[string]any{"path": toAny(pl.Path), "levels": levelsDoc(pl.Levels)}
+			}
+			c["paths"] = paths
 		}
-		c["levels"] = levels
 	}
 	return nil
+}
+
+func levelsDoc(ls []CascadeLevel) []any {
+	levels := make([]any, len(ls))
+	for i, l := range ls {
+		levels[i] = map[string]any{"threshold": l.Threshold, "escalation": l.Escalation, "accuracy": l.Accuracy,
+			"next_accuracy": l.NextAccuracy}
+	}
+	return levels
 }

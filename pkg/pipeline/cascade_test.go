@@ -95,3 +95,40 @@ func TestCascadePathAccuracy(t *testing.T) {
 		t.Errorf("no cascade in force: %v, want the path's own", got)
 	}
 }
+
+// TestCascadePathLevels: where the cascade has levels measured on one path's items, a leaf through that path is
+// worth those levels' path accuracies (kept, and sent on), at the level nearest the threshold; a path without them
+// is scaled from the task's levels; path levels out of order are refused.
+func TestCascadePathLevels(t *testing.T) {
+	base := string(cascadeExample(t))
+	old := "      thresholds: [0.3, 0.4, 0.5, 0.6, 0.7, 0.8]\n"
+	withPaths := strings.Replace(base, old, old+`      paths:
+        - path: [detect/yolov5m]
+          levels:
+            - {threshold: 0.4, escalation: 0.2, accuracy: 0.61, next_accuracy: 0.33}
+            - {threshold: 0.6, escalation: 0.4, accuracy: 0.66, next_accuracy: 0.38}
+`, 1)
+	s, err := Parse([]byte(withPaths))
+	if err != nil {
+		t.Fatal(err)
+	}
+	th := map[string]float64{"classify": 0.55}
+	l := s.Task("classify").Cascade.Level(0.55)
+	for _, tc := range []struct {
+		path []string
+		want float64
+	}{
+		{[]string{"detect/yolov5m", "classify/effnet_b0"}, 0.66},
+		{[]string{"detect/yolov5m", "classify/effnet_b0", "classify/effnet_b7"}, 0.38},
+		{[]string{"detect/yolov5s", "classify/effnet_b0"}, s.PathAccuracyOf([]string{"detect/yolov5s", "classify/effnet_b0"}) * l.Accuracy / 0.771},
+		{[]string{"detect/yolov5m", "classify/effnet_b7"}, 0.454 * 0.843},
+	} {
+		if got := s.CascadePathAccuracy(tc.path, th); math.Abs(got-tc.want) > 1e-12 {
+			t.Errorf("%v: %v, want %v", tc.path, got, tc.want)
+		}
+	}
+	unsorted := strings.Replace(withPaths, "threshold: 0.6, escalation: 0.4", "threshold: 0.2, escalation: 0.4", 1)
+	if _, err := Parse([]byte(unsorted)); err == nil || !strings.Contains(err.Error(), "paths[0].levels") {
+		t.Errorf("path levels out of order: %v, want an error naming them", err)
+	}
+}

@@ -22,10 +22,12 @@ type ProfileFile struct {
 	Cascades []CascadeProfile `json:"cascades,omitempty" yaml:"cascades,omitempty"`
 }
 
-// CascadeProfile is the measured levels of one task's cascade.
+// CascadeProfile is the measured levels of one task's cascade: on the task's own items, and on each path's
+// (Cascade.Paths).
 type CascadeProfile struct {
 	Task   string         `json:"task" yaml:"task"`
 	Levels []CascadeLevel `json:"levels" yaml:"levels"`
+	Paths  []CascadePath  `json:"paths,omitempty" yaml:"paths,omitempty"`
 }
 
 // Measurement says where and how a profile was measured.

@@ -3,9 +3,10 @@ package profiler
 import (
 	"github.com/sleipnir-serving/sleipnir/pkg/ocr"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
-// reading is a recogniser's reading of one true line: right when it reads it exactly.
+// reading is a recogniser's reading of one line: right when it reads it exactly.
 type reading struct {
 	right bool
 	conf  float64
@@ -30,10 +31,20 @@ func (p *run) keepTruth(variant string, texts []string, confs []float64, docs []
 	p.truth[variant] = rs
 }
 
-// cascadeLevels measures the recogniser task's cascade, if it declares one, on the true lines: at each candidate
-// threshold, the share of lines the first variant is less sure of (sent on), the share of the others it reads
-// exactly, and the share of those sent on the next reads exactly.
-func (p *run) cascadeLevels(rec *pipeline.Task) []pipeline.CascadeProfile {
+// keepCrops keeps recogniser variant's reading of the items detector found (in the documents' order), each right
+// when it matches a true line (ocr.MatchLines) and reads it exactly; lines is how many true lines there are.
+func (p *run) keepCrops(variant, detector string, rs []reading, lines int) {
+	if p.crops == nil {
+		p.crops = map[[2]string][]reading{}
+	}
+	p.crops[[2]string{variant, detector}] = rs
+	p.lines = lines
+}
+
+// cascadeLevels measures the recogniser task's cascade, if it declares one: on the true lines (the task's levels),
+// and on each detector's items (its path's, pipeline.CascadePath), which is what the cascade serves through that
+// detector: its items escalate as its crops' confidences say, and what a line lost by the detector costs is in them.
+func (p *run) cascadeLevels(det, rec *pipeline.Task) []pipeline.CascadeProfile {
 	c := rec.Cascade
 	if c == nil {
 		return nil
@@ -46,7 +57,24 @@ func (p *run) cascadeLevels(rec *pipeline.Task) []pipeline.CascadeProfile {
 	if len(thresholds) == 0 {
 		thresholds = DefaultThresholds
 	}
-	cp := pipeline.CascadeProfile{Task: rec.Name}
+	cp := pipeline.CascadeProfile{Task: rec.Name, Levels: levels(first, next, thresholds, 1)}
+	for _, d := range det.Variants {
+		first, next := p.crops[[2]string{c.Variants[0], d.Name}], p.crops[[2]string{c.Variants[1], d.Name}]
+		if len(first) == 0 || len(first) != len(next) || p.lines == 0 {
+			continue
+		}
+		// A path accuracy counts the true lines read exactly over all true lines: over the items, times items/lines.
+		cp.Paths = append(cp.Paths, pipeline.CascadePath{
+			Path:   []string{wire.VariantKey{Task: det.Name, Variant: d.Name}.String()},
+			Levels: levels(first, next, thresholds, float64(len(first))/float64(p.lines))})
+	}
+	return []pipeline.CascadeProfile{cp}
+}
+
+// levels is, at each threshold, the share of items the first variant is less sure of (sent on), and the share of
+// the others it reads right and of those sent on the next reads right, each times scale.
+func levels(first, next []reading, thresholds []float64, scale float64) []pipeline.CascadeLevel {
+	var out []pipeline.CascadeLevel
 	for _, th := range thresholds {
 		var sent, kept, keptRight, sentRight int
 		for i, r := range first {
@@ -62,8 +90,8 @@ func (p *run) cascadeLevels(rec *pipeline.Task) []pipeline.CascadeProfile {
 				keptRight++
 			}
 		}
-		cp.Levels = append(cp.Levels, pipeline.CascadeLevel{Threshold: th, Escalation: round(ratio(sent, len(first)), 4),
-			Accuracy: round(ratio(keptRight, kept), 4), NextAccuracy: round(ratio(sentRight, sent), 4)})
+		out = append(out, pipeline.CascadeLevel{Threshold: th, Escalation: round(ratio(sent, len(first)), 4),
+			Accuracy: round(scale*ratio(keptRight, kept), 4), NextAccuracy: round(scale*ratio(sentRight, sent), 4)})
 	}
-	return []pipeline.CascadeProfile{cp}
+	return out
 }

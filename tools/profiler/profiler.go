@@ -112,11 +112,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			return nil, err
 		}
 		for _, d := range det.Variants {
-			m, err := p.path(ctx, e, found[d.Name], docs)
+			m, rs, err := p.path(ctx, e, found[d.Name], docs)
 			if err != nil {
 				e.Close()
 				return nil, err
 			}
+			p.keepCrops(r.Name, d.Name, rs, lines(docs))
 			m.Detector, m.Recognizer = d.Name, r.Name
 			res.Paths = append(res.Paths, m)
 			res.File.PathAccuracy = append(res.File.PathAccuracy, pipeline.PathAccuracy{
@@ -127,7 +128,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 		e.Close()
 	}
-	res.File.Cascades = p.cascadeLevels(rec)
+	res.File.Cascades = p.cascadeLevels(det, rec)
 	return res, nil
 }
 
@@ -158,8 +159,11 @@ type run struct {
 	cfg         Config
 	spec        *pipeline.Spec
 	done, total int
-	// truth is each recogniser's reading of the true lines, for the cascades' levels (cascade.go).
+	// truth is each recogniser's reading of the true lines, crops its reading of each detector's items (recogniser,
+	// detector), lines how many true lines there are: for the cascades' levels (cascade.go).
 	truth map[string][]reading
+	crops map[[2]string][]reading
+	lines int
 }
 
 func (p *run) step(what string) {
@@ -310,33 +314,50 @@ func (p *run) recognizer(ctx context.Context, task string, v pipeline.Variant, t
 		Profile: points, Metrics: map[string]float64{"char_accuracy": round(charAcc/float64(k), 4), "line_exact_match": round(ratio(exact, k), 4)}}, nil
 }
 
-// path reads the lines one detector found with one recogniser and scores every page.
-func (p *run) path(ctx context.Context, e executor.Executor, crops [][]executor.Input, docs []ocr.Document) (PathMeasure, error) {
+// path reads the lines one detector found with one recogniser and scores every page; it returns the reading of each
+// item found, in order (right when it matches a true line and reads it exactly).
+func (p *run) path(ctx context.Context, e executor.Executor, crops [][]executor.Input, docs []ocr.Document) (PathMeasure, []reading, error) {
 	var all []executor.Input
 	for _, c := range crops {
 		all = append(all, c...)
 	}
-	texts, _, err := recognize(ctx, e, all, p.spec.BatchSizes[len(p.spec.BatchSizes)-1])
+	texts, confs, err := recognize(ctx, e, all, p.spec.BatchSizes[len(p.spec.BatchSizes)-1])
 	if err != nil {
-		return PathMeasure{}, err
+		return PathMeasure{}, nil, err
 	}
 	var m PathMeasure
-	exact, lines, k := 0, 0, 0
+	rs := make([]reading, len(all))
+	exact, k := 0, 0
 	for i, d := range docs {
 		reads := make([]ocr.Read, len(crops[i]))
+		boxes := make([]ocr.Box, len(crops[i]))
 		for j, c := range crops[i] {
-			box, _ := ocr.BoxOf(c.Tensors)
-			reads[j] = ocr.Read{Box: box, Text: texts[k]}
-			k++
+			boxes[j], _ = ocr.BoxOf(c.Tensors)
+			reads[j] = ocr.Read{Box: boxes[j], Text: texts[k+j]}
+			rs[k+j].conf = confs[k+j]
+		}
+		for g, j := range ocr.MatchLines(boxes, d.Lines) {
+			if j >= 0 && reads[j].Text == d.Lines[g].Text {
+				rs[k+j].right = true
+			}
 		}
 		s := ocr.ScorePage(reads, d.Lines)
 		m.CharAccuracy += s.CharAccuracy
 		exact += s.ExactLines
-		lines += s.Lines
+		k += len(crops[i])
 	}
 	m.CharAccuracy /= float64(len(docs))
-	m.LineExactMatch = ratio(exact, lines)
-	return m, nil
+	m.LineExactMatch = ratio(exact, lines(docs))
+	return m, rs, nil
+}
+
+// lines is how many true lines docs have.
+func lines(docs []ocr.Document) int {
+	n := 0
+	for _, d := range docs {
+		n += len(d.Lines)
+	}
+	return n
 }
 
 // recognize reads every input, maxBatch at a time: each one's text and the recogniser's confidence in it.

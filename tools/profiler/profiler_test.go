@@ -33,7 +33,7 @@ tasks:
 func TestProfileSmallOCRPipeline(t *testing.T) {
 	models := onnxtest.Models(t, "paddleocr/en_PP-OCRv3_det_infer.onnx", "paddleocr/en_PP-OCRv3_rec_infer.onnx")
 	steps := 0
-	res, loaded := profileAndLoad(t, spec, models, 3, 7, func(done, _ int, _ string) { steps = done })
+	res, loaded, _ := profileAndLoad(t, spec, models, 3, 7, func(done, _ int, _ string) { steps = done })
 	if steps != 2*(1+2) {
 		t.Errorf("progress reached step %d, want 6", steps)
 	}
@@ -59,7 +59,7 @@ func TestProfileSmallOCRPipeline(t *testing.T) {
 // profileAndLoad profiles specYAML (written to a file of its own) with the models in models on a rendered set of
 // images images (seed), writes the profile file the spec names, and loads the spec with it.
 func profileAndLoad(t *testing.T, specYAML, models string, images int, seed uint64,
-	progress func(done, total int, what string)) (*Result, *pipeline.Spec) {
+	progress func(done, total int, what string)) (*Result, *pipeline.Spec, *ocr.Set) {
 	t.Helper()
 	dir := t.TempDir()
 	specPath := filepath.Join(dir, "spec.yaml")
@@ -87,7 +87,7 @@ func profileAndLoad(t *testing.T, specYAML, models string, images int, seed uint
 	if err != nil {
 		t.Fatalf("the spec does not load with its new profile: %v", err)
 	}
-	return res, loaded
+	return res, loaded, set
 }
 
 func TestProfileRejectsOtherPipelines(t *testing.T) {

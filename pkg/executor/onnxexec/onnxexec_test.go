@@ -346,17 +346,15 @@ func BenchmarkOCRVariants(b *testing.B) {
 	}
 }
 
-// Lines read about as well alone as in batches of 8: a batch's outputs go back to the right items, and padding a
-// crop to the width of its batch (with its own last column) costs at most a couple of points.
+// Every line reads the same, text and confidence, alone and in batches of 8, on both English recognisers: the
+// outputs go back to the right items, and a line is not padded to a wider batch-mate's width (which cost rec_v4 12
+// points of lines read exactly in batches of 8), so what the profiler measures in full batches is what is served in
+// any batch.
 func TestRecognizerReadsTheSameInAnyBatch(t *testing.T) {
 	spec, models := ocrSpec(t)
-	rec, err := executor.New(spec, "read_text", "rec", executor.Options{ModelsDir: models})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rec.Close()
+	onnxtest.Models(t, "paddleocr/en_PP-OCRv4_rec.onnx")
 	fonts, _ := ocr.LoadFonts("")
-	imgs, docs, err := ocr.Generate(30, 31, fonts)
+	imgs, docs, err := ocr.Generate(20, 31, fonts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -368,39 +366,38 @@ func TestRecognizerReadsTheSameInAnyBatch(t *testing.T) {
 			lines = append(lines, executor.Input{Tensors: []wire.Tensor{ocr.PixelTensor(ocr.TensorImage, ocr.Crop(imgs[i], box))}})
 		}
 	}
-	read := func(batch int) []string {
-		var texts []string
-		for lo := 0; lo < len(lines); lo += batch {
-			outs, err := rec.Execute(context.Background(), lines[lo:min(lo+batch, len(lines))])
-			if err != nil {
-				t.Fatal(err)
+	for _, model := range []string{"paddleocr/en_PP-OCRv3_rec_infer.onnx", "paddleocr/en_PP-OCRv4_rec.onnx"} {
+		v := *spec.Variant("read_text", "rec")
+		v.Executor.Model = model
+		rec, err := New(spec, "read_text", &v, models)
+		if err != nil {
+			t.Fatal(err)
+		}
+		read := func(batch int) []executor.Output {
+			var outs []executor.Output
+			for lo := 0; lo < len(lines); lo += batch {
+				o, err := rec.Execute(context.Background(), lines[lo:min(lo+batch, len(lines))])
+				if err != nil {
+					t.Fatal(err)
+				}
+				outs = append(outs, o...)
 			}
-			for _, o := range outs {
-				s, _ := o.Tensors[0].Strings()
-				texts = append(texts, s[0])
+			return outs
+		}
+		alone, batched := read(1), read(8)
+		rec.Close()
+		differ := 0
+		for i := range alone {
+			a, _ := alone[i].Tensors[0].Strings()
+			b, _ := batched[i].Tensors[0].Strings()
+			if a[0] != b[0] || math.Abs(alone[i].Confidence-batched[i].Confidence) > 1e-4 {
+				differ++
+				if differ <= 3 {
+					t.Errorf("%s, line %d: %q (confidence %.4f) alone, %q (%.4f) in a batch of 8", model, i, a[0],
+						alone[i].Confidence, b[0], batched[i].Confidence)
+				}
 			}
 		}
-		return texts
-	}
-	alone, batched := read(1), read(8)
-	var truth []string
-	for _, d := range docs {
-		for _, l := range d.Lines {
-			truth = append(truth, l.Text)
-		}
-	}
-	exact := func(texts []string) float64 {
-		n := 0
-		for i, s := range texts {
-			if s == truth[i] {
-				n++
-			}
-		}
-		return float64(n) / float64(len(truth))
-	}
-	a, b := exact(alone), exact(batched)
-	t.Logf("lines read exactly: %.3f alone, %.3f in batches of 8 (%d lines)", a, b, len(truth))
-	if math.Abs(a-b) > 0.02 {
-		t.Errorf("lines read exactly: %.3f alone, %.3f in batches of 8; want within 2 points", a, b)
+		t.Logf("%s: %d of %d lines read differently alone and in batches of 8", model, differ, len(lines))
 	}
 }
