@@ -128,8 +128,15 @@ func cascadeSpec(spec *pipeline.Spec, tasks []*pipeline.Task, names []string, se
 			kept := spec.CascadePathAccuracy(p, thresholds)
 			on := spec.CascadePathAccuracy(append(append([]string(nil), p...), nextKey), thresholds)
 			path := append(append([]string(nil), p...), wire.VariantKey{Task: next, Variant: c.Variants[1]}.String())
+			// Kept and sent-on items weighed by the path's own escalation where the profile measured the path's
+			// levels (its task's items, e.g. one detector's crops), else the task's. The second stage's load stays
+			// the task's rate: a variant's fan-out is one number, whichever path brought its items.
+			esc := l.Escalation
+			if pl, ok := c.PathLevel(p[:len(p)-1], setting[i]); ok {
+				esc = pl.Escalation
+			}
 			g.PathAccuracy = append(g.PathAccuracy, pipeline.PathAccuracy{Path: path,
-				Accuracy: (1-l.Escalation)*kept + l.Escalation*on})
+				Accuracy: (1-esc)*kept + esc*on})
 		}
 	}
 	return &g

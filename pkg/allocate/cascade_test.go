@@ -133,3 +133,33 @@ func TestGearChainWeights(t *testing.T) {
 		}
 	}
 }
+
+// TestGearPathLevels: where the profile measured a cascade's levels per path (the OCR cascade's, per detector), a
+// gear's path through both stages is worth that path's level (its own escalation weighing its kept and sent-on
+// lines), not the task's escalation: det_v4_960's crops go on at another rate than the labelled set's lines.
+func TestGearPathLevels(t *testing.T) {
+	spec, err := pipeline.Load("../../examples/ocr-cascade.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks := spec.Cascades()
+	names := nextTasks(spec, tasks)
+	c := tasks[0].Cascade
+	checked := 0
+	for _, th := range c.Thresholds {
+		g := cascadeSpec(spec, tasks, names, []float64{th}, nil)
+		for _, p := range c.Paths {
+			pl, _ := c.PathLevel(p.Path, th)
+			path := append(append([]string(nil), p.Path...), tasks[0].Name+"/"+c.Variants[0],
+				names[0]+"/"+c.Variants[1])
+			if got, want := g.PathAccuracyOf(path), pl.Value(); math.Abs(got-want) > 1e-9 {
+				t.Errorf("threshold %v, path %v: %.4f, want the path's level %.4f (task's escalation %.3f, "+
+					"path's %.3f)", th, p.Path, got, want, c.Level(th).Escalation, pl.Escalation)
+			}
+			checked++
+		}
+	}
+	if checked == 0 {
+		t.Fatal("the example's profile has no path levels")
+	}
+}
