@@ -404,18 +404,45 @@ func (s *sim) newRequest() *request {
 }
 
 // escalate sends on an item a cascade's first variant answered, as a worker does (hop.Table.Escalate): its
-// confidence drawn as the emulated executor draws it, the item delivered to the cascade's next variant one hop later
-// and counted for the heartbeat. It says whether the item went on.
+// confidence drawn as the emulated executor draws it (levelConfidence for a real model's), the item delivered to
+// the cascade's next variant one hop later and counted for the heartbeat. It says whether the item went on.
 func (s *sim) escalate(p *pipe, h *variantQueue, t *hop.Table, r *request, den uint64, node int32,
 	left time.Duration) bool {
 	if !t.Escalates() {
 		return false
 	}
-	next, _ := t.Escalate(h.exec.Confidence(s.rng), left)
+	conf := 0.0
+	if h.exec.DrawsConfidence() {
+		conf = h.exec.Confidence(s.rng)
+	} else {
+		conf = s.levelConfidence(p, h, node)
+	}
+	next, _ := t.Escalate(conf, left)
 	if next == "" {
 		return false
 	}
 	h.subs.Escalated++
 	s.send(p, p.queueIdx[p.spec.Tasks[h.task].Name][next], r, 1, den, node)
 	return true
+}
+
+// levelConfidence is a confidence for an item of a real model's cascade, whose confidences the simulator cannot draw
+// (the emulated executor answers 1, so nothing would go on while the leaves count the kept items' accuracy): below
+// the plan's threshold with the profile's measured escalation at it (the item's path's level, cascade.paths, where
+// measured; else the task's), above it otherwise.
+func (s *sim) levelConfidence(p *pipe, h *variantQueue, node int32) float64 {
+	task := p.spec.Tasks[h.task]
+	th, ok := p.plan.Cascades[task.Name]
+	if !ok || task.Cascade == nil {
+		return 1
+	}
+	path := p.trie.path[node]
+	l, ok := task.Cascade.PathLevel(path[:len(path)-1], th)
+	if !ok {
+		l = task.Cascade.Level(th)
+	}
+	if s.rng.Float64() < l.Escalation {
+		return 0
+	}
+	return 1
 }

@@ -126,6 +126,10 @@ func (e *Executor) output(in executor.Input) executor.Output {
 	return o
 }
 
+// DrawsConfidence says the variant has a confidence distribution to draw from (pipeline.Confidence); without one,
+// Confidence answers 1.
+func (e *Executor) DrawsConfidence() bool { return e.variant.Confidence != nil }
+
 // Confidence draws the confidence of one answer (Answer).
 func (e *Executor) Confidence(rng *rand.Rand) float64 {
 	c, _ := e.Answer(rng)
