@@ -251,12 +251,6 @@ func (w *Worker) taskMsg(s *serving, in *inbound, task, variant, path, id string
 	return msg, send, nil
 }
 
-// publishWait bounds the wait for a publish's acknowledgement: a worker waits for its batch's before it pulls again
-// (serveOnce), and one that never came would stop it. A lost connection fails them at once (nats.go), a stream
-// without a leader answers "no responders"; past this the message is handed back, and its sub-requests, if stored,
-// are de-duplicated when it runs again.
-const publishWait = 5 * time.Second
-
 // Confirmed results (docs/faults.md, "Results at least once").
 const (
 	// confirmWait bounds the wait for a frontend's confirmation of a batch's result messages. A frontend confirms as

@@ -154,7 +154,7 @@ func New(nc *nats.Conn, cfg Config) (*Worker, error) {
 	if !wire.ValidName(cfg.ID) {
 		return nil, fmt.Errorf("worker id %q: use letters, digits, '_' and '-' only", cfg.ID)
 	}
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(publishWait))
+	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
 	}
