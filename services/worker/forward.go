@@ -19,14 +19,14 @@ import (
 )
 
 // forward publishes the sub-requests of one message's items as the hop step (pkg/hop) routes, groups and splits
-// them, and reports its leaves (finished, dropped or failed items) to the request's frontend. It returns at once:
-// stored waits until the publishes are acknowledged, or says why not, and confirmed then until the report is
-// confirmed, so that a batch's messages wait for theirs together: one round trip a batch, and one confirmation
-// timeout, not one a message, while the server is away.
-func (w *Worker) forward(ctx context.Context, s *serving, in *inbound) (stored, confirmed func() error) {
+// them, and reports its leaves (finished, dropped or failed items) to the request's frontend. It returns at once;
+// the returned wait says when the publishes are acknowledged and the report confirmed, or why not, so that a batch's
+// messages wait for theirs together: one round trip a batch, and one confirmation timeout, not one a message, while
+// the server is away.
+func (w *Worker) forward(ctx context.Context, s *serving, in *inbound) (wait func() error) {
 	var ob outbox
 	err := w.publishOut(ctx, s, in, &ob)
-	stored = func() error {
+	return func() error {
 		defer func() {
 			for _, sp := range ob.sends {
 				sp.End()
@@ -45,15 +45,11 @@ func (w *Worker) forward(ctx context.Context, s *serving, in *inbound) (stored, 
 				return ctx.Err()
 			}
 		}
-		return nil
-	}
-	confirmed = func() error {
 		if ob.confirmed != nil {
 			return <-ob.confirmed
 		}
 		return nil
 	}
-	return stored, confirmed
 }
 
 // outbox is what forwarding one message waits for: its publishes' acknowledgements, each with its "send" span

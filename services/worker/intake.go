@@ -119,20 +119,12 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 		return
 	}
 	w.observeRound(s, r)
-	stored, confirmed := make([]func() error, len(r.msgs)), make([]func() error, len(r.msgs))
+	waits := make([]func() error, len(r.msgs))
 	for i, in := range r.msgs {
-		stored[i], confirmed[i] = w.forward(ctx, s, in)
-	}
-	// The batch's sub-requests are stored before the worker pulls again, as a bare forwarder does (publish, its
-	// acknowledgement, pull): a pull and the next round started beside the publishes held them up on a busy machine
-	// (BenchmarkHop, docs/measurements.md), for one round trip to the server a batch. The frontends' confirmations
-	// and the acknowledgements still run beside the next batch.
-	errs := make([]error, len(r.msgs))
-	for i := range stored {
-		errs[i] = stored[i]()
+		waits[i] = w.forward(ctx, s, in)
 	}
 	settling = true
-	go w.settle(r.msgs, errs, confirmed, done)
+	go w.settle(r.msgs, waits, done)
 }
 
 // nextQueued gives the messages a batch begins with: those the last batch carried (they did not fit it), else the
@@ -274,18 +266,13 @@ func (w *Worker) observeRound(s *serving, r *round) {
 	})
 }
 
-// settle acknowledges each message of a batch once its sub-requests are stored (errs: what serveOnce's wait for
-// their publishes gave) and its results confirmed, or hands it back, and then closes done. It runs beside the next
-// batch: a worker does not wait for the frontends'
+// settle acknowledges each message of a batch once its sub-requests are stored and its results confirmed, or hands
+// it back, and then closes done. It runs beside the next batch: a worker does not wait for the frontends'
 // confirmations (a round trip through the server and a frontend's scheduling) before it fetches again.
-func (w *Worker) settle(batch []*inbound, errs []error, confirmed []func() error, done func()) {
+func (w *Worker) settle(batch []*inbound, waits []func() error, done func()) {
 	defer done()
 	for i, in := range batch {
-		err := errs[i] // the publishes'
-		if err == nil {
-			err = confirmed[i]()
-		}
-		if err != nil {
+		if err := waits[i](); err != nil {
 			// Not acknowledged: JetStream delivers the message again; sub-requests already published are
 			// de-duplicated by their message ids.
 			w.log.Warn("forwarding failed; message will be redelivered", "request", in.requestID, "err", err)
