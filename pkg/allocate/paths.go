@@ -62,7 +62,7 @@ func (in Input) chainBudget(chain []string) float64 {
 
 // chainWeights is each chain's share of the leaf traffic, from the multiplicative factors of the most accurate
 // variants (the traffic a request sends down each chain at full accuracy), times its branches' weights over their
-// even shares (pipeline.Spec.LeafWeight), as the frontend weighs a request's leaves.
+// even shares (pipeline.Task.BranchScale), as the frontend weighs a request's leaves (pipeline.Spec.LeafWeight).
 func chainWeights(in Input, chains [][]string) []float64 {
 	w := make([]float64, len(chains))
 	total := 0.0
@@ -73,10 +73,7 @@ func chainWeights(in Input, chains [][]string) []float64 {
 				continue
 			}
 			t := in.Spec.Task(chain[i])
-			f *= in.fanout(t.Name, t.MostAccurate(), chain[i+1])
-			if len(t.BranchWeights) > 0 {
-				f *= t.BranchWeights[chain[i+1]] * float64(len(t.Children))
-			}
+			f *= in.fanout(t.Name, t.MostAccurate(), chain[i+1]) * t.BranchScale(chain[i+1])
 		}
 		w[ci] = f
 		total += f

@@ -16,21 +16,42 @@ import (
 
 // LeafWeight is what a finished leaf's completion weight is multiplied by in its request's accuracy: per task on the
 // path with BranchWeights, the weight of the branch the path takes over the even share the branch's copy carries
-// (1 over the task's children). 1 on a path through no such task.
+// (1 over the task's children). 1 on a path through no such task. The frontend calls it per leaf of every reply, so a
+// spec that weighs no branch answers without parsing the path.
 func (s *Spec) LeafWeight(path []string) float64 {
+	if !s.weighsBranches() {
+		return 1
+	}
 	w := 1.0
 	for i := 0; i+1 < len(path); i++ {
 		t, _ := s.Lookup(path[i])
 		if t == nil || len(t.BranchWeights) == 0 {
 			continue
 		}
-		next, _ := s.Lookup(path[i+1])
-		if next == nil {
-			continue
+		if next, _ := s.Lookup(path[i+1]); next != nil {
+			w *= t.BranchScale(next.Name)
 		}
-		w *= t.BranchWeights[next.Name] * float64(len(t.Children))
 	}
 	return w
+}
+
+// BranchScale is what a leaf below t's child weighs over its completion share at t: the child's branch weight over
+// the even share of its copy (1 over t's children); 1 where t weighs no branches.
+func (t *Task) BranchScale(child string) float64 {
+	if len(t.BranchWeights) == 0 {
+		return 1
+	}
+	return t.BranchWeights[child] * float64(len(t.Children))
+}
+
+// weighsBranches says some task has BranchWeights.
+func (s *Spec) weighsBranches() bool {
+	for i := range s.Tasks {
+		if len(s.Tasks[i].BranchWeights) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // validateBranchWeights checks a task's branch weights: only where every child is a parallel branch of one copy per
