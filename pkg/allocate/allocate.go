@@ -34,8 +34,17 @@ type Input struct {
 	Spec *pipeline.Spec
 	// Demand is the request rate at the root task, in requests per second.
 	Demand float64
-	// Servers is the cluster size: how many workers (one variant replica each) there are.
+	// Servers is the cluster size: how many workers (one variant replica each) there are, all of the default class
+	// (wire.DefaultClass). Cluster, when set, replaces it.
 	Servers int
+	// Cluster is the servers per class, with their hourly prices (plan.Cluster; docs/classes.md). A variant runs on
+	// the class its name says (wire.ClassOf: "model@class"); the replicas of a class's variants fit its servers; the
+	// hardware step minimises the price of the servers used (their number when none is priced). Unset: Servers
+	// servers of the default class.
+	Cluster plan.Cluster
+	// MaxCostPerHour, when positive, caps the price of the servers a plan uses: the accuracy step finds the most
+	// accurate plan within it.
+	MaxCostPerHour float64
 	// SLOMs overrides the spec's SLO when positive.
 	SLOMs float64
 	// Fanout optionally overrides multiplicative factors ("task/variant" -> factor), e.g. with what workers

@@ -128,7 +128,7 @@ func (r *Result) Plan(pipelineName string, epoch uint64) *plan.Plan {
 		LatencyModel: string(r.LatencyModel)}}
 	for _, h := range r.Variants {
 		p.Variants = append(p.Variants, plan.VariantPlan{Task: h.Task, Variant: h.Variant, Replicas: h.Replicas,
-			MaxBatch: h.BatchSize, BudgetMs: h.LatencyMs, CapacityQPS: h.CapacityQPS})
+			MaxBatch: h.BatchSize, Class: wire.ClassOf(h.Variant), BudgetMs: h.LatencyMs, CapacityQPS: h.CapacityQPS})
 	}
 	p.Cascades = r.Cascades
 	return p

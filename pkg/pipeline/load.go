@@ -92,6 +92,10 @@ func ParseJSON(data []byte) (*Spec, error) {
 	if err := json.Unmarshal(data, &s); err != nil {
 		return nil, err
 	}
+	if err := s.checkClassProfiles(); err != nil {
+		return nil, err
+	}
+	s.expandClasses()
 	if err := s.validate(); err != nil {
 		return nil, err
 	}

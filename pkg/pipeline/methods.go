@@ -145,7 +145,7 @@ func (s *Spec) Paths() [][]string {
 // PathAccuracyOf is the end-to-end accuracy of a root-to-leaf path: its path_accuracy entry if listed, else the
 // product of its variants' accuracies.
 func (s *Spec) PathAccuracyOf(path []string) float64 {
-	key := strings.Join(path, ",")
+	key := strings.Join(modelPath(path), ",")
 	for _, pa := range s.PathAccuracy {
 		if strings.Join(pa.Path, ",") == key {
 			return pa.Accuracy

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
 // ProfileFile is what the profiler measures for a pipeline, in a file of its own that the spec names with
@@ -41,8 +43,11 @@ type Measurement struct {
 
 // VariantProfile is the measurement of one variant.
 type VariantProfile struct {
-	Task     string         `json:"task" yaml:"task"`
-	Variant  string         `json:"variant" yaml:"variant"`
+	Task    string `json:"task" yaml:"task"`
+	Variant string `json:"variant" yaml:"variant"`
+	// Class is the server class the profile was measured on (absent: the default class, whose profile is the
+	// variant's `profile`; another goes into its class_profiles).
+	Class    string         `json:"class,omitempty" yaml:"class,omitempty"`
 	Accuracy float64        `json:"accuracy" yaml:"accuracy"`
 	SwapMs   float64        `json:"swap_ms" yaml:"swap_ms"`
 	Fanout   float64        `json:"fanout_mean,omitempty" yaml:"fanout_mean,omitempty"`
@@ -142,7 +147,16 @@ func writeProfiles(doc map[string]any, tasks []any, pf *ProfileFile, name string
 			}
 			points = append(points, pt)
 		}
-		vm["profile"] = points
+		if vp.Class == "" || vp.Class == wire.DefaultClass {
+			vm["profile"] = points
+		} else {
+			cps, _ := vm["class_profiles"].(map[string]any)
+			if cps == nil {
+				cps = map[string]any{}
+			}
+			cps[vp.Class] = points
+			vm["class_profiles"] = cps
+		}
 		if hasChildren {
 			f, _ := vm["fanout"].(map[string]any)
 			if f == nil {

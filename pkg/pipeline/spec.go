@@ -98,8 +98,12 @@ type Variant struct {
 	// Branches optionally gives a parallel child (Task.Parallel) a fan-out of its own: that many sub-requests per
 	// item go to it, drawn from the distribution (no shares). A parallel child not listed gets one copy per item.
 	Branches map[string]Fanout `json:"branches,omitempty"`
-	// Profile has one point per allowed batch size, in increasing batch order.
-	Profile []ProfilePoint `json:"profile"`
+	// Profile has one point per allowed batch size, in increasing batch order: the default class's (classes.go).
+	// Optional when ClassProfiles gives others.
+	Profile []ProfilePoint `json:"profile,omitempty"`
+	// ClassProfiles gives the variant's profile on other server classes, by class; parsing expands the variant into
+	// one variant per class ("model@class", classes.go), so a parsed spec has none.
+	ClassProfiles map[string][]ProfilePoint `json:"class_profiles,omitempty"`
 	// SwapMs is how long a worker takes to load the variant when it is assigned it (0 if not profiled): the
 	// emulated executor waits that long before serving, and the simulator keeps the server idle as long.
 	SwapMs float64 `json:"swap_ms,omitempty"`

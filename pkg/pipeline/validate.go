@@ -11,6 +11,18 @@ import (
 )
 
 // validate checks what the schema cannot express. Every problem is reported, in the order of the spec's fields.
+// checkClassProfiles checks the class profiles (validateClassProfiles) before parsing expands them.
+func (s *Spec) checkClassProfiles() error {
+	var errs []string
+	add := func(path, format string, args ...any) { errs = append(errs, path+": "+fmt.Sprintf(format, args...)) }
+	batches, allowed := s.validateBatchSizes(func(string, string, ...any) {}) // validate says what is wrong
+	s.validateClassProfiles(batches, allowed, add)
+	if len(errs) > 0 {
+		return errorList(errs)
+	}
+	return nil
+}
+
 func (s *Spec) validate() error {
 	var errs []string
 	add := func(path, format string, args ...any) { errs = append(errs, path+": "+fmt.Sprintf(format, args...)) }

@@ -54,6 +54,11 @@ type Allocation struct {
 	// idle).
 	ClusterServers int `json:"cluster_servers"`
 	ActiveServers  int `json:"active_servers"`
+	// Cluster is the servers the planner could use, per class with its price; absent when every server is of the
+	// default class and none is priced.
+	Cluster Cluster `json:"cluster,omitempty"`
+	// CostPerHour is the hourly price of the servers the plan uses (Cluster's prices; 0 when none is priced).
+	CostPerHour float64 `json:"cost_per_hour"`
 	// SystemAccuracy is the end-to-end accuracy the plan expects at DemandQPS.
 	SystemAccuracy float64 `json:"system_accuracy"`
 	// Optimal says the solver proved the plan optimal; otherwise it stopped at its time limit and Gap bounds how
@@ -96,6 +101,9 @@ type VariantPlan struct {
 	Variant  string `json:"variant"`
 	Replicas int    `json:"replicas"`
 	MaxBatch int    `json:"max_batch"`
+	// Class is the server class the variant's replicas run on: the one its name says (wire.ClassOf), spelled out
+	// for people reading the plan.
+	Class string `json:"class"`
 	// BudgetMs is the task's latency budget on this variant: its profiled p50 latency at MaxBatch.
 	BudgetMs float64 `json:"budget_ms"`
 	// CapacityQPS is the items per second its replicas serve at MaxBatch.
@@ -149,6 +157,15 @@ func (p *Plan) Servers() int {
 		n += v.Replicas
 	}
 	return n
+}
+
+// ServersByClass is the number of workers the plan keeps busy, per server class.
+func (p *Plan) ServersByClass() map[string]int {
+	out := map[string]int{}
+	for _, v := range p.Variants {
+		out[wire.ClassOf(v.Variant)] += v.Replicas
+	}
+	return out
 }
 
 // Find returns the plan of one variant, or nil when it is not hosted.
@@ -211,7 +228,7 @@ func (p *Plan) Hosted(spec *pipeline.Spec, task string) []VariantPlan {
 // NewVariantPlan fills in the budget and capacity of hosting replicas of v at maxBatch.
 func NewVariantPlan(task string, v *pipeline.Variant, replicas, maxBatch int) VariantPlan {
 	return VariantPlan{
-		Task: task, Variant: v.Name, Replicas: replicas, MaxBatch: maxBatch,
+		Task: task, Variant: v.Name, Replicas: replicas, MaxBatch: maxBatch, Class: wire.ClassOf(v.Name),
 		BudgetMs:    v.LatencyFor(maxBatch).P50Ms,
 		CapacityQPS: float64(replicas) * v.Throughput(maxBatch),
 	}

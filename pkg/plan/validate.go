@@ -69,6 +69,9 @@ func (p *Plan) checkVariants(spec *pipeline.Spec) error {
 		if seen[key] {
 			return fmt.Errorf("hosts %s twice", key)
 		}
+		if v.Class != "" && v.Class != wire.ClassOf(v.Variant) {
+			return fmt.Errorf("%s: class %q, where its name says %q", key, v.Class, wire.ClassOf(v.Variant))
+		}
 		seen[key] = true
 		if v.Replicas < 1 || v.Replicas > maxReplicas {
 			return fmt.Errorf("%s: %d replicas", key, v.Replicas)
@@ -250,6 +253,9 @@ func ValidateRegistration(id string, r wire.Registration, stored time.Time) erro
 	}
 	if !wire.ValidName(id) {
 		return fmt.Errorf("worker id %q", id)
+	}
+	if r.Class != "" && !wire.ValidName(r.Class) {
+		return fmt.Errorf("class %.80q", r.Class)
 	}
 	if r.Started.IsZero() || r.Updated.IsZero() || r.Updated.Before(r.Started) {
 		return fmt.Errorf("started %v, updated %v", r.Started, r.Updated)

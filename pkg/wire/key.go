@@ -22,10 +22,10 @@ func (k VariantKey) In(pipeline string) ServedKey {
 }
 
 // ParseVariantKey reads a "task/variant". The text comes from plans, headers and heartbeats (untrusted), so both
-// names must be valid (ValidName); anything else is an error and the zero key.
+// names must be valid (ValidName, ValidVariantName); anything else is an error and the zero key.
 func ParseVariantKey(s string) (VariantKey, error) {
 	task, variant, ok := strings.Cut(s, "/")
-	if !ok || !ValidName(task) || !ValidName(variant) {
+	if !ok || !ValidName(task) || !ValidVariantName(variant) {
 		return VariantKey{}, fmt.Errorf("variant key %.80q: want task/variant, each a valid name", s)
 	}
 	return VariantKey{Task: task, Variant: variant}, nil
@@ -60,7 +60,7 @@ func ParseServedKey(s string) (ServedKey, error) {
 func ParseTaskSubject(subject string) (ServedKey, error) {
 	rest, ok := strings.CutPrefix(subject, TaskPrefix)
 	parts := strings.Split(rest, ".")
-	if !ok || len(parts) != 3 || !ValidName(parts[0]) || !ValidName(parts[1]) || !ValidName(parts[2]) {
+	if !ok || len(parts) != 3 || !ValidName(parts[0]) || !ValidName(parts[1]) || !ValidVariantName(parts[2]) {
 		return ServedKey{}, fmt.Errorf("subject %.80q: want %spipeline.task.variant", subject, TaskPrefix)
 	}
 	return ServedKey{Pipeline: parts[0], Task: parts[1], Variant: parts[2]}, nil

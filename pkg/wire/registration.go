@@ -7,7 +7,10 @@ import (
 
 // Registration is the value of wire.WorkerKey(id): the worker's liveness and counters.
 type Registration struct {
-	ID        string      `json:"id"`
+	ID string `json:"id"`
+	// Class is the worker's server class (DefaultClass when empty): the planner places on it only variants hosted
+	// on its class (VariantOn).
+	Class     string      `json:"class,omitempty"`
 	Started   time.Time   `json:"started"`
 	Updated   time.Time   `json:"updated"`
 	Variant   string      `json:"variant,omitempty"` // "pipeline:task/variant" it serves now
