@@ -41,10 +41,8 @@ func (f *Frontend) admitRequest(pipelineName string, header func(string) string,
 		gp = gatePlan{plan: p, of: admission.Of(spec, p)}
 		f.gatePlans[pipelineName] = gp
 	}
-	u := f.admRng.Float64()
 	f.admMu.Unlock()
-	d := f.gate.Decide(admission.Request{Pipeline: pipelineName, Class: class, Now: arrival, Deadline: deadline, U: u},
-		gp.of)
+	d := f.gate.Decide(admission.Request{Pipeline: pipelineName, Class: class, Now: arrival, Deadline: deadline}, gp.of)
 	if d.Admit {
 		return true, nil
 	}
@@ -58,12 +56,10 @@ func (f *Frontend) admitRequest(pipelineName string, header func(string) string,
 }
 
 // gateDone tells the gate an admitted request (arrived at arrival) was answered with status ("" for a refusal after
-// admission): late, dropped, partial and degraded are violations, which cut its limit on requests in flight.
+// admission): the gate learns the pipeline's rate and its violations from the answers.
 func (f *Frontend) gateDone(pipelineName string, gated bool, arrival time.Time, status string) {
 	if gated {
-		violated := status == wire.StatusLate || status == wire.StatusDropped || status == wire.StatusPartial ||
-			status == wire.StatusDegraded
-		f.gate.Done(pipelineName, arrival, time.Now(), violated)
+		f.gate.Done(pipelineName, time.Now(), admission.OutcomeOf(status))
 	}
 }
 

@@ -22,6 +22,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"requests that may wait for the frontend to take them in; more are dropped unanswered, and counted")
 	fs.DurationVar(&c.MaxTimeout, "max-timeout", c.MaxTimeout, "furthest ahead a request's deadline may be "+
 		"(default the larger of 1m and 10 SLOs)")
-	fs.BoolVar(&c.Admit, "admission", c.Admit, "refuse at once what the plan cannot serve, by class, and requests "+
-		"whose deadline the queue ahead cannot meet (docs/admission.md); false: only the bounds above refuse")
+	fs.BoolVar(&c.Admit, "admission", true, "admission control: refuse at once requests whose deadline the plan's "+
+		"fastest path cannot meet, and, while the pipeline misses deadlines, those beyond what its workers answer "+
+		"in time (docs/admission.md); false: only the bounds above refuse")
 }
