@@ -4,6 +4,8 @@
 //
 // It admits on what the workers answer, not on the plan's figure (docs/admission.md says why each part is built so):
 //
+//  0. A pipeline the plan in force hosts no variant of some task of (a joint plan shed it) has its requests
+//     refused at once (unhosted), as demand still.
 //  1. Deadline. A request whose deadline is nearer than the plan's fastest path (each task's fastest hosted variant
 //     at batch 1, and a hop each) cannot be in time on any path: refused at once, whatever the load.
 //  2. Congestion. While more than TargetViolations of the recent answers (over Window) were violations (late,
@@ -34,10 +36,11 @@ import (
 const (
 	ReasonRate     = "rate"     // the pipeline is congested, and the request is beyond what it answers in time
 	ReasonDeadline = "deadline" // its deadline is nearer than the plan's fastest path
+	ReasonUnhosted = "unhosted" // the plan in force hosts no variant of one of the pipeline's tasks
 )
 
 // Reasons lists every reason a request is refused.
-var Reasons = []string{ReasonRate, ReasonDeadline}
+var Reasons = []string{ReasonRate, ReasonDeadline, ReasonUnhosted}
 
 // Config tunes a Gate; the zero value takes the defaults.
 type Config struct {
@@ -73,6 +76,9 @@ const (
 
 // Plan is what a gate needs of the plan in force for a pipeline (Of builds it).
 type Plan struct {
+	// Hosted says the plan hosts a variant of every task: a pipeline the plan gives no server (a joint plan shed
+	// it) has its requests refused at once, as demand still (Reasons: unhosted).
+	Hosted bool
 	// FastestMs is the latency of the plan's fastest path: each task's fastest hosted variant at batch 1 and the
 	// communication latency of each hop, along the slowest chain.
 	FastestMs float64
@@ -162,6 +168,10 @@ func (g *Gate) Decide(r Request, p Plan) Decision {
 	}
 	tau, rateTau := g.cfg.Window.Seconds(), g.cfg.RateWindow.Seconds()
 	s.arrivals[r.Class].add(r.Now, tau, 1)
+	if !p.Hosted {
+		return Decision{Reason: ReasonUnhosted, Detail: fmt.Sprintf("overloaded: the plan in force gives pipeline "+
+			"%s no server for one of its tasks; retry later", r.Pipeline)}
+	}
 	left := r.Deadline.Sub(r.Now)
 	fastest := time.Duration(p.FastestMs * float64(time.Millisecond))
 	if left < fastest {

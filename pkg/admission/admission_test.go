@@ -106,7 +106,7 @@ func run(g *Gate, q *fifo, qps float64, classes []int, from, to, measure time.Ti
 		for !next.After(now) {
 			c := classes[i%len(classes)]
 			i++
-			d := g.Decide(Request{Pipeline: "p", Class: c, Now: next, Deadline: next.Add(q.deadline)}, Plan{FastestMs: 10})
+			d := g.Decide(Request{Pipeline: "p", Class: c, Now: next, Deadline: next.Add(q.deadline)}, Plan{Hosted: true, FastestMs: 10})
 			if !next.Before(measure) {
 				out.sent[c]++
 				if !d.Admit {
@@ -196,7 +196,7 @@ func TestHigherClassesFirst(t *testing.T) {
 // TestDeadlineNearerThanTheFastestPath is refused whatever the load.
 func TestDeadlineNearerThanTheFastestPath(t *testing.T) {
 	g := New(Config{})
-	p := Plan{FastestMs: 100}
+	p := Plan{Hosted: true, FastestMs: 100}
 	d := g.Decide(Request{Pipeline: "p", Now: t0, Deadline: t0.Add(60 * time.Millisecond)}, p)
 	if d.Admit || d.Reason != ReasonDeadline || !strings.Contains(d.Detail, "fastest path") {
 		t.Errorf("a 60 ms deadline on a 100 ms fastest path: %+v, want refused (deadline)", d)
@@ -242,8 +242,23 @@ func TestOfTraffic(t *testing.T) {
 		}
 		want = max(want, ms)
 	}
-	if got := Of(spec, p); !near(got.FastestMs, want, 1e-9) {
-		t.Errorf("Of = %+v, want fastest %.1f ms", got, want)
+	if got := Of(spec, p); !near(got.FastestMs, want, 1e-9) || !got.Hosted {
+		t.Errorf("Of = %+v, want fastest %.1f ms, every task hosted", got, want)
+	}
+	// Without the face recogniser: a task unhosted, every request refused at once.
+	var partial plan.Plan
+	for _, vp := range p.Variants {
+		if vp.Task != "recognize_face" {
+			partial.Variants = append(partial.Variants, vp)
+		}
+	}
+	got := Of(spec, &partial)
+	if got.Hosted {
+		t.Fatalf("Of without recognize_face: %+v, want not hosted", got)
+	}
+	if d := New(Config{}).Decide(Request{Pipeline: "traffic", Now: t0, Deadline: t0.Add(time.Second)}, got); d.Admit ||
+		d.Reason != ReasonUnhosted || !strings.Contains(d.Detail, "no server") {
+		t.Errorf("a plan that hosts no recognize_face: %+v, want refused (unhosted)", d)
 	}
 	if want < 20 {
 		t.Errorf("fastest path %.1f ms: yolov5n alone takes 20", want)

@@ -21,14 +21,14 @@ type gatePlan struct {
 // admitRequest decides, from its headers alone (before its payload is read), whether a request is sent into its
 // pipeline. gated says the gate counts it in flight: gateDone must follow its answer. A request for a pipeline
 // without a spec or plan is not gated (it is refused further on); one with a bad priority or deadline header is
-// refused here (the priority header also without Config.Admit).
+// refused here (the priority header also with Config.NoAdmission).
 func (f *Frontend) admitRequest(pipelineName string, header func(string) string, arrival time.Time) (gated bool, err error) {
 	spec, p := f.lookup(pipelineName)
 	if spec == nil || p == nil {
 		return false, nil
 	}
 	class, err := requestClass(spec, header)
-	if err != nil || !f.cfg.Admit {
+	if err != nil || f.cfg.NoAdmission {
 		return false, err
 	}
 	deadline, err := deadlineOf(arrival, header, spec, f.maxAhead(spec))

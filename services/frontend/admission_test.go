@@ -79,7 +79,7 @@ func startOverloaded(t *testing.T) *testSystem {
 
 // startGated starts a frontend and waits until it follows an overloaded plan, which it returns.
 func (s *testSystem) startGated(t *testing.T, id string) (*Frontend, *plan.Allocation) {
-	f, _ := s.startFrontend(t, Config{ID: id, Admit: true})
+	f, _ := s.startFrontend(t, Config{ID: id})
 	var a *plan.Allocation
 	testrig.Eventually(t, 20*time.Second, "the frontend follows an overloaded plan", func() bool {
 		_, p := f.lookup(s.spec.Name)

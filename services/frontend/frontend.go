@@ -60,11 +60,10 @@ type Config struct {
 	// MaxTimeout is the furthest ahead a request's deadline may be (Sleipnir-Timeout or Sleipnir-Deadline); further
 	// is refused. Default: the larger of DefaultMaxTimeout and 10 times the pipeline's SLO. At most 24 h.
 	MaxTimeout time.Duration
-	// Admit turns admission control on (pkg/admission; the flag --admission is on by default, docs/admission.md),
-	// and Admission tunes it (zero: its defaults). Without it, the frontend's bounds still refuse what they have no room
-	// for.
-	Admit     bool
-	Admission admission.Config
+	// NoAdmission turns admission control off (pkg/admission; on by default, docs/admission.md), and Admission
+	// tunes it (zero: its defaults). Without it, the frontend's bounds still refuse what they have no room for.
+	NoAdmission bool
+	Admission   admission.Config
 	// Metrics, if set, records the frontend's requests and exports its counters (pkg/metrics; shared by the
 	// frontends of a process).
 	Metrics *metrics.Frontend
