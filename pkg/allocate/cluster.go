@@ -185,8 +185,10 @@ func (m *model) usedByClass(x []float64) map[string]int {
 }
 
 // addClassAggregates adds, on a cluster of several classes, an integer column per class for the servers of task on
-// it, branched on first with the task's: "detect has at most 3 fast servers, or at least 4" moves the LP bound where
-// the task's servers over every class, whose throughputs differ, do not.
+// it, branched on before the task's: "detect has at most 3 fast servers, or at least 4" moves the LP bound where the
+// task's servers over every class, whose throughputs differ, do not. Branched on first, they took the accuracy step
+// of the classed traffic example at 1100-1500 QPS (one worker) from 4.9 s to 3.7 s in all; alongside the task's, to
+// 4.9 s from 7-13 s without them.
 func (m *model) addClassAggregates(task string) {
 	if len(m.in.cluster()) < 2 {
 		return
@@ -204,7 +206,7 @@ func (m *model) addClassAggregates(task string) {
 		if len(terms) == 0 {
 			continue
 		}
-		c := p.AddCol("servers of "+task+" on "+sc.Name, 0, 0, float64(sc.Servers), true, priorityTask)
+		c := p.AddCol("servers of "+task+" on "+sc.Name, 0, 0, float64(sc.Servers), true, priorityTask+1)
 		p.AddRow("servers of "+task+" on "+sc.Name, 0, 0, append(terms, milp.Term{Col: c, Coef: -1})...)
 	}
 }
