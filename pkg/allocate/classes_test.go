@@ -287,3 +287,31 @@ func TestJointOnClasses(t *testing.T) {
 		}
 	}
 }
+
+// TestCostCapOneClass: on one priced class (the enumeration's case) a cap below the cheapest hardware plan's cost
+// gives accuracy mode within the cap, and a cap above it the hardware plan.
+func TestCostCapOneClass(t *testing.T) {
+	spec, err := pipeline.Load("../../examples/traffic.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cluster := plan.NewCluster(map[string]int{wire.DefaultClass: 20}, plan.Prices{wire.DefaultClass: 0.5})
+	free, err := Solve(Input{Spec: spec, Demand: 300, Cluster: cluster}, Options{Workers: 1})
+	if err != nil || free.Mode != ModeHardware {
+		t.Fatalf("%v %+v", err, free)
+	}
+	for _, cap := range []float64{free.CostPerHour, free.CostPerHour - 1} {
+		r, err := Solve(Input{Spec: spec, Demand: 300, Cluster: cluster, MaxCostPerHour: cap}, Options{Workers: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantMode := ModeHardware
+		if cap < free.CostPerHour {
+			wantMode = ModeAccuracy
+		}
+		if r.Mode != wantMode || r.CostPerHour > cap+1e-9 {
+			t.Errorf("cap %v: %s at %v an hour, want %s within the cap (uncapped: %v)", cap, r.Mode, r.CostPerHour,
+				wantMode, free.CostPerHour)
+		}
+	}
+}

@@ -238,3 +238,10 @@ func (m *model) replicaBound(k, bi int) float64 {
 	}
 	return max(ub, 0)
 }
+
+// overCap says a hardware plan of objective value cost (serverWeight's units) is over Input.MaxCostPerHour: the
+// enumeration's cheapest plan is then no plan, as the MILP's cost row makes it.
+func (m *model) overCap(cost float64) bool {
+	c := m.in.cluster()
+	return m.in.MaxCostPerHour > 0 && c.Priced() && cost > m.in.MaxCostPerHour*priceScale(c)*(1+1e-9)
+}
