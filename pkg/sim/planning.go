@@ -29,13 +29,13 @@ func (s *sim) tick() {
 	}
 	s.heartbeats(now)
 	t0 := time.Now()
-	decisions := s.core.Tick(now, len(s.servers))
+	decisions := s.core.Tick(now, plan.Uniform(len(s.servers)))
 	s.planWall += time.Since(t0)
 	replanned := false
 	for i, d := range decisions {
 		p := s.pipes[i]
 		if d.Plan != nil {
-			s.core.Published(d, now, len(s.servers))
+			s.core.Published(d, now, plan.Uniform(len(s.servers)))
 			s.applyPlan(p, d.Plan, d.Replanned)
 			if d.Replanned {
 				p.replans++
@@ -173,7 +173,7 @@ func (s *sim) tuneLook() {
 			q[h.name] = float64(h.pending() + h.inService)
 		}
 	}
-	looked := s.core.Look(s.time(), len(s.servers), s.looks)
+	looked := s.core.Look(s.time(), plan.Uniform(len(s.servers)), s.looks)
 	for _, cp := range looked.Rehome {
 		s.rehome(s.named[cp.Spec.Name])
 	}
@@ -185,7 +185,7 @@ func (s *sim) tuneLook() {
 // assignWorkers gives the plans' replicas and the tuner's loans to the workers (the core's Assign, as the
 // planner's), moving as few as it can.
 func (s *sim) assignWorkers() {
-	next, _ := s.core.Assign(s.names, s.assign)
+	next, _ := s.core.Assign(s.names, nil, s.assign)
 	s.assign = next
 	for i, name := range s.names {
 		a := next[name]
