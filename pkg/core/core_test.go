@@ -342,6 +342,9 @@ func TestDivisionPerClass(t *testing.T) {
 	if err := c.DivisionErr(); err != nil {
 		t.Fatal(err)
 	}
+	if !c.division.joint {
+		t.Error("the division on classes is an even split, not the joint allocation's")
+	}
 	sum := map[string]int{}
 	for i, d := range ds {
 		o := d.Observed

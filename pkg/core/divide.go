@@ -31,10 +31,7 @@ func (c *Cluster) divide(ds []Decision, able plan.Cluster) []plan.Cluster {
 	if len(c.pipes) == 1 {
 		return []plan.Cluster{able}
 	}
-	// The joint allocation divides a cluster of one class; one of several classes is split evenly, class by class,
-	// until the joint MILP over classes (allocate.JointInput.Cluster) solves these divisions: today it fails on two
-	// traffic-classes pipelines (TestDivisionPerClass), and the division must never stop the loops.
-	joint := c.sharing == control.SharingJoint && able.Classless()
+	joint := c.sharing == control.SharingJoint
 	for _, d := range ds {
 		// Until every pipeline's demand is known, the loops hold their plans; an even split holds the servers.
 		joint = joint && !d.Observed.DemandUnknown
