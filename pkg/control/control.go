@@ -87,6 +87,9 @@ type Config struct {
 	Check       bool
 	CheckTarget float64
 	Checker     Checker
+	// Traces are the pipelines' planning traces, for the systems that plan once on one (cg-mean, cg-peak); nil:
+	// none, and those plan on the demand first observed.
+	Traces PlanningTraces
 }
 
 // How several pipelines share the workers (Config.Sharing).
@@ -207,6 +210,8 @@ type Observed struct {
 	Escalation, EscalationScale map[string]float64
 	// Servers is how many workers the pipeline may use.
 	Servers int
+	// Cluster is those workers per server class, with their prices; empty: Servers of the default class.
+	Cluster plan.Cluster
 	// DemandUnknown says no demand has been measured yet (no frontend has reported, and no earlier plan gave a
 	// seed): the plan in force stands, since a plan sized for the 0 of no data would shrink the cluster.
 	DemandUnknown bool
