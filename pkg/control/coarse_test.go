@@ -200,4 +200,3 @@ func TestCoarseGrainedPlansOnce(t *testing.T) {
 			pm.Allocation.CostPerHour)
 	}
 }
-
