@@ -53,6 +53,17 @@ var Systems = []SystemKind{
 		"of the SLO, planned once", Policy: deadline.None, planningTrace: true, peak: true},
 }
 
+// PlansOnTrace says the system (a name ParseSystem reads) plans once on a planning trace (Config.Traces).
+func PlansOnTrace(system string) bool {
+	name, _, _ := strings.Cut(system, ":")
+	for _, k := range Systems {
+		if k.Name == name {
+			return k.planningTrace
+		}
+	}
+	return false
+}
+
 // SystemSyntax is the syntax of a system name, for flag help and errors.
 var SystemSyntax = func() string {
 	names := make([]string, len(Systems))

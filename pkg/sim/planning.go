@@ -47,18 +47,14 @@ func (s *sim) tick() {
 	if replanned {
 		s.assignWorkers()
 	}
-	active := map[string]int{}
-	for i := range s.servers {
-		if a := s.servers[i].assigned; a.Variant != "" {
-			active[a.Pipeline]++
-		}
-	}
+	active := s.inUse()
 	for i, p := range s.pipes {
 		s.rehome(p)
 		if sec := s.now/int64(time.Second) - 1; sec >= 0 && int(sec) < len(p.seconds) {
 			x := &p.seconds[sec]
-			x.ActiveServers, x.EstimateQPS, x.Mode, x.Epoch = active[p.spec.Name], decisions[i].Observed.Demand,
-				p.plan.Mode, p.plan.Epoch
+			u := active[p.spec.Name]
+			x.ActiveServers, x.ActiveByClass, x.CostPerHour = u.servers, u.byClass, u.cost
+			x.EstimateQPS, x.Mode, x.Epoch = decisions[i].Observed.Demand, p.plan.Mode, p.plan.Epoch
 			x.DemandQPS = p.work.RateAt(time.Duration(sec) * time.Second)
 		}
 	}
@@ -292,7 +288,14 @@ func (s *sim) result(p *pipe) *Result {
 		sum.MeanAccuracy = t.accuracy()
 	}
 	if t.n > 0 {
-		sum.MeanActiveServers = t.servers / float64(t.n)
+		sum.MeanActiveServers, sum.MeanCostPerHour = t.servers/float64(t.n), t.cost/float64(t.n)
+		if s.classed() {
+			sum.Cluster = s.cluster
+			sum.MeanActiveByClass = map[string]float64{}
+			for _, sc := range s.cluster {
+				sum.MeanActiveByClass[sc.Name] = float64(t.byClass[sc.Name]) / float64(t.n)
+			}
+		}
 	}
 	sum.ItemHops = p.hopsDone
 	sum.Replans = p.replans
