@@ -200,3 +200,22 @@ func TestCoarseGrainedPlansOnce(t *testing.T) {
 			pm.Allocation.CostPerHour)
 	}
 }
+
+// TestMostAccurateOnlyKeepsClasses: InferLine keeps each task's most accurate model on every class it runs on, so
+// that it chooses the hardware of each stage.
+func TestMostAccurateOnlyKeepsClasses(t *testing.T) {
+	spec := classesSpec(t)
+	fixed := MostAccurateOnly(spec)
+	for i, task := range fixed.Tasks {
+		var classes []string
+		for _, v := range task.Variants {
+			if v.Model() != spec.Tasks[i].MostAccurate().Model() {
+				t.Errorf("task %s keeps %s", task.Name, v.Name)
+			}
+			classes = append(classes, v.Class())
+		}
+		if !slices.Equal(classes, []string{"cpu", "fast"}) {
+			t.Errorf("task %s keeps classes %v, want cpu and fast", task.Name, classes)
+		}
+	}
+}
