@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
 	"github.com/sleipnir-serving/sleipnir/pkg/metrics"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/telemetry"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 	"github.com/sleipnir-serving/sleipnir/services/frontend"
@@ -171,7 +173,8 @@ func runUp(args []string) error {
 	c.register(fs, "an external NATS server URL; empty starts an embedded server")
 	var files pipelineFiles
 	fs.Var(&files, "pipeline", "pipeline spec YAML `FILE`, repeatable (default examples/traffic.yaml)")
-	workers := fs.Int("workers", 20, "number of workers")
+	workersFlag := fs.String("workers", "20", "workers to start: `N` (of the default class) or CLASS=N,... per "+
+		"server class (e.g. cpu=12,fast=4; docs/classes.md)")
 	port := fs.Int("nats-port", 4222, "client port of the embedded NATS server (0: in-process only)")
 	host := fs.String("nats-host", "127.0.0.1", "address the embedded NATS server listens on")
 	stateDir := fs.String("state-dir", envOr("SLEIPNIR_STATE_DIR", envOr("SLEIPNIR_DATA_DIR", "state")),
@@ -202,8 +205,9 @@ func runUp(args []string) error {
 	if err != nil {
 		return err
 	}
-	if *workers < 0 {
-		return fmt.Errorf("--workers %d: want 0 or more (0 runs the server, planner and frontend only)", *workers)
+	workers, classes, err := parseWorkers(*workersFlag)
+	if err != nil {
+		return err
 	}
 	pcfg, err := plannerFlags.Config(specs)
 	if err != nil {
@@ -217,16 +221,35 @@ func runUp(args []string) error {
 	// The server's payload limit leaves room for headers above the largest request.
 	maxPayload := int32(fcfg.MaxRequestBytes + 64<<10)
 	return up.Run(ctx, up.Config{NATSURL: c.natsURL, Auth: c.auth, Permissions: *permissions, DataDir: *stateDir,
-		Fresh: *fresh, NATSHost: *host, NATSPort: *port, MaxPayload: maxPayload, Pipelines: specs, Workers: *workers,
-		Planner: pcfg, Frontend: fcfg, Worker: wcfg, MetricsAddr: *metricsAddr, Logger: log,
+		Fresh: *fresh, NATSHost: *host, NATSPort: *port, MaxPayload: maxPayload, Pipelines: specs, Workers: workers,
+		WorkerClasses: classes, Planner: pcfg, Frontend: fcfg, Worker: wcfg, MetricsAddr: *metricsAddr, Logger: log,
 		Started: func(url string) {
 			names := make([]string, len(specs))
 			for i, s := range specs {
 				names[i] = s.Name
 			}
 			log.Info("sleipnir is up", "nats", bus.RedactURL(url), "http", fcfg.HTTPAddr, "pipelines", strings.Join(names, ","),
-				"workers", *workers, "requests", wire.InferSubject("<pipeline>"))
+				"workers", *workersFlag, "requests", wire.InferSubject("<pipeline>"))
 		}})
+}
+
+// parseWorkers reads up's --workers: "N" (N workers of the default class; 0 runs the server, planner and frontend
+// only) or "CLASS=N,..." (classes nil for the former).
+func parseWorkers(s string) (n int, classes map[string]int, err error) {
+	if n, err := strconv.Atoi(strings.TrimSpace(s)); err == nil {
+		if n < 0 {
+			return 0, nil, fmt.Errorf("--workers %d: want 0 or more (0 runs the server, planner and frontend only)", n)
+		}
+		return n, nil, nil
+	}
+	classes, err = plan.ParseServers(s)
+	if err != nil {
+		return 0, nil, fmt.Errorf("--workers: %w", err)
+	}
+	for _, c := range classes {
+		n += c
+	}
+	return n, classes, nil
 }
 
 func runFrontend(args []string) error {
@@ -261,6 +284,8 @@ func runWorker(args []string) error {
 	c.register(fs, "NATS server URL")
 	var cfg worker.Config
 	fs.StringVar(&cfg.ID, "id", "", "worker id (default hostname-pid); with NATS permissions, the one its user may heartbeat as")
+	fs.StringVar(&cfg.Class, "class", envOr("SLEIPNIR_CLASS", wire.DefaultClass), "the worker's server `CLASS`: it "+
+		"hosts only variants with a profile for it (docs/classes.md; env SLEIPNIR_CLASS)")
 	cfg.RegisterFlags(fs)
 	metricsAddr := metricsFlag(fs, "")
 	if err := fs.Parse(args); err != nil {

@@ -148,7 +148,7 @@ func (c Checked) tighten(spec *pipeline.Spec, p *plan.Plan, pred Prediction, o O
 			worst, peak = i, q
 		}
 	}
-	if a := p.Allocation; worst >= 0 && a != nil && a.ActiveServers < o.Servers {
+	if a := p.Allocation; worst >= 0 && a != nil && spare(p, o, p.Variants[worst].Variant) {
 		q := *p
 		q.Variants = append([]plan.VariantPlan(nil), p.Variants...)
 		alloc := *a
@@ -163,6 +163,12 @@ func (c Checked) tighten(spec *pipeline.Spec, p *plan.Plan, pred Prediction, o O
 	in := o
 	in.Demand = *demand
 	return c.Inner.Allocate(spec, in)
+}
+
+// spare says a server of variant's class is left that p does not use.
+func spare(p *plan.Plan, o Observed, variant string) bool {
+	class := wire.ClassOf(variant)
+	return p.ServersByClass()[class] < o.OnCluster().Servers(class)
 }
 
 // moreAccurate says whether q expects a higher accuracy than p.

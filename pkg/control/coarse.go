@@ -96,11 +96,7 @@ func (a *CoarseGrained) Allocate(spec *pipeline.Spec, o Observed) (*plan.Plan, e
 	if p, ok := a.planned[spec]; ok {
 		return p, nil
 	}
-	cluster := o.Cluster
-	if len(cluster) == 0 {
-		cluster = plan.Uniform(o.Servers)
-	}
-	p, err := CoarseGrainedPlan(spec, cluster, a.Rate(spec, o.Demand))
+	p, err := CoarseGrainedPlan(spec, o.OnCluster(), a.Rate(spec, o.Demand))
 	if err != nil {
 		return nil, err
 	}

@@ -208,9 +208,9 @@ type Observed struct {
 	// the threshold in force: the allocation scales every level's rate by it. Tasks not listed plan with the
 	// profile's.
 	Escalation, EscalationScale map[string]float64
-	// Servers is how many workers the pipeline may use.
+	// Servers is how many workers the pipeline may use; Cluster, when set, is what they are per server class with
+	// each class's price (its Total is Servers), nil for Servers workers of the default class (OnCluster).
 	Servers int
-	// Cluster is those workers per server class, with their prices; empty: Servers of the default class.
 	Cluster plan.Cluster
 	// DemandUnknown says no demand has been measured yet (no frontend has reported, and no earlier plan gave a
 	// seed): the plan in force stands, since a plan sized for the 0 of no data would shrink the cluster.
@@ -218,6 +218,14 @@ type Observed struct {
 	// Traffic is the recent traffic observed (arrival gaps, sub-request distributions) a plan check replays; nil
 	// when unknown.
 	Traffic *demand.TrafficSample
+}
+
+// OnCluster is the workers the pipeline may use per class: Cluster, or Servers of the default class.
+func (o Observed) OnCluster() plan.Cluster {
+	if o.Cluster != nil {
+		return o.Cluster
+	}
+	return plan.Uniform(o.Servers)
 }
 
 // Allocator chooses the hosted variants, replicas and batch sizes for what was observed (Demand already raised to
@@ -253,7 +261,7 @@ type MILP struct {
 // Allocate solves the allocation MILP.
 func (a MILP) Allocate(spec *pipeline.Spec, o Observed) (*plan.Plan, error) {
 	res, err := allocate.SolveCascade(allocate.Input{Spec: spec, Demand: o.Demand, Servers: o.Servers,
-		Fanout: o.Fanout, Utilization: a.Utilization, LatencyModel: a.LatencyModel},
+		Cluster: o.Cluster, Fanout: o.Fanout, Utilization: a.Utilization, LatencyModel: a.LatencyModel},
 		allocate.Options{TimeLimit: a.TimeLimit, Workers: a.Workers}, o.EscalationScale)
 	if err != nil {
 		return nil, err

@@ -41,7 +41,7 @@ type plannedAt struct {
 	estimate float64
 	covers   float64
 	padded   bool
-	servers  int
+	servers  map[string]int // per class
 	fanout   map[string]pipeline.Fanout
 	profiles map[string][]pipeline.ProfilePoint
 	at       time.Time
@@ -64,8 +64,8 @@ func New(spec *pipeline.Spec, cfg Config, alloc Allocator, current *plan.Plan) *
 func Resume(spec *pipeline.Spec, cfg Config, alloc Allocator, current *plan.Plan, now time.Time) *Loop {
 	l := New(spec, cfg, alloc, current)
 	if a := current.Allocation; a != nil {
-		l.notePlanned(Observed{Demand: a.Estimate(), Servers: a.ClusterServers, Fanout: current.Fanout,
-			Profiles: current.Profiles}, current, now)
+		l.notePlanned(Observed{Demand: a.Estimate(), Servers: a.ClusterServers, Cluster: a.Cluster,
+			Fanout: current.Fanout, Profiles: current.Profiles}, current, now)
 		l.routed = routedAt{demand: a.Estimate(), at: now}
 	}
 	return l
@@ -135,7 +135,7 @@ func (l *Loop) replan(now time.Time, o Observed) Step {
 	moved := func(threshold, sigmas float64) bool {
 		return demand.Significant(last.estimate, max(o.Demand, l.cfg.MinDemandQPS), threshold, sigmas, o.DemandWindow)
 	}
-	forced := !last.ok || o.Servers != last.servers || outgrown || moved(l.cfg.ReplanThreshold, -1) ||
+	forced := !last.ok || !maps.Equal(o.OnCluster().Counts(), last.servers) || outgrown || moved(l.cfg.ReplanThreshold, -1) ||
 		l.latencyMoved(now, o)
 	if !forced {
 		if !due {
@@ -173,6 +173,7 @@ func (l *Loop) replan(now time.Time, o Observed) Step {
 	}
 	if p.Allocation != nil {
 		p.Allocation.EstimateQPS = o.Demand
+		priceOn(p, o.OnCluster())
 	}
 	if same := sameAllocation(l.current, p); same || !forced && !l.worthSwapping(p, o) {
 		// The same allocation, or a better one not worth its model loads: no new epoch, which would move no worker
@@ -257,6 +258,16 @@ func sameAllocation(a, b *plan.Plan) bool {
 	return true
 }
 
+// priceOn records in p's allocation the cluster it was planned on (when it has classes or prices) and the hourly
+// price of the servers it uses, whatever the allocator: the planner's gauge, plan --live and loadgen read them.
+func priceOn(p *plan.Plan, cluster plan.Cluster) {
+	a := p.Allocation
+	if !cluster.Classless() || cluster.Priced() {
+		a.Cluster = cluster
+	}
+	a.CostPerHour = cluster.Cost(p.ServersByClass())
+}
+
 // target is the demand a plan for o is sized for.
 func (l *Loop) target(o Observed) float64 { return l.cfg.Planned(o.Demand, true) }
 
@@ -271,7 +282,7 @@ func (l *Loop) route(p *plan.Plan, o Observed) plan.Routing {
 // notePlanned records that p (nil: none, the solve failed) was made from o at now.
 func (l *Loop) notePlanned(o Observed, p *plan.Plan, now time.Time) {
 	est := max(o.Demand, l.cfg.MinDemandQPS)
-	l.planned = plannedAt{ok: true, estimate: est, covers: est, servers: o.Servers, fanout: o.Fanout,
+	l.planned = plannedAt{ok: true, estimate: est, covers: est, servers: o.OnCluster().Counts(), fanout: o.Fanout,
 		profiles: o.Profiles, at: now}
 	if p != nil && p.Allocation != nil {
 		l.planned.overloaded = p.Mode == plan.ModeOverloaded

@@ -19,6 +19,9 @@ type System struct {
 	// Allocator is nil for a static system: the first plan's allocation stands, only its routing follows the demand.
 	Allocator Allocator
 	Policy    deadline.Policy
+	// PlansOnce says the system adapts nothing after its first plan: no tuner lends it idle workers (InferLine's
+	// coarse-grained baselines, compared as planners alone).
+	PlansOnce bool
 }
 
 // SystemKind is an entry of Systems.
@@ -97,7 +100,7 @@ func ParseSystem(s string, spec *pipeline.Spec, cfg Config) (System, error) {
 				trace = &t
 			}
 		}
-		sys.Allocator = NewCoarseGrained(kind.peak, trace)
+		sys.Allocator, sys.PlansOnce = NewCoarseGrained(kind.peak, trace), true
 	}
 	if kind.New != nil {
 		m := MILP{Utilization: cfg.RouteUtilization, TimeLimit: cfg.SolveTimeLimit, Workers: cfg.SolveWorkers,

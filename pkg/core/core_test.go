@@ -7,6 +7,7 @@ import (
 
 	"github.com/sleipnir-serving/sleipnir/pkg/control"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
@@ -48,6 +49,11 @@ func started(t testing.TB, now time.Time, specs ...*pipeline.Spec) *Cluster {
 
 // tickAndPublish ticks and publishes everything decided, as the planner and the simulator do.
 func tickAndPublish(c *Cluster, now time.Time, able int) []Decision {
+	return tickAndPublishOn(c, now, plan.Uniform(able))
+}
+
+// tickAndPublishOn is tickAndPublish on a cluster of classes.
+func tickAndPublishOn(c *Cluster, now time.Time, able plan.Cluster) []Decision {
 	ds := c.Tick(now, able)
 	for _, d := range ds {
 		if d.Plan != nil {
@@ -91,7 +97,7 @@ func TestRehomeAtEveryLookAfterAPlan(t *testing.T) {
 	c := started(t, now, traffic(t))
 	p := c.Pipelines()[0]
 	queues := func() map[string]map[string]float64 { return map[string]map[string]float64{"traffic": {}} }
-	if got := c.Look(now, 20, queues()); len(got.Rehome) != 0 {
+	if got := c.Look(now, plan.Uniform(20), queues()); len(got.Rehome) != 0 {
 		t.Fatalf("look before any new plan moves %d pipelines' queues", len(got.Rehome))
 	}
 	if _, err := c.Report("traffic", wire.DemandReport{Frontend: "f1", Count: 200, IntervalMs: 1000}, now); err != nil {
@@ -105,12 +111,12 @@ func TestRehomeAtEveryLookAfterAPlan(t *testing.T) {
 		after time.Duration
 		moves bool
 	}{{100 * time.Millisecond, true}, {RehomeAfterPlan - time.Millisecond, true}, {RehomeAfterPlan, false}} {
-		got := c.Look(now.Add(tc.after), 20, queues())
+		got := c.Look(now.Add(tc.after), plan.Uniform(20), queues())
 		if moved := len(got.Rehome) == 1 && got.Rehome[0] == p; moved != tc.moves {
 			t.Errorf("look %v after the plan: moves the queues %v, want %v", tc.after, moved, tc.moves)
 		}
 	}
-	if got := c.Look(now.Add(100*time.Millisecond), 20, map[string]map[string]float64{}); len(got.Rehome) != 0 {
+	if got := c.Look(now.Add(100*time.Millisecond), plan.Uniform(20), map[string]map[string]float64{}); len(got.Rehome) != 0 {
 		t.Error("a look that did not see the pipeline's queues moves them")
 	}
 }
@@ -130,8 +136,8 @@ func TestTunerSeesRecentMessageSizes(t *testing.T) {
 			key: {FanoutCounts: wire.FanoutCounts{Items: items}, Messages: messages}}}, now)
 	}
 	waiting := func() float64 {
-		c.Look(now, 20, map[string]map[string]float64{"traffic": {hop: 10}})
-		for _, v := range c.tuneInput(p, 20).Variants {
+		c.Look(now, plan.Uniform(20), map[string]map[string]float64{"traffic": {hop: 10}})
+		for _, v := range c.tuneInput(p, plan.Uniform(20)).Variants {
 			if v.Key == hop {
 				return v.Waiting
 			}
@@ -143,7 +149,7 @@ func TestTunerSeesRecentMessageSizes(t *testing.T) {
 		t.Fatalf("no message counted yet: 10 messages seen as %v items, want 10", got)
 	}
 	beat("old", 10000, 1000) // 10 items a message, for a long time
-	c.Tick(now, 20)
+	c.Tick(now, plan.Uniform(20))
 	if got := waiting(); got != 100 {
 		t.Fatalf("10 items a message: 10 messages seen as %v items, want 100", got)
 	}
@@ -151,7 +157,7 @@ func TestTunerSeesRecentMessageSizes(t *testing.T) {
 		now = now.Add(TickEvery)
 		beat("old", 10000, 1000)
 		beat("new", uint64(20*(i+1)), uint64(10*(i+1)))
-		c.Tick(now, 20)
+		c.Tick(now, plan.Uniform(20))
 	}
 	if got := waiting(); got < 19.9 || got > 20.1 {
 		t.Fatalf("20 s of messages of 2 items since the old worker moved: 10 messages seen as %v items, want 20", got)
@@ -164,14 +170,14 @@ func TestServersSplitEvenly(t *testing.T) {
 	now := time.Unix(1000, 0)
 	c := started(t, now, traffic(t), renamed(traffic(t), "second"))
 	c.sharing = control.SharingEven
-	if got := c.divide(nil, 5); got[0] != 3 || got[1] != 2 {
+	if got := c.divide(nil, plan.Uniform(5)); got[0].Total() != 3 || got[1].Total() != 2 {
 		t.Fatalf("5 workers split %v, want [3 2]", got)
 	}
 	var names []string
 	for i := range 50 {
 		names = append(names, fmt.Sprintf("w%02d", i))
 	}
-	next, unplaced := c.Assign(names, nil)
+	next, unplaced := c.Assign(names, nil, nil)
 	per := map[string]int{}
 	for _, a := range next {
 		per[a.Pipeline]++
@@ -252,7 +258,7 @@ func TestLoansRespectClasses(t *testing.T) {
 	changed := false
 	for range 3 { // the growth of the queues is measured over looks
 		now = now.Add(100 * time.Millisecond)
-		changed = c.Look(now, planned+idle, burst).Loans || changed
+		changed = c.Look(now, plan.Uniform(planned+idle), burst).Loans || changed
 	}
 	if !changed {
 		t.Fatal("no loans in a burst with idle workers")
@@ -268,7 +274,7 @@ func TestLoansRespectClasses(t *testing.T) {
 		t.Fatalf("lent %d to the high class and %d to the low one; want all %d idle workers to the high class",
 			lentHigh, lentLow, idle)
 	}
-	next, unplaced := c.Assign(names(planned+idle), nil)
+	next, unplaced := c.Assign(names(planned+idle), nil, nil)
 	if unplaced != 0 {
 		t.Fatalf("%d replicas or loans got no worker: a loan took a worker some plan hosts", unplaced)
 	}
@@ -309,5 +315,66 @@ func TestHeartbeatIgnoresMalformedKeys(t *testing.T) {
 	p.fanout.Tick()
 	for key := range p.fanout.Estimate(p.Spec) {
 		t.Errorf("a factor estimated for %q from malformed heartbeats", key)
+	}
+}
+
+// TestDivisionPerClass: the workers of a cluster of several classes are divided class by class (here evenly, the
+// first pipeline taking each class's remainder), each loop plans on its share of every class with the classes'
+// prices, and the assignment puts each replica on a worker of its variant's class.
+func TestDivisionPerClass(t *testing.T) {
+	spec, err := pipeline.Load("../../examples/traffic-classes.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1000, 0)
+	c := started(t, now, spec, renamed(spec, "second"))
+	able := plan.NewCluster(map[string]int{"cpu": 5, "fast": 3}, plan.Prices{"cpu": 0.4, "fast": 2.5})
+	for _, name := range []string{spec.Name, "second"} {
+		if _, err := c.Report(name, wire.DemandReport{Frontend: "f", Count: 20, IntervalMs: 1000}, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now = now.Add(TickEvery)
+	ds := tickAndPublishOn(c, now, able)
+	want := []string{"cpu=3,fast=2", "cpu=2,fast=1"}
+	for i, d := range ds {
+		if got := d.Observed.Cluster.String(); got != want[i] || d.Observed.Servers != d.Observed.Cluster.Total() {
+			t.Errorf("pipeline %d planned on %s (%d servers), want %s", i, got, d.Observed.Servers, want[i])
+		}
+		if d.Observed.Cluster.Price("fast") != 2.5 {
+			t.Errorf("pipeline %d's share lost the prices: %+v", i, d.Observed.Cluster)
+		}
+	}
+	var workers []string
+	classes := map[string]string{}
+	for _, sc := range able {
+		for i := range sc.Servers {
+			w := fmt.Sprintf("%s%d", sc.Name, i)
+			workers, classes[w] = append(workers, w), sc.Name
+		}
+	}
+	next, _ := c.Assign(workers, classes, nil)
+	for w, a := range next {
+		if !a.Idle() && wire.ClassOf(a.Variant) != classes[w] {
+			t.Errorf("worker %s of class %s hosts %s", w, classes[w], a.Variant)
+		}
+	}
+}
+
+// TestTunerLendsPerClass: the workers the tuner sees are counted per class: a class's idle workers are those no plan
+// hosts a replica on, so a burst at a variant of a class with none idle gets no loan.
+func TestTunerLendsPerClass(t *testing.T) {
+	spec, err := pipeline.Load("../../examples/traffic-classes.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1000, 0)
+	c := started(t, now, spec)
+	p := c.Pipelines()[0]
+	used := p.Current().ServersByClass()
+	able := plan.NewCluster(map[string]int{"cpu": used["cpu"] + 3, "fast": used["fast"]}, nil)
+	in := c.tuneInput(p, able)
+	if in.IdleByClass["cpu"] != 3 || in.IdleByClass["fast"] != 0 || in.Idle != 3 {
+		t.Fatalf("idle %d, per class %v: want 3 cpu, 0 fast", in.Idle, in.IdleByClass)
 	}
 }

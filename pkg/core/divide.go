@@ -4,55 +4,61 @@ package core
 
 import (
 	"errors"
+	"maps"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/allocate"
 	"github.com/sleipnir-serving/sleipnir/pkg/control"
 	"github.com/sleipnir-serving/sleipnir/pkg/demand"
+	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
-// division is the split of the able workers each pipeline's control loop plans with (Observed.Servers), and what it
-// was made from. It is made again when the able workers change, or when a pipeline's demand estimate moved by more
+// division is the split of the able workers each pipeline's control loop plans with (Observed.Servers and, per
+// server class, Observed.Cluster), and what it was made from. It is made again when the able workers change, or when a pipeline's demand estimate moved by more
 // than divisionThreshold since (significantly, with Control.RouteSigmas): a joint solve takes up to a second
 // (divisionNodes), and each loop re-plans within its share on its own triggers meanwhile.
 type division struct {
-	shares  []int
-	able    int
+	shares  []plan.Cluster
+	able    map[string]int // the able workers per class it was made for
 	demands []float64
 	joint   bool // made by the joint allocation
 	err     error
 }
 
-// divide is the share of the able workers each pipeline plans with. A pipeline's control loop then plans alone
-// within its share: given the shares, the joint allocation's plan of each pipeline is the pipeline's own best plan
-// on them, so the loops' triggers, hysteresis and headroom stay each pipeline's.
-func (c *Cluster) divide(ds []Decision, able int) []int {
+// divide is the share of the able workers each pipeline plans with, per server class. A pipeline's control loop then
+// plans alone within its share: given the shares, the joint allocation's plan of each pipeline is the pipeline's own
+// best plan on them, so the loops' triggers, hysteresis and headroom stay each pipeline's. The joint allocation
+// divides a cluster of one class; the workers of a cluster of several classes are split evenly, class by class (the
+// joint MILP does not take classes yet).
+func (c *Cluster) divide(ds []Decision, able plan.Cluster) []plan.Cluster {
 	if len(c.pipes) == 1 {
-		return []int{able}
+		return []plan.Cluster{able}
 	}
-	joint := c.sharing == control.SharingJoint
+	joint := c.sharing == control.SharingJoint && able.Classless()
 	for _, d := range ds {
 		// Until every pipeline's demand is known, the loops hold their plans; an even split holds the servers.
 		joint = joint && !d.Observed.DemandUnknown
 	}
+	counts := able.Counts()
 	if !joint {
-		if c.division.shares == nil || c.division.joint || c.division.able != able {
-			c.division = division{shares: evenSplit(len(c.pipes), able), able: able}
+		if c.division.shares == nil || c.division.joint || !maps.Equal(c.division.able, counts) {
+			c.division = division{shares: evenSplit(len(c.pipes), able), able: counts}
 		}
 		return c.division.shares
 	}
-	if !c.divisionDue(ds, able) {
+	if !c.divisionDue(ds, counts) {
 		return c.division.shares
 	}
 	shares, err := c.jointShares(ds, able)
 	if err != nil {
 		// The shares in force stay (or an even split): the loops plan within them as before.
-		if c.division.shares == nil || c.division.able != able {
+		if c.division.shares == nil || !maps.Equal(c.division.able, counts) {
 			shares = evenSplit(len(c.pipes), able)
 		} else {
 			shares = c.division.shares
 		}
 	}
-	c.division = division{shares: shares, able: able, joint: true, err: err}
+	c.division = division{shares: shares, able: counts, joint: true, err: err}
 	for _, d := range ds {
 		c.division.demands = append(c.division.demands, d.Observed.Demand)
 	}
@@ -63,9 +69,9 @@ func (c *Cluster) divide(ds []Decision, able int) []int {
 func (c *Cluster) DivisionErr() error { return c.division.err }
 
 // divisionDue says whether the joint division is to be made again.
-func (c *Cluster) divisionDue(ds []Decision, able int) bool {
+func (c *Cluster) divisionDue(ds []Decision, able map[string]int) bool {
 	last := c.division
-	if !last.joint || last.able != able {
+	if !last.joint || !maps.Equal(last.able, able) {
 		return true
 	}
 	for i, d := range ds {
@@ -82,7 +88,8 @@ func (c *Cluster) divisionDue(ds []Decision, able int) bool {
 // size its plan: the demand with the headroom when every pipeline's plan stays in hardware mode, the demand itself
 // otherwise. Each pipeline gets the servers its plan uses; those no plan uses are shared out, the highest class
 // first, so a pipeline's loop has room for its headroom and its tuner lends what is idle.
-func (c *Cluster) jointShares(ds []Decision, able int) ([]int, error) {
+func (c *Cluster) jointShares(ds []Decision, cluster plan.Cluster) ([]plan.Cluster, error) {
+	able := cluster.Total()
 	res, err := c.solveJoint(ds, able, true)
 	if errors.Is(err, allocate.ErrNotHardware) {
 		res, err = c.solveJoint(ds, able, false)
@@ -105,7 +112,16 @@ func (c *Cluster) jointShares(ds []Decision, able int) ([]int, error) {
 			left--
 		}
 	}
-	return shares, nil
+	out := make([]plan.Cluster, len(shares))
+	for i, n := range shares {
+		out[i] = share(cluster, n)
+	}
+	return out, nil
+}
+
+// share is n servers of a cluster of the default class alone (as the joint division divides).
+func share(cluster plan.Cluster, n int) plan.Cluster {
+	return plan.Cluster{{Name: wire.DefaultClass, Servers: n, PricePerHour: cluster.Price(wire.DefaultClass)}}
 }
 
 // solveJoint solves the joint allocation of ds on able servers, with the headroom or without.
@@ -125,13 +141,18 @@ func (c *Cluster) solveJoint(ds []Decision, able int, padded bool) (*allocate.Jo
 	return res, err
 }
 
-// evenSplit splits able workers between n pipelines evenly, the first ones taking the remainder.
-func evenSplit(n, able int) []int {
-	shares := make([]int, n)
-	for i := range shares {
-		shares[i] = able / n
-		if i < able%n {
-			shares[i]++
+// evenSplit splits the able workers between n pipelines evenly, class by class, the first ones taking the
+// remainder of each class.
+func evenSplit(n int, able plan.Cluster) []plan.Cluster {
+	shares := make([]plan.Cluster, n)
+	for _, sc := range able {
+		for i := range shares {
+			k := sc
+			k.Servers = sc.Servers / n
+			if i < sc.Servers%n {
+				k.Servers++
+			}
+			shares[i] = append(shares[i], k)
 		}
 	}
 	return shares

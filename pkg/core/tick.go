@@ -7,6 +7,7 @@ import (
 
 	"github.com/sleipnir-serving/sleipnir/pkg/control"
 	"github.com/sleipnir-serving/sleipnir/pkg/latency"
+	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
@@ -22,15 +23,19 @@ type Decision struct {
 }
 
 // Tick folds what was reported since the previous tick into the estimates and runs every pipeline's control loop
-// (pkg/control) with its share of the able workers. The caller publishes each decision's Plan (when not nil) and
+// (pkg/control) with its share of the able workers (per server class, with the classes' prices; plan.Uniform(n)
+// for n workers of one kind). The caller publishes each decision's Plan (when not nil) and
 // calls Published for each one it published, and then, for every pipeline, moves what waits at the variants the
 // plan in force retired (plan.Rehome).
-func (c *Cluster) Tick(now time.Time, able int) []Decision {
+func (c *Cluster) Tick(now time.Time, able plan.Cluster) []Decision {
 	out := c.observe(now)
 	shares := c.divide(out, able)
 	for i := range out {
 		d := &out[i]
-		d.Observed.Servers = shares[i]
+		d.Observed.Servers = shares[i].Total()
+		if !shares[i].Classless() || shares[i].Priced() { // else the loop plans on a bare count, as before classes
+			d.Observed.Cluster = shares[i]
+		}
 		d.Step = d.Pipeline.loop.Next(now, d.Observed)
 	}
 	return out
@@ -56,7 +61,7 @@ func (c *Cluster) observe(now time.Time) []Decision {
 // Published records that d's plan is in force from now, with able workers. After a new allocation, the tuner looks
 // at it at once (with the queues of its last look), so that the workers it lent stay where the plan still wants
 // them rather than going back and being lent again; the caller then reassigns the workers (Assign).
-func (c *Cluster) Published(d Decision, now time.Time, able int) {
+func (c *Cluster) Published(d Decision, now time.Time, able plan.Cluster) {
 	p := d.Pipeline
 	p.loop.Published(d.Step, d.Observed, now)
 	if !d.Replanned {

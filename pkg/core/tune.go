@@ -22,7 +22,7 @@ type Looked struct {
 
 // Look is the tuner's look at the queues with able workers: queues holds, per pipeline, the messages waiting or
 // in service at each hosted variant ("task/variant"); a pipeline left out was not seen (its look is skipped).
-func (c *Cluster) Look(now time.Time, able int, queues map[string]map[string]float64) Looked {
+func (c *Cluster) Look(now time.Time, able plan.Cluster, queues map[string]map[string]float64) Looked {
 	var out Looked
 	for _, p := range c.byPriority {
 		q, seen := queues[p.Spec.Name]
@@ -55,8 +55,9 @@ func (c *Cluster) Tunes() bool { return c.cfg.Control.Tunes() }
 func (c *Cluster) TuneEvery() time.Duration { return c.cfg.Control.TuneEvery }
 
 // tuneInput is what p's tuner sees under its plan in force with able workers: the queues as of the last look, in
-// items (the messages times the items the workers' messages held of late: demand.MessageSize).
-func (c *Cluster) tuneInput(p *Pipeline, able int) tuner.Input {
+// items (the messages times the items the workers' messages held of late: demand.MessageSize), and the workers it
+// may use per class.
+func (c *Cluster) tuneInput(p *Pipeline, able plan.Cluster) tuner.Input {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	name, cur := p.Spec.Name, p.Current()
@@ -73,34 +74,44 @@ func (c *Cluster) tuneInput(p *Pipeline, able int) tuner.Input {
 			p.looked[k] = keys
 		}
 		return p.queues[keys[0]] * c.messages.Of(keys[1])
-	}, cur.Servers()+c.lendable(p, able), p.demand.Estimate(), c.cfg.Control.RouteUtilization)
+	}, c.usable(p, able), p.demand.Estimate(), c.cfg.Control.RouteUtilization)
 }
 
-// lendable is how many of the able workers p's tuner may lend: those no pipeline's plan hosts a replica on and no
-// other pipeline's tuner has lent. Pipelines look in priority order (Look), so a higher class lends first.
-func (c *Cluster) lendable(p *Pipeline, able int) int {
-	free := able
+// usable are the workers p's tuner sees, per class: those its plan hosts replicas on, and the ones it may lend,
+// those no pipeline's plan hosts a replica on and no other pipeline's tuner has lent. Pipelines look in priority
+// order (Look), so a higher priority lends first. A worker is lent only to a variant of its class (tuner.Input).
+func (c *Cluster) usable(p *Pipeline, able plan.Cluster) plan.Cluster {
+	free := able.Counts()
 	for _, q := range c.pipes {
-		free -= q.Current().Servers()
+		for class, n := range q.Current().ServersByClass() {
+			free[class] -= n
+		}
 		if q != p {
-			for _, n := range q.lent {
-				free -= n
+			for key, n := range q.lent {
+				free[wire.ClassOf(key)] -= n
 			}
 		}
 	}
-	return max(free, 0)
+	out := make(plan.Cluster, 0, len(able))
+	own := p.Current().ServersByClass()
+	for _, sc := range able {
+		sc.Servers = own[sc.Name] + max(free[sc.Name], 0)
+		out = append(out, sc)
+	}
+	return out
 }
 
 // Lent are p's loans in force.
 func (p *Pipeline) Lent() map[string]int { return p.lent }
 
 // Assign gives the replicas of every pipeline's plan in force and the tuner's loans to the able workers (in name
-// order), moving as few from prev as it can (plan.Assign); unplaced is how many replicas got no worker.
-func (c *Cluster) Assign(able []string, prev map[string]plan.Assignment) (next map[string]plan.Assignment,
-	unplaced int) {
+// order), each replica to a worker of its variant's class (classes: each worker's; nil or a worker left out, the
+// default class), moving as few from prev as it can (plan.Assign); unplaced is how many replicas got no worker.
+func (c *Cluster) Assign(able []string, classes map[string]string, prev map[string]plan.Assignment) (
+	next map[string]plan.Assignment, unplaced int) {
 	plans := make([]*plan.Plan, len(c.pipes))
 	for i, p := range c.pipes {
 		plans[i] = tuner.WithLoans(p.Current(), p.lent)
 	}
-	return plan.Assign(plans, able, prev)
+	return plan.Assign(plans, able, classes, prev)
 }

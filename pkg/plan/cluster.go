@@ -76,6 +76,27 @@ func (c Cluster) class(name string) *ServerClass {
 	return nil
 }
 
+// Classless says every server is of the default class: a cluster of one kind, as before classes.
+func (c Cluster) Classless() bool {
+	for _, sc := range c {
+		if sc.Name != wire.DefaultClass && sc.Servers > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// Counts are the servers per class (classes without servers left out).
+func (c Cluster) Counts() map[string]int {
+	out := make(map[string]int, len(c))
+	for _, sc := range c {
+		if sc.Servers > 0 {
+			out[sc.Name] += sc.Servers
+		}
+	}
+	return out
+}
+
 // Classes are the classes' names, in order.
 func (c Cluster) Classes() []string {
 	out := make([]string, len(c))

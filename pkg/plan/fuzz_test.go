@@ -57,11 +57,11 @@ func FuzzPlanJSON(f *testing.F) {
 				t.Fatalf("Pick(%v, %v) = %q, not one of the routes", p.Routing.Root, u, got)
 			}
 		}
-		next, _ := Assign([]*Plan{&p}, workers, nil)
+		next, _ := Assign([]*Plan{&p}, workers, nil, nil)
 		if len(next) != len(workers) {
 			t.Fatalf("Assign gave %d assignments to %d workers", len(next), len(workers))
 		}
-		again, _ := Assign([]*Plan{&p}, workers, next)
+		again, _ := Assign([]*Plan{&p}, workers, nil, next)
 		for _, w := range workers {
 			if next[w].Worker != w || again[w] != next[w] {
 				t.Fatalf("worker %s: assigned %+v, then %+v: Assign must keep what still holds", w, next[w], again[w])

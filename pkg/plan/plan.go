@@ -306,11 +306,19 @@ func (a Assignment) Served() wire.ServedKey { return a.Key().In(a.Pipeline) }
 
 // Assign gives the replicas of the plans to workers, changing as few assignments as possible: a worker keeps its
 // variant while its plan still hosts enough replicas of it; the replicas left are filled, in plan order, from idle
-// or surplus workers in name order. It returns the assignment of every worker (idle ones included) and how many
-// replicas it could not place for lack of workers.
-func Assign(plans []*Plan, workers []string, prev map[string]Assignment) (next map[string]Assignment, unplaced int) {
+// or surplus workers in name order. A replica goes only to a worker of its variant's class (wire.ClassOf): classes
+// says each worker's class, a worker it does not name (or nil) being of wire.DefaultClass. It returns the assignment
+// of every worker (idle ones included) and how many replicas it could not place for lack of workers of their class.
+func Assign(plans []*Plan, workers []string, classes map[string]string, prev map[string]Assignment) (
+	next map[string]Assignment, unplaced int) {
 	workers = append([]string(nil), workers...)
 	sort.Strings(workers)
+	classOf := func(w string) string {
+		if c := classes[w]; c != "" {
+			return c
+		}
+		return wire.DefaultClass
+	}
 	want := map[wire.ServedKey]int{} // replicas still to place
 	byKey := map[wire.ServedKey]*Plan{}
 	for _, p := range plans {
@@ -321,32 +329,36 @@ func Assign(plans []*Plan, workers []string, prev map[string]Assignment) (next m
 		}
 	}
 	next = make(map[string]Assignment, len(workers))
-	var free []string
+	free := map[string][]string{} // per class, in name order
 	for _, w := range workers {
 		old, ok := prev[w]
 		k := old.Served()
-		if ok && !old.Idle() && want[k] > 0 {
+		if ok && !old.Idle() && want[k] > 0 && wire.ClassOf(old.Variant) == classOf(w) {
 			want[k]--
 			p := byKey[k]
 			next[w] = assignmentFor(p, w, p.Find(old.Task, old.Variant))
 			continue
 		}
-		free = append(free, w)
+		free[classOf(w)] = append(free[classOf(w)], w)
 	}
 	for _, p := range plans {
 		for _, v := range p.Variants {
 			k := wire.VariantKey{Task: v.Task, Variant: v.Variant}.In(p.Pipeline)
-			for want[k] > 0 && len(free) > 0 {
-				next[free[0]] = assignmentFor(p, free[0], p.Find(v.Task, v.Variant))
-				free = free[1:]
+			class := wire.ClassOf(v.Variant)
+			for want[k] > 0 && len(free[class]) > 0 {
+				w := free[class][0]
+				next[w] = assignmentFor(p, w, p.Find(v.Task, v.Variant))
+				free[class] = free[class][1:]
 				want[k]--
 			}
 			unplaced += want[k]
 			want[k] = 0
 		}
 	}
-	for _, w := range free {
-		next[w] = Assignment{Worker: w}
+	for _, ws := range free {
+		for _, w := range ws {
+			next[w] = Assignment{Worker: w}
+		}
 	}
 	return next, unplaced
 }

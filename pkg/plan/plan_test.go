@@ -1,11 +1,13 @@
 package plan
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"testing"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
 func testPlan(name string, replicas map[string]int) *Plan {
@@ -56,7 +58,7 @@ func TestAssign(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			next, unplaced := Assign(tc.plans, workers(tc.workers), nil)
+			next, unplaced := Assign(tc.plans, workers(tc.workers), nil, nil)
 			if unplaced != tc.unplaced {
 				t.Errorf("unplaced %d, want %d", unplaced, tc.unplaced)
 			}
@@ -72,16 +74,16 @@ func TestAssign(t *testing.T) {
 // one worker changes variant, and a worker that leaves is replaced by an idle one without moving anyone else.
 func TestAssignKeepsWorkersInPlace(t *testing.T) {
 	p1 := testPlan("p", map[string]int{"a/x": 3, "b/z": 2})
-	first, _ := Assign([]*Plan{p1}, workers(6), nil)
+	first, _ := Assign([]*Plan{p1}, workers(6), nil, nil)
 
 	p2 := testPlan("p", map[string]int{"a/x": 2, "a/y": 1, "b/z": 2})
-	second, _ := Assign([]*Plan{p2}, workers(6), first)
+	second, _ := Assign([]*Plan{p2}, workers(6), nil, first)
 	if n := changed(first, second); n != 1 {
 		t.Errorf("plan change moved %d workers, want 1", n)
 	}
 
 	// w00 leaves: exactly one idle worker takes its replica.
-	third, _ := Assign([]*Plan{p2}, workers(6)[1:], second)
+	third, _ := Assign([]*Plan{p2}, workers(6)[1:], nil, second)
 	moved := 0
 	for w, a := range third {
 		if second[w].Key() != a.Key() {
@@ -93,6 +95,49 @@ func TestAssignKeepsWorkersInPlace(t *testing.T) {
 	}
 	if moved != 1 {
 		t.Errorf("%d workers moved to replace a lost one, want 1", moved)
+	}
+}
+
+// TestAssignByClass: a replica of "model@class" goes only to a worker of that class, a default-class variant only to
+// a worker that declares no class; a worker keeps its replica only while its class matches; replicas of a class
+// without workers left are unplaced rather than put on another class.
+func TestAssignByClass(t *testing.T) {
+	p := &Plan{Pipeline: "p", Epoch: 1, Variants: []VariantPlan{
+		{Task: "a", Variant: "x@fast", Replicas: 2, MaxBatch: 4},
+		{Task: "a", Variant: "x@cpu", Replicas: 1, MaxBatch: 4},
+		{Task: "b", Variant: "z", Replicas: 1, MaxBatch: 4},
+	}}
+	names := []string{"c1", "c2", "d1", "f1", "f2", "f3"}
+	classes := map[string]string{"c1": "cpu", "c2": "cpu", "f1": "fast", "f2": "fast", "f3": "fast"}
+	next, unplaced := Assign([]*Plan{p}, names, classes, nil)
+	if unplaced != 0 {
+		t.Fatalf("unplaced %d, want 0", unplaced)
+	}
+	for w, a := range next {
+		if !a.Idle() && wire.ClassOf(a.Variant) != cmp.Or(classes[w], wire.DefaultClass) {
+			t.Errorf("worker %s of class %q hosts %s", w, classes[w], a.Variant)
+		}
+	}
+	if got := count(next); fmt.Sprint(got) != fmt.Sprint(map[string]int{"idle": 2, "p:a/x@cpu": 1, "p:a/x@fast": 2, "p:b/z": 1}) {
+		t.Errorf("assignments %v", got)
+	}
+	// The fast workers leave: their replicas find no worker of their class, and no cpu worker moves.
+	again, unplaced := Assign([]*Plan{p}, []string{"c1", "c2", "d1"}, classes, next)
+	if unplaced != 2 {
+		t.Errorf("unplaced %d without fast workers, want 2", unplaced)
+	}
+	for _, w := range []string{"c1", "c2", "d1"} {
+		if again[w] != next[w] {
+			t.Errorf("worker %s moved from %+v to %+v", w, next[w], again[w])
+		}
+	}
+	// A worker whose class no longer matches its variant (it came back as another class) is reassigned.
+	classes2 := map[string]string{"c1": "cpu", "c2": "fast", "f1": "fast", "f2": "fast", "f3": "fast"}
+	third, _ := Assign([]*Plan{p}, names, classes2, next)
+	for w, a := range third {
+		if !a.Idle() && wire.ClassOf(a.Variant) != cmp.Or(classes2[w], wire.DefaultClass) {
+			t.Errorf("worker %s of class %q hosts %s", w, classes2[w], a.Variant)
+		}
 	}
 }
 

@@ -29,13 +29,13 @@ func (s *sim) tick() {
 	}
 	s.heartbeats(now)
 	t0 := time.Now()
-	decisions := s.core.Tick(now, len(s.servers))
+	decisions := s.core.Tick(now, s.cluster)
 	s.planWall += time.Since(t0)
 	replanned := false
 	for i, d := range decisions {
 		p := s.pipes[i]
 		if d.Plan != nil {
-			s.core.Published(d, now, len(s.servers))
+			s.core.Published(d, now, s.cluster)
 			s.applyPlan(p, d.Plan, d.Replanned)
 			if d.Replanned {
 				p.replans++
@@ -85,7 +85,7 @@ func (s *sim) heartbeats(now time.Time) {
 	s.core.Heartbeat("workers", wire.Registration{Observed: s.beat}, now)
 	for i := range s.servers {
 		if s.servers[i].measured != nil {
-			s.core.Heartbeat(s.names[i], wire.Registration{Observed: s.latencies(i, now)}, now)
+			s.core.Heartbeat(s.names[i], wire.Registration{Observed: s.latencies(i, now), Class: s.classOf[i]}, now)
 		}
 	}
 }
@@ -169,7 +169,7 @@ func (s *sim) tuneLook() {
 			q[h.name] = float64(h.pending() + h.inService)
 		}
 	}
-	looked := s.core.Look(s.time(), len(s.servers), s.looks)
+	looked := s.core.Look(s.time(), s.cluster, s.looks)
 	for _, cp := range looked.Rehome {
 		s.rehome(s.named[cp.Spec.Name])
 	}
@@ -181,7 +181,7 @@ func (s *sim) tuneLook() {
 // assignWorkers gives the plans' replicas and the tuner's loans to the workers (the core's Assign, as the
 // planner's), moving as few as it can.
 func (s *sim) assignWorkers() {
-	next, _ := s.core.Assign(s.names, s.assign)
+	next, _ := s.core.Assign(s.names, s.classes, s.assign)
 	s.assign = next
 	for i, name := range s.names {
 		a := next[name]

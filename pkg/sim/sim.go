@@ -258,7 +258,8 @@ type sim struct {
 	taken   []*message // startBatch's scratch: the messages a replica took for a batch
 	names   []string   // worker names, for plan.Assign
 	cluster plan.Cluster
-	classOf []string // each server's class
+	classOf []string          // each server's class
+	classes map[string]string // by worker name, for the assignment (nil: every server of the default class)
 	assign  map[string]plan.Assignment
 	// core is the planner's planning core (pkg/core): the simulator gives it the reports and heartbeats the live
 	// planner would hear, and follows what it decides.
@@ -319,6 +320,12 @@ func newSim(cfg Config) (*sim, error) {
 		for range sc.Servers {
 			s.names = append(s.names, fmt.Sprintf("w%04d", len(s.names)))
 			s.classOf = append(s.classOf, sc.Name)
+			if sc.Name != wire.DefaultClass {
+				if s.classes == nil {
+					s.classes = map[string]string{}
+				}
+				s.classes[s.names[len(s.names)-1]] = sc.Name
+			}
 		}
 	}
 	for i := range s.servers {

@@ -9,9 +9,9 @@ import (
 )
 
 // Observe builds a look's input from the plan in force p (the planner and the simulator alike): its hosted
-// variants with what waits at each (waiting, by "task/variant"), the workers the pipeline may use (servers), the
-// demand estimate and the routing's utilisation.
-func Observe(spec *pipeline.Spec, p *plan.Plan, waiting func(wire.VariantKey) float64, servers int,
+// variants with what waits at each (waiting, by "task/variant"), the workers the pipeline may use (servers, per
+// class), the demand estimate and the routing's utilisation.
+func Observe(spec *pipeline.Spec, p *plan.Plan, waiting func(wire.VariantKey) float64, servers plan.Cluster,
 	estimate, utilization float64) Input {
 	return ObserveScaled(spec, p, p.BudgetScale(spec), waiting, servers, estimate, utilization)
 }
@@ -19,8 +19,15 @@ func Observe(spec *pipeline.Spec, p *plan.Plan, waiting func(wire.VariantKey) fl
 // ObserveScaled is Observe with p's budget scale (plan.BudgetScale) given: a caller that looks at the same plan ten
 // times a second works it out once.
 func ObserveScaled(spec *pipeline.Spec, p *plan.Plan, scale float64, waiting func(wire.VariantKey) float64,
-	servers int, estimate, utilization float64) Input {
-	in := Input{Epoch: p.Epoch, Idle: max(0, servers-p.Servers()), Covered: true, Utilization: utilization}
+	servers plan.Cluster, estimate, utilization float64) Input {
+	in := Input{Epoch: p.Epoch, Idle: max(0, servers.Total()-p.Servers()), Covered: true, Utilization: utilization}
+	if !servers.Classless() { // a variant is lent only its own class's workers
+		used := p.ServersByClass()
+		in.IdleByClass = make(map[string]int, len(servers))
+		for _, sc := range servers {
+			in.IdleByClass[sc.Name] = max(0, sc.Servers-used[sc.Name])
+		}
+	}
 	if a := p.Allocation; a != nil {
 		in.Covered = a.DemandQPS >= estimate
 	}
@@ -30,7 +37,7 @@ func ObserveScaled(spec *pipeline.Spec, p *plan.Plan, scale float64, waiting fun
 			continue
 		}
 		key := wire.VariantKey{Task: vp.Task, Variant: vp.Variant}
-		v := Variant{Key: key.String(), Replicas: vp.Replicas, MaxBatch: vp.MaxBatch,
+		v := Variant{Key: key.String(), Replicas: vp.Replicas, MaxBatch: vp.MaxBatch, Class: wire.ClassOf(vp.Variant),
 			ReplicaQPS: vp.CapacityQPS / float64(vp.Replicas),
 			Budget:     time.Duration(vp.BudgetMs * scale * float64(time.Millisecond)), Waiting: waiting(key)}
 		if sv := spec.Variant(vp.Task, vp.Variant); sv != nil {

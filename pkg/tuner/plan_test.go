@@ -19,7 +19,7 @@ func TestWithLoansAndObserve(t *testing.T) {
 			{Task: "classify_car", Variant: "effnet_b7", Replicas: 1, MaxBatch: 8, BudgetMs: 76, CapacityQPS: 105},
 		}}
 	waiting := func(k wire.VariantKey) float64 { return map[string]float64{"detect/yolov5x": 30}[k.String()] }
-	in := Observe(spec, p, waiting, 10, 120, 0.85)
+	in := Observe(spec, p, waiting, plan.Uniform(10), 120, 0.85)
 	if in.Epoch != 7 || in.Idle != 7 || in.Covered || in.Utilization != 0.85 || len(in.Variants) != 2 {
 		t.Fatalf("input %+v: want epoch 7, 7 idle of 10, not covered (120 > 100)", in)
 	}

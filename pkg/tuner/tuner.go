@@ -57,6 +57,8 @@ type Variant struct {
 	ReplicaQPS float64
 	// Budget is its latency budget at MaxBatch; Swap how long a worker takes to load it.
 	Budget, Swap time.Duration
+	// Class is the server class it runs on (wire.ClassOf): it is lent only idle workers of that class.
+	Class string
 	// Waiting is the items waiting in its queue or in service.
 	Waiting float64
 }
@@ -69,6 +71,9 @@ type Input struct {
 	Variants []Variant
 	// Idle is how many of the pipeline's workers the plan leaves without a replica: the most that may be lent.
 	Idle int
+	// IdleByClass, when set, is Idle per server class: a variant is lent only idle workers of its own class
+	// (Variant.Class), which alone can host it.
+	IdleByClass map[string]int
 	// Covered says the plan in force was sized for at least the demand estimate: loans may end.
 	Covered bool
 	// Utilization is the share of a replica's capacity that lent replicas are sized to use (0: 0.85).
@@ -112,25 +117,44 @@ func (t *Tuner) Look(now time.Time, in Input) map[string]int {
 		t.record(now, v)
 	}
 	t.followPlan(in)
-	wants, lentNow := t.wants(now, in)
-	// A plan that grew into the idle workers leaves fewer to lend: loans beyond them end, the largest first.
-	for lentNow > in.Idle {
-		h := t.largestLoan()
-		t.lent[h]--
-		lentNow--
-		if t.lent[h] == 0 {
-			delete(t.lent, h)
+	wants := t.wants(now, in)
+	classOf := make(map[string]string, len(in.Variants)) // by key; "" for every variant without IdleByClass
+	if in.IdleByClass != nil {
+		for _, v := range in.Variants {
+			classOf[v.Key] = v.Class
 		}
+	}
+	idle := func(class string) int {
+		if in.IdleByClass == nil {
+			return in.Idle
+		}
+		return in.IdleByClass[class]
+	}
+	lentIn := map[string]int{}
+	for h, n := range t.lent {
+		lentIn[classOf[h]] += n
+	}
+	// A plan that grew into the idle workers leaves fewer to lend: loans beyond them end, the largest first.
+	for class, n := range lentIn {
+		for ; n > idle(class); n-- {
+			h := t.largestLoan(func(h string) bool { return classOf[h] == class })
+			t.lent[h]--
+			if t.lent[h] == 0 {
+				delete(t.lent, h)
+			}
+		}
+		lentIn[class] = n
 	}
 	sort.SliceStable(wants, func(i, j int) bool { return wants[i].accuracy > wants[j].accuracy })
 	for _, w := range wants {
-		n := min(w.more, in.Idle-lentNow)
+		class := classOf[w.key]
+		n := min(w.more, idle(class)-lentIn[class])
 		if n <= 0 {
-			break
+			continue // another class may still have idle workers
 		}
 		t.lent[w.key] += n
 		t.lentAt[w.key] = now
-		lentNow += n
+		lentIn[class] += n
 	}
 	return t.Lent()
 }
@@ -171,8 +195,8 @@ type loanWant struct {
 }
 
 // wants are the variants whose queues outgrow their replicas and lent workers, with how many more workers they
-// want; lentNow is how many workers stay lent (loans of variants calm for Hold while the plan covers the demand end).
-func (t *Tuner) wants(now time.Time, in Input) (wants []loanWant, lentNow int) {
+// want (loans of variants calm for Hold while the plan covers the demand end).
+func (t *Tuner) wants(now time.Time, in Input) (wants []loanWant) {
 	for _, v := range in.Variants {
 		if v.Replicas <= 0 || v.ReplicaQPS <= 0 || v.MaxBatch <= 0 {
 			continue
@@ -201,9 +225,8 @@ func (t *Tuner) wants(now time.Time, in Input) (wants []loanWant, lentNow int) {
 		case t.lent[v.Key] > 0 && in.Covered && backlog <= 0 && now.Sub(t.calm[v.Key]) >= Hold:
 			delete(t.lent, v.Key)
 		}
-		lentNow += t.lent[v.Key]
 	}
-	return wants, lentNow
+	return wants
 }
 
 // record keeps the last samples of what waits at v, as far back as the longest window.
@@ -237,9 +260,13 @@ func (t *Tuner) growth(key string, now time.Time) float64 {
 	return best
 }
 
-func (t *Tuner) largestLoan() string {
+// largestLoan is the largest loan among the variants in (ties: the last key).
+func (t *Tuner) largestLoan(in func(string) bool) string {
 	best, n := "", 0
 	for h, l := range t.lent {
+		if !in(h) {
+			continue
+		}
 		if l > n || l == n && h > best {
 			best, n = h, l
 		}

@@ -120,3 +120,34 @@ func TestTunerNewPlanKeepsWorkersWhereTheyAre(t *testing.T) {
 		t.Fatalf("1 idle worker left, lent %v", got)
 	}
 }
+
+// TestTunerLendsOnlyTheVariantsClass: with idle workers per class, a variant in a burst is lent only its own class's
+// idle workers, however many another class has.
+func TestTunerLendsOnlyTheVariantsClass(t *testing.T) {
+	tn := New()
+	onFast := Variant{Key: "detect/big@fast", Class: "fast", Accuracy: 0.5, Replicas: 1, MaxBatch: 8, ReplicaQPS: 40,
+		Budget: 200 * time.Millisecond}
+	onCPU := onFast
+	onCPU.Key, onCPU.Class = "detect/big@cpu", "cpu"
+	var lent map[string]int
+	for at := time.Duration(0); at <= time.Second; at += Every {
+		f, c := onFast, onCPU
+		f.Waiting, c.Waiting = 8+400*at.Seconds(), 8+400*at.Seconds()
+		lent = tn.Look(t0.Add(at), Input{Epoch: 1, Variants: []Variant{f, c}, Idle: 6,
+			IdleByClass: map[string]int{"fast": 0, "cpu": 6}})
+	}
+	if lent["detect/big@fast"] != 0 {
+		t.Errorf("lent %v: the fast variant got workers though no fast worker is idle", lent)
+	}
+	if lent["detect/big@cpu"] == 0 || lent["detect/big@cpu"] > 6 {
+		t.Errorf("lent %v: want the cpu variant lent 1-6 of the 6 idle cpu workers", lent)
+	}
+	// The plan takes the idle cpu workers: the cpu loans end, whatever idles elsewhere.
+	c := onCPU
+	c.Waiting = 500
+	got := tn.Look(t0.Add(1100*time.Millisecond), Input{Epoch: 1, Variants: []Variant{onFast, c}, Idle: 4,
+		IdleByClass: map[string]int{"fast": 4, "cpu": 0}})
+	if got["detect/big@cpu"] != 0 {
+		t.Errorf("no idle cpu worker left, still lent %v", got)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
 	"github.com/sleipnir-serving/sleipnir/pkg/control"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 )
 
 // Flags are the planner's settings as flags, bound in one place: `sleipnir planner` and `sleipnir up` take the
@@ -21,6 +22,7 @@ type Flags struct {
 	ackWait  *time.Duration
 	dlAge    *time.Duration
 	dlBytes  *int64
+	prices   *string
 	control  *control.Flags
 }
 
@@ -37,6 +39,8 @@ func RegisterFlags(fs *flag.FlagSet) *Flags {
 			"a task message a worker set aside"),
 		dlBytes: fs.Int64("deadletter-max-bytes", bus.DefaultDeadLetterMaxBytes, "the dead-letter stream's size "+
 			"bound, in bytes (the oldest messages go first)"),
+		prices: fs.String("price", "", "hourly price of a server of each class, `CLASS=PRICE,...` (e.g. "+
+			"cpu=0.4,fast=2.5): plans then use the cheapest servers and report their cost (docs/classes.md)"),
 		control: control.RegisterFlags(fs),
 	}
 }
@@ -59,8 +63,12 @@ func (f *Flags) Config(specs []*pipeline.Spec) (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
+	prices, err := plan.ParsePrices(*f.prices)
+	if err != nil {
+		return Config{}, fmt.Errorf("--price: %w", err)
+	}
 	return Config{Pipelines: specs, Storage: st, Replicas: *f.replicas, System: system, AckWait: *f.ackWait,
-		DeadLetterMaxAge: *f.dlAge, DeadLetterMaxBytes: *f.dlBytes, Config: cc}, nil
+		DeadLetterMaxAge: *f.dlAge, DeadLetterMaxBytes: *f.dlBytes, Prices: prices, Config: cc}, nil
 }
 
 // ParseStorage reads a --storage value: file or memory.

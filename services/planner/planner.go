@@ -51,6 +51,9 @@ type Config struct {
 	// Config tunes the control loop: when to re-plan and re-route, and the solves (see pkg/control; the solves'
 	// time limit defaults to 1 s here).
 	control.Config
+	// Prices are the hourly prices of a server of each class (plan.ParsePrices): plans then minimise and report
+	// their cost (docs/classes.md). A worker's class is in its heartbeat (wire.Registration.Class).
+	Prices plan.Prices
 	// DemandAlpha is the weight of the newest demand report in the moving average (default 0.3).
 	DemandAlpha float64
 	// DemandWarmup is how long the planner gathers demand reports, after none were coming in, before their total
@@ -130,6 +133,7 @@ type Planner struct {
 	// the revision seen last; failingShown is how many live workers failed their assignment at the last count.
 	revision     map[string]uint64
 	failing      map[string]string
+	class        map[string]string // each live worker's server class, from its heartbeat
 	expired      map[string]uint64
 	failingShown int
 	// reconnects is the connection's reconnect count when liveness last looked, demandReconnects when the demand
@@ -193,7 +197,7 @@ func New(nc *nats.Conn, cfg Config) (*Planner, error) {
 	}
 	p := &Planner{cfg: cfg, nc: nc, js: js, log: cfg.Logger, complaints: ratelog.New(cfg.Logger, 0, 0),
 		live: control.NewLiveness(cfg.WorkerTimeout), core: c, assign: map[string]plan.Assignment{},
-		revision: map[string]uint64{}, failing: map[string]string{}, expired: map[string]uint64{},
+		revision: map[string]uint64{}, failing: map[string]string{}, class: map[string]string{}, expired: map[string]uint64{},
 		written: map[string]writtenValue{}, tampered: map[string]bool{}, changed: make(chan struct{}, 1),
 		stepped: make(chan struct{}, 1)}
 	if cfg.Metrics != nil {
@@ -356,14 +360,15 @@ func (p *Planner) step(ctx context.Context, now time.Time) {
 	}
 	p.mu.Unlock()
 	able, _ := p.workers(now)
-	for _, d := range p.core.Tick(now, len(able)) {
-		p.publishStep(ctx, now, d, len(able))
+	cluster, _ := p.onCluster(able)
+	for _, d := range p.core.Tick(now, cluster) {
+		p.publishStep(ctx, now, d, cluster)
 		p.rehome(ctx, d.Pipeline.Spec, d.Pipeline.Current())
 	}
 }
 
 // publishStep publishes what the core decided for one pipeline at a tick.
-func (p *Planner) publishStep(ctx context.Context, now time.Time, d core.Decision, able int) {
+func (p *Planner) publishStep(ctx context.Context, now time.Time, d core.Decision, able plan.Cluster) {
 	spec, o := d.Pipeline.Spec, d.Observed
 	if d.Err != nil {
 		p.log.Warn("allocation failed; the current plan stays", "pipeline", spec.Name, "demand_qps",
@@ -391,7 +396,7 @@ func (p *Planner) publishStep(ctx context.Context, now time.Time, d core.Decisio
 	a := pl.Allocation
 	p.log.Info("plan published", "pipeline", spec.Name, "epoch", pl.Epoch, "mode", pl.Mode,
 		"estimate_qps", round(a.Estimate()), "demand_qps", round(a.DemandQPS), "active_servers", a.ActiveServers,
-		"servers", o.Servers,
+		"servers", o.OnCluster().String(), "cost_per_hour", round(a.CostPerHour),
 		"system_accuracy", round(a.SystemAccuracy), "optimal", a.Optimal, "gap", round(a.Gap),
 		"solve_ms", a.SolveMs)
 	if c := a.Check; c != nil {

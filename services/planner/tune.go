@@ -32,7 +32,8 @@ func (p *Planner) tuneLook(ctx context.Context, now time.Time) {
 		}
 		queues[cp.Spec.Name] = waiting
 	}
-	looked := p.core.Look(now, len(able), queues)
+	cluster, _ := p.onCluster(able)
+	looked := p.core.Look(now, cluster, queues)
 	for _, cp := range looked.Rehome {
 		p.rehome(ctx, cp.Spec, cp.Current())
 	}

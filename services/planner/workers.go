@@ -4,6 +4,7 @@
 package planner
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -29,8 +30,13 @@ func (p *Planner) onWorker(e jetstream.KeyValueEntry) {
 			p.complaints.Warn(complainRegistration, "key", e.Key(), "err", err)
 			return
 		}
+		class := cmp.Or(reg.Class, wire.DefaultClass)
 		p.mu.Lock()
 		changed = p.live.Seen(id, e.Created())
+		if p.class[id] != class { // a worker back as another class: its class's servers changed
+			changed = changed || p.class[id] != ""
+			p.class[id] = class
+		}
 		p.revision[id] = e.Revision()
 		delete(p.expired, id) // written again: its newer registration stays
 		if p.noteFailing(id, reg.Failing) {
@@ -76,6 +82,7 @@ func (p *Planner) noteFailing(id string, f *wire.AssignmentFailure) bool {
 func (p *Planner) forget(id string) {
 	p.core.Forget(id)
 	delete(p.failing, id)
+	delete(p.class, id)
 	delete(p.revision, id)
 }
 
@@ -113,6 +120,24 @@ func (p *Planner) workers(now time.Time) (able, failing []string) {
 	}
 	p.failingShown = len(failing)
 	return able, failing
+}
+
+// onCluster is the able workers per server class, priced by Config.Prices (core.Cluster.Tick plans on it), and
+// each worker's class (for the assignment).
+func (p *Planner) onCluster(able []string) (plan.Cluster, map[string]string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	counts := map[string]int{}
+	classes := make(map[string]string, len(able))
+	for _, id := range able {
+		class := cmp.Or(p.class[id], wire.DefaultClass)
+		counts[class]++
+		classes[id] = class
+	}
+	if len(counts) == 0 {
+		return plan.Uniform(0).WithPrices(p.cfg.Prices), classes
+	}
+	return plan.NewCluster(counts, p.cfg.Prices), classes
 }
 
 // deleteExpired deletes the registrations of the workers found gone, each only if the worker has not written it
@@ -154,7 +179,8 @@ func (p *Planner) reassign(ctx context.Context) error {
 	prev := p.assign
 	p.mu.Unlock()
 
-	next, unplaced := p.core.Assign(able, prev)
+	_, classes := p.onCluster(able)
+	next, unplaced := p.core.Assign(able, classes, prev)
 	// A worker that cannot serve its assignment keeps it as it is, uncounted: it keeps trying, and serves the
 	// variant once it can (then it counts again). Made idle, it would stop trying and count again at once, to be
 	// assigned and fail again.

@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 
@@ -46,6 +48,9 @@ type Config struct {
 	MaxPayload int32
 	Pipelines  []*pipeline.Spec
 	Workers    int
+	// WorkerClasses, when set, replaces Workers: how many workers of each server class to start (worker i of the
+	// classes in name order; docs/classes.md).
+	WorkerClasses map[string]int
 	// Planner, Frontend and Worker are the services' own configurations (zero values: their defaults), each bound
 	// to flags in its package (RegisterFlags); up sets what is its own to set: the pipelines, the services' names,
 	// metrics and logger. Worker is every worker's.
@@ -116,6 +121,12 @@ func Start(ctx context.Context, cfg Config) (_ *System, err error) {
 	if cfg.Permissions && cfg.NATSURL != "" {
 		return nil, errors.New("up: permissions are the embedded server's; an external server's configuration has its own")
 	}
+	if cfg.WorkerClasses != nil {
+		cfg.Workers = 0
+		for _, n := range cfg.WorkerClasses {
+			cfg.Workers += n
+		}
+	}
 	sys := &System{cfg: cfg, URL: cfg.NATSURL, errs: make(chan error, cfg.Workers+2)}
 	ctx, sys.cancel = context.WithCancel(ctx)
 	defer func() {
@@ -158,6 +169,7 @@ func Start(ctx context.Context, cfg Config) (_ *System, err error) {
 	sys.Frontend = fe
 	sys.run(ctx, "frontend", fe.Run)
 
+	classes := cfg.workerClasses()
 	for i := 0; i < cfg.Workers; i++ {
 		id := workerID(i)
 		nc, err := sys.connect("sleipnir-worker-"+id, auth.User{Role: auth.Worker, WorkerID: id})
@@ -166,6 +178,9 @@ func Start(ctx context.Context, cfg Config) (_ *System, err error) {
 		}
 		wcfg := cfg.Worker
 		wcfg.ID, wcfg.Metrics, wcfg.Logger = id, sys.metrics.worker, cfg.Logger
+		if classes != nil {
+			wcfg.Class = classes[i]
+		}
 		w, err := worker.New(nc, wcfg)
 		if err != nil {
 			return nil, err
@@ -206,6 +221,21 @@ func (sys *System) startServer() error {
 	cfg.Logger.Info("embedded NATS server with JetStream", "url", sys.URL, "state", cfg.DataDir,
 		"fresh", cfg.Fresh, "permissions", cfg.Permissions)
 	return nil
+}
+
+// workerClasses is the class of each worker, in order (nil without WorkerClasses: every worker is of Worker.Class).
+func (cfg Config) workerClasses() []string {
+	if cfg.WorkerClasses == nil {
+		return nil
+	}
+	names := slices.Sorted(maps.Keys(cfg.WorkerClasses))
+	var out []string
+	for _, c := range names {
+		for range cfg.WorkerClasses[c] {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // workerID names worker i.

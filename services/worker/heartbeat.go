@@ -97,7 +97,7 @@ func (w *Worker) Stats() Stats {
 
 // registration is what the worker's heartbeat and status say now (without its start and heartbeat count).
 func (w *Worker) registration() Registration {
-	return Registration{ID: w.cfg.ID, Updated: time.Now(), Variant: w.Serving(), Stats: w.Stats(),
+	return Registration{ID: w.cfg.ID, Class: w.cfg.Class, Updated: time.Now(), Variant: w.Serving(), Stats: w.Stats(),
 		SwapMs: float64frombits(w.swapMs.Load()), Observed: w.Observations(), Failing: w.Failing()}
 }
 

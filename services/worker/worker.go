@@ -42,6 +42,9 @@ import (
 type Config struct {
 	// ID names the worker in KV keys; default: hostname-pid.
 	ID string
+	// Class is the worker's server class (default wire.DefaultClass), in its heartbeat: the planner assigns it only
+	// variants hosted on its class ("model@class"; docs/classes.md).
+	Class string
 	// Seed makes emulated latencies and fan-out reproducible; 0 derives one from the ID.
 	Seed uint64
 	// AckWait is how often (a third of it) a batch running long is marked in progress when the consumer's own ack
@@ -73,6 +76,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Seed == 0 {
 		c.Seed = seedOf(c.ID)
+	}
+	if c.Class == "" {
+		c.Class = wire.DefaultClass
 	}
 	if c.AckWait == 0 {
 		c.AckWait = bus.DefaultAckWait
@@ -153,6 +159,9 @@ func New(nc *nats.Conn, cfg Config) (*Worker, error) {
 	cfg.setDefaults()
 	if !wire.ValidName(cfg.ID) {
 		return nil, fmt.Errorf("worker id %q: use letters, digits, '_' and '-' only", cfg.ID)
+	}
+	if !wire.ValidName(cfg.Class) {
+		return nil, fmt.Errorf("worker class %q: use letters, digits, '_' and '-' only", cfg.Class)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -281,6 +290,10 @@ func (w *Worker) want(cat *catalog.Catalog) wanted {
 	if fresh := (checkedAssignment{a: a, spec: spec, plan: p}); w.checked.a != a || w.checked.spec != spec ||
 		w.checked.plan != p {
 		err = a.Validate(w.cfg.ID, spec, p)
+		if err == nil && !a.Idle() && wire.ClassOf(a.Variant) != w.cfg.Class {
+			err = fmt.Errorf("assignment of %s, a variant of class %s, to a worker of class %s", a.Key(),
+				wire.ClassOf(a.Variant), w.cfg.Class)
+		}
 		fresh.err, fresh.at = err, time.Now()
 		w.checked = fresh
 		// A plan and its assignment arriving one before the other is no news (they are watched apart: at a clean
