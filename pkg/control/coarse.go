@@ -70,13 +70,13 @@ type CoarseGrained struct {
 	// Trace is the planning trace; without one, the first plan is sized for the demand observed then (its mean and
 	// its peak alike).
 	Trace *PlanningTrace
-	// planned is the one plan, per pipeline
-	planned map[*pipeline.Spec]*plan.Plan
+	// planned is the one plan, per pipeline name (the loop passes a spec with the measured latencies applied)
+	planned map[string]*plan.Plan
 }
 
 // NewCoarseGrained is a coarse-grained baseline on a planning trace (nil: none).
 func NewCoarseGrained(peak bool, trace *PlanningTrace) *CoarseGrained {
-	return &CoarseGrained{Peak: peak, Trace: trace, planned: map[*pipeline.Spec]*plan.Plan{}}
+	return &CoarseGrained{Peak: peak, Trace: trace, planned: map[string]*plan.Plan{}}
 }
 
 // Rate is the request rate the baseline provisions for: the trace's mean or its peak over a window of the SLO, or
@@ -93,14 +93,14 @@ func (a *CoarseGrained) Rate(spec *pipeline.Spec, observed float64) float64 {
 
 // Allocate returns the one plan: made at the first call, the same at every later one (the loop then keeps it).
 func (a *CoarseGrained) Allocate(spec *pipeline.Spec, o Observed) (*plan.Plan, error) {
-	if p, ok := a.planned[spec]; ok {
+	if p, ok := a.planned[spec.Name]; ok {
 		return p, nil
 	}
 	p, err := CoarseGrainedPlan(spec, o.OnCluster(), a.Rate(spec, o.Demand))
 	if err != nil {
 		return nil, err
 	}
-	a.planned[spec] = p
+	a.planned[spec.Name] = p
 	return p, nil
 }
 
