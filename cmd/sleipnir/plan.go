@@ -17,6 +17,8 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/allocate"
 	"github.com/sleipnir-serving/sleipnir/pkg/control"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
 // runPlan solves the allocation MILP for one demand, or a sweep of demands, and prints it.
@@ -25,7 +27,12 @@ func runPlan(args []string) error {
 	var files pipelineFiles
 	fs.Var(&files, "pipeline", "pipeline spec YAML `FILE` (required); repeatable: several pipelines share --servers "+
 		"in one joint plan")
-	servers := fs.Int("servers", 20, "cluster size: how many workers")
+	servers := fs.String("servers", "20", "the cluster's workers: `N` of the default class, or CLASS=N,... per server "+
+		"class (a variant runs on the classes its profiles name: docs/classes.md)")
+	prices := fs.String("price", "", "hourly price of one server per class, `CLASS=PER_HOUR,...`: hardware mode "+
+		"then minimises the plan's cost, and the plan reports it (a bare --servers N is the class default)")
+	maxCost := fs.Float64("max-cost", 0, "cap on the plan's cost, `PER_HOUR` (needs --price): the most accurate plan "+
+		"within it")
 	var demands demandFlag
 	fs.Var(&demands, "demand", "demand at the root task, requests per second: `QPS`, or NAME=QPS once per pipeline "+
 		"(with several --pipeline)")
@@ -67,6 +74,13 @@ func runPlan(args []string) error {
 	if err != nil {
 		return err
 	}
+	if in.Cluster, err = parseCluster(*servers, *prices); err != nil {
+		return err
+	}
+	if *maxCost < 0 || *maxCost > 0 && !in.Cluster.Priced() {
+		return fmt.Errorf("--max-cost %v: want a cost per hour > 0, with --price", *maxCost)
+	}
+	in.MaxCostPerHour = *maxCost
 	qps, err := demands.of(specs)
 	if err != nil {
 		return err
@@ -100,8 +114,8 @@ func runPlan(args []string) error {
 
 // planInput is the allocation problem the flags state for spec on servers: its SLO (0: the pipeline's), the share
 // of each replica's throughput a plan may use, and the MILP's latency model.
-func planInput(spec *pipeline.Spec, servers int, slo time.Duration, util float64, latencyModel string) (allocate.Input,
-	error) {
+func planInput(spec *pipeline.Spec, servers string, slo time.Duration, util float64, latencyModel string) (
+	allocate.Input, error) {
 	if util <= 0 || util > 1 {
 		return allocate.Input{}, fmt.Errorf("--utilization %v: want a share in (0, 1]", util)
 	}
@@ -109,7 +123,11 @@ func planInput(spec *pipeline.Spec, servers int, slo time.Duration, util float64
 	if err != nil {
 		return allocate.Input{}, fmt.Errorf("--latency-model: %w", err)
 	}
-	return allocate.Input{Spec: spec, Servers: servers, SLOMs: float64(slo) / float64(time.Millisecond),
+	cluster, err := parseCluster(servers, "")
+	if err != nil {
+		return allocate.Input{}, err
+	}
+	return allocate.Input{Spec: spec, Servers: cluster.Total(), SLOMs: float64(slo) / float64(time.Millisecond),
 		Utilization: util, LatencyModel: model}, nil
 }
 
@@ -140,7 +158,7 @@ func planChecked(in allocate.Input, opt allocate.Options, checkGaps string, asJS
 	if err != nil {
 		return err
 	}
-	pred, err := checkPlan(in.Spec, r, in.Demand, in.Servers, checkGaps)
+	pred, err := checkPlan(in.Spec, r, in.Demand, r.Servers, checkGaps)
 	if err != nil {
 		return err
 	}
@@ -159,7 +177,11 @@ func planChecked(in allocate.Input, opt allocate.Options, checkGaps string, asJS
 func planSweep(in allocate.Input, opt allocate.Options, from, to, step float64, asJSON bool) error {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	if !asJSON {
-		fmt.Fprintln(tw, "demand_qps\tmode\tservers\taccuracy\toptimal\tsolve_ms\tvariants")
+		if in.Cluster.Priced() {
+			fmt.Fprintln(tw, "demand_qps\tmode\tservers\tby_class\tcost_per_hour\taccuracy\toptimal\tsolve_ms\tvariants")
+		} else {
+			fmt.Fprintln(tw, "demand_qps\tmode\tservers\taccuracy\toptimal\tsolve_ms\tvariants")
+		}
 	}
 	for d := from; d <= to+1e-9; d += step {
 		in.Demand = d
@@ -180,7 +202,11 @@ func planSweep(in allocate.Input, opt allocate.Options, from, to, step float64, 
 		for _, t := range slices.Sorted(maps.Keys(r.Cascades)) {
 			hosted = append(hosted, fmt.Sprintf("cascade %s@%g", t, r.Cascades[t]))
 		}
-		fmt.Fprintf(tw, "%g\t%s\t%d\t%.4f\t%v\t%.1f\t%s\n", d, r.Mode, r.ServersUsed, r.SystemAccuracy, r.Optimal,
+		servers := strconv.Itoa(r.ServersUsed)
+		if in.Cluster.Priced() {
+			servers += fmt.Sprintf("\t%s\t%.2f", byClass(r.Cluster, r.UsedByClass), r.CostPerHour)
+		}
+		fmt.Fprintf(tw, "%g\t%s\t%s\t%.4f\t%v\t%.1f\t%s\n", d, r.Mode, servers, r.SystemAccuracy, r.Optimal,
 			r.SolveMs, strings.Join(hosted, " "))
 	}
 	return tw.Flush()
@@ -216,6 +242,7 @@ func parseSweep(s string) (from, to, step float64, err error) {
 func printPlan(r *allocate.Result, gap float64) {
 	fmt.Printf("mode %s: %d of %d servers, system accuracy %.4f, serves %.1f QPS (at most %.1f with these servers)\n",
 		r.Mode, r.ServersUsed, r.Servers, r.SystemAccuracy, r.ServedQPS, r.MaxServableQPS)
+	printCost(r)
 	printSolve(r.Optimal, gap, r.Gap, r.SolveMs, r.Nodes)
 	for _, t := range slices.Sorted(maps.Keys(r.Cascades)) {
 		fmt.Printf("task %s served by its cascade at threshold %g\n", t, r.Cascades[t])
@@ -246,4 +273,44 @@ func printVariants(r *allocate.Result) {
 			v.CapacityQPS, v.LoadQPS)
 	}
 	tw.Flush()
+}
+
+// parseCluster is the cluster of plan's --servers and --price: nil for a bare N with no prices (a cluster of one kind,
+// Input.Servers), else the servers per class with their prices. Every priced class must have servers.
+func parseCluster(servers, prices string) (plan.Cluster, error) {
+	n, err := plan.ParseServers(servers)
+	if err != nil {
+		return nil, fmt.Errorf("--servers: %w", err)
+	}
+	p, err := plan.ParsePrices(prices)
+	if err != nil {
+		return nil, fmt.Errorf("--price: %w", err)
+	}
+	for class := range p {
+		if _, ok := n[class]; !ok {
+			return nil, fmt.Errorf("--price %s=...: --servers %s has no class %s", class, servers, class)
+		}
+	}
+	if len(p) == 0 && len(n) == 1 && n[wire.DefaultClass] > 0 {
+		return nil, nil
+	}
+	return plan.NewCluster(n, p), nil
+}
+
+// byClass spells the servers used per class of cluster c: "cpu=12,fast=2".
+func byClass(c plan.Cluster, used map[string]int) string {
+	parts := make([]string, len(c))
+	for i, sc := range c {
+		parts[i] = fmt.Sprintf("%s=%d", sc.Name, used[sc.Name])
+	}
+	return strings.Join(parts, ",")
+}
+
+// printCost prints, on a cluster of classes or priced, the servers r uses of each class and their cost.
+func printCost(r *allocate.Result) {
+	if r.Cluster == nil {
+		return
+	}
+	fmt.Printf("servers by class %s of %s, cost %.2f per hour\n", byClass(r.Cluster, r.UsedByClass), r.Cluster,
+		r.CostPerHour)
 }

@@ -95,10 +95,10 @@ func (d *demandFlag) of(specs []*pipeline.Spec) ([]float64, error) {
 // planJoint solves and prints the joint plan of several pipelines on in.Servers, each at its demand qps (in gives
 // the settings they share).
 func planJoint(in allocate.Input, specs []*pipeline.Spec, qps []float64, opt allocate.Options, asJSON bool) error {
-	joint := allocate.JointInput{Servers: in.Servers}
+	joint := allocate.JointInput{Servers: in.Servers, Cluster: in.Cluster}
 	for i, s := range specs {
 		p := in
-		p.Spec, p.Demand = s, qps[i]
+		p.Spec, p.Demand, p.MaxCostPerHour = s, qps[i], 0
 		joint.Pipelines = append(joint.Pipelines, p)
 	}
 	res, err := allocate.SolveJoint(joint, opt)
@@ -115,6 +115,10 @@ func planJoint(in allocate.Input, specs []*pipeline.Spec, qps []float64, opt all
 		return nil
 	}
 	fmt.Printf("joint plan of %d pipelines: %d of %d servers\n", len(specs), res.ServersUsed, res.Servers)
+	if len(in.Cluster) > 0 {
+		fmt.Printf("servers by class %s of %s, cost %.2f per hour\n", byClass(in.Cluster, res.UsedByClass),
+			in.Cluster, res.CostPerHour)
+	}
 	printSolve(res.Optimal, opt.Gap, res.Gap, res.SolveMs, res.Nodes)
 	for i, r := range res.Pipelines {
 		fmt.Printf("\npipeline %s (class %d), %.1f QPS: mode %s, %d servers, system accuracy %.4f, serves %.1f QPS\n",

@@ -84,8 +84,8 @@ func (in Input) check() error {
 	if in.Spec == nil {
 		return errors.New("allocate: no pipeline spec")
 	}
-	if in.Servers <= 0 {
-		return ErrNoServers
+	if err := in.checkCluster(); err != nil {
+		return err
 	}
 	if in.Demand < 0 || math.IsNaN(in.Demand) || math.IsInf(in.Demand, 0) {
 		return fmt.Errorf("allocate: demand %v QPS: want a finite number >= 0", in.Demand)
@@ -178,7 +178,8 @@ func Solve(in Input, opt Options) (*Result, error) {
 		return nil, err
 	}
 	s := &solving{in: in, opt: opt, start: start,
-		res: &Result{Demand: in.Demand, Servers: in.Servers, ServedQPS: in.Demand, Optimal: true}}
+		res: &Result{Demand: in.Demand, Servers: in.servers(), Cluster: reported(in.cluster()), ServedQPS: in.Demand,
+			Optimal: true}}
 	s.res.LatencyModel, _ = ParseLatencyModel(string(in.LatencyModel)) // checked above
 
 	// Step 1: hardware scaling.
@@ -360,7 +361,7 @@ func (m *model) milpOptions(opt Options) milp.Options {
 	o := milp.Options{TimeLimit: opt.TimeLimit, MaxNodes: opt.MaxNodes, Pricer: m.pricer(), Workers: opt.workers(),
 		RelGap: opt.Gap}
 	if m.step == stepHardware {
-		o.IntegralObjective = true
+		o.IntegralObjective = m.integralObjective()
 		o.Incumbent = m.hardwareIncumbent()
 	} else {
 		m.tried = &triedBatches{}

@@ -110,7 +110,6 @@ func (m *model) addSharedPrefixRows(p *milp.Problem, flow map[*path]int) {
 // addCompleteCapacityRows bounds each variant's load by its capacity over its batch sizes, chosen one at a time,
 // and the replicas by the servers.
 func (m *model) addCompleteCapacityRows(p *milp.Problem, flow map[*path]int) {
-	var servers []milp.Term
 	for k, kv := range m.variants {
 		if len(kv.batchChoiceCol) == 0 {
 			continue
@@ -129,12 +128,11 @@ func (m *model) addCompleteCapacityRows(p *milp.Problem, flow map[*path]int) {
 				milp.Term{Col: use, Coef: kv.headroom[bi]})
 			addChosenBatchRows(p, kv, bi)
 			oneBatch = append(oneBatch, milp.Term{Col: use, Coef: 1})
-			servers = append(servers, milp.Term{Col: replicas, Coef: 1})
 		}
 		p.AddRow("capacity of "+kv.task+"/"+kv.variant.Name, math.Inf(-1), 0, capTerms...)
 		p.AddRow("one batch size of "+kv.task+"/"+kv.variant.Name, math.Inf(-1), 1, oneBatch...)
 	}
-	p.AddRow("servers", math.Inf(-1), float64(m.in.Servers), servers...)
+	m.addServersRows(p, func(kv *keptVariant) []int { return kv.replicasCol })
 }
 
 // addPathRows is constraint 7: a path that carries traffic (I(p) = 1) has every variant on it hosted and its latency

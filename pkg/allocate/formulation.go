@@ -134,6 +134,7 @@ func build(in Input, st step) (*model, error) {
 		m.spreadHeadroom()
 	}
 	m.addBatchColumns()
+	m.addCostTieBreak()
 	m.addRows()
 	if err := m.addFlowColumns(); err != nil {
 		return nil, err
@@ -190,6 +191,10 @@ func (m *model) keepVariants() {
 			if m.step == stepHardware && v.Accuracy < top {
 				continue // constraint 10: only the most accurate variants in hardware scaling
 			}
+			servers := in.classServers(v.Name)
+			if servers == 0 {
+				continue // its class has no servers to host it
+			}
 			kv := &keptVariant{task: t.Name, variant: v}
 			arr := in.arrivalsOf(t.Name, m.step)
 			for _, b := range spec.BatchSizes {
@@ -197,7 +202,7 @@ func (m *model) keepVariants() {
 				if !ok {
 					continue
 				}
-				for _, o := range burstOptions(arr.burst(), b, in.Servers) {
+				for _, o := range burstOptions(arr.burst(), b, servers) {
 					lat := p.P50Ms * float64(o.rounds)
 					if !fitsSomeChain(m, t.Name, lat, fastest) {
 						continue
@@ -261,7 +266,7 @@ func (m *model) addBatchColumns() {
 			kv.replicasCol = append(kv.replicasCol,
 				p.AddCol("replicas "+name, 0, 0, m.replicaBound(k, bi), true, priorityVariant))
 			if m.step == stepHardware {
-				p.Obj[kv.replicasCol[bi]] = 1
+				p.Obj[kv.replicasCol[bi]] = m.serverWeight(kv)
 			}
 		}
 	}
@@ -277,7 +282,6 @@ func (m *model) addRows() {
 			0, milp.Term{Col: m.demandCol, Coef: -1}))
 	}
 	m.addAgreementRows()
-	var servers []milp.Term
 	for _, kv := range m.variants {
 		if len(kv.batchChoiceCol) == 0 {
 			continue
@@ -292,12 +296,11 @@ func (m *model) addRows() {
 				milp.Term{Col: use, Coef: kv.headroom[bi]}))
 			addChosenBatchRows(p, kv, bi)
 			oneBatch = append(oneBatch, milp.Term{Col: use, Coef: 1})
-			servers = append(servers, milp.Term{Col: replicas, Coef: 1})
 		}
 		p.AddRow("one batch size of "+kv.task+"/"+kv.variant.Name, math.Inf(-1), 1, oneBatch...)
 		m.addJoinCapacity(kv)
 	}
-	p.AddRow("servers", math.Inf(-1), float64(in.Servers), servers...)
+	m.addServersRows(p, func(kv *keptVariant) []int { return kv.replicasCol })
 	m.addAggregateColumns()
 	m.addReplicaPerTask(p)
 	m.minAccuracyRow = -1
@@ -380,23 +383,28 @@ func (m *model) loadBounds(d float64) []float64 {
 	return ub
 }
 
-// demandBound bounds the demand the whole cluster could serve: every server on the root task at its best
-// throughput.
+// demandBound bounds the demand the whole cluster could serve: every server of each class on the root task at its
+// class's best throughput.
 func (m *model) demandBound() float64 {
-	best := 0.0
+	best := map[string]float64{}
 	root := m.in.Spec.Root().Name
 	for _, kv := range m.variants {
 		if kv.task == root {
-			best = max(best, slicesMax(kv.throughput))
+			class := kv.variant.Class()
+			best[class] = max(best[class], slicesMax(kv.throughput))
 		}
 	}
-	return best * float64(m.in.Servers)
+	bound := 0.0
+	for class, b := range best {
+		bound += b * float64(m.in.cluster().Servers(class))
+	}
+	return bound
 }
 
 // replicaBound is the most replicas variant k can use at batch index bi: enough for the most traffic that can reach
 // it, and never more than the cluster (a tight bound keeps the LP's "replicas at the chosen batch" rows strong).
 func (m *model) replicaBound(k, bi int) float64 {
-	ub := float64(m.in.Servers)
+	ub := float64(m.in.classServers(m.variants[k].variant.Name))
 	if m.step != stepMaxDemand {
 		ub = min(ub, float64(m.variants[k].replicasFor(bi, m.maxLoad[k])))
 	}
@@ -452,11 +460,12 @@ func (m *model) addAggregateColumns() {
 			}
 			taskReplicas = append(taskReplicas, replicas...)
 			name := t.Name + "/" + kv.variant.Name
-			kv.replicasTotalCol = p.AddCol("replicas of "+name, 0, 0, float64(m.in.Servers), true, priorityVariant)
+			kv.replicasTotalCol = p.AddCol("replicas of "+name, 0, 0, float64(m.in.classServers(kv.variant.Name)), true,
+				priorityVariant)
 			p.AddRow("replicas of "+name, 0, 0, append(replicas, milp.Term{Col: kv.replicasTotalCol, Coef: -1})...)
 		}
 		if len(taskReplicas) > 0 {
-			c := p.AddCol("servers of "+t.Name, 0, 0, float64(m.in.Servers), true, priorityTask)
+			c := p.AddCol("servers of "+t.Name, 0, 0, float64(m.in.servers()), true, priorityTask)
 			p.AddRow("servers of "+t.Name, 0, 0, append(taskReplicas, milp.Term{Col: c, Coef: -1})...)
 			m.taskServersCol[t.Name] = c
 		}

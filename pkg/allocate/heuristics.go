@@ -207,6 +207,9 @@ func solveRestricted(sub *milp.Problem, opt Options) []float64 {
 // hardwareIncumbent is a first feasible point of step 1: every most accurate variant at the largest batch size
 // (one for all) at which every chain fits, with just enough replicas. nil when it does not fit the cluster.
 func (m *model) hardwareIncumbent() []float64 {
+	if x := m.oneVariantPerTask(); x != nil && m.prob.Violation(x) <= 1e-6 {
+		return x
+	}
 	// One variant per task (the first kept), all paths through them.
 	pick := map[string]int{}
 	for k, kv := range m.variants {

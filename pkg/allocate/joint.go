@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/milp"
+	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 )
 
 // JointInput is the allocation of several pipelines on one cluster.
@@ -17,7 +18,10 @@ type JointInput struct {
 	// Pipelines are the pipelines to serve, each with its spec, demand and settings (its Servers is ignored: the
 	// cluster's is below). A pipeline's class is its Spec.Priority.
 	Pipelines []Input
-	Servers   int
+	// Servers is the cluster's size, all of the default class; Cluster, when set, replaces it: the servers per
+	// class and their prices, shared by the pipelines (one servers row per class).
+	Servers int
+	Cluster plan.Cluster
 	// HardwareOnly asks for the hardware mode alone: when not every pipeline fits at its most accurate, SolveJoint
 	// returns ErrNotHardware rather than solving the accuracy steps (the planner sizes a plan with headroom only
 	// when it stays in hardware mode).
@@ -30,13 +34,16 @@ var ErrNotHardware = errors.New("allocate: the pipelines do not all fit at their
 // JointResult is a joint allocation: per pipeline, in JointInput.Pipelines' order, a Result (its Mode and
 // ServersUsed are the pipeline's own, its Servers the cluster's, its SolveMs and Nodes the joint solve's).
 type JointResult struct {
-	Servers     int       `json:"servers"`
-	ServersUsed int       `json:"servers_used"`
-	Pipelines   []*Result `json:"pipelines"`
-	Optimal     bool      `json:"optimal"`
-	Gap         float64   `json:"gap"`
-	SolveMs     float64   `json:"solve_ms"`
-	Nodes       int       `json:"nodes"`
+	Servers     int `json:"servers"`
+	ServersUsed int `json:"servers_used"`
+	// UsedByClass is the servers the pipelines use per class, and CostPerHour their price (0 when unpriced).
+	UsedByClass map[string]int `json:"servers_used_by_class,omitempty"`
+	CostPerHour float64        `json:"cost_per_hour"`
+	Pipelines   []*Result      `json:"pipelines"`
+	Optimal     bool           `json:"optimal"`
+	Gap         float64        `json:"gap"`
+	SolveMs     float64        `json:"solve_ms"`
+	Nodes       int            `json:"nodes"`
 }
 
 // jointPart is one pipeline's model in a joint MILP.
@@ -79,8 +86,8 @@ func SolveJoint(in JointInput, opt Options) (*JointResult, error) {
 		return nil, err
 	}
 	s := &jointSolve{in: in, opt: opt, level: map[int]float64{},
-		res: &JointResult{Servers: in.Servers, Optimal: true, Pipelines: make([]*Result, len(in.Pipelines))}}
-	left := in.Servers
+		res: &JointResult{Servers: in.cluster().Total(), Optimal: true, Pipelines: make([]*Result, len(in.Pipelines))}}
+	left := append(plan.Cluster(nil), in.cluster()...)
 	for _, class := range in.classes() {
 		var members []int
 		for p := range in.Pipelines {
@@ -93,8 +100,8 @@ func SolveJoint(in JointInput, opt Options) (*JointResult, error) {
 			if err != nil {
 				return nil, err
 			}
-			if used >= 0 {
-				left -= used
+			if used != nil {
+				left = without(left, used)
 				continue
 			}
 		}
@@ -108,11 +115,16 @@ func SolveJoint(in JointInput, opt Options) (*JointResult, error) {
 	for _, pt := range s.kept {
 		s.read(pt, s.sol)
 	}
+	s.res.UsedByClass = map[string]int{}
 	for _, r := range s.res.Pipelines {
 		r.SolveMs = float64(time.Since(start).Microseconds()) / 1000
 		r.Nodes = s.res.Nodes
 		s.res.ServersUsed += r.ServersUsed
+		for class, n := range r.UsedByClass {
+			s.res.UsedByClass[class] += n
+		}
 	}
+	s.res.CostPerHour = in.cluster().Cost(s.res.UsedByClass)
 	s.res.SolveMs = float64(time.Since(start).Microseconds()) / 1000
 	return s.res, nil
 }
@@ -122,12 +134,9 @@ func (in JointInput) check() error {
 	if len(in.Pipelines) == 0 {
 		return errors.New("allocate: no pipelines to allocate")
 	}
-	if in.Servers <= 0 {
-		return ErrNoServers
-	}
 	seen := map[string]bool{}
 	for _, p := range in.Pipelines {
-		p.Servers = in.Servers
+		p.Servers, p.Cluster = 0, in.cluster()
 		if err := p.check(); err != nil {
 			return err
 		}
@@ -152,39 +161,73 @@ func (in JointInput) classes() []int {
 	return out
 }
 
+// cluster is the servers the pipelines share: Cluster, or Servers servers of the default class.
+func (in JointInput) cluster() plan.Cluster {
+	if len(in.Cluster) > 0 {
+		return in.Cluster
+	}
+	return plan.Uniform(in.Servers)
+}
+
+// without is cluster c less the servers used per class (its classes kept, with no servers left maybe).
+func without(c plan.Cluster, used map[string]int) plan.Cluster {
+	out := append(plan.Cluster(nil), c...)
+	for i := range out {
+		out[i].Servers -= used[out[i].Name]
+	}
+	return out
+}
+
+// fits says the servers used per class fit cluster c.
+func fits(c plan.Cluster, used map[string]int) bool {
+	for class, n := range used {
+		if n > c.Servers(class) {
+			return false
+		}
+	}
+	return true
+}
+
 // pipeline is pipeline p's input on a cluster of servers.
-func (s *jointSolve) pipeline(p, servers int) Input {
+func (s *jointSolve) pipeline(p int, servers plan.Cluster) Input {
 	in := s.in.Pipelines[p]
-	in.Servers = servers
+	in.Servers, in.Cluster = servers.Total(), servers
 	return in
 }
 
-// hardware plans the pipelines members at their most accurate with the fewest servers, out of left, and returns
-// the servers they use; -1 when they do not all fit. The step's MILPs are independent but for the servers they
-// share, and each minimises its own: together they fit when the sum of their optima does.
-func (s *jointSolve) hardware(members []int, left int) (int, error) {
-	used := 0
+// hardware plans the pipelines members at their most accurate at the least cost (the fewest servers when unpriced),
+// out of left, and returns the servers they use per class; nil when they do not all fit. The step's MILPs are
+// independent but for the servers they share, and each minimises its own: together they fit when the sum of their
+// optima does. On several classes the optima may not fit together where other plans do (two pipelines wanting the
+// same cheap class): the step's models are then solved side by side, their costs summed.
+func (s *jointSolve) hardware(members []int, left plan.Cluster) (map[string]int, error) {
+	used := map[string]int{}
 	var parts []*jointPart
 	var sols []milp.Result
 	for _, p := range members {
 		m, err := build(s.pipeline(p, left), stepHardware)
 		if err != nil {
-			return -1, nil // as Solve: no hardware plan, accuracy scaling decides
+			return nil, nil // as Solve: no hardware plan, accuracy scaling decides
 		}
 		sol, err := m.solve(s.opt)
 		s.res.Nodes += sol.Nodes
 		if err != nil {
-			return -1, err
+			return nil, err
 		}
 		if sol.X == nil {
-			return -1, nil
+			return nil, nil
 		}
-		used += int(sol.Objective + 0.5)
+		for class, n := range m.usedByClass(sol.X) {
+			used[class] += n
+		}
 		parts = append(parts, &jointPart{p: p, m: m, mode: ModeHardware, served: s.in.Pipelines[p].Demand})
 		sols = append(sols, sol)
 	}
-	if used > left {
-		return -1, nil
+	if !fits(left, used) {
+		if len(left) < 2 || len(parts) < 2 {
+			return nil, nil
+		}
+		return s.hardwareTogether(parts, left)
 	}
 	for i, pt := range parts {
 		s.read(pt, sols[i])
@@ -194,7 +237,7 @@ func (s *jointSolve) hardware(members []int, left int) (int, error) {
 
 // accuracy plans class's pipelines members on the servers left, with the classes kept: all their demand at the
 // most accuracy served, or when that does not fit, the most demand and then the most accuracy at it.
-func (s *jointSolve) accuracy(members []int, class, left int) error {
+func (s *jointSolve) accuracy(members []int, class int, left plan.Cluster) error {
 	var parts []*jointPart
 	total := 0.0
 	for _, p := range members {
@@ -257,12 +300,12 @@ func (s *jointSolve) accuracy(members []int, class, left int) error {
 
 // build is pipeline p's model of step st on the servers left; nil when they cannot host it though the cluster could
 // (the pipeline is then shed), an error when not even the cluster could.
-func (s *jointSolve) build(p, left int, st step) (*model, error) {
+func (s *jointSolve) build(p int, left plan.Cluster, st step) (*model, error) {
 	m, err := build(s.pipeline(p, left), st)
-	if err == nil || left == s.in.Servers {
+	if err == nil || left.Total() == s.in.cluster().Total() {
 		return m, err
 	}
-	if _, errAll := build(s.pipeline(p, s.in.Servers), st); errAll != nil {
+	if _, errAll := build(s.pipeline(p, s.in.cluster()), st); errAll != nil {
 		return nil, errAll
 	}
 	return nil, nil
@@ -278,7 +321,7 @@ func share(d, total float64, n int) float64 {
 
 // maxDemand is, per pipeline of members, the demand it is served when the class serves the most requests per
 // second it can on the servers left, the classes kept keeping theirs.
-func (s *jointSolve) maxDemand(members []int, class, left int) ([]float64, error) {
+func (s *jointSolve) maxDemand(members []int, class int, left plan.Cluster) ([]float64, error) {
 	var parts []*jointPart
 	for _, p := range members {
 		m, err := s.build(p, left, stepMaxDemand)
@@ -313,13 +356,13 @@ func (s *jointSolve) maxDemand(members []int, class, left int) ([]float64, error
 func (s *jointSolve) shed(p int) *Result {
 	in := s.in.Pipelines[p]
 	lm, _ := ParseLatencyModel(string(in.LatencyModel))
-	return &Result{Mode: ModeOverloaded, Demand: in.Demand, Servers: s.in.Servers, Optimal: true, LatencyModel: lm}
+	return &Result{Mode: ModeOverloaded, Demand: in.Demand, Servers: s.res.Servers, Optimal: true, LatencyModel: lm}
 }
 
 // read fills the result of part pt from the joint solution sol.
 func (s *jointSolve) read(pt *jointPart, sol milp.Result) {
 	in := s.in.Pipelines[pt.p]
-	r := &Result{Mode: pt.mode, Demand: in.Demand, Servers: s.in.Servers, ServedQPS: pt.served, Optimal: true}
+	r := &Result{Mode: pt.mode, Demand: in.Demand, Servers: s.res.Servers, ServedQPS: pt.served, Optimal: true}
 	if prev := s.res.Pipelines[pt.p]; prev != nil {
 		r.MaxServableQPS = prev.MaxServableQPS
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/milp"
+	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 )
 
 // TestJointCrossCheckWithCBC: joint MILPs of two or three small random pipelines sharing fewer servers than they
@@ -68,7 +69,7 @@ func crossCheckJoint(t *testing.T, name string, in JointInput, maxDemand, classe
 	}
 	var parts []*jointPart
 	for p := range in.Pipelines {
-		m, err := build(s.pipeline(p, in.Servers), st)
+		m, err := build(s.pipeline(p, in.cluster()), st)
 		if err != nil || m.priced {
 			return "", false
 		}
@@ -76,20 +77,20 @@ func crossCheckJoint(t *testing.T, name string, in JointInput, maxDemand, classe
 	}
 	if classes {
 		parts[0].class = 1
-		if sol, err := s.solveWith(parts[:1], 1, in.Servers, false); err != nil || sol.X == nil {
+		if sol, err := s.solveWith(parts[:1], 1, in.cluster(), false); err != nil || sol.X == nil {
 			return "", false
 		}
 		parts = parts[1:]
 	}
-	p, all, err := s.jointMILP(parts, 0, in.Servers, maxDemand)
+	p, all, err := s.jointMILP(parts, 0, in.cluster(), maxDemand)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ours, err := s.solveWith(parts, 0, in.Servers, maxDemand)
+	ours, err := s.solveWith(parts, 0, in.cluster(), maxDemand)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cp, point := completeJoint(t, p, all, in.Servers)
+	cp, point := completeJoint(t, p, all, in.cluster())
 	// CBC takes minutes on some max-demand steps' complete (big-M) models: there it solves the same joint problem as
 	// ours, which must still satisfy the complete one.
 	toCBC := cp
@@ -124,7 +125,7 @@ func crossCheckJoint(t *testing.T, name string, in JointInput, maxDemand, classe
 
 // completeJoint is the joint problem p of parts all written over their complete models (export.go): their
 // objectives, p's demand bounds and floors; point maps a point of p onto it.
-func completeJoint(t *testing.T, p *milp.Problem, all []*jointPart, servers int) (*milp.Problem,
+func completeJoint(t *testing.T, p *milp.Problem, all []*jointPart, servers plan.Cluster) (*milp.Problem,
 	func([]float64) []float64) {
 	probs, names := make([]*milp.Problem, len(all)), make([]string, len(all))
 	points := make([]func([]float64) []float64, len(all))

@@ -10,10 +10,8 @@ import (
 	"slices"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/milp"
+	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 )
-
-// serversRowName is the name of a model's row that bounds its servers (addRows): the rows the joint MILP makes one.
-const serversRowName = "servers"
 
 // levelTolerance is how much of its level a class kept may give up while a lower class is planned: the relative
 // tolerance of a floor, so that the solution that set the level meets it despite rounding. At 1e-7 the LPs met a
@@ -21,7 +19,7 @@ const serversRowName = "servers"
 const levelTolerance = 1e-6
 
 // jointProblem writes parts' models one after the other into one problem (sideBySide), setting each part's off.
-func jointProblem(parts []*jointPart, servers int) (*milp.Problem, error) {
+func jointProblem(parts []*jointPart, servers plan.Cluster) (*milp.Problem, error) {
 	probs, names := make([]*milp.Problem, len(parts)), make([]string, len(parts))
 	for i, pt := range parts {
 		if pt.m.priced {
@@ -38,12 +36,12 @@ func jointProblem(parts []*jointPart, servers int) (*milp.Problem, error) {
 }
 
 // sideBySide writes problems one after the other into one (returning where each one's columns start): their
-// columns and rows as they are, with no objective, but their servers rows, which become one over servers. Column
-// names get the pipeline's name when there are several.
-func sideBySide(probs []*milp.Problem, names []string, servers int) (*milp.Problem, []int, error) {
+// columns and rows as they are, with no objective, but their servers rows, which become one per class over the
+// class's servers. Column names get the pipeline's name when there are several.
+func sideBySide(probs []*milp.Problem, names []string, servers plan.Cluster) (*milp.Problem, []int, error) {
 	p := &milp.Problem{}
 	offs := make([]int, len(probs))
-	shared := -1
+	shared := map[string]int{} // class -> its servers row
 	for k, q := range probs {
 		off := p.NumCols()
 		offs[k] = off
@@ -60,20 +58,21 @@ func sideBySide(probs []*milp.Problem, names []string, servers int) (*milp.Probl
 			for i, t := range row.Terms {
 				terms[i] = milp.Term{Col: t.Col + off, Coef: t.Coef}
 			}
-			if row.Name != serversRowName {
+			class, ok := classOfServersRow(row.Name)
+			if !ok {
 				p.AddRow(row.Name, row.Lo, row.Hi, terms...)
 				continue
 			}
 			own++
-			if shared < 0 {
-				shared = p.AddRow(row.Name, math.Inf(-1), float64(servers), terms...)
+			if r, ok := shared[class]; ok {
+				p.Rows[r].Terms = append(p.Rows[r].Terms, terms...)
 			} else {
-				p.Rows[shared].Terms = append(p.Rows[shared].Terms, terms...)
+				shared[class] = p.AddRow(row.Name, math.Inf(-1), float64(servers.Servers(class)), terms...)
 			}
 		}
-		if own != 1 {
-			return nil, offs, fmt.Errorf("allocate: pipeline %s's model has %d rows named %q, want 1", names[k], own,
-				serversRowName)
+		if own != len(servers) {
+			return nil, offs, fmt.Errorf("allocate: pipeline %s's model has %d servers rows, want one per class (%d)",
+				names[k], own, len(servers))
 		}
 	}
 	return p, offs, nil
@@ -103,7 +102,8 @@ func classObjective(parts []*jointPart, class int) []milp.Term {
 
 // solveWith solves the joint MILP of the classes kept and parts (class's pipelines) on the servers left, with
 // class's objective and a floor per class kept. An accuracy step that finds a plan keeps parts with its level.
-func (s *jointSolve) solveWith(parts []*jointPart, class, left int, maxDemand bool) (milp.Result, error) {
+func (s *jointSolve) solveWith(parts []*jointPart, class int, left plan.Cluster, maxDemand bool) (milp.Result,
+	error) {
 	p, all, err := s.jointMILP(parts, class, left, maxDemand)
 	if err != nil {
 		return milp.Result{}, err
@@ -121,8 +121,8 @@ func (s *jointSolve) solveWith(parts []*jointPart, class, left int, maxDemand bo
 }
 
 // jointMILP is solveWith's MILP and its parts, the classes kept first.
-func (s *jointSolve) jointMILP(parts []*jointPart, class, left int, maxDemand bool) (*milp.Problem, []*jointPart,
-	error) {
+func (s *jointSolve) jointMILP(parts []*jointPart, class int, left plan.Cluster, maxDemand bool) (*milp.Problem,
+	[]*jointPart, error) {
 	all := append(append([]*jointPart(nil), s.kept...), parts...)
 	p, err := jointProblem(all, left)
 	if err != nil {
@@ -160,4 +160,37 @@ func jointHeuristic(p *milp.Problem, parts []*jointPart, opt Options) func(x []f
 		}
 		return solveRestricted(&sub, opt)
 	}
+}
+
+// hardwareTogether solves the hardware step of parts (each pipeline's model at its most accurate) as one MILP on the
+// servers left, the sum of their costs its objective: on several classes, where each one's cheapest plan does not
+// fit beside the others'. It returns the servers used per class, nil when there is no such plan.
+func (s *jointSolve) hardwareTogether(parts []*jointPart, left plan.Cluster) (map[string]int, error) {
+	p, err := jointProblem(parts, left)
+	if err != nil {
+		return nil, err
+	}
+	integral := true
+	for _, pt := range parts {
+		for j, c := range pt.m.prob.Obj {
+			p.Obj[pt.off+j] = c
+		}
+		integral = integral && pt.m.integralObjective()
+	}
+	o := parts[0].m.milpOptions(s.opt)
+	o.Incumbent, o.IntegralObjective = nil, integral
+	sol, err := milp.Solve(p, o)
+	s.res.Nodes += sol.Nodes
+	if err != nil || sol.X == nil {
+		return nil, err
+	}
+	used := map[string]int{}
+	for _, pt := range parts {
+		x := sol.X[pt.off : pt.off+pt.m.prob.NumCols()]
+		for class, n := range pt.m.usedByClass(x) {
+			used[class] += n
+		}
+		s.read(pt, milp.Result{Status: sol.Status, Gap: sol.Gap, X: x})
+	}
+	return used, nil
 }

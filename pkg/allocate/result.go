@@ -24,11 +24,16 @@ type Hosted struct {
 
 // Result is an allocation.
 type Result struct {
-	Mode           string  `json:"mode"`
-	Demand         float64 `json:"demand_qps"`
-	Servers        int     `json:"servers"`
-	ServersUsed    int     `json:"servers_used"`
-	SystemAccuracy float64 `json:"system_accuracy"`
+	Mode        string  `json:"mode"`
+	Demand      float64 `json:"demand_qps"`
+	Servers     int     `json:"servers"`
+	ServersUsed int     `json:"servers_used"`
+	// Cluster is the servers per class with their prices, absent when all are of the default class and unpriced;
+	// UsedByClass the servers the allocation uses per class (absent then too), and CostPerHour their price.
+	Cluster        plan.Cluster   `json:"cluster,omitempty"`
+	UsedByClass    map[string]int `json:"servers_used_by_class,omitempty"`
+	CostPerHour    float64        `json:"cost_per_hour"`
+	SystemAccuracy float64        `json:"system_accuracy"`
 	// MaxServableQPS is the largest demand these servers can serve (0 when not computed).
 	MaxServableQPS float64 `json:"max_servable_qps,omitempty"`
 	// ServedQPS is the demand the allocation serves: Demand, or MaxServableQPS when overloaded.
@@ -55,6 +60,7 @@ func (m *model) read(sol milp.Result, res *Result) {
 	loads := m.loads(x)
 	res.Variants = nil
 	res.ServersUsed = 0
+	res.Cluster = reported(m.in.cluster())
 	for k, kv := range m.variants {
 		for bi := range kv.batchChoiceCol {
 			replicas := int(math.Round(x[kv.replicasCol[bi]]))
@@ -85,6 +91,10 @@ func (m *model) read(sol milp.Result, res *Result) {
 		}
 	}
 	res.SystemAccuracy = acc
+	res.UsedByClass, res.CostPerHour = nil, m.in.cluster().Cost(usedByClass(res.Variants))
+	if res.Cluster != nil {
+		res.UsedByClass = usedByClass(res.Variants)
+	}
 	order := map[string]int{}
 	for i, t := range m.in.Spec.Tasks {
 		order[t.Name] = i
@@ -125,11 +135,20 @@ func (r *Result) Plan(pipelineName string, epoch uint64) *plan.Plan {
 	p := &plan.Plan{Pipeline: pipelineName, Epoch: epoch, Mode: r.Mode, Allocation: &plan.Allocation{
 		DemandQPS: r.Demand, ServedQPS: r.ServedQPS, ClusterServers: r.Servers, ActiveServers: r.ServersUsed,
 		SystemAccuracy: r.SystemAccuracy, Optimal: r.Optimal, Gap: r.Gap, SolveMs: r.SolveMs,
-		LatencyModel: string(r.LatencyModel)}}
+		LatencyModel: string(r.LatencyModel), Cluster: r.Cluster, CostPerHour: r.CostPerHour}}
 	for _, h := range r.Variants {
 		p.Variants = append(p.Variants, plan.VariantPlan{Task: h.Task, Variant: h.Variant, Replicas: h.Replicas,
 			MaxBatch: h.BatchSize, Class: wire.ClassOf(h.Variant), BudgetMs: h.LatencyMs, CapacityQPS: h.CapacityQPS})
 	}
 	p.Cascades = r.Cascades
 	return p
+}
+
+// reported is cluster c as results report it: nil when every server is of the default class and none is priced (a
+// cluster of one kind, as before classes).
+func reported(c plan.Cluster) plan.Cluster {
+	if len(c) == 1 && c[0].Name == wire.DefaultClass && c[0].PricePerHour == 0 {
+		return nil
+	}
+	return c
 }

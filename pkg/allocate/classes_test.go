@@ -1,0 +1,196 @@
+package allocate
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/milp"
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
+
+// classedInstance is randomInstance on 2-3 server classes: each variant is deployed on each class with a chance of
+// 3/4 (a class without its profile cannot host it), at the class's speed (a factor of 0.25-1.5 on every latency,
+// jittered per variant), each class with 1-6 servers and a price (an integral one on some instances, so that both
+// hardware objectives are met); on a third of them a cost cap between the cheapest and the dearest server's.
+func classedInstance(seed uint64) Input {
+	in := randomInstance(seed)
+	r := rand.New(rand.NewPCG(seed, 0xc1a55))
+	classes := []string{wire.DefaultClass, "fast", "slow"}[:2+r.IntN(2)]
+	speed := map[string]float64{wire.DefaultClass: 1}
+	servers := map[string]int{}
+	prices := plan.Prices{}
+	integral := r.IntN(2) == 0
+	for _, c := range classes {
+		if c != wire.DefaultClass {
+			speed[c] = 0.25 + 1.25*r.Float64()
+		}
+		servers[c] = 1 + r.IntN(6)
+		prices[c] = math.Round((0.2+3*r.Float64())*10) / 10
+		if integral {
+			prices[c] = math.Ceil(prices[c])
+		}
+	}
+	spec := *in.Spec
+	spec.Tasks = nil
+	for _, t := range in.Spec.Tasks {
+		nt := t
+		nt.Variants = nil
+		for _, v := range t.Variants {
+			for _, c := range classes {
+				if r.IntN(4) == 0 {
+					continue
+				}
+				d := v
+				d.Name = wire.VariantOn(v.Name, c)
+				f := speed[c] * (0.9 + 0.2*r.Float64())
+				d.Profile = nil
+				for _, p := range v.Profile {
+					p.P50Ms, p.P95Ms = math.Round(p.P50Ms*f*10)/10, math.Round(p.P95Ms*f*10)/10
+					d.Profile = append(d.Profile, p)
+				}
+				nt.Variants = append(nt.Variants, d)
+			}
+		}
+		if len(nt.Variants) == 0 { // every task keeps a deployment
+			nt.Variants = append(nt.Variants, t.Variants[0])
+		}
+		spec.Tasks = append(spec.Tasks, nt)
+	}
+	spec.Name = fmt.Sprintf("classed%d", seed)
+	in.Spec, in.Servers = &spec, 0
+	in.Cluster = plan.NewCluster(servers, prices)
+	if seed%3 == 0 {
+		in.MaxCostPerHour = math.Round(in.Cluster.Cost(servers)*(0.3+0.5*r.Float64())*10) / 10
+	}
+	return in
+}
+
+// TestCrossCheckClassesWithCBC: the three steps of random instances on server classes (classedInstance), under both
+// latency models, solved by the branch-and-bound and, on the paper's formulation (export.go, a servers row per class,
+// the cost objective and cap), by CBC: the same status and optimum, and our solution satisfies the paper's model.
+func TestCrossCheckClassesWithCBC(t *testing.T) {
+	skipWithoutCBC(t)
+	n := 40
+	if testing.Short() {
+		n = 12
+	}
+	compared, optima, split := 0, 0, 0
+	for seed := uint64(0); seed < uint64(n); seed++ {
+		for _, lm := range []LatencyModel{LatencyBurst, LatencyLoki} {
+			in := classedInstance(seed)
+			in.LatencyModel = lm
+			for _, st := range []step{stepHardware, stepAccuracy, stepMaxDemand} {
+				m, err := build(in, st)
+				if err != nil {
+					continue // no path fits the SLO
+				}
+				name := fmt.Sprintf("instance %d (%s, %v QPS, %s, cap %v, %s model) step %d", seed, in.Spec.Name,
+					in.Demand, in.Cluster, in.MaxCostPerHour, lm, st)
+				ours, err := m.solve(Options{TimeLimit: 10 * time.Second})
+				if err != nil {
+					t.Fatal(err)
+				}
+				complete, point := m.complete()
+				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+				cst, cobj, err := milp.SolveCBC(ctx, complete)
+				cancel()
+				if err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				if ours.Status == milp.Limit {
+					t.Errorf("%s: stopped at the time limit", name)
+					continue
+				}
+				compared++
+				if ours.Status != cst {
+					t.Errorf("%s: we say %s (%v), CBC says %s (%v)", name, ours.Status, ours.Objective, cst, cobj)
+					continue
+				}
+				if cst != milp.Optimal {
+					continue
+				}
+				optima++
+				if d := math.Abs(ours.Objective - cobj); d > 1e-5*max(1, math.Abs(cobj)) {
+					t.Errorf("%s: objective %.9g, CBC %.9g", name, ours.Objective, cobj)
+				}
+				if v := complete.Violation(point(ours.X)); v > 1e-6 {
+					logViolations(t, complete, point(ours.X))
+					t.Errorf("%s: our solution violates the complete model by %g", name, v)
+				}
+				classes := 0
+				for _, n := range m.usedByClass(ours.X) {
+					classes += min(n, 1)
+				}
+				if classes > 1 && st == stepHardware {
+					split++
+				}
+			}
+		}
+	}
+	t.Logf("%d classed models compared with CBC, %d optima; %d hardware optima on several classes", compared, optima,
+		split)
+}
+
+// TestClassedSolve: Solve on classes reports the servers used per class and their cost, each hosted variant on a
+// class of the cluster within its servers, the cost within a cap, and the plan carries the cluster and cost.
+func TestClassedSolve(t *testing.T) {
+	for seed := uint64(0); seed < 30; seed++ {
+		in := classedInstance(seed)
+		r, err := Solve(in, Options{TimeLimit: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		used := map[string]int{}
+		for _, h := range r.Variants {
+			used[wire.ClassOf(h.Variant)] += h.Replicas
+		}
+		for class, n := range used {
+			if n > in.Cluster.Servers(class) || n != r.UsedByClass[class] {
+				t.Errorf("seed %d: %d servers of class %s used (reported %d) of %d", seed, n, class,
+					r.UsedByClass[class], in.Cluster.Servers(class))
+			}
+		}
+		if cost := in.Cluster.Cost(used); math.Abs(cost-r.CostPerHour) > 1e-9 ||
+			in.MaxCostPerHour > 0 && cost > in.MaxCostPerHour+1e-6 {
+			t.Errorf("seed %d: cost %v reported %v, cap %v", seed, cost, r.CostPerHour, in.MaxCostPerHour)
+		}
+		p := r.Plan(in.Spec.Name, 1)
+		if p.Allocation.CostPerHour != r.CostPerHour || len(p.Allocation.Cluster) != len(in.Cluster) {
+			t.Errorf("seed %d: the plan's cluster %v and cost %v", seed, p.Allocation.Cluster, p.Allocation.CostPerHour)
+		}
+		for _, v := range p.Variants {
+			if v.Class != wire.ClassOf(v.Variant) {
+				t.Errorf("seed %d: variant %s on class %q", seed, v.Variant, v.Class)
+			}
+		}
+	}
+}
+
+// TestUniformClusterIsServers: a cluster of one default class, unpriced, is Servers: the same plan, and the result
+// reports no cluster.
+func TestUniformClusterIsServers(t *testing.T) {
+	spec, err := pipeline.Load("../../examples/traffic.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []float64{200, 450} {
+		a, err := Solve(Input{Spec: spec, Demand: d, Servers: 20}, Options{Workers: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := Solve(Input{Spec: spec, Demand: d, Cluster: plan.Uniform(20)}, Options{Workers: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Mode != b.Mode || a.ServersUsed != b.ServersUsed || a.SystemAccuracy != b.SystemAccuracy ||
+			a.Cluster != nil || b.Cluster != nil || a.CostPerHour != 0 {
+			t.Errorf("%v QPS: Servers gives %+v, Cluster %+v", d, a, b)
+		}
+	}
+}
