@@ -8,16 +8,15 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/control"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
-	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/routing"
 	"github.com/sleipnir-serving/sleipnir/pkg/sim"
-	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 	"github.com/sleipnir-serving/sleipnir/pkg/workload"
 )
 
@@ -79,7 +78,11 @@ func runSim(args []string) error {
 	if err != nil {
 		return err
 	}
-	base := sim.Config{Servers: cluster.Total(), Cluster: cluster, Seed: *seed, CommLatency: *comm, Warmup: *warmup,
+	total := cluster.Total()
+	if cluster == nil { // a bare N
+		total, _ = strconv.Atoi(strings.TrimSpace(*servers))
+	}
+	base := sim.Config{Servers: total, Cluster: cluster, Seed: *seed, CommLatency: *comm, Warmup: *warmup,
 		Control: cc, Slowdown: slow, Admit: *admit}
 	if *capacity {
 		if len(specs) > 1 {
@@ -103,25 +106,6 @@ func runSim(args []string) error {
 		return err
 	}
 	return simReport(base, results, *seed, *interval, *out, *asJSON)
-}
-
-// parseCluster reads --servers and --price: the cluster simulated, nil for servers of the default class with no
-// price (the simulator's cluster of one kind).
-func parseCluster(servers, prices string) (plan.Cluster, error) {
-	n, err := plan.ParseServers(servers)
-	if err != nil {
-		return nil, fmt.Errorf("--servers: %w", err)
-	}
-	p, err := plan.ParsePrices(prices)
-	if err != nil {
-		return nil, fmt.Errorf("--price: %w", err)
-	}
-	for class := range p {
-		if _, ok := n[class]; !ok {
-			return nil, fmt.Errorf("--price: class %s has no servers in --servers %s", class, servers)
-		}
-	}
-	return plan.NewCluster(n, p), nil
 }
 
 // setRoutingMode gives every spec routing mode mode ("" leaves each its own).
@@ -160,7 +144,7 @@ func systemNames(systems []string, specs []*pipeline.Spec, cc control.Config) ([
 // simReport prints the summaries (one JSON object per system and pipeline), and writes the report into out: one
 // per pipeline, in out/PIPELINE when there are several.
 func simReport(base sim.Config, results [][]*sim.Result, seed uint64, interval int, out string, asJSON bool) error {
-	servers := serversText(base.Cluster)
+	servers := serversText(base)
 	for pi, sv := range base.Pipelines {
 		perSystem := make([]*sim.Result, len(results))
 		for i := range results {
@@ -200,15 +184,16 @@ func simReport(base sim.Config, results [][]*sim.Result, seed uint64, interval i
 	return nil
 }
 
-// serversText names a cluster for people: "20 servers", or "servers cpu=16,fast=4 (prices cpu=0.4,fast=2.5 per hour)".
-func serversText(c plan.Cluster) string {
-	if len(c) == 1 && c[0].Name == wire.DefaultClass && !c.Priced() {
-		return fmt.Sprintf("%d servers", c.Total())
+// serversText names a simulation's cluster for people: "20 servers", or "servers cpu=16,fast=4 (prices
+// cpu=0.4,fast=2.5 per hour)".
+func serversText(c sim.Config) string {
+	if c.Cluster == nil {
+		return fmt.Sprintf("%d servers", c.Servers)
 	}
-	text := "servers " + c.String()
-	if c.Priced() {
+	text := "servers " + c.Cluster.String()
+	if c.Cluster.Priced() {
 		var ps []string
-		for _, sc := range c {
+		for _, sc := range c.Cluster {
 			ps = append(ps, fmt.Sprintf("%s=%g", sc.Name, sc.PricePerHour))
 		}
 		text += " (prices " + strings.Join(ps, ",") + " per hour)"
@@ -302,7 +287,7 @@ func runCapacity(base sim.Config, syss []string, cs sim.CapacitySearch, out stri
 		}
 	} else {
 		fmt.Printf("effective capacity (largest constant demand with under %.0f%% SLO violations, measured over %v "+
-			"after %v), %s:\n", 100*0.01, cs.Measure, cs.Warmup, serversText(base.Cluster))
+			"after %v), %s:\n", 100*0.01, cs.Measure, cs.Warmup, serversText(base))
 		for _, r := range reps {
 			ratio := ""
 			if reps[0].CapacityQPS > 0 && len(reps) > 1 {
