@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/auth"
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
@@ -133,7 +134,14 @@ func main() {
 		}
 		return
 	}
+	var stopCost func() PlanCost
+	if js, jerr := jetstream.New(nc); jerr == nil {
+		stopCost = watchCost(ctx, js, cfg.Pipeline)
+	}
 	sum, err := Run(ctx, nc, cfg, os.Stderr)
+	if stopCost != nil {
+		sum.PlanCost = stopCost()
+	}
 	printSummary(sum)
 	if c.asJSON {
 		line, _ := json.Marshal(sum)
@@ -160,6 +168,10 @@ func printSummary(s Summary) {
 			"among the accepted %.2f%%\n", s.Refused, s.RefusedP99Ms, 100*s.AcceptedViolationRatio)
 	}
 	fmt.Printf("  mean accuracy %.4f (of the ok and partial replies)\n", s.MeanAccuracy)
+	if c := s.PlanCost; c.Max > 0 {
+		fmt.Printf("  plan cost per hour: mean %.2f, max %.2f, last %.2f (%d samples of the plan in force)\n", c.Mean,
+			c.Max, c.Last, c.Samples)
+	}
 	if s.PredictedAccuracy > 0 || s.MeasuredAccuracy > 0 {
 		fmt.Printf("  lines read exactly %.4f, profile predicts %.4f (ok replies against ground truth); page character accuracy %.4f\n",
 			s.MeasuredAccuracy, s.PredictedAccuracy, s.PageCharAccuracy)

@@ -33,13 +33,15 @@ func runSteps(ctx context.Context, nc *nats.Conn, cfg Config, steps []workload.S
 		return err
 	}
 	if !asJSON {
-		fmt.Printf("%-8s %-7s %-6s %-5s %-9s %-8s %-10s %-7s %-9s %s\n", "qps", "sent", "ok", "lost", "slo_viol",
-			"accuracy", "plan_mode", "active", "plan_acc", "planned_qps")
+		fmt.Printf("%-8s %-7s %-6s %-5s %-9s %-8s %-10s %-7s %-9s %-11s %s\n", "qps", "sent", "ok", "lost",
+			"slo_viol", "accuracy", "plan_mode", "active", "plan_acc", "planned_qps", "cost_per_h")
 	}
 	for _, st := range steps {
 		c := cfg
 		c.QPS, c.Duration = st.QPS, st.Duration
+		stopCost := watchCost(ctx, js, cfg.Pipeline)
 		sum, err := Run(ctx, nc, c, os.Stderr)
+		sum.PlanCost = stopCost()
 		if err != nil {
 			return err
 		}
@@ -57,8 +59,9 @@ func runSteps(ctx context.Context, nc *nats.Conn, cfg Config, steps []workload.S
 			fmt.Println(string(line))
 			continue
 		}
-		fmt.Printf("%-8.0f %-7d %-6d %-5d %-9.4f %-8.4f %-10s %-7d %-9.4f %.1f\n", st.QPS, sum.Sent, sum.OK, sum.Lost,
-			sum.SLOViolationRatio, sum.MeanAccuracy, res.PlanMode, res.ActiveServers, res.PlanAccuracy, res.PlannedForQPS)
+		fmt.Printf("%-8.0f %-7d %-6d %-5d %-9.4f %-8.4f %-10s %-7d %-9.4f %-11.1f %.2f\n", st.QPS, sum.Sent, sum.OK,
+			sum.Lost, sum.SLOViolationRatio, sum.MeanAccuracy, res.PlanMode, res.ActiveServers, res.PlanAccuracy,
+			res.PlannedForQPS, sum.PlanCost.Mean)
 	}
 	return nil
 }

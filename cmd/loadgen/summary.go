@@ -66,6 +66,8 @@ type Summary struct {
 	Series            []Second `json:"series,omitempty"`
 	// LostSentMs is when each lost request was sent, in ms from the series' start (with Config.Series).
 	LostSentMs []int64 `json:"lost_sent_ms,omitempty"`
+	// PlanCost is what the plans in force during the run cost per hour (the command fills it in; watchCost).
+	PlanCost
 }
 
 // Second is what became of the requests sent in one second of a run. A request violates its SLO unless its first

@@ -87,8 +87,8 @@ func runPlan(args []string) error {
 	}
 	opt := allocate.Options{TimeLimit: *limit, Gap: *gap}
 	if len(specs) > 1 {
-		if *sweep != "" || *lpFile != "" {
-			return errors.New("--sweep and --write-lp take one --pipeline")
+		if *sweep != "" || *lpFile != "" || *maxCost > 0 {
+			return errors.New("--sweep, --write-lp and --max-cost take one --pipeline")
 		}
 		return planJoint(in, specs, qps, opt, *asJSON)
 	}
@@ -127,7 +127,8 @@ func planInput(spec *pipeline.Spec, servers string, slo time.Duration, util floa
 	if err != nil {
 		return allocate.Input{}, err
 	}
-	return allocate.Input{Spec: spec, Servers: cluster.Total(), SLOMs: float64(slo) / float64(time.Millisecond),
+	n, _ := plan.ParseServers(servers) // parsed above
+	return allocate.Input{Spec: spec, Servers: plan.NewCluster(n, nil).Total(), Cluster: cluster, SLOMs: float64(slo) / float64(time.Millisecond),
 		Utilization: util, LatencyModel: model}, nil
 }
 

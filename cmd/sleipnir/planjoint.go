@@ -98,7 +98,7 @@ func planJoint(in allocate.Input, specs []*pipeline.Spec, qps []float64, opt all
 	joint := allocate.JointInput{Servers: in.Servers, Cluster: in.Cluster}
 	for i, s := range specs {
 		p := in
-		p.Spec, p.Demand, p.MaxCostPerHour = s, qps[i], 0
+		p.Spec, p.Demand = s, qps[i]
 		joint.Pipelines = append(joint.Pipelines, p)
 	}
 	res, err := allocate.SolveJoint(joint, opt)

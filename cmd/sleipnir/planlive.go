@@ -1,10 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -57,6 +61,7 @@ func showLivePlan(c *common, name string, w io.Writer) error {
 		return err
 	}
 	now := time.Now()
+	var workers []wire.Registration
 	for key := range keys.Keys() {
 		e, err := kv.Get(ctx, key)
 		if err != nil {
@@ -65,11 +70,52 @@ func showLivePlan(c *common, name string, w io.Writer) error {
 		var reg wire.Registration
 		if json.Unmarshal(e.Value(), &reg) == nil {
 			board.Set(reg.ID, e.Created(), reg.Observed)
+			workers = append(workers, reg)
 		}
 	}
 	measured := board.Measured(spec, now, 10*time.Second)
 	printLivePlan(w, spec, &pl, measured)
+	printLiveWorkers(w, name, workers)
 	return nil
+}
+
+// printLiveWorkers prints, per server class, the workers that serve pipeline name's variants, each with the
+// variant it serves, and the workers of the class that serve none of them; a worker serving a variant of another
+// class than its own (which the planner never assigns) is marked "!".
+func printLiveWorkers(w io.Writer, name string, regs []wire.Registration) {
+	type row struct{ id, serves string }
+	byClass := map[string][]row{}
+	for _, r := range regs {
+		class := cmp.Or(r.Class, wire.DefaultClass)
+		serves := "-"
+		if k, err := wire.ParseServedKey(r.Variant); err == nil {
+			if k.Pipeline != name {
+				continue // another pipeline's
+			}
+			serves = k.Key().String()
+			if wire.ClassOf(k.Variant) != class {
+				serves += " !"
+			}
+		}
+		byClass[class] = append(byClass[class], row{r.ID, serves})
+	}
+	fmt.Fprintln(w, "workers by class (a replica of model@class runs on a worker of that class):")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "class	workers	serving	worker: variant")
+	for _, class := range slices.Sorted(maps.Keys(byClass)) {
+		rows := byClass[class]
+		slices.SortFunc(rows, func(a, b row) int { return strings.Compare(a.id, b.id) })
+		var parts []string
+		serving := 0
+		for _, r := range rows {
+			if r.serves != "-" {
+				serving++
+			}
+			parts = append(parts, r.id+": "+r.serves)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", class, len(rows), serving, strings.Join(parts, ", "))
+	}
+	tw.Flush()
 }
 
 // printLivePlan prints pl's variants (and the others measured) with their profiled, measured and planned latencies.
@@ -78,10 +124,21 @@ func printLivePlan(w io.Writer, spec *pipeline.Spec, pl *plan.Plan, measured map
 	if a := pl.Allocation; a != nil {
 		fmt.Fprintf(w, ": %d of %d servers, for %.1f QPS, accuracy %.4f", a.ActiveServers, a.ClusterServers,
 			a.DemandQPS, a.SystemAccuracy)
+		if len(a.Cluster) > 0 {
+			used := pl.ServersByClass()
+			var parts []string
+			for _, sc := range a.Cluster {
+				parts = append(parts, fmt.Sprintf("%s %d of %d", sc.Name, used[sc.Name], sc.Servers))
+			}
+			fmt.Fprintf(w, "; by class: %s", strings.Join(parts, ", "))
+		}
+		if a.CostPerHour > 0 || a.Cluster.Priced() {
+			fmt.Fprintf(w, "; cost %.2f per hour", a.CostPerHour)
+		}
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "variant\treplicas@batch\tbatch\tprofiled p50/p95 ms\tmeasured batches p50/p95 ms\tplanned p50/p95 ms")
+	fmt.Fprintln(tw, "variant\tclass\treplicas@batch\tbatch\tprofiled p50/p95 ms\tmeasured batches p50/p95 ms\tplanned p50/p95 ms")
 	for _, t := range spec.Tasks {
 		for vi := range t.Variants {
 			v := &t.Variants[vi]
@@ -94,7 +151,7 @@ func printLivePlan(w io.Writer, spec *pipeline.Spec, pl *plan.Plan, measured map
 			if vp != nil {
 				hosted = fmt.Sprintf("%d@%d", vp.Replicas, vp.MaxBatch)
 			}
-			label := key
+			label, class := key, v.Class()
 			for i, p := range v.Profile {
 				m := "-"
 				for _, b := range measured[key] {
@@ -106,9 +163,9 @@ func printLivePlan(w io.Writer, spec *pipeline.Spec, pl *plan.Plan, measured map
 				if pp := pl.Profiles[key]; i < len(pp) {
 					planned = pp[i]
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%.1f/%.1f\t%s\t%.1f/%.1f\n", label, hosted, p.Batch, p.P50Ms, p.P95Ms, m,
-					planned.P50Ms, planned.P95Ms)
-				label, hosted = "", "" // the variant's other batch sizes below it
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.1f/%.1f\t%s\t%.1f/%.1f\n", label, class, hosted, p.Batch, p.P50Ms,
+					p.P95Ms, m, planned.P50Ms, planned.P95Ms)
+				label, class, hosted = "", "", "" // the variant's other batch sizes below it
 			}
 		}
 	}

@@ -43,8 +43,8 @@ func TestPlanLiveShowsMeasuredLatencies(t *testing.T) {
 	measured := map[string][]wire.BatchLatency{hop: {{Batch: p1.Batch, Count: 40, P50Ms: 3 * p1.P50Ms,
 		P95Ms: 3 * p1.P95Ms}}}
 	pl.Profiles = latency.Blend(spec, measured)
-	reg := wire.Registration{ID: "w1", Started: time.Now(), Updated: time.Now(), Heartbeat: 1,
-		Observed: map[string]wire.Observed{spec.Name + ":" + hop: {Latency: measured[hop]}}}
+	reg := wire.Registration{ID: "w1", Class: "cpu", Started: time.Now(), Updated: time.Now(), Heartbeat: 1,
+		Variant: spec.Name + ":" + hop, Observed: map[string]wire.Observed{spec.Name + ":" + hop: {Latency: measured[hop]}}}
 	for key, v := range map[string]any{wire.SpecKey(spec.Name): spec, wire.PlanKey(spec.Name): pl,
 		wire.WorkerKey("w1"): reg} {
 		data, _ := json.Marshal(v)
@@ -61,7 +61,9 @@ func TestPlanLiveShowsMeasuredLatencies(t *testing.T) {
 	for _, want := range []string{"plan 7 of " + spec.Name, hop,
 		fmt.Sprintf("%.1f/%.1f", p1.P50Ms, p1.P95Ms),
 		fmt.Sprintf("40  %.1f/%.1f", 3*p1.P50Ms, 3*p1.P95Ms),
-		fmt.Sprintf("%.1f/%.1f", planned.P50Ms, planned.P95Ms)} {
+		fmt.Sprintf("%.1f/%.1f", planned.P50Ms, planned.P95Ms),
+		// w1 says it is of class cpu and serves a default-class variant: shown, and marked.
+		"cpu    1        1        w1: " + hop + " !"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("no %q in:\n%s", want, out.String())
 		}

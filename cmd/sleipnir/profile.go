@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/ocr"
 	"github.com/sleipnir-serving/sleipnir/pkg/onnx"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 	"github.com/sleipnir-serving/sleipnir/tools/profiler"
 )
 
@@ -25,9 +27,15 @@ func runProfile(args []string) error {
 	images := fs.Int("images", 0, "images of the labelled set to measure accuracy on (0: all)")
 	reps := fs.Int("repetitions", 10, "timed batches per variant and batch size")
 	out := fs.String("out", "", "profile file to write (default: the one the spec names)")
+	class := fs.String("class", envOr("SLEIPNIR_CLASS", wire.DefaultClass), "server `CLASS` this machine is: the "+
+		"profiles are recorded as that class's (its class_profiles; the default class's is each variant's profile), "+
+		"and the file's measurements of other classes are kept (docs/classes.md; env SLEIPNIR_CLASS)")
 	progress := fs.Bool("progress", isTerminal(os.Stderr), "show a progress bar on standard error (default: when it is a terminal)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if !wire.ValidName(*class) {
+		return fmt.Errorf("--class %q: want a name of [A-Za-z0-9_-]", *class)
 	}
 	spec, err := pipeline.LoadForProfiling(*specPath)
 	if err != nil {
@@ -58,12 +66,38 @@ func runProfile(args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := onClass(&res.File, *class, *out); err != nil {
+		return err
+	}
 	cmd := "sleipnir profile " + strings.Join(args, " ")
 	if err := pipeline.WriteProfileFile(*out, &res.File, profiler.Header(strings.TrimSpace(cmd))); err != nil {
 		return err
 	}
 	res.WriteTable(os.Stdout)
 	fmt.Printf("\nwrote %s (%d images, %d repetitions, %s)\n", *out, res.File.Measured.Images, res.File.Measured.Repetitions, res.File.Measured.Runtime)
+	return nil
+}
+
+// onClass records pf's measurements as class's and keeps, from the profile file at path when there is one, the
+// measurements of the other classes: profiling on one class leaves the others' profiles as they were.
+func onClass(pf *pipeline.ProfileFile, class, path string) error {
+	if class == wire.DefaultClass {
+		class = "" // the variant's own profile
+	}
+	for i := range pf.Variants {
+		pf.Variants[i].Class = class
+	}
+	old, err := pipeline.ReadProfileFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("keeping the other classes' profiles: %w", err)
+	}
+	for _, vp := range old.Variants {
+		if vp.Class != class {
+			pf.Variants = append(pf.Variants, vp)
+		}
+	}
 	return nil
 }
 

@@ -194,3 +194,42 @@ func TestUniformClusterIsServers(t *testing.T) {
 		}
 	}
 }
+
+// TestClassesExampleWithCBC: the classed traffic example (examples/traffic-classes.yaml on cpu=16,fast=4 at 0.4 and
+// 2.5 an hour, docs/classes.md) at demands of its sweep in hardware mode: our cheapest plan costs what CBC finds on
+// the paper's formulation of the same step, and satisfies it.
+func TestClassesExampleWithCBC(t *testing.T) {
+	skipWithoutCBC(t)
+	spec, err := pipeline.Load("../../examples/traffic-classes.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cluster := plan.NewCluster(map[string]int{"cpu": 16, "fast": 4}, plan.Prices{"cpu": 0.4, "fast": 2.5})
+	for _, d := range []float64{200, 600} {
+		in := Input{Spec: spec, Demand: d, Cluster: cluster, Utilization: 1}
+		m, err := build(in, stepHardware)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ours, err := m.solve(Options{TimeLimit: 20 * time.Second})
+		if err != nil || ours.Status != milp.Optimal {
+			t.Fatalf("%v QPS: %v %v", d, ours.Status, err)
+		}
+		complete, point := m.complete()
+		ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+		cst, cobj, err := milp.SolveCBC(ctx, complete)
+		cancel()
+		if err != nil || cst != milp.Optimal {
+			t.Fatalf("%v QPS: CBC %s %v", d, cst, err)
+		}
+		if math.Abs(ours.Objective-cobj) > 1e-6*max(1, cobj) {
+			t.Errorf("%v QPS: our cheapest costs %v, CBC's %v (in tenths: prices scaled by %v)", d, ours.Objective,
+				cobj, priceScale(cluster))
+		}
+		if v := complete.Violation(point(ours.X)); v > 1e-6 {
+			t.Errorf("%v QPS: our plan violates the paper's formulation by %g", d, v)
+		}
+		t.Logf("%v QPS: cost %v an hour, as CBC's (%v servers by class)", d, ours.Objective/priceScale(cluster),
+			m.usedByClass(ours.X))
+	}
+}

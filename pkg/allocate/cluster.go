@@ -183,3 +183,28 @@ func (m *model) usedByClass(x []float64) map[string]int {
 	}
 	return out
 }
+
+// addClassAggregates adds, on a cluster of several classes, an integer column per class for the servers of task on
+// it, branched on first with the task's: "detect has at most 3 fast servers, or at least 4" moves the LP bound where
+// the task's servers over every class, whose throughputs differ, do not.
+func (m *model) addClassAggregates(task string) {
+	if len(m.in.cluster()) < 2 {
+		return
+	}
+	p := m.prob
+	for _, sc := range m.in.cluster() {
+		var terms []milp.Term
+		for _, kv := range m.variants {
+			if kv.task == task && kv.variant.Class() == sc.Name {
+				for _, col := range kv.replicasCol {
+					terms = append(terms, milp.Term{Col: col, Coef: 1})
+				}
+			}
+		}
+		if len(terms) == 0 {
+			continue
+		}
+		c := p.AddCol("servers of "+task+" on "+sc.Name, 0, 0, float64(sc.Servers), true, priorityTask)
+		p.AddRow("servers of "+task+" on "+sc.Name, 0, 0, append(terms, milp.Term{Col: c, Coef: -1})...)
+	}
+}

@@ -464,6 +464,7 @@ func (m *model) addAggregateColumns() {
 				priorityVariant)
 			p.AddRow("replicas of "+name, 0, 0, append(replicas, milp.Term{Col: kv.replicasTotalCol, Coef: -1})...)
 		}
+		m.addClassAggregates(t.Name)
 		if len(taskReplicas) > 0 {
 			c := p.AddCol("servers of "+t.Name, 0, 0, float64(m.in.servers()), true, priorityTask)
 			p.AddRow("servers of "+t.Name, 0, 0, append(taskReplicas, milp.Term{Col: c, Coef: -1})...)

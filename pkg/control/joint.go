@@ -34,7 +34,16 @@ type JointPipeline struct {
 // had no servers left for it: its frontends should refuse its requests); res has the joint figures.
 func (a JointMILP) Allocate(pipes []JointPipeline, servers int) (plans []*plan.Plan, res *allocate.JointResult,
 	err error) {
-	in := allocate.JointInput{Servers: servers, HardwareOnly: a.HardwareOnly}
+	return a.AllocateOn(pipes, plan.Uniform(servers))
+}
+
+// AllocateOn is Allocate on a cluster of server classes, shared by the pipelines (one servers row per class).
+func (a JointMILP) AllocateOn(pipes []JointPipeline, cluster plan.Cluster) (plans []*plan.Plan,
+	res *allocate.JointResult, err error) {
+	in := allocate.JointInput{Servers: cluster.Total(), HardwareOnly: a.HardwareOnly}
+	if !cluster.Classless() || cluster.Priced() {
+		in.Cluster = cluster
+	}
 	for _, p := range pipes {
 		in.Pipelines = append(in.Pipelines, allocate.Input{Spec: latency.Apply(p.Spec, p.Observed.Profiles),
 			Demand: p.Observed.Demand, Fanout: p.Observed.Fanout, Utilization: a.Utilization,

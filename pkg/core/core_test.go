@@ -318,9 +318,9 @@ func TestHeartbeatIgnoresMalformedKeys(t *testing.T) {
 	}
 }
 
-// TestDivisionPerClass: the workers of a cluster of several classes are divided class by class (here evenly, the
-// first pipeline taking each class's remainder), each loop plans on its share of every class with the classes'
-// prices, and the assignment puts each replica on a worker of its variant's class.
+// TestDivisionPerClass: the workers of a cluster of several classes are divided class by class (evenly, the first
+// pipeline taking each class's remainder), each loop plans on its share of every class with the classes' prices, and
+// the assignment puts each replica on a worker of its variant's class.
 func TestDivisionPerClass(t *testing.T) {
 	spec, err := pipeline.Load("../../examples/traffic-classes.yaml")
 	if err != nil {
@@ -334,16 +334,37 @@ func TestDivisionPerClass(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if got := evenSplit(2, able); got[0].String() != "cpu=3,fast=2" || got[1].String() != "cpu=2,fast=1" {
+		t.Errorf("an even split of %s: %v and %v, want cpu=3,fast=2 and cpu=2,fast=1", able, got[0], got[1])
+	}
 	now = now.Add(TickEvery)
 	ds := tickAndPublishOn(c, now, able)
-	want := []string{"cpu=3,fast=2", "cpu=2,fast=1"}
+	if err := c.DivisionErr(); err != nil {
+		t.Fatal(err)
+	}
+	sum := map[string]int{}
 	for i, d := range ds {
-		if got := d.Observed.Cluster.String(); got != want[i] || d.Observed.Servers != d.Observed.Cluster.Total() {
-			t.Errorf("pipeline %d planned on %s (%d servers), want %s", i, got, d.Observed.Servers, want[i])
+		o := d.Observed
+		for _, sc := range o.Cluster {
+			sum[sc.Name] += sc.Servers
 		}
-		if d.Observed.Cluster.Price("fast") != 2.5 {
-			t.Errorf("pipeline %d's share lost the prices: %+v", i, d.Observed.Cluster)
+		if o.Servers != o.Cluster.Total() || o.Cluster.Price("fast") != 2.5 {
+			t.Errorf("pipeline %d planned on %+v (%d servers): want its share of each class, priced", i, o.Cluster,
+				o.Servers)
 		}
+		if d.Plan == nil {
+			t.Fatalf("pipeline %d: no plan", i)
+		}
+		for class, n := range d.Plan.ServersByClass() {
+			if n > o.Cluster.Servers(class) {
+				t.Errorf("pipeline %d's plan uses %d %s servers of its share of %d", i, n, class, o.Cluster.Servers(class))
+			}
+		}
+		t.Logf("pipeline %d: share %s, plan %v, cost %.2f/h", i, o.Cluster, d.Plan.ServersByClass(),
+			d.Plan.Allocation.CostPerHour)
+	}
+	if sum["cpu"] != 5 || sum["fast"] != 3 {
+		t.Errorf("the shares hold %v, want all of cpu=5,fast=3", sum)
 	}
 	var workers []string
 	classes := map[string]string{}

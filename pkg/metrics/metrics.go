@@ -72,6 +72,8 @@ const (
 	LabelClass    = "class" // a priority class, 0-9
 	LabelChild    = "child"
 	LabelMode     = "mode"
+	// LabelServerClass is a server class (wire.DefaultClass, or a class workers declare; docs/classes.md).
+	LabelServerClass = "server_class"
 )
 
 // LatencyBuckets (seconds) span a few milliseconds to a few SLOs: pipelines' SLOs are 100 ms to a few seconds.

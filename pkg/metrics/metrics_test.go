@@ -47,6 +47,32 @@ sleipnir_plan_solve_duration_seconds{pipeline="p"} 0.25
 	}
 }
 
+// TestPlanCostAndClasses: the plan's cost per hour and the workers it uses per server class are gauges; a class the
+// next plan no longer uses loses its series.
+func TestPlanCostAndClasses(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewPlanner(reg, nil)
+	m.Plan(&plan.Plan{Pipeline: "p", Epoch: 1, Mode: plan.ModeHardware,
+		Variants: []plan.VariantPlan{{Task: "a", Variant: "x@fast", Replicas: 2, MaxBatch: 4},
+			{Task: "b", Variant: "z@cpu", Replicas: 3, MaxBatch: 4}},
+		Allocation: &plan.Allocation{ActiveServers: 5, CostPerHour: 6.2}})
+	m.Plan(&plan.Plan{Pipeline: "p", Epoch: 2, Mode: plan.ModeHardware,
+		Variants:   []plan.VariantPlan{{Task: "a", Variant: "x@cpu", Replicas: 4, MaxBatch: 4}},
+		Allocation: &plan.Allocation{ActiveServers: 4, CostPerHour: 1.6}})
+	want := `
+# HELP sleipnir_plan_cost_per_hour Hourly price of the servers the plan in force uses (the planner's --price per server class; 0 when none is priced).
+# TYPE sleipnir_plan_cost_per_hour gauge
+sleipnir_plan_cost_per_hour{pipeline="p"} 1.6
+# HELP sleipnir_plan_class_servers Workers of a server class the plan in force uses.
+# TYPE sleipnir_plan_class_servers gauge
+sleipnir_plan_class_servers{pipeline="p",server_class="cpu"} 4
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "sleipnir_plan_cost_per_hour",
+		"sleipnir_plan_class_servers"); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // workerCounts is one worker's counters, as its heartbeat has them.
 type workerCounts struct {
 	serving string

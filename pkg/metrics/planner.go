@@ -39,6 +39,7 @@ type Planner struct {
 	epoch, accuracy, active, cluster, estimate, served, solve, gap, optimal, plannedDemand *prometheus.GaugeVec
 	checkPredicted, checkCandidates                                                        *prometheus.GaugeVec
 	mode, replicas, maxBatch, fanout                                                       *prometheus.GaugeVec
+	cost, classServers                                                                     *prometheus.GaugeVec
 	plans                                                                                  *prometheus.CounterVec
 
 	state                             func() PlannerState
@@ -71,6 +72,10 @@ func NewPlanner(reg prometheus.Registerer, state func() PlannerState) *Planner {
 		gap:           gauge("gap", "Relative optimality gap of the plan in force (0: proven optimal).", pipe),
 		optimal:       gauge("optimal", "1 when the solver proved the plan in force optimal.", pipe),
 		replicas:      gauge("replicas", "Replicas the plan in force gives a variant.", variant),
+		cost: gauge("cost_per_hour", "Hourly price of the servers the plan in force uses (the planner's --price "+
+			"per server class; 0 when none is priced).", pipe),
+		classServers: gauge("class_servers", "Workers of a server class the plan in force uses.",
+			[]string{LabelPipeline, LabelServerClass}),
 		checkPredicted: gauge("check_predicted_violation_ratio", "Share of requests the plan check predicted the "+
 			"plan in force misses (with --check).", pipe),
 		checkCandidates: gauge("check_candidates", "Plans the plan check simulated to choose the plan in force "+
@@ -98,7 +103,7 @@ func NewPlanner(reg prometheus.Registerer, state func() PlannerState) *Planner {
 		lastEpoch: map[string]uint64{},
 	}
 	reg.MustRegister(m.epoch, m.mode, m.accuracy, m.active, m.cluster, m.plannedDemand, m.estimate, m.served, m.solve,
-		m.gap, m.optimal, m.replicas, m.maxBatch, m.fanout, m.plans, m.checkPredicted, m.checkCandidates, m)
+		m.gap, m.optimal, m.replicas, m.maxBatch, m.fanout, m.plans, m.checkPredicted, m.checkCandidates, m.cost, m.classServers, m)
 	return m
 }
 
@@ -136,6 +141,7 @@ func (m *Planner) Plan(pl *plan.Plan) {
 			opt = 1
 		}
 		m.optimal.WithLabelValues(p).Set(opt)
+		m.cost.WithLabelValues(p).Set(a.CostPerHour)
 		if c := a.Check; c != nil {
 			m.checkPredicted.WithLabelValues(p).Set(c.ViolationRatio)
 			m.checkCandidates.WithLabelValues(p).Set(float64(c.Candidates))
@@ -152,6 +158,10 @@ func (m *Planner) Plan(pl *plan.Plan) {
 	m.replicas.DeletePartialMatch(only)
 	m.maxBatch.DeletePartialMatch(only)
 	m.fanout.DeletePartialMatch(only)
+	m.classServers.DeletePartialMatch(only)
+	for class, n := range pl.ServersByClass() {
+		m.classServers.WithLabelValues(p, class).Set(float64(n))
+	}
 	for _, v := range pl.Variants {
 		m.replicas.WithLabelValues(p, v.Task, v.Variant).Set(float64(v.Replicas))
 		m.maxBatch.WithLabelValues(p, v.Task, v.Variant).Set(float64(v.MaxBatch))

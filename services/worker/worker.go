@@ -189,6 +189,9 @@ func New(nc *nats.Conn, cfg Config) (*Worker, error) {
 // ID is the worker's name.
 func (w *Worker) ID() string { return w.cfg.ID }
 
+// Class is the worker's server class.
+func (w *Worker) Class() string { return w.cfg.Class }
+
 // Run serves until ctx is done. A batch in hand then is handed back (negatively acknowledged) so that another replica
 // takes it at once; a batch in hand when the assignment changes is finished first. The messages carried for the
 // next batch are handed back in both cases.
