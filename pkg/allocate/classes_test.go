@@ -233,3 +233,85 @@ func TestClassesExampleWithCBC(t *testing.T) {
 			m.usedByClass(ours.X))
 	}
 }
+
+// TestJointOnClasses: one pipeline on a Cluster gets Solve's plan from SolveJoint (the same mode, cost and accuracy);
+// two pipelines share each class's servers, and when each one's cheapest plan wants the same fast servers, the
+// hardware step solves them together and both stay at their most accurate within the classes.
+func TestJointOnClasses(t *testing.T) {
+	camera := classedSweeps(t)[1].in
+	for _, d := range []float64{60, 180} {
+		in := camera
+		in.Demand = d
+		want, err := Solve(in, Options{Workers: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		joint, err := SolveJoint(JointInput{Pipelines: []Input{in}, Cluster: in.Cluster}, Options{Workers: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := joint.Pipelines[0]
+		if got.Mode != want.Mode || math.Abs(got.CostPerHour-want.CostPerHour) > 1e-9 ||
+			math.Abs(got.SystemAccuracy-want.SystemAccuracy) > 1e-6 || joint.CostPerHour != got.CostPerHour {
+			t.Errorf("%v QPS: joint %s at %.6f costing %v (%v in all); Solve %s at %.6f costing %v", d, got.Mode,
+				got.SystemAccuracy, got.CostPerHour, joint.CostPerHour, want.Mode, want.SystemAccuracy, want.CostPerHour)
+		}
+	}
+	// Two copies of the camera, each of whose cheapest plan alone takes most fast servers: together they do not fit
+	// those plans, and the hardware step solved together finds both a plan at their most accurate.
+	other := *camera.Spec
+	other.Name = "camera2"
+	cluster := plan.NewCluster(map[string]int{"default": 16, "fast": 4}, plan.Prices{"default": 1, "fast": 2.5})
+	for _, d := range []float64{40, 60} {
+		a, b := camera, camera
+		a.Demand, b.Demand, b.Spec = d, d, &other
+		alone, err := Solve(Input{Spec: a.Spec, Demand: d, Cluster: cluster}, Options{Workers: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		joint, err := SolveJoint(JointInput{Pipelines: []Input{a, b}, Cluster: cluster}, Options{Workers: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for class, n := range joint.UsedByClass {
+			if n > cluster.Servers(class) {
+				t.Errorf("%v QPS: %d servers of class %s used, of %d", d, n, class, cluster.Servers(class))
+			}
+		}
+		t.Logf("%v QPS: alone %s, %v, cost %v; together %v, cost %v, modes %s and %s", d, alone.Mode,
+			alone.UsedByClass, alone.CostPerHour, joint.UsedByClass, joint.CostPerHour, joint.Pipelines[0].Mode,
+			joint.Pipelines[1].Mode)
+		if joint.Pipelines[0].Mode == ModeHardware && joint.CostPerHour < 2*alone.CostPerHour-1e-9 {
+			t.Errorf("%v QPS: together %v an hour, below twice the cheapest alone (%v)", d, joint.CostPerHour,
+				alone.CostPerHour)
+		}
+	}
+}
+
+// TestCostCapOneClass: on one priced class (the enumeration's case) a cap below the cheapest hardware plan's cost
+// gives accuracy mode within the cap, and a cap above it the hardware plan.
+func TestCostCapOneClass(t *testing.T) {
+	spec, err := pipeline.Load("../../examples/traffic.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cluster := plan.NewCluster(map[string]int{wire.DefaultClass: 20}, plan.Prices{wire.DefaultClass: 0.5})
+	free, err := Solve(Input{Spec: spec, Demand: 300, Cluster: cluster}, Options{Workers: 1})
+	if err != nil || free.Mode != ModeHardware {
+		t.Fatalf("%v %+v", err, free)
+	}
+	for _, cap := range []float64{free.CostPerHour, free.CostPerHour - 1} {
+		r, err := Solve(Input{Spec: spec, Demand: 300, Cluster: cluster, MaxCostPerHour: cap}, Options{Workers: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantMode := ModeHardware
+		if cap < free.CostPerHour {
+			wantMode = ModeAccuracy
+		}
+		if r.Mode != wantMode || r.CostPerHour > cap+1e-9 {
+			t.Errorf("cap %v: %s at %v an hour, want %s within the cap (uncapped: %v)", cap, r.Mode, r.CostPerHour,
+				wantMode, free.CostPerHour)
+		}
+	}
+}

@@ -383,34 +383,6 @@ func (m *model) loadBounds(d float64) []float64 {
 	return ub
 }
 
-// demandBound bounds the demand the whole cluster could serve: every server of each class on the root task at its
-// class's best throughput.
-func (m *model) demandBound() float64 {
-	best := map[string]float64{}
-	root := m.in.Spec.Root().Name
-	for _, kv := range m.variants {
-		if kv.task == root {
-			class := kv.variant.Class()
-			best[class] = max(best[class], slicesMax(kv.throughput))
-		}
-	}
-	bound := 0.0
-	for class, b := range best {
-		bound += b * float64(m.in.cluster().Servers(class))
-	}
-	return bound
-}
-
-// replicaBound is the most replicas variant k can use at batch index bi: enough for the most traffic that can reach
-// it, and never more than the cluster (a tight bound keeps the LP's "replicas at the chosen batch" rows strong).
-func (m *model) replicaBound(k, bi int) float64 {
-	ub := float64(m.in.classServers(m.variants[k].variant.Name))
-	if m.step != stepMaxDemand {
-		ub = min(ub, float64(m.variants[k].replicasFor(bi, m.maxLoad[k])))
-	}
-	return max(ub, 0)
-}
-
 // reached says every path of the task's reference chain brings it traffic (no variant above it emits nothing).
 func (m *model) reached(task string) bool {
 	for _, pa := range m.paths {

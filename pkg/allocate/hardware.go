@@ -31,7 +31,7 @@ func (m *model) enumerateHardware() (res milp.Result, ok bool) {
 	}
 	e := newBatchSearch(m, [][]int{vars})
 	e.visit(0, 0)
-	if e.best == nil {
+	if e.best == nil || m.overCap(e.bestCost) {
 		return milp.Result{Status: milp.Infeasible}, true
 	}
 	v := e.bestCost

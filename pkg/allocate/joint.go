@@ -6,6 +6,7 @@ package allocate
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -124,7 +125,7 @@ func SolveJoint(in JointInput, opt Options) (*JointResult, error) {
 			s.res.UsedByClass[class] += n
 		}
 	}
-	s.res.CostPerHour = in.cluster().Cost(s.res.UsedByClass)
+	s.res.CostPerHour = math.Round(in.cluster().Cost(s.res.UsedByClass)*1e9) / 1e9
 	s.res.SolveMs = float64(time.Since(start).Microseconds()) / 1000
 	return s.res, nil
 }

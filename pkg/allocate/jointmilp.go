@@ -190,7 +190,7 @@ func (s *jointSolve) hardwareTogether(parts []*jointPart, left plan.Cluster) (ma
 		for class, n := range pt.m.usedByClass(x) {
 			used[class] += n
 		}
-		s.read(pt, milp.Result{Status: sol.Status, Gap: sol.Gap, X: x})
+		s.read(pt, sol)
 	}
 	return used, nil
 }

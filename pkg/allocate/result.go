@@ -15,6 +15,7 @@ import (
 type Hosted struct {
 	Task        string  `json:"task"`
 	Variant     string  `json:"variant"`
+	Class       string  `json:"class"` // the server class it runs on (wire.ClassOf its name)
 	Replicas    int     `json:"replicas"`
 	BatchSize   int     `json:"batch_size"`
 	LatencyMs   float64 `json:"latency_ms"`
@@ -69,7 +70,7 @@ func (m *model) read(sol milp.Result, res *Result) {
 			}
 			// Reported at full utilization, less the headroom: the routing takes its own share of it.
 			capacity := kv.absorbs(bi, float64(replicas), 1) / m.in.utilization()
-			res.Variants = append(res.Variants, Hosted{Task: kv.task, Variant: kv.variant.Name, Replicas: replicas,
+			res.Variants = append(res.Variants, Hosted{Task: kv.task, Variant: kv.variant.Name, Class: kv.variant.Class(), Replicas: replicas,
 				BatchSize: kv.batches[bi], LatencyMs: kv.p50Ms[bi], CapacityQPS: capacity, LoadQPS: loads[k]})
 			res.ServersUsed += replicas
 		}
@@ -91,7 +92,8 @@ func (m *model) read(sol milp.Result, res *Result) {
 		}
 	}
 	res.SystemAccuracy = acc
-	res.UsedByClass, res.CostPerHour = nil, m.in.cluster().Cost(usedByClass(res.Variants))
+	// Rounded to a billionth: a sum of prices such as 0.4 x 12 prints as 4.8, not 4.800000000000001.
+	res.UsedByClass, res.CostPerHour = nil, math.Round(m.in.cluster().Cost(usedByClass(res.Variants))*1e9)/1e9
 	if res.Cluster != nil {
 		res.UsedByClass = usedByClass(res.Variants)
 	}
