@@ -2,6 +2,7 @@ package sim
 
 import (
 	"math"
+	"reflect"
 	"testing"
 	"time"
 
@@ -93,5 +94,28 @@ func TestClassesPeakCostsMore(t *testing.T) {
 	}
 	if peak.Replans != 1 || mean.Replans != 1 { // the first plan, from the spec's allocation section, is not theirs
 		t.Errorf("the coarse-grained baselines planned %d and %d times, want once", mean.Replans, peak.Replans)
+	}
+}
+
+// TestClassesDeterministic: on a cluster of classes, two runs with the same seed are the same run, time series and
+// cost included, for Sleipnir's planner and for a baseline that plans on a planning trace.
+func TestClassesDeterministic(t *testing.T) {
+	for _, system := range []string{"loki", "cg-peak"} {
+		w := workload.Constant(300, 10*time.Second)
+		w.CV = 4
+		cfg := Config{Spec: trafficClasses(t), Workload: w, Cluster: twoClasses, System: system, Seed: 7,
+			CommLatency: -1}
+		a, err := Run(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := Run(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.Summary.WallSeconds, b.Summary.WallSeconds, a.Summary.PlanSeconds, b.Summary.PlanSeconds = 0, 0, 0, 0
+		if !reflect.DeepEqual(a, b) {
+			t.Fatalf("%s: two runs with the same seed differ:\n%+v\n%+v", system, a.Summary, b.Summary)
+		}
 	}
 }
