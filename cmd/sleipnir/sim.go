@@ -44,7 +44,8 @@ func runSim(args []string) error {
 	capWarmup := fs.Duration("capacity-warmup", 20*time.Second, "with --capacity: warmup of each probe")
 	capMeasure := fs.Duration("capacity-measure", 60*time.Second, "with --capacity: measured part of each probe")
 	slowdown := fs.String("slowdown", "", "emulate slower machines: "+sim.SlowdownSyntax)
-	admit := fs.Bool("admission", false, "the frontends' admission control (pkg/admission), as on up and frontend")
+	admit := fs.Bool("admission", false, "the frontends' admission control (pkg/admission), on by default on up and "+
+		"frontend; off here by default, so that the figures simulated without it stay reproducible")
 	asJSON := fs.Bool("json", false, "print the summaries as JSON")
 	routingMode := fs.String("routing", "", "every pipeline's routing_mode: tables or queue (default: each spec's)")
 	noCascade := fs.Bool("no-cascade", false, "serve every task as if it declared no cascade (the same pipeline without its cascades)")

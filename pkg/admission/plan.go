@@ -6,17 +6,18 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
-// Of is what a gate needs of plan p of spec: the served rate and the estimate from its allocation (a static plan has
-// neither), and the latency of its fastest path.
+// Of is what a gate needs of plan p of spec: whether it hosts every task, and the latency of its fastest path. (Not the rate the plan serves: the
+// planner sizes it with headroom, and the gate admits on what the workers answer; docs/admission.md.)
 func Of(spec *pipeline.Spec, p *plan.Plan) Plan {
-	var out Plan
-	if a := p.Allocation; a != nil {
-		out.ServedQPS, out.EstimateQPS = a.ServedQPS, a.Estimate()
-	}
+	out := Plan{Hosted: true}
 	for _, chain := range spec.Chains() {
 		ms := 0.0
 		for _, task := range chain {
-			ms += fastestHosted(spec, p, task) + spec.CommLatencyMs
+			fastest := fastestHosted(spec, p, task)
+			if fastest == 0 {
+				out.Hosted = false
+			}
+			ms += fastest + spec.CommLatencyMs
 		}
 		out.FastestMs = max(out.FastestMs, ms)
 	}
@@ -45,4 +46,18 @@ func fastestHosted(spec *pipeline.Spec, p *plan.Plan, task string) float64 {
 		}
 	}
 	return best
+}
+
+// OutcomeOf is the outcome of an admitted request answered with status (wire.Status*): one refused after admission,
+// or answered for a reason of its own (a bad payload), is withdrawn.
+func OutcomeOf(status string) Outcome {
+	switch status {
+	case wire.StatusOK:
+		return InTime
+	case wire.StatusLate, wire.StatusPartial, wire.StatusDegraded:
+		return Late
+	case wire.StatusDropped:
+		return Dropped
+	}
+	return Withdrawn
 }

@@ -56,6 +56,11 @@ type Input struct {
 	// formulation). The planner passes its routing's utilization, so that the plan leaves the headroom the routing
 	// keeps: a replica fed at its full service rate has an unbounded queue.
 	Utilization float64
+	// ArrivalDispersion is the requests' index of dispersion: the variance over the mean of their counts in a long
+	// window; for a renewal process the squared coefficient of variation of its gaps (pkg/demand
+	// TrafficSample.Dispersion). 0 means 1, Poisson arrivals'. The burst model's queueing headroom grows with it
+	// (arrivals.headroom): bursty arrivals queue longer at the same load.
+	ArrivalDispersion float64
 	// LatencyModel is how the MILP models a variant's latency and queueing: LatencyBurst (the default, "") or
 	// LatencyLoki, the paper's formulation.
 	LatencyModel LatencyModel
@@ -89,6 +94,9 @@ func (in Input) check() error {
 	}
 	if in.Demand < 0 || math.IsNaN(in.Demand) || math.IsInf(in.Demand, 0) {
 		return fmt.Errorf("allocate: demand %v QPS: want a finite number >= 0", in.Demand)
+	}
+	if in.ArrivalDispersion < 0 || math.IsNaN(in.ArrivalDispersion) || math.IsInf(in.ArrivalDispersion, 0) {
+		return fmt.Errorf("allocate: arrival dispersion %v: want a finite number >= 0", in.ArrivalDispersion)
 	}
 	if _, err := ParseLatencyModel(string(in.LatencyModel)); err != nil {
 		return err

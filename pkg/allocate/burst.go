@@ -129,11 +129,16 @@ func burstOptions(k, b, servers int) []burstOption {
 
 // headroom is the load (items/s) a variant at batch latency ms (one batch) keeps free of its replicas' capacity for
 // queueing, when an item may wait wait ms at its task: with n*b batch slots of ms each, items arriving with index
-// of dispersion kappa (the mean of k^2 over the mean of k: 1 one at a time, larger in bursts), the chance that an
-// item waits longer than wait is about exp(-2 (free slots) wait / (ms kappa)) in heavy traffic (Kingman's
-// approximation for many servers); at most QueueEpsilon takes ln(1/QueueEpsilon) kappa ms / (2 wait) free slots,
-// each ms: that many items per ms.
-func (a arrivals) headroom(ms, wait float64) float64 {
+// of dispersion kappa, the chance that an item waits longer than wait is about exp(-2 (free slots) wait / (ms
+// kappa)) in heavy traffic (Kingman's approximation for many servers); at most QueueEpsilon takes
+// ln(1/QueueEpsilon) kappa ms / (2 wait) free slots, each ms: that many items per ms.
+//
+// kappa is the index of dispersion (variance over mean of the counts in a long window) of the items reaching the
+// task: parent items arriving with index d (the requests', requests: 1 for Poisson arrivals, the squared
+// coefficient of variation of the gaps for a renewal process) and sending k items each give m2/m1 + (d-1) m1, m1
+// and m2 the mean of k and of k^2 (1 at the root, where k is 1; m2/m1 for Poisson requests). Deeper tasks take the
+// requests' d for their parents' items: a bound from below, since their parents' items are bursty themselves.
+func (a arrivals) headroom(ms, wait, requests float64) float64 {
 	var m1, m2 float64
 	for k, q := range a.pmf {
 		m1 += q * float64(k)
@@ -142,7 +147,8 @@ func (a arrivals) headroom(ms, wait float64) float64 {
 	if m1 <= 0 || wait <= 0 {
 		return 0
 	}
-	slots := math.Log(1/QueueEpsilon) * (m2 / m1) * ms / (2 * wait)
+	kappa := max(m2/m1+(requests-1)*m1, 1e-3)
+	slots := math.Log(1/QueueEpsilon) * kappa * ms / (2 * wait)
 	return slots / (ms / 1000)
 }
 
@@ -153,7 +159,15 @@ func (in Input) headroom(arr arrivals, ms, wait float64) float64 {
 	if in.LatencyModel == LatencyLoki {
 		return 0
 	}
-	return arr.headroom(ms, wait)
+	return arr.headroom(ms, wait, in.dispersion())
+}
+
+// dispersion is the requests' index of dispersion (Input.ArrivalDispersion; 1, Poisson's, when unset).
+func (in Input) dispersion() float64 {
+	if in.ArrivalDispersion > 0 {
+		return in.ArrivalDispersion
+	}
+	return 1
 }
 
 // slowestHops is, per task, the most latency any of its variants may be budgeted (its largest batch's p50 times the

@@ -125,3 +125,23 @@ func TestLokiLatencyModel(t *testing.T) {
 		t.Error("an unknown latency model was accepted")
 	}
 }
+
+// TestHeadroomGrowsWithDispersion: requests twice as dispersed as Poisson's need twice the root's headroom; a task
+// below gets (d-1) times the mean burst more in its index of dispersion; Loki's model keeps none whatever the arrivals.
+func TestHeadroomGrowsWithDispersion(t *testing.T) {
+	poisson := oneAtATime.headroom(100, 300, 1)
+	if got := oneAtATime.headroom(100, 300, 2); got < 2*poisson-1e-9 || got > 2*poisson+1e-9 {
+		t.Errorf("root headroom at dispersion 2: %v, want %v", got, 2*poisson)
+	}
+	fixed3 := arrivals{pmf: []float64{0, 0, 0, 1}, mean: 3} // every parent item sends 3: m2/m1 = 3
+	if r := fixed3.headroom(100, 300, 16) / fixed3.headroom(100, 300, 1); r < 16-1e-9 || r > 16+1e-9 {
+		t.Errorf("bursts of 3 at dispersion 16: headroom %vx Poisson's, want (3 + 15*3)/3 = 16x", r)
+	}
+	in := Input{LatencyModel: LatencyLoki, ArrivalDispersion: 16}
+	if h := in.headroom(oneAtATime, 100, 300); h != 0 {
+		t.Errorf("loki model: headroom %v, want 0", h)
+	}
+	if err := (Input{Spec: &pipeline.Spec{}, Servers: 1, ArrivalDispersion: -1}).check(); err == nil {
+		t.Error("a negative dispersion is accepted")
+	}
+}

@@ -261,7 +261,8 @@ type MILP struct {
 // Allocate solves the allocation MILP.
 func (a MILP) Allocate(spec *pipeline.Spec, o Observed) (*plan.Plan, error) {
 	res, err := allocate.SolveCascade(allocate.Input{Spec: spec, Demand: o.Demand, Servers: o.Servers,
-		Cluster: o.Cluster, Fanout: o.Fanout, Utilization: a.Utilization, LatencyModel: a.LatencyModel},
+		Cluster: o.Cluster, Fanout: o.Fanout, Utilization: a.Utilization, LatencyModel: a.LatencyModel,
+		ArrivalDispersion: o.Traffic.Dispersion()},
 		allocate.Options{TimeLimit: a.TimeLimit, Workers: a.Workers}, o.EscalationScale)
 	if err != nil {
 		return nil, err

@@ -47,7 +47,7 @@ func (a JointMILP) AllocateOn(pipes []JointPipeline, cluster plan.Cluster) (plan
 	for _, p := range pipes {
 		in.Pipelines = append(in.Pipelines, allocate.Input{Spec: latency.Apply(p.Spec, p.Observed.Profiles),
 			Demand: p.Observed.Demand, Fanout: p.Observed.Fanout, Utilization: a.Utilization,
-			LatencyModel: a.LatencyModel})
+			LatencyModel: a.LatencyModel, ArrivalDispersion: p.Observed.Traffic.Dispersion()})
 	}
 	res, err = allocate.SolveJoint(in, allocate.Options{TimeLimit: a.TimeLimit, Workers: a.Workers,
 		MaxNodes: a.MaxNodes})

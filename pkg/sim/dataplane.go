@@ -27,7 +27,7 @@ func (s *sim) arrive(p *pipe) {
 	}
 	if s.gate != nil {
 		d := s.gate.Decide(admission.Request{Pipeline: p.spec.Name, Class: p.spec.Priority, Now: s.time(),
-			Deadline: time.Unix(0, s.now+p.slo), U: s.admRand.Float64()}, p.admit)
+			Deadline: time.Unix(0, s.now+p.slo)}, p.admit)
 		if !d.Admit {
 			if int(sec) < len(p.seconds) {
 				p.seconds[sec].Refused++
@@ -333,7 +333,7 @@ func (s *sim) finish(r *request, at int64) {
 	r.replied = at
 	status := completion.StatusDegraded(at > r.due, r.ok, r.degraded, r.dropped, 0)
 	if s.gate != nil {
-		s.gate.Done(r.pipe.spec.Name, time.Unix(0, r.arrival), time.Unix(0, at), status != wire.StatusOK)
+		s.gate.Done(r.pipe.spec.Name, time.Unix(0, at), admission.OutcomeOf(status))
 	}
 	s.freeReqs = append(s.freeReqs, r) // no message of it is left: it is not read again
 	if int(r.second) >= len(r.pipe.seconds) {

@@ -265,7 +265,6 @@ type sim struct {
 	// planner would hear, and follows what it decides.
 	core       *core.Cluster
 	gate       *admission.Gate // the frontends' admission control; nil: none
-	admRand    *rand.Rand      // its draws, apart from rng so that a run that refuses nothing is the run without it
 	inFlight   int
 	end        int64         // the last workload's end
 	loaded     bool          // assignments take no swap time (the start)
@@ -310,7 +309,7 @@ func newSim(cfg Config) (*sim, error) {
 	}
 	s.routeRand = rand.New(&s.routeDraws)
 	if cfg.Admit {
-		s.gate, s.admRand = admission.New(admission.Config{}), rand.New(rand.NewPCG(cfg.Seed, 0xad317))
+		s.gate = admission.New(admission.Config{})
 	}
 	if err := s.startCore(); err != nil {
 		return nil, err

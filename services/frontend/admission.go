@@ -21,14 +21,14 @@ type gatePlan struct {
 // admitRequest decides, from its headers alone (before its payload is read), whether a request is sent into its
 // pipeline. gated says the gate counts it in flight: gateDone must follow its answer. A request for a pipeline
 // without a spec or plan is not gated (it is refused further on); one with a bad priority or deadline header is
-// refused here (the priority header also without Config.Admit).
+// refused here (the priority header also with Config.NoAdmission).
 func (f *Frontend) admitRequest(pipelineName string, header func(string) string, arrival time.Time) (gated bool, err error) {
 	spec, p := f.lookup(pipelineName)
 	if spec == nil || p == nil {
 		return false, nil
 	}
 	class, err := requestClass(spec, header)
-	if err != nil || !f.cfg.Admit {
+	if err != nil || f.cfg.NoAdmission {
 		return false, err
 	}
 	deadline, err := deadlineOf(arrival, header, spec, f.maxAhead(spec))
@@ -41,10 +41,8 @@ func (f *Frontend) admitRequest(pipelineName string, header func(string) string,
 		gp = gatePlan{plan: p, of: admission.Of(spec, p)}
 		f.gatePlans[pipelineName] = gp
 	}
-	u := f.admRng.Float64()
 	f.admMu.Unlock()
-	d := f.gate.Decide(admission.Request{Pipeline: pipelineName, Class: class, Now: arrival, Deadline: deadline, U: u},
-		gp.of)
+	d := f.gate.Decide(admission.Request{Pipeline: pipelineName, Class: class, Now: arrival, Deadline: deadline}, gp.of)
 	if d.Admit {
 		return true, nil
 	}
@@ -58,12 +56,10 @@ func (f *Frontend) admitRequest(pipelineName string, header func(string) string,
 }
 
 // gateDone tells the gate an admitted request (arrived at arrival) was answered with status ("" for a refusal after
-// admission): late, dropped, partial and degraded are violations, which cut its limit on requests in flight.
+// admission): the gate learns the pipeline's rate and its violations from the answers.
 func (f *Frontend) gateDone(pipelineName string, gated bool, arrival time.Time, status string) {
 	if gated {
-		violated := status == wire.StatusLate || status == wire.StatusDropped || status == wire.StatusPartial ||
-			status == wire.StatusDegraded
-		f.gate.Done(pipelineName, arrival, time.Now(), violated)
+		f.gate.Done(pipelineName, time.Now(), admission.OutcomeOf(status))
 	}
 }
 

@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -29,8 +29,8 @@ const pipelineClass = 5
 
 // overloadedDemand is the demand, in requests a second, that the admission tests report to the planner: about twice
 // what the planner finds 3 workers serve (94 requests a second; `sleipnir plan --pipeline examples/traffic.yaml
-// --servers 3 --demand 190` without the planner's headroom: 114), so that it plans in mode overloaded and serves
-// about half.
+// --servers 3 --demand 190` without the planner's headroom: 114), so that it plans in mode overloaded. The gate does
+// not read the plan's figure; what it refuses it learns from the answers to the bursts the tests send.
 const overloadedDemand = 190
 
 // startOverloaded starts the planner (loki) on traffic, whose emulated models cost nothing, with class pipelineClass,
@@ -80,7 +80,7 @@ func startOverloaded(t *testing.T) *testSystem {
 
 // startGated starts a frontend and waits until it follows an overloaded plan, which it returns.
 func (s *testSystem) startGated(t *testing.T, id string) (*Frontend, *plan.Allocation) {
-	f, _ := s.startFrontend(t, Config{ID: id, Admit: true})
+	f, _ := s.startFrontend(t, Config{ID: id})
 	var a *plan.Allocation
 	testrig.Eventually(t, 20*time.Second, "the frontend follows an overloaded plan", func() bool {
 		_, p := f.lookup(s.spec.Name)
@@ -92,74 +92,87 @@ func (s *testSystem) startGated(t *testing.T, id string) (*Frontend, *plan.Alloc
 	return f, a
 }
 
-// TestOverloadedPlanRefusesTheExcess: the plan serves about half the requests a second the planner estimated, so
-// the frontend admits about half of what it sees and refuses the rest at once, status overloaded (NATS, with the micro
-// error code 429) or HTTP 429 with Retry-After. The refused are never published: the root task's subjects carry
-// exactly the admitted ones.
-func TestOverloadedPlanRefusesTheExcess(t *testing.T) {
+// burstQPS and burstLength: the tests' bursts, about three times what the 3 workers serve, long enough for the
+// first answers late to make the pipeline congested and the gate bound it.
+const (
+	burstQPS    = 300
+	burstLength = 3 * time.Second
+)
+
+// sendBurst sends the requests with the headers in turn, paced at burstQPS, and returns their reply subjects.
+func sendBurst(t *testing.T, s *testSystem, c *testrig.Client, hdrs ...nats.Header) [][]string {
+	subjects := make([][]string, len(hdrs))
+	gap := time.Second / burstQPS
+	start := time.Now()
+	for i := 0; time.Since(start) < burstLength; i++ {
+		k := i % len(hdrs)
+		subjects[k] = append(subjects[k], c.Send(t, s.spec.Name, goodRequest(t), hdrs[k]))
+		time.Sleep(time.Until(start.Add(time.Duration(i+1) * gap)))
+	}
+	return subjects
+}
+
+// TestCongestionRefusesAtOnce: a burst at three times what the plan's workers serve makes the pipeline miss
+// deadlines, and from then on the frontend refuses what is beyond what the workers answer, at once: status overloaded
+// (NATS, with the micro error code 429), or HTTP 429 with Retry-After for a request whose deadline the fastest path
+// cannot meet. The refused are never published: the root task's subjects carry exactly the admitted ones.
+func TestCongestionRefusesAtOnce(t *testing.T) {
 	s := startOverloaded(t)
-	f, a := s.startGated(t, "fa")
-	t.Logf("plan: serves %.1f of %.1f requests a second", a.ServedQPS, a.Estimate())
+	f, _ := s.startGated(t, "fa")
 	rootTasks := watchRootTasks(t, s)
 	c := s.newClient(t)
-	const n, timeout = 200, 3 * time.Second
-	hdr := nats.Header{wire.HeaderTimeout: []string{timeout.String()}}
-	var subjects []string
-	for i := 0; i < n; i++ {
-		subjects = append(subjects, c.Send(t, s.spec.Name, goodRequest(t), hdr))
-	}
-	replies := c.Wait(t, subjects, timeout+5*time.Second)
-	overloaded, admitted := 0, 0
+	subjects := sendBurst(t, s, c, nats.Header{})[0]
+	replies := c.Wait(t, subjects, 10*time.Second)
+	overloaded, gated, admitted, late := 0, 0, 0, 0
+	var waits []time.Duration // the refusals' latencies
 	for _, subj := range subjects {
 		m := replies[subj][0]
 		switch rep := decodeReply(t, m); rep.Status {
 		case wire.StatusOverloaded:
 			overloaded++
-			if !strings.Contains(rep.Error, "overloaded: the plan serves") ||
-				m.Header.Get(wire.HeaderServiceErrorCode) != "429" {
-				t.Errorf("refusal %q, %s %q; want it to say what the plan serves, code 429", rep.Error,
-					wire.HeaderServiceErrorCode, m.Header.Get(wire.HeaderServiceErrorCode))
+			if m.Header.Get(wire.HeaderServiceErrorCode) != "429" {
+				t.Errorf("refusal %q, %s %q; want code 429", rep.Error, wire.HeaderServiceErrorCode,
+					m.Header.Get(wire.HeaderServiceErrorCode))
 			}
-			if d := c.Latency(subj); d > timeout/2 {
-				t.Errorf("a refusal came after %v, not at once", d)
+			if !strings.Contains(rep.Error, "overloaded: pipeline traffic has") {
+				continue // the frontend's own bounds (a slow machine: the intake), not the gate
 			}
+			gated++
+			waits = append(waits, c.Latency(subj))
 		case wire.StatusError:
 			t.Errorf("reply %q %q, want it admitted or overloaded", rep.Status, rep.Error)
 		default:
 			admitted++
+			if rep.Status != wire.StatusOK {
+				late++
+			}
 		}
 	}
-	t.Logf("%d refused, %d admitted", overloaded, admitted)
-	// A share 1-served/estimate refused at random: 30 is over 4 standard deviations; the frontend's own demand
-	// reports raise the estimate a little while it runs (and so the share refused).
-	if want := (1 - a.ServedQPS/a.Estimate()) * n; float64(overloaded) < want-30 || float64(overloaded) > want+40 {
-		t.Errorf("%d of %d refused, want about %.0f: the plan serves %.1f of %.1f", overloaded, n, want, a.ServedQPS,
-			a.Estimate())
+	t.Logf("%d refused (%d by admission control), %d admitted (%d not ok)", overloaded, gated, admitted, late)
+	if gated == 0 || overloaded > len(subjects)*9/10 {
+		t.Errorf("%d of %d refused, %d by admission control: want some by it, from the first violations on, not "+
+			"nearly all", overloaded, len(subjects), gated)
 	}
-	if published := rootTasks(); published != uint64(admitted) {
-		t.Errorf("%d root task messages published; want the %d admitted, none of the %d refused", published, admitted,
-			overloaded)
+	// None refused published (on a busy machine some admitted are answered by the frontend before it publishes
+	// them: late in its intake).
+	if published := rootTasks(); published > uint64(admitted) || published == 0 {
+		t.Errorf("%d root task messages published; want at most the %d admitted, none of the %d refused", published,
+			admitted, overloaded)
+	}
+	// How soon: logged, not checked (a busy machine's scheduling decides it; docs/admission.md has the p99). What
+	// makes a refusal at once is that it is decided before the request is published, checked above.
+	slices.Sort(waits)
+	if len(waits) > 0 {
+		t.Logf("refusals' latency: median %v, slowest %v", waits[len(waits)/2], waits[len(waits)-1])
 	}
 
-	// The burst above raised the demand the planner estimates, and maybe the share its next plan refuses: the
-	// HTTP requests are held to the plan in force when they are sent.
-	refusedShare := func() float64 {
-		_, p := f.lookup(s.spec.Name)
-		return 1 - p.Allocation.ServedQPS/p.Allocation.Estimate()
-	}
-	before := refusedShare()
 	srv := httptest.NewServer(f.Handler())
 	defer srv.Close()
-	const posts = 40
-	codes := postConcurrently(t, srv.URL+"/v2/models/"+s.spec.Name+"/infer", posts, map[string]string{
-		wire.HeaderTimeout: timeout.String()})
-	after := refusedShare() // a plan published meanwhile: either one's share holds
-	lo, hi := min(before, after), max(before, after)
-	// Four standard deviations of the binomial count.
-	sd := func(p float64) float64 { return 4 * math.Sqrt(posts*p*(1-p)) }
-	if got := float64(codes[http.StatusTooManyRequests]); got < lo*posts-sd(lo) || got > hi*posts+sd(hi) || got == 0 {
-		t.Errorf("HTTP statuses %v, want %.0f%%-%.0f%% of %d 429 (with %s), the plan in force's share", codes,
-			100*lo, 100*hi, posts, wire.HeaderRetryAfter)
+	codes := postConcurrently(t, srv.URL+"/v2/models/"+s.spec.Name+"/infer", 4, map[string]string{
+		wire.HeaderTimeout: "5ms"})
+	if codes[http.StatusTooManyRequests] != 4 {
+		t.Errorf("HTTP statuses %v of requests with 5 ms to their deadline, want 429 (with %s)", codes,
+			wire.HeaderRetryAfter)
 	}
 }
 
@@ -198,27 +211,20 @@ func postConcurrently(t *testing.T, url string, n int, hdr map[string]string) ma
 }
 
 // TestPriorityHeader: requests of the pipeline's class (5) and of a lower one (1, by Sleipnir-Priority) come in equal
-// numbers to a plan that serves half: the pipeline's class is admitted first and the lower one refused. A class above
-// the pipeline's, or one that is not a class, is refused as a bad request.
+// numbers in a burst that congests the pipeline: the lower class is refused first (class 5 asks for about half of
+// what the pipeline answers or more, so class 1 may fill the bound only in part, if at all). A class above the pipeline's, or one that
+// is not a class, is refused as a bad request.
 func TestPriorityHeader(t *testing.T) {
 	s := startOverloaded(t)
-	_, a := s.startGated(t, "fp")
-	t.Logf("plan: serves %.1f of %.1f requests a second", a.ServedQPS, a.Estimate())
+	s.startGated(t, "fp")
 	c := s.newClient(t)
-	const n = 100
-	low := nats.Header{wire.HeaderTimeout: []string{"3s"}, wire.HeaderPriority: []string{"1"}}
-	own := nats.Header{wire.HeaderTimeout: []string{"3s"}}
-	var lows, owns []string
-	for i := 0; i < n; i++ {
-		owns = append(owns, c.Send(t, s.spec.Name, goodRequest(t), own))
-		lows = append(lows, c.Send(t, s.spec.Name, goodRequest(t), low))
-	}
 	bad := map[string]string{"6": "above pipeline traffic's class 5", "high": "want a class from 0 to 9",
 		"-1": "want a class from 0 to 9"}
 	badSubjects := map[string]string{}
 	for v := range bad {
 		badSubjects[v] = c.Send(t, s.spec.Name, goodRequest(t), nats.Header{wire.HeaderPriority: []string{v}})
 	}
+	sent := sendBurst(t, s, c, nats.Header{}, nats.Header{wire.HeaderPriority: []string{"1"}})
 	refused := func(subjects []string) int {
 		n := 0
 		for subj, ms := range c.Wait(t, subjects, 10*time.Second) {
@@ -230,16 +236,17 @@ func TestPriorityHeader(t *testing.T) {
 		}
 		return n
 	}
-	ro, rl := refused(owns), refused(lows)
-	t.Logf("refused: class %d %d of %d, class 1 %d of %d", pipelineClass, ro, n, rl, n)
-	// Half the requests are of each class: the pipeline's class is admitted up to twice the share served, the
-	// lower one what is left. 20 is 4 standard deviations.
-	share := a.ServedQPS / a.Estimate()
-	if want := (1 - min(1, 2*share)) * n; float64(ro) > want+20 {
-		t.Errorf("class %d: %d of %d refused, want about %.0f: it is served first", pipelineClass, ro, n, want)
-	}
-	if want := (1 - max(0, 2*share-1)) * n; float64(rl) < want-20 {
-		t.Errorf("class 1: %d of %d refused, want about %.0f: the higher class takes the share served", rl, n, want)
+	// The second half of the burst: the first, before the first answers late, admits both classes alike.
+	half := func(subjects []string) []string { return subjects[len(subjects)/2:] }
+	ro, rl := refused(half(sent[0])), refused(half(sent[1]))
+	ao, al := len(half(sent[0]))-ro, len(half(sent[1]))-rl
+	t.Logf("second half of the burst, admitted: class %d %d of %d, class 1 %d of %d", pipelineClass, ao,
+		len(half(sent[0])), al, len(half(sent[1])))
+	// The higher class admitted at least twice as many (when it alone is more than the workers answer, as on a
+	// slow machine, both are refused, the lower one nearly whole).
+	if rl == 0 || ao < 2*al {
+		t.Errorf("admitted: class %d %d, class 1 %d: want the lower class refused first, the higher admitted at "+
+			"least twice as many", pipelineClass, ao, al)
 	}
 	for v, subj := range badSubjects {
 		rep := decodeReply(t, c.Wait(t, []string{subj}, 5*time.Second)[subj][0])

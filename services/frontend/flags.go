@@ -3,6 +3,7 @@ package frontend
 import (
 	"cmp"
 	"flag"
+	"strconv"
 )
 
 // RegisterFlags binds the frontend's settings to fs, the one place they are named as flags: `sleipnir frontend` and
@@ -22,6 +23,28 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"requests that may wait for the frontend to take them in; more are dropped unanswered, and counted")
 	fs.DurationVar(&c.MaxTimeout, "max-timeout", c.MaxTimeout, "furthest ahead a request's deadline may be "+
 		"(default the larger of 1m and 10 SLOs)")
-	fs.BoolVar(&c.Admit, "admission", c.Admit, "refuse at once what the plan cannot serve, by class, and requests "+
-		"whose deadline the queue ahead cannot meet (docs/admission.md); false: only the bounds above refuse")
+	fs.Var(onFlag{off: &c.NoAdmission}, "admission", "admission control: refuse at once requests whose deadline the plan's "+
+		"fastest path cannot meet, and, while the pipeline misses deadlines, those beyond what its workers answer "+
+		"in time (docs/admission.md); false: only the bounds above refuse")
 }
+
+// onFlag is a boolean flag, true by default, that sets *off to its negation: --admission=false sets NoAdmission.
+type onFlag struct{ off *bool }
+
+func (f onFlag) String() string {
+	if f.off == nil || *f.off { // the zero onFlag reads false, so that the usage shows the default true
+		return "false"
+	}
+	return "true"
+}
+
+func (f onFlag) Set(s string) error {
+	on, err := strconv.ParseBool(s)
+	if err != nil {
+		return err
+	}
+	*f.off = !on
+	return nil
+}
+
+func (f onFlag) IsBoolFlag() bool { return true }

@@ -60,11 +60,10 @@ type Config struct {
 	// MaxTimeout is the furthest ahead a request's deadline may be (Sleipnir-Timeout or Sleipnir-Deadline); further
 	// is refused. Default: the larger of DefaultMaxTimeout and 10 times the pipeline's SLO. At most 24 h.
 	MaxTimeout time.Duration
-	// Admit turns admission control on (pkg/admission; off by default: docs/admission.md says where it costs), and
-	// Admission tunes it (zero: its defaults). Without it, the frontend's bounds still refuse what they have no room
-	// for.
-	Admit     bool
-	Admission admission.Config
+	// NoAdmission turns admission control off (pkg/admission; on by default, docs/admission.md), and Admission
+	// tunes it (zero: its defaults). Without it, the frontend's bounds still refuse what they have no room for.
+	NoAdmission bool
+	Admission   admission.Config
 	// Metrics, if set, records the frontend's requests and exports its counters (pkg/metrics; shared by the
 	// frontends of a process).
 	Metrics *metrics.Frontend
@@ -203,10 +202,9 @@ type Frontend struct {
 	// decides, does not wait behind the result callback's use of mu.
 	admMu sync.Mutex
 	// gatePlans is what the gate needs of each pipeline's plan in force; refusedDemand the requests the gate refused
-	// per pipeline since the last demand report; admRng draws the rate rule's admissions.
+	// per pipeline since the last demand report.
 	gatePlans     map[string]gatePlan
 	refusedDemand map[string]int
-	admRng        *rand.Rand
 
 	accepted, refused, overloaded, replied, late, stray, badReports, replyFailures, demandWithheld atomic.Uint64
 	// joinParts is the join parts the pending requests hold (join.go); joinFailures the joined items not enqueued.
@@ -241,7 +239,7 @@ func New(nc *nats.Conn, cfg Config) (*Frontend, error) {
 		complaints: ratelog.New(cfg.Logger, 0, 0),
 		ready:      make(chan struct{}), pending: map[string]*request{}, demand: map[string]int{},
 		watched: map[string]*completion.Tracker{}, gatePlans: map[string]gatePlan{}, refusedDemand: map[string]int{},
-		gate: admission.New(cfg.Admission), admRng: rand.New(rand.NewPCG(rand.Uint64(), 0xad317)),
+		gate: admission.New(cfg.Admission),
 		gaps: map[string]*demand.Gaps{}, rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0xf00d)),
 	}
 	f.micro = newMicroService(f)
