@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -29,7 +30,9 @@ func runSim(args []string) error {
 	fs.Var(&wls, "workload", "the demand: "+workload.Syntax+"; NAME=WORKLOAD for pipeline NAME alone, once per "+
 		"pipeline (a bare one is every pipeline's without its own; default constant:300:60s)")
 	cv := fs.Float64("cv", 1, "coefficient of variation of inter-arrival times: 1 is Poisson, otherwise Gamma")
-	servers := fs.Int("servers", 20, "cluster size")
+	servers := fs.String("servers", "20", "the cluster: N servers, or CLASS=N,... per server class (docs/classes.md)")
+	prices := fs.String("price", "", "hourly price of a server per class, CLASS=PER_HOUR,... (the summaries report "+
+		"the cost of the servers in use)")
 	seed := fs.Uint64("seed", 1, "seed of arrivals, latencies, fan-out and routing")
 	out := fs.String("out", "", "directory for the report: SYSTEM.csv time series, figure.svg, figure.png, summary.json")
 	interval := fs.Int("interval", 0, "report interval in seconds (0: about 300 points over the run)")
@@ -72,11 +75,16 @@ func runSim(args []string) error {
 	if err != nil {
 		return fmt.Errorf("--slowdown: %w", err)
 	}
-	base := sim.Config{Servers: *servers, Seed: *seed, CommLatency: *comm, Warmup: *warmup, Control: cc,
-		Slowdown: slow, Admit: *admit}
-	if *servers <= 0 {
-		return fmt.Errorf("--servers %d: want at least 1", *servers)
+	cluster, err := parseCluster(*servers, *prices)
+	if err != nil {
+		return err
 	}
+	total := cluster.Total()
+	if cluster == nil { // a bare N
+		total, _ = strconv.Atoi(strings.TrimSpace(*servers))
+	}
+	base := sim.Config{Servers: total, Cluster: cluster, Seed: *seed, CommLatency: *comm, Warmup: *warmup,
+		Control: cc, Slowdown: slow, Admit: *admit}
 	if *capacity {
 		if len(specs) > 1 {
 			return errors.New("--capacity: one pipeline at a time")
@@ -98,7 +106,7 @@ func runSim(args []string) error {
 	if err != nil {
 		return err
 	}
-	return simReport(base, results, *servers, *seed, *interval, *out, *asJSON)
+	return simReport(base, results, *seed, *interval, *out, *asJSON)
 }
 
 // setRoutingMode gives every spec routing mode mode ("" leaves each its own).
@@ -136,8 +144,8 @@ func systemNames(systems []string, specs []*pipeline.Spec, cc control.Config) ([
 
 // simReport prints the summaries (one JSON object per system and pipeline), and writes the report into out: one
 // per pipeline, in out/PIPELINE when there are several.
-func simReport(base sim.Config, results [][]*sim.Result, servers int, seed uint64, interval int, out string,
-	asJSON bool) error {
+func simReport(base sim.Config, results [][]*sim.Result, seed uint64, interval int, out string, asJSON bool) error {
+	servers := serversText(base)
 	for pi, sv := range base.Pipelines {
 		perSystem := make([]*sim.Result, len(results))
 		for i := range results {
@@ -151,7 +159,7 @@ func simReport(base sim.Config, results [][]*sim.Result, servers int, seed uint6
 				}
 			}
 		} else {
-			fmt.Printf("%s, %s, %d servers, seed %d\n", sv.Spec.Name, sv.Workload.Name, servers, seed)
+			fmt.Printf("%s, %s, %s, seed %d\n", sv.Spec.Name, sv.Workload.Name, servers, seed)
 			sim.PrintSummaries(os.Stdout, perSystem)
 		}
 		if out == "" {
@@ -165,7 +173,7 @@ func simReport(base sim.Config, results [][]*sim.Result, servers int, seed uint6
 		if width <= 0 {
 			width = sim.IntervalFor(sv.Workload.Duration())
 		}
-		title := fmt.Sprintf("%s: %s on %d servers", sv.Spec.Name, sv.Workload.Name, servers)
+		title := fmt.Sprintf("%s: %s on %s", sv.Spec.Name, sv.Workload.Name, servers)
 		if len(base.Pipelines) > 1 {
 			title += fmt.Sprintf(" shared by %d pipelines", len(base.Pipelines))
 		}
@@ -175,6 +183,23 @@ func simReport(base sim.Config, results [][]*sim.Result, servers int, seed uint6
 		fmt.Fprintf(os.Stderr, "report written to %s\n", dir)
 	}
 	return nil
+}
+
+// serversText names a simulation's cluster for people: "20 servers", or "servers cpu=16,fast=4 (prices
+// cpu=0.4,fast=2.5 per hour)".
+func serversText(c sim.Config) string {
+	if c.Cluster == nil {
+		return fmt.Sprintf("%d servers", c.Servers)
+	}
+	text := "servers " + c.Cluster.String()
+	if c.Cluster.Priced() {
+		var ps []string
+		for _, sc := range c.Cluster {
+			ps = append(ps, fmt.Sprintf("%s=%g", sc.Name, sc.PricePerHour))
+		}
+		text += " (prices " + strings.Join(ps, ",") + " per hour)"
+	}
+	return text
 }
 
 // simWorkloads pairs each pipeline with its workload: values are WORKLOAD (every pipeline's without its own) or
@@ -263,7 +288,7 @@ func runCapacity(base sim.Config, syss []string, cs sim.CapacitySearch, out stri
 		}
 	} else {
 		fmt.Printf("effective capacity (largest constant demand with under %.0f%% SLO violations, measured over %v "+
-			"after %v), %d servers:\n", 100*0.01, cs.Measure, cs.Warmup, base.Servers)
+			"after %v), %s:\n", 100*0.01, cs.Measure, cs.Warmup, serversText(base))
 		for _, r := range reps {
 			ratio := ""
 			if reps[0].CapacityQPS > 0 && len(reps) > 1 {

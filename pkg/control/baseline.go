@@ -42,13 +42,20 @@ func (a *InferLine) Allocate(spec *pipeline.Spec, o Observed) (*plan.Plan, error
 	return a.MILP.Allocate(fixed, o)
 }
 
-// MostAccurateOnly is a copy of spec whose tasks keep only their most accurate variant.
+// MostAccurateOnly is a copy of spec whose tasks keep only their most accurate model, on every server class it has
+// a profile for (InferLine chooses each stage's hardware).
 func MostAccurateOnly(spec *pipeline.Spec) *pipeline.Spec {
 	out := *spec
 	out.Tasks = make([]pipeline.Task, len(spec.Tasks))
 	for i, t := range spec.Tasks {
 		out.Tasks[i] = t
-		out.Tasks[i].Variants = []pipeline.Variant{*t.MostAccurate()}
+		out.Tasks[i].Variants = nil
+		best := t.MostAccurate().Model()
+		for _, v := range t.Variants {
+			if v.Model() == best {
+				out.Tasks[i].Variants = append(out.Tasks[i].Variants, v)
+			}
+		}
 	}
 	out.PathAccuracy = nil // only paths of most accurate variants remain, and the products order them the same
 	out.Allocation = nil

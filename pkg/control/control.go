@@ -87,6 +87,9 @@ type Config struct {
 	Check       bool
 	CheckTarget float64
 	Checker     Checker
+	// Traces are the pipelines' planning traces, for the systems that plan once on one (cg-mean, cg-peak); nil:
+	// none, and those plan on the demand first observed.
+	Traces PlanningTraces
 }
 
 // How several pipelines share the workers (Config.Sharing).

@@ -19,6 +19,9 @@ type System struct {
 	// Allocator is nil for a static system: the first plan's allocation stands, only its routing follows the demand.
 	Allocator Allocator
 	Policy    deadline.Policy
+	// PlansOnce says the system adapts nothing after its first plan: no tuner lends it idle workers (InferLine's
+	// coarse-grained baselines, compared as planners alone).
+	PlansOnce bool
 }
 
 // SystemKind is an entry of Systems.
@@ -30,6 +33,8 @@ type SystemKind struct {
 	New func(MILP) Allocator
 	// Policy is its deadline policy; "" means the pipeline's (its deadline_policy).
 	Policy deadline.Policy
+	// planningTrace: a coarse-grained baseline, on Config.Traces' trace of the pipeline (for its peak rate if peak).
+	planningTrace, peak bool
 }
 
 // Systems are the systems ParseSystem knows: Sleipnir's own and the baselines Loki is evaluated against.
@@ -44,6 +49,22 @@ var Systems = []SystemKind{
 	{Name: "proteus", About: "Proteus: each task planned on its own, on its share of the servers",
 		New: func(m MILP) Allocator { return Proteus{MILP: m} }, Policy: deadline.PerTask},
 	{Name: "static", About: "the pipeline's allocation section for good, routed as the demand moves"},
+	// InferLine's coarse-grained baselines (coarse.go) plan once and drop nothing, as InferLine.
+	{Name: "cg-mean", About: "InferLine's CG-Mean: the whole pipeline replicated as one unit on one class, for the " +
+		"planning trace's mean rate, planned once", Policy: deadline.None, planningTrace: true},
+	{Name: "cg-peak", About: "InferLine's CG-Peak: the same unit, for the planning trace's peak rate over a window " +
+		"of the SLO, planned once", Policy: deadline.None, planningTrace: true, peak: true},
+}
+
+// PlansOnTrace says the system (a name ParseSystem reads) plans once on a planning trace (Config.Traces).
+func PlansOnTrace(system string) bool {
+	name, _, _ := strings.Cut(system, ":")
+	for _, k := range Systems {
+		if k.Name == name {
+			return k.planningTrace
+		}
+	}
+	return false
 }
 
 // SystemSyntax is the syntax of a system name, for flag help and errors.
@@ -53,7 +74,7 @@ var SystemSyntax = func() string {
 		names[i] = k.Name
 	}
 	return strings.Join(names, ", ") + ", optionally with a deadline policy, e.g. loki:per-task (defaults: " +
-		"loki and static the pipeline's deadline_policy, inferline none, proteus per-task)"
+		"loki and static the pipeline's deadline_policy, inferline, cg-mean and cg-peak none, proteus per-task)"
 }()
 
 // ParseSystem reads a system name of Systems, optionally followed by ":" and a deadline policy (none, last-task,
@@ -72,6 +93,15 @@ func ParseSystem(s string, spec *pipeline.Spec, cfg Config) (System, error) {
 	}
 	cfg.SetDefaults()
 	sys := System{Policy: kind.Policy}
+	if kind.planningTrace {
+		var trace *PlanningTrace
+		if cfg.Traces != nil {
+			if t, ok := cfg.Traces.Trace(spec.Name); ok {
+				trace = &t
+			}
+		}
+		sys.Allocator, sys.PlansOnce = NewCoarseGrained(kind.peak, trace), true
+	}
 	if kind.New != nil {
 		m := MILP{Utilization: cfg.RouteUtilization, TimeLimit: cfg.SolveTimeLimit, Workers: cfg.SolveWorkers,
 			LatencyModel: cfg.LatencyModel}

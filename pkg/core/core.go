@@ -127,7 +127,7 @@ func New(specs []*pipeline.Spec, systems []control.System, cfg Config) (*Cluster
 			tasks: demand.NewTaskDemand(below, func() *demand.Estimator {
 				return cfg.Control.DemandEstimator(cfg.DemandAlpha)
 			})}
-		if cfg.Control.Tunes() {
+		if cfg.Control.Tunes() && !systems[i].PlansOnce {
 			p.tuner = tuner.New()
 		}
 		c.pipes = append(c.pipes, p)

@@ -99,8 +99,9 @@ func (c Checker) replicate(spec *pipeline.Spec, p *plan.Plan, o control.Observed
 	if a := p.Allocation; a != nil {
 		servers = max(servers, a.ActiveServers)
 	}
-	s, err := newSim(Config{Spec: spec, Workload: w, Servers: max(servers, 1), System: "static:" + string(c.Policy),
-		Seed: seed, Control: control.Config{TuneEvery: c.TuneEvery, ProfilesOnly: true}, CommLatency: c.CommLatency,
+	s, err := newSim(Config{Spec: spec, Workload: w, Servers: max(servers, 1), Cluster: checkCluster(p, o),
+		System: "static:" + string(c.Policy),
+		Seed:   seed, Control: control.Config{TuneEvery: c.TuneEvery, ProfilesOnly: true}, CommLatency: c.CommLatency,
 		Warmup: warm.Truncate(time.Second)})
 	if err != nil {
 		return replication{}, err
@@ -237,4 +238,22 @@ func (p *pipe) noteCheck(pl *plan.Plan) {
 	if pl.Allocation.Check.Changed {
 		p.checkChanged++
 	}
+}
+
+// checkCluster is the cluster a check of p runs on: o's classes, each with at least the servers p uses of it; nil
+// for a cluster of one kind (Config.Servers).
+func checkCluster(p *plan.Plan, o control.Observed) plan.Cluster {
+	if len(o.Cluster) == 0 {
+		return nil
+	}
+	used := p.ServersByClass()
+	counts := map[string]int{}
+	prices := plan.Prices{}
+	for _, sc := range o.Cluster {
+		counts[sc.Name], prices[sc.Name] = sc.Servers, sc.PricePerHour
+	}
+	for class, n := range used {
+		counts[class] = max(counts[class], n)
+	}
+	return plan.NewCluster(counts, prices)
 }

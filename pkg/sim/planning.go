@@ -29,13 +29,13 @@ func (s *sim) tick() {
 	}
 	s.heartbeats(now)
 	t0 := time.Now()
-	decisions := s.core.Tick(now, plan.Uniform(len(s.servers)))
+	decisions := s.core.Tick(now, s.cluster)
 	s.planWall += time.Since(t0)
 	replanned := false
 	for i, d := range decisions {
 		p := s.pipes[i]
 		if d.Plan != nil {
-			s.core.Published(d, now, plan.Uniform(len(s.servers)))
+			s.core.Published(d, now, s.cluster)
 			s.applyPlan(p, d.Plan, d.Replanned)
 			if d.Replanned {
 				p.replans++
@@ -47,18 +47,14 @@ func (s *sim) tick() {
 	if replanned {
 		s.assignWorkers()
 	}
-	active := map[string]int{}
-	for i := range s.servers {
-		if a := s.servers[i].assigned; a.Variant != "" {
-			active[a.Pipeline]++
-		}
-	}
+	active := s.inUse()
 	for i, p := range s.pipes {
 		s.rehome(p)
 		if sec := s.now/int64(time.Second) - 1; sec >= 0 && int(sec) < len(p.seconds) {
 			x := &p.seconds[sec]
-			x.ActiveServers, x.EstimateQPS, x.Mode, x.Epoch = active[p.spec.Name], decisions[i].Observed.Demand,
-				p.plan.Mode, p.plan.Epoch
+			u := active[p.spec.Name]
+			x.ActiveServers, x.ActiveByClass, x.CostPerHour = u.servers, u.byClass, u.cost
+			x.EstimateQPS, x.Mode, x.Epoch = decisions[i].Observed.Demand, p.plan.Mode, p.plan.Epoch
 			x.DemandQPS = p.work.RateAt(time.Duration(sec) * time.Second)
 		}
 	}
@@ -89,7 +85,7 @@ func (s *sim) heartbeats(now time.Time) {
 	s.core.Heartbeat("workers", wire.Registration{Observed: s.beat}, now)
 	for i := range s.servers {
 		if s.servers[i].measured != nil {
-			s.core.Heartbeat(s.names[i], wire.Registration{Observed: s.latencies(i, now)}, now)
+			s.core.Heartbeat(s.names[i], wire.Registration{Observed: s.latencies(i, now), Class: s.classOf[i]}, now)
 		}
 	}
 }
@@ -173,7 +169,7 @@ func (s *sim) tuneLook() {
 			q[h.name] = float64(h.pending() + h.inService)
 		}
 	}
-	looked := s.core.Look(s.time(), plan.Uniform(len(s.servers)), s.looks)
+	looked := s.core.Look(s.time(), s.cluster, s.looks)
 	for _, cp := range looked.Rehome {
 		s.rehome(s.named[cp.Spec.Name])
 	}
@@ -185,7 +181,7 @@ func (s *sim) tuneLook() {
 // assignWorkers gives the plans' replicas and the tuner's loans to the workers (the core's Assign, as the
 // planner's), moving as few as it can.
 func (s *sim) assignWorkers() {
-	next, _ := s.core.Assign(s.names, nil, s.assign)
+	next, _ := s.core.Assign(s.names, s.classes, s.assign)
 	s.assign = next
 	for i, name := range s.names {
 		a := next[name]
@@ -292,7 +288,14 @@ func (s *sim) result(p *pipe) *Result {
 		sum.MeanAccuracy = t.accuracy()
 	}
 	if t.n > 0 {
-		sum.MeanActiveServers = t.servers / float64(t.n)
+		sum.MeanActiveServers, sum.MeanCostPerHour = t.servers/float64(t.n), t.cost/float64(t.n)
+		if s.classed() {
+			sum.Cluster = s.cluster
+			sum.MeanActiveByClass = map[string]float64{}
+			for _, sc := range s.cluster {
+				sum.MeanActiveByClass[sc.Name] = float64(t.byClass[sc.Name]) / float64(t.n)
+			}
+		}
 	}
 	sum.ItemHops = p.hopsDone
 	sum.Replans = p.replans

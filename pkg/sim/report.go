@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -29,6 +30,7 @@ type Interval struct {
 	SLOViolationRatio float64
 	Accuracy          float64 // mean served accuracy of the ok and partial replies
 	ActiveServers     float64 // mean
+	CostPerHour       float64 // mean
 	EstimateQPS       float64 // the planner's estimate at the interval's end
 	Mode              string  // the plan's mode at the interval's end
 	Epoch             uint64  // the plan's epoch at the interval's end: each new allocation raises it
@@ -42,7 +44,7 @@ func (r *Result) Intervals(width int) []Interval {
 		t := tallySeconds(r.Seconds[lo:min(lo+width, len(r.Seconds))])
 		out = append(out, Interval{StartS: float64(lo), DemandQPS: t.demand / float64(t.n), Arrivals: t.arrivals,
 			OK: t.ok, Partial: t.partial, Dropped: t.dropped, Late: t.late, Refused: t.refused, SLOViolationRatio: t.violationRatio(),
-			Accuracy: t.accuracy(), ActiveServers: t.servers / float64(t.n), EstimateQPS: t.last.EstimateQPS,
+			Accuracy: t.accuracy(), ActiveServers: t.servers / float64(t.n), CostPerHour: t.cost / float64(t.n), EstimateQPS: t.last.EstimateQPS,
 			Mode: t.last.Mode, Epoch: t.last.Epoch})
 	}
 	return out
@@ -56,6 +58,8 @@ type tally struct {
 	refused, degraded                    int
 	accuracySum, servers                 float64
 	maxServers                           int
+	cost                                 float64        // summed hourly price of the servers in use
+	byClass                              map[string]int // summed servers in use per class
 	last                                 Second
 }
 
@@ -73,6 +77,13 @@ func tallySeconds(xs []Second) tally {
 		t.accuracySum += x.AccuracySum
 		t.servers += float64(x.ActiveServers)
 		t.maxServers = max(t.maxServers, x.ActiveServers)
+		t.cost += x.CostPerHour
+		for c, n := range x.ActiveByClass {
+			if t.byClass == nil {
+				t.byClass = map[string]int{}
+			}
+			t.byClass[c] += n
+		}
 		t.last = x
 	}
 	return t
@@ -118,7 +129,8 @@ func IntervalFor(d time.Duration) int { return max(1, int(math.Round(d.Seconds()
 func WriteCSV(w io.Writer, ivs []Interval) error {
 	cw := csv.NewWriter(w)
 	cw.Write([]string{"t_s", "demand_qps", "arrivals", "ok", "partial", "dropped", "late", "slo_violation_ratio",
-		"accuracy", "active_servers", "estimate_qps", "mode", "epoch", "refused"})
+		"accuracy", "active_servers", "estimate_qps", "mode", "epoch", "refused",
+		"cost_per_hour"})
 	f := func(v float64) string {
 		if math.IsNaN(v) {
 			return ""
@@ -129,7 +141,8 @@ func WriteCSV(w io.Writer, ivs []Interval) error {
 		cw.Write([]string{f(iv.StartS), f(round(iv.DemandQPS, 3)), strconv.Itoa(iv.Arrivals), strconv.Itoa(iv.OK),
 			strconv.Itoa(iv.Partial), strconv.Itoa(iv.Dropped), strconv.Itoa(iv.Late),
 			f(round(iv.SLOViolationRatio, 5)), f(round(iv.Accuracy, 5)), f(round(iv.ActiveServers, 3)),
-			f(round(iv.EstimateQPS, 3)), iv.Mode, strconv.FormatUint(iv.Epoch, 10), strconv.Itoa(iv.Refused)})
+			f(round(iv.EstimateQPS, 3)), iv.Mode, strconv.FormatUint(iv.Epoch, 10), strconv.Itoa(iv.Refused),
+			f(round(iv.CostPerHour, 4))})
 	}
 	cw.Flush()
 	return cw.Error()
@@ -261,15 +274,29 @@ func writeFile(path string, write func(io.Writer) error) error {
 	return f.Close()
 }
 
-// PrintSummaries prints one row per result.
+// PrintSummaries prints one row per result; on a cluster of classes or prices, with the mean cost per hour and the
+// mean servers in use per class.
 func PrintSummaries(w io.Writer, results []*Result) {
+	classed := slices.ContainsFunc(results, func(r *Result) bool { return r.Summary.Cluster != nil })
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "system\trequests\tSLO violations\tmean accuracy\tmean servers\tmax servers\tdropped\tlate\trefused\tdegraded\treplans\titem hops\twall\t")
+	head := "system\trequests\tSLO violations\tmean accuracy\tmean servers\tmax servers\tdropped\tlate\trefused\tdegraded\treplans\titem hops\twall\t"
+	if classed {
+		head += "cost/h\tservers by class\t"
+	}
+	fmt.Fprintln(tw, head)
 	for _, r := range results {
 		s := r.Summary
-		fmt.Fprintf(tw, "%s\t%d\t%.2f%%\t%.4f\t%.1f\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.1fs\t\n", s.System, s.Requests,
+		fmt.Fprintf(tw, "%s\t%d\t%.2f%%\t%.4f\t%.1f\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.1fs\t", s.System, s.Requests,
 			100*s.SLOViolationRatio, s.MeanAccuracy, s.MeanActiveServers, s.MaxActiveServers, s.Dropped, s.Late,
 			s.Refused, s.Degraded, s.Replans, s.ItemHops, s.WallSeconds)
+		if classed {
+			var by []string
+			for _, sc := range s.Cluster {
+				by = append(by, fmt.Sprintf("%s=%.1f", sc.Name, s.MeanActiveByClass[sc.Name]))
+			}
+			fmt.Fprintf(tw, "%.2f\t%s\t", s.MeanCostPerHour, strings.Join(by, " "))
+		}
+		fmt.Fprintln(tw)
 	}
 	tw.Flush()
 }

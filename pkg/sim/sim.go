@@ -34,8 +34,11 @@ type Config struct {
 	Spec      *pipeline.Spec
 	Workload  *workload.Workload
 	Pipelines []Served
-	// Servers is the cluster size.
+	// Servers is the cluster size: servers of the default class. Cluster, when set, replaces it: the servers per
+	// class with their prices (each server runs its class's variants, "model@class", at their profiles; the summary
+	// reports the cost of those in use).
 	Servers int
+	Cluster plan.Cluster
 	// System is the system that plans (control.ParseSystem; default loki). Its solves are as Control says, but
 	// with one branch-and-bound worker unless it sets more: a run must not depend on the machine's CPUs.
 	System string
@@ -76,77 +79,6 @@ func (cfg Config) served() ([]Served, error) {
 		return cfg.Pipelines, nil
 	}
 	return []Served{{Spec: cfg.Spec, Workload: cfg.Workload}}, nil
-}
-
-// Second is one second of a simulation's time series. Requests are counted in the second they arrived.
-type Second struct {
-	// DemandQPS is the workload's rate; Arrivals the requests that arrived.
-	DemandQPS float64 `json:"demand_qps"`
-	Arrivals  int     `json:"arrivals"`
-	Degraded  int     `json:"degraded,omitempty"` // replies degraded (deadline policy degrade; docs/degrade.md)
-	// OK, Partial, Dropped and Late count the replies by status; Refused the requests admission control refused
-	// (pkg/admission: answered overloaded at once, at no model time).
-	OK      int `json:"ok"`
-	Partial int `json:"partial"`
-	Dropped int `json:"dropped"`
-	Late    int `json:"late"`
-	Refused int `json:"refused"`
-	// AccuracySum sums the served accuracy of the ok, degraded and partial replies.
-	AccuracySum float64 `json:"accuracy_sum"`
-	// ActiveServers is the number of workers assigned a variant of the pipeline at the end of the second.
-	ActiveServers int `json:"active_servers"`
-	// EstimateQPS is the planner's demand estimate at the end of the second.
-	EstimateQPS float64 `json:"estimate_qps"`
-	Mode        string  `json:"mode"`
-	// Epoch is the plan's epoch at the end of the second: each new allocation raises it.
-	Epoch uint64 `json:"epoch"`
-}
-
-// Result is what a simulation measured of one pipeline.
-type Result struct {
-	System   string   `json:"system"`
-	Pipeline string   `json:"pipeline"`
-	Seconds  []Second `json:"-"`
-	Summary  Summary  `json:"summary"`
-}
-
-// Summary aggregates a simulation.
-type Summary struct {
-	System          string  `json:"system"`
-	Pipeline        string  `json:"pipeline"`
-	Requests        int     `json:"requests"`
-	OK              int     `json:"ok"`
-	Partial         int     `json:"partial"`
-	Dropped         int     `json:"dropped"`
-	Late            int     `json:"late"`
-	Refused         int     `json:"refused"`
-	Degraded        int     `json:"degraded"`         // replies degraded: violations, but answers
-	UnansweredRatio float64 `json:"unanswered_ratio"` // the share answered neither ok nor degraded
-	// SLOViolationRatio is the share of the requests not answered ok, refused ones included;
-	// AcceptedViolationRatio the same among the requests admitted (loadgen's two figures).
-	SLOViolationRatio      float64 `json:"slo_violation_ratio"`
-	AcceptedViolationRatio float64 `json:"accepted_violation_ratio"`
-	// MeanAccuracy is the mean served accuracy of the ok, degraded and partial replies (as loadgen reports it).
-	MeanAccuracy      float64 `json:"mean_accuracy"`
-	MeanActiveServers float64 `json:"mean_active_servers"`
-	MaxActiveServers  int     `json:"max_active_servers"`
-	// EscalationRatio is the share of the items the cascades' first variants executed that they sent on (the whole
-	// run); PlannedAccuracy the system accuracy the last plan expected, Cascades its thresholds. Empty without them.
-	EscalationRatio float64            `json:"escalation_ratio,omitempty"`
-	PlannedAccuracy float64            `json:"planned_accuracy,omitempty"`
-	Cascades        map[string]float64 `json:"cascades,omitempty"`
-	// ItemHops counts items executed at a task; Replans the new allocations published.
-	ItemHops int64 `json:"item_hops"`
-	Replans  int   `json:"replans"`
-	// With the plan check (control.Config.Check): CheckChanged counts the new allocations the check changed, and
-	// CheckPredicted is the violation ratio it predicted for the last one.
-	CheckChanged   int     `json:"check_changed,omitempty"`
-	CheckPredicted float64 `json:"check_predicted,omitempty"`
-	// PlanSeconds is the wall time the planning core took, for every pipeline (part of WallSeconds, which is the
-	// whole run's).
-	PlanSeconds float64 `json:"plan_s"`
-	SimulatedS  float64 `json:"simulated_s"`
-	WallSeconds float64 `json:"wall_s"`
 }
 
 // Run simulates one pipeline's workload to its end, and then until every request in flight has been answered (or
@@ -325,6 +257,9 @@ type sim struct {
 	servers []server
 	taken   []*message // startBatch's scratch: the messages a replica took for a batch
 	names   []string   // worker names, for plan.Assign
+	cluster plan.Cluster
+	classOf []string          // each server's class
+	classes map[string]string // by worker name, for the assignment (nil: every server of the default class)
 	assign  map[string]plan.Assignment
 	// core is the planner's planning core (pkg/core): the simulator gives it the reports and heartbeats the live
 	// planner would hear, and follows what it decides.
@@ -353,10 +288,14 @@ func newSim(cfg Config) (*sim, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Servers <= 0 {
-		return nil, fmt.Errorf("sim: %d servers: want at least 1", cfg.Servers)
+	cluster := cfg.Cluster
+	if len(cluster) == 0 {
+		cluster = plan.Uniform(cfg.Servers)
 	}
-	s := &sim{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x51a)), named: map[string]*pipe{},
+	if cluster.Total() <= 0 {
+		return nil, fmt.Errorf("sim: %d servers: want at least 1", cluster.Total())
+	}
+	s := &sim{cfg: cfg, cluster: cluster, rng: rand.New(rand.NewPCG(cfg.Seed, 0x51a)), named: map[string]*pipe{},
 		assign: map[string]plan.Assignment{}, msgs: []*message{nil}}
 	for i, sv := range served {
 		p, err := s.addPipe(sv, cfg.Seed+uint64(i)*0x632be59bd9b4e019) // the first pipeline keeps cfg's seed
@@ -375,10 +314,21 @@ func newSim(cfg Config) (*sim, error) {
 	if err := s.startCore(); err != nil {
 		return nil, err
 	}
-	s.servers = make([]server, cfg.Servers)
+	s.servers = make([]server, cluster.Total())
+	for _, sc := range cluster { // the servers class by class, in the cluster's order
+		for range sc.Servers {
+			s.names = append(s.names, fmt.Sprintf("w%04d", len(s.names)))
+			s.classOf = append(s.classOf, sc.Name)
+			if sc.Name != wire.DefaultClass {
+				if s.classes == nil {
+					s.classes = map[string]string{}
+				}
+				s.classes[s.names[len(s.names)-1]] = sc.Name
+			}
+		}
+	}
 	for i := range s.servers {
 		s.servers[i].queue = -1
-		s.names = append(s.names, fmt.Sprintf("w%04d", i))
 	}
 	s.loaded = true // the workers start with the static plans' variants loaded
 	for _, p := range s.pipes {
@@ -426,6 +376,12 @@ func (s *sim) addPipe(sv Served, seed uint64) (*pipe, error) {
 		return nil, err
 	}
 	check.Policy = system.Policy
+	if control.PlansOnTrace(name) { // InferLine's planning trace: the same workload, arrivals of another seed
+		solve.Traces = control.TraceSet{sv.Spec.Name: planningTrace(sv.Workload, seed)}
+		if system, err = control.ParseSystem(name, sv.Spec, solve); err != nil {
+			return nil, err
+		}
+	}
 	spec := sv.Spec
 	p := &pipe{spec: spec, work: sv.Workload, arr: sv.Workload.Arrivals(seed), system: system,
 		queueIdx: map[string]map[string]int32{}, slo: int64(spec.SLOMs * float64(time.Millisecond)),
