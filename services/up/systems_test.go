@@ -22,7 +22,8 @@ import (
 // embedded JetStream, the planner running the system, 10 emulated workers, 20 QPS) and in the simulator. Live, the
 // published spec carries the system's deadline policy, and the plan is the system's own: Loki sizes the cluster for
 // the demand (a few servers), InferLine hosts only the most accurate variants, Proteus plans each task from its
-// measured demand on the whole cluster, static keeps the spec's allocation; every request gets exactly one reply.
+// measured demand on the whole cluster, CG-Mean and CG-Peak replicate one unit of the most accurate variants, static
+// keeps the spec's allocation; every request gets exactly one reply.
 func TestEverySystemLiveAndSimulated(t *testing.T) {
 	const workers, qps = 10, 20
 	for _, kind := range control.Systems {
@@ -104,6 +105,22 @@ func TestEverySystemLiveAndSimulated(t *testing.T) {
 			case "proteus":
 				if pl.Servers() != workers {
 					t.Errorf("proteus plans %d servers, want the whole cluster (%d)", pl.Servers(), workers)
+				}
+			case "cg-mean", "cg-peak":
+				// Whole units: one replica of each task's most accurate variant per unit.
+				per := map[string]int{}
+				for _, v := range pl.Variants {
+					if m := spec.Task(v.Task).MostAccurate().Name; v.Variant != m {
+						t.Errorf("%s hosts %s/%s, not the most accurate (%s)", want.Name, v.Task, v.Variant, m)
+					}
+					per[v.Task] += v.Replicas
+				}
+				units := per[spec.Tasks[0].Name]
+				for _, task := range spec.Tasks {
+					if per[task.Name] != units || units == 0 {
+						t.Errorf("%s: servers per task %v, want the same whole number of units on each", want.Name, per)
+						break
+					}
 				}
 			case "static":
 				if pl.Mode != plan.ModeStatic {
