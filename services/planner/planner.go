@@ -148,6 +148,9 @@ type Planner struct {
 	changed  chan struct{}
 	// stepped says a demand report made a step of the estimate (demand.Estimator.Stepped): Run ticks at once.
 	stepped chan struct{}
+	// planned is closed after the first step (Planned).
+	planned     chan struct{}
+	plannedOnce sync.Once
 	// quietUntil suppresses the shortage warning while workers are still registering.
 	quietUntil time.Time
 	unplaced   int              // replicas without a worker at the last assignment
@@ -199,7 +202,7 @@ func New(nc *nats.Conn, cfg Config) (*Planner, error) {
 		live: control.NewLiveness(cfg.WorkerTimeout), core: c, assign: map[string]plan.Assignment{},
 		revision: map[string]uint64{}, failing: map[string]string{}, class: map[string]string{}, expired: map[string]uint64{},
 		written: map[string]writtenValue{}, tampered: map[string]bool{}, changed: make(chan struct{}, 1),
-		stepped: make(chan struct{}, 1)}
+		stepped: make(chan struct{}, 1), planned: make(chan struct{})}
 	if cfg.Metrics != nil {
 		p.metrics = metrics.NewPlanner(cfg.Metrics, p.metricsState)
 	}
@@ -365,7 +368,13 @@ func (p *Planner) step(ctx context.Context, now time.Time) {
 		p.publishStep(ctx, now, d, cluster)
 		p.rehome(ctx, d.Pipeline.Spec, d.Pipeline.Current())
 	}
+	p.plannedOnce.Do(func() { close(p.planned) })
 }
+
+// Planned is closed once the planner has stepped the plans on the live workers (its first step, a second after it
+// began): until then, the plans in force are the first ones, made before any worker was known (for several
+// pipelines, their specs' static allocations, which together need not fit the workers: pkg/core Begin).
+func (p *Planner) Planned() <-chan struct{} { return p.planned }
 
 // publishStep publishes what the core decided for one pipeline at a tick.
 func (p *Planner) publishStep(ctx context.Context, now time.Time, d core.Decision, able plan.Cluster) {
