@@ -103,6 +103,7 @@ const (
 	complainRegistration = "worker registration refused"
 	complainTampered     = "rewrote a value in KV the planner did not write"
 	complainStoredPlan   = "plan in KV refused; publishing a new one"
+	complainDivision     = "joint division failed; the shares in force (or an even split) stay"
 )
 
 // Planner keeps the plans in the KV bucket and the workers assigned.
@@ -368,6 +369,9 @@ func (p *Planner) step(ctx context.Context, now time.Time) {
 		p.publishStep(ctx, now, d, cluster)
 		p.rehome(ctx, d.Pipeline.Spec, d.Pipeline.Current())
 	}
+	if err := p.core.DivisionErr(); err != nil {
+		p.complaints.Warn(complainDivision, "err", err)
+	}
 	p.plannedOnce.Do(func() { close(p.planned) })
 }
 
@@ -380,8 +384,11 @@ func (p *Planner) Planned() <-chan struct{} { return p.planned }
 func (p *Planner) publishStep(ctx context.Context, now time.Time, d core.Decision, able plan.Cluster) {
 	spec, o := d.Pipeline.Spec, d.Observed
 	if d.Err != nil {
-		p.log.Warn("allocation failed; the current plan stays", "pipeline", spec.Name, "demand_qps",
-			round(o.Demand), "servers", o.Servers, "err", d.Err)
+		msg := "allocation failed; the current plan stays"
+		if d.Plan != nil && d.Plan.HostsNothing() {
+			msg = "allocation failed; the pipeline gets a plan that hosts nothing (its requests refused at once)"
+		}
+		p.log.Warn(msg, "pipeline", spec.Name, "demand_qps", round(o.Demand), "servers", o.Servers, "err", d.Err)
 	}
 	pl := d.Plan
 	if pl == nil {
