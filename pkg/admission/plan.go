@@ -7,8 +7,8 @@ import (
 )
 
 // Of is what a gate needs of plan p of spec: whether it hosts every task (which not), and the latency of its fastest
-// path. (Not the rate the plan serves: the
-// planner sizes it with headroom, and the gate admits on what the workers answer; docs/admission.md.)
+// path. (Not the rate the plan serves: the planner sizes it with headroom, and the gate admits on what the workers
+// answer; docs/admission.md.)
 func Of(spec *pipeline.Spec, p *plan.Plan) Plan {
 	out := Plan{Hosted: true}
 	for _, chain := range spec.Chains() {

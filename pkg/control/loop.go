@@ -19,7 +19,8 @@ type Step struct {
 	// changed.
 	Replanned bool
 	// Err says a re-plan failed: the current allocation stays, and is not solved again until its inputs move or
-	// ReplanEvery passes. Plan may still carry new routing.
+	// ReplanEvery passes. Plan may still carry new routing, or, when the servers cannot host the pipeline at all and
+	// the current plan does not fit them, be a plan that hosts nothing.
 	Err error
 }
 
