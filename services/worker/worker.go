@@ -50,11 +50,7 @@ type Config struct {
 	// AckWait is how often (a third of it) a batch running long is marked in progress when the consumer's own ack
 	// wait, which the planner sets, is unknown.
 	AckWait time.Duration
-	// FetchWait bounds one wait for work, and so how long an assignment change waits for an idle worker (default
-	// 100 ms). The requests a new plan routes to the worker's new variant wait as long: at 500 ms, a pipeline the
-	// joint division gave servers had its first requests dropped (traffic, SLO 600 ms: 2 or 3 of them in 3 of 4
-	// runs of TestFirstRequestsOnAFullCluster in services/up; at 100 ms, none in 7). An idle worker's pull requests
-	// cost the server little (ten a second).
+	// FetchWait bounds one wait for work: how long an assignment change waits for an idle worker (several-pipelines.md).
 	FetchWait time.Duration
 	// RegisterEvery is the period of the worker's registration refresh, by which the planner knows it is alive.
 	RegisterEvery time.Duration
