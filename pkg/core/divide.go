@@ -146,8 +146,8 @@ func (c *Cluster) jointShares(ds []Decision, able plan.Cluster) ([]plan.Cluster,
 
 // hostShed is the minimal hosting rule: the pipelines the joint plans shed (nil) are planned again, alone, on the
 // servers left (left, per class of able), each for its demand without headroom, at least Control.MinDemandQPS: a
-// pipeline without demand keeps the fewest servers that host every task, where the cluster has room for them, so
-// that its first requests are served. The joint allocation sheds a pipeline for lack of servers, but it sizes the
+// pipeline without demand keeps a replica or so of every task, where the cluster has room for them, so that its
+// first requests are served. The joint allocation sheds a pipeline for lack of servers, but it sizes the
 // pipelines with headroom in hardware mode first, and stops at divisionNodes: it may shed one that the servers no
 // plan uses would host. The plans it finds, by pipeline index.
 func (c *Cluster) hostShed(ds []Decision, plans []*plan.Plan, able plan.Cluster, left map[string]int) map[int]*plan.Plan {
