@@ -49,6 +49,9 @@ type Checked struct {
 	Now           func() time.Time
 	// Utilization is the routing's (Config.RouteUtilization): a candidate is routed as the loop will route it.
 	Utilization float64
+	// AccuracyModeOnly checks only the plans Inner makes in accuracy mode (CheckEdge); the others are returned as
+	// Inner made them.
+	AccuracyModeOnly bool
 }
 
 // tightenDemand is how much more demand a tightening solve plans for.
@@ -69,8 +72,8 @@ func (c Checked) Allocate(spec *pipeline.Spec, o Observed) (*plan.Plan, error) {
 		maxN = 4
 	}
 	p, err := c.Inner.Allocate(spec, o)
-	if err != nil {
-		return nil, err
+	if err != nil || c.AccuracyModeOnly && p.Mode != plan.ModeAccuracy {
+		return p, err
 	}
 	first, bestPred, err := c.check(spec, p, o)
 	if err != nil {
