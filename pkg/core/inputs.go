@@ -28,14 +28,10 @@ func (c *Cluster) Report(pipeline string, r wire.DemandReport, now time.Time) (s
 	if err := p.demand.Observe(r.Frontend, r.Count, interval, now); err != nil {
 		return false, err
 	}
-	stepped = p.demand.Stepped(now)
-	if stepped {
-		p.traffic.ForgetGaps() // those of the load before the step: the plan check replays the one after
-	}
 	if err := p.traffic.Observe(r, now); err != nil {
 		return false, err
 	}
-	return stepped, nil
+	return p.demand.Stepped(now), nil
 }
 
 // Grace says the reports of the last while may have been lost on the way (the planner's connection was down):

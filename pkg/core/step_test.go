@@ -36,6 +36,7 @@ func TestStepForgetsTheGaps(t *testing.T) {
 	if !report(600) {
 		t.Fatal("100 to 600 QPS made no step")
 	}
+	report(600)
 	s := c.Traffic(p, now)
 	if s == nil || len(s.Gaps) != 1 {
 		t.Fatalf("sample %+v: want one frontend's gaps", s)
