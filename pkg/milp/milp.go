@@ -146,9 +146,11 @@ func (p *Problem) Violation(x []float64) float64 {
 	return worst
 }
 
-// WithoutZeroColumns is p without its columns fixed at zero (both bounds 0), which add nothing to any row: a
-// problem restricted by fixing most columns at zero (a heuristic's sub-problem) then solves as the small problem it
-// is. expand maps a point of the smaller problem back to p's columns, zeros in the dropped ones.
+// WithoutZeroColumns is p without its columns fixed at zero (both bounds 0), which add nothing to any row, and
+// without the rows left empty that zero meets: a problem restricted by fixing most columns at zero (a heuristic's
+// sub-problem) then solves as the small problem it is (each LP's work grows with the rows too: on the classed
+// traffic example, most of the restricted problem's rows are left empty). expand maps a point of the smaller
+// problem back to p's columns, zeros in the dropped ones.
 func (p *Problem) WithoutZeroColumns() (small *Problem, expand func(x []float64) []float64) {
 	keep := make([]int, 0, p.NumCols()) // p's column of each column of small
 	index := make([]int, p.NumCols())   // small's column of each column of p, -1 when dropped
@@ -163,15 +165,18 @@ func (p *Problem) WithoutZeroColumns() (small *Problem, expand func(x []float64)
 	for _, j := range keep {
 		small.AddCol(p.Names[j], p.Obj[j], p.Lower[j], p.Upper[j], p.Integer[j], p.Priority[j])
 	}
-	small.Rows = make([]Row, len(p.Rows))
-	for i, r := range p.Rows {
+	small.Rows = make([]Row, 0, len(p.Rows))
+	for _, r := range p.Rows {
 		terms := make([]Term, 0, len(r.Terms))
 		for _, t := range r.Terms {
 			if k := index[t.Col]; k >= 0 {
 				terms = append(terms, Term{Col: k, Coef: t.Coef})
 			}
 		}
-		small.Rows[i] = Row{Name: r.Name, Terms: terms, Lo: r.Lo, Hi: r.Hi}
+		if len(terms) == 0 && r.Lo <= 0 && r.Hi >= 0 {
+			continue // met by every point
+		}
+		small.Rows = append(small.Rows, Row{Name: r.Name, Terms: terms, Lo: r.Lo, Hi: r.Hi})
 	}
 	expand = func(x []float64) []float64 {
 		if x == nil {

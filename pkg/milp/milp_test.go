@@ -330,7 +330,7 @@ func TestRootHeuristic(t *testing.T) {
 			t.Fatal(err)
 		}
 		calls := 0
-		optimum := func(x []float64) []float64 {
+		optimum := func(x []float64, _ float64) []float64 {
 			calls++
 			if len(x) != p.NumCols() {
 				t.Errorf("seed %d: the heuristic got %d values for %d columns", seed, len(x), p.NumCols())
@@ -363,7 +363,7 @@ func TestRootHeuristic(t *testing.T) {
 		for j := range bad {
 			bad[j] = p.Upper[j] // breaks the capacity rows
 		}
-		ignored, err := Solve(p, Options{RootHeuristic: func([]float64) []float64 { return bad }})
+		ignored, err := Solve(p, Options{RootHeuristic: func([]float64, float64) []float64 { return bad }})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -510,7 +510,7 @@ func TestHeuristicAtDeeperNodes(t *testing.T) {
 		}
 		checked++
 		calls := 0
-		late := func(x []float64) []float64 {
+		late := func(x []float64, _ float64) []float64 {
 			if calls++; calls == 1 {
 				return nil // nothing at the root
 			}
@@ -524,5 +524,41 @@ func TestHeuristicAtDeeperNodes(t *testing.T) {
 			t.Errorf("seed %d: the heuristic ran %d times in %d nodes (%d without its point)", seed, calls, res.Nodes,
 				plain.Nodes)
 		}
+	}
+}
+
+// A cutoff prunes what cannot beat it: at the optimum's own value no point is better (Infeasible); just worse than
+// the optimum, the search finds the optimum in no more nodes than without it, and in fewer on some seeds.
+func TestCutoff(t *testing.T) {
+	fewer := 0
+	for seed := uint64(1); seed <= 20; seed++ {
+		p := knapsack(seed, 30)
+		plain, err := Solve(p, Options{Workers: 1, NoStrongBranching: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		at, err := Solve(p, Options{Workers: 1, NoStrongBranching: true, Cutoff: plain.Objective, UseCutoff: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if at.Status != Infeasible || at.X != nil {
+			t.Errorf("seed %d: cutoff at the optimum %v: %s with %v, want infeasible", seed, plain.Objective, at.Status,
+				at.X)
+		}
+		below, err := Solve(p, Options{Workers: 1, NoStrongBranching: true, Cutoff: plain.Objective - 1,
+			UseCutoff: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if below.Status != Optimal || math.Abs(below.Objective-plain.Objective) > 1e-9 || below.Nodes > plain.Nodes {
+			t.Errorf("seed %d: cutoff just below the optimum: %s %v in %d nodes, want optimal %v in at most %d", seed,
+				below.Status, below.Objective, below.Nodes, plain.Objective, plain.Nodes)
+		}
+		if below.Nodes < plain.Nodes {
+			fewer++
+		}
+	}
+	if fewer == 0 {
+		t.Error("the cutoff pruned no node on any seed")
 	}
 }
