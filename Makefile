@@ -8,7 +8,7 @@ BENCHCOUNT ?= 6
 # The standalone nats-server (see nats-server below); defined before the targets whose prerequisites name it.
 NATS_SERVER = $(CURDIR)/bin/nats-server
 
-.PHONY: all deps models data build ablation fidelity chaos node-loss flood cluster ocr-hog run test fuzz fuzz-short bench vet fmt nats-cli nats-server jaeger observe-traces prometheus chromium observe-metrics screenshot-metrics clean
+.PHONY: all deps models data build ablation fidelity chaos node-loss flood cluster ocr-hog run test crosscheck fuzz fuzz-short bench vet fmt nats-cli nats-server jaeger observe-traces prometheus chromium observe-metrics screenshot-metrics clean
 
 all: build
 
@@ -85,6 +85,11 @@ test: deps models $(NATS_SERVER) prometheus
 	$(GO) vet -tags jaeger ./services/up # make observe-traces's test, likewise
 	SLEIPNIR_MODELS=$(MODELS) SLEIPNIR_NATS_SERVER=$(NATS_SERVER) $(GO) test -race -count=1 -timeout 15m ./...
 	@$(MAKE) --no-print-directory fuzz-short
+
+# The solver's whole cross-check corpus with CBC (pkg/allocate: 200 random instances under both latency models, the
+# examples around their switch points; `make test` solves every fourth random instance). About a minute and a half.
+crosscheck: deps
+	SLEIPNIR_CROSSCHECK=full $(GO) test -count=1 -run 'CrossCheck' -v ./pkg/allocate
 
 # Fuzzing: every fuzz target in the repository (found, not listed: a package's Fuzz* functions), one after another,
 # FUZZTIME each, since go test -fuzz takes one target per package per run. Each target's seeds and crafted inputs are

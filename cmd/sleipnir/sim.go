@@ -124,19 +124,25 @@ func setRoutingMode(specs []*pipeline.Spec, mode string) error {
 	return nil
 }
 
-// systemNames are the systems' full names (with the deadline policy), as the summaries name them, once each
-// system is checked against every pipeline.
+// systemNames are the systems to run, as --policy names them, checked against every pipeline and once each: two
+// names that resolve to the same full name (with the deadline policy) on every pipeline are one system ("loki" and
+// "loki:reroute" on the traffic example). Each pipeline resolves a name itself (pkg/sim), so a bare "loki" runs every
+// pipeline under its own deadline_policy.
 func systemNames(systems []string, specs []*pipeline.Spec, cc control.Config) ([]string, error) {
 	var syss []string
+	seen := map[string]bool{}
 	for _, name := range systems {
+		var full []string
 		for _, spec := range specs {
 			s, err := control.ParseSystem(name, spec, cc)
 			if err != nil {
 				return nil, fmt.Errorf("--policy: %w", err)
 			}
-			if spec == specs[0] {
-				syss = append(syss, s.Name)
-			}
+			full = append(full, s.Name)
+		}
+		if key := strings.Join(full, ","); !seen[key] {
+			seen[key] = true
+			syss = append(syss, name)
 		}
 	}
 	return syss, nil
@@ -272,8 +278,12 @@ type capacityReport struct {
 func runCapacity(base sim.Config, syss []string, cs sim.CapacitySearch, out string, asJSON bool) error {
 	reps := make([]capacityReport, len(syss))
 	err := eachSystem(base, syss, func(i int, c sim.Config) error {
+		sys, err := control.ParseSystem(c.System, c.Spec, c.Control)
+		if err != nil {
+			return err
+		}
 		q, probes, err := sim.Capacity(c, cs)
-		reps[i] = capacityReport{System: c.System, CapacityQPS: q, Probes: probes}
+		reps[i] = capacityReport{System: sys.Name, CapacityQPS: q, Probes: probes}
 		return err
 	})
 	if err != nil {

@@ -335,7 +335,9 @@ func TestPlannerReplansForDemand(t *testing.T) {
 		}
 		qps.store(step.qps)
 		var pl plan.Plan
-		waitFor(t, fmt.Sprintf("a plan for %v QPS", step.qps), func() bool {
+		// waitLong: the first plan also waits for the six workers' first heartbeats, which a busy machine under the
+		// race detector can delay by seconds.
+		waitLong(t, fmt.Sprintf("a plan for %v QPS", step.qps), func() bool {
 			pl = current()
 			return pl.Allocation != nil && pl.Allocation.DemandQPS == step.qps && pl.Allocation.ClusterServers == 6
 		})
