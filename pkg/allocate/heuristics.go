@@ -195,10 +195,7 @@ func solveRestricted(sub *milp.Problem, best float64, opt Options) []float64 {
 	// Pseudo-costs alone choose its branchings: with strong branching, most of its LPs, whole solves took 1.1-1.3x
 	// as long (384 accuracy-scaling solves of the examples).
 	o := milp.Options{MaxNodes: 2000, NoStrongBranching: true}
-	if math.IsInf(best, 0) {
-		// No incumbent yet: the search is at its root, waiting for this point, and its other workers are idle.
-		o.Workers = opt.workers()
-	} else {
+	if !math.IsInf(best, 0) {
 		o.Cutoff, o.UseCutoff = best, true
 	}
 	if opt.TimeLimit > 0 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -316,6 +317,22 @@ func TestWithoutZeroColumns(t *testing.T) {
 	}
 	if _, expand := knapsack(1, 3).WithoutZeroColumns(); expand(nil) != nil {
 		t.Error("expand(nil) is not nil")
+	}
+	// A row of dropped columns only goes when zero meets it, and stays (infeasible) when it does not.
+	p := knapsack(1, 4)
+	p.Upper[0], p.Upper[1] = 0, 0
+	p.AddRow("met by zero", math.Inf(-1), 5, Term{0, 1}, Term{1, 1})
+	p.AddRow("broken by zero", 1, math.Inf(1), Term{0, 1})
+	small, _ := p.WithoutZeroColumns()
+	var names []string
+	for _, r := range small.Rows {
+		names = append(names, r.Name)
+	}
+	if want := []string{"w1", "w2", "broken by zero"}; !slices.Equal(names, want) {
+		t.Errorf("rows kept %v, want %v", names, want)
+	}
+	if res, err := Solve(small, Options{}); err != nil || res.Status != Infeasible {
+		t.Errorf("with a row zero breaks: %v %v, want infeasible", res.Status, err)
 	}
 }
 
