@@ -318,12 +318,17 @@ func TestWithoutZeroColumns(t *testing.T) {
 	if _, expand := knapsack(1, 3).WithoutZeroColumns(); expand(nil) != nil {
 		t.Error("expand(nil) is not nil")
 	}
-	// A row of dropped columns only goes when zero meets it, and stays (infeasible) when it does not.
+	// A row of dropped columns only goes when zero meets it, and stays (infeasible) when it does not; a row left
+	// with one column goes into its bounds.
 	p := knapsack(1, 4)
 	p.Upper[0], p.Upper[1] = 0, 0
 	p.AddRow("met by zero", math.Inf(-1), 5, Term{0, 1}, Term{1, 1})
 	p.AddRow("broken by zero", 1, math.Inf(1), Term{0, 1})
+	p.AddRow("one column left", math.Inf(-1), 5, Term{1, 1}, Term{2, 2}) // x2 <= 2.5: an integer, at most 2
 	small, _ := p.WithoutZeroColumns()
+	if small.Upper[0] != 2 || small.Lower[0] != 0 {
+		t.Errorf("the column a row is left with has bounds [%v, %v], want [0, 2]", small.Lower[0], small.Upper[0])
+	}
 	var names []string
 	for _, r := range small.Rows {
 		names = append(names, r.Name)
