@@ -149,8 +149,8 @@ func (p *Problem) Violation(x []float64) float64 {
 // WithoutZeroColumns is p without its columns fixed at zero (both bounds 0), which add nothing to any row, and
 // without the rows left empty that zero meets; a row left with one column becomes that column's bounds. A problem
 // restricted by fixing most columns at zero (a heuristic's sub-problem) then solves as the small problem it is:
-// each LP's work grows with the rows too, and on the classed traffic example at 1400 QPS the restricted problem
-// keeps 258 of the 694 rows. expand maps a point of the smaller problem back to p's columns, zeros in the dropped
+// each LP's work grows with the rows too, and a restricted problem of the classed traffic example at 1400 QPS
+// keeps 258 of its 694 rows. expand maps a point of the smaller problem back to p's columns, zeros in the dropped
 // ones.
 func (p *Problem) WithoutZeroColumns() (small *Problem, expand func(x []float64) []float64) {
 	keep := make([]int, 0, p.NumCols()) // p's column of each column of small
