@@ -189,9 +189,9 @@ func (m *model) restrictToBatches(fixed []int, lower, upper []float64) {
 
 // solveRestricted solves fixedBatchIncumbent's restricted problem sub with a node limit: its point, or nil. Only a
 // point better than best (the search's incumbent's value) is of use, so best cuts the restricted search off: it
-// prunes what cannot beat it instead of finding and proving the worse points on its way (the 17 accuracy-mode
-// demands of BenchmarkClassesSweep, one worker: 5,892 nodes in all, the restricted searches' and the main ones',
-// where they took 7,719 without it).
+// prunes what cannot beat it instead of finding and proving the worse points on its way (BenchmarkClassesSweep's
+// demands of 1000-1500 and 150-200 QPS, one worker: 5,892 nodes in all, the restricted searches' and the main
+// ones', where they took 7,719 without it).
 func solveRestricted(sub *milp.Problem, best float64, opt Options) []float64 {
 	// Pseudo-costs alone choose its branchings: with strong branching, most of its LPs, whole solves took 1.1-1.3x
 	// as long (384 accuracy-scaling solves of the examples).
