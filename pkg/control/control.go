@@ -87,6 +87,11 @@ type Config struct {
 	Check       bool
 	CheckTarget float64
 	Checker     Checker
+	// MaxCostPerHour, when positive, caps the hourly price of the servers each plan of the allocation MILP's
+	// systems uses (allocate.Input.MaxCostPerHour): the cheapest plan that serves the demand at full accuracy when
+	// it is within the cap, else the most accurate plan within it. It needs priced classes and one pipeline (the
+	// joint division has no cost row): CheckCostCap says so before a run.
+	MaxCostPerHour float64
 	// Traces are the pipelines' planning traces, for the systems that plan once on one (cg-mean, cg-peak); nil:
 	// none, and those plan on the demand first observed.
 	Traces PlanningTraces
@@ -256,13 +261,29 @@ type MILP struct {
 	Workers int
 	// LatencyModel is the MILP's latency model ("": burst).
 	LatencyModel allocate.LatencyModel
+	// MaxCostPerHour caps each plan's cost (Config.MaxCostPerHour; 0: none).
+	MaxCostPerHour float64
+}
+
+// CheckCostCap says whether the cost cap can be planned: a cap needs prices, and one pipeline.
+func (c Config) CheckCostCap(pipelines int, priced bool) error {
+	switch {
+	case c.MaxCostPerHour == 0:
+		return nil
+	case !priced:
+		return fmt.Errorf("a cost cap (%v an hour) needs the classes' prices (--price)", c.MaxCostPerHour)
+	case pipelines > 1:
+		return fmt.Errorf("a cost cap (%v an hour) plans one pipeline; the joint division of %d has no cost row",
+			c.MaxCostPerHour, pipelines)
+	}
+	return nil
 }
 
 // Allocate solves the allocation MILP.
 func (a MILP) Allocate(spec *pipeline.Spec, o Observed) (*plan.Plan, error) {
 	res, err := allocate.SolveCascade(allocate.Input{Spec: spec, Demand: o.Demand, Servers: o.Servers,
 		Cluster: o.Cluster, Fanout: o.Fanout, Utilization: a.Utilization, LatencyModel: a.LatencyModel,
-		ArrivalDispersion: o.Traffic.Dispersion()},
+		ArrivalDispersion: o.Traffic.Dispersion(), MaxCostPerHour: a.MaxCostPerHour},
 		allocate.Options{TimeLimit: a.TimeLimit, Workers: a.Workers}, o.EscalationScale)
 	if err != nil {
 		return nil, err

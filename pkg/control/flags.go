@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -28,6 +29,7 @@ type Flags struct {
 	sharing        *string
 	check          *bool
 	checkTarget    *float64
+	maxCost        *float64
 }
 
 // RegisterFlags registers the control flags on fs.
@@ -63,6 +65,8 @@ func RegisterFlags(fs *flag.FlagSet) *Flags {
 			"more accurate plan when there is room (loki only)"),
 		checkTarget: fs.Float64("check-target", DefaultCheckTarget, "the share of requests a checked plan may be "+
 			"predicted to miss"),
+		maxCost: fs.Float64("max-cost", 0, "cap on each plan's cost, `PER_HOUR` (needs --price; one pipeline): "+
+			"the most accurate plan within it when the cheapest full-accuracy plan costs more (0: none)"),
 	}
 }
 
@@ -72,7 +76,8 @@ func (f *Flags) Config() (Config, error) {
 	c := Config{ReplanEvery: *f.replanEvery, ReplanSigmas: *f.replanSigmas, RouteSigmas: *f.routeSigmas,
 		Headroom: *f.headroom, RouteUtilization: *f.utilization, SolveTimeLimit: *f.solveTimeLimit,
 		SolveWorkers: *f.solveWorkers, TuneEvery: *f.tuneEvery,
-		ProfilesOnly: !*f.measured, Sharing: *f.sharing, Check: *f.check, CheckTarget: *f.checkTarget}
+		ProfilesOnly: !*f.measured, Sharing: *f.sharing, Check: *f.check, CheckTarget: *f.checkTarget,
+		MaxCostPerHour: *f.maxCost}
 	var err error
 	if c.LatencyModel, err = allocate.ParseLatencyModel(*f.latencyModel); err != nil {
 		return c, fmt.Errorf("--latency-model: %w", err)
@@ -95,6 +100,8 @@ func (f *Flags) Config() (Config, error) {
 		return c, fmt.Errorf("--solve-time-limit %v: want 0 or more", c.SolveTimeLimit)
 	case !(c.CheckTarget > 0 && c.CheckTarget < 1):
 		return c, fmt.Errorf("--check-target %v: want a share in (0, 1)", c.CheckTarget)
+	case c.MaxCostPerHour < 0 || math.IsNaN(c.MaxCostPerHour) || math.IsInf(c.MaxCostPerHour, 0):
+		return c, fmt.Errorf("--max-cost %v: want a cost per hour > 0 (0: none)", c.MaxCostPerHour)
 	case c.SolveWorkers < 0:
 		return c, fmt.Errorf("--solve-workers %d: want 0 or more", c.SolveWorkers)
 	}

@@ -104,7 +104,7 @@ func ParseSystem(s string, spec *pipeline.Spec, cfg Config) (System, error) {
 	}
 	if kind.New != nil {
 		m := MILP{Utilization: cfg.RouteUtilization, TimeLimit: cfg.SolveTimeLimit, Workers: cfg.SolveWorkers,
-			LatencyModel: cfg.LatencyModel}
+			LatencyModel: cfg.LatencyModel, MaxCostPerHour: cfg.MaxCostPerHour}
 		sys.Allocator = kind.New(m)
 		if cfg.Check && cfg.Checker != nil && kind.Name == "loki" {
 			sys.Allocator = cfg.checked(m)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/allocate"
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 )
 
 func TestParseSystem(t *testing.T) {
@@ -96,5 +97,41 @@ func TestFlags(t *testing.T) {
 		if _, _, err := parse(bad...); err == nil {
 			t.Errorf("%v: no error", bad)
 		}
+	}
+}
+
+// TestCostCapFlag: --max-cost reaches the allocation MILP of the system, and a cap that cannot be planned (no
+// prices, several pipelines, a negative cost) is refused before a run.
+func TestCostCapFlag(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	f := RegisterFlags(fs)
+	if err := fs.Parse([]string{"--max-cost", "8"}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := f.Config()
+	if err != nil || cfg.MaxCostPerHour != 8 {
+		t.Fatalf("--max-cost 8: %+v %v", cfg.MaxCostPerHour, err)
+	}
+	spec, err := pipeline.Load("../../examples/traffic-classes.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys, err := ParseSystem("loki", spec, cfg)
+	if m, ok := sys.Allocator.(MILP); err != nil || !ok || m.MaxCostPerHour != 8 {
+		t.Errorf("loki's allocator %#v (%v): want the MILP with the cap", sys.Allocator, err)
+	}
+	if cfg.CheckCostCap(1, true) != nil || cfg.CheckCostCap(1, false) == nil || cfg.CheckCostCap(2, true) == nil {
+		t.Error("CheckCostCap: want it to accept one priced pipeline only")
+	}
+	if (Config{}).CheckCostCap(3, false) != nil {
+		t.Error("no cap: nothing to check")
+	}
+	fs = flag.NewFlagSet("t", flag.ContinueOnError)
+	f = RegisterFlags(fs)
+	if err := fs.Parse([]string{"--max-cost", "-1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Config(); err == nil {
+		t.Error("--max-cost -1: no error")
 	}
 }

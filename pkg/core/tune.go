@@ -3,7 +3,10 @@
 package core
 
 import (
+	"cmp"
 	"maps"
+	"math"
+	"slices"
 	"time"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
@@ -98,7 +101,34 @@ func (c *Cluster) usable(p *Pipeline, able plan.Cluster) plan.Cluster {
 		sc.Servers = own[sc.Name] + max(free[sc.Name], 0)
 		out = append(out, sc)
 	}
+	if maxCost := c.cfg.Control.MaxCostPerHour; maxCost > 0 {
+		withinCostCap(out, own, maxCost)
+	}
 	return out
+}
+
+// withinCostCap trims the workers a tuner may lend (those of usable beyond own, the plan's) to what the cost cap
+// leaves over the plan's own servers, the cheapest class first: whatever the tuner lends of them, the servers in
+// use stay within the cap (Control.MaxCostPerHour).
+func withinCostCap(usable plan.Cluster, own map[string]int, maxCost float64) {
+	budget := maxCost
+	for _, sc := range usable {
+		budget -= float64(own[sc.Name]) * sc.PricePerHour
+	}
+	order := make([]int, len(usable))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(usable[a].PricePerHour, usable[b].PricePerHour) })
+	for _, i := range order {
+		sc := &usable[i]
+		lendable := sc.Servers - own[sc.Name]
+		if sc.PricePerHour > 0 {
+			lendable = min(lendable, max(int(math.Floor(budget/sc.PricePerHour+1e-9)), 0))
+		}
+		budget -= float64(lendable) * sc.PricePerHour
+		sc.Servers = own[sc.Name] + lendable
+	}
 }
 
 // Lent are p's loans in force.

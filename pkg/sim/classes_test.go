@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sleipnir-serving/sleipnir/pkg/control"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
@@ -117,5 +118,38 @@ func TestClassesDeterministic(t *testing.T) {
 		if !reflect.DeepEqual(a, b) {
 			t.Fatalf("%s: two runs with the same seed differ:\n%+v\n%+v", system, a.Summary, b.Summary)
 		}
+	}
+}
+
+// TestCostCapHolds: with a cost cap under what the cheapest full-accuracy plan costs (traffic-classes at 600 QPS
+// on cpu=16,fast=4: 10.70 an hour), every plan and the tuner's loans keep the servers in use within the cap, the
+// plans trade accuracy for it, and the deadlines hold; uncapped, the same run costs more.
+func TestCostCapHolds(t *testing.T) {
+	cluster := plan.NewCluster(map[string]int{"cpu": 16, "fast": 4}, plan.Prices{"cpu": 0.4, "fast": 2.5})
+	const maxCost = 8.0
+	var sums []Summary
+	for _, c := range []float64{0, maxCost} {
+		s, err := newSim(Config{Spec: trafficClasses(t), Workload: workload.Constant(600, 20*time.Second),
+			Cluster: cluster, Seed: 1, CommLatency: -1, Warmup: 5 * time.Second,
+			Control: control.Config{MaxCostPerHour: c}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.run()
+		sums = append(sums, s.result(s.pipes[0]).Summary)
+	}
+	free, capped := sums[0], sums[1]
+	t.Logf("uncapped: %.2f an hour, accuracy %.4f, %.2f%% violations; capped at %v: %.2f an hour (at most %.2f), "+
+		"accuracy %.4f, %.2f%% violations", free.MeanCostPerHour, free.MeanAccuracy, 100*free.SLOViolationRatio,
+		maxCost, capped.MeanCostPerHour, capped.MaxCostPerHour, capped.MeanAccuracy, 100*capped.SLOViolationRatio)
+	if free.MeanCostPerHour <= maxCost {
+		t.Fatalf("uncapped, the run costs %.2f an hour: the cap of %v does not bind", free.MeanCostPerHour, maxCost)
+	}
+	if capped.MaxCostPerHour > maxCost+1e-9 || capped.MeanAccuracy >= free.MeanAccuracy {
+		t.Errorf("capped at %v: at most %.2f an hour, accuracy %.4f (uncapped %.4f)", maxCost,
+			capped.MaxCostPerHour, capped.MeanAccuracy, free.MeanAccuracy)
+	}
+	if capped.SLOViolationRatio > 0.01 {
+		t.Errorf("capped: %.2f%% violations", 100*capped.SLOViolationRatio)
 	}
 }

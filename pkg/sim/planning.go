@@ -277,7 +277,7 @@ func (s *sim) result(p *pipe) *Result {
 	t := tallySeconds(p.seconds[first:])
 	sum.Requests, sum.OK, sum.Partial, sum.Dropped, sum.Late = t.arrivals, t.ok, t.partial, t.dropped, t.late
 	sum.Refused, sum.Degraded = t.refused, t.degraded
-	sum.MaxActiveServers = t.maxServers
+	sum.MaxActiveServers, sum.MaxCostPerHour = t.maxServers, t.maxCost
 	if t.arrivals > 0 {
 		sum.SLOViolationRatio, sum.UnansweredRatio = t.violationRatio(), t.unansweredRatio()
 	}

@@ -58,6 +58,7 @@ type tally struct {
 	refused, degraded                    int
 	accuracySum, servers                 float64
 	maxServers                           int
+	maxCost                              float64
 	cost                                 float64        // summed hourly price of the servers in use
 	byClass                              map[string]int // summed servers in use per class
 	last                                 Second
@@ -78,6 +79,7 @@ func tallySeconds(xs []Second) tally {
 		t.servers += float64(x.ActiveServers)
 		t.maxServers = max(t.maxServers, x.ActiveServers)
 		t.cost += x.CostPerHour
+		t.maxCost = max(t.maxCost, x.CostPerHour)
 		for c, n := range x.ActiveByClass {
 			if t.byClass == nil {
 				t.byClass = map[string]int{}

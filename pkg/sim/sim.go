@@ -423,6 +423,9 @@ func (s *sim) startCore() error {
 	for i, p := range s.pipes {
 		specs[i], systems[i] = p.spec, p.system
 	}
+	if err := s.cfg.Control.CheckCostCap(len(specs), s.cfg.Cluster.Priced()); err != nil {
+		return fmt.Errorf("sim: %w", err)
+	}
 	c, err := core.New(specs, systems, core.Config{Control: s.cfg.Control, DemandAlpha: s.cfg.DemandAlpha,
 		LatencyMaxAge: reportMaxAge})
 	if err != nil {

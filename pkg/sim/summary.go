@@ -60,9 +60,10 @@ type Summary struct {
 	MeanActiveServers float64 `json:"mean_active_servers"`
 	MaxActiveServers  int     `json:"max_active_servers"`
 	// MeanCostPerHour is the mean hourly price of the servers in use (active servers times their class's price,
-	// over the seconds, like MeanActiveServers); MeanActiveByClass the mean active servers per class, on a cluster
+	// over the seconds, like MeanActiveServers), MaxCostPerHour the most of any second; MeanActiveByClass the mean active servers per class, on a cluster
 	// of classes. Cluster is the cluster simulated, when it has classes or prices.
 	MeanCostPerHour   float64            `json:"mean_cost_per_hour"`
+	MaxCostPerHour    float64            `json:"max_cost_per_hour"`
 	MeanActiveByClass map[string]float64 `json:"mean_active_by_class,omitempty"`
 	Cluster           plan.Cluster       `json:"cluster,omitempty"`
 	// EscalationRatio is the share of the items the cascades' first variants executed that they sent on (the whole

@@ -161,6 +161,13 @@ func New(nc *nats.Conn, cfg Config) (*Planner, error) {
 	if len(cfg.Pipelines) == 0 {
 		return nil, errors.New("planner: no pipeline to serve")
 	}
+	priced := false
+	for _, price := range cfg.Prices {
+		priced = priced || price > 0
+	}
+	if err := cfg.Config.CheckCostCap(len(cfg.Pipelines), priced); err != nil {
+		return nil, fmt.Errorf("planner: %w", err)
+	}
 	// The system's deadline policy is the published spec's: the workers read it there.
 	specs := make([]*pipeline.Spec, len(cfg.Pipelines))
 	systems := make([]control.System, len(cfg.Pipelines))
