@@ -50,7 +50,7 @@ type Config struct {
 	// AckWait is how often (a third of it) a batch running long is marked in progress when the consumer's own ack
 	// wait, which the planner sets, is unknown.
 	AckWait time.Duration
-	// FetchWait bounds one wait for work, and so how long an assignment change waits for an idle worker.
+	// FetchWait bounds one wait for work: how long an assignment change waits for an idle worker (several-pipelines.md).
 	FetchWait time.Duration
 	// RegisterEvery is the period of the worker's registration refresh, by which the planner knows it is alive.
 	RegisterEvery time.Duration
@@ -84,7 +84,7 @@ func (c *Config) setDefaults() {
 		c.AckWait = bus.DefaultAckWait
 	}
 	if c.FetchWait == 0 {
-		c.FetchWait = 500 * time.Millisecond
+		c.FetchWait = 100 * time.Millisecond
 	}
 	if c.RegisterEvery == 0 {
 		c.RegisterEvery = time.Second
