@@ -419,7 +419,8 @@ func (p *Planner) publishStep(ctx context.Context, now time.Time, d core.Decisio
 	a := pl.Allocation
 	p.log.Info("plan published", "pipeline", spec.Name, "epoch", pl.Epoch, "mode", pl.Mode,
 		"estimate_qps", round(a.Estimate()), "demand_qps", round(a.DemandQPS), "active_servers", a.ActiveServers,
-		"servers", o.OnCluster().String(), "cost_per_hour", round(a.CostPerHour),
+		"servers", o.OnCluster().String(), "arrival_dispersion", round(o.Traffic.Dispersion()),
+		"cost_per_hour", round(a.CostPerHour),
 		"system_accuracy", round(a.SystemAccuracy), "optimal", a.Optimal, "gap", round(a.Gap),
 		"solve_ms", a.SolveMs)
 	if c := a.Check; c != nil {
