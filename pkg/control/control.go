@@ -115,8 +115,8 @@ const (
 	// (Headroom), they run at the edge of what the allocation MILP's model says their servers serve, and at some
 	// points that model is short: the traffic camera on 4 servers at 50 QPS, or on 6 at 42, missed 3.0% and 4.5% of
 	// its deadlines at a steady load (the check predicted 4.1% for the first), and the traffic example stepped to 600
-	// QPS on 20 missed 1.2-1.4% for 20 s on one seed of five; checked, 0.9%, 0.03% and 0.4% (docs/adaptation.md).
-	// A plan in hardware mode has its headroom, and is not checked.
+	// QPS on 20 missed 1.9% and 2.3% in two 10 s windows (seed 2); checked, 0.9%, 0.03%, and 0.2% and 0.4%
+	// (docs/plan-check.md, docs/adaptation.md). A plan in hardware mode has its headroom, and is not checked.
 	CheckEdge CheckPlans = "edge"
 	// CheckAll checks every plan (--check).
 	CheckAll CheckPlans = "all"
