@@ -72,8 +72,11 @@ func (c Checked) Allocate(spec *pipeline.Spec, o Observed) (*plan.Plan, error) {
 		maxN = 4
 	}
 	p, err := c.Inner.Allocate(spec, o)
-	if err != nil || c.AccuracyModeOnly && p.Mode != plan.ModeAccuracy {
-		return p, err
+	if err != nil {
+		return nil, err
+	}
+	if c.AccuracyModeOnly && p.Mode != plan.ModeAccuracy {
+		return p, nil
 	}
 	first, bestPred, err := c.check(spec, p, o)
 	if err != nil {
