@@ -6,11 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
-	"github.com/sleipnir-serving/sleipnir/services/planner"
 )
 
 // TestFirstRequestsOnAFullCluster: two pipelines (loki, the joint division) on 4 workers, too few for a replica of
@@ -28,19 +25,9 @@ func TestFirstRequestsOnAFullCluster(t *testing.T) {
 		}
 		specs = append(specs, spec)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	sys, err := Start(ctx, Config{Workers: 4, DataDir: t.TempDir(), Pipelines: specs, MaxPayload: 8 << 20,
-		Planner: planner.Config{Storage: jetstream.MemoryStorage}})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		if err := sys.Wait(); err != nil {
-			t.Errorf("system stopped with: %v", err)
-		}
-	})
+	sys := startPipelines(t, Config{Workers: 4}, specs...)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	if !sys.Up(ctx) {
 		t.Fatal("not up")
 	}

@@ -41,8 +41,20 @@ func startSystemWith(t testing.TB, specFile string, cfg Config, edits ...func(*p
 	for _, edit := range edits {
 		edit(spec)
 	}
+	sys := startPipelines(t, cfg, spec)
+	p, err := plan.Static(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitServing(t, sys.Frontend, sys.Workers, min(p.Servers(), workers))
+	return sys, spec
+}
+
+// startPipelines starts the system with cfg on specs (in memory, a fresh data directory), stopped at the test's end.
+func startPipelines(t testing.TB, cfg Config, specs ...*pipeline.Spec) *System {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	cfg.DataDir, cfg.Pipelines, cfg.Planner.Storage, cfg.MaxPayload = t.TempDir(), []*pipeline.Spec{spec}, jetstream.MemoryStorage, 8<<20
+	cfg.DataDir, cfg.Pipelines, cfg.Planner.Storage, cfg.MaxPayload = t.TempDir(), specs, jetstream.MemoryStorage, 8<<20
 	sys, err := Start(ctx, cfg)
 	if err != nil {
 		cancel()
@@ -54,12 +66,7 @@ func startSystemWith(t testing.TB, specFile string, cfg Config, edits ...func(*p
 			t.Errorf("system stopped with: %v", err)
 		}
 	})
-	p, err := plan.Static(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitServing(t, sys.Frontend, sys.Workers, min(p.Servers(), workers))
-	return sys, spec
+	return sys
 }
 
 // waitServing waits until the frontend has the plans and n workers serve a variant.
