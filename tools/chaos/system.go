@@ -9,10 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -22,6 +24,7 @@ import (
 
 	"github.com/sleipnir-serving/sleipnir/internal/natsproc"
 	"github.com/sleipnir-serving/sleipnir/pkg/auth"
+	"github.com/sleipnir-serving/sleipnir/pkg/metrics"
 )
 
 // Roles of the processes; with Auth, each role connects as its own user.
@@ -143,6 +146,8 @@ type proc struct {
 	args       []string
 	wrap       []string // the command it runs under (its network namespace's), if any
 	log        io.Writer
+	// metricsURL is its Prometheus endpoint (Config.Metrics), kept across restarts; "" without.
+	metricsURL string
 
 	mu       sync.Mutex
 	cmd      *exec.Cmd
@@ -213,6 +218,16 @@ func (p *proc) close() {
 		_ = cmd.Process.Signal(syscall.SIGKILL)
 		<-exited
 	}
+}
+
+// pid is the process's id, 0 while it is down.
+func (p *proc) pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
 }
 
 func (p *proc) takeCrashes() []string {
@@ -337,15 +352,28 @@ func (s *System) startServices(dir, urls string) error {
 		}
 		s.logs = append(s.logs, f)
 		args = append(append(args, "--nats", urls), cfg.Auth.args(name, role)...)
-		wrap, err := s.namespace(name)
+		host, wrap, err := s.namespace(name)
 		if err != nil {
 			return err
 		}
-		p := &proc{name: name, role: role, bin: cfg.Sleipnir, args: args, wrap: wrap, log: f}
+		metricsURL := ""
+		if cfg.Metrics {
+			port, err := natsproc.FreePort()
+			if err != nil {
+				return err
+			}
+			addr := net.JoinHostPort(host, strconv.Itoa(port))
+			args, metricsURL = append(args, "--metrics-addr", addr), "http://"+addr+metrics.Path
+		}
+		p := &proc{name: name, role: role, bin: cfg.Sleipnir, args: args, wrap: wrap, log: f, metricsURL: metricsURL}
 		s.procs[name] = p
 		return p.start()
 	}
-	err := add("planner", RolePlanner, append([]string{"planner", "--pipeline", cfg.Pipeline}, cfg.PlannerArgs...)...)
+	plannerArgs := []string{"planner"}
+	for _, file := range append([]string{cfg.Pipeline}, cfg.MorePipelines...) {
+		plannerArgs = append(plannerArgs, "--pipeline", file)
+	}
+	err := add("planner", RolePlanner, append(plannerArgs, cfg.PlannerArgs...)...)
 	for i := 0; i < 2 && err == nil; i++ {
 		err = add(frontendName(i), RoleFrontend, "frontend", "--id", frontendName(i), "--http", "")
 	}
@@ -366,9 +394,11 @@ func StartTopology(ctx context.Context, cfg Config, dir string) (*System, error)
 	if err != nil {
 		return nil, err
 	}
-	if err := sys.waitServing(ctx, cfg.spec.Name, 60*time.Second); err != nil {
-		sys.Close()
-		return nil, err
+	for _, spec := range cfg.specs {
+		if err := sys.waitServing(ctx, spec.Name, 60*time.Second); err != nil {
+			sys.Close()
+			return nil, fmt.Errorf("%s: %w", spec.Name, err)
+		}
 	}
 	return sys, nil
 }
@@ -421,14 +451,13 @@ func (s *System) Crashes() []string {
 // clusterName names the cluster of Config.Nodes servers; its nodes are sleipnir-1, sleipnir-2, ...
 const clusterName = "sleipnir"
 
-// namespace makes the network namespace of a process and returns the command prefix that runs in it; nil without
-// Config.Netns.
-func (s *System) namespace(name string) ([]string, error) {
+// namespace makes the network namespace of a process and returns its address and the command prefix that runs in
+// it; loopback and nil without Config.Netns.
+func (s *System) namespace(name string) (host string, wrap []string, err error) {
 	if s.lab == nil {
-		return nil, nil
+		return "127.0.0.1", nil, nil
 	}
-	_, wrap, err := s.lab.add(name)
-	return wrap, err
+	return s.lab.add(name)
 }
 
 // wrapped is the command that runs bin under wrap (nothing: bin itself).
@@ -439,8 +468,17 @@ func wrapped(wrap []string, bin string, args ...string) *exec.Cmd {
 	return exec.Command(wrap[0], append(slices.Clone(wrap[1:]), append([]string{bin}, args...)...)...)
 }
 
-// Pipeline is the name of the pipeline the planner serves.
+// Pipeline is the name of the pipeline the planner serves (the first, if several).
 func (s *System) Pipeline() string { return s.cfg.spec.Name }
+
+// Pipelines are the names of every pipeline the planner serves.
+func (s *System) Pipelines() []string {
+	var names []string
+	for _, spec := range s.cfg.specs {
+		names = append(names, spec.Name)
+	}
+	return names
+}
 
 // URLs are the client URLs of every server, comma-separated, as the services get them.
 func (s *System) URLs() string { return natsproc.URLs(s.Nodes) }
