@@ -210,7 +210,7 @@ node-loss: build $(NATS_SERVER)
 # The soak (issue 47): the deployment of `make cluster` (three clustered nats-server processes, the planner, two
 # frontends and SOAK_WORKERS workers, each process as its own user and, where the machine allows it, in a network
 # namespace of its own) serving examples/traffic.yaml and examples/ocr-chain.yaml under loadgen at SOAK_LOAD (about
-# 70% of what it serves here: docs/faults.md#soak) for SOAK (10 minutes; SOAK=1h for the full one) after 30 s of
+# 70% of what it serves here: docs/faults.md#soak) for SOAK (10 minutes; SOAK=1h for the full one) after 2 minutes of
 # settling, with a fault every fifth of SOAK, at most 5 minutes apart, in rotation: a worker killed, a NATS node
 # killed and restarted, a frontend restarted. Every process's resident memory and goroutines are read every 5 s. It
 # prints a row per fault and pipeline, the totals and each process's series, and fails unless nothing was lost but

@@ -42,7 +42,8 @@ func runSoak(args []string) error {
 	loads := loadFlags{}
 	fs.Var(loads, "load", "`PIPELINE=QPS`, repeatable: each pipeline's steady load (every pipeline served needs one)")
 	fs.DurationVar(&cfg.Duration, "duration", 10*time.Minute, "how long to measure, after --settle")
-	fs.DurationVar(&cfg.Settle, "settle", 30*time.Second, "load sent before measuring")
+	fs.DurationVar(&cfg.Settle, "settle", 2*time.Minute, "load sent before measuring: the demand estimates, plans and "+
+		"admission limits settle")
 	fs.DurationVar(&cfg.Every, "fault-every", 0, "time between faults, in rotation: a worker killed, a NATS node "+
 		"killed and restarted, a frontend restarted (default a fifth of --duration, at most 5m)")
 	fs.DurationVar(&cfg.Recovery, "recovery", 30*time.Second, "each fault's recovery window after its victim's "+

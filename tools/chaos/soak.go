@@ -21,7 +21,7 @@ type SoakConfig struct {
 	Config
 	// Loads is each pipeline's rate, requests per second, by pipeline name; every pipeline served needs one.
 	Loads map[string]float64
-	// Duration is measured, after Config.Settle (default 30 s) sent and not counted.
+	// Duration is measured, after Config.Settle (default 2 minutes) sent and not counted.
 	Duration time.Duration
 	// Every is the time between two faults, the first one Every after the measurement starts (default Duration/5,
 	// at most 5 minutes).
@@ -41,7 +41,7 @@ func (c *SoakConfig) setDefaults() error {
 		return errors.New("soak: a duration is required")
 	}
 	if c.Settle == 0 {
-		c.Settle = 30 * time.Second
+		c.Settle = 2 * time.Minute
 	}
 	if c.Every == 0 {
 		c.Every = min(c.Duration/5, 5*time.Minute)
