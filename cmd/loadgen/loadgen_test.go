@@ -369,3 +369,36 @@ func TestWorkloadSteps(t *testing.T) {
 		t.Fatalf("summary qps %v, want the workload's mean 150", s.QPS)
 	}
 }
+
+// TestScheduleIsWhatRunSends: Schedule draws the times Run sends at (the fidelity check simulates them), every
+// request of the warmup and the measured part, and the seed's own.
+func TestScheduleIsWhatRunSends(t *testing.T) {
+	nc := connect(t)
+	var received atomic.Int64
+	respond(t, nc, func(int64) string { received.Add(1); return wire.StatusOK }, 0)
+	cfg := Config{Pipeline: "p", QPS: 300, Warmup: 300 * time.Millisecond, Duration: 700 * time.Millisecond,
+		Grace: time.Second, Seed: 7}
+	times, err := Schedule(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Run(context.Background(), nc, cfg, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := received.Load(); n != int64(len(times)) {
+		t.Errorf("Run sent %d requests, Schedule has %d", n, len(times))
+	}
+	for i, d := range times {
+		if d < 0 || d >= cfg.Warmup+cfg.Duration || i > 0 && d < times[i-1] {
+			t.Fatalf("time %d of the schedule, %v, is out of order or outside the run", i, d)
+		}
+	}
+	cfg.Seed = 8
+	other, err := Schedule(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(other) > 0 && len(times) > 0 && other[0] == times[0] {
+		t.Errorf("seeds 7 and 8 drew the same first arrival, %v", times[0])
+	}
+}

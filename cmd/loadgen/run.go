@@ -198,13 +198,10 @@ func withDefaults(cfg Config) (Config, *workload.Arrivals, error) {
 // when the last was sent and when the measurement began (zero if it never did).
 func (r *run) send(ctx context.Context, cfg Config, arrivals *workload.Arrivals, rng *rand.Rand,
 	start time.Time) (sendEnd, measureStart time.Time) {
-	next := start
+	sched := schedule{cfg: cfg, arrivals: arrivals, rng: rng, start: start, next: start}
 	for i := 0; ; i++ {
-		var more bool
-		if next, more = nextArrival(cfg, arrivals, rng, start, next); !more {
-			break
-		}
-		if next.Sub(start) >= cfg.Warmup+cfg.Duration {
+		next, more := sched.advance()
+		if !more {
 			break
 		}
 		if d := time.Until(next); d > 0 {
@@ -229,6 +226,47 @@ func (r *run) send(ctx context.Context, cfg Config, arrivals *workload.Arrivals,
 		sendEnd = time.Now()
 	}
 	return sendEnd, measureStart
+}
+
+// schedule is when Run sends its requests: the arrivals drawn from its generator after the input values.
+type schedule struct {
+	cfg         Config
+	arrivals    *workload.Arrivals
+	rng         *rand.Rand
+	start, next time.Time
+}
+
+// advance returns when the next request is due; false when the run's time is up or its workload is over.
+func (s *schedule) advance() (time.Time, bool) {
+	next, more := nextArrival(s.cfg, s.arrivals, s.rng, s.start, s.next)
+	if !more || next.Sub(s.start) >= s.cfg.Warmup+s.cfg.Duration {
+		return s.next, false
+	}
+	s.next = next
+	return next, true
+}
+
+// Schedule is the times since its start at which Run sends cfg's requests, the warmup's included, as drawn (Run
+// sends a request late when it cannot keep up): a seed gives the same times. The fidelity check simulates them.
+func Schedule(cfg Config) ([]time.Duration, error) {
+	cfg, arrivals, err := withDefaults(cfg)
+	if err != nil {
+		return nil, err
+	}
+	rng := rand.New(rand.NewPCG(cfg.Seed, 0x10ad))
+	if _, err := requestPayloads(cfg, rng); err != nil {
+		return nil, err
+	}
+	var start time.Time
+	sched := schedule{cfg: cfg, arrivals: arrivals, rng: rng, start: start, next: start}
+	var times []time.Duration
+	for {
+		next, more := sched.advance()
+		if !more {
+			return times, nil
+		}
+		times = append(times, next.Sub(start))
+	}
 }
 
 // nextArrival is when the request after the one at prev is due: the workload's next arrival once its warmup is

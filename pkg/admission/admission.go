@@ -79,8 +79,10 @@ const (
 // Plan is what a gate needs of the plan in force for a pipeline (Of builds it).
 type Plan struct {
 	// Hosted says the plan hosts a variant of every task: a pipeline the plan gives no server (a joint plan shed
-	// it) has its requests refused at once, as demand still (Reasons: unhosted).
-	Hosted bool
+	// it) has its requests refused at once, as demand still (Reasons: unhosted); UnhostedTask names a task it does
+	// not host, for the refusal's reason.
+	Hosted       bool
+	UnhostedTask string
 	// FastestMs is the latency of the plan's fastest path: each task's fastest hosted variant at batch 1 and the
 	// communication latency of each hop, along the slowest chain.
 	FastestMs float64
@@ -157,6 +159,18 @@ func New(cfg Config) *Gate {
 	return &Gate{cfg: cfg, pipes: map[string]*pipeState{}}
 }
 
+// RefuseUnhosted refuses a request to pipeline when plan p hosts no variant of one of its tasks, admission control
+// on or off: no worker would take it, and it would wait out its deadline. The caller counts it as demand, so that
+// the planner's next division gives the pipeline servers.
+func RefuseUnhosted(pipeline string, p Plan) (d Decision, refused bool) {
+	if p.Hosted {
+		return Decision{}, false
+	}
+	return Decision{Reason: ReasonUnhosted, Detail: fmt.Sprintf("overloaded: the plan in force gives pipeline %s "+
+		"no server for task %s (the cluster has no room for it now); this request counts as its demand, and the "+
+		"planner's next division gives it servers: retry in a few seconds", pipeline, p.UnhostedTask)}, true
+}
+
 // Decide admits or refuses r under plan p. An admitted request is in flight until Done.
 func (g *Gate) Decide(r Request, p Plan) Decision {
 	r.Class = max(0, min(r.Class, pipeline.MaxPriority))
@@ -170,9 +184,8 @@ func (g *Gate) Decide(r Request, p Plan) Decision {
 	}
 	tau, rateTau := g.cfg.Window.Seconds(), g.cfg.RateWindow.Seconds()
 	s.arrivals[r.Class].add(r.Now, tau, 1)
-	if !p.Hosted {
-		return Decision{Reason: ReasonUnhosted, Detail: fmt.Sprintf("overloaded: the plan in force gives pipeline "+
-			"%s no server for one of its tasks; retry later", r.Pipeline)}
+	if d, refused := RefuseUnhosted(r.Pipeline, p); refused {
+		return d
 	}
 	left := r.Deadline.Sub(r.Now)
 	fastest := time.Duration(p.FastestMs * float64(time.Millisecond))

@@ -257,7 +257,7 @@ func TestOfTraffic(t *testing.T) {
 		t.Fatalf("Of without recognize_face: %+v, want not hosted", got)
 	}
 	if d := New(Config{}).Decide(Request{Pipeline: "traffic", Now: t0, Deadline: t0.Add(time.Second)}, got); d.Admit ||
-		d.Reason != ReasonUnhosted || !strings.Contains(d.Detail, "no server") {
+		d.Reason != ReasonUnhosted || !strings.Contains(d.Detail, "no server for task recognize_face") {
 		t.Errorf("a plan that hosts no recognize_face: %+v, want refused (unhosted)", d)
 	}
 	if want < 20 {

@@ -6,16 +6,17 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
-// Of is what a gate needs of plan p of spec: whether it hosts every task, and the latency of its fastest path. (Not the rate the plan serves: the
-// planner sizes it with headroom, and the gate admits on what the workers answer; docs/admission.md.)
+// Of is what a gate needs of plan p of spec: whether it hosts every task (which not), and the latency of its fastest
+// path. (Not the rate the plan serves: the planner sizes it with headroom, and the gate admits on what the workers
+// answer; docs/admission.md.)
 func Of(spec *pipeline.Spec, p *plan.Plan) Plan {
 	out := Plan{Hosted: true}
 	for _, chain := range spec.Chains() {
 		ms := 0.0
 		for _, task := range chain {
 			fastest := fastestHosted(spec, p, task)
-			if fastest == 0 {
-				out.Hosted = false
+			if fastest == 0 && out.Hosted {
+				out.Hosted, out.UnhostedTask = false, task
 			}
 			ms += fastest + spec.CommLatencyMs
 		}

@@ -373,7 +373,7 @@ func (m *model) milpOptions(opt Options) milp.Options {
 		o.Incumbent = m.hardwareIncumbent()
 	} else {
 		m.tried = &triedBatches{}
-		o.RootHeuristic = func(x []float64) []float64 { return m.fixedBatchIncumbent(x, opt) }
+		o.RootHeuristic = func(x []float64, best float64) []float64 { return m.fixedBatchIncumbent(x, best, opt) }
 	}
 	return o
 }

@@ -322,3 +322,36 @@ func TestCostCapOneClass(t *testing.T) {
 		}
 	}
 }
+
+// The fixed-batch heuristic's restricted search wants only a point better than the search's incumbent: on the
+// classed traffic example at 1400 QPS (accuracy mode, a full cluster), given its own point's value it finds nothing
+// (without the cutoff it found and proved that point again).
+func TestRestrictedSearchCutoff(t *testing.T) {
+	c := classedSweeps(t)[0]
+	in := c.in
+	in.Demand = 1400
+	m, err := build(in, stepAccuracy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first, again []float64
+	o := m.milpOptions(Options{Workers: 1})
+	o.MaxNodes = 1
+	o.RootHeuristic = func(x []float64, best float64) []float64 {
+		m.tried = nil // the same batches twice
+		if first = m.fixedBatchIncumbent(x, best, Options{Workers: 1}); first != nil {
+			again = m.fixedBatchIncumbent(x, m.prob.Value(first), Options{Workers: 1})
+		}
+		return first
+	}
+	if _, err := milp.Solve(m.prob, o); err != nil {
+		t.Fatal(err)
+	}
+	if first == nil {
+		t.Fatal("the heuristic found no point at the root")
+	}
+	if again != nil {
+		t.Errorf("given its own point's value %v, the heuristic returned a point worth %v", m.prob.Value(first),
+			m.prob.Value(again))
+	}
+}

@@ -149,8 +149,8 @@ func (s *jointSolve) jointMILP(parts []*jointPart, class int, left plan.Cluster,
 // jointHeuristic is the joint MILP's first point from its root LP's x, found as each model finds its own
 // (fixedBatchIncumbent): every model's batch sizes fixed from its part of x, then the restricted joint MILP, whose
 // servers they share, solved with a node limit.
-func jointHeuristic(p *milp.Problem, parts []*jointPart, opt Options) func(x []float64) []float64 {
-	return func(x []float64) []float64 {
+func jointHeuristic(p *milp.Problem, parts []*jointPart, opt Options) func(x []float64, best float64) []float64 {
+	return func(x []float64, best float64) []float64 {
 		sub := *p
 		sub.Lower = append([]float64(nil), p.Lower...)
 		sub.Upper = append([]float64(nil), p.Upper...)
@@ -158,7 +158,7 @@ func jointHeuristic(p *milp.Problem, parts []*jointPart, opt Options) func(x []f
 			end := pt.off + pt.m.prob.NumCols()
 			pt.m.restrictToBatches(pt.m.fixedBatches(x[pt.off:end]), sub.Lower[pt.off:end], sub.Upper[pt.off:end])
 		}
-		return solveRestricted(&sub, opt)
+		return solveRestricted(&sub, best, opt)
 	}
 }
 

@@ -1,6 +1,7 @@
 package control
 
 import (
+	"errors"
 	"maps"
 	"time"
 
@@ -18,7 +19,8 @@ type Step struct {
 	// changed.
 	Replanned bool
 	// Err says a re-plan failed: the current allocation stays, and is not solved again until its inputs move or
-	// ReplanEvery passes. Plan may still carry new routing.
+	// ReplanEvery passes. Plan may still carry new routing, or, when the servers cannot host the pipeline at all and
+	// the current plan does not fit them, be a plan that hosts nothing.
 	Err error
 }
 
@@ -103,6 +105,14 @@ func (l *Loop) Next(now time.Time, o Observed) Step {
 		st = l.replan(now, o)
 		if st.Plan != nil {
 			return st
+		}
+		// The servers cannot host the pipeline at all (fewer than its tasks: an even split of a few, or the
+		// division's fallback to one), and the plan in force does not fit them either: its requests would wait out
+		// their deadlines at variants no worker serves. Shed, they are refused at once and counted as demand.
+		if errors.Is(st.Err, ErrCannotServe) && !fitsOn(l.current, o.OnCluster()) {
+			shed := l.shed(o)
+			shed.Err = st.Err
+			return shed
 		}
 	}
 	last := l.routed
@@ -208,6 +218,17 @@ func (l *Loop) shed(o Observed) Step {
 	return Step{Replanned: true, Plan: &plan.Plan{Pipeline: l.spec.Name, Epoch: l.current.Epoch + 1,
 		Mode: plan.ModeOverloaded, Fanout: o.Fanout, Profiles: o.Profiles,
 		Allocation: &plan.Allocation{DemandQPS: o.Demand, EstimateQPS: o.Demand, Optimal: true}}}
+}
+
+// fitsOn says whether p's replicas fit the servers of cluster, class by class.
+func fitsOn(p *plan.Plan, cluster plan.Cluster) bool {
+	have := cluster.Counts()
+	for class, n := range p.ServersByClass() {
+		if n > have[class] {
+			return false
+		}
+	}
+	return true
 }
 
 // worthSwapping says whether a re-plan that nothing forced (a due one, on a small move of the demand or of the

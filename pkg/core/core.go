@@ -190,12 +190,23 @@ var ErrStarted = errors.New("core: pipeline already started")
 // Begin starts p's control loop from the plan in force: the first plan (control.FirstPlan) published by the
 // caller, or, resumed, a plan an earlier planner left, whose demand and multiplicative factors seed the estimates
 // (it is not solved again until they move: control.Resume).
+//
+// Pipelines that share the workers by the joint division start, fresh, from no demand rather than an unknown one:
+// their first plans are their specs' static allocations, each written for a cluster of its own, which together need
+// not fit (traffic's 20 replicas beside ocr's 2 on 4 workers: traffic's requests went to its detector's replicas,
+// its other tasks had none, and they were answered late). From no demand, the first tick divides the workers: every
+// pipeline hosted minimally where there is room (hostShed), the others given no server, their requests refused at
+// once and reported as demand.
 func (c *Cluster) Begin(p *Pipeline, current *plan.Plan, resumed bool, now time.Time) error {
 	if p.loop != nil {
 		return ErrStarted
 	}
 	if resumed {
 		c.seed(p, current)
+	} else if len(c.pipes) > 1 && c.sharing == control.SharingJoint {
+		c.mu.Lock()
+		p.demand.Seed(0)
+		c.mu.Unlock()
 	}
 	if !resumed || p.System.Allocator == nil {
 		p.loop = control.New(p.Spec, c.cfg.Control, p.System.Allocator, current)

@@ -83,8 +83,13 @@ func (c *Cluster) divisionDue(ds []Decision, able map[string]int) bool {
 
 // jointShares solves the joint allocation (control.JointMILP) for what the pipelines observed, as each loop would
 // size its plan: the demand with the headroom when every pipeline's plan stays in hardware mode, the demand itself
-// otherwise. Each pipeline gets the servers its plan uses; those no plan uses are shared out, the highest class
-// first, so a pipeline's loop has room for its headroom and its tuner lends what is idle.
+// otherwise. Each pipeline gets the servers its plan uses, and a pipeline it shed the minimal hosting where the
+// servers left have room for it (hostShed). The servers no plan uses are then shared out among the hosted
+// pipelines, the highest class first, so a pipeline's loop has room for its headroom and its tuner lends what is
+// idle. A pipeline hosted by neither gets no server: its loop publishes a plan that hosts nothing, and its frontends
+// refuse its requests at once and report them as demand, which the next division weighs. (A share too small to
+// host it would leave its loop unable to plan, its plan in force routing requests to workers that no longer serve
+// it: they waited out their deadlines.)
 func (c *Cluster) jointShares(ds []Decision, able plan.Cluster) ([]plan.Cluster, error) {
 	plans, err := c.solveJoint(ds, able, true)
 	if errors.Is(err, allocate.ErrNotHardware) {
@@ -95,24 +100,37 @@ func (c *Cluster) jointShares(ds []Decision, able plan.Cluster) ([]plan.Cluster,
 	}
 	shares := make([]map[string]int, len(c.pipes))
 	left := able.Counts()
-	for i, pl := range plans {
+	take := func(i int, pl *plan.Plan) {
 		shares[i] = map[string]int{}
-		if pl == nil {
-			continue // shed
-		}
 		for class, n := range pl.ServersByClass() {
 			shares[i][class] += n
 			left[class] -= n
 		}
 	}
+	for i, pl := range plans {
+		if pl != nil {
+			take(i, pl)
+		}
+	}
+	for i, pl := range c.hostShed(ds, plans, able, left) {
+		take(i, pl)
+	}
+	hosted := 0
+	for _, sh := range shares {
+		if sh != nil {
+			hosted++
+		}
+	}
 	for _, sc := range able { // each class's servers no plan uses, the highest priority first
-		for left[sc.Name] > 0 {
+		for left[sc.Name] > 0 && hosted > 0 {
 			for _, p := range c.byPriority {
 				if left[sc.Name] == 0 {
 					break
 				}
-				shares[p.index][sc.Name]++
-				left[sc.Name]--
+				if shares[p.index] != nil {
+					shares[p.index][sc.Name]++
+					left[sc.Name]--
+				}
 			}
 		}
 	}
@@ -124,6 +142,41 @@ func (c *Cluster) jointShares(ds []Decision, able plan.Cluster) ([]plan.Cluster,
 		}
 	}
 	return out, nil
+}
+
+// hostShed is the minimal hosting rule: the pipelines the joint plans shed (nil) are planned again, alone, on the
+// servers left (left, per class of able), each for its demand without headroom, at least Control.MinDemandQPS: a
+// pipeline without demand keeps a replica or so of every task, where the cluster has room for them, so that its
+// first requests are served. The joint allocation sheds a pipeline for lack of servers, but it sizes the
+// pipelines with headroom in hardware mode first, and stops at divisionNodes: it may shed one that the servers no
+// plan uses would host. The plans it finds, by pipeline index.
+func (c *Cluster) hostShed(ds []Decision, plans []*plan.Plan, able plan.Cluster, left map[string]int) map[int]*plan.Plan {
+	var shed []Decision
+	var index []int
+	for i, pl := range plans {
+		if pl == nil {
+			shed, index = append(shed, ds[i]), append(index, i)
+		}
+	}
+	room := make(plan.Cluster, 0, len(able))
+	for _, sc := range able {
+		sc.Servers = left[sc.Name]
+		room = append(room, sc)
+	}
+	if len(shed) == 0 || room.Total() == 0 {
+		return nil
+	}
+	hosted, err := c.solveJoint(shed, room, false)
+	if err != nil { // no room: they stay shed
+		return nil
+	}
+	out := map[int]*plan.Plan{}
+	for k, pl := range hosted {
+		if pl != nil {
+			out[index[k]] = pl
+		}
+	}
+	return out
 }
 
 // solveJoint solves the joint allocation of ds on the able servers, with the headroom or without: each pipeline's

@@ -42,6 +42,12 @@ type Options struct {
 	TimeLimit time.Duration
 	// Incumbent is a known feasible point, a first solution to prune against; ignored if it is not feasible.
 	Incumbent []float64
+	// Cutoff, when UseCutoff is set, is an objective value that only better points are wanted past (by the gap
+	// tolerances, as an incumbent of that value would be): the search prunes every node that cannot beat it, and
+	// reports Infeasible when no point does. For a sub-problem solved to improve another search's incumbent (a
+	// heuristic's), which has no use for the worse points it would otherwise find and prove on its way.
+	Cutoff    float64
+	UseCutoff bool
 	// Pricer makes the search a branch-and-price: after each LP it may append continuous columns to the problem
 	// (Problem.AddColumn) whose reduced cost is negative, given the LP's row duals in minimisation form (a column's
 	// reduced cost is its minimisation-form objective, the negated objective when maximising, less the sum of its
@@ -49,12 +55,13 @@ type Options struct {
 	// of the node over every column the pricer could make. x is the LP's solution: infeasible true says the node
 	// has no point (e.g. it still needs an artificial column).
 	Pricer func(duals, x []float64) (added int, infeasible bool)
-	// RootHeuristic, when set, is given the root's LP solution and returns a feasible point to start from (nil:
-	// none; ignored if it is not feasible), before the search branches. It may add columns to the problem, as the
-	// pricer does. It spares a heuristic that starts from the LP relaxation a solve of its own. It is called again
-	// with the LP solutions of nodes 32, 128, 512... (their points are accepted when better); without a Pricer,
-	// there concurrently with other workers' nodes and then it must add no columns.
-	RootHeuristic func(x []float64) []float64
+	// RootHeuristic, when set, is given the root's LP solution and the incumbent's objective value (or Cutoff; the
+	// worst infinity of the sense when there is neither), and returns a feasible point to start from (nil: none;
+	// ignored if it is not feasible, kept only if better), before the search branches. It may add columns to the
+	// problem, as the pricer does. It spares a heuristic that starts from the LP relaxation a solve of its own. It
+	// is called again with the LP solutions of nodes 32, 128, 512... (their points are accepted when better);
+	// without a Pricer, there concurrently with other workers' nodes and then it must add no columns.
+	RootHeuristic func(x []float64, incumbent float64) []float64
 }
 
 // Result is the outcome of a solve.
@@ -125,6 +132,9 @@ func Solve(p *Problem, opt Options) (Result, error) {
 	s := &search{p: p, opt: opt, inc: math.Inf(1), pc: newPseudoCosts(p.NumCols())}
 	s.idle = sync.NewCond(&s.mu)
 	s.intRows = p.integerRows()
+	if opt.UseCutoff {
+		s.inc = sign * opt.Cutoff
+	}
 	if opt.Incumbent != nil && len(opt.Incumbent) <= p.NumCols() && p.Violation(opt.Incumbent) <= 1e-6 {
 		s.accept(opt.Incumbent)
 	}
@@ -259,7 +269,7 @@ func (s *search) work() *relaxation {
 
 // prunable says a node whose bound is b cannot improve the incumbent beyond the tolerances.
 func (s *search) prunable(b float64) bool {
-	if s.incX == nil {
+	if !s.pruning() {
 		return false
 	}
 	if s.opt.IntegralObjective {
@@ -267,6 +277,9 @@ func (s *search) prunable(b float64) bool {
 	}
 	return b >= s.inc-max(s.opt.AbsGap, s.opt.RelGap*math.Abs(s.inc))
 }
+
+// pruning says the search has a value to prune against: an incumbent's, or the cutoff.
+func (s *search) pruning() bool { return s.incX != nil || s.opt.UseCutoff }
 
 func (s *search) accept(x []float64) {
 	x = s.p.pad(append([]float64(nil), x...))
@@ -349,7 +362,7 @@ func (s *search) process(lp *relaxation, n *node) []*node {
 // its upper bound (Nemhauser and Wolsey, 1988). Few columns are fixed at the root of the allocation models; deeper,
 // where the bound nears the incumbent, more are: 1.25-2.4x fewer nodes on the traffic example at 400-900 QPS.
 func (s *search) fixByReducedCost(n *node, obj float64, x, rc []float64) {
-	if s.incX == nil {
+	if !s.pruning() {
 		return
 	}
 	// room is how far the objective may rise and still reach a point the search would keep (prunable's rule).

@@ -18,12 +18,16 @@ func (s *search) heuristic(lp *relaxation, n *node, x []float64) []float64 {
 	}
 	before := s.p.NumCols()
 	var inc []float64
+	best := s.inc
+	if s.p.Sense == Maximize {
+		best = -best
+	}
 	if s.opt.Pricer == nil && n.col >= 0 {
 		s.mu.Unlock()
-		inc = s.opt.RootHeuristic(x)
+		inc = s.opt.RootHeuristic(x, best)
 		s.mu.Lock()
 	} else {
-		inc = s.opt.RootHeuristic(x)
+		inc = s.opt.RootHeuristic(x, best)
 		lp.addColumns(before)
 		n.extend(s.p)
 		s.growPseudoCosts()

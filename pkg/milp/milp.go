@@ -146,9 +146,12 @@ func (p *Problem) Violation(x []float64) float64 {
 	return worst
 }
 
-// WithoutZeroColumns is p without its columns fixed at zero (both bounds 0), which add nothing to any row: a
-// problem restricted by fixing most columns at zero (a heuristic's sub-problem) then solves as the small problem it
-// is. expand maps a point of the smaller problem back to p's columns, zeros in the dropped ones.
+// WithoutZeroColumns is p without its columns fixed at zero (both bounds 0), which add nothing to any row, and
+// without the rows left empty that zero meets; a row left with one column becomes that column's bounds. A problem
+// restricted by fixing most columns at zero (a heuristic's sub-problem) then solves as the small problem it is:
+// each LP's work grows with the rows too, and a restricted problem of the classed traffic example at 1400 QPS
+// keeps 258 of its 694 rows. expand maps a point of the smaller problem back to p's columns, zeros in the dropped
+// ones.
 func (p *Problem) WithoutZeroColumns() (small *Problem, expand func(x []float64) []float64) {
 	keep := make([]int, 0, p.NumCols()) // p's column of each column of small
 	index := make([]int, p.NumCols())   // small's column of each column of p, -1 when dropped
@@ -163,15 +166,21 @@ func (p *Problem) WithoutZeroColumns() (small *Problem, expand func(x []float64)
 	for _, j := range keep {
 		small.AddCol(p.Names[j], p.Obj[j], p.Lower[j], p.Upper[j], p.Integer[j], p.Priority[j])
 	}
-	small.Rows = make([]Row, len(p.Rows))
-	for i, r := range p.Rows {
+	small.Rows = make([]Row, 0, len(p.Rows))
+	for _, r := range p.Rows {
 		terms := make([]Term, 0, len(r.Terms))
 		for _, t := range r.Terms {
 			if k := index[t.Col]; k >= 0 {
 				terms = append(terms, Term{Col: k, Coef: t.Coef})
 			}
 		}
-		small.Rows[i] = Row{Name: r.Name, Terms: terms, Lo: r.Lo, Hi: r.Hi}
+		if len(terms) == 0 && r.Lo <= 0 && r.Hi >= 0 {
+			continue // met by every point
+		}
+		if len(terms) == 1 && small.boundBy(terms[0], r.Lo, r.Hi) {
+			continue
+		}
+		small.Rows = append(small.Rows, Row{Name: r.Name, Terms: terms, Lo: r.Lo, Hi: r.Hi})
 	}
 	expand = func(x []float64) []float64 {
 		if x == nil {
@@ -184,4 +193,23 @@ func (p *Problem) WithoutZeroColumns() (small *Problem, expand func(x []float64)
 		return out
 	}
 	return small, expand
+}
+
+// boundBy narrows the bounds of column t.Col to those the row lo <= t.Coef*x <= hi allows (to integers for an
+// integer column) and says it did; false, the bounds unchanged, when none are left (the row then stays, and the LP
+// finds the problem infeasible).
+func (p *Problem) boundBy(t Term, lo, hi float64) bool {
+	l, u := lo/t.Coef, hi/t.Coef
+	if t.Coef < 0 {
+		l, u = u, l
+	}
+	if p.Integer[t.Col] {
+		l, u = math.Ceil(l-intTol), math.Floor(u+intTol)
+	}
+	l, u = max(l, p.Lower[t.Col]), min(u, p.Upper[t.Col])
+	if l > u {
+		return false
+	}
+	p.Lower[t.Col], p.Upper[t.Col] = l, u
+	return true
 }

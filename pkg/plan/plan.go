@@ -159,6 +159,10 @@ func (p *Plan) Servers() int {
 	return n
 }
 
+// HostsNothing says the plan gives the pipeline no server: its frontends refuse its requests at once (counted as
+// demand, so that the planner gives it servers), its workers serve it nothing.
+func (p *Plan) HostsNothing() bool { return p.Servers() == 0 }
+
 // ServersByClass is the number of workers the plan keeps busy, per server class.
 func (p *Plan) ServersByClass() map[string]int {
 	out := map[string]int{}

@@ -22,8 +22,9 @@ const maxReplicas = 1 << 16
 const probTolerance = 1e-6
 
 // Validate checks that p is a plan of spec that frontends and workers can follow: it names spec's pipeline and a
-// known mode, hosts the root task, hosts only the spec's variants at its batch sizes, and routes only to hosted
-// variants of the right task with probabilities that sum to 1.
+// known mode, hosts only the spec's variants at its batch sizes, routes the root task when it hosts anything, and
+// routes only to hosted variants of the right task with probabilities that sum to 1. A plan that hosts nothing is
+// valid: the pipeline has no server (the joint division shed it), and its frontends refuse its requests at once.
 func (p *Plan) Validate(spec *pipeline.Spec) error {
 	if p == nil {
 		return errors.New("no plan")
@@ -87,12 +88,12 @@ func (p *Plan) checkVariants(spec *pipeline.Spec) error {
 	return nil
 }
 
-// checkRouting checks the routing tables: one for the root, downstream ones from the spec's variants to their
-// children, and backups that are hosted.
+// checkRouting checks the routing tables: one for the root (none when the plan hosts nothing), downstream ones from
+// the spec's variants to their children, and backups that are hosted.
 func (p *Plan) checkRouting(spec *pipeline.Spec) error {
 	root := spec.Root().Name
-	if len(p.Routing.Root) == 0 {
-		return fmt.Errorf("no root routing (task %s)", root)
+	if len(p.Routing.Root) == 0 && !p.HostsNothing() {
+		return fmt.Errorf("no root routing (task %s), while the plan hosts %d variants", root, len(p.Variants))
 	}
 	if err := p.checkRoutes(spec, root, p.Routing.Root); err != nil {
 		return fmt.Errorf("root routing: %w", err)

@@ -66,6 +66,7 @@ func TestValidatePlan(t *testing.T) {
 		{"batch size not allowed", "max batch", func(p *plan.Plan) { p.Variants[0].MaxBatch = 3 }},
 		{"negative capacity", "capacity", func(p *plan.Plan) { p.Variants[0].CapacityQPS = -1 }},
 		{"no root routing", "root routing", func(p *plan.Plan) { p.Routing.Root = nil }},
+		{"hosts nothing but routes", "does not host", func(p *plan.Plan) { p.Variants = nil }},
 		{"root routes to an unhosted variant", "does not host", func(p *plan.Plan) {
 			p.Routing.Root = []plan.Route{{Variant: "nope", Prob: 1}}
 		}},
@@ -121,6 +122,29 @@ func TestValidatePlan(t *testing.T) {
 	}
 	if err := good.Validate(nil); err == nil {
 		t.Error("a plan passes without a spec to check it against")
+	}
+}
+
+// TestValidatePlanThatHostsNothing: a plan that gives the pipeline no server (the joint division shed it: no
+// variants, no routing) is a valid plan, which frontends and workers follow; only idle assignments go with it.
+func TestValidatePlanThatHostsNothing(t *testing.T) {
+	spec, good := routedStatic(t)
+	empty := &plan.Plan{Pipeline: spec.Name, Epoch: good.Epoch + 1, Mode: plan.ModeOverloaded,
+		Allocation: &plan.Allocation{DemandQPS: 0, Optimal: true}}
+	if !empty.HostsNothing() || good.HostsNothing() {
+		t.Fatalf("HostsNothing: %v for the empty plan, %v for the static one", empty.HostsNothing(), good.HostsNothing())
+	}
+	if err := clone(t, empty).Validate(spec); err != nil {
+		t.Fatalf("a plan that hosts nothing is refused: %v", err)
+	}
+	if err := (plan.Assignment{Worker: "w1"}).Validate("w1", spec, empty); err != nil {
+		t.Errorf("idle under a plan that hosts nothing: %v", err)
+	}
+	v := good.Variants[0]
+	a := plan.Assignment{Worker: "w1", Pipeline: spec.Name, Task: v.Task, Variant: v.Variant, MaxBatch: v.MaxBatch,
+		Epoch: empty.Epoch}
+	if err := a.Validate("w1", spec, empty); err == nil {
+		t.Error("an assignment to a variant passes under a plan that hosts nothing")
 	}
 }
 

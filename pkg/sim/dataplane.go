@@ -25,15 +25,19 @@ func (s *sim) arrive(p *pipe) {
 	if int(sec) < len(p.seconds) {
 		p.seconds[sec].Arrivals++
 	}
+	admit := true
 	if s.gate != nil {
-		d := s.gate.Decide(admission.Request{Pipeline: p.spec.Name, Class: p.spec.Priority, Now: s.time(),
-			Deadline: time.Unix(0, s.now+p.slo)}, p.admit)
-		if !d.Admit {
-			if int(sec) < len(p.seconds) {
-				p.seconds[sec].Refused++
-			}
-			return
+		admit = s.gate.Decide(admission.Request{Pipeline: p.spec.Name, Class: p.spec.Priority, Now: s.time(),
+			Deadline: time.Unix(0, s.now+p.slo)}, p.admit).Admit
+	} else {
+		_, refused := admission.RefuseUnhosted(p.spec.Name, p.admit) // as a frontend with --admission=false
+		admit = !refused
+	}
+	if !admit {
+		if int(sec) < len(p.seconds) {
+			p.seconds[sec].Refused++
 		}
+		return
 	}
 	r := s.newRequest()
 	*r = request{pipe: p, arrival: s.now, due: s.now + p.slo, second: sec, pending: 1}

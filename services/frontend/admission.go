@@ -21,17 +21,14 @@ type gatePlan struct {
 // admitRequest decides, from its headers alone (before its payload is read), whether a request is sent into its
 // pipeline. gated says the gate counts it in flight: gateDone must follow its answer. A request for a pipeline
 // without a spec or plan is not gated (it is refused further on); one with a bad priority or deadline header is
-// refused here (the priority header also with Config.NoAdmission).
+// refused here (the priority header also with Config.NoAdmission), and so is one the plan in force gives no server
+// (admission.RefuseUnhosted, also with Config.NoAdmission), as demand still.
 func (f *Frontend) admitRequest(pipelineName string, header func(string) string, arrival time.Time) (gated bool, err error) {
 	spec, p := f.lookup(pipelineName)
 	if spec == nil || p == nil {
 		return false, nil
 	}
 	class, err := requestClass(spec, header)
-	if err != nil || f.cfg.NoAdmission {
-		return false, err
-	}
-	deadline, err := deadlineOf(arrival, header, spec, f.maxAhead(spec))
 	if err != nil {
 		return false, err
 	}
@@ -42,12 +39,25 @@ func (f *Frontend) admitRequest(pipelineName string, header func(string) string,
 		f.gatePlans[pipelineName] = gp
 	}
 	f.admMu.Unlock()
-	d := f.gate.Decide(admission.Request{Pipeline: pipelineName, Class: class, Now: arrival, Deadline: deadline}, gp.of)
-	if d.Admit {
-		return true, nil
+	var d admission.Decision
+	if f.cfg.NoAdmission {
+		var refused bool
+		if d, refused = admission.RefuseUnhosted(pipelineName, gp.of); !refused {
+			return false, nil
+		}
+	} else {
+		deadline, err := deadlineOf(arrival, header, spec, f.maxAhead(spec))
+		if err != nil {
+			return false, err
+		}
+		d = f.gate.Decide(admission.Request{Pipeline: pipelineName, Class: class, Now: arrival, Deadline: deadline}, gp.of)
+		if d.Admit {
+			return true, nil
+		}
 	}
 	// Demand the plan did not serve is demand still: the planner's estimate must see it, or it would fall to what
-	// the plan serves, the plan would look sufficient, and admission would stop.
+	// the plan serves, the plan would look sufficient, and admission would stop (a pipeline the plan gives no server
+	// would never get one).
 	f.admMu.Lock()
 	f.refusedDemand[pipelineName]++
 	f.admMu.Unlock()

@@ -211,7 +211,9 @@ func (f *Frontend) rootVariant(sub *submission) (root, variant string, err error
 	variant = plan.Pick(p.Routing.Root, f.rng.Float64())
 	f.mu.Unlock()
 	if variant == "" {
-		return "", "", refuse(ErrUnavailable, "pipeline %q: the plan hosts no variant of task %s", sub.pipeline, root)
+		// A plan that hosts nothing, read since admitRequest refused those of the plan before it.
+		return "", "", refuse(ErrOverloaded, "overloaded: the plan in force gives pipeline %s no server for task %s; "+
+			"retry in a few seconds", sub.pipeline, root)
 	}
 	return root, variant, nil
 }

@@ -103,6 +103,7 @@ const (
 	complainRegistration = "worker registration refused"
 	complainTampered     = "rewrote a value in KV the planner did not write"
 	complainStoredPlan   = "plan in KV refused; publishing a new one"
+	complainDivision     = "joint division failed; the shares in force (or an even split) stay"
 )
 
 // Planner keeps the plans in the KV bucket and the workers assigned.
@@ -148,6 +149,9 @@ type Planner struct {
 	changed  chan struct{}
 	// stepped says a demand report made a step of the estimate (demand.Estimator.Stepped): Run ticks at once.
 	stepped chan struct{}
+	// planned is closed after the first step (Planned).
+	planned     chan struct{}
+	plannedOnce sync.Once
 	// quietUntil suppresses the shortage warning while workers are still registering.
 	quietUntil time.Time
 	unplaced   int              // replicas without a worker at the last assignment
@@ -206,7 +210,7 @@ func New(nc *nats.Conn, cfg Config) (*Planner, error) {
 		live: control.NewLiveness(cfg.WorkerTimeout), core: c, assign: map[string]plan.Assignment{},
 		revision: map[string]uint64{}, failing: map[string]string{}, class: map[string]string{}, expired: map[string]uint64{},
 		written: map[string]writtenValue{}, tampered: map[string]bool{}, changed: make(chan struct{}, 1),
-		stepped: make(chan struct{}, 1)}
+		stepped: make(chan struct{}, 1), planned: make(chan struct{})}
 	if cfg.Metrics != nil {
 		p.metrics = metrics.NewPlanner(cfg.Metrics, p.metricsState)
 	}
@@ -372,14 +376,26 @@ func (p *Planner) step(ctx context.Context, now time.Time) {
 		p.publishStep(ctx, now, d, cluster)
 		p.rehome(ctx, d.Pipeline.Spec, d.Pipeline.Current())
 	}
+	if err := p.core.DivisionErr(); err != nil {
+		p.complaints.Warn(complainDivision, "err", err)
+	}
+	p.plannedOnce.Do(func() { close(p.planned) })
 }
+
+// Planned is closed once the planner has stepped the plans on the live workers (its first step, a second after it
+// began): until then, the plans in force are the first ones, made before any worker was known (for several
+// pipelines, their specs' static allocations, which together need not fit the workers: pkg/core Begin).
+func (p *Planner) Planned() <-chan struct{} { return p.planned }
 
 // publishStep publishes what the core decided for one pipeline at a tick.
 func (p *Planner) publishStep(ctx context.Context, now time.Time, d core.Decision, able plan.Cluster) {
 	spec, o := d.Pipeline.Spec, d.Observed
 	if d.Err != nil {
-		p.log.Warn("allocation failed; the current plan stays", "pipeline", spec.Name, "demand_qps",
-			round(o.Demand), "servers", o.Servers, "err", d.Err)
+		msg := "allocation failed; the current plan stays"
+		if d.Plan != nil && d.Plan.HostsNothing() {
+			msg = "allocation failed; the pipeline gets a plan that hosts nothing (its requests refused at once)"
+		}
+		p.log.Warn(msg, "pipeline", spec.Name, "demand_qps", round(o.Demand), "servers", o.Servers, "err", d.Err)
 	}
 	pl := d.Plan
 	if pl == nil {
@@ -403,7 +419,8 @@ func (p *Planner) publishStep(ctx context.Context, now time.Time, d core.Decisio
 	a := pl.Allocation
 	p.log.Info("plan published", "pipeline", spec.Name, "epoch", pl.Epoch, "mode", pl.Mode,
 		"estimate_qps", round(a.Estimate()), "demand_qps", round(a.DemandQPS), "active_servers", a.ActiveServers,
-		"servers", o.OnCluster().String(), "cost_per_hour", round(a.CostPerHour),
+		"servers", o.OnCluster().String(), "arrival_dispersion", round(o.Traffic.Dispersion()),
+		"cost_per_hour", round(a.CostPerHour),
 		"system_accuracy", round(a.SystemAccuracy), "optimal", a.Optimal, "gap", round(a.Gap),
 		"solve_ms", a.SolveMs)
 	if c := a.Check; c != nil {

@@ -68,6 +68,7 @@ type Config struct {
 type System struct {
 	Server   *server.Server // nil with an external server
 	URL      string         // client URL of the NATS server ("" when the embedded one only serves in-process)
+	Planner  *planner.Planner
 	Frontend *frontend.Frontend
 	Workers  []*worker.Worker
 	// MetricsAddr is where the metrics endpoint listens ("" without Config.MetricsAddr).
@@ -96,18 +97,28 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	if cfg.Started != nil {
-		select {
-		case <-sys.Frontend.Ready():
-			url := sys.URL
-			if url == "" {
-				url = "in-process only"
-			}
-			cfg.Started(url)
-		case <-ctx.Done():
+	if cfg.Started != nil && sys.Up(ctx) {
+		url := sys.URL
+		if url == "" {
+			url = "in-process only"
 		}
+		cfg.Started(url)
 	}
 	return sys.Wait()
+}
+
+// Up waits until the frontend serves and the planner has made its plans on the workers (planner.Planned), and says
+// whether they are (false: ctx ended first). A request sent then is served or refused by plans that fit the workers
+// (several pipelines' first plans need not: pkg/core Begin).
+func (s *System) Up(ctx context.Context) bool {
+	for _, ready := range []<-chan struct{}{s.Frontend.Ready(), s.Planner.Planned()} {
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
 }
 
 // Start starts the server (unless external) and every service. Stop them by cancelling ctx, then Wait.
@@ -155,6 +166,7 @@ func Start(ctx context.Context, cfg Config) (_ *System, err error) {
 	if err != nil {
 		return nil, err
 	}
+	sys.Planner = pl
 	sys.run(ctx, "planner", pl.Run)
 
 	if nc, err = sys.connect("sleipnir-frontend", auth.User{Role: auth.Frontend}); err != nil {

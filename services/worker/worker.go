@@ -19,22 +19,17 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel"
-	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
 	"github.com/sleipnir-serving/sleipnir/pkg/catalog"
-	"github.com/sleipnir-serving/sleipnir/pkg/deadline"
 	"github.com/sleipnir-serving/sleipnir/pkg/executor"
 	_ "github.com/sleipnir-serving/sleipnir/pkg/executor/all" // the worker runs variants of every kind
-	"github.com/sleipnir-serving/sleipnir/pkg/hop"
 	"github.com/sleipnir-serving/sleipnir/pkg/latency"
 	"github.com/sleipnir-serving/sleipnir/pkg/metrics"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/ratelog"
-	"github.com/sleipnir-serving/sleipnir/pkg/routing"
-	"github.com/sleipnir-serving/sleipnir/pkg/telemetry"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
@@ -50,7 +45,7 @@ type Config struct {
 	// AckWait is how often (a third of it) a batch running long is marked in progress when the consumer's own ack
 	// wait, which the planner sets, is unknown.
 	AckWait time.Duration
-	// FetchWait bounds one wait for work, and so how long an assignment change waits for an idle worker.
+	// FetchWait bounds one wait for work: how long an assignment change waits for an idle worker (several-pipelines.md).
 	FetchWait time.Duration
 	// RegisterEvery is the period of the worker's registration refresh, by which the planner knows it is alive.
 	RegisterEvery time.Duration
@@ -84,7 +79,7 @@ func (c *Config) setDefaults() {
 		c.AckWait = bus.DefaultAckWait
 	}
 	if c.FetchWait == 0 {
-		c.FetchWait = 500 * time.Millisecond
+		c.FetchWait = 100 * time.Millisecond
 	}
 	if c.RegisterEvery == 0 {
 		c.RegisterEvery = time.Second
@@ -375,141 +370,6 @@ func (w *Worker) onAssignment(e jetstream.KeyValueEntry) {
 	w.assigned = a
 	w.mu.Unlock()
 	w.signal()
-}
-
-// serving is the variant a worker runs now.
-type serving struct {
-	a        plan.Assignment
-	spec     *pipeline.Spec
-	plan     *plan.Plan
-	task     *pipeline.Task
-	variant  *pipeline.Variant
-	exec     executor.Executor
-	root     bool // the pipeline's root task: its items are requests, checked against the spec's inputs
-	consumer jetstream.Consumer
-	puller   *bus.Puller // the consumer's messages, one pull request a batch (fetchFirst)
-	metrics  *metrics.WorkerVariant
-	served   string // "pipeline:task/variant" (wire.ServedKey): the key of its measurements in a heartbeat
-	policy   deadline.Policy
-	budget   time.Duration // the task's latency budget on this variant: its profiled time at the max batch
-	// stage is what the deadline policy knows of this variant under stagePlan, and table its forwarding (pkg/hop).
-	stage     *deadline.Stage
-	table     *hop.Table
-	stagePlan *plan.Plan
-	// The hop step's scratch: one item's sub-requests (child task index, inputs), and the stepper's.
-	step        hop.Stepper
-	children    []int
-	childInputs [][]wire.Tensor
-	// carried are the messages taken for the last batch that did not fit it and had been handed back too often,
-	// in order: the next batch begins with them (batching.HandBack).
-	carried []*inbound
-	// queues is the worker's reading of the queues it sends to (routing_mode queue).
-	queues *queueWatch
-	// The spans of its messages, made once: "process" spans, and "send" spans by subject.
-	process *telemetry.ProcessSpans
-	sends   map[string]*telemetry.SendSpans
-}
-
-// sendSpans are the "send" spans of subject.
-func (s *serving) sendSpans(subject string) *telemetry.SendSpans {
-	sp := s.sends[subject]
-	if sp == nil {
-		sp = telemetry.NewSendSpans(subject)
-		s.sends[subject] = sp
-	}
-	return sp
-}
-
-// refreshStage rebuilds the deadline stage and the forwarding table when the plan has changed.
-func (s *serving) refreshStage() {
-	if s.stage != nil && s.plan == s.stagePlan {
-		return
-	}
-	s.stagePlan = s.plan
-	s.table = hop.ForReplica(s.spec, s.plan, s.policy, s.a.Task, s.a.Variant, s.budget, s.task.Children)
-	s.stage = s.table.Stage
-	if s.queues != nil {
-		s.queues.watch(s.spec, s.plan, s.task)
-		if s.spec.RoutingMode == routing.ModeQueue {
-			s.table.Queues = s.queues
-		}
-	}
-}
-
-// same says n is the variant s serves: the executor and the consumer stay. A new max batch, budget or epoch is
-// followed in place (follow): a re-plan that keeps a worker's variant costs it no model reload.
-func (s *serving) same(n wanted) bool { return wanted{a: s.a, spec: s.spec}.sameVariant(n) }
-
-// follow takes n's plan, and its max batch, budget and epoch when they changed (between batches: the next batch is
-// sized by them).
-func (s *serving) follow(n wanted, log *slog.Logger) {
-	s.plan = n.plan
-	if s.a == n.a || n.a.MaxBatch < 1 {
-		return
-	}
-	if s.a.MaxBatch != n.a.MaxBatch || s.a.BudgetMs != n.a.BudgetMs {
-		log.Info("serving", "pipeline", n.a.Pipeline, "variant", n.a.Key(), "max_batch", n.a.MaxBatch,
-			"epoch", n.a.Epoch, "swap", time.Duration(0))
-	}
-	s.a = n.a
-	s.budget = time.Duration(n.a.BudgetMs * float64(time.Millisecond))
-	s.stage = nil // built again with the new budget
-}
-
-// consumerBindWait bounds the wait for a variant's consumer; a worker that gives up serves again at the next change
-// of its assignment or of a plan (the planner publishes routing every second while demand is reported).
-const consumerBindWait = 5 * time.Second
-
-func (w *Worker) start(ctx context.Context, n wanted, t0 time.Time) (*serving, error) {
-	v := n.spec.Variant(n.a.Task, n.a.Variant)
-	if v == nil {
-		return nil, fmt.Errorf("pipeline %s has no variant %s", n.a.Pipeline, n.a.Key())
-	}
-	if n.a.MaxBatch < 1 {
-		return nil, fmt.Errorf("assignment %s: max batch %d", n.a.Key(), n.a.MaxBatch)
-	}
-	exec, err := w.cfg.NewExecutor(n.spec, n.a.Task, n.a.Variant,
-		executor.Options{Seed: w.cfg.Seed, ModelsDir: w.cfg.ModelsDir})
-	if err != nil {
-		return nil, err
-	}
-	// The planner creates the consumer, with its ack wait, before it assigns the variant; a worker only binds.
-	bindCtx, cancel := context.WithTimeout(ctx, consumerBindWait)
-	cons, err := bus.BindVariantConsumer(bindCtx, w.js, n.a.Pipeline, n.a.Task, n.a.Variant)
-	cancel()
-	var puller *bus.Puller
-	if err == nil {
-		puller, err = bus.BindPuller(w.nc, n.a.Pipeline, n.a.Task, n.a.Variant)
-	}
-	if err != nil {
-		exec.Close()
-		return nil, err
-	}
-	swap := time.Since(t0)
-	w.swapMs.Store(float64bits(float64(swap) / float64(time.Millisecond)))
-	w.log.Info("serving", "pipeline", n.a.Pipeline, "variant", n.a.Key(), "max_batch", n.a.MaxBatch,
-		"epoch", n.a.Epoch, "swap", swap)
-	policy, err := deadline.ParsePolicy(n.spec.DeadlinePolicy)
-	if err != nil {
-		exec.Close()
-		_ = puller.Close()
-		return nil, err
-	}
-	budget := time.Duration(n.a.BudgetMs * float64(time.Millisecond))
-	return &serving{a: n.a, spec: n.spec, plan: n.plan, task: n.spec.Task(n.a.Task), variant: v, exec: exec,
-		consumer: cons, puller: puller, metrics: w.cfg.Metrics.Variant(n.a.Pipeline, n.a.Task, n.a.Variant), served: n.a.Served().String(), policy: policy, budget: budget,
-		root: n.spec.Root().Name == n.a.Task, queues: w.queues, sends: map[string]*telemetry.SendSpans{},
-		process: telemetry.NewProcessSpans(wire.TaskSubject(n.a.Pipeline, n.a.Task, n.a.Variant),
-			wire.Consumer(n.a.Task, n.a.Variant), semconv.MessagingClientID(w.cfg.ID),
-			telemetry.AttrPipeline.String(n.a.Pipeline), telemetry.AttrTask.String(n.a.Task),
-			telemetry.AttrVariant.String(n.a.Variant))}, nil
-}
-
-// stop ends serving: the messages carried are handed back, the executor closed, the subscription ended.
-func (s *serving) stop() {
-	s.handBack()
-	s.exec.Close()
-	_ = s.puller.Close()
 }
 
 // sanitize makes a host name usable as a worker id.
