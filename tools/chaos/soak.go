@@ -58,7 +58,6 @@ func (c *SoakConfig) setDefaults() error {
 	if c.MemWindow == 0 {
 		c.MemWindow = c.Duration / 10
 	}
-	c.Before, c.After = 0, c.Duration // what a fault of the suite would measure: the node faults' down time reads After
 	if err := c.Config.setDefaults(); err != nil {
 		return err
 	}
