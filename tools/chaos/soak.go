@@ -157,6 +157,7 @@ type SoakResult struct {
 	Events  []SoakEvent            `json:"events"`
 	Loads   map[string]loadSummary `json:"loads"`
 	Samples []Sample               `json:"samples"`
+	Load    []LoadSample           `json:"load_average"`
 	Crashes []string               `json:"crashes,omitempty"`
 }
 
@@ -230,7 +231,7 @@ func RunSoak(ctx context.Context, cfg SoakConfig) (*SoakResult, error) {
 		}
 		res.Loads[n] = sum
 	}
-	res.Samples = sampler.stop()
+	res.Samples, res.Load = sampler.stop()
 	res.Crashes = sys.Crashes()
 	if c.Dir != "" {
 		if err := res.write(filepath.Join(dir, "soak.json")); err != nil {

@@ -355,6 +355,16 @@ func WriteSoak(w io.Writer, r *SoakResult, v SoakVerdict) {
 	for _, c := range r.Crashes {
 		fmt.Fprintf(w, "crash: %s\n", c)
 	}
+	var loads []float64
+	for _, l := range r.Load {
+		if !l.At.Before(r.Start) {
+			loads = append(loads, l.Load1)
+		}
+	}
+	if len(loads) > 0 {
+		fmt.Fprintf(w, "\nmachine load average (1 minute) over the measurement: %.1f to %.1f, median %.1f\n",
+			slices.Min(loads), slices.Max(loads), median(loads))
+	}
 	verdict := "PASS"
 	if !v.Pass {
 		verdict = "FAIL"

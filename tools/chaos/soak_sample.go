@@ -32,10 +32,18 @@ type Sample struct {
 // answered: a node's own follow the connections that move to it as another restarts.
 const ClusterProcess = "nats-cluster"
 
+// LoadSample is the machine's load average over the last minute (/proc/loadavg), read with the processes: the soak
+// shares its cores with whatever else runs.
+type LoadSample struct {
+	At    time.Time `json:"at"`
+	Load1 float64   `json:"load1"`
+}
+
 // sampler reads every process of a system every period until stop.
 type sampler struct {
 	mu      sync.Mutex
 	samples []Sample
+	load    []LoadSample
 	cancel  context.CancelFunc
 	done    chan struct{}
 }
@@ -49,8 +57,12 @@ func startSampler(ctx context.Context, s *System, period time.Duration) *sampler
 		defer tick.Stop()
 		for {
 			batch := s.sampleAll(ctx)
+			load, err := loadAverage()
 			sm.mu.Lock()
 			sm.samples = append(sm.samples, batch...)
+			if err == nil {
+				sm.load = append(sm.load, LoadSample{At: time.Now(), Load1: load})
+			}
 			sm.mu.Unlock()
 			select {
 			case <-ctx.Done():
@@ -62,13 +74,23 @@ func startSampler(ctx context.Context, s *System, period time.Duration) *sampler
 	return sm
 }
 
-// stop ends the sampling and returns every sample.
-func (sm *sampler) stop() []Sample {
+// stop ends the sampling and returns every sample and the load averages.
+func (sm *sampler) stop() ([]Sample, []LoadSample) {
 	sm.cancel()
 	<-sm.done
 	sm.mu.Lock()
 	defer sm.mu.Unlock()
-	return sm.samples
+	return sm.samples, sm.load
+}
+
+// loadAverage is the first field of /proc/loadavg.
+func loadAverage() (float64, error) {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0, err
+	}
+	first, _, _ := strings.Cut(string(data), " ")
+	return strconv.ParseFloat(first, 64)
 }
 
 // sampleAll reads every process that is up: the nodes, then the services by name.
