@@ -49,6 +49,9 @@ type Checked struct {
 	Now           func() time.Time
 	// Utilization is the routing's (Config.RouteUtilization): a candidate is routed as the loop will route it.
 	Utilization float64
+	// AccuracyModeOnly checks only the plans Inner makes in accuracy mode (CheckEdge); the others are returned as
+	// Inner made them.
+	AccuracyModeOnly bool
 }
 
 // tightenDemand is how much more demand a tightening solve plans for.
@@ -71,6 +74,9 @@ func (c Checked) Allocate(spec *pipeline.Spec, o Observed) (*plan.Plan, error) {
 	p, err := c.Inner.Allocate(spec, o)
 	if err != nil {
 		return nil, err
+	}
+	if c.AccuracyModeOnly && p.Mode != plan.ModeAccuracy {
+		return p, nil
 	}
 	first, bestPred, err := c.check(spec, p, o)
 	if err != nil {

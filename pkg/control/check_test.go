@@ -113,7 +113,7 @@ func TestCheckFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg, err := f.Config()
-	if err != nil || !cfg.Check || cfg.CheckTarget != 0.02 {
+	if err != nil || cfg.Check != control.CheckAll || cfg.CheckTarget != 0.02 {
 		t.Fatalf("config %+v, %v", cfg, err)
 	}
 	spec := loadSpec(t, "traffic.yaml")
@@ -135,5 +135,55 @@ func TestCheckFlags(t *testing.T) {
 		t.Fatal("no allocator")
 	} else if _, ok := sys.Allocator.(control.Checked); ok {
 		t.Error("proteus checked")
+	}
+}
+
+// TestCheckEdgeFlags: by default the plans at the edge are checked (CheckEdge: the loki allocator is a Checked of
+// the plans in accuracy mode alone); --check-edge=false checks none.
+func TestCheckEdgeFlags(t *testing.T) {
+	spec := loadSpec(t, "traffic.yaml")
+	for _, c := range []struct {
+		args    []string
+		checked bool
+	}{{nil, true}, {[]string{"--check-edge=false"}, false}} {
+		fs := flag.NewFlagSet("test", flag.ContinueOnError)
+		f := control.RegisterFlags(fs)
+		if err := fs.Parse(c.args); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := f.Config()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Checker = sim.Checker{}
+		sys, err := control.ParseSystem("loki", spec, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ck, ok := sys.Allocator.(control.Checked)
+		if ok != c.checked || ok && !ck.AccuracyModeOnly {
+			t.Errorf("%v: allocator %#v, want checked %v, of the plans in accuracy mode alone", c.args,
+				sys.Allocator, c.checked)
+		}
+	}
+}
+
+// TestCheckedAtTheEdgeOnly: a Checked of the plans in accuracy mode alone returns a plan in hardware mode as its
+// allocator made it (the traffic example at 100 QPS on 20 servers), and checks one in accuracy mode (at 600 QPS).
+func TestCheckedAtTheEdgeOnly(t *testing.T) {
+	spec := loadSpec(t, "traffic.yaml")
+	c := control.Checked{Inner: control.MILP{Utilization: 0.85, Workers: 1}, Check: sim.Checker{Policy: "reroute",
+		CommLatency: -1, Seed: 1}, Utilization: 0.85, AccuracyModeOnly: true}
+	for _, k := range []struct {
+		qps     float64
+		checked bool
+	}{{100, false}, {600, true}} {
+		p, err := c.Allocate(spec, control.Observed{Demand: k.qps, Servers: 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := p.Allocation.Check != nil; got != k.checked {
+			t.Errorf("%v QPS: a plan in %s mode, checked %v, want %v", k.qps, p.Mode, got, k.checked)
+		}
 	}
 }

@@ -28,6 +28,7 @@ type Flags struct {
 	latencyModel   *string
 	sharing        *string
 	check          *bool
+	checkEdge      *bool
 	checkTarget    *float64
 	maxCost        *float64
 }
@@ -63,6 +64,8 @@ func RegisterFlags(fs *flag.FlagSet) *Flags {
 		check: fs.Bool("check", false, "check each plan by simulating it on the traffic observed before it is "+
 			"published: tighten it where queues form when it misses --check-target, try the paper's model's "+
 			"more accurate plan when there is room (loki only)"),
+		checkEdge: fs.Bool("check-edge", true, "check the plans in accuracy mode, which have no headroom, as "+
+			"--check checks every plan (false: none, unless --check)"),
 		checkTarget: fs.Float64("check-target", DefaultCheckTarget, "the share of requests a checked plan may be "+
 			"predicted to miss"),
 		maxCost: fs.Float64("max-cost", 0, "cap on each plan's cost, `PER_HOUR` (needs --price; one pipeline): "+
@@ -76,8 +79,14 @@ func (f *Flags) Config() (Config, error) {
 	c := Config{ReplanEvery: *f.replanEvery, ReplanSigmas: *f.replanSigmas, RouteSigmas: *f.routeSigmas,
 		Headroom: *f.headroom, RouteUtilization: *f.utilization, SolveTimeLimit: *f.solveTimeLimit,
 		SolveWorkers: *f.solveWorkers, TuneEvery: *f.tuneEvery,
-		ProfilesOnly: !*f.measured, Sharing: *f.sharing, Check: *f.check, CheckTarget: *f.checkTarget,
+		ProfilesOnly: !*f.measured, Sharing: *f.sharing, CheckTarget: *f.checkTarget,
 		MaxCostPerHour: *f.maxCost}
+	switch {
+	case *f.check:
+		c.Check = CheckAll
+	case !*f.checkEdge:
+		c.Check = CheckNone // else the default, CheckEdge
+	}
 	var err error
 	if c.LatencyModel, err = allocate.ParseLatencyModel(*f.latencyModel); err != nil {
 		return c, fmt.Errorf("--latency-model: %w", err)

@@ -172,7 +172,7 @@ func (l *Loop) replan(now time.Time, o Observed) Step {
 	in.Demand = target
 	in.EscalationScale = escalationScale(l.spec, l.current, o.Escalation)
 	spec := l.specFor(o)
-	p, err := l.alloc.Allocate(spec, in)
+	p, err := l.sizer().Allocate(spec, in)
 	if err == nil && l.cfg.headroom() > 0 && p.Mode != plan.ModeHardware {
 		in.Demand = l.cfg.Planned(o.Demand, false)
 		p, err = l.alloc.Allocate(spec, in)
@@ -209,6 +209,16 @@ func (l *Loop) replan(now time.Time, o Observed) Step {
 	p.Profiles = o.Profiles
 	p.Routing = l.route(p, o)
 	return Step{Plan: p, Replanned: true}
+}
+
+// sizer is the allocator of a re-plan's first solve. With headroom, that solve's plan is kept only in hardware
+// mode, which a check of the plans in accuracy mode alone (CheckEdge) leaves unchecked: it is solved unchecked,
+// and the plan for the estimate itself, when it comes to that, checked.
+func (l *Loop) sizer() Allocator {
+	if c, ok := l.alloc.(Checked); ok && c.AccuracyModeOnly && l.cfg.headroom() > 0 {
+		return c.Inner
+	}
+	return l.alloc
 }
 
 // shed is the plan of a pipeline the division of the workers left none (the joint allocation shed its class): it

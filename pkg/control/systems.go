@@ -106,7 +106,7 @@ func ParseSystem(s string, spec *pipeline.Spec, cfg Config) (System, error) {
 		m := MILP{Utilization: cfg.RouteUtilization, TimeLimit: cfg.SolveTimeLimit, Workers: cfg.SolveWorkers,
 			LatencyModel: cfg.LatencyModel, MaxCostPerHour: cfg.MaxCostPerHour}
 		sys.Allocator = kind.New(m)
-		if cfg.Check && cfg.Checker != nil && kind.Name == "loki" {
+		if cfg.Check != CheckNone && cfg.Checker != nil && kind.Name == "loki" {
 			sys.Allocator = cfg.checked(m)
 		}
 	}
@@ -131,7 +131,7 @@ func ParseSystem(s string, spec *pipeline.Spec, cfg Config) (System, error) {
 // plan it tries when the burst model's plan shows room.
 func (c Config) checked(m MILP) Checked {
 	ck := Checked{Inner: m, Check: c.Checker, Target: c.CheckTarget, Utilization: c.RouteUtilization,
-		Budget: c.SolveTimeLimit}
+		Budget: c.SolveTimeLimit, AccuracyModeOnly: c.Check == CheckEdge}
 	if c.SolveTimeLimit > 0 { // live: the candidates stop at the solve's budget (the simulator has none)
 		ck.Now = time.Now
 	}

@@ -177,8 +177,8 @@ func New(nc *nats.Conn, cfg Config) (*Planner, error) {
 	systems := make([]control.System, len(cfg.Pipelines))
 	for i, s := range cfg.Pipelines {
 		ccfg := cfg.Config
-		var check *sim.Checker // with --check, each plan is checked by the simulator before it is published
-		if ccfg.Check {
+		var check *sim.Checker // plans are checked by the simulator before they are published (Config.Check)
+		if ccfg.Check != control.CheckNone {
 			check = &sim.Checker{CommLatency: -1, Seed: 1, TuneEvery: ccfg.TuneEvery}
 			ccfg.Checker = check
 		}

@@ -22,10 +22,11 @@ servers=${SERVERS:-cpu=400,fast=100}
 prices=${PRICES:-cpu=0.4,fast=2.5}
 systems=${SYSTEMS:-loki,loki:none,inferline,cg-mean,cg-peak}
 checked=${CHECKED-loki:none}
+flags=${FLAGS:-} # more sim flags for every run, e.g. FLAGS=--check-edge=false
 out=${OUT:-$(mktemp -d)}
 mkdir -p "$out"
 
-common="--servers $servers --price $prices --workload constant:RATE:$duration --cv CV --warmup $warmup --seed $seed"
+common="--servers $servers --price $prices --workload constant:RATE:$duration --cv CV --warmup $warmup --seed $seed${flags:+ $flags}"
 echo "    $bin sim --pipeline SPEC_SLO $common --policy $systems --json"
 [ -n "$checked" ] && echo "    $bin sim --pipeline SPEC_SLO $common --policy $checked --check --json"
 echo "    # SPEC_SLO: $spec with slo_ms: SLO"
@@ -46,7 +47,8 @@ for cv in $cvs; do
 		sed "s/^slo_ms: .*/slo_ms: $slo/" "$spec" >"$out/spec-$slo.yaml"
 		for rate in $rates; do
 			run=(sim --pipeline "$out/spec-$slo.yaml" --servers "$servers" --price "$prices"
-				--workload "constant:$rate:$duration" --cv "$cv" --warmup "$warmup" --seed "$seed" --json --progress=false)
+				--workload "constant:$rate:$duration" --cv "$cv" --warmup "$warmup" --seed "$seed" --json --progress=false
+				$flags)
 			f="$out/cv$cv-slo$slo-qps$rate.json"
 			"$bin" "${run[@]}" --policy "$systems" >"$f"
 			if [ -n "$checked" ]; then
