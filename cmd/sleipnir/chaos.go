@@ -38,20 +38,38 @@ func (u userFlags) Set(v string) error {
 	return nil
 }
 
-// registerTopologyFlags are the flags of the deployment the suite and `cluster` run: the binary, the pipeline, the
-// workers; it returns the planner's more flags (space-separated).
-func registerTopologyFlags(fs *flag.FlagSet, cfg *chaos.Config) *string {
+// topologyFlags are the flags of the deployment the suite, `cluster` and `soak` run: the binary, the pipelines, the
+// workers and the planner's more flags.
+type topologyFlags struct {
+	pipelines   pipelineFiles
+	plannerArgs string
+}
+
+func registerTopologyFlags(fs *flag.FlagSet, cfg *chaos.Config) *topologyFlags {
 	self, _ := os.Executable()
+	var t topologyFlags
 	fs.StringVar(&cfg.Sleipnir, "sleipnir", self, "the sleipnir binary the services run from")
-	fs.StringVar(&cfg.Pipeline, "pipeline", "examples/traffic.yaml", "the pipeline spec the planner serves")
+	fs.Var(&t.pipelines, "pipeline", "the pipeline spec `FILE` the planner serves, repeatable (default "+
+		"examples/traffic.yaml); the fault suite loads the first")
 	fs.IntVar(&cfg.Workers, "workers", 10, "worker processes")
-	return fs.String("planner-args", "", "more flags of the planner, space-separated (e.g. \"--replicas 3\")")
+	fs.StringVar(&t.plannerArgs, "planner-args", "", "more flags of the planner, space-separated (e.g. \"--replicas 3\")")
+	return &t
+}
+
+// apply puts the parsed flags into cfg.
+func (t *topologyFlags) apply(cfg *chaos.Config) {
+	files := t.pipelines
+	if len(files) == 0 {
+		files = pipelineFiles{"examples/traffic.yaml"}
+	}
+	cfg.Pipeline, cfg.MorePipelines = files[0], files[1:]
+	cfg.PlannerArgs = strings.Fields(t.plannerArgs)
 }
 
 func runChaos(args []string) error {
 	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
 	var cfg chaos.Config
-	plannerArgs := registerTopologyFlags(fs, &cfg)
+	topology := registerTopologyFlags(fs, &cfg)
 	fs.StringVar(&cfg.Loadgen, "loadgen", filepath.Join(filepath.Dir(cfg.Sleipnir), "loadgen"), "the loadgen binary")
 	fs.Float64Var(&cfg.QPS, "qps", 100, "load, requests per second")
 	fs.IntVar(&cfg.Nodes, "nodes", 1, "nats-server processes; 3 clusters them and runs the node faults (losing each "+
@@ -74,7 +92,7 @@ func runChaos(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	cfg.PlannerArgs = strings.Fields(*plannerArgs)
+	topology.apply(&cfg)
 	auth, cleanup, err := chaosAuth(*deployAuth, *natsConf, users, cfg.Workers)
 	if err != nil {
 		return err

@@ -18,7 +18,7 @@ import (
 func runCluster(args []string) error {
 	fs := flag.NewFlagSet("cluster", flag.ContinueOnError)
 	var cfg chaos.Config
-	plannerArgs := registerTopologyFlags(fs, &cfg)
+	topology := registerTopologyFlags(fs, &cfg)
 	fs.IntVar(&cfg.Nodes, "nodes", 3, "nats-server processes, clustered")
 	netns := fs.String("netns", "auto", "run every process in a network namespace of its own, with its own address "+
 		"(veth pairs on a bridge): on, off, or auto (on where the machine allows it: root and ip)")
@@ -29,7 +29,7 @@ func runCluster(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	cfg.PlannerArgs = strings.Fields(*plannerArgs)
+	topology.apply(&cfg)
 	switch *netns {
 	case "on":
 		cfg.Netns = true
@@ -70,8 +70,11 @@ func runCluster(args []string) error {
 	for _, n := range sys.Nodes {
 		fmt.Printf("  %s  %s  (monitoring %s)\n", n.Name(), n.URL(), n.MonitorURL())
 	}
-	fmt.Printf("load it with:\n  bin/loadgen %s --pipeline %s --qps 200 --duration 60s\nCtrl-C stops it.\n",
-		strings.Join(sys.ClientArgs(), " "), sys.Pipeline())
+	fmt.Println("load it with:")
+	for _, name := range sys.Pipelines() {
+		fmt.Printf("  bin/loadgen %s --pipeline %s --qps 200 --duration 60s\n", strings.Join(sys.ClientArgs(), " "), name)
+	}
+	fmt.Println("Ctrl-C stops it.")
 	<-ctx.Done()
 	return nil
 }

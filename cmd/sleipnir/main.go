@@ -43,6 +43,7 @@ commands:
   nats-auth generate the nkeys of a deployment and render its NATS authorization (deploy/nats-auth.conf)
   chaos     the fault suite: the services as processes around nats-server, under load, one fault at a time
   cluster   three clustered nats-server processes and the services as processes around them (make cluster)
+  soak      the cluster under a steady load of every pipeline for long, a fault every few minutes, memory watched
   version   print the version (also --version)
 
 Run 'sleipnir <command> -h' for the flags of a command.
@@ -78,6 +79,8 @@ func main() {
 		err = runChaos(args)
 	case "cluster":
 		err = runCluster(args)
+	case "soak":
+		err = runSoak(args)
 	case "version", "--version", "-version":
 		fmt.Println("sleipnir", buildinfo.Version())
 	case "-h", "--help", "help":

@@ -208,6 +208,16 @@ func (s *Server) Restart() error {
 	return errors.New("nats-server did not accept connections within 15s")
 }
 
+// Pid is the process's id, 0 while it is down.
+func (s *Server) Pid() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
 // Kill ends the process with SIGKILL, as a crash would.
 func (s *Server) Kill() { s.signal(syscall.SIGKILL) }
 

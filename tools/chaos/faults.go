@@ -128,6 +128,19 @@ func Names() []string {
 
 // activeWorkers are n workers the plan in force gives a variant, read from their assignments in the KV bucket.
 func (s *System) activeWorkers(ctx context.Context, n int) ([]plan.Assignment, error) {
+	active, err := s.assignedWorkers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if len(active) < n {
+		return nil, fmt.Errorf("%d active workers, want %d to kill", len(active), n)
+	}
+	return active[:n], nil
+}
+
+// assignedWorkers are the workers the plans in force give a variant, the first pipeline's root task's replicas
+// first (every request of it goes through them).
+func (s *System) assignedWorkers(ctx context.Context) ([]plan.Assignment, error) {
 	js, err := jetstream.New(s.NC)
 	if err != nil {
 		return nil, err
@@ -148,10 +161,6 @@ func (s *System) activeWorkers(ctx context.Context, n int) ([]plan.Assignment, e
 			active = append(active, a)
 		}
 	}
-	if len(active) < n {
-		return nil, fmt.Errorf("%d active workers, want %d to kill", len(active), n)
-	}
-	// The root task's replicas first: every request goes through them.
 	root := s.cfg.spec.Root().Name
 	slices.SortStableFunc(active, func(a, b plan.Assignment) int {
 		if (a.Task == root) != (b.Task == root) {
@@ -162,7 +171,7 @@ func (s *System) activeWorkers(ctx context.Context, n int) ([]plan.Assignment, e
 		}
 		return 0
 	})
-	return active[:n], nil
+	return active, nil
 }
 
 // expectAnswer sends a crafted request: it must be answered (any status, refusals included) within wait.

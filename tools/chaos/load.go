@@ -9,6 +9,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 )
 
 // loadSummary is the part of loadgen's --json summary the suite reads.
@@ -41,15 +44,22 @@ type loadRun struct {
 // startLoad starts loadgen against sys: cfg's load, settling, then measured before and after the fault, each
 // request under the pipeline's SLO. Its log goes to dir; ctx's end kills it.
 func startLoad(ctx context.Context, cfg *Config, sys *System, dir string) (*loadRun, error) {
-	args := append(sys.ClientArgs(), "--pipeline", cfg.spec.Name, "--qps", fmt.Sprint(cfg.QPS),
-		"--warmup", cfg.Settle.String(), "--duration", (cfg.Before + cfg.After).String(),
-		"--timeout", fmt.Sprintf("%gms", cfg.spec.SLOMs), "--grace", cfg.Grace.String(), "--json", "--series")
-	wrap, err := sys.namespace("loadgen")
+	return startLoadgen(ctx, sys, dir, "loadgen", cfg.spec, cfg.QPS, cfg.Settle, cfg.Before+cfg.After)
+}
+
+// startLoadgen starts loadgen, named name (its namespace's and log's), on one pipeline of sys at qps: warmup sent
+// and not counted, then duration measured, each request under the pipeline's SLO, with the per-second series.
+func startLoadgen(ctx context.Context, sys *System, dir, name string, spec *pipeline.Spec, qps float64, warmup,
+	duration time.Duration) (*loadRun, error) {
+	args := append(sys.ClientArgs(), "--pipeline", spec.Name, "--qps", fmt.Sprint(qps),
+		"--warmup", warmup.String(), "--duration", duration.String(),
+		"--timeout", fmt.Sprintf("%gms", spec.SLOMs), "--grace", sys.cfg.Grace.String(), "--json", "--series")
+	_, wrap, err := sys.namespace(name)
 	if err != nil {
 		return nil, err
 	}
-	l := &loadRun{cmd: wrapped(wrap, cfg.Loadgen, args...), done: make(chan error, 1)}
-	if l.log, err = os.Create(filepath.Join(dir, "loadgen.log")); err != nil {
+	l := &loadRun{cmd: wrapped(wrap, sys.cfg.Loadgen, args...), done: make(chan error, 1)}
+	if l.log, err = os.Create(filepath.Join(dir, name+".log")); err != nil {
 		return nil, err
 	}
 	l.cmd.Stdout, l.cmd.Stderr = &l.out, l.log

@@ -155,7 +155,7 @@ func (nl nodeLoss) electionNote() string {
 // to a second round, within 1 s of it); nothing lost, and violations under 1% (or twice those before the fault), in
 // the seconds after the node's return.
 func (nl nodeLoss) judge(r Row) (notes, failures []string) {
-	exposed := slices.ContainsFunc(nl.clients, func(c string) bool { return c == loadgenName || strings.HasPrefix(c, "fe") })
+	exposed := exposed(nl.clients)
 	// In flight when the node went: sent within a timeout before the fault, or before the client saw its
 	// connection gone (at once for a kill; a node in lame-duck mode closes its clients one by one until it exits).
 	const noticeS = 1.0
@@ -198,6 +198,11 @@ func (nl nodeLoss) judge(r Row) (notes, failures []string) {
 			violations, sent))
 	}
 	return notes, failures
+}
+
+// exposed says whether a node's clients include a frontend or loadgen, whose requests in flight its loss may lose.
+func exposed(clients []string) bool {
+	return slices.ContainsFunc(clients, func(c string) bool { return c == loadgenName || strings.HasPrefix(c, "fe") })
 }
 
 // counted writes names that repeat once, with their count: "sleipnir-worker x4".

@@ -21,8 +21,11 @@ import (
 type Config struct {
 	// Sleipnir and Loadgen are the binaries (bin/sleipnir, bin/loadgen).
 	Sleipnir, Loadgen string
-	// Pipeline is the spec file the planner serves (examples/traffic.yaml: emulated executors, no models).
+	// Pipeline is the spec file the planner serves (examples/traffic.yaml: emulated executors, no models); the
+	// faults' load and checks are on it.
 	Pipeline string
+	// MorePipelines are spec files the planner serves beside it (the soak loads every one).
+	MorePipelines []string
 	// PlannerArgs are more flags of the planner (its control knobs, such as --replan-sigmas).
 	PlannerArgs []string
 	Workers     int
@@ -45,8 +48,12 @@ type Config struct {
 	Auth *Auth
 	// Progress, if not nil, receives a line per step.
 	Progress io.Writer
+	// Metrics gives every service a Prometheus endpoint (--metrics-addr) the soak reads goroutines from.
+	Metrics bool
 
 	spec *pipeline.Spec
+	// specs are every pipeline the planner serves: spec first, then MorePipelines'.
+	specs []*pipeline.Spec
 }
 
 // Full and Short are the phases of `make chaos` and of the short version in `make test`. Both settle for 12 s: a
@@ -80,11 +87,15 @@ func (c *Config) setDefaults() error {
 	if c.NodeDown == 0 {
 		c.NodeDown = nodeDown
 	}
-	spec, err := pipeline.Load(c.Pipeline)
-	if err != nil {
-		return err
+	c.specs = nil
+	for _, file := range append([]string{c.Pipeline}, c.MorePipelines...) {
+		spec, err := pipeline.Load(file)
+		if err != nil {
+			return err
+		}
+		c.specs = append(c.specs, spec)
 	}
-	c.spec = spec
+	c.spec = c.specs[0]
 	return nil
 }
 

@@ -9,11 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -21,7 +22,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/sleipnir-serving/sleipnir/internal/natsproc"
-	"github.com/sleipnir-serving/sleipnir/pkg/auth"
+	"github.com/sleipnir-serving/sleipnir/pkg/metrics"
 )
 
 // Roles of the processes; with Auth, each role connects as its own user.
@@ -35,104 +36,6 @@ const (
 	RoleObserver = "observer"
 )
 
-// Auth makes the suite run against a server with users and permissions, as a deployment would.
-type Auth struct {
-	// Conf is the nats-server configuration (its authorization or accounts section); the suite sets the port and
-	// the store on the command line.
-	Conf string
-	// Users holds who each process connects as, by process name (planner, fe1, fe2, w01, ..., client: loadgen and
-	// the suite's own connection), else by role (planner, frontend, worker, client).
-	Users map[string]User
-}
-
-// User is one NATS user: an nkey seed file (--nkey) or a name and a password file (--user, --password-file), the
-// services' and loadgen's flags.
-type User struct {
-	NkeyFile     string
-	Name         string
-	PasswordFile string
-	// Inbox is the user's own inbox prefix, where a client user (loadgen's --inbox-prefix, the suite's own
-	// connection) receives replies; empty: loadgen's default. The services name theirs after their own user.
-	Inbox string
-}
-
-// DeployAuth is the deployment's own users and permissions (pkg/auth, as deploy/nats-auth.conf renders them) with a
-// fresh nkey per user, their seeds written to dir: the planner, the frontends' user, a worker user per worker id,
-// the client (loadgen, crafted and forged messages) and the observer (the suite's own connection).
-func DeployAuth(dir string, workers int) (*Auth, error) {
-	users := auth.DeployUsers(workers)
-	a := &Auth{Users: map[string]User{}}
-	for i := range users {
-		pub, seed, err := auth.NewNkey()
-		if err != nil {
-			return nil, err
-		}
-		users[i].Nkey = pub
-		file := filepath.Join(dir, users[i].Name()+".nk")
-		if err := os.WriteFile(file, seed, 0o600); err != nil {
-			return nil, err
-		}
-		who := string(users[i].Role)
-		if users[i].Role == auth.Worker {
-			who = users[i].WorkerID
-		}
-		a.Users[who] = User{NkeyFile: file, Inbox: users[i].Inbox()}
-	}
-	conf, err := auth.RenderConf(users)
-	if err != nil {
-		return nil, err
-	}
-	// As deploy/nats-server.conf sets it.
-	a.Conf = "max_payload: 8MB\n" + conf
-	return a, nil
-}
-
-func (a *Auth) user(name, role string) (User, bool) {
-	if a == nil {
-		return User{}, false
-	}
-	if u, ok := a.Users[name]; ok {
-		return u, true
-	}
-	u, ok := a.Users[role]
-	return u, ok
-}
-
-func (a *Auth) args(name, role string) []string {
-	u, ok := a.user(name, role)
-	switch {
-	case !ok:
-		return nil
-	case u.NkeyFile != "":
-		return []string{"--nkey", u.NkeyFile}
-	}
-	return []string{"--user", u.Name, "--password-file", u.PasswordFile}
-}
-
-func (a *Auth) options(name, role string) ([]nats.Option, error) {
-	if a == nil {
-		return nil, nil
-	}
-	u, ok := a.user(name, role)
-	if !ok {
-		return nil, fmt.Errorf("no NATS user for %s (role %s)", name, role)
-	}
-	var opts []nats.Option
-	if u.Inbox != "" {
-		opts = append(opts, nats.CustomInboxPrefix(u.Inbox))
-	}
-	if u.NkeyFile != "" {
-		o, err := nats.NkeyOptionFromSeed(u.NkeyFile)
-		return append(opts, o), err
-	}
-	pw, err := os.ReadFile(u.PasswordFile)
-	if err != nil {
-		return nil, err
-	}
-	first, _, _ := strings.Cut(string(pw), "\n")
-	return append(opts, nats.UserInfo(u.Name, strings.TrimSpace(first))), nil
-}
-
 // restartDelay is how long an orchestrator (docker, systemd) waits before restarting a process that exited.
 const restartDelay = time.Second
 
@@ -143,6 +46,8 @@ type proc struct {
 	args       []string
 	wrap       []string // the command it runs under (its network namespace's), if any
 	log        io.Writer
+	// metricsURL is its Prometheus endpoint (Config.Metrics), kept across restarts; "" without.
+	metricsURL string
 
 	mu       sync.Mutex
 	cmd      *exec.Cmd
@@ -213,6 +118,16 @@ func (p *proc) close() {
 		_ = cmd.Process.Signal(syscall.SIGKILL)
 		<-exited
 	}
+}
+
+// pid is the process's id, 0 while it is down.
+func (p *proc) pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
 }
 
 func (p *proc) takeCrashes() []string {
@@ -337,15 +252,28 @@ func (s *System) startServices(dir, urls string) error {
 		}
 		s.logs = append(s.logs, f)
 		args = append(append(args, "--nats", urls), cfg.Auth.args(name, role)...)
-		wrap, err := s.namespace(name)
+		host, wrap, err := s.namespace(name)
 		if err != nil {
 			return err
 		}
-		p := &proc{name: name, role: role, bin: cfg.Sleipnir, args: args, wrap: wrap, log: f}
+		metricsURL := ""
+		if cfg.Metrics {
+			port, err := natsproc.FreePort()
+			if err != nil {
+				return err
+			}
+			addr := net.JoinHostPort(host, strconv.Itoa(port))
+			args, metricsURL = append(args, "--metrics-addr", addr), "http://"+addr+metrics.Path
+		}
+		p := &proc{name: name, role: role, bin: cfg.Sleipnir, args: args, wrap: wrap, log: f, metricsURL: metricsURL}
 		s.procs[name] = p
 		return p.start()
 	}
-	err := add("planner", RolePlanner, append([]string{"planner", "--pipeline", cfg.Pipeline}, cfg.PlannerArgs...)...)
+	plannerArgs := []string{"planner"}
+	for _, file := range append([]string{cfg.Pipeline}, cfg.MorePipelines...) {
+		plannerArgs = append(plannerArgs, "--pipeline", file)
+	}
+	err := add("planner", RolePlanner, append(plannerArgs, cfg.PlannerArgs...)...)
 	for i := 0; i < 2 && err == nil; i++ {
 		err = add(frontendName(i), RoleFrontend, "frontend", "--id", frontendName(i), "--http", "")
 	}
@@ -366,9 +294,11 @@ func StartTopology(ctx context.Context, cfg Config, dir string) (*System, error)
 	if err != nil {
 		return nil, err
 	}
-	if err := sys.waitServing(ctx, cfg.spec.Name, 60*time.Second); err != nil {
-		sys.Close()
-		return nil, err
+	for _, spec := range cfg.specs {
+		if err := sys.waitServing(ctx, spec.Name, 60*time.Second); err != nil {
+			sys.Close()
+			return nil, fmt.Errorf("%s: %w", spec.Name, err)
+		}
 	}
 	return sys, nil
 }
@@ -421,14 +351,13 @@ func (s *System) Crashes() []string {
 // clusterName names the cluster of Config.Nodes servers; its nodes are sleipnir-1, sleipnir-2, ...
 const clusterName = "sleipnir"
 
-// namespace makes the network namespace of a process and returns the command prefix that runs in it; nil without
-// Config.Netns.
-func (s *System) namespace(name string) ([]string, error) {
+// namespace makes the network namespace of a process and returns its address and the command prefix that runs in
+// it; loopback and nil without Config.Netns.
+func (s *System) namespace(name string) (host string, wrap []string, err error) {
 	if s.lab == nil {
-		return nil, nil
+		return "127.0.0.1", nil, nil
 	}
-	_, wrap, err := s.lab.add(name)
-	return wrap, err
+	return s.lab.add(name)
 }
 
 // wrapped is the command that runs bin under wrap (nothing: bin itself).
@@ -439,8 +368,17 @@ func wrapped(wrap []string, bin string, args ...string) *exec.Cmd {
 	return exec.Command(wrap[0], append(slices.Clone(wrap[1:]), append([]string{bin}, args...)...)...)
 }
 
-// Pipeline is the name of the pipeline the planner serves.
+// Pipeline is the name of the pipeline the planner serves (the first, if several).
 func (s *System) Pipeline() string { return s.cfg.spec.Name }
+
+// Pipelines are the names of every pipeline the planner serves.
+func (s *System) Pipelines() []string {
+	var names []string
+	for _, spec := range s.cfg.specs {
+		names = append(names, spec.Name)
+	}
+	return names
+}
 
 // URLs are the client URLs of every server, comma-separated, as the services get them.
 func (s *System) URLs() string { return natsproc.URLs(s.Nodes) }
