@@ -216,13 +216,12 @@ node-loss: build $(NATS_SERVER)
 # prints a row per fault and pipeline, the totals and each process's series, and fails unless nothing was lost but
 # what a fault's victim held in flight, violations stayed under 1% outside the faults' recovery windows and every
 # process's memory and goroutines stayed flat (within 10%) after the warm-up. SOAK_ARGS takes more of `sleipnir
-# soak`'s flags (--log-dir DIR keeps every log and soak.json). The workers are shared evenly (SOAK_SHARING): the
-# joint division gives one pipeline every server and the other none, in turn, at these loads (docs/faults.md#soak);
-# SOAK_SHARING=joint runs it.
+# soak`'s flags (--log-dir DIR keeps every log and soak.json). The workers are shared by the joint division, the
+# default (SOAK_SHARING=even: an even split).
 SOAK ?= 10m
 SOAK_WORKERS ?= 20
 SOAK_LOAD ?= --load traffic=40 --load ocr-chain=20
-SOAK_SHARING ?= even
+SOAK_SHARING ?= joint
 SOAK_ARGS ?=
 soak: build $(NATS_SERVER)
 	SLEIPNIR_NATS_SERVER=$(NATS_SERVER) bin/sleipnir soak --pipeline examples/traffic.yaml \
