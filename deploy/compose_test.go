@@ -485,6 +485,11 @@ func checkPrometheusTargets(t *testing.T, p *types.Project) {
 	var conf struct {
 		ScrapeConfigs []struct {
 			StaticConfigs []struct{ Targets []string } `yaml:"static_configs"`
+			DNSSDConfigs  []struct {
+				Names []string
+				Type  string
+				Port  int
+			} `yaml:"dns_sd_configs"`
 		} `yaml:"scrape_configs"`
 	}
 	rel, _ := filepath.Rel(mustAbs(t, repoRoot), v.Source)
@@ -494,6 +499,14 @@ func checkPrometheusTargets(t *testing.T, p *types.Project) {
 		for _, st := range sc.StaticConfigs {
 			for _, target := range st.Targets {
 				targets[target] = true
+			}
+		}
+		for _, dns := range sc.DNSSDConfigs {
+			if dns.Type != "A" {
+				t.Errorf("prometheus: DNS discovery of type %q, want A (Docker's DNS answers A records)", dns.Type)
+			}
+			for _, name := range dns.Names {
+				targets[fmt.Sprintf("%s:%d", name, dns.Port)] = true
 			}
 		}
 	}
