@@ -8,7 +8,7 @@ BENCHCOUNT ?= 6
 # The standalone nats-server (see nats-server below); defined before the targets whose prerequisites name it.
 NATS_SERVER = $(CURDIR)/bin/nats-server
 
-.PHONY: all deps models data build ablation fidelity chaos node-loss soak flood cluster ocr-hog run test crosscheck fuzz fuzz-short bench vet fmt nats-cli nats-server jaeger observe-traces prometheus chromium observe-metrics screenshot-metrics clean
+.PHONY: all deps models data build ablation fidelity chaos node-loss soak flood cluster compose-test ocr-hog run test crosscheck fuzz fuzz-short bench vet fmt nats-cli nats-server jaeger observe-traces prometheus chromium observe-metrics screenshot-metrics clean
 
 all: build
 
@@ -83,6 +83,7 @@ test: deps models $(NATS_SERVER) prometheus
 	$(GO) vet ./...
 	$(GO) vet -tags fidelity ./cmd/loadgen # make fidelity's test, not run here: compiled, so that it cannot rot
 	$(GO) vet -tags jaeger ./services/up # make observe-traces's test, likewise
+	$(GO) vet -tags compose ./deploy # make compose-test's, likewise
 	SLEIPNIR_MODELS=$(MODELS) SLEIPNIR_NATS_SERVER=$(NATS_SERVER) $(GO) test -race -count=1 -timeout 15m ./...
 	@$(MAKE) --no-print-directory fuzz-short
 
@@ -174,6 +175,7 @@ vet: deps
 	$(GO) vet ./...
 	$(GO) vet -tags fidelity ./cmd/loadgen
 	$(GO) vet -tags jaeger ./services/up
+	$(GO) vet -tags compose ./deploy
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
@@ -281,6 +283,23 @@ $(JAEGER):
 observe-traces: build $(JAEGER) $(NATS_SERVER)
 	SLEIPNIR_JAEGER=$(JAEGER) SLEIPNIR_BIN=$(CURDIR)/bin/sleipnir SLEIPNIR_NATS_SERVER=$(NATS_SERVER) \
 	  $(GO) test -tags jaeger -run TestJaegerShowsEveryHop -count=1 -v ./services/up
+
+# The compose deployment on a real Docker engine (issue 49; docs/deploy.md "On a Docker engine"): installs Debian's
+# docker.io, docker-compose and mmdebstrap when missing, uses the engine that answers or starts a dockerd of its own
+# (data root in $(STATE)/compose/docker, no NAT: containers reach only their own networks; stopped at the end), makes
+# the images docker-compose.yml names from Debian and the Go modules (deploy/images/build.sh, cached in
+# $(STATE)/compose/images) and runs docker-compose.yml with deploy/compose/offline.yml: the cluster under loadgen at
+# 200 QPS, a NATS node and a worker killed, Prometheus's targets, the OCR pipeline on the real models, down -v. As
+# root. Its figures: docs/deploy.md.
+COMPOSE_DEB_PACKAGES = docker.io docker-compose mmdebstrap npm
+compose-test: build $(NATS_SERVER) $(JAEGER) data
+	@command -v dockerd >/dev/null && command -v docker-compose >/dev/null && command -v mmdebstrap >/dev/null && \
+	  command -v npm >/dev/null || { echo "installing $(COMPOSE_DEB_PACKAGES)"; \
+	  $(SUDO) apt-get install -y -q $(COMPOSE_DEB_PACKAGES) >/dev/null || \
+	  { $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q $(COMPOSE_DEB_PACKAGES) >/dev/null; }; }
+	SLEIPNIR_COMPOSE_STATE=$(STATE)/compose SLEIPNIR_NATS_SERVER=$(NATS_SERVER) SLEIPNIR_JAEGER=$(JAEGER) \
+	  SLEIPNIR_LOADGEN=$(CURDIR)/bin/loadgen SLEIPNIR_OCR_DATA=$(DATA)/ocr \
+	  $(GO) test -tags compose -run '^TestComposeOnEngine$$' -count=1 -v -timeout 25m ./deploy
 
 # Observability. Debian's Prometheus (2.42), installed with apt-get when `prometheus` is not on the PATH (about 20 s),
 # for the test that lets a real Prometheus scrape the running system and checks every series and every query of the

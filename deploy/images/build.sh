@@ -57,7 +57,7 @@ rootfs() {
 		mkdir -p "$cache/rootfs"
 		echo "mmdebstrap $1: $2" >&2
 		# shellcheck disable=SC2086 # SLIM is one option a word
-		mmdebstrap --quiet --variant=minbase --include="$2" $SLIM bookworm "$tar.tmp" >&2
+		mmdebstrap --quiet --format=tar --variant=minbase --include="$2" $SLIM bookworm "$tar.tmp" >&2
 		mv "$tar.tmp" "$tar"
 	fi
 	echo "$tar"
