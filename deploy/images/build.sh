@@ -39,6 +39,8 @@ SLIM="--dpkgopt=path-exclude=/usr/share/man/* --dpkgopt=path-exclude=/usr/share/
 
 key() { printf '%s\n' "$@" | sha256sum | cut -c1-16; }
 filekey() { sha256sum "$1" | cut -c1-16; }
+t0=$(date +%s)
+say() { echo "$* ($(($(date +%s) - t0)) s)"; }
 
 # made TAG INPUTS: whether TAG is already what INPUTS make (or is not ours to replace).
 made() {
@@ -50,89 +52,125 @@ made() {
 	return 1
 }
 
-# rootfs NAME PACKAGES: the path of a cached bookworm root file system (minbase and PACKAGES) as a tar.
-rootfs() {
-	tar="$cache/rootfs/$1-$(key "$2" "$SLIM").tar"
-	if [ ! -f "$tar" ]; then
-		mkdir -p "$cache/rootfs"
-		echo "mmdebstrap $1: $2" >&2
-		# shellcheck disable=SC2086 # SLIM is one option a word
-		mmdebstrap --quiet --format=tar --variant=minbase --include="$2" $SLIM bookworm "$tar.tmp" >&2
-		mv "$tar.tmp" "$tar"
-	fi
-	echo "$tar"
+# The root file systems: NAME PACKAGES, cached as $cache/rootfs/NAME-KEY.tar. mmdebstrap mostly waits on downloads:
+# those needed are made side by side (rootfs_start), then waited for (rootfs_wait).
+fskey() { key bookworm "$1" "$SLIM"; }
+fspath() { echo "$cache/rootfs/$1-$(fskey "$2").tar"; }
+pending=""
+rootfs_start() {
+	tar=$(fspath "$1" "$2")
+	[ -f "$tar" ] && return 0
+	mkdir -p "$cache/rootfs"
+	say "mmdebstrap $1: minbase and $2"
+	# shellcheck disable=SC2086 # SLIM is one option a word
+	{ mmdebstrap --quiet --format=tar --variant=minbase --include="$2" $SLIM bookworm "$tar.tmp" >"$tar.log" 2>&1 &&
+		mv "$tar.tmp" "$tar"; } &
+	pending="$pending $!:$tar"
+}
+rootfs_wait() {
+	for job in $pending; do
+		wait "${job%%:*}" || { echo "mmdebstrap failed: ${job#*:}.log" >&2; cat "${job#*:}.log" >&2; exit 1; }
+		say "mmdebstrap: $(basename "${job#*:}")"
+	done
+	pending=""
 }
 
 # import TAR TAG INPUTS: TAR as the image TAG.
 import() {
-	made "$2" "$3" && return 0
 	docker import --change "LABEL io.sleipnir.inputs=$3" --change 'CMD ["bash"]' "$1" "$2" >/dev/null
-	echo "$2: imported $(basename "$1")"
+	say "$2: imported $(basename "$1")"
 }
 
 # build TAG INPUTS DOCKERFILE CONTEXT [ARG=VALUE ...]: docker build of DOCKERFILE in CONTEXT (removed after) as TAG.
 build() {
 	tag=$1 inputs=$2 file=$3 ctx=$4
 	shift 4
-	if ! made "$tag" "$inputs"; then
-		args=""
-		for a in "$@"; do args="$args --build-arg $a"; done
-		# shellcheck disable=SC2086 # one word per argument
-		docker build --quiet --label "io.sleipnir.inputs=$inputs" -t "$tag" -f "$file" $args "$ctx" >/dev/null
-		echo "$tag: built"
-	fi
+	args=""
+	for a in "$@"; do args="$args --build-arg $a"; done
+	# shellcheck disable=SC2086 # one word per argument
+	docker build --quiet --label "io.sleipnir.inputs=$inputs" -t "$tag" -f "$file" $args "$ctx" >/dev/null
 	rm -rf "$ctx"
+	say "$tag: built"
 }
 
 context() { mktemp -d "$cache/context.XXXXXX"; }
+trap 'rm -rf "$cache"/context.* "$cache"/rootfs/*.tmp' EXIT
 
-runtime=$(rootfs runtime "$RUNTIME_PACKAGES")
-runtime_key=$(key "$runtime")
-import "$runtime" "$DEBIAN" "$runtime_key"
-
-# golang: the build root file system, the host's Go tool chain (the 1.26 the tag names) and go.mod's modules, taken
-# from the host's module cache when there (as a file proxy) and from the Go module proxy otherwise.
 goversion=$($GO env GOVERSION)
 case "$goversion" in go1.26*) ;; *) echo "$GOLANG needs Go 1.26; $GO is $goversion" >&2; exit 1 ;; esac
-buildfs=$(rootfs build "$BUILD_PACKAGES")
-base=sleipnir-images/bookworm-build:$(key "$buildfs")
-import "$buildfs" "$base" "$(key "$buildfs")"
-golang_key=$(key "$buildfs" "$goversion" "$(filekey "$repo/go.sum")")
-if ! made "$GOLANG" "$golang_key"; then
+runtime_key=$(fskey "$RUNTIME_PACKAGES")
+build_key=$(fskey "$BUILD_PACKAGES")
+node_key=$(fskey "$NODE_PACKAGES")
+NODE_BASE=sleipnir-images/bookworm-node:$node_key
+golang_key=$(key "$build_key" "$goversion" "$(filekey "$repo/go.sum")")
+node_image_key=$(key "$node_key" "$NPM")
+
+made "$DEBIAN" "$runtime_key" && have_debian=1 || { have_debian=0; rootfs_start runtime "$RUNTIME_PACKAGES"; }
+made "$GOLANG" "$golang_key" && have_golang=1 || { have_golang=0; rootfs_start build "$BUILD_PACKAGES"; }
+made "$NODE" "$node_image_key" && have_node=1 || { have_node=0; made "$NODE_BASE" "$node_key" || rootfs_start node "$NODE_PACKAGES"; }
+rootfs_wait
+
+[ $have_debian = 1 ] || import "$(fspath runtime "$RUNTIME_PACKAGES")" "$DEBIAN" "$runtime_key"
+
+# golang: the build root file system, the host's Go tool chain (the 1.26 the tag names) in /usr/local/go and go.mod's
+# modules in the module cache /go/pkg/mod (taken from the host's module cache as a file proxy, and from the Go module
+# proxy for what it lacks), appended to the root file system's tar and imported as one layer: a COPY of them into a
+# docker build took five minutes on vfs. GOPROXY=off: the Dockerfile's build has no network, and a missing module
+# fails at once rather than hangs.
+if [ $have_golang = 0 ]; then
 	ctx=$(context)
-	cp -a "$($GO env GOROOT)" "$ctx/go"
+	mkdir -p "$ctx/usr/local"
+	cp -a "$($GO env GOROOT)" "$ctx/usr/local/go"
 	hostmod=$($GO env GOMODCACHE)
-	(cd "$repo" && GOMODCACHE="$ctx/mod" GOFLAGS=-mod=mod GOPROXY="file://$hostmod/cache/download,$($GO env GOPROXY)" $GO mod download)
-	build "$GOLANG" "$golang_key" "$here/golang.Dockerfile" "$ctx" "BASE=$base"
+	(cd "$repo" && GOMODCACHE="$ctx/go/pkg/mod" GOFLAGS="-mod=mod -modcacherw" \
+		GOPROXY="file://$hostmod/cache/download,$($GO env GOPROXY)" $GO mod download)
+	cp "$(fspath build "$BUILD_PACKAGES")" "$ctx/rootfs.tar"
+	# A tar of its own (pax: module paths outgrow ustar's names), concatenated.
+	tar -cf "$ctx/go.tar" --format=pax -C "$ctx" --owner=0 --group=0 ./usr/local/go ./go
+	tar -Af "$ctx/rootfs.tar" "$ctx/go.tar"
+	docker import --change "LABEL io.sleipnir.inputs=$golang_key" --change "WORKDIR /go" \
+		--change "ENV GOPATH=/go GOTOOLCHAIN=local GOPROXY=off PATH=/go/bin:/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+		"$ctx/rootfs.tar" "$GOLANG" >/dev/null
+	rm -rf "$ctx"
+	say "$GOLANG: imported ($goversion, go.mod's modules)"
 fi
 
-ctx=$(context)
-cp "$NATS_SERVER" "$ctx/nats-server"
-build "$NATS" "$(key "$runtime_key" "$(filekey "$NATS_SERVER")")" "$here/nats.Dockerfile" "$ctx"
+nats_key=$(key "$runtime_key" "$(filekey "$NATS_SERVER")")
+if ! made "$NATS" "$nats_key"; then
+	ctx=$(context)
+	cp "$NATS_SERVER" "$ctx/nats-server"
+	build "$NATS" "$nats_key" "$here/nats.Dockerfile" "$ctx"
+fi
 
-ctx=$(context)
-cp "$JAEGER" "$ctx/jaeger"
-build "$JAEGER_IMAGE" "$(key "$runtime_key" "$(filekey "$JAEGER")")" "$here/jaeger.Dockerfile" "$ctx"
+jaeger_key=$(key "$runtime_key" "$(filekey "$JAEGER")")
+if ! made "$JAEGER_IMAGE" "$jaeger_key"; then
+	ctx=$(context)
+	cp "$JAEGER" "$ctx/jaeger"
+	build "$JAEGER_IMAGE" "$jaeger_key" "$here/jaeger.Dockerfile" "$ctx"
+fi
 
 # Prometheus: the binary of Debian's package, as apt-get downloads it.
 mkdir -p "$cache/debs"
 deb=$(ls "$cache"/debs/prometheus_*.deb 2>/dev/null | tail -1 || true)
 if [ -z "$deb" ]; then
-	(cd "$cache/debs" && apt-get download -q prometheus >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get download -q prometheus >/dev/null; })
+	(cd "$cache/debs" && { apt-get download -q prometheus >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get download -q prometheus >/dev/null; }; })
 	deb=$(ls "$cache"/debs/prometheus_*.deb | tail -1)
 fi
-ctx=$(context)
-dpkg-deb -x "$deb" "$ctx/deb"
-mv "$ctx/deb/usr/bin/prometheus" "$ctx/prometheus"
-rm -rf "$ctx/deb"
-build "$PROMETHEUS" "$(key "$runtime_key" "$(basename "$deb")")" "$here/prometheus.Dockerfile" "$ctx"
+prometheus_key=$(key "$runtime_key" "$(basename "$deb")")
+if ! made "$PROMETHEUS" "$prometheus_key"; then
+	ctx=$(context)
+	dpkg-deb -x "$deb" "$ctx/deb"
+	mv "$ctx/deb/usr/bin/prometheus" "$ctx/prometheus"
+	rm -rf "$ctx/deb"
+	build "$PROMETHEUS" "$prometheus_key" "$here/prometheus.Dockerfile" "$ctx"
+fi
 
 # node: Debian's Node.js, npm's own package (npm pack: no install scripts run).
-nodefs=$(rootfs node "$NODE_PACKAGES")
-nodebase=sleipnir-images/bookworm-node:$(key "$nodefs")
-import "$nodefs" "$nodebase" "$(key "$nodefs")"
-tgz="$cache/npm-${NPM#npm@}.tgz"
-[ -f "$tgz" ] || (cd "$cache" && npm pack --silent "$NPM" >/dev/null)
-ctx=$(context)
-(cd "$ctx" && tar xzf "$tgz" && mv package npm)
-build "$NODE" "$(key "$nodefs" "$NPM")" "$here/node.Dockerfile" "$ctx" "BASE=$nodebase"
+if [ $have_node = 0 ]; then
+	made "$NODE_BASE" "$node_key" >/dev/null || import "$(fspath node "$NODE_PACKAGES")" "$NODE_BASE" "$node_key"
+	tgz="$cache/npm-${NPM#npm@}.tgz"
+	[ -f "$tgz" ] || (cd "$cache" && npm pack --silent "$NPM" >/dev/null)
+	ctx=$(context)
+	(cd "$ctx" && tar xzf "$tgz" && mv package npm)
+	build "$NODE" "$node_image_key" "$here/node.Dockerfile" "$ctx" "BASE=$NODE_BASE"
+fi
