@@ -32,7 +32,7 @@ NPM=npm@9.9.4
 # Packages per root file system. runtime: the base of every image (wget for the compose file's health checks).
 RUNTIME_PACKAGES=wget
 # build: what the golang image and deploy/Dockerfile's build stage need (cgo, Clp and the static archives it links).
-BUILD_PACKAGES=gcc,g++,libc6-dev,make,pkg-config,coinor-libclp-dev,libgfortran-12-dev
+BUILD_PACKAGES=gcc,g++,libc6-dev,make,pkg-config,coinor-libclp-dev,libgfortran-12-dev,zlib1g-dev
 NODE_PACKAGES=nodejs,ca-certificates,wget
 # Slim as Debian's own slim images: no manual pages, documentation (copyrights kept) or translations.
 SLIM="--dpkgopt=path-exclude=/usr/share/man/* --dpkgopt=path-exclude=/usr/share/doc/* --dpkgopt=path-include=/usr/share/doc/*/copyright --dpkgopt=path-exclude=/usr/share/locale/*"
