@@ -186,7 +186,8 @@ func (p *project) waitHealthy(t *testing.T, within time.Duration) {
 			"--format", `{{.Label "com.docker.compose.service"}} {{.Status}}`)
 		var waiting []string
 		for _, line := range strings.Split(out, "\n") {
-			if strings.Contains(line, "(health: starting)") || strings.Contains(line, "(unhealthy)") {
+			if strings.Contains(line, "(health: starting)") || strings.Contains(line, "(unhealthy)") ||
+				strings.Contains(line, "Restarting") {
 				waiting = append(waiting, line)
 			}
 		}

@@ -44,14 +44,15 @@ func TestComposeOnEngine(t *testing.T) {
 	p := &project{e: e, env: []string{"SLEIPNIR_NPM_CACHE=" + npmCache}}
 	p.compose(t, "build", "keys") // sleipnir:local, which every Sleipnir service runs
 	t.Logf("images: %s", time.Since(step).Round(time.Second))
-	t.Logf("image sizes:\n%s", e.docker(t, "image", "ls", "--format", "{{.Repository}}:{{.Tag}} {{.Size}}"))
+	t.Logf("image sizes:\n%s", e.docker(t, "image", "ls", "--filter", "dangling=false", "--format", "{{.Repository}}:{{.Tag}} {{.Size}}"))
 
 	traffic := p.up(t, "traffic")
 	client := traffic.clientArgs(t, filepath.Join(state, "client.nk"))
 	step = time.Now()
-	steady := runLoad(t, e, loadgen, append(client, "--pipeline", "traffic", "--qps", "200", "--warmup", "10s", "--duration", "30s"), nil)
-	t.Logf("steady, 200 QPS for 30 s: sent %d, ok %d, lost %d, duplicates %d, violations %.2f%%, p50 %.0f ms, p99 %.0f ms",
-		steady.Sent, steady.OK, steady.Lost, steady.Duplicates, 100*steady.SLOViolationRatio, steady.P50Ms, steady.P99Ms)
+	steady := runLoad(t, e, loadgen, append(client, "--pipeline", "traffic", "--qps", "200", "--warmup", "15s", "--duration", "30s", "--series"), nil)
+	t.Logf("steady, 200 QPS for 30 s: sent %d, ok %d, lost %d, duplicates %d, violations %.2f%%, p50 %.0f ms, p99 %.0f ms; load average %s",
+		steady.Sent, steady.OK, steady.Lost, steady.Duplicates, 100*steady.SLOViolationRatio, steady.P50Ms, steady.P99Ms, loadAverage())
+	t.Logf("  violations by second: %s", violationsBySecond(steady.Series))
 	if steady.Lost > 0 || steady.Duplicates > 0 || steady.SLOViolationRatio >= 0.01 || steady.Sent < 5900 {
 		t.Errorf("steady run: sent %d, lost %d, duplicates %d, violations %.2f%%: want 6,000 sent, none lost or duplicated, under 1%%",
 			steady.Sent, steady.Lost, steady.Duplicates, 100*steady.SLOViolationRatio)
@@ -258,6 +259,12 @@ func fillNPMCache(t *testing.T, dir string) string {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// loadAverage is the host's load averages over 1, 5 and 15 minutes.
+func loadAverage() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	return strings.Join(strings.Fields(string(b))[:min(3, len(strings.Fields(string(b))))], " ")
 }
 
 func mustEnv(t *testing.T, key string) string {
