@@ -102,8 +102,8 @@ runtime_key=$(fskey "$RUNTIME_PACKAGES")
 build_key=$(fskey "$BUILD_PACKAGES")
 node_key=$(fskey "$NODE_PACKAGES")
 NODE_BASE=sleipnir-images/bookworm-node:$node_key
-golang_key=$(key "$build_key" "$goversion" "$(filekey "$repo/go.sum")")
-node_image_key=$(key "$node_key" "$NPM")
+golang_key=$(key "$build_key" "$goversion" "$(filekey "$repo/go.sum")" "$(filekey "$0")")
+node_image_key=$(key "$node_key" "$NPM" "$(filekey "$here/node.Dockerfile")")
 
 made "$DEBIAN" "$runtime_key" && have_debian=1 || { have_debian=0; rootfs_start runtime "$RUNTIME_PACKAGES"; }
 made "$GOLANG" "$golang_key" && have_golang=1 || { have_golang=0; rootfs_start build "$BUILD_PACKAGES"; }
@@ -135,14 +135,14 @@ if [ $have_golang = 0 ]; then
 	say "$GOLANG: imported ($goversion, go.mod's modules)"
 fi
 
-nats_key=$(key "$runtime_key" "$(filekey "$NATS_SERVER")")
+nats_key=$(key "$runtime_key" "$(filekey "$NATS_SERVER")" "$(filekey "$here/nats.Dockerfile")")
 if ! made "$NATS" "$nats_key"; then
 	ctx=$(context)
 	cp "$NATS_SERVER" "$ctx/nats-server"
 	build "$NATS" "$nats_key" "$here/nats.Dockerfile" "$ctx"
 fi
 
-jaeger_key=$(key "$runtime_key" "$(filekey "$JAEGER")")
+jaeger_key=$(key "$runtime_key" "$(filekey "$JAEGER")" "$(filekey "$here/jaeger.Dockerfile")")
 if ! made "$JAEGER_IMAGE" "$jaeger_key"; then
 	ctx=$(context)
 	cp "$JAEGER" "$ctx/jaeger"
@@ -156,7 +156,7 @@ if [ -z "$deb" ]; then
 	(cd "$cache/debs" && { apt-get download -q prometheus >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get download -q prometheus >/dev/null; }; })
 	deb=$(ls "$cache"/debs/prometheus_*.deb | tail -1)
 fi
-prometheus_key=$(key "$runtime_key" "$(basename "$deb")")
+prometheus_key=$(key "$runtime_key" "$(basename "$deb")" "$(filekey "$here/prometheus.Dockerfile")")
 if ! made "$PROMETHEUS" "$prometheus_key"; then
 	ctx=$(context)
 	dpkg-deb -x "$deb" "$ctx/deb"
