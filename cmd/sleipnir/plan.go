@@ -33,6 +33,8 @@ func runPlan(args []string) error {
 		"then minimises the plan's cost, and the plan reports it (a bare --servers N is the class default)")
 	maxCost := fs.Float64("max-cost", 0, "cap on the plan's cost, `PER_HOUR` (needs --price): the most accurate plan "+
 		"within it")
+	minAccuracy := fs.Float64("min-accuracy", 0, "floor on the system accuracy, a `SHARE` in (0, 1] (default: the "+
+		"pipeline's min_accuracy): the fewest servers (the least cost, with --price) whose accuracy is at least it")
 	var demands demandFlag
 	fs.Var(&demands, "demand", "demand at the root task, requests per second: `QPS`, or NAME=QPS once per pipeline "+
 		"(with several --pipeline)")
@@ -81,14 +83,17 @@ func runPlan(args []string) error {
 		return fmt.Errorf("--max-cost %v: want a cost per hour > 0, with --price", *maxCost)
 	}
 	in.MaxCostPerHour = *maxCost
+	if in.MinAccuracy, err = minAccuracyOf(specs[0], *minAccuracy); err != nil {
+		return err
+	}
 	qps, err := demands.of(specs)
 	if err != nil {
 		return err
 	}
 	opt := allocate.Options{TimeLimit: *limit, Gap: *gap}
 	if len(specs) > 1 {
-		if *sweep != "" || *lpFile != "" || *maxCost > 0 {
-			return errors.New("--sweep, --write-lp and --max-cost take one --pipeline")
+		if *sweep != "" || *lpFile != "" || *maxCost > 0 || *minAccuracy > 0 {
+			return errors.New("--sweep, --write-lp, --max-cost and --min-accuracy take one --pipeline")
 		}
 		return planJoint(in, specs, qps, opt, *asJSON)
 	}
@@ -239,10 +244,22 @@ func parseSweep(s string) (from, to, step float64, err error) {
 	return v[0], v[1], v[2], nil
 }
 
+// minAccuracyOf is the accuracy floor of plan's --min-accuracy (flag), else the spec's.
+func minAccuracyOf(spec *pipeline.Spec, flag float64) (float64, error) {
+	if !(flag >= 0 && flag <= 1) {
+		return 0, fmt.Errorf("--min-accuracy %v: want a system accuracy in (0, 1]", flag)
+	}
+	if flag > 0 {
+		return flag, nil
+	}
+	return spec.MinAccuracy, nil
+}
+
 // printPlan prints r as a table; gap is the optimality tolerance it was solved with (0: the default).
 func printPlan(r *allocate.Result, gap float64) {
 	fmt.Printf("mode %s: %d of %d servers, system accuracy %.4f, serves %.1f QPS (at most %.1f with these servers)\n",
 		r.Mode, r.ServersUsed, r.Servers, r.SystemAccuracy, r.ServedQPS, r.MaxServableQPS)
+	printFloor(r)
 	printCost(r)
 	printSolve(r.Optimal, gap, r.Gap, r.SolveMs, r.Nodes)
 	for _, t := range slices.Sorted(maps.Keys(r.Cascades)) {
@@ -314,4 +331,22 @@ func printCost(r *allocate.Result) {
 	}
 	fmt.Printf("servers by class %s of %s, cost %.2f per hour\n", byClass(r.Cluster, r.UsedByClass), r.Cluster,
 		r.CostPerHour)
+}
+
+// printFloor prints, with an accuracy floor, whether the plan holds it at the demand: the fewest servers at it, or
+// the demand the servers cannot serve at it (refused by the frontends).
+func printFloor(r *allocate.Result) {
+	switch {
+	case r.MinAccuracy <= 0:
+	case r.Mode != allocate.ModeOverloaded:
+		fmt.Printf("min accuracy %g: held, on the fewest servers (least cost) that serve %.1f QPS at it\n",
+			r.MinAccuracy, r.Demand)
+	case r.ServedQPS <= 0:
+		fmt.Printf("min accuracy %g: NOT reachable on this cluster at any demand; the frontends refuse every "+
+			"request\n", r.MinAccuracy)
+	default:
+		fmt.Printf("min accuracy %g: NOT reachable at %.1f QPS on this cluster: it serves %.1f QPS at it; the "+
+			"frontends refuse the other %.1f%%\n", r.MinAccuracy, r.Demand, r.ServedQPS,
+			100*(1-r.ServedQPS/r.Demand))
+	}
 }

@@ -300,11 +300,11 @@ func (c Config) CheckCostCap(pipelines int, priced bool) error {
 	return nil
 }
 
-// Allocate solves the allocation MILP.
+// Allocate solves the allocation MILP, with the spec's accuracy floor (min_accuracy) when it has one.
 func (a MILP) Allocate(spec *pipeline.Spec, o Observed) (*plan.Plan, error) {
 	res, err := allocate.SolveCascade(allocate.Input{Spec: spec, Demand: o.Demand, Servers: o.Servers,
 		Cluster: o.Cluster, Fanout: o.Fanout, Utilization: a.Utilization, LatencyModel: a.LatencyModel,
-		ArrivalDispersion: o.Traffic.Dispersion(), MaxCostPerHour: a.MaxCostPerHour},
+		ArrivalDispersion: o.Traffic.Dispersion(), MaxCostPerHour: a.MaxCostPerHour, MinAccuracy: spec.MinAccuracy},
 		allocate.Options{TimeLimit: a.TimeLimit, Workers: a.Workers}, o.EscalationScale)
 	if err != nil {
 		return nil, err

@@ -22,6 +22,10 @@ type Spec struct {
 	// pipeline, the lower classes give up accuracy first and are shed first (the rule: schemas/README.md). A
 	// request may ask for a lower class than its pipeline's (the Sleipnir-Priority header), never a higher one.
 	Priority int `json:"priority,omitempty"`
+	// MinAccuracy, when positive, is a floor on the system accuracy, in (0, 1]: plans use the fewest servers (on a
+	// priced cluster, the least cost) whose system accuracy is at least it; when the cluster cannot serve the demand
+	// at it, the plan serves what it can at it and the frontends refuse the rest (pkg/allocate floor.go).
+	MinAccuracy float64 `json:"min_accuracy,omitempty"`
 	// BatchSizes are the allowed maximum batch sizes; every profile lists exactly these. Default [1].
 	BatchSizes []int `json:"batch_sizes,omitempty"`
 	// Profiles names the profile file (relative to the spec file) whose measurements Load merged into the variants

@@ -71,6 +71,19 @@ type Allocation struct {
 	LatencyModel string `json:"latency_model,omitempty"`
 	// Check is what the plan check predicted for the plan (pkg/control.Checked); absent when no check ran.
 	Check *CheckResult `json:"check,omitempty"`
+	// MinAccuracy is the floor on the system accuracy the plan was solved with (the spec's min_accuracy); absent:
+	// none. With one, an overloaded plan serves ServedQPS at the floor, and the frontends refuse the rest (FloorShare).
+	MinAccuracy float64 `json:"min_accuracy,omitempty"`
+}
+
+// FloorShare is the share of the demand the plan serves at its accuracy floor: ServedQPS over DemandQPS when the plan
+// has a floor and is overloaded (the servers cannot serve the demand at it; the frontends refuse the rest), else 1.
+func (p *Plan) FloorShare() float64 {
+	a := p.Allocation
+	if a == nil || a.MinAccuracy <= 0 || p.Mode != ModeOverloaded || a.DemandQPS <= 0 {
+		return 1
+	}
+	return max(0, min(1, a.ServedQPS/a.DemandQPS))
 }
 
 // CheckResult is what simulating a plan on the observed traffic predicted before it was published.
