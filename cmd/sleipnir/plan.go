@@ -183,11 +183,14 @@ func planChecked(in allocate.Input, opt allocate.Options, checkGaps string, asJS
 func planSweep(in allocate.Input, opt allocate.Options, from, to, step float64, asJSON bool) error {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	if !asJSON {
+		head := "demand_qps\tmode\tservers\taccuracy\toptimal\tsolve_ms\tvariants"
 		if in.Cluster.Priced() {
-			fmt.Fprintln(tw, "demand_qps\tmode\tservers\tby_class\tcost_per_hour\taccuracy\toptimal\tsolve_ms\tvariants")
-		} else {
-			fmt.Fprintln(tw, "demand_qps\tmode\tservers\taccuracy\toptimal\tsolve_ms\tvariants")
+			head = "demand_qps\tmode\tservers\tby_class\tcost_per_hour\taccuracy\toptimal\tsolve_ms\tvariants"
 		}
+		if in.MinAccuracy > 0 { // what the plan serves at the floor
+			head = strings.Replace(head, "mode", "mode\tserved_qps", 1)
+		}
+		fmt.Fprintln(tw, head)
 	}
 	for d := from; d <= to+1e-9; d += step {
 		in.Demand = d
@@ -212,7 +215,11 @@ func planSweep(in allocate.Input, opt allocate.Options, from, to, step float64, 
 		if in.Cluster.Priced() {
 			servers += fmt.Sprintf("\t%s\t%.2f", byClass(r.Cluster, r.UsedByClass), r.CostPerHour)
 		}
-		fmt.Fprintf(tw, "%g\t%s\t%s\t%.4f\t%v\t%.1f\t%s\n", d, r.Mode, servers, r.SystemAccuracy, r.Optimal,
+		mode := r.Mode
+		if in.MinAccuracy > 0 {
+			mode += fmt.Sprintf("\t%.1f", r.ServedQPS)
+		}
+		fmt.Fprintf(tw, "%g\t%s\t%s\t%.4f\t%v\t%.1f\t%s\n", d, mode, servers, r.SystemAccuracy, r.Optimal,
 			r.SolveMs, strings.Join(hosted, " "))
 	}
 	return tw.Flush()
@@ -242,17 +249,6 @@ func parseSweep(s string) (from, to, step float64, err error) {
 		return 0, 0, 0, fmt.Errorf("--sweep %q: want 0 <= FROM <= TO and STEP > 0", s)
 	}
 	return v[0], v[1], v[2], nil
-}
-
-// minAccuracyOf is the accuracy floor of plan's --min-accuracy (flag), else the spec's.
-func minAccuracyOf(spec *pipeline.Spec, flag float64) (float64, error) {
-	if !(flag >= 0 && flag <= 1) {
-		return 0, fmt.Errorf("--min-accuracy %v: want a system accuracy in (0, 1]", flag)
-	}
-	if flag > 0 {
-		return flag, nil
-	}
-	return spec.MinAccuracy, nil
 }
 
 // printPlan prints r as a table; gap is the optimality tolerance it was solved with (0: the default).

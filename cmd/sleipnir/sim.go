@@ -49,6 +49,10 @@ func runSim(args []string) error {
 	asJSON := fs.Bool("json", false, "print the summaries as JSON")
 	routingMode := fs.String("routing", "", "every pipeline's routing_mode: tables or queue (default: each spec's)")
 	noCascade := fs.Bool("no-cascade", false, "serve every task as if it declared no cascade (the same pipeline without its cascades)")
+	slo := fs.Duration("slo", 0, "every pipeline's end-to-end SLO (default: each spec's slo_ms)")
+	minAccuracy := fs.Float64("min-accuracy", 0, "every pipeline's floor on the system accuracy, a `SHARE` in (0, 1] "+
+		"(default: each spec's min_accuracy): plans on the fewest servers that hold it; what they cannot serve at "+
+		"it is refused with --admission")
 	progress := fs.Bool("progress", isTerminal(os.Stderr), "show a progress bar on standard error (default: when it is a terminal)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -61,6 +65,9 @@ func runSim(args []string) error {
 		return err
 	}
 	if err := setRoutingMode(specs, *routingMode); err != nil {
+		return err
+	}
+	if err := overrideSpecs(specs, *slo, *minAccuracy); err != nil {
 		return err
 	}
 	cc, err := ctl.Config()
