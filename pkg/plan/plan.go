@@ -15,7 +15,7 @@ import (
 const (
 	ModeStatic = "static" // taken from the spec's allocation section
 	// The allocation MILP's modes (pkg/allocate).
-	ModeHardware   = "hardware"   // the most accurate variants on the fewest servers
+	ModeHardware   = "hardware"   // the most accurate variants on the fewest servers (with min_accuracy: the fewest at it)
 	ModeAccuracy   = "accuracy"   // the cluster is full: some tasks run faster, less accurate variants
 	ModeOverloaded = "overloaded" // not even the fastest variants serve the demand: the plan serves what it can
 )
