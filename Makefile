@@ -8,7 +8,7 @@ BENCHCOUNT ?= 6
 # The standalone nats-server (see nats-server below); defined before the targets whose prerequisites name it.
 NATS_SERVER = $(CURDIR)/bin/nats-server
 
-.PHONY: all deps models data build ablation fidelity chaos node-loss soak flood cluster ocr-hog run test crosscheck fuzz fuzz-short bench vet fmt nats-cli nats-server jaeger observe-traces prometheus chromium observe-metrics screenshot-metrics clean
+.PHONY: all deps models data build ablation slo-sweep fidelity chaos node-loss soak flood cluster ocr-hog run test crosscheck fuzz fuzz-short bench vet fmt nats-cli nats-server jaeger observe-traces prometheus chromium observe-metrics screenshot-metrics clean
 
 all: build
 
@@ -139,6 +139,23 @@ ablation: build
 	  printf '%-10s ' $$p; \
 	  sed -E 's/.*"sent":([0-9]+).*"lost":([0-9]+).*"slo_violation_ratio":([0-9.e-]+).*"mean_accuracy":([0-9.e-]+).*/sent \1  lost \2  SLO violations \3  mean accuracy \4/' $$dir/summary.json; \
 	  rm -rf $$dir; \
+	done
+
+# Loki's figure 8 (HPDC'24, section 6.4), simulated: the traffic example under SLO_WORKLOAD once per SLO of SLOS, for
+# each system of SLO_POLICIES (`bin/sleipnir sim --slo`); per SLO and system, the SLO-violation ratio, the mean served
+# accuracy and the largest accuracy drop (a 10 s window's below the run's best: sim --json's max_accuracy_drop).
+# Deterministic per SEED; about 2 minutes on 2 cores. docs/figures.md#loki-figure-8 has the table.
+SLOS ?= 80ms 100ms 150ms 200ms 300ms 400ms 600ms
+SLO_WORKLOAD ?= diurnal:50:900:10m
+SLO_POLICIES ?= loki,proteus,inferline
+SEED ?= 1
+slo-sweep: build
+	@printf '%-7s %-18s %11s %9s %9s\n' slo system violations accuracy max_drop; \
+	for slo in $(SLOS); do \
+	  bin/sleipnir sim --pipeline examples/$(PIPELINE).yaml --workload $(SLO_WORKLOAD) --policy $(SLO_POLICIES) \
+	    --slo $$slo --seed $(SEED) --json --progress=false | \
+	  sed -E 's/.*"system":"([^"]+)".*"slo_violation_ratio":([0-9.e+-]+).*"mean_accuracy":([0-9.e+-]+),"max_accuracy_drop":([0-9.e+-]+).*/\1 \2 \3 \4/' | \
+	  awk -v slo=$$slo '{printf "%-7s %-18s %10.2f%% %9.4f %9.4f\n", slo, $$1, 100*$$2, $$3, $$4}'; \
 	done
 
 # The simulator against the live system: the same constant demand (155 and 450 QPS on the traffic example) on

@@ -287,6 +287,7 @@ func (s *sim) result(p *pipe) *Result {
 	if t.ok+t.partial+t.degraded > 0 {
 		sum.MeanAccuracy = t.accuracy()
 	}
+	sum.MaxAccuracyDrop = maxAccuracyDrop(p.seconds[first:])
 	if t.n > 0 {
 		sum.MeanActiveServers, sum.MeanCostPerHour = t.servers/float64(t.n), t.cost/float64(t.n)
 		if s.classed() {
