@@ -8,7 +8,7 @@ BENCHCOUNT ?= 6
 # The standalone nats-server (see nats-server below); defined before the targets whose prerequisites name it.
 NATS_SERVER = $(CURDIR)/bin/nats-server
 
-.PHONY: all deps models data build ablation slo-sweep fidelity chaos node-loss soak flood cluster ocr-hog run test crosscheck fuzz fuzz-short bench vet fmt nats-cli nats-server jaeger observe-traces prometheus chromium observe-metrics screenshot-metrics clean
+.PHONY: all deps models data build ablation slo-sweep tuner fidelity chaos node-loss soak flood cluster ocr-hog run test crosscheck fuzz fuzz-short bench vet fmt nats-cli nats-server jaeger observe-traces prometheus chromium observe-metrics screenshot-metrics clean
 
 all: build
 
@@ -156,6 +156,28 @@ slo-sweep: build
 	    --slo $$slo --seed $(SEED) --json --progress=false | \
 	  sed -E 's/.*"system":"([^"]+)".*"slo_violation_ratio":([0-9.e+-]+).*"mean_accuracy":([0-9.e+-]+),"max_accuracy_drop":([0-9.e+-]+).*/\1 \2 \3 \4/' | \
 	  awk -v slo=$$slo '{printf "%-7s %-18s %10.2f%% %9.4f %9.4f\n", slo, $$1, 100*$$2, $$3, $$4}'; \
+	done
+
+# InferLine's figures 10 and 11 (SoCC'20, section 6.3), simulated: the traffic example on TUNER_SERVERS servers at
+# 150 QPS for a minute, then (figure 10) a ramp to 250 QPS over each of TUNER_RAMPS, held two minutes, or (figure 11)
+# the same rate at a coefficient of variation of TUNER_CV for three minutes (workloads of parts: pkg/workload). Per
+# change and system, measured from the change on: SLO violations, mean and most active servers (the cost), accuracy;
+# loki and inferline with their tuner (pkg/tuner) and without (--tune-every -1s), against InferLine's planner alone
+# (cg-mean, cg-peak: planned once on the whole trace). Deterministic per SEED; about 30 s.
+TUNER_SERVERS ?= 40
+TUNER_RAMPS ?= 10s 60s 120s
+TUNER_CV ?= 4
+TUNER_JSON = sed -E 's/.*"system":"([^"]+)".*"slo_violation_ratio":([0-9.e+-]+).*"mean_accuracy":([0-9.e+-]+).*"mean_active_servers":([0-9.e+-]+),"max_active_servers":([0-9]+).*/\1 \2 \3 \4 \5/'
+TUNER_ROW = awk -v w="$$w" -v tuner=$$tuner '{t = tuner; if ($$1 ~ /^cg-/) t = "-"; printf "%-20s %-16s %-6s %10.2f%% %8.1f %5d %9.4f\n", w, $$1, t, 100*$$2, $$4, $$5, $$3}'
+tuner: build
+	@printf '%-20s %-16s %-6s %11s %8s %5s %9s\n' change system tuner violations servers max accuracy; \
+	sim() { bin/sleipnir sim --pipeline examples/$(PIPELINE).yaml --servers $(TUNER_SERVERS) --seed $(SEED) \
+	  --warmup 60s --json --progress=false "$$@" | $(TUNER_JSON); }; \
+	for t in $(TUNER_RAMPS) cv; do \
+	  if [ $$t = cv ]; then wl=constant:150:60s+constant:150:180s:cv=$(TUNER_CV); w="CV 1 to $(TUNER_CV)"; \
+	  else wl=constant:150:60s+ramp:150:250:$$t+constant:250:120s; w="ramp over $$t"; fi; \
+	  tuner=on; sim --workload $$wl --policy loki,inferline,cg-mean,cg-peak | $(TUNER_ROW); \
+	  tuner=off; sim --workload $$wl --policy loki,inferline --tune-every -1s | $(TUNER_ROW); \
 	done
 
 # The simulator against the live system: the same constant demand (155 and 450 QPS on the traffic example) on

@@ -221,7 +221,7 @@ func simWorkloads(specs []*pipeline.Spec, values []string, cv float64) ([]sim.Se
 	byName, shared := map[string]string{}, ""
 	for _, v := range values {
 		name, w, named := strings.Cut(v, "=")
-		if !named {
+		if !named || strings.Contains(name, ":") { // a workload's own "=" (":cv=4"); a pipeline's name has no ":"
 			if shared != "" {
 				return nil, fmt.Errorf("%q and %q: one workload without a pipeline name at most", shared, v)
 			}
