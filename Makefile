@@ -8,7 +8,7 @@ BENCHCOUNT ?= 6
 # The standalone nats-server (see nats-server below); defined before the targets whose prerequisites name it.
 NATS_SERVER = $(CURDIR)/bin/nats-server
 
-.PHONY: all deps models data build ablation slo-sweep tuner fidelity chaos node-loss soak flood cluster ocr-hog run test crosscheck fuzz fuzz-short bench vet fmt nats-cli nats-server jaeger observe-traces prometheus chromium observe-metrics screenshot-metrics clean
+.PHONY: all deps models data build ablation slo-sweep tuner floor-grid fidelity chaos node-loss soak flood cluster ocr-hog run test crosscheck fuzz fuzz-short bench vet fmt nats-cli nats-server jaeger observe-traces prometheus chromium observe-metrics screenshot-metrics clean
 
 all: build
 
@@ -143,19 +143,20 @@ ablation: build
 
 # Loki's figure 8 (HPDC'24, section 6.4), simulated: the traffic example under SLO_WORKLOAD once per SLO of SLOS, for
 # each system of SLO_POLICIES (`bin/sleipnir sim --slo`); per SLO and system, the SLO-violation ratio, the mean served
-# accuracy and the largest accuracy drop (a 10 s window's below the run's best: sim --json's max_accuracy_drop).
+# accuracy, the largest accuracy drop (a 10 s window's below the run's best: sim --json's max_accuracy_drop) and that
+# worst window's accuracy.
 # Deterministic per SEED; about 2 minutes on 2 cores. docs/figures.md#loki-figure-8 has the table.
 SLOS ?= 80ms 100ms 150ms 200ms 300ms 400ms 600ms
-SLO_WORKLOAD ?= diurnal:50:900:10m
+SLO_WORKLOAD ?= diurnal:50:600:10m
 SLO_POLICIES ?= loki,proteus,inferline
 SEED ?= 1
 slo-sweep: build
-	@printf '%-7s %-18s %11s %9s %9s\n' slo system violations accuracy max_drop; \
+	@printf '%-7s %-18s %11s %9s %9s %9s\n' slo system violations accuracy max_drop worst_10s; \
 	for slo in $(SLOS); do \
 	  bin/sleipnir sim --pipeline examples/$(PIPELINE).yaml --workload $(SLO_WORKLOAD) --policy $(SLO_POLICIES) \
 	    --slo $$slo --seed $(SEED) --json --progress=false | \
-	  sed -E 's/.*"system":"([^"]+)".*"slo_violation_ratio":([0-9.e+-]+).*"mean_accuracy":([0-9.e+-]+),"max_accuracy_drop":([0-9.e+-]+).*/\1 \2 \3 \4/' | \
-	  awk -v slo=$$slo '{printf "%-7s %-18s %10.2f%% %9.4f %9.4f\n", slo, $$1, 100*$$2, $$3, $$4}'; \
+	  sed -E 's/.*"system":"([^"]+)".*"slo_violation_ratio":([0-9.e+-]+).*"mean_accuracy":([0-9.e+-]+),"max_accuracy_drop":([0-9.e+-]+),"worst_window_accuracy":([0-9.e+-]+).*/\1 \2 \3 \4 \5/' | \
+	  awk -v slo=$$slo '{printf "%-7s %-18s %10.2f%% %9.4f %9.4f %9.4f\n", slo, $$1, 100*$$2, $$3, $$4, $$5}'; \
 	done
 
 # InferLine's figures 10 and 11 (SoCC'20, section 6.3), simulated: the traffic example on TUNER_SERVERS servers at
@@ -178,6 +179,31 @@ tuner: build
 	  else wl=constant:150:60s+ramp:150:250:$$t+constant:250:120s; w="ramp over $$t"; fi; \
 	  tuner=on; sim --workload $$wl --policy loki,inferline,cg-mean,cg-peak | $(TUNER_ROW); \
 	  tuner=off; sim --workload $$wl --policy loki,inferline --tune-every -1s | $(TUNER_ROW); \
+	done
+
+# CascadeServe's grid (its figure of the fewest servers per latency and accuracy target), planned: the cascade example
+# at GRID_DEMAND QPS on up to GRID_SERVERS servers, the fewest servers whose plan holds each SLO of GRID_SLOS and
+# min_accuracy of GRID_FLOORS (`plan --slo --min-accuracy`), served by its cascade (gear plans) and without it
+# (--no-cascade); "-" where no plan holds it. The planner's utilization (0.85). About a minute.
+GRID_DEMAND ?= 300
+GRID_SERVERS ?= 40
+GRID_SLOS ?= 200ms 300ms 400ms 600ms 1s
+GRID_FLOORS ?= 0.30 0.34 0.36 0.38 0.40 0.41
+floor-grid: build
+	@printf 'servers with the cascade / without, at %s QPS\n%-7s' $(GRID_DEMAND) slo; \
+	for a in $(GRID_FLOORS); do printf ' %9s' $$a; done; echo; \
+	for slo in $(GRID_SLOS); do \
+	  printf '%-7s' $$slo; \
+	  for a in $(GRID_FLOORS); do \
+	    cell=; for nc in --no-cascade=false --no-cascade; do \
+	      n=$$(bin/sleipnir plan --pipeline examples/cascade.yaml --demand $(GRID_DEMAND) --servers $(GRID_SERVERS) \
+	        --utilization 0.85 --slo $$slo --min-accuracy $$a $$nc --json 2>/dev/null | \
+	        sed -E 's/.*"mode":"([a-z]+)".*"servers_used":([0-9]+).*/\1 \2/' | \
+	        awk '{print ($$1 == "hardware") ? $$2 : "-"}'); \
+	      cell="$$cell$${cell:+/}$${n:--}"; \
+	    done; \
+	    printf ' %9s' $$cell; \
+	  done; echo; \
 	done
 
 # The simulator against the live system: the same constant demand (155 and 450 QPS on the traffic example) on

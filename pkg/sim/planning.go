@@ -287,7 +287,8 @@ func (s *sim) result(p *pipe) *Result {
 	if t.ok+t.partial+t.degraded > 0 {
 		sum.MeanAccuracy = t.accuracy()
 	}
-	sum.MaxAccuracyDrop = maxAccuracyDrop(p.seconds[first:])
+	best, worst := windowAccuracy(p.seconds[first:])
+	sum.MaxAccuracyDrop, sum.WorstWindowAccuracy = best-worst, worst
 	if t.n > 0 {
 		sum.MeanActiveServers, sum.MeanCostPerHour = t.servers/float64(t.n), t.cost/float64(t.n)
 		if s.classed() {

@@ -63,11 +63,13 @@ type Summary struct {
 	// MeanAccuracy is the mean served accuracy of the ok, degraded and partial replies (as loadgen reports it).
 	// MaxAccuracyDrop is the largest drop of a window's mean served accuracy (DropWindow) below the run's best
 	// window's: how far the run gave up accuracy at its worst (Loki's figure 8, "the maximum accuracy drop"; on a
-	// workload that starts low, the best window serves the most accurate variants).
-	MeanAccuracy      float64 `json:"mean_accuracy"`
-	MaxAccuracyDrop   float64 `json:"max_accuracy_drop"`
-	MeanActiveServers float64 `json:"mean_active_servers"`
-	MaxActiveServers  int     `json:"max_active_servers"`
+	// workload that starts low, the best window serves the most accurate variants). WorstWindowAccuracy is that
+	// worst window's.
+	MeanAccuracy        float64 `json:"mean_accuracy"`
+	MaxAccuracyDrop     float64 `json:"max_accuracy_drop"`
+	WorstWindowAccuracy float64 `json:"worst_window_accuracy"`
+	MeanActiveServers   float64 `json:"mean_active_servers"`
+	MaxActiveServers    int     `json:"max_active_servers"`
 	// MeanCostPerHour is the mean hourly price of the servers in use (active servers times their class's price,
 	// over the seconds, like MeanActiveServers), MaxCostPerHour the most of any second; MeanActiveByClass the mean active servers per class, on a cluster
 	// of classes. Cluster is the cluster simulated, when it has classes or prices.
@@ -101,10 +103,11 @@ const (
 	dropMinServed = 20
 )
 
-// maxAccuracyDrop is Summary.MaxAccuracyDrop of the seconds.
-func maxAccuracyDrop(seconds []Second) float64 {
+// windowAccuracy is the best and worst mean served accuracy of the seconds' windows (Summary.MaxAccuracyDrop), 0
+// and 0 when no window served enough.
+func windowAccuracy(seconds []Second) (best, worst float64) {
 	n := int(DropWindow / time.Second)
-	best, worst := math.Inf(-1), math.Inf(1)
+	best, worst = math.Inf(-1), math.Inf(1)
 	for i := 0; i+n <= len(seconds); i += n {
 		t := tallySeconds(seconds[i : i+n])
 		if t.ok+t.partial+t.degraded < dropMinServed {
@@ -114,7 +117,7 @@ func maxAccuracyDrop(seconds []Second) float64 {
 		best, worst = max(best, a), min(worst, a)
 	}
 	if math.IsInf(best, 0) {
-		return 0
+		return 0, 0
 	}
-	return best - worst
+	return best, worst
 }
