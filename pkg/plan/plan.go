@@ -38,8 +38,19 @@ type Plan struct {
 	// Cascades is, per task served by its cascade (pipeline.Cascade), the first variant's confidence threshold: its
 	// items below it are sent on to the next variant. A cascade task not listed is routed as any other.
 	Cascades map[string]float64 `json:"cascades,omitempty"`
+	// Gears is, per task of Cascades, the gear table of the plan's placement (pkg/gears): the threshold for each
+	// range of load, most accurate first, which the cascade's first variant's workers switch between as their
+	// measured load moves; absent, Cascades' threshold holds until the next plan.
+	Gears map[string][]Gear `json:"gears,omitempty"`
 	// Allocation says what the allocation MILP was solved for and what it found; absent from static plans.
 	Allocation *Allocation `json:"allocation,omitempty"`
+}
+
+// Gear is one row of a cascade's gear table: up to MaxLoad items a second per replica of the cascade's first
+// variant, its items run at Threshold.
+type Gear struct {
+	MaxLoad   float64 `json:"max_load"`
+	Threshold float64 `json:"threshold"`
 }
 
 // Allocation describes how a plan's variants were chosen by the allocation MILP (pkg/allocate).
