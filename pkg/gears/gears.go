@@ -8,6 +8,7 @@ package gears
 
 import (
 	"math"
+	"slices"
 	"sort"
 	"time"
 
@@ -142,3 +143,30 @@ func (s *Switch) Threshold() float64 {
 
 // Rate is the measured load, items a second.
 func (s *Switch) Rate() float64 { return s.rate }
+
+// For is the gear table task/variant's replicas switch on under p: the table of the task's cascade when variant is its
+// first, nil otherwise (no cascade, no table, or another variant).
+func For(spec *pipeline.Spec, p *plan.Plan, task, variant string) []plan.Gear {
+	if p == nil {
+		return nil
+	}
+	t := spec.Task(task)
+	if _, on := p.Cascades[task]; !on || t == nil || t.Cascade == nil || t.Cascade.Variants[0] != variant {
+		return nil
+	}
+	return p.Gears[task]
+}
+
+// Follow is a replica's switch under a new plan: sw itself when the plan's table for task/variant is the one sw
+// switches on (a new routing of the same placement), a new switch from the plan's threshold when it is another, nil
+// when there is none.
+func Follow(sw *Switch, spec *pipeline.Spec, p *plan.Plan, task, variant string) *Switch {
+	table := For(spec, p, task, variant)
+	switch {
+	case len(table) == 0:
+		return nil
+	case sw != nil && slices.Equal(sw.table, table):
+		return sw
+	}
+	return NewSwitch(table, p.Cascades[task])
+}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sleipnir-serving/sleipnir/pkg/admission"
 	"github.com/sleipnir-serving/sleipnir/pkg/deadline"
+	"github.com/sleipnir-serving/sleipnir/pkg/gears"
 	"github.com/sleipnir-serving/sleipnir/pkg/hop"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/routing"
@@ -129,6 +130,9 @@ func (s *sim) follow(srv int) {
 		h.children)
 	if p.spec.RoutingMode == routing.ModeQueue {
 		sv.table.Queues = queueView{s, p}
+	}
+	if sv.gear = gears.Follow(sv.gear, p.spec, p.plan, p.tasks[h.task], h.variant.Name); sv.gear != nil {
+		sv.table.UseGear(sv.gear.Threshold())
 	}
 }
 

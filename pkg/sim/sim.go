@@ -18,6 +18,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/core"
 	"github.com/sleipnir-serving/sleipnir/pkg/demand"
 	"github.com/sleipnir-serving/sleipnir/pkg/executor/emulated"
+	"github.com/sleipnir-serving/sleipnir/pkg/gears"
 	"github.com/sleipnir-serving/sleipnir/pkg/hop"
 	"github.com/sleipnir-serving/sleipnir/pkg/latency"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
@@ -155,6 +156,8 @@ type message struct {
 	// delivered counts its deliveries to a replica (JetStream's NumDelivered): batching.HandBack reads it
 	delivered uint64
 	id        int32 // its index in sim.msgs (sim.ref); 0 until it is first sent
+	// gear is the threshold its items were sent on at by a cascade's first variant under a gear (0: the plan's).
+	gear float64
 }
 
 // variantQueue is one variant of one task: its queue, its idle servers and what its replicas measured.
@@ -208,6 +211,8 @@ type server struct {
 	// table is its forwarding under the plan in force, with its own deadline stage (hop.ForReplica, as a live
 	// worker's; children numbered in Emulated's order).
 	table *hop.Table
+	// gear is its gear switch when it serves a cascade's first variant under a plan with gears (pkg/gears).
+	gear *gears.Switch
 }
 
 // pipe is one pipeline of the simulation: its frontend, its variant queues, its plan in force and its time series.
