@@ -14,6 +14,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
 	"github.com/sleipnir-serving/sleipnir/pkg/deadline"
 	"github.com/sleipnir-serving/sleipnir/pkg/executor"
+	"github.com/sleipnir-serving/sleipnir/pkg/gears"
 	"github.com/sleipnir-serving/sleipnir/pkg/hop"
 	"github.com/sleipnir-serving/sleipnir/pkg/metrics"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
@@ -42,6 +43,8 @@ type serving struct {
 	stage     *deadline.Stage
 	table     *hop.Table
 	stagePlan *plan.Plan
+	// gear is its gear switch when it runs a cascade's first variant under a plan with gears (pkg/gears).
+	gear *gears.Switch
 	// The hop step's scratch: one item's sub-requests (child task index, inputs), and the stepper's.
 	step        hop.Stepper
 	children    []int
@@ -74,6 +77,9 @@ func (s *serving) refreshStage() {
 	s.stagePlan = s.plan
 	s.table = hop.ForReplica(s.spec, s.plan, s.policy, s.a.Task, s.a.Variant, s.budget, s.task.Children)
 	s.stage = s.table.Stage
+	if s.gear = gears.Follow(s.gear, s.spec, s.plan, s.a.Task, s.a.Variant); s.gear != nil {
+		s.table.UseGear(s.gear.Threshold())
+	}
 	if s.queues != nil {
 		s.queues.watch(s.spec, s.plan, s.task)
 		if s.spec.RoutingMode == routing.ModeQueue {
