@@ -8,7 +8,7 @@ BENCHCOUNT ?= 6
 # The standalone nats-server (see nats-server below); defined before the targets whose prerequisites name it.
 NATS_SERVER = $(CURDIR)/bin/nats-server
 
-.PHONY: all deps models data build ablation slo-sweep tuner floor-grid fidelity chaos node-loss soak flood cluster ocr-hog run test crosscheck fuzz fuzz-short bench vet fmt nats-cli nats-server jaeger observe-traces prometheus chromium observe-metrics screenshot-metrics clean
+.PHONY: all deps models data build ablation slo-sweep tuner floor-grid gears fidelity chaos node-loss soak flood cluster ocr-hog run test crosscheck fuzz fuzz-short bench vet fmt nats-cli nats-server jaeger observe-traces prometheus chromium observe-metrics screenshot-metrics clean
 
 all: build
 
@@ -204,6 +204,25 @@ floor-grid: build
 	    done; \
 	    printf ' %9s' $$cell; \
 	  done; echo; \
+	done
+
+# Gear switching (CascadeServe; pkg/gears) against the plan's threshold alone (--gears=false), simulated: the cascade
+# example on 10 servers, a step (GEARS_STEP) and the Azure conversation trace scaled to 50-280 QPS over 10 minutes
+# (GEARS_TRACE), seeds GEARS_SEEDS; per run, after a 30 s warmup: violations, mean served accuracy, the share of
+# items sent on, re-plans. Deterministic; about a minute. docs/cascades.md#gears has the table.
+GEARS_STEP ?= steps:100:60s,260:60s,100:60s
+GEARS_TRACE ?= trace:examples/traces/azure-llm-2023-conv/AzureLLMInferenceTrace_conv.csv:50:280:10m
+GEARS_SEEDS ?= 1 2 3
+gears: build
+	@printf '%-6s %-6s %-5s %11s %9s %8s %8s\n' load gears seed violations accuracy sent_on replans; \
+	for wl in step trace; do \
+	  if [ $$wl = step ]; then w=$(GEARS_STEP); else w=$(GEARS_TRACE); fi; \
+	  for g in true false; do for s in $(GEARS_SEEDS); do \
+	    bin/sleipnir sim --pipeline examples/cascade.yaml --servers 10 --workload $$w --warmup 30s --gears=$$g \
+	      --seed $$s --json --progress=false | \
+	    sed -E 's/.*"slo_violation_ratio":([0-9.e+-]+).*"mean_accuracy":([0-9.e+-]+).*"escalation_ratio":([0-9.e+-]+).*"replans":([0-9]+).*/\1 \2 \3 \4/' | \
+	    awk -v w=$$wl -v g=$$g -v s=$$s '{printf "%-6s %-6s %-5s %10.3f%% %9.4f %8.3f %8d\n", w, g, s, 100*$$1, $$2, $$3, $$4}'; \
+	  done; done; \
 	done
 
 # The simulator against the live system: the same constant demand (155 and 450 QPS on the traffic example) on

@@ -187,7 +187,7 @@ func (l *Loop) replan(now time.Time, o Observed) Step {
 		priceOn(p, o.OnCluster())
 	}
 	if !l.cfg.NoGears {
-		p.Gears = gears.Tables(spec, p, in.EscalationScale, l.cfg.RouteUtilization/(1+l.cfg.headroom()))
+		p.Gears = gears.Tables(spec, p, in.EscalationScale, l.cfg.RouteUtilization)
 	}
 	if same := sameAllocation(l.current, p); same || !forced && !l.worthSwapping(p, o) {
 		// The same allocation, or a better one not worth its model loads: no new epoch, which would move no worker
