@@ -16,6 +16,7 @@ import (
 
 	"github.com/sleipnir-serving/sleipnir/pkg/allocate"
 	"github.com/sleipnir-serving/sleipnir/pkg/control"
+	"github.com/sleipnir-serving/sleipnir/pkg/gears"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
@@ -153,7 +154,21 @@ func planOne(in allocate.Input, opt allocate.Options, lpFile string, asJSON bool
 		return json.NewEncoder(os.Stdout).Encode(planJSON{in.Spec.Name, r})
 	}
 	printPlan(r, opt.Gap)
+	printGears(in, r)
 	return nil
+}
+
+// printGears prints the gear table of each cascade r runs (pkg/gears), at the plan's utilization: what the planner
+// publishes with it.
+func printGears(in allocate.Input, r *allocate.Result) {
+	tables := gears.Tables(in.Spec, r.Plan(in.Spec.Name, 0), nil, in.Utilization)
+	for _, task := range slices.Sorted(maps.Keys(tables)) {
+		var rows []string
+		for _, g := range tables[task] {
+			rows = append(rows, fmt.Sprintf("threshold %g up to %.1f items/s a replica", g.Threshold, g.MaxLoad))
+		}
+		fmt.Printf("gears of %s: %s\n", task, strings.Join(rows, "; "))
+	}
 }
 
 // planChecked solves in and prints its plan with the plan check's prediction (on the gaps in checkGaps, else on
