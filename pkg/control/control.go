@@ -92,10 +92,10 @@ type Config struct {
 	// it is within the cap, else the most accurate plan within it. It needs priced classes and one pipeline (the
 	// joint division has no cost row): CheckCostCap says so before a run.
 	MaxCostPerHour float64
-	// NoGears leaves the gear tables out of the plans: a cascade runs at its plan's threshold until the next plan.
-	// By default each cascade plan carries the gear table of its placement (pkg/gears), and a new allocation that
-	// changes the thresholds alone, not the placement, is not published: the gears follow the load.
-	NoGears bool
+	// Gears gives each cascade plan the gear table of its placement (pkg/gears), and then a new allocation that
+	// changes the thresholds alone, not the placement, is not published: the gears follow the load. Off by default
+	// (docs/cascades.md#gears: no gain measured): a cascade runs at its plan's threshold until the next plan.
+	Gears bool
 	// Traces are the pipelines' planning traces, for the systems that plan once on one (cg-mean, cg-peak); nil:
 	// none, and those plan on the demand first observed.
 	Traces PlanningTraces

@@ -186,7 +186,7 @@ func (l *Loop) replan(now time.Time, o Observed) Step {
 		p.Allocation.EstimateQPS = o.Demand
 		priceOn(p, o.OnCluster())
 	}
-	if !l.cfg.NoGears {
+	if l.cfg.Gears {
 		p.Gears = gears.Tables(spec, p, in.EscalationScale, l.cfg.RouteUtilization)
 	}
 	if same := sameAllocation(l.current, p); same || !forced && !l.worthSwapping(p, o) {

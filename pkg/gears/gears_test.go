@@ -54,8 +54,9 @@ func TestTables(t *testing.T) {
 	}
 }
 
-// TestSwitch: a load above what the gear carries moves to a faster gear within three windows; back below, the
-// switch stays until the load is Hysteresis under the more accurate gear's most, then returns.
+// TestSwitch: a step of the load well above what the gear carries moves to a faster gear within two windows (the
+// first holds part of it), and on to the gear that carries it as the smoothed rate follows (within a second); back below, the switch
+// stays until the load is Hysteresis under the more accurate gear's most, then returns.
 func TestSwitch(t *testing.T) {
 	table := []plan.Gear{{MaxLoad: 100, Threshold: 0.9}, {MaxLoad: 200, Threshold: 0.7}, {MaxLoad: 300, Threshold: 0.5}}
 	s := NewSwitch(table, 0.9)
@@ -77,20 +78,24 @@ func TestSwitch(t *testing.T) {
 	}
 	up := at
 	for s.Threshold() == 0.9 && at.Sub(up) < time.Second {
-		run(170, 10*time.Millisecond)
+		run(250, 10*time.Millisecond)
 	}
-	t.Logf("50 to 170/s: threshold %v after %v", s.Threshold(), at.Sub(up))
-	if s.Threshold() != 0.7 || at.Sub(up) > 110*time.Millisecond {
-		t.Errorf("at 170/s: threshold %v after %v, want 0.7 within a window", s.Threshold(), at.Sub(up))
+	t.Logf("50 to 250/s: threshold %v after %v", s.Threshold(), at.Sub(up))
+	if s.Threshold() != 0.7 || at.Sub(up) > 2*Every+10*time.Millisecond {
+		t.Errorf("at 250/s: threshold %v after %v, want 0.7 within two windows (a significant step)", s.Threshold(),
+			at.Sub(up))
 	}
-	run(50, time.Second)
+	run(50, 3*time.Second)
+	if s.Threshold() != 0.9 {
+		t.Fatalf("back at 50/s: threshold %v, want 0.9", s.Threshold())
+	}
 	up = at
 	for s.Threshold() != 0.5 && at.Sub(up) < time.Second {
 		run(250, 10*time.Millisecond)
 	}
 	t.Logf("50 to 250/s: threshold 0.5 after %v", at.Sub(up))
-	if s.Threshold() != 0.5 || at.Sub(up) > 300*time.Millisecond {
-		t.Errorf("at 250/s: threshold %v after %v, want 0.5 within 300 ms", s.Threshold(), at.Sub(up))
+	if s.Threshold() != 0.5 || at.Sub(up) > time.Second {
+		t.Errorf("at 250/s: threshold %v after %v, want 0.5 within a second", s.Threshold(), at.Sub(up))
 	}
 	run(190, 2*time.Second) // fits gear 1's 200, not under its 180 less the hysteresis: stays
 	if s.Threshold() != 0.5 {

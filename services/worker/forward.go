@@ -69,6 +69,10 @@ func (w *Worker) publishOut(ctx context.Context, s *serving, in *inbound, ob *ou
 	s.refreshStage()
 	if s.gear != nil { // the gear for these items, from the load this replica takes
 		s.gear.Observe(now, len(in.items))
+		if th := s.gear.Threshold(); th != s.table.Threshold() {
+			w.log.Debug("gear switched", "task", s.a.Task, "variant", s.a.Variant, "threshold", th,
+				"items_per_s", s.gear.Rate())
+		}
 		s.table.UseGear(s.gear.Threshold())
 	}
 	for i := range in.items {
