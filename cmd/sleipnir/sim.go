@@ -47,7 +47,7 @@ func runSim(args []string) error {
 	admit := fs.Bool("admission", false, "the frontends' admission control (pkg/admission), on by default on up and "+
 		"frontend; off here by default, so that the figures simulated without it stay reproducible")
 	asJSON := fs.Bool("json", false, "print the summaries as JSON")
-	routingMode := fs.String("routing", "", "every pipeline's routing_mode: tables or queue (default: each spec's)")
+	routingMode := fs.String("routing", "", "every pipeline's routing_mode: tables, queue or ramsis (default: each spec's)")
 	noCascade := fs.Bool("no-cascade", false, "serve every task as if it declared no cascade (the same pipeline without its cascades)")
 	progress := fs.Bool("progress", isTerminal(os.Stderr), "show a progress bar on standard error (default: when it is a terminal)")
 	if err := fs.Parse(args); err != nil {
@@ -62,6 +62,11 @@ func runSim(args []string) error {
 	}
 	if err := setRoutingMode(specs, *routingMode); err != nil {
 		return err
+	}
+	for _, s := range specs { // routing_mode ramsis plans for the arrivals simulated, unless the spec says
+		if s.ArrivalCV == 0 {
+			s.ArrivalCV = *cv
+		}
 	}
 	cc, err := ctl.Config()
 	if err != nil {
@@ -114,9 +119,10 @@ func setRoutingMode(specs []*pipeline.Spec, mode string) error {
 	switch mode {
 	case "":
 		return nil
-	case routing.ModeTables, routing.ModeQueue:
+	case routing.ModeTables, routing.ModeQueue, routing.ModeRAMSIS:
 	default:
-		return fmt.Errorf("--routing %q: want %s or %s", mode, routing.ModeTables, routing.ModeQueue)
+		return fmt.Errorf("--routing %q: want %s, %s or %s", mode, routing.ModeTables, routing.ModeQueue,
+			routing.ModeRAMSIS)
 	}
 	for _, s := range specs {
 		s.RoutingMode = mode

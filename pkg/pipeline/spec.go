@@ -18,6 +18,9 @@ type Spec struct {
 	// "queue" (the most accurate variant whose measured queue and latency fit the item's deadline, the tables as
 	// the fallback: pkg/routing.ChooseByQueue).
 	RoutingMode string `json:"routing_mode,omitempty"`
+	// ArrivalCV is the coefficient of variation of the times between requests that routing_mode ramsis computes
+	// its policies for (Gamma arrivals; 0 means 1, Poisson).
+	ArrivalCV float64 `json:"arrival_cv,omitempty"`
 	// Priority is the pipeline's class, 0 (the default) to MaxPriority: when the cluster cannot serve every
 	// pipeline, the lower classes give up accuracy first and are shed first (the rule: schemas/README.md). A
 	// request may ask for a lower class than its pipeline's (the Sleipnir-Priority header), never a higher one.

@@ -4,6 +4,7 @@
 package sim
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/deadline"
 	"github.com/sleipnir-serving/sleipnir/pkg/hop"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/ramsis"
 	"github.com/sleipnir-serving/sleipnir/pkg/routing"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
@@ -95,9 +97,22 @@ func (s *sim) heartbeats(now time.Time) {
 func (s *sim) applyPlan(p *pipe, pl *plan.Plan, replanned bool) {
 	p.plan = pl
 	p.admit = admission.Of(p.spec, pl)
-	if p.spec.RoutingMode == routing.ModeQueue {
+	if routing.ReadsQueues(p.spec.RoutingMode) {
 		p.rootQueue = routing.QueueOptions(p.spec, pl, p.spec.Root().Name)
 		p.rootRest = deadline.RestBelow(p.spec, pl, p.spec.Root().Name)
+	}
+	p.rootPolicy = nil
+	if p.spec.RoutingMode == routing.ModeRAMSIS {
+		// The policies are computed here, as a worker does when it reads a plan, and cached (pkg/ramsis): its
+		// servers' tables (follow) find them there.
+		ch, err := ramsis.For(p.spec, pl, p.spec.Root().Name, time.Now)
+		if err != nil {
+			s.policyErr = errors.Join(s.policyErr, err)
+		}
+		if ch != nil && ch.Fresh {
+			p.policyWall += ch.Policy.Elapsed
+		}
+		p.rootPolicy = ch
 	}
 	for _, h := range s.queues {
 		if h.pipe != p {
@@ -127,9 +142,14 @@ func (s *sim) follow(srv int) {
 	p := h.pipe
 	sv.table = hop.ForReplica(p.spec, p.plan, p.system.Policy, p.tasks[h.task], h.variant.Name, h.budget,
 		h.children)
-	if p.spec.RoutingMode == routing.ModeQueue {
+	if routing.ReadsQueues(p.spec.RoutingMode) {
 		sv.table.Queues = queueView{s, p}
 	}
+	solving, err := sv.table.UsePolicies(p.spec, p.plan, time.Now)
+	if err != nil {
+		s.policyErr = errors.Join(s.policyErr, err)
+	}
+	p.policyWall += solving
 }
 
 // queueView is the queues' state for queue-aware routing: the simulator knows it exactly (the items waiting, in
@@ -301,6 +321,7 @@ func (s *sim) result(p *pipe) *Result {
 	sum.Replans = p.replans
 	sum.CheckChanged, sum.CheckPredicted = p.checkChanged, p.checkPredicted
 	sum.PlanSeconds = s.planWall.Seconds()
+	sum.PolicySeconds = p.policyWall.Seconds()
 	sum.SimulatedS = float64(p.end) / float64(time.Second)
 	if p.plan != nil && p.plan.Allocation != nil {
 		sum.PlannedAccuracy = p.plan.Allocation.SystemAccuracy

@@ -22,6 +22,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/latency"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/ramsis"
 	"github.com/sleipnir-serving/sleipnir/pkg/routing"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 	"github.com/sleipnir-serving/sleipnir/pkg/workload"
@@ -103,6 +104,9 @@ func RunAll(cfg Config) ([]*Result, error) {
 	}
 	start := time.Now()
 	s.run()
+	if s.policyErr != nil {
+		return nil, fmt.Errorf("sim: routing_mode ramsis: %w", s.policyErr)
+	}
 	out := make([]*Result, len(s.pipes))
 	for i, p := range s.pipes {
 		out[i] = s.result(p)
@@ -242,6 +246,8 @@ type pipe struct {
 	checkPredicted float64
 	rootQueue      []routing.QueueOption // routing_mode queue: the root's options, and the time allotted below it
 	rootRest       time.Duration
+	rootPolicy     *ramsis.Choice // routing_mode ramsis: the root's policy (nil: no choice, the tables decide)
+	policyWall     time.Duration  // wall time computing its ramsis policies
 	sent           deliveries // its messages on their way to a queue (send)
 }
 
@@ -281,6 +287,9 @@ type sim struct {
 	// beat and looks are the counters' heartbeat and the tuner's view of the queues, reused (heartbeats, tuneLook)
 	beat  map[string]wire.Observed
 	looks map[string]map[string]float64
+	// policyErr is what computing routing_mode ramsis's policies failed with (the run fails with it).
+	policyErr error
+	backlog   [4]time.Duration // the root's ramsis choice's scratch
 }
 
 func newSim(cfg Config) (*sim, error) {

@@ -81,6 +81,9 @@ type Summary struct {
 	// PlanSeconds is the wall time the planning core took, for every pipeline (part of WallSeconds, which is the
 	// whole run's).
 	PlanSeconds float64 `json:"plan_s"`
+	// PolicySeconds is the wall time spent computing routing_mode ramsis's policies (pkg/ramsis; those found in the
+	// process's cache cost nothing).
+	PolicySeconds float64 `json:"policy_s,omitempty"`
 	SimulatedS  float64 `json:"simulated_s"`
 	WallSeconds float64 `json:"wall_s"`
 }
