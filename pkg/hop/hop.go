@@ -36,7 +36,8 @@ type Table struct {
 	routes [][]plan.Route          // aligned with Children
 	dests  []map[string]Dest       // per child: hosted variant -> size
 	queue  [][]routing.QueueOption // per child, with routing_mode queue: its hosted variants, most accurate first
-	policy []*ramsis.Choice         // per child, with routing_mode ramsis (UsePolicies): its policy, nil no choice
+	policy []*ramsis.Choice        // per child, with routing_mode ramsis (UsePolicies): its policy, nil no choice
+	ramsis bool                    // routing_mode ramsis
 	esc    *escalation             // nil: no cascade from this variant (cascade.go)
 }
 
@@ -63,6 +64,7 @@ func NewTable(spec *pipeline.Spec, p *plan.Plan, stage *deadline.Stage, task, va
 	if routing.ReadsQueues(spec.RoutingMode) {
 		t.queue = make([][]routing.QueueOption, len(children))
 	}
+	t.ramsis = spec.RoutingMode == routing.ModeRAMSIS
 	for c, child := range children {
 		t.routes[c] = down[child]
 		if t.queue != nil {
@@ -200,8 +202,10 @@ func (st *Stepper) routes(t *Table, c int, left time.Duration) []plan.Route {
 	child := t.Children[c]
 	var v string
 	var ok bool
-	if t.policy != nil {
-		v, ok = st.byPolicy(t.policy[c], stepQueues{st, t, c}, child, left-t.Stage.Rest(child))
+	if t.ramsis {
+		if t.policy != nil { // nil until the caller gives the policies (UsePolicies): the tables decide
+			v, ok = st.byPolicy(t.policy[c], stepQueues{st, t, c}, child, left-t.Stage.Rest(child))
+		}
 	} else {
 		v, ok = routing.ChooseByQueue(child, t.queue[c], stepQueues{st, t, c}, left-t.Stage.Rest(child))
 	}

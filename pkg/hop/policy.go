@@ -40,4 +40,3 @@ func (st *Stepper) byPolicy(ch *ramsis.Choice, q routing.Depths, task string, sl
 	}
 	return ch.Choose(q, task, slack, st.backlog[:len(ch.Options)])
 }
-

@@ -58,7 +58,7 @@ type Policy struct {
 	miss    float64
 	cont    []float64 // C, row-major over the options' axes (the first option's axis slowest)
 	// Values is the value of each grid point (Model.Start for the next model like this one).
-	Values []float64
+	Values  []float64
 	strides []int
 	// Iterations and Elapsed say what solving it took (Elapsed measured by the caller's clock: Solve takes one).
 	Iterations int

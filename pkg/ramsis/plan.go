@@ -3,8 +3,6 @@ package ramsis
 import (
 	"fmt"
 	"math"
-	"os"
-	"strconv"
 	"slices"
 	"strings"
 	"sync"
@@ -33,14 +31,12 @@ func ModelOf(spec *pipeline.Spec, p *plan.Plan, task string) (m Model, opts []ro
 	if m.CV <= 0 {
 		m.CV = 1
 	}
-	m.Miss = expMiss()
-	head := expHead()
 	for _, o := range opts {
 		work := quantize(time.Duration(float64(o.Batch(o.MaxBatch)) / float64(o.Replicas*o.MaxBatch)))
 		o := o
 		m.Options = append(m.Options, Option{Variant: o.Variant, Accuracy: o.Accuracy, Work: work,
 			Completion: func(backlog time.Duration) time.Duration {
-				return time.Duration(head * float64(o.Completion(float64(backlog)/float64(work))))
+				return o.Completion(float64(backlog) / float64(work))
 			}})
 	}
 	return m, opts, true
@@ -247,13 +243,4 @@ func (ch *Choice) Choose(q routing.Depths, task string, slack time.Duration, scr
 		scratch[i] = time.Duration(d * float64(ch.Policy.Options[i].Work))
 	}
 	return ch.Options[ch.Policy.Choose(scratch[:len(ch.Options)], slack)].Variant, true
-}
-
-func expMiss() float64 { v, _ := strconv.ParseFloat(os.Getenv("RAMSIS_MISS"), 64); return v }
-func expHead() float64 {
-	v, _ := strconv.ParseFloat(os.Getenv("RAMSIS_HEAD"), 64)
-	if v == 0 {
-		return 1
-	}
-	return v
 }

@@ -109,9 +109,6 @@ func (s *sim) applyPlan(p *pipe, pl *plan.Plan, replanned bool) {
 		if err != nil {
 			s.policyErr = errors.Join(s.policyErr, err)
 		}
-		if ch != nil && ch.Fresh {
-			p.policyWall += ch.Policy.Elapsed
-		}
 		p.rootPolicy = ch
 	}
 	for _, h := range s.queues {
@@ -145,11 +142,9 @@ func (s *sim) follow(srv int) {
 	if routing.ReadsQueues(p.spec.RoutingMode) {
 		sv.table.Queues = queueView{s, p}
 	}
-	solving, err := sv.table.UsePolicies(p.spec, p.plan, time.Now)
-	if err != nil {
+	if _, err := sv.table.UsePolicies(p.spec, p.plan, time.Now); err != nil {
 		s.policyErr = errors.Join(s.policyErr, err)
 	}
-	p.policyWall += solving
 }
 
 // queueView is the queues' state for queue-aware routing: the simulator knows it exactly (the items waiting, in
@@ -321,7 +316,6 @@ func (s *sim) result(p *pipe) *Result {
 	sum.Replans = p.replans
 	sum.CheckChanged, sum.CheckPredicted = p.checkChanged, p.checkPredicted
 	sum.PlanSeconds = s.planWall.Seconds()
-	sum.PolicySeconds = p.policyWall.Seconds()
 	sum.SimulatedS = float64(p.end) / float64(time.Second)
 	if p.plan != nil && p.plan.Allocation != nil {
 		sum.PlannedAccuracy = p.plan.Allocation.SystemAccuracy

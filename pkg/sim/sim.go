@@ -103,14 +103,18 @@ func RunAll(cfg Config) ([]*Result, error) {
 		return nil, err
 	}
 	start := time.Now()
+	solved, solving := ramsis.Solved()
 	s.run()
 	if s.policyErr != nil {
 		return nil, fmt.Errorf("sim: routing_mode ramsis: %w", s.policyErr)
 	}
+	solvedAfter, solvingAfter := ramsis.Solved()
 	out := make([]*Result, len(s.pipes))
 	for i, p := range s.pipes {
 		out[i] = s.result(p)
 		out[i].Summary.WallSeconds = time.Since(start).Seconds()
+		out[i].Summary.PoliciesSolved = solvedAfter - solved
+		out[i].Summary.PolicySeconds = (solvingAfter - solving).Seconds()
 	}
 	return out, nil
 }
@@ -247,8 +251,7 @@ type pipe struct {
 	rootQueue      []routing.QueueOption // routing_mode queue: the root's options, and the time allotted below it
 	rootRest       time.Duration
 	rootPolicy     *ramsis.Choice // routing_mode ramsis: the root's policy (nil: no choice, the tables decide)
-	policyWall     time.Duration  // wall time computing its ramsis policies
-	sent           deliveries // its messages on their way to a queue (send)
+	sent           deliveries     // its messages on their way to a queue (send)
 }
 
 type sim struct {
