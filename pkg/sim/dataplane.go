@@ -47,6 +47,7 @@ func (s *sim) arrive(p *pipe) {
 		if c, ok := p.rootPolicy.Choose(queueView{s, p}, p.spec.Root().Name, time.Duration(p.slo)-p.rootRest,
 			s.backlog[:]); ok {
 			v = c
+			p.rootByPolicy++
 		}
 	} else if p.rootQueue != nil && p.spec.RoutingMode == routing.ModeQueue {
 		if c, ok := routing.ChooseByQueue(p.spec.Root().Name, p.rootQueue, queueView{s, p},

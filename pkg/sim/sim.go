@@ -251,6 +251,7 @@ type pipe struct {
 	rootQueue      []routing.QueueOption // routing_mode queue: the root's options, and the time allotted below it
 	rootRest       time.Duration
 	rootPolicy     *ramsis.Choice // routing_mode ramsis: the root's policy (nil: no choice, the tables decide)
+	rootByPolicy   int64          // the requests whose root variant it chose
 	sent           deliveries     // its messages on their way to a queue (send)
 }
 
