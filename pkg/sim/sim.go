@@ -98,12 +98,12 @@ func Run(cfg Config) (*Result, error) {
 // RunAll simulates every pipeline of cfg on the shared servers until each workload has ended and its requests
 // have been answered; one result per pipeline, in cfg's order.
 func RunAll(cfg Config) ([]*Result, error) {
+	solved, solving := ramsis.Solved() // before newSim, which applies the first plan
 	s, err := newSim(cfg)
 	if err != nil {
 		return nil, err
 	}
 	start := time.Now()
-	solved, solving := ramsis.Solved()
 	s.run()
 	if s.policyErr != nil {
 		return nil, fmt.Errorf("sim: routing_mode ramsis: %w", s.policyErr)
