@@ -44,11 +44,10 @@ type Model struct {
 	Start []float64
 }
 
-// State is a backlog per option: the time each variant's replicas need to serve what is queued there; the
-// discretised time of RAMSIS's fixed-length discretisation, one axis per hosted variant.
-//
-// Policy is a solved model: C[w] is the expected value of the state after the next inter-arrival time, from backlog
-// grid point w, which Choose adds to the reward of each action.
+// Policy is a solved model. Its states are a backlog per option (the time the variant's replicas need to serve
+// what is queued there: RAMSIS's fixed-length discretisation of time, one axis per hosted variant); C[w] is the
+// expected value of the state after the next inter-arrival time from backlog grid point w, which Choose adds to
+// the reward of each action.
 type Policy struct {
 	Options []Option
 	step    time.Duration // the grid's spacing
@@ -69,9 +68,10 @@ type Policy struct {
 // maxOptions bounds the axes: the state space grows as points^options.
 const maxOptions = 4
 
-// defaultCells and maxPoints bound the backlog grid: its points in all, and per axis. Measured on the traffic
-// example's plans (docs/ramsis.md), finer grids chose the same and took longer: every plan the planner checks
-// (pkg/control's plan check simulates its candidates) computes the policies of its load level.
+// defaultCells and maxPoints bound the backlog grid: its points in all, and per axis. Every plan the planner checks
+// (pkg/control's plan check simulates its candidates) computes the policies of its load level: with 40,000 cells
+// and 48 points an axis, solves took 0.1-3 s and a simulated minute of the traffic example under Loki's planner took
+// 345 s of wall time (the plan check's), against 8 s with the tables.
 const (
 	defaultCells = 4096
 	maxPoints    = 32
@@ -318,9 +318,3 @@ func (p *Policy) contAt(backlog []time.Duration, grown int) float64 {
 	}
 	return sum
 }
-
-// Horizon is the largest backlog the policy represents; Step its grid's spacing.
-func (p *Policy) Horizon() time.Duration { return p.horizon }
-
-// Step is the spacing of the backlog grid.
-func (p *Policy) Step() time.Duration { return p.step }
