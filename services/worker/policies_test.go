@@ -10,9 +10,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/sleipnir-serving/sleipnir/internal/testrig"
 	"github.com/sleipnir-serving/sleipnir/pkg/ramsis"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
-	"github.com/sleipnir-serving/sleipnir/internal/testrig"
 )
 
 // TestPolicyWorkerAvoidsALongQueue is TestQueueAwareWorkerAvoidsALongQueue with routing_mode ramsis: the detector
