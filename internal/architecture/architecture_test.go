@@ -35,7 +35,7 @@ var layers = []layer{
 		"pkg/workload"}},
 	{name: "policy", rank: 2, ownImports: true, pure: true, packages: []string{"pkg/allocate", "pkg/control",
 		"pkg/core", "pkg/deadline", "pkg/demand", "pkg/latency", "pkg/routing", "pkg/tuner", "pkg/batching",
-		"pkg/hop", "pkg/completion", "pkg/admission"}},
+		"pkg/hop", "pkg/completion", "pkg/admission", "pkg/ramsis"}},
 	{name: "execution", rank: 2, ownImports: true, pure: true, packages: []string{"pkg/executor", "pkg/executor/"}},
 	{name: "simulator", rank: 3, pure: true, packages: []string{"pkg/sim"}},
 	{name: "plumbing", rank: 3, ownImports: true, packages: []string{"pkg/bus", "pkg/catalog", "pkg/auth",
