@@ -53,7 +53,7 @@ func scaleInput(tb testing.TB, k int) JointInput {
 			capacity[file] = hardwareCapacity(tb, spec, scaleServersEach)
 		}
 		spec.Name = fmt.Sprintf("%s-%d", spec.Name, i)
-		in.Pipelines = append(in.Pipelines, Input{Spec: spec, Demand: 1.5 * capacity[file], Utilization: 0.85})
+		in.Pipelines = append(in.Pipelines, Input{Spec: spec, Demand: scaleFactor(i) * capacity[file], Utilization: 0.85})
 	}
 	return in
 }
@@ -133,4 +133,15 @@ func BenchmarkJointAtScale(b *testing.B) {
 			})
 		}
 	}
+}
+
+// scaleFactor is copy i's demand over its hardware-mode capacity: 1.5 by default; SLEIPNIR_SCALE_SPREAD=1 spreads
+// the copies over 1.3-1.7 (no two alike), so that copies of one example are not interchangeable in the MILP.
+func scaleFactor(i int) float64 {
+	if os.Getenv("SLEIPNIR_SCALE_SPREAD") != "1" {
+		return 1.5
+	}
+	golden := 0.6180339887
+	f := float64(i+1) * golden
+	return 1.3 + 0.4*(f-float64(int(f)))
 }
