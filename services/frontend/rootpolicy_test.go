@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sleipnir-serving/sleipnir/internal/testrig"
+	"github.com/sleipnir-serving/sleipnir/pkg/admission"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/routing"
@@ -14,7 +15,8 @@ import (
 // TestRootByPolicy: with routing_mode ramsis, a frontend routes the root of the one-task car example by its tables
 // until the policy is computed (in a goroutine), then by the policy from its requests in flight: effnet_b7 while its
 // in-flight requests leave a request time to be served there, effnet_b0 when 200 are in flight at b7, b7 again once
-// they are answered. A pipeline of several tasks keeps its tables at the root.
+// they are answered; by its tables while admission control bounds the pipeline. A pipeline of several tasks keeps
+// its tables at the root.
 func TestRootByPolicy(t *testing.T) {
 	spec, err := pipeline.Load("../../examples/car.yaml")
 	if err != nil {
@@ -47,6 +49,19 @@ func TestRootByPolicy(t *testing.T) {
 			t.Errorf("after %v more in flight at effnet_b7: %q (%v), want %s", step.b7, v, ok, step.want)
 		}
 	}
+
+	// While admission control bounds the pipeline, the tables route (the requests in flight are then the gate's).
+	f.gate = admission.New(admission.Config{})
+	now := time.Now()
+	for range 10 {
+		f.gate.Decide(admission.Request{Pipeline: spec.Name, Now: now, Deadline: now.Add(time.Second)},
+			admission.Plan{Hosted: true})
+		f.gate.Done(spec.Name, now, admission.Late)
+	}
+	if v, ok := choose(); ok {
+		t.Errorf("congested: the root by policy (%s), want its tables", v)
+	}
+	f.gate = nil
 
 	traffic, err := pipeline.Load("../../examples/traffic.yaml")
 	if err != nil {
