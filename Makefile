@@ -94,7 +94,7 @@ test: deps models $(NATS_SERVER) prometheus
 NO_RACE = ./pkg/sim
 
 # The solver's whole cross-check corpus with CBC (pkg/allocate: 200 random instances under both latency models, the
-# examples around their switch points; `make test` solves every fourth random instance). About a minute and a half.
+# examples around their switch points; `make test` solves every eighth random instance). About a minute and a half.
 crosscheck: deps
 	SLEIPNIR_CROSSCHECK=full $(GO) test -count=1 -run 'CrossCheck' -v ./pkg/allocate
 

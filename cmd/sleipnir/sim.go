@@ -47,7 +47,7 @@ func runSim(args []string) error {
 	admit := fs.Bool("admission", false, "the frontends' admission control (pkg/admission), on by default on up and "+
 		"frontend; off here by default, so that the figures simulated without it stay reproducible")
 	asJSON := fs.Bool("json", false, "print the summaries as JSON")
-	routingMode := fs.String("routing", "", "every pipeline's routing_mode: tables or queue (default: each spec's)")
+	routingMode := fs.String("routing", "", "every pipeline's routing_mode: tables, queue or ramsis (default: each spec's)")
 	noCascade := fs.Bool("no-cascade", false, "serve every task as if it declared no cascade (the same pipeline without its cascades)")
 	slo := fs.Duration("slo", 0, "every pipeline's end-to-end SLO (default: each spec's slo_ms)")
 	minAccuracy := fs.Float64("min-accuracy", 0, "every pipeline's floor on the system accuracy, a `SHARE` in (0, 1] "+
@@ -69,6 +69,11 @@ func runSim(args []string) error {
 	}
 	if err := overrideSpecs(specs, *slo, *minAccuracy); err != nil {
 		return err
+	}
+	for _, s := range specs { // routing_mode ramsis plans for the arrivals simulated, unless the spec says
+		if s.ArrivalCV == 0 {
+			s.ArrivalCV = *cv
+		}
 	}
 	cc, err := ctl.Config()
 	if err != nil {
@@ -121,9 +126,10 @@ func setRoutingMode(specs []*pipeline.Spec, mode string) error {
 	switch mode {
 	case "":
 		return nil
-	case routing.ModeTables, routing.ModeQueue:
+	case routing.ModeTables, routing.ModeQueue, routing.ModeRAMSIS:
 	default:
-		return fmt.Errorf("--routing %q: want %s or %s", mode, routing.ModeTables, routing.ModeQueue)
+		return fmt.Errorf("--routing %q: want %s, %s or %s", mode, routing.ModeTables, routing.ModeQueue,
+			routing.ModeRAMSIS)
 	}
 	for _, s := range specs {
 		s.RoutingMode = mode

@@ -252,6 +252,15 @@ func (g *Gate) Done(pipelineName string, now time.Time, o Outcome) {
 	}
 }
 
+// Congested says whether pipeline's requests in flight are bounded now (its recent answers had more violations
+// than the target, and the bound refused a request within the last RateWindow).
+func (g *Gate) Congested(pipelineName string, now time.Time) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s := g.pipes[pipelineName]
+	return s != nil && s.congested && now.Sub(s.limited) <= g.cfg.RateWindow
+}
+
 // InFlight is how many requests of pipeline the gate admitted that are not answered yet.
 func (g *Gate) InFlight(pipelineName string) int {
 	g.mu.Lock()

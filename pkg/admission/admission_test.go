@@ -322,3 +322,23 @@ func TestOfFloorShortfall(t *testing.T) {
 		t.Errorf("hardware mode: shortfall %v, want 0", got)
 	}
 }
+
+// TestCongested: a pipeline is congested from the answers that show violations until the bound has refused nothing
+// for a RateWindow.
+func TestCongested(t *testing.T) {
+	g := New(Config{})
+	now := time.Unix(1000, 0)
+	if g.Congested("p", now) {
+		t.Fatal("a pipeline never seen is congested")
+	}
+	for range 10 {
+		g.Decide(Request{Pipeline: "p", Now: now, Deadline: now.Add(time.Second)}, Plan{Hosted: true})
+		g.Done("p", now, Late)
+	}
+	if !g.Congested("p", now) {
+		t.Fatal("10 late answers of 10: not congested")
+	}
+	if later := now.Add(DefaultRateWindow + time.Millisecond); g.Congested("p", later) {
+		t.Fatal("congested a RateWindow after the bound last refused")
+	}
+}

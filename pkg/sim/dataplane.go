@@ -43,7 +43,13 @@ func (s *sim) arrive(p *pipe) {
 	*r = request{pipe: p, arrival: s.now, due: s.now + p.slo, second: sec, pending: 1}
 	s.inFlight++
 	v := plan.Pick(p.plan.Routing.Root, s.rng.Float64())
-	if p.rootQueue != nil {
+	if p.rootPolicy != nil {
+		if c, ok := p.rootPolicy.Choose(queueView{s, p}, p.spec.Root().Name, time.Duration(p.slo)-p.rootRest,
+			s.backlog[:]); ok {
+			v = c
+			p.rootByPolicy++
+		}
+	} else if p.rootQueue != nil && p.spec.RoutingMode == routing.ModeQueue {
 		if c, ok := routing.ChooseByQueue(p.spec.Root().Name, p.rootQueue, queueView{s, p},
 			time.Duration(p.slo)-p.rootRest); ok {
 			v = c

@@ -92,8 +92,14 @@ type Summary struct {
 	// PlanSeconds is the wall time the planning core took, for every pipeline (part of WallSeconds, which is the
 	// whole run's).
 	PlanSeconds float64 `json:"plan_s"`
-	SimulatedS  float64 `json:"simulated_s"`
-	WallSeconds float64 `json:"wall_s"`
+	// PoliciesSolved is how many routing_mode ramsis policies were computed during the run (pkg/ramsis: those found
+	// in the process's cache cost nothing), the plan check's simulations' included, and PolicySeconds the wall
+	// time they took (part of PlanSeconds when the plan check computed them). Several runs at once in one process
+	// count each other's.
+	PoliciesSolved int     `json:"policies_solved,omitempty"`
+	PolicySeconds  float64 `json:"policy_s,omitempty"`
+	SimulatedS     float64 `json:"simulated_s"`
+	WallSeconds    float64 `json:"wall_s"`
 }
 
 // DropWindow is the window Summary.MaxAccuracyDrop compares, and dropMinServed the fewest replies a window needs to

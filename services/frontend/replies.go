@@ -152,6 +152,9 @@ func (f *Frontend) failAll(why string) {
 
 // finish sends the one reply of a request that has left the pending map.
 func (f *Frontend) finish(r *request, late bool, failure string) {
+	f.mu.Lock()
+	f.sentToRoot(r.pipeline, r.rootVariant, -1)
+	f.mu.Unlock()
 	rep := &wire.InferReply{ID: r.clientID, RequestID: r.id, Pipeline: r.pipeline,
 		Status: r.tracker.Status(late), Results: r.tracker.Results(),
 		LatencyMs: float64(time.Since(r.start).Microseconds()) / 1000}
