@@ -75,12 +75,12 @@ const (
 // rate every Every (smoothed over Smoothing), and moves to the most accurate gear the rate fits (a less accurate one
 // at once, a more accurate one once the rate is Hysteresis below its most load). Not safe for concurrent use.
 type Switch struct {
-	table    []plan.Gear
-	current  int
-	start    time.Time // of the window being counted
-	count    float64
-	rate     float64 // smoothed items a second
-	last     float64 // items a second in the last window
+	table   []plan.Gear
+	current int
+	start   time.Time // of the window being counted
+	count   float64
+	rate    float64 // smoothed items a second
+	last    float64 // items a second in the last window
 	// batch is the smoothed items per Observe: items come in batches, whose count in a window varies that much
 	// more than single arrivals' would.
 	batch    float64
