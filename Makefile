@@ -8,7 +8,7 @@ BENCHCOUNT ?= 6
 # The standalone nats-server (see nats-server below); defined before the targets whose prerequisites name it.
 NATS_SERVER = $(CURDIR)/bin/nats-server
 
-.PHONY: all deps models data build ablation fidelity chaos node-loss soak flood cluster compose-test ocr-hog run test crosscheck fuzz fuzz-short bench vet fmt nats-cli nats-server jaeger observe-traces prometheus chromium observe-metrics screenshot-metrics clean
+.PHONY: all deps models data build ablation slo-sweep tuner floor-grid gears fidelity chaos node-loss soak flood cluster compose-test ocr-hog run test crosscheck fuzz fuzz-short bench vet fmt nats-cli nats-server jaeger observe-traces prometheus chromium observe-metrics screenshot-metrics clean
 
 all: build
 
@@ -84,11 +84,18 @@ test: deps models $(NATS_SERVER) prometheus
 	$(GO) vet -tags fidelity ./cmd/loadgen # make fidelity's test, not run here: compiled, so that it cannot rot
 	$(GO) vet -tags jaeger ./services/up # make observe-traces's test, likewise
 	$(GO) vet -tags compose ./deploy # make compose-test's, likewise
-	SLEIPNIR_MODELS=$(MODELS) SLEIPNIR_NATS_SERVER=$(NATS_SERVER) $(GO) test -race -count=1 -timeout 15m ./...
+	SLEIPNIR_MODELS=$(MODELS) SLEIPNIR_NATS_SERVER=$(NATS_SERVER) $(GO) test -count=1 -timeout 10m $(NO_RACE)
+	SLEIPNIR_MODELS=$(MODELS) SLEIPNIR_NATS_SERVER=$(NATS_SERVER) $(GO) test -race -count=1 -timeout 15m \
+	  $$($(GO) list ./... | grep -v -x -F $(foreach p,$(NO_RACE),-e github.com/sleipnir-serving/sleipnir/$(p:./%=%)))
 	@$(MAKE) --no-print-directory fuzz-short
 
+# Packages that start no goroutine, in their code or their tests, run without the race detector: it can find nothing
+# there and takes 3x their time (pkg/sim, the discrete-event simulator, single-threaded by design: 57 s against
+# 170-200 s under -race). A package that starts one leaves this list.
+NO_RACE = ./pkg/sim
+
 # The solver's whole cross-check corpus with CBC (pkg/allocate: 200 random instances under both latency models, the
-# examples around their switch points; `make test` solves every fourth random instance). About a minute and a half.
+# examples around their switch points; `make test` solves every eighth random instance). About a minute and a half.
 crosscheck: deps
 	SLEIPNIR_CROSSCHECK=full $(GO) test -count=1 -run 'CrossCheck' -v ./pkg/allocate
 
@@ -140,6 +147,90 @@ ablation: build
 	  printf '%-10s ' $$p; \
 	  sed -E 's/.*"sent":([0-9]+).*"lost":([0-9]+).*"slo_violation_ratio":([0-9.e-]+).*"mean_accuracy":([0-9.e-]+).*/sent \1  lost \2  SLO violations \3  mean accuracy \4/' $$dir/summary.json; \
 	  rm -rf $$dir; \
+	done
+
+# Loki's figure 8 (HPDC'24, section 6.4), simulated: the traffic example under SLO_WORKLOAD once per SLO of SLOS, for
+# each system of SLO_POLICIES (`bin/sleipnir sim --slo`); per SLO and system, the SLO-violation ratio, the mean served
+# accuracy, the largest accuracy drop (a 10 s window's below the run's best: sim --json's max_accuracy_drop) and that
+# worst window's accuracy.
+# Deterministic per SEED; about 2 minutes on 2 cores. docs/figures.md#loki-figure-8 has the table.
+SLOS ?= 80ms 100ms 150ms 200ms 300ms 400ms 600ms
+SLO_WORKLOAD ?= diurnal:50:600:10m
+SLO_POLICIES ?= loki,proteus,inferline
+SEED ?= 1
+slo-sweep: build
+	@printf '%-7s %-18s %11s %9s %9s %9s\n' slo system violations accuracy max_drop worst_10s; \
+	for slo in $(SLOS); do \
+	  bin/sleipnir sim --pipeline examples/$(PIPELINE).yaml --workload $(SLO_WORKLOAD) --policy $(SLO_POLICIES) \
+	    --slo $$slo --seed $(SEED) --json --progress=false | \
+	  sed -E 's/.*"system":"([^"]+)".*"slo_violation_ratio":([0-9.e+-]+).*"mean_accuracy":([0-9.e+-]+),"max_accuracy_drop":([0-9.e+-]+),"worst_window_accuracy":([0-9.e+-]+).*/\1 \2 \3 \4 \5/' | \
+	  awk -v slo=$$slo '{printf "%-7s %-18s %10.2f%% %9.4f %9.4f %9.4f\n", slo, $$1, 100*$$2, $$3, $$4, $$5}'; \
+	done
+
+# InferLine's figures 10 and 11 (SoCC'20, section 6.3), simulated: the traffic example on TUNER_SERVERS servers at
+# 150 QPS for a minute, then (figure 10) a ramp to 250 QPS over each of TUNER_RAMPS, held two minutes, or (figure 11)
+# the same rate at a coefficient of variation of TUNER_CV for three minutes (workloads of parts: pkg/workload). Per
+# change and system, measured from the change on: SLO violations, mean and most active servers (the cost), accuracy;
+# loki and inferline with their tuner (pkg/tuner) and without (--tune-every -1s), against InferLine's planner alone
+# (cg-mean, cg-peak: planned once on the whole trace). Deterministic per SEED; about 30 s.
+TUNER_SERVERS ?= 40
+TUNER_RAMPS ?= 10s 60s 120s
+TUNER_CV ?= 4
+TUNER_JSON = sed -E 's/.*"system":"([^"]+)".*"slo_violation_ratio":([0-9.e+-]+).*"mean_accuracy":([0-9.e+-]+).*"mean_active_servers":([0-9.e+-]+),"max_active_servers":([0-9]+).*/\1 \2 \3 \4 \5/'
+TUNER_ROW = awk -v w="$$w" -v tuner=$$tuner '{t = tuner; if ($$1 ~ /^cg-/) t = "-"; printf "%-20s %-16s %-6s %10.2f%% %8.1f %5d %9.4f\n", w, $$1, t, 100*$$2, $$4, $$5, $$3}'
+tuner: build
+	@printf '%-20s %-16s %-6s %11s %8s %5s %9s\n' change system tuner violations servers max accuracy; \
+	sim() { bin/sleipnir sim --pipeline examples/$(PIPELINE).yaml --servers $(TUNER_SERVERS) --seed $(SEED) \
+	  --warmup 60s --json --progress=false "$$@" | $(TUNER_JSON); }; \
+	for t in $(TUNER_RAMPS) cv; do \
+	  if [ $$t = cv ]; then wl=constant:150:60s+constant:150:180s:cv=$(TUNER_CV); w="CV 1 to $(TUNER_CV)"; \
+	  else wl=constant:150:60s+ramp:150:250:$$t+constant:250:120s; w="ramp over $$t"; fi; \
+	  tuner=on; sim --workload $$wl --policy loki,inferline,cg-mean,cg-peak | $(TUNER_ROW); \
+	  tuner=off; sim --workload $$wl --policy loki,inferline --tune-every -1s | $(TUNER_ROW); \
+	done
+
+# CascadeServe's grid (its figure of the fewest servers per latency and accuracy target), planned: the cascade example
+# at GRID_DEMAND QPS on up to GRID_SERVERS servers, the fewest servers whose plan holds each SLO of GRID_SLOS and
+# min_accuracy of GRID_FLOORS (`plan --slo --min-accuracy`), served by its cascade (gear plans) and without it
+# (--no-cascade); "-" where no plan holds it. The planner's utilization (0.85). About a minute.
+GRID_DEMAND ?= 300
+GRID_SERVERS ?= 40
+GRID_SLOS ?= 200ms 300ms 400ms 600ms 1s
+GRID_FLOORS ?= 0.30 0.34 0.36 0.38 0.40 0.41
+floor-grid: build
+	@printf 'servers with the cascade / without, at %s QPS\n%-7s' $(GRID_DEMAND) slo; \
+	for a in $(GRID_FLOORS); do printf ' %9s' $$a; done; echo; \
+	for slo in $(GRID_SLOS); do \
+	  printf '%-7s' $$slo; \
+	  for a in $(GRID_FLOORS); do \
+	    cell=; for nc in --no-cascade=false --no-cascade; do \
+	      n=$$(bin/sleipnir plan --pipeline examples/cascade.yaml --demand $(GRID_DEMAND) --servers $(GRID_SERVERS) \
+	        --utilization 0.85 --slo $$slo --min-accuracy $$a $$nc --json 2>/dev/null | \
+	        sed -E 's/.*"mode":"([a-z]+)".*"servers_used":([0-9]+).*/\1 \2/' | \
+	        awk '{print ($$1 == "hardware") ? $$2 : "-"}'); \
+	      cell="$$cell$${cell:+/}$${n:--}"; \
+	    done; \
+	    printf ' %9s' $$cell; \
+	  done; echo; \
+	done
+
+# Gear switching (CascadeServe; pkg/gears) against the plan's threshold alone (--gears=false), simulated: the cascade
+# example on 10 servers, a step (GEARS_STEP) and the Azure conversation trace scaled to 50-280 QPS over 10 minutes
+# (GEARS_TRACE), seeds GEARS_SEEDS; per run, after a 30 s warmup: violations, mean served accuracy, the share of
+# items sent on, re-plans. Deterministic; about a minute. docs/cascades.md#gears has the table.
+GEARS_STEP ?= steps:100:60s,260:60s,100:60s
+GEARS_TRACE ?= trace:examples/traces/azure-llm-2023-conv/AzureLLMInferenceTrace_conv.csv:50:280:10m
+GEARS_SEEDS ?= 1 2 3
+gears: build
+	@printf '%-6s %-6s %-5s %11s %9s %8s %8s\n' load gears seed violations accuracy sent_on replans; \
+	for wl in step trace; do \
+	  if [ $$wl = step ]; then w=$(GEARS_STEP); else w=$(GEARS_TRACE); fi; \
+	  for g in true false; do for s in $(GEARS_SEEDS); do \
+	    bin/sleipnir sim --pipeline examples/cascade.yaml --servers 10 --workload $$w --warmup 30s --gears=$$g \
+	      --seed $$s --json --progress=false | \
+	    sed -E 's/.*"slo_violation_ratio":([0-9.e+-]+).*"mean_accuracy":([0-9.e+-]+).*"escalation_ratio":([0-9.e+-]+).*"replans":([0-9]+).*/\1 \2 \3 \4/' | \
+	    awk -v w=$$wl -v g=$$g -v s=$$s '{printf "%-6s %-6s %-5s %10.3f%% %9.4f %8.3f %8d\n", w, g, s, 100*$$1, $$2, $$3, $$4}'; \
+	  done; done; \
 	done
 
 # The simulator against the live system: the same constant demand (155 and 450 QPS on the traffic example) on

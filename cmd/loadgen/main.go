@@ -55,8 +55,9 @@ func parseFlags() *cmdLine {
 	flag.BoolVar(&c.retry, "retry", true, "what a client should do to lose nothing: after a reconnect, send again the requests "+
 		"unanswered when the connection dropped; retry \"no responders\" after a short wait; both within the deadline")
 	flag.StringVar(&c.workload, "workload", "", "send a workload of the simulator's instead of --qps for --duration: "+
-		"constant:QPS:D, steps:QPS:D,QPS:D,..., diurnal:MIN:MAX:D, trace:FILE[:MIN:MAX[:D]] (after --warmup at its "+
-		"first rate); with --series, its seconds line up with bin/sleipnir sim's")
+		"constant:QPS:D, steps:QPS:D,QPS:D,..., ramp:FROM:TO:D, diurnal:MIN:MAX:D, trace:FILE[:MIN:MAX[:D]], parts "+
+		"joined by + each with its own :cv=X (after --warmup at its first rate); with --series, its seconds line up "+
+		"with bin/sleipnir sim's")
 	flag.Float64Var(&c.cv, "cv", 1, "coefficient of variation of the inter-arrival times, as the simulator's --cv: 1 "+
 		"is Poisson, above 1 Gamma arrivals burstier than Poisson (with --qps or --workload; the warmup stays Poisson)")
 	flag.StringVar(&c.steps, "steps", "", "step the demand: QPS:DURATION,... (each after --warmup at its rate); "+

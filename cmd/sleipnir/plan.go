@@ -16,6 +16,7 @@ import (
 
 	"github.com/sleipnir-serving/sleipnir/pkg/allocate"
 	"github.com/sleipnir-serving/sleipnir/pkg/control"
+	"github.com/sleipnir-serving/sleipnir/pkg/gears"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
@@ -33,6 +34,8 @@ func runPlan(args []string) error {
 		"then minimises the plan's cost, and the plan reports it (a bare --servers N is the class default)")
 	maxCost := fs.Float64("max-cost", 0, "cap on the plan's cost, `PER_HOUR` (needs --price): the most accurate plan "+
 		"within it")
+	minAccuracy := fs.Float64("min-accuracy", 0, "floor on the system accuracy, a `SHARE` in (0, 1] (default: the "+
+		"pipeline's min_accuracy): the fewest servers (the least cost, with --price) whose accuracy is at least it")
 	var demands demandFlag
 	fs.Var(&demands, "demand", "demand at the root task, requests per second: `QPS`, or NAME=QPS once per pipeline "+
 		"(with several --pipeline)")
@@ -81,14 +84,17 @@ func runPlan(args []string) error {
 		return fmt.Errorf("--max-cost %v: want a cost per hour > 0, with --price", *maxCost)
 	}
 	in.MaxCostPerHour = *maxCost
+	if in.MinAccuracy, err = minAccuracyOf(specs[0], *minAccuracy); err != nil {
+		return err
+	}
 	qps, err := demands.of(specs)
 	if err != nil {
 		return err
 	}
 	opt := allocate.Options{TimeLimit: *limit, Gap: *gap}
 	if len(specs) > 1 {
-		if *sweep != "" || *lpFile != "" || *maxCost > 0 {
-			return errors.New("--sweep, --write-lp and --max-cost take one --pipeline")
+		if *sweep != "" || *lpFile != "" || *maxCost > 0 || *minAccuracy > 0 {
+			return errors.New("--sweep, --write-lp, --max-cost and --min-accuracy take one --pipeline")
 		}
 		return planJoint(in, specs, qps, opt, *asJSON)
 	}
@@ -148,7 +154,21 @@ func planOne(in allocate.Input, opt allocate.Options, lpFile string, asJSON bool
 		return json.NewEncoder(os.Stdout).Encode(planJSON{in.Spec.Name, r})
 	}
 	printPlan(r, opt.Gap)
+	printGears(in, r)
 	return nil
+}
+
+// printGears prints the gear table of each cascade r runs (pkg/gears), at the plan's utilization: what the planner
+// publishes with it.
+func printGears(in allocate.Input, r *allocate.Result) {
+	tables := gears.Tables(in.Spec, r.Plan(in.Spec.Name, 0), nil, in.Utilization)
+	for _, task := range slices.Sorted(maps.Keys(tables)) {
+		var rows []string
+		for _, g := range tables[task] {
+			rows = append(rows, fmt.Sprintf("threshold %g up to %.1f items/s a replica", g.Threshold, g.MaxLoad))
+		}
+		fmt.Printf("gears of %s: %s\n", task, strings.Join(rows, "; "))
+	}
 }
 
 // planChecked solves in and prints its plan with the plan check's prediction (on the gaps in checkGaps, else on
@@ -178,11 +198,14 @@ func planChecked(in allocate.Input, opt allocate.Options, checkGaps string, asJS
 func planSweep(in allocate.Input, opt allocate.Options, from, to, step float64, asJSON bool) error {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	if !asJSON {
+		head := "demand_qps\tmode\tservers\taccuracy\toptimal\tsolve_ms\tvariants"
 		if in.Cluster.Priced() {
-			fmt.Fprintln(tw, "demand_qps\tmode\tservers\tby_class\tcost_per_hour\taccuracy\toptimal\tsolve_ms\tvariants")
-		} else {
-			fmt.Fprintln(tw, "demand_qps\tmode\tservers\taccuracy\toptimal\tsolve_ms\tvariants")
+			head = "demand_qps\tmode\tservers\tby_class\tcost_per_hour\taccuracy\toptimal\tsolve_ms\tvariants"
 		}
+		if in.MinAccuracy > 0 { // what the plan serves at the floor
+			head = strings.Replace(head, "mode", "mode\tserved_qps", 1)
+		}
+		fmt.Fprintln(tw, head)
 	}
 	for d := from; d <= to+1e-9; d += step {
 		in.Demand = d
@@ -207,7 +230,11 @@ func planSweep(in allocate.Input, opt allocate.Options, from, to, step float64, 
 		if in.Cluster.Priced() {
 			servers += fmt.Sprintf("\t%s\t%.2f", byClass(r.Cluster, r.UsedByClass), r.CostPerHour)
 		}
-		fmt.Fprintf(tw, "%g\t%s\t%s\t%.4f\t%v\t%.1f\t%s\n", d, r.Mode, servers, r.SystemAccuracy, r.Optimal,
+		mode := r.Mode
+		if in.MinAccuracy > 0 {
+			mode += fmt.Sprintf("\t%.1f", r.ServedQPS)
+		}
+		fmt.Fprintf(tw, "%g\t%s\t%s\t%.4f\t%v\t%.1f\t%s\n", d, mode, servers, r.SystemAccuracy, r.Optimal,
 			r.SolveMs, strings.Join(hosted, " "))
 	}
 	return tw.Flush()
@@ -243,6 +270,7 @@ func parseSweep(s string) (from, to, step float64, err error) {
 func printPlan(r *allocate.Result, gap float64) {
 	fmt.Printf("mode %s: %d of %d servers, system accuracy %.4f, serves %.1f QPS (at most %.1f with these servers)\n",
 		r.Mode, r.ServersUsed, r.Servers, r.SystemAccuracy, r.ServedQPS, r.MaxServableQPS)
+	printFloor(r)
 	printCost(r)
 	printSolve(r.Optimal, gap, r.Gap, r.SolveMs, r.Nodes)
 	for _, t := range slices.Sorted(maps.Keys(r.Cascades)) {
@@ -314,4 +342,22 @@ func printCost(r *allocate.Result) {
 	}
 	fmt.Printf("servers by class %s of %s, cost %.2f per hour\n", byClass(r.Cluster, r.UsedByClass), r.Cluster,
 		r.CostPerHour)
+}
+
+// printFloor prints, with an accuracy floor, whether the plan holds it at the demand: the fewest servers at it, or
+// the demand the servers cannot serve at it (refused by the frontends).
+func printFloor(r *allocate.Result) {
+	switch {
+	case r.MinAccuracy <= 0:
+	case r.Mode != allocate.ModeOverloaded:
+		fmt.Printf("min accuracy %g: held, on the fewest servers (least cost) that serve %.1f QPS at it\n",
+			r.MinAccuracy, r.Demand)
+	case r.ServedQPS <= 0:
+		fmt.Printf("min accuracy %g: NOT reachable on this cluster at any demand; the frontends refuse every "+
+			"request\n", r.MinAccuracy)
+	default:
+		fmt.Printf("min accuracy %g: NOT reachable at %.1f QPS on this cluster: it serves %.1f QPS at it; the "+
+			"frontends refuse the other %.1f%%\n", r.MinAccuracy, r.Demand, r.ServedQPS,
+			100*(1-r.ServedQPS/r.Demand))
+	}
 }

@@ -47,8 +47,12 @@ func runSim(args []string) error {
 	admit := fs.Bool("admission", false, "the frontends' admission control (pkg/admission), on by default on up and "+
 		"frontend; off here by default, so that the figures simulated without it stay reproducible")
 	asJSON := fs.Bool("json", false, "print the summaries as JSON")
-	routingMode := fs.String("routing", "", "every pipeline's routing_mode: tables or queue (default: each spec's)")
+	routingMode := fs.String("routing", "", "every pipeline's routing_mode: tables, queue or ramsis (default: each spec's)")
 	noCascade := fs.Bool("no-cascade", false, "serve every task as if it declared no cascade (the same pipeline without its cascades)")
+	slo := fs.Duration("slo", 0, "every pipeline's end-to-end SLO (default: each spec's slo_ms)")
+	minAccuracy := fs.Float64("min-accuracy", 0, "every pipeline's floor on the system accuracy, a `SHARE` in (0, 1] "+
+		"(default: each spec's min_accuracy): plans on the fewest servers that hold it; what they cannot serve at "+
+		"it is refused with --admission")
 	progress := fs.Bool("progress", isTerminal(os.Stderr), "show a progress bar on standard error (default: when it is a terminal)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -62,6 +66,14 @@ func runSim(args []string) error {
 	}
 	if err := setRoutingMode(specs, *routingMode); err != nil {
 		return err
+	}
+	if err := overrideSpecs(specs, *slo, *minAccuracy); err != nil {
+		return err
+	}
+	for _, s := range specs { // routing_mode ramsis plans for the arrivals simulated, unless the spec says
+		if s.ArrivalCV == 0 {
+			s.ArrivalCV = *cv
+		}
 	}
 	cc, err := ctl.Config()
 	if err != nil {
@@ -114,9 +126,10 @@ func setRoutingMode(specs []*pipeline.Spec, mode string) error {
 	switch mode {
 	case "":
 		return nil
-	case routing.ModeTables, routing.ModeQueue:
+	case routing.ModeTables, routing.ModeQueue, routing.ModeRAMSIS:
 	default:
-		return fmt.Errorf("--routing %q: want %s or %s", mode, routing.ModeTables, routing.ModeQueue)
+		return fmt.Errorf("--routing %q: want %s, %s or %s", mode, routing.ModeTables, routing.ModeQueue,
+			routing.ModeRAMSIS)
 	}
 	for _, s := range specs {
 		s.RoutingMode = mode
@@ -214,7 +227,7 @@ func simWorkloads(specs []*pipeline.Spec, values []string, cv float64) ([]sim.Se
 	byName, shared := map[string]string{}, ""
 	for _, v := range values {
 		name, w, named := strings.Cut(v, "=")
-		if !named {
+		if !named || strings.Contains(name, ":") { // a workload's own "=" (":cv=4"); a pipeline's name has no ":"
 			if shared != "" {
 				return nil, fmt.Errorf("%q and %q: one workload without a pipeline name at most", shared, v)
 			}

@@ -37,10 +37,13 @@ const (
 	ReasonRate     = "rate"     // the pipeline is congested, and the request is beyond what it answers in time
 	ReasonDeadline = "deadline" // its deadline is nearer than the plan's fastest path
 	ReasonUnhosted = "unhosted" // the plan in force hosts no variant of one of the pipeline's tasks
+	// ReasonAccuracy: the plan in force cannot serve the demand at the pipeline's accuracy floor (min_accuracy),
+	// and the request is beyond the share it serves at it.
+	ReasonAccuracy = "accuracy"
 )
 
 // Reasons lists every reason a request is refused.
-var Reasons = []string{ReasonRate, ReasonDeadline, ReasonUnhosted}
+var Reasons = []string{ReasonRate, ReasonDeadline, ReasonUnhosted, ReasonAccuracy}
 
 // Config tunes a Gate; the zero value takes the defaults.
 type Config struct {
@@ -51,10 +54,11 @@ type Config struct {
 	// in flight while it is congested); default 0.5 s: a cluster the tuner or a plan grew is read within it.
 	RateWindow time.Duration
 	// LimitShare is, while the pipeline is congested, the share of its time to the deadline a request admitted may
-	// expect to spend in the system (the requests in flight over the rate answered: Little's law); default 0.6 (in
-	// the simulator, 0.7 let 1.1% of the requests admitted at twice the traffic example's capacity be late; 0.4,
-	// below the share of its SLO the example's own latency takes, refused 18% of the step to 600 QPS: a bound under
-	// the pipeline's latency only shrinks, since the rate answered follows what is admitted).
+	// expect to spend in the system (the requests in flight over the rate answered: Little's law); default 0.65. At
+	// 0.7, 1.1% of the requests admitted at twice the traffic example's capacity were late (the simulator, and live
+	// on 6 workers); at 0.6 the live cluster answered 90-92% of its capacity in time there, and a bound under the
+	// pipeline's own latency only shrinks, since the rate answered follows what is admitted (0.4 refused 18% of
+	// the step to 600 QPS). docs/admission.md has the figures.
 	LimitShare float64
 	// MinLimit is the fewest requests in flight the limit allows (default 4).
 	MinLimit float64
@@ -68,7 +72,7 @@ type Config struct {
 const (
 	DefaultWindow     = 2 * time.Second
 	DefaultRateWindow = 500 * time.Millisecond
-	DefaultLimitShare = 0.6
+	DefaultLimitShare = 0.65
 	DefaultMinLimit   = 4
 	DefaultTarget     = 0.03
 	// minViolations is the weight of recent violations below which none makes a pipeline congested: at a few
@@ -86,6 +90,10 @@ type Plan struct {
 	// FastestMs is the latency of the plan's fastest path: each task's fastest hosted variant at batch 1 and the
 	// communication latency of each hop, along the slowest chain.
 	FastestMs float64
+	// FloorShortfall is the share of the demand the plan cannot serve at the pipeline's accuracy floor (1 less
+	// plan.FloorShare): 0 but for a plan that cannot serve the demand at it, whose requests beyond the rest are
+	// refused.
+	FloorShortfall float64
 }
 
 // Request is one arrival to decide on.
@@ -137,6 +145,8 @@ type pipeState struct {
 	// limited is when the bound last refused a request: one RateWindow without is the end of congestion.
 	congested bool
 	limited   time.Time
+	// floorCredit is, per class, the admissions owed under a plan's accuracy floor (beyondFloor).
+	floorCredit [pipeline.MaxPriority + 1]float64
 }
 
 // New returns a gate.
@@ -194,6 +204,9 @@ func (g *Gate) Decide(r Request, p Plan) Decision {
 			"the %v of pipeline %s's fastest path", left.Round(time.Millisecond), fastest.Round(time.Millisecond),
 			r.Pipeline)}
 	}
+	if d, refused := s.beyondFloor(r, p, tau); refused {
+		return d
+	}
 	if s.congested && r.Now.Sub(s.limited) > g.cfg.RateWindow {
 		s.congested = false // the bound has not refused for a RateWindow: what comes is answered as it comes
 	}
@@ -239,6 +252,15 @@ func (g *Gate) Done(pipelineName string, now time.Time, o Outcome) {
 	}
 }
 
+// Congested says whether pipeline's requests in flight are bounded now (its recent answers had more violations
+// than the target, and the bound refused a request within the last RateWindow).
+func (g *Gate) Congested(pipelineName string, now time.Time) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s := g.pipes[pipelineName]
+	return s != nil && s.congested && now.Sub(s.limited) <= g.cfg.RateWindow
+}
+
 // InFlight is how many requests of pipeline the gate admitted that are not answered yet.
 func (g *Gate) InFlight(pipelineName string) int {
 	g.mu.Lock()
@@ -247,6 +269,39 @@ func (g *Gate) InFlight(pipelineName string) int {
 		return s.inFlight
 	}
 	return 0
+}
+
+// beyondFloor refuses r when plan p serves only a share of the demand at the pipeline's accuracy floor and r is
+// beyond it: the classes from the highest down take the share's rate (the recent arrivals over every class times the
+// share), a class what the ones above it leave; within a class, requests are admitted evenly, by a running credit, so
+// that every frontend admits the same share without talking to the others. The planner sized the plan for that
+// share: admitted past it, the routing would send the rest to variants below the floor, or late.
+func (s *pipeState) beyondFloor(r Request, p Plan, tau float64) (Decision, bool) {
+	if p.FloorShortfall <= 0 {
+		return Decision{}, false
+	}
+	served := 1 - min(p.FloorShortfall, 1)
+	total := 0.0
+	for c := range s.arrivals {
+		total += s.arrivals[c].at(r.Now, tau)
+	}
+	above := 0.0
+	for c := r.Class + 1; c < len(s.arrivals); c++ {
+		above += s.arrivals[c].at(r.Now, tau)
+	}
+	own := s.arrivals[r.Class].at(r.Now, tau)
+	share := 0.0
+	if own > 0 {
+		share = max(0, min(1, (served*total-above)/own))
+	}
+	s.floorCredit[r.Class] = min(s.floorCredit[r.Class]+share, 1+share)
+	if s.floorCredit[r.Class] >= 1 {
+		s.floorCredit[r.Class]--
+		return Decision{}, false
+	}
+	return Decision{Reason: ReasonAccuracy, Detail: fmt.Sprintf("overloaded: pipeline %s's plan serves %.0f%% of its "+
+		"demand at its accuracy floor (min_accuracy), and this request is beyond it; it counts as demand: retry "+
+		"later", r.Pipeline, 100*served)}, true
 }
 
 // classRoom is the share of the limit open to class's requests: all of it but what the classes above it take of

@@ -264,3 +264,81 @@ func TestOfTraffic(t *testing.T) {
 		t.Errorf("fastest path %.1f ms: yolov5n alone takes 20", want)
 	}
 }
+
+// TestFloorShortfall: under a plan that serves 60% of the demand at the accuracy floor, the gate admits 60% of the
+// requests, evenly, and the higher class first: with 30% of the arrivals in class 1, all of them (once the counts
+// show the classes' shares), and 3/7 of class 0's. A plan without a shortfall refuses none.
+func TestFloorShortfall(t *testing.T) {
+	g := New(Config{})
+	p := Plan{Hosted: true, FloorShortfall: 0.4}
+	admitted := map[int]int{}
+	sent := map[int]int{}
+	for i := range 10000 {
+		now := t0.Add(time.Duration(i) * time.Millisecond)
+		class := 0
+		if i%10 < 3 {
+			class = 1
+		}
+		sent[class]++
+		d := g.Decide(Request{Pipeline: "p", Class: class, Now: now, Deadline: now.Add(time.Second)}, p)
+		if d.Admit {
+			admitted[class]++
+			g.Done("p", now, InTime)
+		} else if d.Reason != ReasonAccuracy {
+			t.Fatalf("refused for %q: %s", d.Reason, d.Detail)
+		}
+	}
+	if got := float64(admitted[0]+admitted[1]) / 10000; !near(got, 0.6, 0.01) {
+		t.Errorf("admitted %.3f of the requests, want 0.6", got)
+	}
+	if admitted[1] < sent[1]-5 { // all but the first few, before the arrival counts show the classes' shares
+		t.Errorf("class 1: %d of %d admitted, want all", admitted[1], sent[1])
+	}
+	if got := float64(admitted[0]) / float64(sent[0]); !near(got, 3.0/7, 0.01) {
+		t.Errorf("class 0: %.3f admitted, want 3/7", got)
+	}
+	p.FloorShortfall = 0
+	now := t0.Add(time.Minute)
+	for i := range 100 {
+		at := now.Add(time.Duration(i) * time.Millisecond)
+		if d := g.Decide(Request{Pipeline: "p", Now: at, Deadline: at.Add(time.Second)}, p); !d.Admit {
+			t.Fatalf("no shortfall: refused (%s)", d.Detail)
+		}
+		g.Done("p", at, InTime)
+	}
+}
+
+// TestOfFloorShortfall: a plan overloaded at its floor gives the gate its shortfall; one in hardware mode none.
+func TestOfFloorShortfall(t *testing.T) {
+	spec := &pipeline.Spec{Name: "p", Tasks: []pipeline.Task{{Name: "a", Variants: []pipeline.Variant{{Name: "v",
+		Profile: []pipeline.ProfilePoint{{Batch: 1, P50Ms: 10, P95Ms: 12}}}}}}}
+	p := &plan.Plan{Pipeline: "p", Mode: plan.ModeOverloaded, Variants: []plan.VariantPlan{{Task: "a", Variant: "v",
+		Replicas: 1, MaxBatch: 1}}, Allocation: &plan.Allocation{DemandQPS: 100, ServedQPS: 75, MinAccuracy: 0.5}}
+	if got := Of(spec, p).FloorShortfall; !near(got, 0.25, 1e-12) {
+		t.Errorf("shortfall %v, want 0.25", got)
+	}
+	p.Mode = plan.ModeHardware
+	if got := Of(spec, p).FloorShortfall; got != 0 {
+		t.Errorf("hardware mode: shortfall %v, want 0", got)
+	}
+}
+
+// TestCongested: a pipeline is congested from the answers that show violations until the bound has refused nothing
+// for a RateWindow.
+func TestCongested(t *testing.T) {
+	g := New(Config{})
+	now := time.Unix(1000, 0)
+	if g.Congested("p", now) {
+		t.Fatal("a pipeline never seen is congested")
+	}
+	for range 10 {
+		g.Decide(Request{Pipeline: "p", Now: now, Deadline: now.Add(time.Second)}, Plan{Hosted: true})
+		g.Done("p", now, Late)
+	}
+	if !g.Congested("p", now) {
+		t.Fatal("10 late answers of 10: not congested")
+	}
+	if later := now.Add(DefaultRateWindow + time.Millisecond); g.Congested("p", later) {
+		t.Fatal("congested a RateWindow after the bound last refused")
+	}
+}

@@ -6,11 +6,11 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
-// Of is what a gate needs of plan p of spec: whether it hosts every task (which not), and the latency of its fastest
-// path. (Not the rate the plan serves: the planner sizes it with headroom, and the gate admits on what the workers
+// Of is what a gate needs of plan p of spec: whether it hosts every task (which not), the latency of its fastest
+// path, and the share of the demand it cannot serve at the pipeline's accuracy floor. (Not the rate the plan serves: the planner sizes it with headroom, and the gate admits on what the workers
 // answer; docs/admission.md.)
 func Of(spec *pipeline.Spec, p *plan.Plan) Plan {
-	out := Plan{Hosted: true}
+	out := Plan{Hosted: true, FloorShortfall: 1 - p.FloorShare()}
 	for _, chain := range spec.Chains() {
 		ms := 0.0
 		for _, task := range chain {

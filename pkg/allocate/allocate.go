@@ -50,7 +50,9 @@ type Input struct {
 	// Fanout optionally overrides multiplicative factors ("task/variant" -> factor), e.g. with what workers
 	// measure; the profile's factor is the prior.
 	Fanout map[string]pipeline.Fanout
-	// MinAccuracy is an optional floor on the system accuracy in accuracy scaling.
+	// MinAccuracy, when positive, is a floor on the system accuracy (the spec's min_accuracy): the plan is the fewest
+	// servers (on a priced cluster, the least cost) whose system accuracy is at least it, and when the servers
+	// cannot serve the demand at it, the most demand they serve at it (floor.go).
 	MinAccuracy float64
 	// Utilization is the share of each replica's profiled throughput the plan may use (0 means 1, the paper's
 	// formulation). The planner passes its routing's utilization, so that the plan leaves the headroom the routing
@@ -90,6 +92,9 @@ func (in Input) check() error {
 		return errors.New("allocate: no pipeline spec")
 	}
 	if err := in.checkCluster(); err != nil {
+		return err
+	}
+	if err := in.checkFloor(); err != nil {
 		return err
 	}
 	if in.Demand < 0 || math.IsNaN(in.Demand) || math.IsInf(in.Demand, 0) {
@@ -189,6 +194,10 @@ func Solve(in Input, opt Options) (*Result, error) {
 		res: &Result{Demand: in.Demand, Servers: in.servers(), Cluster: reported(in.cluster()), ServedQPS: in.Demand,
 			Optimal: true}}
 	s.res.LatencyModel, _ = ParseLatencyModel(string(in.LatencyModel)) // checked above
+	s.res.MinAccuracy = in.MinAccuracy
+	if in.MinAccuracy > 0 {
+		return s.solveFloor()
+	}
 
 	// Step 1: hardware scaling.
 	if m, err := build(in, stepHardware); err == nil {
@@ -363,11 +372,16 @@ func (m *model) solve(opt Options) (milp.Result, error) {
 	return milp.Solve(m.prob, m.milpOptions(opt))
 }
 
+// firstPointGrace is how many time limits more a solve may take to find its first point. Without, a joint plan of
+// 20 pipelines on 400 servers under the live planner's 1 s found none in its accuracy step, took the step for
+// infeasible, and served 66% of a demand that fits (BenchmarkJointAtScale).
+const firstPointGrace = 4
+
 // milpOptions are the branch-and-bound's options for the model: its first point (or the heuristic that finds one
 // from the root's LP), pricer and tolerances.
 func (m *model) milpOptions(opt Options) milp.Options {
 	o := milp.Options{TimeLimit: opt.TimeLimit, MaxNodes: opt.MaxNodes, Pricer: m.pricer(), Workers: opt.workers(),
-		RelGap: opt.Gap}
+		RelGap: opt.Gap, FirstPointGrace: firstPointGrace * opt.TimeLimit}
 	if m.step == stepHardware {
 		o.IntegralObjective = m.integralObjective()
 		o.Incumbent = m.hardwareIncumbent()

@@ -254,7 +254,7 @@ func (m *model) spreadHeadroom() {
 			}
 			kv.headroom[bi] = 0
 		}
-		if m.step == stepAccuracy {
+		if m.step == stepAccuracy || m.step == stepFloor {
 			dropDominatedBatches(kv)
 		}
 	}

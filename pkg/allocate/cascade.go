@@ -47,7 +47,7 @@ func SolveCascade(in Input, opt Options, scale map[string]float64) (*Result, err
 			r.Cascades[t.Name] = setting[i]
 		}
 		unsplit(r, tasks, names)
-		if best == nil || better(r, best) {
+		if best == nil || better(r, best, in.MinAccuracy > 0) {
 			best, err = r, nil
 		}
 	}
@@ -57,13 +57,22 @@ func SolveCascade(in Input, opt Options, scale map[string]float64) (*Result, err
 	return best, err
 }
 
-// better says a beats b: it serves more, or as much and more accurately, or as accurately on fewer servers.
-func better(a, b *Result) bool {
+// better says a beats b: it serves more, or as much and more accurately, or as accurately on fewer servers. With an
+// accuracy floor (each result at or above it), as much on fewer servers (a lower cost), then more accurately.
+func better(a, b *Result, floor bool) bool {
 	const eps = 1e-9
-	switch {
-	case math.Abs(a.ServedQPS-b.ServedQPS) > eps*max(1, b.ServedQPS):
+	if math.Abs(a.ServedQPS-b.ServedQPS) > eps*max(1, b.ServedQPS) {
 		return a.ServedQPS > b.ServedQPS
-	case math.Abs(a.SystemAccuracy-b.SystemAccuracy) > eps:
+	}
+	if floor {
+		switch {
+		case math.Abs(a.CostPerHour-b.CostPerHour) > eps*max(1, b.CostPerHour):
+			return a.CostPerHour < b.CostPerHour
+		case a.ServersUsed != b.ServersUsed:
+			return a.ServersUsed < b.ServersUsed
+		}
+	}
+	if math.Abs(a.SystemAccuracy-b.SystemAccuracy) > eps {
 		return a.SystemAccuracy > b.SystemAccuracy
 	}
 	return a.ServersUsed < b.ServersUsed

@@ -33,7 +33,7 @@ func (m *model) complete() (p *milp.Problem, point func(x []float64) []float64) 
 	m.addCompleteCapacityRows(p, flow)
 	m.addReplicaPerTask(p)
 	m.addPathRows(p, flow, used)
-	if m.in.MinAccuracy > 0 && m.step == stepAccuracy {
+	if m.step.hasFloorRow(m.in) {
 		terms := []milp.Term{{Col: m.demandCol, Coef: -m.in.MinAccuracy}}
 		for _, pa := range m.paths {
 			terms = append(terms, milp.Term{Col: flow[pa], Coef: m.chainShare[pa.chain] * pa.accuracy})

@@ -20,7 +20,14 @@ const (
 	stepHardware  step = iota // most accurate variants only; minimise servers
 	stepAccuracy              // every variant; maximise system accuracy
 	stepMaxDemand             // every variant; maximise the demand served
+	// stepFloor: every variant, the demand fixed, a system accuracy of at least Input.MinAccuracy; minimise
+	// servers (their price on a priced cluster), the most accurate of those plans first (floor.go).
+	stepFloor
 )
+
+// hasFloorRow says the step's model carries the minimum-accuracy row: every step over every variant, when a floor
+// is asked for (the hardware step's most accurate variants are at or above any floor they can reach).
+func (st step) hasFloorRow(in Input) bool { return in.MinAccuracy > 0 && st != stepHardware }
 
 // keptVariant is a variant that presolve keeps, with the batch sizes it allows (those that fit some chain's latency
 // budget and no other beats) and, once built, its columns and rows. Every slice but the columns' is indexed by
@@ -116,6 +123,8 @@ type model struct {
 	unservedCols []int
 	// tried is the batch sizes the fixed-batch heuristic has tried in this model's solve.
 	tried *triedBatches
+	// floorTieBreak is the floor step's weight of the system accuracy against servers (floor.go).
+	floorTieBreak float64
 }
 
 // build writes the MILP of one step, stage by stage: presolve keeps the variants and batch sizes that can fit, the
@@ -155,6 +164,9 @@ func newModel(in Input, st step) *model {
 		}
 	}
 	m.chainShare = chainWeights(in, m.chains)
+	if st == stepFloor {
+		m.floorTieBreak = floorTieBreakOf(in)
+	}
 	m.viaJoin = make([]bool, len(m.chains))
 	for _, t := range in.Spec.Tasks {
 		if t.Join != nil {
@@ -265,7 +277,7 @@ func (m *model) addBatchColumns() {
 			kv.batchChoiceCol = append(kv.batchChoiceCol, p.AddCol("use "+name, 0, 0, 1, true, priorityVariant))
 			kv.replicasCol = append(kv.replicasCol,
 				p.AddCol("replicas "+name, 0, 0, m.replicaBound(k, bi), true, priorityVariant))
-			if m.step == stepHardware {
+			if m.step == stepHardware || m.step == stepFloor {
 				p.Obj[kv.replicasCol[bi]] = m.serverWeight(kv)
 			}
 		}
@@ -304,7 +316,7 @@ func (m *model) addRows() {
 	m.addAggregateColumns()
 	m.addReplicaPerTask(p)
 	m.minAccuracyRow = -1
-	if in.MinAccuracy > 0 && m.step == stepAccuracy {
+	if m.step.hasFloorRow(in) {
 		m.minAccuracyRow = p.AddRow("minimum accuracy", 0, math.Inf(1),
 			milp.Term{Col: m.demandCol, Coef: -in.MinAccuracy})
 	}

@@ -200,7 +200,8 @@ func solveRestricted(sub *milp.Problem, best float64, opt Options) []float64 {
 		o.Cutoff, o.UseCutoff = best, true
 	}
 	if opt.TimeLimit > 0 {
-		o.TimeLimit = opt.TimeLimit / 4
+		// With no point yet, the search's grace is for this one's first (firstPointGrace).
+		o.TimeLimit, o.FirstPointGrace = opt.TimeLimit/4, firstPointGrace*opt.TimeLimit
 	}
 	// Most columns are now fixed at zero: solved without them, the restricted problem is a fraction of the size.
 	small, expand := sub.WithoutZeroColumns()

@@ -193,13 +193,21 @@ func (m *model) addFlowColumns() error {
 	for _, pa := range m.paths {
 		m.addFlowColumn(pa, m.fastestFlowBatches(pa)) // a first column per path
 	}
-	if m.step == stepAccuracy {
+	if m.step == stepAccuracy || m.step == stepFloor {
 		// Unserved demand, at a prohibitive cost: it keeps the LP feasible while the pricer has not generated
-		// the columns that serve it, and a node that still needs it when no column can help has no point.
+		// the columns that serve it, and a node that still needs it when no column can help has no point. It
+		// counts as served at full accuracy in the floor's row, so that the row alone never makes the LP infeasible.
+		cost := -unservedCost
+		if m.step == stepFloor {
+			cost = unservedCost * m.heaviestServer()
+		}
 		for ci := range m.chains {
+			terms := []milp.Term{{Col: m.chainDemandRow[ci], Coef: 1}}
+			if m.minAccuracyRow >= 0 {
+				terms = append(terms, milp.Term{Col: m.minAccuracyRow, Coef: m.chainShare[ci]})
+			}
 			m.unservedCols = append(m.unservedCols, p.AddColumn("unserved demand of chain "+
-				strings.Join(m.chains[ci], "->"), -unservedCost, 0, milp.Inf,
-				[]milp.Term{{Col: m.chainDemandRow[ci], Coef: 1}}))
+				strings.Join(m.chains[ci], "->"), cost, 0, milp.Inf, terms))
 		}
 	}
 	return nil
@@ -338,8 +346,11 @@ func (m *model) countFlowColumns() int {
 
 // flowObjective is the objective coefficient of a flow column of path pa.
 func (m *model) flowObjective(pa *path) float64 {
-	if m.step == stepAccuracy {
+	switch m.step {
+	case stepAccuracy:
 		return m.chainShare[pa.chain] * pa.accuracy / m.in.Demand
+	case stepFloor:
+		return -m.floorTieBreak * m.chainShare[pa.chain] * pa.accuracy / m.in.Demand
 	}
 	return 0
 }

@@ -48,6 +48,9 @@ type Result struct {
 	// LatencyModel is the latency model the allocation was solved with (Input.LatencyModel).
 	LatencyModel LatencyModel `json:"latency_model"`
 	Variants     []Hosted     `json:"variants"`
+	// MinAccuracy is the floor on the system accuracy the allocation was solved with (Input.MinAccuracy; 0: none).
+	// With one, mode hardware is the fewest servers at it, and overloaded the most demand served at it.
+	MinAccuracy float64 `json:"min_accuracy,omitempty"`
 	// Cascades is, per cascade task, the threshold its gear plan chose (SolveCascade); absent: no cascade runs.
 	Cascades map[string]float64 `json:"cascades,omitempty"`
 }
@@ -137,7 +140,8 @@ func (r *Result) Plan(pipelineName string, epoch uint64) *plan.Plan {
 	p := &plan.Plan{Pipeline: pipelineName, Epoch: epoch, Mode: r.Mode, Allocation: &plan.Allocation{
 		DemandQPS: r.Demand, ServedQPS: r.ServedQPS, ClusterServers: r.Servers, ActiveServers: r.ServersUsed,
 		SystemAccuracy: r.SystemAccuracy, Optimal: r.Optimal, Gap: r.Gap, SolveMs: r.SolveMs,
-		LatencyModel: string(r.LatencyModel), Cluster: r.Cluster, CostPerHour: r.CostPerHour}}
+		LatencyModel: string(r.LatencyModel), Cluster: r.Cluster, CostPerHour: r.CostPerHour,
+		MinAccuracy: r.MinAccuracy}}
 	for _, h := range r.Variants {
 		p.Variants = append(p.Variants, plan.VariantPlan{Task: h.Task, Variant: h.Variant, Replicas: h.Replicas,
 			MaxBatch: h.BatchSize, Class: wire.ClassOf(h.Variant), BudgetMs: h.LatencyMs, CapacityQPS: h.CapacityQPS})

@@ -45,14 +45,19 @@ func TestPullerTakesWhatItAsksFor(t *testing.T) {
 	}
 	first := take("1")
 	md, err := first.Metadata()
-	if err != nil || md.NumPending != 2 || md.NumDelivered != 1 || md.Stream != wire.TaskStream("p") ||
+	// (md.NumPending is not checked: the server counts a new consumer's pending messages apart from deliveries,
+	// and under load the first delivery may carry a count of 0; the consumer's info below is exact.)
+	if err != nil || md.NumDelivered != 1 || md.Stream != wire.TaskStream("p") ||
 		md.Consumer != wire.Consumer("a", "x") || md.Timestamp.IsZero() {
 		t.Fatalf("metadata %+v, %v", md, err)
 	}
 	if info, err := c.Info(ctx); err != nil || info.NumAckPending != 1 || info.NumPending != 2 {
 		t.Fatalf("after one pull: %d in hand, %d queued (%v); want 1 and 2: a pull takes what it asks for", info.NumAckPending, info.NumPending, err)
 	}
-	if err := first.Nak(); err != nil {
+	// Handed back and waited for: a nak sent without a reply is handled by the server apart from pull requests,
+	// so a fetch sent at once may be served first, with the next message. Sent as a request, the server answers
+	// once it has the message back (as DoubleAck does for an ack).
+	if _, err := nc.Request(first.Reply(), []byte("-NAK"), 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	again := take("1") // handed back: first again

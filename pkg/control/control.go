@@ -92,6 +92,10 @@ type Config struct {
 	// it is within the cap, else the most accurate plan within it. It needs priced classes and one pipeline (the
 	// joint division has no cost row): CheckCostCap says so before a run.
 	MaxCostPerHour float64
+	// Gears gives each cascade plan the gear table of its placement (pkg/gears), and then a new allocation that
+	// changes the thresholds alone, not the placement, is not published: the gears follow the load. Off by default
+	// (docs/cascades.md#gears: no gain measured): a cascade runs at its plan's threshold until the next plan.
+	Gears bool
 	// Traces are the pipelines' planning traces, for the systems that plan once on one (cg-mean, cg-peak); nil:
 	// none, and those plan on the demand first observed.
 	Traces PlanningTraces
@@ -300,11 +304,11 @@ func (c Config) CheckCostCap(pipelines int, priced bool) error {
 	return nil
 }
 
-// Allocate solves the allocation MILP.
+// Allocate solves the allocation MILP, with the spec's accuracy floor (min_accuracy) when it has one.
 func (a MILP) Allocate(spec *pipeline.Spec, o Observed) (*plan.Plan, error) {
 	res, err := allocate.SolveCascade(allocate.Input{Spec: spec, Demand: o.Demand, Servers: o.Servers,
 		Cluster: o.Cluster, Fanout: o.Fanout, Utilization: a.Utilization, LatencyModel: a.LatencyModel,
-		ArrivalDispersion: o.Traffic.Dispersion(), MaxCostPerHour: a.MaxCostPerHour},
+		ArrivalDispersion: o.Traffic.Dispersion(), MaxCostPerHour: a.MaxCostPerHour, MinAccuracy: spec.MinAccuracy},
 		allocate.Options{TimeLimit: a.TimeLimit, Workers: a.Workers}, o.EscalationScale)
 	if err != nil {
 		return nil, err

@@ -31,6 +31,7 @@ type Flags struct {
 	checkEdge      *bool
 	checkTarget    *float64
 	maxCost        *float64
+	gears          *bool
 }
 
 // RegisterFlags registers the control flags on fs.
@@ -70,6 +71,9 @@ func RegisterFlags(fs *flag.FlagSet) *Flags {
 			"predicted to miss"),
 		maxCost: fs.Float64("max-cost", 0, "cap on each plan's cost, `PER_HOUR` (needs --price; one pipeline): "+
 			"the most accurate plan within it when the cheapest full-accuracy plan costs more (0: none)"),
+		gears: fs.Bool("gears", false, "give each cascade plan the gear table of its placement, which the cascade's "+
+			"workers switch between as their load moves (pkg/gears; off: the plan's threshold holds until the next "+
+			"plan; docs/cascades.md#gears says why it is off by default)"),
 	}
 }
 
@@ -80,7 +84,7 @@ func (f *Flags) Config() (Config, error) {
 		Headroom: *f.headroom, RouteUtilization: *f.utilization, SolveTimeLimit: *f.solveTimeLimit,
 		SolveWorkers: *f.solveWorkers, TuneEvery: *f.tuneEvery,
 		ProfilesOnly: !*f.measured, Sharing: *f.sharing, CheckTarget: *f.checkTarget,
-		MaxCostPerHour: *f.maxCost}
+		MaxCostPerHour: *f.maxCost, Gears: *f.gears}
 	switch {
 	case *f.check:
 		c.Check = CheckAll

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/demand"
+	"github.com/sleipnir-serving/sleipnir/pkg/gears"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/routing"
@@ -185,6 +186,9 @@ func (l *Loop) replan(now time.Time, o Observed) Step {
 		p.Allocation.EstimateQPS = o.Demand
 		priceOn(p, o.OnCluster())
 	}
+	if l.cfg.Gears {
+		p.Gears = gears.Tables(spec, p, in.EscalationScale, l.cfg.RouteUtilization)
+	}
 	if same := sameAllocation(l.current, p); same || !forced && !l.worthSwapping(p, o) {
 		// The same allocation, or a better one not worth its model loads: no new epoch, which would move no worker
 		// and only count as a plan change (on a loaded machine the measured latencies of a steady 10 QPS moved
@@ -274,11 +278,16 @@ func (l *Loop) worthSwapping(p *plan.Plan, o Observed) bool {
 	return gain > cost
 }
 
-// sameAllocation says whether two plans host the same replicas of the same variants at the same batch sizes: a new
-// epoch for it would move no worker, and only count as a plan change.
+// sameAllocation says whether two plans host the same replicas of the same variants at the same batch sizes (and run
+// the same cascades, at the same thresholds unless both carry gear tables): a new epoch for it would move no worker,
+// and only count as a plan change.
 func sameAllocation(a, b *plan.Plan) bool {
+	// With gear tables on both, thresholds are the gears' to change: the same cascades on the same placement.
+	geared := a.Gears != nil && b.Gears != nil && maps.EqualFunc(a.Cascades, b.Cascades, func(float64, float64) bool {
+		return true
+	})
 	if a.Allocation == nil || b.Allocation == nil || a.Mode != b.Mode || len(a.Variants) != len(b.Variants) ||
-		!maps.Equal(a.Cascades, b.Cascades) {
+		!geared && !maps.Equal(a.Cascades, b.Cascades) {
 		return false
 	}
 	for _, v := range b.Variants {

@@ -13,6 +13,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/deadline"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/ramsis"
 	"github.com/sleipnir-serving/sleipnir/pkg/routing"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
@@ -35,6 +36,8 @@ type Table struct {
 	routes [][]plan.Route          // aligned with Children
 	dests  []map[string]Dest       // per child: hosted variant -> size
 	queue  [][]routing.QueueOption // per child, with routing_mode queue: its hosted variants, most accurate first
+	policy []*ramsis.Choice        // per child, with routing_mode ramsis (UsePolicies): its policy, nil no choice
+	ramsis bool                    // routing_mode ramsis
 	esc    *escalation             // nil: no cascade from this variant (cascade.go)
 }
 
@@ -58,9 +61,10 @@ func NewTable(spec *pipeline.Spec, p *plan.Plan, stage *deadline.Stage, task, va
 	}
 	t.esc = newEscalation(spec, p, task, variant)
 	down := p.Routing.Downstream[wire.VariantKey{Task: task, Variant: variant}.String()]
-	if spec.RoutingMode == routing.ModeQueue {
+	if routing.ReadsQueues(spec.RoutingMode) {
 		t.queue = make([][]routing.QueueOption, len(children))
 	}
+	t.ramsis = spec.RoutingMode == routing.ModeRAMSIS
 	for c, child := range children {
 		t.routes[c] = down[child]
 		if t.queue != nil {
@@ -137,6 +141,7 @@ type Stepper struct {
 	// violations (docs/queue-routing.md).
 	chosen  []chosen
 	reading uint64
+	backlog [4]time.Duration // a ramsis choice's backlogs, per option
 }
 
 // chosen counts the sub-requests sent to task/variant since the reading.
@@ -195,7 +200,15 @@ func (st *Stepper) routes(t *Table, c int, left time.Duration) []plan.Route {
 		return t.routes[c]
 	}
 	child := t.Children[c]
-	v, ok := routing.ChooseByQueue(child, t.queue[c], stepQueues{st, t, c}, left-t.Stage.Rest(child))
+	var v string
+	var ok bool
+	if t.ramsis {
+		if t.policy != nil { // nil until the caller gives the policies (UsePolicies): the tables decide
+			v, ok = st.byPolicy(t.policy[c], stepQueues{st, t, c}, child, left-t.Stage.Rest(child))
+		}
+	} else {
+		v, ok = routing.ChooseByQueue(child, t.queue[c], stepQueues{st, t, c}, left-t.Stage.Rest(child))
+	}
 	if !ok {
 		return t.routes[c]
 	}

@@ -39,7 +39,7 @@ type Planner struct {
 	epoch, accuracy, active, cluster, estimate, served, solve, gap, optimal, plannedDemand *prometheus.GaugeVec
 	checkPredicted, checkCandidates                                                        *prometheus.GaugeVec
 	mode, replicas, maxBatch, fanout                                                       *prometheus.GaugeVec
-	cost, classServers                                                                     *prometheus.GaugeVec
+	cost, classServers, floorShortfall                                                     *prometheus.GaugeVec
 	plans                                                                                  *prometheus.CounterVec
 
 	state                             func() PlannerState
@@ -74,6 +74,9 @@ func NewPlanner(reg prometheus.Registerer, state func() PlannerState) *Planner {
 		replicas:      gauge("replicas", "Replicas the plan in force gives a variant.", variant),
 		cost: gauge("cost_per_hour", "Hourly price of the servers the plan in force uses (the planner's --price "+
 			"per server class; 0 when none is priced).", pipe),
+		floorShortfall: gauge("floor_shortfall", "Share of the demand the plan in force cannot serve at the "+
+			"pipeline's accuracy floor (min_accuracy), which the frontends refuse (reason accuracy); 0 when it holds "+
+			"or there is none.", pipe),
 		classServers: gauge("class_servers", "Workers of a server class the plan in force uses.",
 			[]string{LabelPipeline, LabelServerClass}),
 		checkPredicted: gauge("check_predicted_violation_ratio", "Share of requests the plan check predicted the "+
@@ -103,7 +106,7 @@ func NewPlanner(reg prometheus.Registerer, state func() PlannerState) *Planner {
 		lastEpoch: map[string]uint64{},
 	}
 	reg.MustRegister(m.epoch, m.mode, m.accuracy, m.active, m.cluster, m.plannedDemand, m.estimate, m.served, m.solve,
-		m.gap, m.optimal, m.replicas, m.maxBatch, m.fanout, m.plans, m.checkPredicted, m.checkCandidates, m.cost, m.classServers, m)
+		m.gap, m.optimal, m.replicas, m.maxBatch, m.fanout, m.plans, m.checkPredicted, m.checkCandidates, m.cost, m.classServers, m.floorShortfall, m)
 	return m
 }
 
@@ -142,6 +145,7 @@ func (m *Planner) Plan(pl *plan.Plan) {
 		}
 		m.optimal.WithLabelValues(p).Set(opt)
 		m.cost.WithLabelValues(p).Set(a.CostPerHour)
+		m.floorShortfall.WithLabelValues(p).Set(1 - pl.FloorShare())
 		if c := a.Check; c != nil {
 			m.checkPredicted.WithLabelValues(p).Set(c.ViolationRatio)
 			m.checkCandidates.WithLabelValues(p).Set(float64(c.Candidates))

@@ -40,6 +40,14 @@ type Options struct {
 	// MaxNodes bounds the nodes explored (default 200000); TimeLimit the wall time (0: none).
 	MaxNodes  int
 	TimeLimit time.Duration
+	// FirstPointGrace lets a search that has found no point by TimeLimit go on for up to this much longer, until
+	// its first: a caller that must have an answer (a plan) gets one rather than a limit that says nothing of
+	// whether a point exists. 0: none.
+	FirstPointGrace time.Duration
+	// MaxStoreBytes bounds the memory the open nodes hold (store.go; default DefaultMaxStoreBytes): a search that
+	// reaches it stops as at a limit, with the best point found and its gap. What a search's memory grows with
+	// when it runs long; the rest (the problem, each worker's LP) is fixed at its start.
+	MaxStoreBytes int64
 	// Incumbent is a known feasible point, a first solution to prune against; ignored if it is not feasible.
 	Incumbent []float64
 	// Cutoff, when UseCutoff is set, is an objective value that only better points are wanted past (by the gap
@@ -78,9 +86,20 @@ type Result struct {
 	LPs   int
 	// Unsolved counts LPs Clp could not solve; when non-zero the result is not proven optimal.
 	Unsolved int
+	// PeakStoreBytes is the most the open nodes held at once (Options.MaxStoreBytes), and StoreFull says the
+	// search stopped at that bound.
+	PeakStoreBytes int64
+	StoreFull      bool
 }
 
+// DefaultMaxStoreBytes is Options.MaxStoreBytes's default: with Go's garbage collector letting the heap grow to
+// twice what is live, a process solving one model stays within a few hundred MB.
+const DefaultMaxStoreBytes = 128 << 20
+
 type node struct {
+	// at is the node's bounds and start basis as changes (store.go; nil: the root's). lo and up are its bounds made
+	// whole while a worker processes it, nil before and after.
+	at     *delta
 	lo, up []float64
 	bound  float64 // the parent's LP value (minimisation form): a lower bound on the node's optimum
 	depth  int
@@ -89,8 +108,8 @@ type node struct {
 	col  int
 	up1  bool
 	dist float64
-	// basis is the parent's optimal basis, the start of the node's LP.
-	basis []byte
+	// branch is the bounds the branching gave col (split sets it; process makes the node's delta of it).
+	branch boundChange
 }
 
 // openNodes is a min-heap on bound, used once an incumbent exists (best-bound search).
@@ -125,11 +144,14 @@ func Solve(p *Problem, opt Options) (Result, error) {
 	if opt.MaxNodes == 0 {
 		opt.MaxNodes = 200000
 	}
+	if opt.MaxStoreBytes <= 0 {
+		opt.MaxStoreBytes = DefaultMaxStoreBytes
+	}
 	sign := 1.0
 	if p.Sense == Maximize {
 		sign = -1
 	}
-	s := &search{p: p, opt: opt, inc: math.Inf(1), pc: newPseudoCosts(p.NumCols())}
+	s := &search{p: p, opt: opt, inc: math.Inf(1), pc: newPseudoCosts(p.NumCols()), rows: len(p.Rows)}
 	s.idle = sync.NewCond(&s.mu)
 	s.intRows = p.integerRows()
 	if opt.UseCutoff {
@@ -139,8 +161,7 @@ func Solve(p *Problem, opt Options) (Result, error) {
 		s.accept(opt.Incumbent)
 	}
 	s.start = time.Now()
-	root := &node{lo: append([]float64(nil), p.Lower...), up: append([]float64(nil), p.Upper...), bound: math.Inf(-1),
-		col: -1}
+	root := &node{bound: math.Inf(-1), col: -1}
 	s.open = openNodes{root}
 	s.best = s.incX != nil // best-bound order (a heap) once an incumbent exists
 	workers := max(1, opt.Workers)
@@ -158,7 +179,7 @@ func Solve(p *Problem, opt Options) (Result, error) {
 	}
 	wg.Wait()
 	open, limited := s.open, s.limited
-	res := Result{Nodes: s.nodes, Unsolved: s.unsolved}
+	res := Result{Nodes: s.nodes, Unsolved: s.unsolved, PeakStoreBytes: s.peakStoreBytes, StoreFull: s.storeFull}
 	for _, lp := range lps {
 		if lp != nil {
 			res.LPs += lp.solves
@@ -217,6 +238,12 @@ type search struct {
 	// intRows is the rows of integer columns only, which each node propagates before its LP (not with a pricer:
 	// its columns join rows).
 	intRows []int
+	// rows is the problem's rows (a basis is its columns' statuses, then its rows'); storeBytes what the open
+	// nodes hold now (store.go), peakStoreBytes the most they held, storeFull that it reached MaxStoreBytes.
+	rows           int
+	storeBytes     int64
+	peakStoreBytes int64
+	storeFull      bool
 }
 
 // work is one worker's loop: take the next open node, process it and push its children, until no node is open
@@ -231,7 +258,10 @@ func (s *search) work() *relaxation {
 			s.idle.Broadcast()
 			return lp
 		}
-		if s.limited || s.nodes >= s.opt.MaxNodes || (s.opt.TimeLimit > 0 && time.Since(s.start) > s.opt.TimeLimit) {
+		if s.storeBytes > s.opt.MaxStoreBytes {
+			s.storeFull = true
+		}
+		if s.limited || s.storeFull || s.nodes >= s.opt.MaxNodes || s.pastTimeLimit() {
 			s.limited = true
 			s.idle.Broadcast()
 			return lp
@@ -267,6 +297,18 @@ func (s *search) work() *relaxation {
 	}
 }
 
+// pastTimeLimit says the search has run past its TimeLimit, and its FirstPointGrace when it has found no point.
+func (s *search) pastTimeLimit() bool {
+	if s.opt.TimeLimit <= 0 {
+		return false
+	}
+	limit := s.opt.TimeLimit
+	if s.incX == nil {
+		limit += s.opt.FirstPointGrace
+	}
+	return time.Since(s.start) > limit
+}
+
 // prunable says a node whose bound is b cannot improve the incumbent beyond the tolerances.
 func (s *search) prunable(b float64) bool {
 	if !s.pruning() {
@@ -299,11 +341,15 @@ func (s *search) accept(x []float64) {
 
 // process solves one node in lp and returns its children. It holds s.mu, and releases it while the LP solves.
 func (s *search) process(lp *relaxation, n *node) []*node {
+	defer s.release(n.at) // what the node started from, once it has made its children's
 	if s.prunable(n.bound) {
 		return nil
 	}
 	s.nodes++
 	s.mu.Unlock()
+	start := s.materialise(n)
+	lo0, up0 := append([]float64(nil), n.lo...), append([]float64(nil), n.up...)
+	defer func() { n.lo, n.up = nil, nil }()
 	if s.opt.Pricer == nil && !s.p.propagate(s.intRows, n.lo, n.up) {
 		s.mu.Lock()
 		return nil
@@ -313,7 +359,7 @@ func (s *search) process(lp *relaxation, n *node) []*node {
 	st, obj, x := lp.solvePriced(func() ([]float64, []float64) {
 		n.extend(s.p)
 		return n.lo, n.up
-	}, n.basis, s.opt.Pricer)
+	}, start, s.opt.Pricer)
 	var rc []float64
 	var b []byte
 	if st == lpOptimal {
@@ -321,7 +367,6 @@ func (s *search) process(lp *relaxation, n *node) []*node {
 	}
 	s.mu.Lock()
 	s.growPseudoCosts()
-	n.basis = nil // the children get this node's
 	switch st {
 	case lpInfeasible:
 		return nil
@@ -350,9 +395,11 @@ func (s *search) process(lp *relaxation, n *node) []*node {
 		return nil
 	}
 	children := split(n, col, x[col], bounds)
+	made := s.record(n, lo0, up0, start, b)
 	for _, c := range children {
-		c.basis = b // shared, read-only
+		c.at = s.newDelta(made, []boundChange{c.branch}, nil, nil)
 	}
+	s.release(made) // held by the children now
 	return children
 }
 

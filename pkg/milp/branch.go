@@ -184,9 +184,7 @@ func (s *search) strongBranch(lp *relaxation, n *node, j int, lo, up, obj float6
 // child to explore first comes last.
 func split(n *node, col int, v float64, bounds [2]float64) []*node {
 	child := func(lo, up float64) *node {
-		c := &node{lo: append([]float64(nil), n.lo...), up: append([]float64(nil), n.up...), depth: n.depth + 1,
-			col: col}
-		c.lo[col], c.up[col] = lo, up
+		c := &node{branch: boundChange{col: int32(col), lo: lo, up: up}, depth: n.depth + 1, col: col}
 		// The distance the branch moves the column from v, for the pseudo-costs.
 		switch {
 		case up < v:

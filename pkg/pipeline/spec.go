@@ -14,14 +14,22 @@ type Spec struct {
 	CommLatencyMs float64 `json:"comm_latency_ms,omitempty"`
 	// DeadlinePolicy is how workers treat items running late: none, last-task, per-task, reroute (default) or degrade.
 	DeadlinePolicy string `json:"deadline_policy,omitempty"`
-	// RoutingMode is how each item's variant is chosen: "tables" (the default: the plan's routing tables) or
+	// RoutingMode is how each item's variant is chosen: "tables" (the default: the plan's routing tables),
 	// "queue" (the most accurate variant whose measured queue and latency fit the item's deadline, the tables as
-	// the fallback: pkg/routing.ChooseByQueue).
+	// the fallback: pkg/routing.ChooseByQueue) or "ramsis" (from the same queues by a policy computed by value
+	// iteration: pkg/ramsis).
 	RoutingMode string `json:"routing_mode,omitempty"`
+	// ArrivalCV is the coefficient of variation of the times between requests that routing_mode ramsis computes
+	// its policies for (Gamma arrivals; 0 means 1, Poisson).
+	ArrivalCV float64 `json:"arrival_cv,omitempty"`
 	// Priority is the pipeline's class, 0 (the default) to MaxPriority: when the cluster cannot serve every
 	// pipeline, the lower classes give up accuracy first and are shed first (the rule: schemas/README.md). A
 	// request may ask for a lower class than its pipeline's (the Sleipnir-Priority header), never a higher one.
 	Priority int `json:"priority,omitempty"`
+	// MinAccuracy, when positive, is a floor on the system accuracy, in (0, 1]: plans use the fewest servers (on a
+	// priced cluster, the least cost) whose system accuracy is at least it; when the cluster cannot serve the demand
+	// at it, the plan serves what it can at it and the frontends refuse the rest (pkg/allocate floor.go).
+	MinAccuracy float64 `json:"min_accuracy,omitempty"`
 	// BatchSizes are the allowed maximum batch sizes; every profile lists exactly these. Default [1].
 	BatchSizes []int `json:"batch_sizes,omitempty"`
 	// Profiles names the profile file (relative to the spec file) whose measurements Load merged into the variants

@@ -31,6 +31,9 @@ func (s *Spec) validate() error {
 	if s.Priority < 0 || s.Priority > MaxPriority {
 		add("priority", "%d: want a class from 0 to %d", s.Priority, MaxPriority)
 	}
+	if !(s.MinAccuracy >= 0 && s.MinAccuracy <= 1) {
+		add("min_accuracy", "%v: want a system accuracy in (0, 1], or 0 for none", s.MinAccuracy)
+	}
 	tasks, roots := s.validateTree(add)
 	s.validateVariants(batches, allowed, add)
 	if len(roots) == 1 {

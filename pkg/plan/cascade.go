@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"maps"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 )
@@ -47,4 +48,40 @@ func (p *Plan) LeafAccuracy(spec *pipeline.Spec, path []string) float64 {
 		return spec.PathAccuracyOf(path)
 	}
 	return spec.CascadePathAccuracy(path, p.Cascades)
+}
+
+// GearedLeafAccuracy is LeafAccuracy of a leaf whose cascade ran at threshold gear, a gear's (wire.ItemResult.Gear;
+// 0: the plan's): its level's accuracy.
+func (p *Plan) GearedLeafAccuracy(spec *pipeline.Spec, path []string, gear float64) float64 {
+	if gear <= 0 || len(path) == 0 {
+		return p.LeafAccuracy(spec, path)
+	}
+	last := path[len(path)-1]
+	t, _ := spec.Lookup(last)
+	if t == nil || t.Cascade == nil {
+		return p.LeafAccuracy(spec, path)
+	}
+	th := map[string]float64{}
+	if p != nil {
+		maps.Copy(th, p.Cascades)
+	}
+	th[t.Name] = gear
+	return spec.CascadePathAccuracy(path, th)
+}
+
+// checkGears checks that each gear table is of a cascade the plan runs, its thresholds in [0, 1] and its loads
+// increasing.
+func (p *Plan) checkGears() error {
+	for task, table := range p.Gears {
+		if _, on := p.Cascades[task]; !on {
+			return fmt.Errorf("gears of %q: the plan runs no cascade there", task)
+		}
+		for i, g := range table {
+			if !(g.Threshold >= 0 && g.Threshold <= 1) || !(g.MaxLoad >= 0) || i > 0 && g.MaxLoad <= table[i-1].MaxLoad {
+				return fmt.Errorf("gears of %q: gear %d %+v: want a threshold in [0, 1] and more load than the "+
+					"gear before", task, i, g)
+			}
+		}
+	}
+	return nil
 }

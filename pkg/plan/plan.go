@@ -15,7 +15,7 @@ import (
 const (
 	ModeStatic = "static" // taken from the spec's allocation section
 	// The allocation MILP's modes (pkg/allocate).
-	ModeHardware   = "hardware"   // the most accurate variants on the fewest servers
+	ModeHardware   = "hardware"   // the most accurate variants on the fewest servers (with min_accuracy: the fewest at it)
 	ModeAccuracy   = "accuracy"   // the cluster is full: some tasks run faster, less accurate variants
 	ModeOverloaded = "overloaded" // not even the fastest variants serve the demand: the plan serves what it can
 )
@@ -38,8 +38,19 @@ type Plan struct {
 	// Cascades is, per task served by its cascade (pipeline.Cascade), the first variant's confidence threshold: its
 	// items below it are sent on to the next variant. A cascade task not listed is routed as any other.
 	Cascades map[string]float64 `json:"cascades,omitempty"`
+	// Gears is, per task of Cascades, the gear table of the plan's placement (pkg/gears): the threshold for each
+	// range of load, most accurate first, which the cascade's first variant's workers switch between as their
+	// measured load moves; absent, Cascades' threshold holds until the next plan.
+	Gears map[string][]Gear `json:"gears,omitempty"`
 	// Allocation says what the allocation MILP was solved for and what it found; absent from static plans.
 	Allocation *Allocation `json:"allocation,omitempty"`
+}
+
+// Gear is one row of a cascade's gear table: up to MaxLoad items a second per replica of the cascade's first
+// variant, its items run at Threshold.
+type Gear struct {
+	MaxLoad   float64 `json:"max_load"`
+	Threshold float64 `json:"threshold"`
 }
 
 // Allocation describes how a plan's variants were chosen by the allocation MILP (pkg/allocate).
@@ -71,6 +82,19 @@ type Allocation struct {
 	LatencyModel string `json:"latency_model,omitempty"`
 	// Check is what the plan check predicted for the plan (pkg/control.Checked); absent when no check ran.
 	Check *CheckResult `json:"check,omitempty"`
+	// MinAccuracy is the floor on the system accuracy the plan was solved with (the spec's min_accuracy); absent:
+	// none. With one, an overloaded plan serves ServedQPS at the floor, and the frontends refuse the rest (FloorShare).
+	MinAccuracy float64 `json:"min_accuracy,omitempty"`
+}
+
+// FloorShare is the share of the demand the plan serves at its accuracy floor: ServedQPS over DemandQPS when the plan
+// has a floor and is overloaded (the servers cannot serve the demand at it; the frontends refuse the rest), else 1.
+func (p *Plan) FloorShare() float64 {
+	a := p.Allocation
+	if a == nil || a.MinAccuracy <= 0 || p.Mode != ModeOverloaded || a.DemandQPS <= 0 {
+		return 1
+	}
+	return max(0, min(1, a.ServedQPS/a.DemandQPS))
 }
 
 // CheckResult is what simulating a plan on the observed traffic predicted before it was published.

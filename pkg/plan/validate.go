@@ -55,6 +55,9 @@ func (p *Plan) Validate(spec *pipeline.Spec) error {
 	if err := p.checkCascades(spec); err != nil {
 		return err
 	}
+	if err := p.checkGears(); err != nil {
+		return err
+	}
 	return p.checkAllocation()
 }
 

@@ -14,7 +14,13 @@ import (
 const (
 	ModeTables = "tables"
 	ModeQueue  = "queue"
+	// ModeRAMSIS chooses each item's variant by a policy computed by value iteration from the arrivals at the
+	// planned load (pkg/ramsis), from the same queues as ModeQueue.
+	ModeRAMSIS = "ramsis"
 )
+
+// ReadsQueues says whether routing mode mode chooses from the queues' state (the callers read them then).
+func ReadsQueues(mode string) bool { return mode == ModeQueue || mode == ModeRAMSIS }
 
 // Depths is the state of the queues a queue-aware choice reads: the items waiting at task/variant or in service
 // there; ok false when it is not known (the tables decide then).
@@ -53,7 +59,7 @@ func QueueOptions(spec *pipeline.Spec, p *plan.Plan, task string) []QueueOption 
 		if a.Accuracy != b.Accuracy {
 			return -cmpFloat(a.Accuracy, b.Accuracy)
 		}
-		return cmpFloat(a.batch(a.MaxBatch).Seconds(), b.batch(b.MaxBatch).Seconds())
+		return cmpFloat(a.Batch(a.MaxBatch).Seconds(), b.Batch(b.MaxBatch).Seconds())
 	})
 	return out
 }
@@ -68,8 +74,8 @@ func cmpFloat(a, b float64) int {
 	return 0
 }
 
-// batch is the p95 latency of a batch of n.
-func (o QueueOption) batch(n int) time.Duration {
+// Batch is the p95 latency of a batch of n.
+func (o QueueOption) Batch(n int) time.Duration {
 	return time.Duration(o.profile.LatencyFor(n).P95Ms * float64(time.Millisecond))
 }
 
@@ -82,7 +88,7 @@ func (o QueueOption) Completion(depth float64) time.Duration {
 	rounds := math.Floor(max(0, depth) / perRound)
 	rest := max(0, depth) - rounds*perRound + 1 // the item is in the last round's batches
 	own := min(o.MaxBatch, int(math.Ceil(rest/float64(o.Replicas))))
-	return time.Duration(rounds)*o.batch(o.MaxBatch) + o.batch(own)
+	return time.Duration(rounds)*o.Batch(o.MaxBatch) + o.Batch(own)
 }
 
 // queueHeadroom is how many times its expected completion an item's time left must be for a queue-aware choice:

@@ -5,27 +5,37 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sleipnir-serving/sleipnir/pkg/control"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/workload"
 )
 
 // TestCascadeServesItsPlan: the emulated cascade example at 150 QPS on 10 servers runs classify as its cascade; its
 // first variant sends on the share of items the plan's level says, the served accuracy is the plan's within a point,
-// and it is more accurate than the same pipeline without its cascade, within the SLO.
+// and it is more accurate than the same pipeline without its cascade, within the SLO; with gears too.
 func TestCascadeServesItsPlan(t *testing.T) {
 	spec, err := pipeline.Load("../../examples/cascade.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := func(s *pipeline.Spec) Summary {
+	run := func(s *pipeline.Spec, geared bool) Summary {
 		r, err := Run(Config{Spec: s, Workload: workload.Constant(150, 60*time.Second), Servers: 10, Seed: 3,
-			Warmup: 20 * time.Second, CommLatency: -1})
+			Warmup: 20 * time.Second, CommLatency: -1, Control: control.Config{Gears: geared}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return r.Summary
 	}
-	with, without := run(spec), run(spec.WithoutCascades())
+	with, without := run(spec, false), run(spec.WithoutCascades(), false)
+	// With gears, at the steady load the plan was made for, the replicas keep the plan's gear: the same share sent
+	// on, the same accuracy (each leaf counted at the gear it ran at).
+	geared := run(spec, true)
+	if math.Abs(geared.EscalationRatio-with.EscalationRatio) > 0.02 ||
+		math.Abs(geared.MeanAccuracy-geared.PlannedAccuracy) > 0.01 || geared.SLOViolationRatio > 0.01 {
+		t.Errorf("with gears: %.4f sent on (%.4f without), accuracy %.4f (planned %.4f), %.2f%% violations",
+			geared.EscalationRatio, with.EscalationRatio, geared.MeanAccuracy, geared.PlannedAccuracy,
+			100*geared.SLOViolationRatio)
+	}
 	th, ok := with.Cascades["classify"]
 	if !ok {
 		t.Fatalf("the plan runs no cascade: %+v", with)

@@ -43,7 +43,13 @@ func (s *sim) arrive(p *pipe) {
 	*r = request{pipe: p, arrival: s.now, due: s.now + p.slo, second: sec, pending: 1}
 	s.inFlight++
 	v := plan.Pick(p.plan.Routing.Root, s.rng.Float64())
-	if p.rootQueue != nil {
+	if p.rootPolicy != nil {
+		if c, ok := p.rootPolicy.Choose(queueView{s, p}, p.spec.Root().Name, time.Duration(p.slo)-p.rootRest,
+			s.backlog[:]); ok {
+			v = c
+			p.rootByPolicy++
+		}
+	} else if p.rootQueue != nil && p.spec.RoutingMode == routing.ModeQueue {
 		if c, ok := routing.ChooseByQueue(p.spec.Root().Name, p.rootQueue, queueView{s, p},
 			time.Duration(p.slo)-p.rootRest); ok {
 			v = c
@@ -202,6 +208,14 @@ func (s *sim) batchDone(srv int) {
 	h := s.queues[sv.queue]
 	h.inService -= len(sv.batch)
 	p := h.pipe
+	if sv.gear != nil { // the gear for this batch's items, from the load the replica takes (as a worker's)
+		n := 0
+		for _, m := range sv.batch {
+			n += m.items
+		}
+		sv.gear.Observe(s.time(), n)
+		sv.table.UseGear(sv.gear.Threshold())
+	}
 	for _, m := range sv.batch {
 		r := m.req
 		h.load -= float64(m.items)
@@ -239,7 +253,8 @@ func (s *sim) batchDone(srv int) {
 					r.dropped++
 				} else {
 					r.ok++
-					r.acc.Add(p.trie.leafWeight(node)/float64(m.den), p.trie.accuracy(node, p.plan))
+					r.acc.Add(p.trie.leafWeight(node)/float64(m.den), p.trie.accuracyAt(node, p.plan,
+						p.tasks[h.task], leafGear(sv, m)))
 				}
 				s.leaves(r, 1)
 				continue
@@ -365,13 +380,14 @@ func (s *sim) time() time.Time { return time.Unix(0, s.now) }
 
 // send is a new message of items of r (each 1/den of it, on path node) delivered to p's variant queue to a hop
 // later: in p's deliveries, not the heap (sim.next).
-func (s *sim) send(p *pipe, to int32, r *request, items int, den uint64, node int32) {
+func (s *sim) send(p *pipe, to int32, r *request, items int, den uint64, node int32) *message {
 	m := s.newMessage()
 	// Field by field: a whole-struct copy of a message (it holds pointers) was a bulk write barrier under GC.
-	m.req, m.items, m.den, m.node, m.enqueued, m.dropped, m.delivered = r, items, den, node, 0, "", 0
+	m.req, m.items, m.den, m.node, m.enqueued, m.dropped, m.delivered, m.gear = r, items, den, node, 0, "", 0, 0
 	s.seq++
 	s.queues[to].transit += float64(items) // on its way: in the queue's depth at once (queueView)
 	p.sent.push(event{at: s.now + p.comm, seq: s.seq, kind: evDeliver, target: to, msg: s.ref(m)})
+	return m
 }
 
 // newMessage is a message done with (freeMsgs), or a new one: the per-item path allocates none once warm. The
@@ -419,25 +435,39 @@ func (s *sim) escalate(p *pipe, h *variantQueue, t *hop.Table, r *request, den u
 	if h.exec.DrawsConfidence() {
 		conf = h.exec.Confidence(s.rng)
 	} else {
-		conf = s.levelConfidence(p, h, node)
+		conf = s.levelConfidence(p, h, node, t.Threshold())
 	}
 	next, _ := t.Escalate(conf, left)
 	if next == "" {
 		return false
 	}
 	h.subs.Escalated++
-	s.send(p, p.queueIdx[p.spec.Tasks[h.task].Name][next], r, 1, den, node)
+	m := s.send(p, p.queueIdx[p.spec.Tasks[h.task].Name][next], r, 1, den, node)
+	if t.Geared() {
+		m.gear = t.Threshold()
+	}
 	return true
+}
+
+// leafGear is the threshold a leaf's item ran its cascade at when a gear chose it (0: the plan's): its message's,
+// sent on under one, or its server's, a geared first variant that kept it.
+func leafGear(sv *server, m *message) float64 {
+	if m.gear > 0 {
+		return m.gear
+	}
+	if sv.gear != nil {
+		return sv.table.Threshold()
+	}
+	return 0
 }
 
 // levelConfidence is a confidence for an item of a real model's cascade, whose confidences the simulator cannot draw
 // (the emulated executor answers 1, so nothing would go on while the leaves count the kept items' accuracy): below
-// the plan's threshold with the profile's measured escalation at it (the item's path's level, cascade.paths, where
+// the threshold in force (the plan's, or its gear's) with the profile's measured escalation at it (the item's path's level, cascade.paths, where
 // measured; else the task's), above it otherwise.
-func (s *sim) levelConfidence(p *pipe, h *variantQueue, node int32) float64 {
+func (s *sim) levelConfidence(p *pipe, h *variantQueue, node int32, th float64) float64 {
 	task := p.spec.Tasks[h.task]
-	th, ok := p.plan.Cascades[task.Name]
-	if !ok || task.Cascade == nil {
+	if _, ok := p.plan.Cascades[task.Name]; !ok || task.Cascade == nil {
 		return 1
 	}
 	path := p.trie.path[node]

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"maps"
 	"time"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
@@ -160,6 +161,19 @@ func (t *pathTrie) accuracy(node int32, p *plan.Plan) float64 {
 	}
 	t.know(node)
 	return t.acc[node]
+}
+
+// accuracyAt is accuracy with the cascade of task at threshold gear, the one its item ran at (0: the plan's).
+func (t *pathTrie) accuracyAt(node int32, p *plan.Plan, task string, gear float64) float64 {
+	if gear <= 0 || p == nil {
+		return t.accuracy(node, p)
+	}
+	th := maps.Clone(p.Cascades)
+	if th == nil { // the plan in force runs no cascade now; the item ran this one
+		th = map[string]float64{}
+	}
+	th[task] = gear
+	return t.spec.CascadePathAccuracy(t.path[node], th)
 }
 
 // leafWeight is what a leaf on node's path weighs in its request's accuracy over its completion share

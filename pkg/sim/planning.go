@@ -4,13 +4,16 @@
 package sim
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/admission"
 	"github.com/sleipnir-serving/sleipnir/pkg/deadline"
+	"github.com/sleipnir-serving/sleipnir/pkg/gears"
 	"github.com/sleipnir-serving/sleipnir/pkg/hop"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/ramsis"
 	"github.com/sleipnir-serving/sleipnir/pkg/routing"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
@@ -95,9 +98,19 @@ func (s *sim) heartbeats(now time.Time) {
 func (s *sim) applyPlan(p *pipe, pl *plan.Plan, replanned bool) {
 	p.plan = pl
 	p.admit = admission.Of(p.spec, pl)
-	if p.spec.RoutingMode == routing.ModeQueue {
+	if routing.ReadsQueues(p.spec.RoutingMode) {
 		p.rootQueue = routing.QueueOptions(p.spec, pl, p.spec.Root().Name)
 		p.rootRest = deadline.RestBelow(p.spec, pl, p.spec.Root().Name)
+	}
+	p.rootPolicy = nil
+	if p.spec.RoutingMode == routing.ModeRAMSIS {
+		// The policies are computed here, as a worker does when it reads a plan, and cached (pkg/ramsis): its
+		// servers' tables (follow) find them there.
+		ch, err := ramsis.For(p.spec, pl, p.spec.Root().Name, time.Now)
+		if err != nil {
+			s.policyErr = errors.Join(s.policyErr, err)
+		}
+		p.rootPolicy = ch
 	}
 	for _, h := range s.queues {
 		if h.pipe != p {
@@ -127,8 +140,14 @@ func (s *sim) follow(srv int) {
 	p := h.pipe
 	sv.table = hop.ForReplica(p.spec, p.plan, p.system.Policy, p.tasks[h.task], h.variant.Name, h.budget,
 		h.children)
-	if p.spec.RoutingMode == routing.ModeQueue {
+	if routing.ReadsQueues(p.spec.RoutingMode) {
 		sv.table.Queues = queueView{s, p}
+	}
+	if _, err := sv.table.UsePolicies(p.spec, p.plan, time.Now); err != nil {
+		s.policyErr = errors.Join(s.policyErr, err)
+	}
+	if sv.gear = gears.Follow(sv.gear, p.spec, p.plan, p.tasks[h.task], h.variant.Name); sv.gear != nil {
+		sv.table.UseGear(sv.gear.Threshold())
 	}
 }
 
@@ -287,6 +306,8 @@ func (s *sim) result(p *pipe) *Result {
 	if t.ok+t.partial+t.degraded > 0 {
 		sum.MeanAccuracy = t.accuracy()
 	}
+	best, worst := windowAccuracy(p.seconds[first:])
+	sum.MaxAccuracyDrop, sum.WorstWindowAccuracy = best-worst, worst
 	if t.n > 0 {
 		sum.MeanActiveServers, sum.MeanCostPerHour = t.servers/float64(t.n), t.cost/float64(t.n)
 		if s.classed() {

@@ -18,10 +18,12 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/core"
 	"github.com/sleipnir-serving/sleipnir/pkg/demand"
 	"github.com/sleipnir-serving/sleipnir/pkg/executor/emulated"
+	"github.com/sleipnir-serving/sleipnir/pkg/gears"
 	"github.com/sleipnir-serving/sleipnir/pkg/hop"
 	"github.com/sleipnir-serving/sleipnir/pkg/latency"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/ramsis"
 	"github.com/sleipnir-serving/sleipnir/pkg/routing"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 	"github.com/sleipnir-serving/sleipnir/pkg/workload"
@@ -97,16 +99,23 @@ func Run(cfg Config) (*Result, error) {
 // RunAll simulates every pipeline of cfg on the shared servers until each workload has ended and its requests
 // have been answered; one result per pipeline, in cfg's order.
 func RunAll(cfg Config) ([]*Result, error) {
+	solved, solving := ramsis.Solved() // before newSim, which applies the first plan
 	s, err := newSim(cfg)
 	if err != nil {
 		return nil, err
 	}
 	start := time.Now()
 	s.run()
+	if s.policyErr != nil {
+		return nil, fmt.Errorf("sim: routing_mode ramsis: %w", s.policyErr)
+	}
+	solvedAfter, solvingAfter := ramsis.Solved()
 	out := make([]*Result, len(s.pipes))
 	for i, p := range s.pipes {
 		out[i] = s.result(p)
 		out[i].Summary.WallSeconds = time.Since(start).Seconds()
+		out[i].Summary.PoliciesSolved = solvedAfter - solved
+		out[i].Summary.PolicySeconds = (solvingAfter - solving).Seconds()
 	}
 	return out, nil
 }
@@ -155,6 +164,8 @@ type message struct {
 	// delivered counts its deliveries to a replica (JetStream's NumDelivered): batching.HandBack reads it
 	delivered uint64
 	id        int32 // its index in sim.msgs (sim.ref); 0 until it is first sent
+	// gear is the threshold its items were sent on at by a cascade's first variant under a gear (0: the plan's).
+	gear float64
 }
 
 // variantQueue is one variant of one task: its queue, its idle servers and what its replicas measured.
@@ -208,6 +219,8 @@ type server struct {
 	// table is its forwarding under the plan in force, with its own deadline stage (hop.ForReplica, as a live
 	// worker's; children numbered in Emulated's order).
 	table *hop.Table
+	// gear is its gear switch when it serves a cascade's first variant under a plan with gears (pkg/gears).
+	gear *gears.Switch
 }
 
 // pipe is one pipeline of the simulation: its frontend, its variant queues, its plan in force and its time series.
@@ -242,7 +255,9 @@ type pipe struct {
 	checkPredicted float64
 	rootQueue      []routing.QueueOption // routing_mode queue: the root's options, and the time allotted below it
 	rootRest       time.Duration
-	sent           deliveries // its messages on their way to a queue (send)
+	rootPolicy     *ramsis.Choice // routing_mode ramsis: the root's policy (nil: no choice, the tables decide)
+	rootByPolicy   int64          // the requests whose root variant it chose
+	sent           deliveries     // its messages on their way to a queue (send)
 }
 
 type sim struct {
@@ -281,6 +296,9 @@ type sim struct {
 	// beat and looks are the counters' heartbeat and the tuner's view of the queues, reused (heartbeats, tuneLook)
 	beat  map[string]wire.Observed
 	looks map[string]map[string]float64
+	// policyErr is what computing routing_mode ramsis's policies failed with (the run fails with it).
+	policyErr error
+	backlog   [4]time.Duration // the root's ramsis choice's scratch
 }
 
 func newSim(cfg Config) (*sim, error) {

@@ -2,7 +2,12 @@ package sim
 
 // What a simulation reports: its time series by the second, and the summary of a run.
 
-import "github.com/sleipnir-serving/sleipnir/pkg/plan"
+import (
+	"math"
+	"time"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+)
 
 // Second is one second of a simulation's time series. Requests are counted in the second they arrived.
 type Second struct {
@@ -56,9 +61,15 @@ type Summary struct {
 	SLOViolationRatio      float64 `json:"slo_violation_ratio"`
 	AcceptedViolationRatio float64 `json:"accepted_violation_ratio"`
 	// MeanAccuracy is the mean served accuracy of the ok, degraded and partial replies (as loadgen reports it).
-	MeanAccuracy      float64 `json:"mean_accuracy"`
-	MeanActiveServers float64 `json:"mean_active_servers"`
-	MaxActiveServers  int     `json:"max_active_servers"`
+	// MaxAccuracyDrop is the largest drop of a window's mean served accuracy (DropWindow) below the run's best
+	// window's: how far the run gave up accuracy at its worst (Loki's figure 8, "the maximum accuracy drop"; on a
+	// workload that starts low, the best window serves the most accurate variants). WorstWindowAccuracy is that
+	// worst window's.
+	MeanAccuracy        float64 `json:"mean_accuracy"`
+	MaxAccuracyDrop     float64 `json:"max_accuracy_drop"`
+	WorstWindowAccuracy float64 `json:"worst_window_accuracy"`
+	MeanActiveServers   float64 `json:"mean_active_servers"`
+	MaxActiveServers    int     `json:"max_active_servers"`
 	// MeanCostPerHour is the mean hourly price of the servers in use (active servers times their class's price,
 	// over the seconds, like MeanActiveServers), MaxCostPerHour the most of any second; MeanActiveByClass the mean active servers per class, on a cluster
 	// of classes. Cluster is the cluster simulated, when it has classes or prices.
@@ -81,6 +92,38 @@ type Summary struct {
 	// PlanSeconds is the wall time the planning core took, for every pipeline (part of WallSeconds, which is the
 	// whole run's).
 	PlanSeconds float64 `json:"plan_s"`
-	SimulatedS  float64 `json:"simulated_s"`
-	WallSeconds float64 `json:"wall_s"`
+	// PoliciesSolved is how many routing_mode ramsis policies were computed during the run (pkg/ramsis: those found
+	// in the process's cache cost nothing), the plan check's simulations' included, and PolicySeconds the wall
+	// time they took (part of PlanSeconds when the plan check computed them). Several runs at once in one process
+	// count each other's.
+	PoliciesSolved int     `json:"policies_solved,omitempty"`
+	PolicySeconds  float64 `json:"policy_s,omitempty"`
+	SimulatedS     float64 `json:"simulated_s"`
+	WallSeconds    float64 `json:"wall_s"`
+}
+
+// DropWindow is the window Summary.MaxAccuracyDrop compares, and dropMinServed the fewest replies a window needs to
+// count (a window of a few replies says little of the plan's accuracy).
+const (
+	DropWindow    = 10 * time.Second
+	dropMinServed = 20
+)
+
+// windowAccuracy is the best and worst mean served accuracy of the seconds' windows (Summary.MaxAccuracyDrop), 0
+// and 0 when no window served enough.
+func windowAccuracy(seconds []Second) (best, worst float64) {
+	n := int(DropWindow / time.Second)
+	best, worst = math.Inf(-1), math.Inf(1)
+	for i := 0; i+n <= len(seconds); i += n {
+		t := tallySeconds(seconds[i : i+n])
+		if t.ok+t.partial+t.degraded < dropMinServed {
+			continue
+		}
+		a := t.accuracy()
+		best, worst = max(best, a), min(worst, a)
+	}
+	if math.IsInf(best, 0) {
+		return 0, 0
+	}
+	return best, worst
 }

@@ -50,6 +50,9 @@ type Item struct {
 	ID     string   `msgpack:"id"`
 	Den    uint64   `msgpack:"den"`
 	Inputs []Tensor `msgpack:"inputs"`
+	// Gear is the threshold a cascade's first variant sent the item on at, when a gear chose it (pkg/gears; 0: the
+	// plan's): its leaf is counted at that gear's level.
+	Gear float64 `msgpack:"gear,omitempty"`
 }
 
 // ResultMessage is what a worker sends to a frontend's ResultSubject: leaves that finished, were dropped or failed.
@@ -69,6 +72,8 @@ type ItemResult struct {
 	Status  string   `msgpack:"status" json:"status"`
 	Reason  string   `msgpack:"reason,omitempty" json:"reason,omitempty"`
 	Outputs []Tensor `msgpack:"outputs,omitempty" json:"outputs,omitempty"`
+	// Gear is the threshold its cascade ran at when a gear chose it (Item.Gear; 0: the plan's).
+	Gear float64 `msgpack:"gear,omitempty" json:"-"`
 }
 
 // DemandReport is what a frontend sends to DemandSubject every interval: requests it accepted in that interval.

@@ -16,14 +16,27 @@ import (
 )
 
 // Syntax is the workload syntax, for flag help and errors.
-const Syntax = `constant:QPS:DURATION | steps:QPS:DURATION,QPS:DURATION,... | diurnal:MIN:MAX:DURATION[:SHIFT] ` +
-	`(the day started SHIFT later: peaks apart for pipelines sharing a cluster) | ` +
+const Syntax = `constant:QPS:DURATION | steps:QPS:DURATION,QPS:DURATION,... | ramp:FROM:TO:DURATION (linear) | ` +
+	`diurnal:MIN:MAX:DURATION[:SHIFT] (the day started SHIFT later: peaks apart for pipelines sharing a cluster) | ` +
 	`trace:FILE (replayed as is) | trace:FILE:MIN:MAX[:DURATION] (its shape, scaled to MIN-MAX QPS and ` +
-	`stretched or compressed to DURATION)`
+	`stretched or compressed to DURATION); parts one after another joined by + (constant:150:60s+ramp:150:250:30s), ` +
+	`each with its own coefficient of variation after :cv= (constant:150:60s+constant:150:60s:cv=4)`
 
 // Parse reads a workload description (see Syntax); cv is the arrival process's coefficient of variation (1:
-// Poisson), ignored by a trace replayed as is.
+// Poisson) where a part gives none, ignored by a trace replayed as is.
 func Parse(s string, cv float64) (*Workload, error) {
+	w, err := parseParts(s, cv)
+	if err != nil {
+		return nil, err
+	}
+	if err := w.Validate(); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// parseOne reads one part of a workload description (no "+", no ":cv=").
+func parseOne(s string) (*Workload, error) {
 	kind, rest, _ := strings.Cut(s, ":")
 	var w *Workload
 	var err error
@@ -41,6 +54,8 @@ func Parse(s string, cv float64) (*Workload, error) {
 		if steps, err = ParseSteps(rest); err == nil {
 			w = Stepped(steps)
 		}
+	case "ramp":
+		w, err = parseRamp(rest)
 	case "diurnal":
 		w, err = parseDiurnal(rest)
 	case "trace":
@@ -50,12 +65,6 @@ func Parse(s string, cv float64) (*Workload, error) {
 	}
 	if err != nil {
 		return nil, fmt.Errorf("workload %q: %w (want %s)", s, err, Syntax)
-	}
-	if w.Times == nil {
-		w.CV = cv
-	}
-	if err := w.Validate(); err != nil {
-		return nil, err
 	}
 	return w, nil
 }

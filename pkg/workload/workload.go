@@ -24,6 +24,9 @@ type Workload struct {
 	// CV is the coefficient of variation of the inter-arrival times: 1 (or 0) is Poisson; otherwise a Gamma
 	// renewal process (above 1 burstier than Poisson, below 1 smoother).
 	CV float64
+	// CVs, when set, is the coefficient of variation of each step (a workload of parts with their own: Concat),
+	// in place of CV.
+	CVs []float64
 	// Times, when set, are exact arrival times to replay (sorted); Rates then holds their counts per step, for
 	// reports.
 	Times []time.Duration
@@ -50,6 +53,13 @@ func (w *Workload) Validate() error {
 		return errors.New("workload: no demand")
 	case w.CV < 0 || math.IsNaN(w.CV) || math.IsInf(w.CV, 0):
 		return fmt.Errorf("workload: coefficient of variation %v: want a positive number", w.CV)
+	case w.CVs != nil && len(w.CVs) != len(w.Rates):
+		return fmt.Errorf("workload: %d coefficients of variation for %d steps", len(w.CVs), len(w.Rates))
+	}
+	for i, cv := range w.CVs {
+		if !(cv > 0) || math.IsInf(cv, 0) {
+			return fmt.Errorf("workload: coefficient of variation %v at step %d: want a positive number", cv, i)
+		}
 	}
 	for i, r := range w.Rates {
 		if r < 0 || math.IsNaN(r) || math.IsInf(r, 0) {
@@ -66,7 +76,7 @@ type Arrivals struct {
 	// The renewal process runs in operational time (expected arrivals so far): an arrival at operational time s
 	// happens at the t where the integral of the rate up to t reaches s (time rescaling). This keeps a Gamma
 	// process's burstiness at any rate, and follows the curve exactly on average.
-	shape  float64 // of the Gamma inter-arrival distribution, 1/CV^2
+	shape  float64 // of the Gamma inter-arrival distribution, 1/CV^2 (of the step the last arrival fell in)
 	s      float64 // operational time of the next arrival
 	step   int     // step the rescaling has reached
 	atStep float64 // operational time at the start of step
@@ -75,10 +85,8 @@ type Arrivals struct {
 
 // Arrivals starts drawing the arrivals of w with seed.
 func (w *Workload) Arrivals(seed uint64) *Arrivals {
-	a := &Arrivals{w: w, rng: rand.New(rand.NewPCG(seed, 0xa77)), shape: 1}
-	if w.CV > 0 {
-		a.shape = 1 / (w.CV * w.CV)
-	}
+	a := &Arrivals{w: w, rng: rand.New(rand.NewPCG(seed, 0xa77))}
+	a.setShape(0)
 	a.s = a.interval()
 	return a
 }
@@ -98,6 +106,7 @@ func (a *Arrivals) Next() (time.Duration, bool) {
 		if a.s < a.atStep+per {
 			frac := (a.s - a.atStep) / per
 			t := time.Duration(a.step)*w.Step + time.Duration(frac*float64(w.Step))
+			a.setShape(a.step) // the gap to the next arrival drawn as this step's burstiness says
 			a.s += a.interval()
 			return t, true
 		}
@@ -105,6 +114,14 @@ func (a *Arrivals) Next() (time.Duration, bool) {
 		a.step++
 	}
 	return 0, false
+}
+
+// setShape sets the Gamma shape to step i's coefficient of variation (1, Poisson, for 0).
+func (a *Arrivals) setShape(i int) {
+	a.shape = 1
+	if cv := a.w.cvAt(i); cv > 0 {
+		a.shape = 1 / (cv * cv)
+	}
 }
 
 // interval draws an inter-arrival time in operational time: mean 1, coefficient of variation CV.

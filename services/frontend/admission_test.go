@@ -1,7 +1,6 @@
 package frontend
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/sleipnir-serving/sleipnir/internal/testrig"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
@@ -58,23 +56,7 @@ func startOverloaded(t *testing.T) *testSystem {
 		}
 		testrig.Run(t, "worker "+id, w.Run)
 	}
-	nc := s.connect(t, "elsewhere")
-	testrig.Run(t, "demand reports", func(ctx context.Context) error {
-		tick := time.NewTicker(200 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			data, _ := msgpack.Marshal(&wire.DemandReport{Frontend: "elsewhere", Count: overloadedDemand / 5,
-				IntervalMs: 200})
-			if err := nc.Publish(wire.DemandSubject(spec.Name), data); err != nil {
-				return err
-			}
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-tick.C:
-			}
-		}
-	})
+	reportDemand(t, s.connect(t, "elsewhere"), spec.Name, overloadedDemand)
 	return s
 }
 

@@ -194,6 +194,7 @@ type Frontend struct {
 	mu      sync.Mutex
 	pending map[string]*request
 	rng     *rand.Rand                     // routing, under mu
+	roots   rootPolicies                   // routing_mode ramsis at the root, under mu (rootpolicy.go)
 	demand  map[string]int                 // requests accepted per pipeline since the last report, under mu
 	gaps    map[string]*demand.Gaps        // the gaps between them (the plan check's arrivals), under mu
 	watched map[string]*completion.Tracker // requests answered late, for lateWatch (late.go), under mu

@@ -152,6 +152,9 @@ func (f *Frontend) failAll(why string) {
 
 // finish sends the one reply of a request that has left the pending map.
 func (f *Frontend) finish(r *request, late bool, failure string) {
+	f.mu.Lock()
+	f.sentToRoot(r.pipeline, r.rootVariant, -1)
+	f.mu.Unlock()
 	rep := &wire.InferReply{ID: r.clientID, RequestID: r.id, Pipeline: r.pipeline,
 		Status: r.tracker.Status(late), Results: r.tracker.Results(),
 		LatencyMs: float64(time.Since(r.start).Microseconds()) / 1000}
@@ -217,7 +220,7 @@ func parentItem(id string) string {
 }
 
 // servedAccuracy is the weighted mean of the path accuracies of the finished leaves under the plan in force p (its
-// cascades' thresholds: plan.LeafAccuracy), degraded answers counted at what they answered
+// cascades' thresholds, or the gear's a leaf ran at: plan.GearedLeafAccuracy), degraded answers counted at what they answered
 // (pipeline.Spec.AnsweredAccuracyOf), each leaf weighted by its share of the request and its branch's weight
 // (pipeline.Spec.LeafWeight).
 func servedAccuracy(spec *pipeline.Spec, p *plan.Plan, results []wire.ItemResult) float64 {
@@ -226,7 +229,7 @@ func servedAccuracy(spec *pipeline.Spec, p *plan.Plan, results []wire.ItemResult
 		switch {
 		case it.Den == 0:
 		case it.Status == wire.ItemOK:
-			acc.Add(spec.LeafWeight(it.Path)/float64(it.Den), p.LeafAccuracy(spec, it.Path))
+			acc.Add(spec.LeafWeight(it.Path)/float64(it.Den), p.GearedLeafAccuracy(spec, it.Path, it.Gear))
 		case it.Status == wire.ItemDegraded:
 			acc.Add(spec.LeafWeight(it.Path)/float64(it.Den), spec.AnsweredAccuracyOf(it.Path))
 		}

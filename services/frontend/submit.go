@@ -44,6 +44,8 @@ type request struct {
 	gated    bool // admission control counts it in flight until its reply (admission.go)
 	// joins holds the parts of its join tasks' items (join.go), under the frontend's mu.
 	joins map[string]*joinWait
+	// rootVariant is the root variant it was sent to (routing_mode ramsis counts the requests in flight there).
+	rootVariant string
 }
 
 // submission is a decoded client request, whatever API it came through.
@@ -186,6 +188,8 @@ func (f *Frontend) submit(ctx context.Context, sub *submission, t *turn) error {
 	f.demand[sub.pipeline]++
 	f.noteGap(sub.pipeline)
 	f.pending[r.id] = r
+	r.rootVariant = variant
+	f.sentToRoot(sub.pipeline, variant, 1)
 	r.timer = time.AfterFunc(time.Until(r.deadline), func() { f.expire(r.id) })
 	f.mu.Unlock()
 	return f.enqueue(ctx, r, msg, send, t)
@@ -209,6 +213,9 @@ func (f *Frontend) rootVariant(sub *submission) (root, variant string, err error
 	root = spec.Root().Name
 	f.mu.Lock()
 	variant = plan.Pick(p.Routing.Root, f.rng.Float64())
+	if v, ok := f.rootByPolicy(spec, p, sub.deadline); ok { // routing_mode ramsis (rootpolicy.go)
+		variant = v
+	}
 	f.mu.Unlock()
 	if variant == "" {
 		// A plan that hosts nothing, read since admitRequest refused those of the plan before it.
@@ -266,6 +273,9 @@ func (f *Frontend) enqueue(ctx context.Context, r *request, msg *nats.Msg, send 
 		f.mu.Lock()
 		_, still := f.pending[r.id]
 		delete(f.pending, r.id)
+		if still {
+			f.sentToRoot(r.pipeline, r.rootVariant, -1)
+		}
 		f.mu.Unlock()
 		r.timer.Stop()
 		r.span.End()

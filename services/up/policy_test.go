@@ -13,23 +13,23 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
-// lateChain: a (300 ms) -> b, where b has a slow accurate variant (600 ms) and a fast one (30 ms), one replica each,
-// batch size 1, latencies without spread. The SLO of 1350 ms stretches the budgets by 1.5 (1350 / (300 + 600)): an
-// item may spend 450 ms at a. (The times are long so that every outcome below has 150 ms to spare: at a third of
-// them, a loaded 2-core machine running the race detector missed 50 ms margins.)
+// lateChain: a (600 ms) -> b, where b has a slow accurate variant (1200 ms) and a fast one (60 ms), one replica each,
+// batch size 1, latencies without spread. The SLO of 2700 ms stretches the budgets by 1.5 (2700 / (600 + 1200)): an
+// item may spend 900 ms at a. (The times are long so that every outcome below has 210 ms or more to spare: a loaded
+// 2-core machine running the race detector missed 50 ms margins, and once, at a load average of 10, 105 ms.)
 const lateChain = `
 name: late
-slo_ms: 1350
+slo_ms: 2700
 tasks:
   - name: a
     children: [b]
     variants:
       - {name: x, accuracy: 0.9, executor: {kind: emulated}, fanout: {mean: 1, distribution: fixed},
-         profile: [{batch: 1, p50_ms: 300, p95_ms: 300}]}
+         profile: [{batch: 1, p50_ms: 600, p95_ms: 600}]}
   - name: b
     variants:
-      - {name: slow, accuracy: 0.9, executor: {kind: emulated}, profile: [{batch: 1, p50_ms: 600, p95_ms: 600}]}
-      - {name: fast, accuracy: 0.7, executor: {kind: emulated}, profile: [{batch: 1, p50_ms: 30, p95_ms: 30}]}
+      - {name: slow, accuracy: 0.9, executor: {kind: emulated}, profile: [{batch: 1, p50_ms: 1200, p95_ms: 1200}]}
+      - {name: fast, accuracy: 0.7, executor: {kind: emulated}, profile: [{batch: 1, p50_ms: 60, p95_ms: 60}]}
 allocation:
   - {task: a, variant: x, replicas: 1, max_batch: 1}
   - {task: b, variant: slow, replicas: 1, max_batch: 1}
@@ -52,7 +52,7 @@ func burst(t *testing.T, spec, policy string, workers, n int, timeout string) (*
 	for range n {
 		subjects = append(subjects, c.Send(t, s.Name, inputRequest(t), hdr))
 	}
-	replies := c.Wait(t, subjects, 5*time.Second)
+	replies := c.Wait(t, subjects, 10*time.Second)
 	out := make([]wire.InferReply, len(subjects))
 	for i, sub := range subjects {
 		out[i] = decodeReply(t, replies[sub][0])
@@ -60,13 +60,13 @@ func burst(t *testing.T, spec, policy string, workers, n int, timeout string) (*
 	return sys, out
 }
 
-// TestDeadlinePoliciesOnABurst sends a burst of 5 requests with a 1650 ms timeout. Request k reaches a's worker at
-// once and leaves it at k*300 ms, so from the second on it overruns a's allotment (450 ms) by 150, 450, 750 and
-// 1050 ms. The routing table sends b to slow (600 ms, allotted 900); fast (30 ms, allotted 45) has room.
-//   - none: slow finishes request 1 at 900 ms, 2 at 1500, 3 at 2100: requests 3-5 are late.
+// TestDeadlinePoliciesOnABurst sends a burst of 5 requests with a 3300 ms timeout. Request k reaches a's worker at
+// once and leaves it at k*600 ms, so from the second on it overruns a's allotment (900 ms) by 300, 900, 1500 and
+// 2100 ms. The routing table sends b to slow (1200 ms, allotted 1800); fast (60 ms, allotted 90) has room.
+//   - none: slow finishes request 1 at 1800 ms, 2 at 3000, 3 at 4200: requests 3-5 are late.
 //   - per-task: requests 2-5 will overrun a's allotment: dropped before a executes them.
-//   - reroute: request 2 has 1050 ms left when it leaves a, time for slow's allotment, and makes it (at 1500 ms);
-//     requests 3-5 have 750, 450 and 150 ms left, too little for slow, enough for fast: rerouted there.
+//   - reroute: request 2 has 2100 ms left when it leaves a, time for slow's allotment, and makes it (at 3000 ms);
+//     requests 3-5 have 1500, 900 and 300 ms left, too little for slow, enough for fast: rerouted there.
 //
 // So reroute serves requests per-task drops (2-5) and that none delivers late (3-5).
 func TestDeadlinePoliciesOnABurst(t *testing.T) {
@@ -75,7 +75,7 @@ func TestDeadlinePoliciesOnABurst(t *testing.T) {
 		leaf   string // the variant of b that served it, or the reason it was dropped
 	}
 	run := func(policy string) []outcome {
-		sys, reps := burst(t, lateChain, policy, 3, 5, "1650ms")
+		sys, reps := burst(t, lateChain, policy, 3, 5, "3300ms")
 		var out []outcome
 		for _, rep := range reps {
 			o := outcome{status: rep.Status}

@@ -67,6 +67,14 @@ func (w *Worker) publishOut(ctx context.Context, s *serving, in *inbound, ob *ou
 	now := time.Now()
 	when := hop.When{Now: now, AtTask: now.Sub(in.enqueued), Left: in.deadline.Sub(now)}
 	s.refreshStage()
+	if s.gear != nil { // the gear for these items, from the load this replica takes
+		s.gear.Observe(now, len(in.items))
+		if th := s.gear.Threshold(); th != s.table.Threshold() {
+			w.log.Debug("gear switched", "task", s.a.Task, "variant", s.a.Variant, "threshold", th,
+				"items_per_s", s.gear.Rate())
+		}
+		s.table.UseGear(s.gear.Threshold())
+	}
 	for i := range in.items {
 		var err error
 		if leaves, err = w.forwardItem(s, in, i, path, when, leaves, ob); err != nil {
@@ -139,8 +147,12 @@ func (w *Worker) forwardItem(s *serving, in *inbound, i int, path *leafPath, whe
 			w.countDegraded(s, in.reason[i])
 			hops = wire.SplitPath(in.path) // not executed here: the answer is its parent's
 		}
+		gear := it.Gear // sent on under a gear: counted at its level
+		if s.table.Geared() && st == wire.ItemOK {
+			gear = s.table.Threshold() // kept here under a gear
+		}
 		return append(leaves, wire.ItemResult{ID: it.ID, Den: it.Den, Path: hops,
-			Status: st, Reason: in.reason[i], Outputs: out.Tensors}), nil
+			Status: st, Reason: in.reason[i], Outputs: out.Tensors, Gear: gear}), nil
 	}
 	if step.Rerouted > 0 {
 		w.rerouted.Add(uint64(step.Rerouted))
@@ -219,6 +231,9 @@ func (w *Worker) publishTask(s *serving, in *inbound, task, variant, path, id st
 // redelivered message sends it once.
 func (w *Worker) escalate(s *serving, in *inbound, it wire.Item, path, next string, ob *outbox) error {
 	id := wire.TaskMsgID(in.requestID, it.ID, s.a.Task, next)
+	if s.table.Geared() {
+		it.Gear = s.table.Threshold()
+	}
 	tm := &wire.TaskMessage{Items: []wire.Item{it}}
 	if err := w.publishTask(s, in, s.a.Task, next, path, id, tm, ob); err != nil {
 		return err

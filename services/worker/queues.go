@@ -11,7 +11,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
-// queuePoll is how often a worker routing by queue (the spec's routing_mode queue) reads the state of the queues
+// queuePoll is how often a worker routing by queue (the spec's routing_mode queue or ramsis) reads the state of the queues
 // it sends to, and queueStale how old a reading may be before the tables decide again.
 const (
 	queuePoll  = 50 * time.Millisecond
@@ -39,7 +39,7 @@ func newQueueWatch() *queueWatch {
 // watch sets the queues to read: the hosted variants of task's child tasks under plan p (none: stop reading).
 func (q *queueWatch) watch(spec *pipeline.Spec, p *plan.Plan, task *pipeline.Task) {
 	var keys []wire.VariantKey
-	if p != nil && spec.RoutingMode == routing.ModeQueue {
+	if p != nil && routing.ReadsQueues(spec.RoutingMode) {
 		for _, child := range task.Children {
 			for _, vp := range p.Variants {
 				if vp.Task == child {

@@ -14,6 +14,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
 	"github.com/sleipnir-serving/sleipnir/pkg/deadline"
 	"github.com/sleipnir-serving/sleipnir/pkg/executor"
+	"github.com/sleipnir-serving/sleipnir/pkg/gears"
 	"github.com/sleipnir-serving/sleipnir/pkg/hop"
 	"github.com/sleipnir-serving/sleipnir/pkg/metrics"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
@@ -42,6 +43,8 @@ type serving struct {
 	stage     *deadline.Stage
 	table     *hop.Table
 	stagePlan *plan.Plan
+	// gear is its gear switch when it runs a cascade's first variant under a plan with gears (pkg/gears).
+	gear *gears.Switch
 	// The hop step's scratch: one item's sub-requests (child task index, inputs), and the stepper's.
 	step        hop.Stepper
 	children    []int
@@ -49,8 +52,11 @@ type serving struct {
 	// carried are the messages taken for the last batch that did not fit it and had been handed back too often,
 	// in order: the next batch begins with them (batching.HandBack).
 	carried []*inbound
-	// queues is the worker's reading of the queues it sends to (routing_mode queue).
+	// queues is the worker's reading of the queues it sends to (routing_mode queue and ramsis).
 	queues *queueWatch
+	// policies computes routing_mode ramsis's policies for the plan off the batch path (policies.go).
+	policies policyWarmer
+	log      *slog.Logger
 	// The spans of its messages, made once: "process" spans, and "send" spans by subject.
 	process *telemetry.ProcessSpans
 	sends   map[string]*telemetry.SendSpans
@@ -69,17 +75,23 @@ func (s *serving) sendSpans(subject string) *telemetry.SendSpans {
 // refreshStage rebuilds the deadline stage and the forwarding table when the plan has changed.
 func (s *serving) refreshStage() {
 	if s.stage != nil && s.plan == s.stagePlan {
+		s.policies.use(s.table, s.spec, s.plan) // once they are computed
 		return
 	}
 	s.stagePlan = s.plan
 	s.table = hop.ForReplica(s.spec, s.plan, s.policy, s.a.Task, s.a.Variant, s.budget, s.task.Children)
 	s.stage = s.table.Stage
+	if s.gear = gears.Follow(s.gear, s.spec, s.plan, s.a.Task, s.a.Variant); s.gear != nil {
+		s.table.UseGear(s.gear.Threshold())
+	}
 	if s.queues != nil {
 		s.queues.watch(s.spec, s.plan, s.task)
-		if s.spec.RoutingMode == routing.ModeQueue {
+		if routing.ReadsQueues(s.spec.RoutingMode) {
 			s.table.Queues = s.queues
 		}
 	}
+	s.policies.follow(s.spec, s.plan, s.task, s.log)
+	s.policies.use(s.table, s.spec, s.plan)
 }
 
 // same says n is the variant s serves: the executor and the consumer stay. A new max batch, budget or epoch is
@@ -144,7 +156,7 @@ func (w *Worker) start(ctx context.Context, n wanted, t0 time.Time) (*serving, e
 	budget := time.Duration(n.a.BudgetMs * float64(time.Millisecond))
 	return &serving{a: n.a, spec: n.spec, plan: n.plan, task: n.spec.Task(n.a.Task), variant: v, exec: exec,
 		consumer: cons, puller: puller, metrics: w.cfg.Metrics.Variant(n.a.Pipeline, n.a.Task, n.a.Variant), served: n.a.Served().String(), policy: policy, budget: budget,
-		root: n.spec.Root().Name == n.a.Task, queues: w.queues, sends: map[string]*telemetry.SendSpans{},
+		root: n.spec.Root().Name == n.a.Task, queues: w.queues, sends: map[string]*telemetry.SendSpans{}, log: w.log,
 		process: telemetry.NewProcessSpans(wire.TaskSubject(n.a.Pipeline, n.a.Task, n.a.Variant),
 			wire.Consumer(n.a.Task, n.a.Variant), semconv.MessagingClientID(w.cfg.ID),
 			telemetry.AttrPipeline.String(n.a.Pipeline), telemetry.AttrTask.String(n.a.Task),

@@ -1,0 +1,150 @@
+package allocate
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+)
+
+// The joint plan at production scale (issue 48's table): k pipelines, copies of the examples traffic,
+// traffic-camera, social and ocr-chain in turn, renamed, on 20 servers each, each at 1.5 times the demand it serves
+// in hardware mode alone on 20 servers (so every one is in the accuracy step, and the division matters).
+
+// scaleExamples are the pipelines the copies cycle through.
+var scaleExamples = []string{"traffic.yaml", "traffic-camera.yaml", "social.yaml", "ocr-chain.yaml"}
+
+// scaleServersEach is each pipeline's share of the cluster.
+const scaleServersEach = 20
+
+// hardwareCapacity is the most demand (to 1 QPS) spec serves in hardware mode on servers, by bisection.
+func hardwareCapacity(tb testing.TB, spec *pipeline.Spec, servers int) float64 {
+	tb.Helper()
+	lo, hi := 1.0, 4096.0
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		res, err := Solve(Input{Spec: spec, Demand: mid, Servers: servers, Utilization: 0.85}, Options{Workers: 1})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if res.Mode == ModeHardware {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}
+
+// scaleInput is the joint input of k copies.
+func scaleInput(tb testing.TB, k int) JointInput {
+	tb.Helper()
+	capacity := map[string]float64{}
+	in := JointInput{Servers: k * scaleServersEach}
+	for i := 0; i < k; i++ {
+		file := scaleExamples[i%len(scaleExamples)]
+		spec := loadSpec(tb, file, 0)
+		if _, ok := capacity[file]; !ok {
+			capacity[file] = hardwareCapacity(tb, spec, scaleServersEach)
+		}
+		spec.Name = fmt.Sprintf("%s-%d", spec.Name, i)
+		in.Pipelines = append(in.Pipelines, Input{Spec: spec, Demand: scaleFactor(i) * capacity[file], Utilization: 0.85})
+	}
+	return in
+}
+
+// peakRSS is the process's peak resident memory in bytes (Linux's VmHWM), or 0 where it cannot be read.
+func peakRSS() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// BenchmarkJointAtScale solves the joint plan of k pipelines on 20k servers (scaleInput), with one worker, under the
+// live planner's limit of 1 s and under a long one (SLEIPNIR_SCALE_LIMIT, default 30 s). Metrics: the solve's
+// wall time, its proven gap (0 when optimal), its nodes, the process's peak resident memory (VmHWM: it includes
+// what the benchmarks before it used, so run one size at a time to read it: -bench 'JointAtScale/k=10/'), the
+// share of the demand served, the pipelines planned overloaded (none should be: every copy fits on its share), and
+// the accuracy of the requests served (the 1 s plan's loss is its difference from the long limit's).
+// SLEIPNIR_SCALE_K lists the sizes (default 1,2,4,6,10,20).
+func BenchmarkJointAtScale(b *testing.B) {
+	sizes := []int{1, 2, 4, 6, 10, 20}
+	if s := os.Getenv("SLEIPNIR_SCALE_K"); s != "" {
+		sizes = nil
+		for _, f := range strings.Split(s, ",") {
+			k, err := strconv.Atoi(f)
+			if err != nil {
+				b.Fatalf("SLEIPNIR_SCALE_K: %v", err)
+			}
+			sizes = append(sizes, k)
+		}
+	}
+	long := 30 * time.Second
+	if s := os.Getenv("SLEIPNIR_SCALE_LIMIT"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			b.Fatalf("SLEIPNIR_SCALE_LIMIT: %v", err)
+		}
+		long = d
+	}
+	for _, k := range sizes {
+		in := scaleInput(b, k)
+		for _, limit := range []time.Duration{time.Second, long} {
+			b.Run(fmt.Sprintf("k=%d/servers=%d/limit=%v", k, in.Servers, limit), func(b *testing.B) {
+				var res *JointResult
+				for i := 0; i < b.N; i++ {
+					var err error
+					res, err = SolveJoint(in, Options{Workers: 1, TimeLimit: limit})
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+				runtime.GC()
+				b.ReportMetric(res.SolveMs, "solve-ms")
+				gap := res.Gap
+				if res.Optimal {
+					gap = 0
+				}
+				b.ReportMetric(100*gap, "gap-%")
+				b.ReportMetric(float64(res.Nodes), "nodes")
+				b.ReportMetric(float64(peakRSS())/(1<<20), "peak-MB")
+				served, demand, overloaded, accuracy := 0.0, 0.0, 0, 0.0
+				for k, r := range res.Pipelines {
+					served += r.ServedQPS
+					demand += in.Pipelines[k].Demand
+					accuracy += r.ServedQPS * r.SystemAccuracy
+					if r.Mode == ModeOverloaded {
+						overloaded++
+					}
+				}
+				b.ReportMetric(100*served/demand, "served-%")
+				b.ReportMetric(float64(overloaded), "overloaded")
+				b.ReportMetric(accuracy/served, "accuracy")
+			})
+		}
+	}
+}
+
+// scaleFactor is copy i's demand over its hardware-mode capacity: 1.5 by default; SLEIPNIR_SCALE_SPREAD=1 spreads
+// the copies over 1.3-1.7 (no two alike), so that copies of one example are not interchangeable in the MILP.
+func scaleFactor(i int) float64 {
+	if os.Getenv("SLEIPNIR_SCALE_SPREAD") != "1" {
+		return 1.5
+	}
+	golden := 0.6180339887
+	f := float64(i+1) * golden
+	return 1.3 + 0.4*(f-float64(int(f)))
+}

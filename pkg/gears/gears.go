@@ -1,0 +1,186 @@
+// Package gears is CascadeServe's gear switching (docs/cascades.md, "Gears"): a cascade's plan carries, for its
+// placement (the replicas of the first and the next variant), a gear table, the most accurate threshold for each
+// range of load the placement carries; the first variant's workers measure their load and switch gears within
+// about 100 ms, at once on the way up and with hysteresis on the way down, while the planner re-plans only when the
+// placement must change. Pure: time is passed in. The planner's control loop (pkg/control) computes the tables; the
+// live workers and the simulator's servers switch with the same Switch.
+package gears
+
+import (
+	"math"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+)
+
+// Tables is the gear table of each cascade plan p runs (p.Cascades): per level of the cascade, the most load (items a
+// second per replica of the first variant) its placement carries at that level at utilization (the routing's share
+// of each replica's capacity): every item on the first variant, the level's share of them (times scale, the
+// measured escalation over the profiled one, per task; absent: 1) on the next. A level is a gear when it carries
+// more than every more accurate one; the gears are most accurate first. nil when p runs no cascade.
+func Tables(spec *pipeline.Spec, p *plan.Plan, scale map[string]float64, utilization float64) map[string][]plan.Gear {
+	var out map[string][]plan.Gear
+	for task := range p.Cascades {
+		t := spec.Task(task)
+		if t == nil || t.Cascade == nil || len(t.Cascade.Levels) == 0 {
+			continue
+		}
+		first, next := p.Find(task, t.Cascade.Variants[0]), p.Find(task, t.Cascade.Variants[1])
+		if first == nil || next == nil || first.Replicas <= 0 {
+			continue
+		}
+		s := 1.0
+		if v, ok := scale[task]; ok && v > 0 {
+			s = v
+		}
+		levels := append([]pipeline.CascadeLevel(nil), t.Cascade.Levels...)
+		sort.SliceStable(levels, func(i, j int) bool { return levels[i].Value() > levels[j].Value() })
+		var table []plan.Gear
+		for _, l := range levels {
+			load := first.CapacityQPS
+			if e := min(1, l.Escalation*s); e > 0 {
+				load = min(load, next.CapacityQPS/e)
+			}
+			load *= utilization / float64(first.Replicas)
+			if n := len(table); n > 0 && load <= table[n-1].MaxLoad {
+				continue // less accurate, and carries no more
+			}
+			table = append(table, plan.Gear{MaxLoad: load, Threshold: l.Threshold})
+		}
+		if out == nil {
+			out = map[string][]plan.Gear{}
+		}
+		out[task] = table
+	}
+	return out
+}
+
+// Defaults of a Switch.
+const (
+	// Every is how often a Switch measures the load and decides: CascadeServe's 100 ms.
+	Every = 100 * time.Millisecond
+	// Smoothing is the time constant of the measured load: several of Every's windows, so that a window of a batch
+	// or two does not swing the gear on its noise (live, 150 ms switched 216 times in 30 s at a steady load).
+	// a few items does not swing the gear on its noise.
+	Smoothing = 500 * time.Millisecond
+	// Hysteresis is how far below a more accurate gear's most load the measured load must fall before the switch
+	// goes back to it: a load at the edge of two gears does not flip between them.
+	Hysteresis = 0.1
+)
+
+// Switch is one replica's gear switching on a gear table: it counts the items the replica takes, measures their
+// rate every Every (smoothed over Smoothing), and moves to the most accurate gear the rate fits (a less accurate one
+// at once, a more accurate one once the rate is Hysteresis below its most load). Not safe for concurrent use.
+type Switch struct {
+	table   []plan.Gear
+	current int
+	start   time.Time // of the window being counted
+	count   float64
+	rate    float64 // smoothed items a second
+	last    float64 // items a second in the last window
+	// batch is the smoothed items per Observe: items come in batches, whose count in a window varies that much
+	// more than single arrivals' would.
+	batch    float64
+	measured bool
+}
+
+// NewSwitch switches on table starting at the gear of threshold (the plan's; the most accurate when none matches).
+func NewSwitch(table []plan.Gear, threshold float64) *Switch {
+	s := &Switch{table: table}
+	for i, g := range table {
+		if g.Threshold == threshold {
+			s.current = i
+		}
+	}
+	return s
+}
+
+// Observe counts n items taken at now, after closing the windows that ended before now: at the end of each, the
+// rate is measured and the gear moved.
+func (s *Switch) Observe(now time.Time, n int) {
+	if s.start.IsZero() {
+		s.start = now
+	}
+	if now.Sub(s.start) > time.Second { // idle for long: the windows before say only that nothing came
+		s.start, s.count, s.rate, s.measured = now, 0, 0, true
+		s.shift()
+	}
+	for !now.Before(s.start.Add(Every)) {
+		w := Every.Seconds()
+		r := s.count / w
+		s.last = r
+		if !s.measured {
+			s.rate, s.measured = r, true
+		} else {
+			s.rate += (1 - math.Exp(-w/Smoothing.Seconds())) * (r - s.rate)
+		}
+		s.count = 0
+		s.start = s.start.Add(Every)
+		s.shift()
+	}
+	s.count += float64(n)
+	if n > 0 {
+		if s.batch == 0 {
+			s.batch = float64(n)
+		}
+		s.batch += 0.1 * (float64(n) - s.batch)
+	}
+}
+
+// shift moves to the gear the measured rate calls for: a faster one when the smoothed rate is above what the gear
+// carries, or the last window's alone by more than twice the noise of a window's count of batches of items (a step
+// of the load, taken within the window it came in); back to a more accurate one with hysteresis.
+func (s *Switch) shift() {
+	w := Every.Seconds()
+	for s.current < len(s.table)-1 {
+		most := s.table[s.current].MaxLoad
+		if s.rate <= most && s.last <= most+2*math.Sqrt(max(s.batch, 1)*most*w)/w {
+			break
+		}
+		s.current++
+	}
+	for s.current > 0 && s.rate < (1-Hysteresis)*s.table[s.current-1].MaxLoad {
+		s.current--
+	}
+}
+
+// Threshold is the gear in force's threshold (0 with an empty table).
+func (s *Switch) Threshold() float64 {
+	if len(s.table) == 0 {
+		return 0
+	}
+	return s.table[s.current].Threshold
+}
+
+// Rate is the measured load, items a second.
+func (s *Switch) Rate() float64 { return s.rate }
+
+// For is the gear table task/variant's replicas switch on under p: the table of the task's cascade when variant is its
+// first, nil otherwise (no cascade, no table, or another variant).
+func For(spec *pipeline.Spec, p *plan.Plan, task, variant string) []plan.Gear {
+	if p == nil {
+		return nil
+	}
+	t := spec.Task(task)
+	if _, on := p.Cascades[task]; !on || t == nil || t.Cascade == nil || t.Cascade.Variants[0] != variant {
+		return nil
+	}
+	return p.Gears[task]
+}
+
+// Follow is a replica's switch under a new plan: sw itself when the plan's table for task/variant is the one sw
+// switches on (a new routing of the same placement), a new switch from the plan's threshold when it is another, nil
+// when there is none.
+func Follow(sw *Switch, spec *pipeline.Spec, p *plan.Plan, task, variant string) *Switch {
+	table := For(spec, p, task, variant)
+	switch {
+	case len(table) == 0:
+		return nil
+	case sw != nil && slices.Equal(sw.table, table):
+		return sw
+	}
+	return NewSwitch(table, p.Cascades[task])
+}

@@ -1,0 +1,121 @@
+package gears
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/allocate"
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+)
+
+// TestTables: the cascade example's gear plan for 230 QPS on 10 servers (200 and the planner's headroom) runs the
+// cascade at 0.6; its table has a more accurate gear (0.7) for less load, the gears in order of accuracy, each
+// carrying more than the one before, and the plan's gear carries the planned load (the plan was sized for it).
+func TestTables(t *testing.T) {
+	spec, err := pipeline.Load("../../examples/cascade.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := allocate.SolveCascade(allocate.Input{Spec: spec, Demand: 230, Servers: 10, Utilization: 0.85},
+		allocate.Options{Workers: 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := r.Plan(spec.Name, 1)
+	th, ok := p.Cascades["classify"]
+	if !ok {
+		t.Fatalf("no cascade in %v", p.Cascades)
+	}
+	tables := Tables(spec, p, nil, 0.85)
+	table := tables["classify"]
+	if len(table) < 2 {
+		t.Fatalf("gears %v: want at least two", table)
+	}
+	c := spec.Task("classify").Cascade
+	first := p.Find("classify", c.Variants[0])
+	load := 230 * 2.5 / float64(first.Replicas) // frames of 2.5 vehicles, per replica of the first variant
+	found := false
+	for i, g := range table {
+		found = found || g.Threshold == th
+		if i > 0 && (g.MaxLoad <= table[i-1].MaxLoad || c.Level(g.Threshold).Value() >= c.Level(table[i-1].Threshold).Value()) {
+			t.Errorf("gear %d %+v after %+v: want more load, less accuracy", i, g, table[i-1])
+		}
+		if g.Threshold == th && g.MaxLoad < 0.85*load*(1-1e-9) { // at the routing's utilization
+			t.Errorf("the plan's gear %+v carries less than its %.1f items/s", g, load)
+		}
+	}
+	if !found || table[0].Threshold <= th {
+		t.Errorf("gears %v, plan's threshold %v: want it among them, a more accurate one first", table, th)
+	}
+	if Tables(spec, &plan.Plan{}, nil, 0.85) != nil {
+		t.Error("a plan without cascades has gear tables")
+	}
+}
+
+// TestSwitch: a step of the load well above what the gear carries moves to a faster gear within two windows (the
+// first holds part of it), and on to the gear that carries it as the smoothed rate follows (within a second); back below, the switch
+// stays until the load is Hysteresis under the more accurate gear's most, then returns.
+func TestSwitch(t *testing.T) {
+	table := []plan.Gear{{MaxLoad: 100, Threshold: 0.9}, {MaxLoad: 200, Threshold: 0.7}, {MaxLoad: 300, Threshold: 0.5}}
+	s := NewSwitch(table, 0.9)
+	t0 := time.Unix(0, 0)
+	at := t0
+	owed := 0.0 // items due but not yet taken, so that any rate is taken exactly on average
+	run := func(rate float64, d time.Duration) {
+		step := 10 * time.Millisecond
+		for end := at.Add(d); at.Before(end); at = at.Add(step) {
+			owed += rate * step.Seconds()
+			n := math.Floor(owed)
+			owed -= n
+			s.Observe(at, int(n))
+		}
+	}
+	run(50, time.Second)
+	if s.Threshold() != 0.9 {
+		t.Fatalf("at 50/s: threshold %v, want 0.9", s.Threshold())
+	}
+	up := at
+	for s.Threshold() == 0.9 && at.Sub(up) < time.Second {
+		run(250, 10*time.Millisecond)
+	}
+	t.Logf("50 to 250/s: threshold %v after %v", s.Threshold(), at.Sub(up))
+	if s.Threshold() != 0.7 || at.Sub(up) > 2*Every+10*time.Millisecond {
+		t.Errorf("at 250/s: threshold %v after %v, want 0.7 within two windows (a significant step)", s.Threshold(),
+			at.Sub(up))
+	}
+	run(50, 3*time.Second)
+	if s.Threshold() != 0.9 {
+		t.Fatalf("back at 50/s: threshold %v, want 0.9", s.Threshold())
+	}
+	up = at
+	for s.Threshold() != 0.5 && at.Sub(up) < time.Second {
+		run(250, 10*time.Millisecond)
+	}
+	t.Logf("50 to 250/s: threshold 0.5 after %v", at.Sub(up))
+	if s.Threshold() != 0.5 || at.Sub(up) > time.Second {
+		t.Errorf("at 250/s: threshold %v after %v, want 0.5 within a second", s.Threshold(), at.Sub(up))
+	}
+	run(190, 2*time.Second) // fits gear 1's 200, not under its 180 less the hysteresis: stays
+	if s.Threshold() != 0.5 {
+		t.Errorf("at 190/s: threshold %v, want 0.5 (hysteresis)", s.Threshold())
+	}
+	run(170, 2*time.Second)
+	if s.Threshold() != 0.7 {
+		t.Errorf("at 170/s: threshold %v, want 0.7", s.Threshold())
+	}
+	run(95, 2*time.Second) // under gear 1's 100, not under 90: stays
+	if s.Threshold() != 0.7 {
+		t.Errorf("at 95/s: threshold %v, want 0.7 (hysteresis)", s.Threshold())
+	}
+	run(80, 2*time.Second)
+	if s.Threshold() != 0.9 {
+		t.Errorf("at 80/s: threshold %v, want 0.9", s.Threshold())
+	}
+	run(0, 0)
+	s.Observe(at.Add(5*time.Second), 1) // idle: the most accurate gear
+	if s.Threshold() != 0.9 {
+		t.Errorf("after idling: %v", s.Threshold())
+	}
+}
