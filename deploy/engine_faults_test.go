@@ -39,19 +39,18 @@ func faultRun(t *testing.T, d *deployment, loadgen string, client []string, work
 	}
 	nodeID, workerID := d.container(t, node), d.container(t, worker)
 	var nodeKilled, workerKilled time.Time
+	var nodeKillTook, workerKillTook time.Duration
 	var restartedBy string
 	args := append(client, "--pipeline", "traffic", "--qps", "200", "--warmup", faultWarmup.String(),
 		"--duration", faultLength.String(), "--series")
 	start := time.Now()
 	sum := runLoad(t, d.e, loadgen, args, func() {
 		time.Sleep(faultWarmup + nodeKillAt)
-		nodeKilled = time.Now()
-		d.e.docker(t, "kill", nodeID)
+		nodeKilled, nodeKillTook = kill(t, d, nodeID)
 		time.Sleep(nodeDownFor)
 		restartedBy = restart(t, d, nodeID)
 		time.Sleep(time.Until(start.Add(faultWarmup + workerKillAt)))
-		workerKilled = time.Now()
-		d.e.docker(t, "kill", workerID)
+		workerKilled, workerKillTook = kill(t, d, workerID)
 	})
 	workerRestart := restart(t, d, workerID)
 	series := sum.Series
@@ -73,8 +72,10 @@ func faultRun(t *testing.T, d *deployment, loadgen string, client []string, work
 	recovery, settled := chaos.Recovery(series[min(i, len(series)):], workerAt-float64(i), 0.01, chaos.RecoveryWindow)
 	t.Logf("faults, 200 QPS for %s: sent %d, ok %d, lost %d (in flight on a killed process: sent at %v s), "+
 		"duplicates %d, violations %.2f%%; load average %s", faultLength, sum.Sent, sum.OK, sum.Lost, inFlight, sum.Duplicates, 100*sum.SLOViolationRatio, loadAverage())
-	t.Logf("  %s killed at %.1f s (%s), %d s in a row without an ok reply (bound %d)", node, nodeAt, restartedBy, silent, nodeSilenceBound)
-	t.Logf("  %s killed at %.1f s (%s), violations settled after %.1f s (bound %.0f)", worker, workerAt, workerRestart, recovery, workerRecoveryBound)
+	t.Logf("  %s killed at %.2f s (docker kill took %s; %s), %d s in a row without an ok reply (bound %d)", node, nodeAt,
+		nodeKillTook.Round(time.Millisecond), restartedBy, silent, nodeSilenceBound)
+	t.Logf("  %s killed at %.2f s (docker kill took %s; %s), violations settled after %.2f s (bound %.0f)", worker, workerAt,
+		workerKillTook.Round(time.Millisecond), workerRestart, recovery, workerRecoveryBound)
 	t.Logf("  violations by second: %s", violationsBySecond(series))
 	if len(other) > 0 || sum.Duplicates > 0 {
 		t.Errorf("faults: lost %d requests not in flight on a killed process (sent at %v s), %d duplicates", len(other), other, sum.Duplicates)
@@ -86,6 +87,15 @@ func faultRun(t *testing.T, d *deployment, loadgen string, client []string, work
 		t.Errorf("faults: violations after %s's kill settled after %.1f s (settled: %v), over the %.0f s bound", worker, recovery, settled, workerRecoveryBound)
 	}
 	d.waitHealthy(t, 2*time.Minute)
+}
+
+// kill kills the container with docker kill, which returns once the container has exited (SIGKILL), and says
+// when: the fault's time is the kill's end, as the fault suite's is its own SIGKILL, not docker's start-up before it.
+func kill(t *testing.T, d *deployment, id string) (time.Time, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	d.e.docker(t, "kill", id)
+	return time.Now(), time.Since(start)
 }
 
 // restart starts the killed container again unless Docker's restart policy did; it says which.
