@@ -17,11 +17,11 @@ import (
 // per 200 ms window of its send times vary about cv^2 = 9 times their mean (a renewal process's index of
 // dispersion), where Poisson's (--cv 1) vary about as much as their mean. The send times are its schedule (Schedule,
 // the same draws for a seed); the run checks that Run keeps to it: every request arrives, the middle half of them
-// within 50 ms of each other's lag. (The dispersion measured where the requests arrive is the machine's as much as loadgen's: a
+// within 150 ms of each other's lag. (The dispersion measured where the requests arrive is the machine's as much as loadgen's: a
 // loaded machine's stalls clumped Poisson arrivals to 143 once.)
 func TestCVMakesArrivalsBursty(t *testing.T) {
 	for _, cv := range []float64{1, 3} {
-		cl := cmdLine{cfg: Config{Pipeline: "p", QPS: 400, Duration: 8 * time.Second, Grace: time.Second},
+		cl := cmdLine{cfg: Config{Pipeline: "p", QPS: 100, Duration: 8 * time.Second, Grace: time.Second},
 			shape: "64,192", cv: cv}
 		cfg, err := cl.config()
 		if err != nil {
@@ -80,14 +80,27 @@ func keepsToSchedule(t *testing.T, cfg Config, sched []time.Duration) {
 	for i, d := range sched {
 		lags[i] = arrivals[i].Sub(begun) - d
 	}
-	slices.Sort(lags)
-	// Their spread, not their level: Run's clock starts a little after begun. Sent at a steady rate instead, the
-	// Gamma schedule's requests would lag and lead it by hundreds of ms.
-	q1, q3 := lags[len(lags)/4], lags[3*len(lags)/4]
-	t.Logf("lags behind the schedule: quartiles %v and %v", q1, q3)
-	if q3-q1 > 50*time.Millisecond {
-		t.Errorf("the middle half of the requests arrived %v to %v from their scheduled times: want within 50 ms of "+
-			"each other", q1, q3)
+	// Their spread, not their level: Run's clock starts a little after begun. A loaded machine spread them by up to
+	// 105 ms (load average 8, the race detector, 400 QPS); sent at a steady rate instead, they would spread by the
+	// schedule's own wander from it, checked here to be several times the bound.
+	spread := func(lags []time.Duration) time.Duration {
+		slices.Sort(lags)
+		return lags[3*len(lags)/4] - lags[len(lags)/4]
+	}
+	steady := make([]time.Duration, len(sched))
+	for i, d := range sched {
+		steady[i] = time.Duration(float64(i)/cfg.QPS*float64(time.Second)) - d
+	}
+	const bound = 150 * time.Millisecond
+	got, want := spread(lags), spread(steady)
+	t.Logf("the middle half of the requests' lags behind the schedule spread over %v (a steady sender's: %v)", got,
+		want)
+	if want < 3*bound {
+		t.Fatalf("a steady sender's lags spread over %v only: the check cannot tell it from the schedule", want)
+	}
+	if got > bound {
+		t.Errorf("the middle half of the requests' lags behind their scheduled times spread over %v, want %v at most",
+			got, bound)
 	}
 }
 

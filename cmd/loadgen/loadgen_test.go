@@ -356,8 +356,10 @@ func TestWorkloadSteps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(s.Series) != 4 {
-		t.Fatalf("%d seconds in the series, want 4", len(s.Series))
+	// The series is by second of sending: a request due just before the end and sent late (a loaded machine)
+	// lands in a fifth second, which then holds a few.
+	if len(s.Series) < 4 || len(s.Series) > 5 || len(s.Series) == 5 && s.Series[4].Sent > 25 {
+		t.Fatalf("%d seconds in the series (%+v), want 4 (and a few sent late in a fifth)", len(s.Series), s.Series)
 	}
 	before := s.Series[0].Sent + s.Series[1].Sent
 	after := s.Series[2].Sent + s.Series[3].Sent
