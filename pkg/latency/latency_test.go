@@ -50,6 +50,44 @@ func TestWindowQuantilesAndSpan(t *testing.T) {
 	}
 }
 
+// TestWindowForgetsWhatARunningVariantNoLongerRuns: a worker ran batches of 4 at 20 ms, then, slower and with
+// shorter queues, batches of 1 at 20 ms (twice the profile). While it ran only batches of 4, they are its
+// measurement past the span (KeepNewest); once MinBatches batches of 1 fall within the span, the old batches of 4
+// are no longer reported (Blend scales batch 4 as batch 1, twice as slow), and a few fresh batches of 4 among them
+// are too few to count on their own.
+func TestWindowForgetsWhatARunningVariantNoLongerRuns(t *testing.T) {
+	w := NewWindow()
+	for i := range 40 {
+		w.Add("p:t/a", 4, 20*time.Millisecond, t0.Add(time.Duration(i)*time.Millisecond))
+	}
+	w.Add("p:t/a", 2, 15*time.Millisecond, t0) // gone with them
+	later := t0.Add(WindowSpan + time.Second)
+	w.Add("p:t/a", 4, 50*time.Millisecond, later)
+	for i := range MinBatches - 1 {
+		w.Add("p:t/a", 1, 20*time.Millisecond, later.Add(time.Duration(i)*time.Millisecond))
+	}
+	if s := w.Summary("p:t/a", later.Add(time.Second)); len(s) != 3 || s[2].Batch != 4 || s[2].Count != KeepNewest {
+		t.Fatalf("summary %+v: want batch 4's newest %d kept while nothing fresh speaks for the variant", s, KeepNewest)
+	}
+	w.Add("p:t/a", 1, 20*time.Millisecond, later.Add(time.Second))
+	s := w.Summary("p:t/a", later.Add(2*time.Second))
+	if len(s) != 2 || s[0].Batch != 1 || s[0].Count != MinBatches || s[1].Batch != 4 || s[1].Count != 1 ||
+		s[1].P50Ms != 50 {
+		t.Fatalf("summary %+v: want batch 1's %d and batch 4's one fresh batch only, no batch 2", s, MinBatches)
+	}
+	b := NewBoard()
+	b.Set("w1", later, map[string]wire.Observed{"p:t/a": {Latency: s}})
+	blended := Blend(testSpec(), b.Measured(testSpec(), later, 5*time.Second))["t/a"]
+	if want := 25 * (1 + float64(MinBatches)/(MinBatches+PriorBatches)); math.Abs(blended[2].P50Ms-want) > 1e-9 {
+		t.Fatalf("batch 4 blended to %v ms: want %v, batch 1's scale", blended[2].P50Ms, want)
+	}
+	// Past the span of every batch, nothing runs: the newest KeepNewest of each size stay.
+	s = w.Summary("p:t/a", later.Add(3*WindowSpan))
+	if len(s) != 2 || s[0].Count != MinBatches || s[1].Count != 1 {
+		t.Fatalf("summary %+v: want what was kept", s)
+	}
+}
+
 func TestWindowBounded(t *testing.T) {
 	w := NewWindow()
 	for i := range 10 * maxSamples {

@@ -17,7 +17,9 @@ import (
 
 // Window settings. A summary covers the batches of the last WindowSpan, but never fewer than the newest KeepNewest
 // of a bucket: a variant the planner moved away from keeps its last measurement while its worker lives, so that a
-// slow variant does not look fast again (its idle profile) as soon as nobody runs it, and get planned again.
+// slow variant does not look fast again (its idle profile) as soon as nobody runs it, and get planned again. Only
+// while the variant runs: once one of its batch sizes has MinBatches batches within the span, that span is all its
+// summary covers (superseded).
 const (
 	WindowSpan = 10 * time.Second
 	KeepNewest = 32
@@ -123,7 +125,7 @@ func (s *samples) drop(n int) {
 }
 
 // Summary is key's batches of the window as of now, per batch size in increasing order; nil when it ran none.
-// Samples beyond the window (and beyond the newest KeepNewest) are dropped.
+// Samples beyond the window (and beyond the newest KeepNewest, while the variant is not superseded) are dropped.
 func (w *Window) Summary(key string, now time.Time) []wire.BatchLatency {
 	if len(w.buckets[key]) == 0 {
 		return nil
@@ -135,12 +137,20 @@ func (w *Window) Summary(key string, now time.Time) []wire.BatchLatency {
 func (w *Window) AppendSummary(dst []wire.BatchLatency, key string, now time.Time) []wire.BatchLatency {
 	byBatch := w.buckets[key]
 	cut := now.Add(-WindowSpan).UnixNano()
+	keep := KeepNewest
+	if superseded(byBatch, cut) {
+		keep = 0
+	}
 	out := slices.Grow(dst, len(byBatch))
 	first := len(out)
 	for b, s := range byBatch {
 		old := 0
-		for old < len(s.at)-KeepNewest && s.at[old] < cut {
+		for old < len(s.at)-keep && s.at[old] < cut {
 			old++
+		}
+		if old == len(s.at) {
+			delete(byBatch, b)
+			continue
 		}
 		if old > 0 {
 			s.drop(old)
@@ -151,6 +161,21 @@ func (w *Window) AppendSummary(dst []wire.BatchLatency, key string, now time.Tim
 	}
 	slices.SortFunc(out[first:], func(a, b wire.BatchLatency) int { return a.Batch - b.Batch })
 	return out
+}
+
+// superseded says some bucket of byBatch holds MinBatches batches since cut: the variant runs now, and that
+// measurement speaks for it; the older batches the other buckets keep (KeepNewest) are dropped, so that a batch size
+// run less often than MinBatches a span is not reported (Blend scales it as the nearest measured one). Kept, the
+// batch size a plan budgets at, which a slowdown's shorter queues (admission control bounds them) no longer fill,
+// kept its figure from before the slowdown, and the planner planned with it: with every worker of the simulator twice
+// as slow, the frontends refused requests for 35 s, against 9 s with it dropped (docs/admission.md).
+func superseded(byBatch map[int]*samples, cut int64) bool {
+	for _, s := range byBatch {
+		if n := len(s.at); n >= MinBatches && s.at[n-MinBatches] >= cut {
+			return true
+		}
+	}
+	return false
 }
 
 // Quantile is the nearest-rank q-quantile of sorted (ascending, not empty): with 20 batches or more, the 95th
