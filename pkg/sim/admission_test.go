@@ -64,8 +64,8 @@ func TestAdmissionAtServedLoads(t *testing.T) {
 // TestAdmissionAtASlowedServer: every worker twice as slow from 30 s on (TestSlowdownAdapts), from 60 s on, seeds
 // 1-3: the target of TestAdmissionAtServedLoads. The congestion of the slowdown refuses requests until the planner
 // has re-planned on what the workers measure; it learns that from the batch sizes they still run once the bound has
-// shortened their queues (pkg/latency's Window drops a running variant's older batches), so the plan grows as fast
-// as without admission control, and the refusals end within seconds of the slowdown (docs/admission.md).
+// shortened their queues (pkg/latency's Window reports the others at least as slow), so the plan grows nearly as
+// fast as without admission control, and the refusals end within seconds of the slowdown (docs/admission.md).
 func TestAdmissionAtASlowedServer(t *testing.T) {
 	slow, err := ParseSlowdowns("2@30s")
 	if err != nil {
