@@ -133,7 +133,13 @@ func (sp *split) knapsacks() {
 
 // closed says the points found are within the target gap of the bound.
 func (sp *split) closed() bool {
-	return sp.nLo != nil && sp.up-sp.lo <= max(1e-9, sp.target*math.Abs(sp.lo))
+	return sp.nLo != nil && sp.within(sp.lo, sp.up)
+}
+
+// within says bound up is within the target gap of value lo. Searches to the target gap give bounds that add up to
+// it exactly, and absolute gaps for values near zero: both allowed for, and the sum's rounding.
+func (sp *split) within(lo, up float64) bool {
+	return up-lo <= (sp.target*math.Abs(lo)+1e-9*float64(len(sp.of)))*(1+1e-9)
 }
 
 // run learns each f where the knapsack over the bounds needs it, until the gap is closed, the deadline passes with
@@ -229,6 +235,8 @@ func (sp *split) evaluate(work []searchAt) {
 	workers := sp.s.opt.workers()
 	at := min(workers, len(order)) // searches at once
 	each := max(1, workers/at)     // workers per search
+	// The searches at once share one search's bound on open nodes: a joint plan's memory stays one solve's.
+	store := milp.DefaultMaxStoreBytes / int64(at)
 	var limit, grace time.Duration
 	if !sp.deadline.IsZero() {
 		left := max(time.Until(sp.deadline), time.Millisecond)
@@ -261,7 +269,7 @@ func (sp *split) evaluate(work []searchAt) {
 						break // it would stop at its root, past the deadline, its work lost
 					}
 					began := time.Now()
-					nodes := sp.fs[k].evaluate(w.n, w.gap, limit, grace, each, sp.s.opt)
+					nodes := sp.fs[k].evaluate(w.n, w.gap, limit, grace, each, store, sp.s.opt)
 					mu.Lock()
 					sp.nodes += nodes
 					sp.searches++
@@ -294,7 +302,7 @@ func (sp *split) result(parts []*jointPart, class int, left plan.Cluster) (milp.
 	}
 	sol := milp.Result{Status: milp.Optimal, X: x, Objective: p.Value(x), Nodes: sp.nodes}
 	sol.Bound = max(sp.up, sol.Objective)
-	if sol.Bound-sol.Objective > max(1e-9, sp.target*math.Abs(sol.Objective)) {
+	if !sp.within(sol.Objective, sol.Bound) {
 		sol.Status = milp.Limit
 		sol.Gap = (sol.Bound - sol.Objective) / max(math.Abs(sol.Objective), 1e-9)
 	} else {

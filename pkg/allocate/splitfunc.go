@@ -128,12 +128,15 @@ func (f *serversFunc) exact(n int) bool {
 }
 
 // evaluate runs branch-and-bound on f(n) to relative gap gap, from the best point known at fewer servers, with opt's
-// node limit, time limit limit and first-point grace grace, on workers workers. It returns the nodes it explored.
-func (f *serversFunc) evaluate(n int, gap float64, limit, grace time.Duration, workers int, opt Options) int {
+// node limit, time limit limit and first-point grace grace, on workers workers, its open nodes within store bytes.
+// It returns the nodes it explored.
+func (f *serversFunc) evaluate(n int, gap float64, limit, grace time.Duration, workers int, store int64,
+	opt Options) int {
 	q := *f.prob
 	q.Lower, q.Upper = slices.Clone(q.Lower), slices.Clone(q.Upper)
 	q.Lower[f.given], q.Upper[f.given] = float64(n), float64(n)
-	o := milp.Options{TimeLimit: limit, FirstPointGrace: grace, MaxNodes: opt.MaxNodes, Workers: workers, RelGap: gap}
+	o := milp.Options{TimeLimit: limit, FirstPointGrace: grace, MaxNodes: opt.MaxNodes, Workers: workers, RelGap: gap,
+		MaxStoreBytes: store}
 	_, lo, from := f.bounds(n)
 	if from[n] >= 0 {
 		o.Incumbent = slices.Clone(f.evals[from[n]].x)
