@@ -93,6 +93,10 @@ type Pipeline struct {
 	// scale is the budget scale of scaleOf, the plan its tuner last looked at (plans are replaced, not changed)
 	scale   float64
 	scaleOf *plan.Plan
+	byClass map[string]int // scaleOf's servers per class (plan.ServersByClass), read, never written
+	// variants is the buffer of its tuner's input (tuner.ObserveScaled), reused look after look: the tuner keeps
+	// none of it
+	variants []tuner.Variant
 	// looked are the key strings of the variants its tuner looks at ("task/variant", "pipeline:task/variant"):
 	// built once, not at every look (they were a fifth of the objects the simulator allocated)
 	looked map[wire.VariantKey][2]string

@@ -64,10 +64,8 @@ func (c *Cluster) tuneInput(p *Pipeline, able plan.Cluster) tuner.Input {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	name, cur := p.Spec.Name, p.Current()
-	if p.scaleOf != cur {
-		p.scale, p.scaleOf = cur.BudgetScale(p.Spec), cur
-	}
-	return tuner.ObserveScaled(p.Spec, cur, p.scale, func(k wire.VariantKey) float64 {
+	p.know(cur)
+	in := tuner.ObserveInto(p.variants, p.Spec, cur, p.scale, func(k wire.VariantKey) float64 {
 		keys, ok := p.looked[k]
 		if !ok {
 			if p.looked == nil {
@@ -78,6 +76,16 @@ func (c *Cluster) tuneInput(p *Pipeline, able plan.Cluster) tuner.Input {
 		}
 		return p.queues[keys[0]] * c.messages.Of(keys[1])
 	}, c.usable(p, able), p.demand.Estimate(), c.cfg.Control.RouteUtilization)
+	p.variants = in.Variants
+	return in
+}
+
+// know works out what the looks read of plan cur, p's plan in force, once per plan: its budget scale and its
+// servers per class.
+func (p *Pipeline) know(cur *plan.Plan) {
+	if p.scaleOf != cur {
+		p.scale, p.byClass, p.scaleOf = cur.BudgetScale(p.Spec), cur.ServersByClass(), cur
+	}
 }
 
 // usable are the workers p's tuner sees, per class: those its plan hosts replicas on, and the ones it may lend,
@@ -86,7 +94,8 @@ func (c *Cluster) tuneInput(p *Pipeline, able plan.Cluster) tuner.Input {
 func (c *Cluster) usable(p *Pipeline, able plan.Cluster) plan.Cluster {
 	free := able.Counts()
 	for _, q := range c.pipes {
-		for class, n := range q.Current().ServersByClass() {
+		q.know(q.Current())
+		for class, n := range q.byClass {
 			free[class] -= n
 		}
 		if q != p {
@@ -96,7 +105,7 @@ func (c *Cluster) usable(p *Pipeline, able plan.Cluster) plan.Cluster {
 		}
 	}
 	out := make(plan.Cluster, 0, len(able))
-	own := p.Current().ServersByClass()
+	own := p.byClass // known: p is one of c.pipes
 	for _, sc := range able {
 		sc.Servers = own[sc.Name] + max(free[sc.Name], 0)
 		out = append(out, sc)

@@ -176,6 +176,9 @@ type variantQueue struct {
 	variant  *pipeline.Variant
 	exec     *emulated.Executor
 	children []string // the task's child tasks, in emulated.Executor's order
+	// childQueues are, per child (children's order), the child's variant queues by variant name: a message's
+	// destination is found by a scan of a few, not two string-keyed maps
+	childQueues [][]namedQueue
 	queue    []*message
 	head     int
 	free     []int32       // idle servers serving this variant
@@ -429,6 +432,17 @@ func (s *sim) addPipe(sv Served, seed uint64) (*pipe, error) {
 		}
 	}
 	p.rootIdx = p.queueIdx[spec.Root().Name]
+	for _, h := range s.queues {
+		if h.pipe != p {
+			continue
+		}
+		h.childQueues = make([][]namedQueue, len(h.children))
+		for c, child := range h.children {
+			for _, v := range spec.Task(child).Variants {
+				h.childQueues[c] = append(h.childQueues[c], namedQueue{v.Name, p.queueIdx[child][v.Name]})
+			}
+		}
+	}
 	s.pipes = append(s.pipes, p)
 	s.named[spec.Name] = p
 	return p, nil

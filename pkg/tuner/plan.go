@@ -20,6 +20,13 @@ func Observe(spec *pipeline.Spec, p *plan.Plan, waiting func(wire.VariantKey) fl
 // times a second works it out once.
 func ObserveScaled(spec *pipeline.Spec, p *plan.Plan, scale float64, waiting func(wire.VariantKey) float64,
 	servers plan.Cluster, estimate, utilization float64) Input {
+	return ObserveInto(nil, spec, p, scale, waiting, servers, estimate, utilization)
+}
+
+// ObserveInto is ObserveScaled with the input's variants appended to buf[:0]: a caller that looks ten times a second
+// reuses one buffer.
+func ObserveInto(buf []Variant, spec *pipeline.Spec, p *plan.Plan, scale float64,
+	waiting func(wire.VariantKey) float64, servers plan.Cluster, estimate, utilization float64) Input {
 	in := Input{Epoch: p.Epoch, Idle: max(0, servers.Total()-p.Servers()), Covered: true, Utilization: utilization}
 	if !servers.Classless() { // a variant is lent only its own class's workers
 		used := p.ServersByClass()
@@ -31,7 +38,10 @@ func ObserveScaled(spec *pipeline.Spec, p *plan.Plan, scale float64, waiting fun
 	if a := p.Allocation; a != nil {
 		in.Covered = a.DemandQPS >= estimate
 	}
-	in.Variants = make([]Variant, 0, len(p.Variants)) // one allocation, not one per doubling: the tuner looks ten times a second
+	in.Variants = buf[:0]
+	if buf == nil {
+		in.Variants = make([]Variant, 0, len(p.Variants)) // one allocation, not one per doubling
+	}
 	for _, vp := range p.Variants {
 		if vp.Replicas <= 0 {
 			continue
