@@ -179,10 +179,10 @@ type variantQueue struct {
 	// childQueues are, per child (children's order), the child's variant queues by variant name: a message's
 	// destination is found by a scan of a few, not two string-keyed maps
 	childQueues [][]namedQueue
-	queue    []*message
-	head     int
-	free     []int32       // idle servers serving this variant
-	budget   time.Duration // under the current plan
+	queue       []*message
+	head        int
+	free        []int32       // idle servers serving this variant
+	budget      time.Duration // under the current plan
 	// What the variant's replicas executed, the messages those came in and the sub-requests they emitted per child
 	// task, cumulative as a worker's heartbeat reports them (wire.Observed); the core folds them.
 	items, messages uint64
