@@ -16,7 +16,9 @@ duration=${DURATION:-1h}
 each=${SERVERS_EACH:-20}
 seed=${SEED:-1}
 policy=${POLICY:-loki}
-flags=${FLAGS:-} # more sim flags, e.g. FLAGS=--solve-time-limit=1s
+# more sim flags; by default the live planner's limit on each solve (the simulator has none otherwise, and a joint solve
+# of 10 pipelines runs to its node store's bound): planning then takes about what it takes live
+flags=${FLAGS---solve-time-limit=1s}
 out=${OUT:-$(mktemp -d)}
 examples=(traffic traffic-camera social ocr-chain)
 mkdir -p "$out"
