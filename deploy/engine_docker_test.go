@@ -167,6 +167,41 @@ func (p *project) compose(t *testing.T, args ...string) string {
 	return p.e.run(t, p.env, "docker-compose", append([]string{"-f", composeFile, "-f", offlineOverride}, args...)...)
 }
 
+// plansSince is the planner's `plan published` lines from since on (its epoch, mode, trigger and estimate), one a
+// line: what a run's violations are read against (a new epoch moves workers and queues).
+func (p *project) plansSince(t *testing.T, since time.Time) string {
+	t.Helper()
+	out := p.compose(t, "logs", "--no-color", "planner")
+	var plans []string
+	for _, line := range strings.Split(out, "\n") {
+		if !strings.Contains(line, `msg="plan published"`) {
+			continue
+		}
+		var at time.Time
+		for _, field := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(field, "time="); ok {
+				at, _ = time.Parse(time.RFC3339Nano, v)
+			}
+		}
+		if at.Before(since) {
+			continue
+		}
+		var kept []string
+		for _, field := range strings.Fields(line) {
+			for _, k := range []string{"pipeline=", "epoch=", "mode=", "trigger=", "estimate_qps="} {
+				if strings.HasPrefix(field, k) {
+					kept = append(kept, field)
+				}
+			}
+		}
+		plans = append(plans, fmt.Sprintf("%.1f s: %s", at.Sub(since).Seconds(), strings.Join(kept, " ")))
+	}
+	if len(plans) == 0 {
+		return "none"
+	}
+	return strings.Join(plans, "; ")
+}
+
 // container is the id of service's container.
 func (p *project) container(t *testing.T, service string) string {
 	t.Helper()

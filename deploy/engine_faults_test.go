@@ -77,6 +77,7 @@ func faultRun(t *testing.T, d *deployment, loadgen string, client []string, work
 	t.Logf("  %s killed at %.2f s (docker kill took %s; %s), violations settled after %.2f s (bound %.0f)", worker, workerAt,
 		workerKillTook.Round(time.Millisecond), workerRestart, recovery, workerRecoveryBound)
 	t.Logf("  violations by second: %s", violationsBySecond(series))
+	t.Logf("  plans published, from the measurement's start: %s", d.plansSince(t, time.UnixMilli(sum.SeriesStartUnixMs)))
 	if len(other) > 0 || sum.Duplicates > 0 {
 		t.Errorf("faults: lost %d requests not in flight on a killed process (sent at %v s), %d duplicates", len(other), other, sum.Duplicates)
 	}

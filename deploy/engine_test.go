@@ -53,6 +53,7 @@ func TestComposeOnEngine(t *testing.T) {
 	t.Logf("steady, 200 QPS for 30 s: sent %d, ok %d, lost %d, duplicates %d, violations %.2f%%, p50 %.0f ms, p99 %.0f ms; load average %s",
 		steady.Sent, steady.OK, steady.Lost, steady.Duplicates, 100*steady.SLOViolationRatio, steady.P50Ms, steady.P99Ms, loadAverage())
 	t.Logf("  violations by second: %s", violationsBySecond(steady.Series))
+	t.Logf("  plans published, from the measurement's start: %s", traffic.plansSince(t, time.UnixMilli(steady.SeriesStartUnixMs)))
 	// Poisson arrivals: 6,000 requests give or take 80 (one standard deviation); fewer than 5,700, loadgen did not
 	// keep the rate.
 	if steady.Lost > 0 || steady.Duplicates > 0 || steady.SLOViolationRatio >= 0.01 || steady.Sent < 5700 {

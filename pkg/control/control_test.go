@@ -41,6 +41,7 @@ func TestLoop(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	type want struct {
 		publish, replanned bool
+		trigger            string // of a re-plan
 	}
 	steps := []struct {
 		name string
@@ -48,18 +49,18 @@ func TestLoop(t *testing.T) {
 		o    Observed
 		want want
 	}{
-		{"first tick solves", 0, Observed{Demand: 100, Servers: 20}, want{true, true}},
-		{"steady: nothing", time.Second, Observed{Demand: 102, Servers: 20}, want{false, false}},
-		{"demand down 12%: routing only", 2 * time.Second, Observed{Demand: 88, Servers: 20}, want{true, false}},
-		{"demand above the plan's headroom: re-plan", 3 * time.Second, Observed{Demand: 106, Servers: 20}, want{true, true}},
-		{"demand +30%: re-plan", 4 * time.Second, Observed{Demand: 130, Servers: 20}, want{true, true}},
-		{"a worker left, the same allocation fits: routing only", 5 * time.Second, Observed{Demand: 130, Servers: 19}, want{true, false}},
-		{"re-plan due but within 5%: routing only (due too)", 15 * time.Second, Observed{Demand: 132, Servers: 19}, want{true, false}},
-		{"just routed: nothing", 16 * time.Second, Observed{Demand: 132, Servers: 19}, want{false, false}},
-		{"due and 8% less, the same allocation: routing only", 26 * time.Second, Observed{Demand: 121, Servers: 19}, want{true, false}},
-		{"overload: accuracy mode", 27 * time.Second, Observed{Demand: 600, Servers: 19}, want{true, true}},
-		{"beyond capacity: overloaded", 28 * time.Second, Observed{Demand: 5000, Servers: 19}, want{true, true}},
-		{"more demand on an overloaded plan: no solve", 29 * time.Second, Observed{Demand: 5100, Servers: 19}, want{false, false}},
+		{"first tick solves", 0, Observed{Demand: 100, Servers: 20}, want{true, true, TriggerFirst}},
+		{"steady: nothing", time.Second, Observed{Demand: 102, Servers: 20}, want{false, false, ""}},
+		{"demand down 12%: routing only", 2 * time.Second, Observed{Demand: 88, Servers: 20}, want{true, false, ""}},
+		{"demand above the plan's headroom: re-plan", 3 * time.Second, Observed{Demand: 106, Servers: 20}, want{true, true, TriggerOutgrown}},
+		{"demand +30%: re-plan", 4 * time.Second, Observed{Demand: 130, Servers: 20}, want{true, true, TriggerDemand}},
+		{"a worker left, the same allocation fits: routing only", 5 * time.Second, Observed{Demand: 130, Servers: 19}, want{true, false, ""}},
+		{"re-plan due but within 5%: routing only (due too)", 15 * time.Second, Observed{Demand: 132, Servers: 19}, want{true, false, ""}},
+		{"just routed: nothing", 16 * time.Second, Observed{Demand: 132, Servers: 19}, want{false, false, ""}},
+		{"due and 8% less, the same allocation: routing only", 26 * time.Second, Observed{Demand: 121, Servers: 19}, want{true, false, ""}},
+		{"overload: accuracy mode", 27 * time.Second, Observed{Demand: 600, Servers: 19}, want{true, true, TriggerDemand}},
+		{"beyond capacity: overloaded", 28 * time.Second, Observed{Demand: 5000, Servers: 19}, want{true, true, TriggerDemand}},
+		{"more demand on an overloaded plan: no solve", 29 * time.Second, Observed{Demand: 5100, Servers: 19}, want{false, false, ""}},
 	}
 	epoch := l.Current().Epoch
 	for _, s := range steps {
@@ -71,6 +72,9 @@ func TestLoop(t *testing.T) {
 		if (st.Plan != nil) != s.want.publish || st.Replanned != s.want.replanned {
 			t.Fatalf("%s: publish %v replanned %v, want %v %v", s.name, st.Plan != nil, st.Replanned,
 				s.want.publish, s.want.replanned)
+		}
+		if st.Replanned && st.Trigger != s.want.trigger {
+			t.Fatalf("%s: trigger %q, want %q", s.name, st.Trigger, s.want.trigger)
 		}
 		if st.Plan != nil {
 			if err := st.Plan.Validate(spec); err != nil {

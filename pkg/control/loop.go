@@ -19,6 +19,9 @@ type Step struct {
 	// Replanned says Plan has a new allocation (a new epoch: workers are reassigned); otherwise only its routing
 	// changed.
 	Replanned bool
+	// Trigger says why a new allocation was solved for (one of the Trigger* names), for the planner's log and the
+	// simulator's events: an operator reading why workers moved needs the cause, not only the epoch.
+	Trigger string
 	// Err says a re-plan failed: the current allocation stays, and is not solved again until its inputs move or
 	// ReplanEvery passes. Plan may still carry new routing, or, when the servers cannot host the pipeline at all and
 	// the current plan does not fit them, be a plan that hosts nothing.
@@ -130,6 +133,19 @@ func (l *Loop) Next(now time.Time, o Observed) Step {
 	return st
 }
 
+// What made a re-plan (Step.Trigger), the first that holds: its first solve, a change of the servers it has, a move
+// of the demand past ReplanThreshold, demand above what a plan with headroom covers, measured latencies that moved, or a due look
+// (ReplanEvery) that found a significant small move of the demand or of the multiplicative factors.
+const (
+	TriggerFirst    = "first"
+	TriggerServers  = "servers"
+	TriggerOutgrown = "outgrown"
+	TriggerDemand   = "demand"
+	TriggerLatency  = "latency"
+	TriggerDue      = "due"
+	TriggerShed     = "shed"
+)
+
 // replan solves the allocation when its inputs moved or it is due.
 func (l *Loop) replan(now time.Time, o Observed) Step {
 	target := l.target(o)
@@ -146,8 +162,20 @@ func (l *Loop) replan(now time.Time, o Observed) Step {
 	moved := func(threshold, sigmas float64) bool {
 		return demand.Significant(last.estimate, max(o.Demand, l.cfg.MinDemandQPS), threshold, sigmas, o.DemandWindow)
 	}
-	forced := !last.ok || !maps.Equal(o.OnCluster().Counts(), last.servers) || outgrown || moved(l.cfg.ReplanThreshold, -1) ||
-		l.latencyMoved(now, o)
+	trigger := TriggerDue
+	switch {
+	case !last.ok:
+		trigger = TriggerFirst
+	case !maps.Equal(o.OnCluster().Counts(), last.servers):
+		trigger = TriggerServers
+	case moved(l.cfg.ReplanThreshold, -1):
+		trigger = TriggerDemand
+	case outgrown:
+		trigger = TriggerOutgrown
+	case l.latencyMoved(now, o):
+		trigger = TriggerLatency
+	}
+	forced := trigger != TriggerDue
 	if !forced {
 		if !due {
 			return Step{}
@@ -212,7 +240,7 @@ func (l *Loop) replan(now time.Time, o Observed) Step {
 	p.Fanout = o.Fanout
 	p.Profiles = o.Profiles
 	p.Routing = l.route(p, o)
-	return Step{Plan: p, Replanned: true}
+	return Step{Plan: p, Replanned: true, Trigger: trigger}
 }
 
 // sizer is the allocator of a re-plan's first solve. With headroom, that solve's plan is kept only in hardware
@@ -229,7 +257,7 @@ func (l *Loop) sizer() Allocator {
 // hosts nothing, its frontends refuse its requests (it serves 0 of the demand), and the first share of workers it
 // gets again forces a re-plan (the servers changed).
 func (l *Loop) shed(o Observed) Step {
-	return Step{Replanned: true, Plan: &plan.Plan{Pipeline: l.spec.Name, Epoch: l.current.Epoch + 1,
+	return Step{Replanned: true, Trigger: TriggerShed, Plan: &plan.Plan{Pipeline: l.spec.Name, Epoch: l.current.Epoch + 1,
 		Mode: plan.ModeOverloaded, Fanout: o.Fanout, Profiles: o.Profiles,
 		Allocation: &plan.Allocation{DemandQPS: o.Demand, EstimateQPS: o.Demand, Optimal: true}}}
 }

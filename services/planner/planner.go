@@ -417,7 +417,7 @@ func (p *Planner) publishStep(ctx context.Context, now time.Time, d core.Decisio
 		return
 	}
 	a := pl.Allocation
-	p.log.Info("plan published", "pipeline", spec.Name, "epoch", pl.Epoch, "mode", pl.Mode,
+	p.log.Info("plan published", "pipeline", spec.Name, "epoch", pl.Epoch, "mode", pl.Mode, "trigger", d.Trigger,
 		"estimate_qps", round(a.Estimate()), "demand_qps", round(a.DemandQPS), "active_servers", a.ActiveServers,
 		"servers", o.OnCluster().String(), "arrival_dispersion", round(o.Traffic.Dispersion()),
 		"cost_per_hour", round(a.CostPerHour),
