@@ -87,13 +87,8 @@ func New(spec *pipeline.Spec, task string, v *pipeline.Variant, seed uint64) *Ex
 }
 
 // Latency draws the duration of one batch of n items.
-// (Variant.LatencyFor's point: the smallest batch of at least n, else the largest.)
 func (e *Executor) Latency(n int) time.Duration {
-	prof := e.variant.Profile
-	i := 0
-	for i < len(prof)-1 && prof[i].Batch < n {
-		i++
-	}
+	prof, i := e.variant.Profile, e.variant.PointFor(n)
 	ms := prof[i].P50Ms
 	if prof[i].P95Ms > prof[i].P50Ms {
 		ms = prof[i].P50Ms * math.Exp(e.sigmas[i]*e.jitter.NormFloat64())
