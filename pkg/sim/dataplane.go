@@ -289,8 +289,10 @@ func (s *sim) batchDone(srv int) {
 			}
 		}
 	}
-	s.freeMsgs = append(s.freeMsgs, sv.batch...) // done with: their items went on or were answered
-	sv.batch = sv.batch[:0]                      // not cleared: every message stays referenced by s.msgs
+	for _, m := range sv.batch { // done with: their items went on or were answered
+		s.freeMsgs = append(s.freeMsgs, m.id)
+	}
+	sv.batch = sv.batch[:0] // not cleared: every message stays referenced by s.msgs
 	sv.busy = false
 	if sv.next != nil {
 		a := *sv.next
@@ -412,8 +414,8 @@ func (s *sim) newMessage() *message {
 	if n == 0 {
 		return new(message)
 	}
-	m := s.freeMsgs[n-1]
-	s.freeMsgs = s.freeMsgs[:n-1] // not cleared: every message stays referenced by s.msgs anyway
+	m := s.msgs[s.freeMsgs[n-1]]
+	s.freeMsgs = s.freeMsgs[:n-1]
 	return m
 }
 

@@ -293,7 +293,7 @@ type sim struct {
 	routeRand  *rand.Rand    // routeDraws, for the hop step
 	// freeMsgs and freeReqs are messages and requests done with, reused so that the per-item path allocates
 	// nothing (newMessage, newRequest).
-	freeMsgs []*message
+	freeMsgs []int32 // by id (sim.msgs): a slice of pointers copied per batch was a write barrier per message
 	freeReqs []*request
 	msgs     []*message // every message, by id (events name them by id); msgs[0] is none
 	// beat and looks are the counters' heartbeat and the tuner's view of the queues, reused (heartbeats, tuneLook)

@@ -257,7 +257,10 @@ func (t *Tuner) record(now time.Time, v Variant) {
 	for keep < len(h)-1 && now.Sub(h[keep+1].at) >= windows[len(windows)-1] {
 		keep++
 	}
-	t.history[v.Key] = append(h[:0], h[keep:]...)
+	if keep > 0 { // (a copy of the history onto itself was a write barrier per sample under the collector)
+		h = append(h[:0], h[keep:]...)
+	}
+	t.history[v.Key] = h
 }
 
 // growth is the largest rise per second of what waits at key over the windows (0 when it fell over all of them).
