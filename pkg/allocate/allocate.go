@@ -13,7 +13,9 @@
 //   - heuristics.go, hardware.go: first points for branch-and-bound, and step 1 solved by enumeration;
 //   - result.go: a solution read back into a Result, and the plan workers follow;
 //   - export.go: the paper's own formulation, for the cross-check with CBC;
-//   - joint.go, jointmilp.go: several pipelines on one cluster (SolveJoint), their models side by side.
+//   - joint.go, jointmilp.go: several pipelines on one cluster (SolveJoint), their models side by side;
+//   - jointsplit.go, splitfunc.go: the joint accuracy step decomposed over the servers (a knapsack over each
+//     pipeline's best objective as a function of its servers).
 package allocate
 
 import (

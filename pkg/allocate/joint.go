@@ -27,6 +27,9 @@ type JointInput struct {
 	// returns ErrNotHardware rather than solving the accuracy steps (the planner sizes a plan with headroom only
 	// when it stays in hardware mode).
 	HardwareOnly bool
+	// wholeMILP solves every accuracy step as one joint MILP, without the decomposition over the servers
+	// (jointsplit.go): its cross-check.
+	wholeMILP bool
 }
 
 // ErrNotHardware says a JointInput.HardwareOnly allocation does not fit in hardware mode.
@@ -67,6 +70,7 @@ type jointSolve struct {
 	kept  []*jointPart
 	level map[int]float64 // per class kept: the accuracy it was planned at (objective of jointObjective)
 	sol   milp.Result     // the last joint solve, which holds kept
+	start time.Time       // when SolveJoint started
 }
 
 // SolveJoint allocates the cluster between several pipelines. Class by class from the highest: every pipeline of
@@ -86,7 +90,7 @@ func SolveJoint(in JointInput, opt Options) (*JointResult, error) {
 	if err := opt.check(); err != nil {
 		return nil, err
 	}
-	s := &jointSolve{in: in, opt: opt, level: map[int]float64{},
+	s := &jointSolve{in: in, opt: opt, start: start, level: map[int]float64{},
 		res: &JointResult{Servers: in.cluster().Total(), Optimal: true, Pipelines: make([]*Result, len(in.Pipelines))}}
 	left := append(plan.Cluster(nil), in.cluster()...)
 	for _, class := range in.classes() {
@@ -257,7 +261,7 @@ func (s *jointSolve) accuracy(members []int, class int, left plan.Cluster) error
 			len(members)), mode: ModeAccuracy, served: s.in.Pipelines[p].Demand})
 	}
 	if len(parts) > 0 {
-		sol, err := s.solveWith(parts, class, left, false)
+		sol, err := s.solveAccuracy(parts, class, left)
 		if err != nil || sol.X != nil {
 			return err
 		}
@@ -292,7 +296,7 @@ func (s *jointSolve) accuracy(members []int, class int, left plan.Cluster) error
 	if len(parts) == 0 {
 		return nil
 	}
-	sol, err := s.solveWith(parts, class, left, false)
+	sol, err := s.solveAccuracy(parts, class, left)
 	if err == nil && sol.X == nil {
 		err = fmt.Errorf("allocate: no joint allocation for the demand found servable in class %d", class)
 	}

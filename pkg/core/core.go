@@ -145,10 +145,11 @@ func New(specs []*pipeline.Spec, systems []control.System, cfg Config) (*Cluster
 	return c, nil
 }
 
-// divisionNodes bounds the branch-and-bound nodes of a joint division's solve: a joint accuracy-mode solve of three
-// pipelines explores thousands of nodes for the last tenths of a point (seconds: docs/measurements.md), while the
-// division only needs each pipeline's share of the servers (each loop then solves its own plan exactly within it);
-// a node bound rather than a time limit keeps the simulator's runs the same on any machine.
+// divisionNodes bounds the nodes of each branch-and-bound of a joint division's solve (the joint MILP's, or each
+// search of its accuracy step decomposed over the servers): a proof of the last tenths of a point may take
+// thousands (seconds: docs/measurements.md), while the division only needs each pipeline's share of the servers
+// (each loop then solves its own plan exactly within it); a node bound rather than a time limit keeps the
+// simulator's runs the same on any machine.
 const divisionNodes = 300
 
 // chooseSharing settles how the pipelines share the workers: Control.Sharing, or by default the joint division when

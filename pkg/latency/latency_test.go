@@ -23,21 +23,21 @@ func testSpec() *pipeline.Spec {
 var t0 = time.Unix(1000, 0)
 
 func TestWindowQuantilesAndSpan(t *testing.T) {
-	w := NewWindow()
+	w, a := NewWindow(), &testSpec().Tasks[0].Variants[0]
 	// 19 batches of 10 ms and one outlier of 1 s: the p95 of 20 is the 19th, not the outlier.
 	for i := range 19 {
-		w.Add("p:t/a", 1, 10*time.Millisecond, t0.Add(time.Duration(i)*time.Millisecond))
+		w.Add("p:t/a", a, 1, 10*time.Millisecond, t0.Add(time.Duration(i)*time.Millisecond))
 	}
-	w.Add("p:t/a", 1, time.Second, t0.Add(20*time.Millisecond))
+	w.Add("p:t/a", a, 1, time.Second, t0.Add(20*time.Millisecond))
 	s := w.Summary("p:t/a", t0.Add(time.Second))
 	if len(s) != 1 || s[0].Batch != 1 || s[0].Count != 20 || s[0].P50Ms != 10 || s[0].P95Ms != 10 {
 		t.Fatalf("summary %+v: want 20 batches, p50 = p95 = 10 ms", s)
 	}
 	// Past the span, the old samples go, except the newest KeepNewest.
 	for i := range 100 {
-		w.Add("p:t/a", 2, 20*time.Millisecond, t0.Add(time.Duration(i)*time.Millisecond))
+		w.Add("p:t/a", a, 2, 20*time.Millisecond, t0.Add(time.Duration(i)*time.Millisecond))
 	}
-	w.Add("p:t/a", 2, 40*time.Millisecond, t0.Add(WindowSpan+time.Second))
+	w.Add("p:t/a", a, 2, 40*time.Millisecond, t0.Add(WindowSpan+time.Second))
 	s = w.Summary("p:t/a", t0.Add(WindowSpan+2*time.Second))
 	if len(s) != 2 || s[0].Count != 20 || s[1].Batch != 2 || s[1].Count != KeepNewest {
 		t.Fatalf("summary %+v: want batch 1 with its 20 (all old, fewer than KeepNewest), batch 2 with KeepNewest", s)
@@ -50,10 +50,48 @@ func TestWindowQuantilesAndSpan(t *testing.T) {
 	}
 }
 
+// TestWindowRaisesOlderBatchSizes: a worker ran batches of 4 at their profile (25 ms), then, twice as slow and with
+// shorter queues, batches of 1 (20 ms, profile 10). While fewer than MinBatches batches of 1 are in the span, the
+// older batches of 4 are the variant's figure; from MinBatches on, batch 1 reports its own batches in the span alone,
+// and batch 4 (and a batch of 2 run once) at least as slow as batch 1's scale says. Faster is not carried over.
+func TestWindowRaisesOlderBatchSizes(t *testing.T) {
+	w, a := NewWindow(), &testSpec().Tasks[0].Variants[0]
+	for i := range 40 {
+		w.Add("p:t/a", a, 4, 25*time.Millisecond, t0.Add(time.Duration(i)*time.Millisecond))
+	}
+	w.Add("p:t/a", a, 1, 10*time.Millisecond, t0)
+	w.Add("p:t/a", a, 2, 15*time.Millisecond, t0)
+	later := t0.Add(WindowSpan + time.Second)
+	for i := range MinBatches - 1 {
+		w.Add("p:t/a", a, 1, 20*time.Millisecond, later.Add(time.Duration(i)*time.Millisecond))
+	}
+	s := w.Summary("p:t/a", later.Add(time.Second))
+	if len(s) != 3 || s[0].Count != MinBatches || s[2].Count != KeepNewest || s[2].P50Ms != 25 {
+		t.Fatalf("summary %+v: want the kept batches as they were, nothing current", s)
+	}
+	w.Add("p:t/a", a, 1, 20*time.Millisecond, later.Add(time.Second))
+	s = w.Summary("p:t/a", later.Add(2*time.Second))
+	want := []wire.BatchLatency{{Batch: 1, Count: MinBatches, P50Ms: 20, P95Ms: 20},
+		{Batch: 2, Count: 1, P50Ms: 30, P95Ms: 18 * 20.0 / 12}, {Batch: 4, Count: KeepNewest, P50Ms: 50, P95Ms: 50}}
+	if !slices.EqualFunc(s, want, func(x, y wire.BatchLatency) bool {
+		return x.Batch == y.Batch && x.Count == y.Count && math.Abs(x.P50Ms-y.P50Ms) < 1e-9 &&
+			math.Abs(x.P95Ms-y.P95Ms) < 1e-9
+	}) {
+		t.Fatalf("summary %+v: want %+v", s, want)
+	}
+	// Faster at batch 1 now: batch 4 keeps its own figure, not lowered.
+	for i := range MinBatches {
+		w.Add("p:t/a", a, 1, 5*time.Millisecond, later.Add(2*WindowSpan+time.Duration(i)*time.Millisecond))
+	}
+	if s = w.Summary("p:t/a", later.Add(2*WindowSpan+time.Second)); s[0].P50Ms != 5 || s[2].P50Ms != 25 {
+		t.Fatalf("summary %+v: want batch 1 at 5 ms, batch 4 at its own 25", s)
+	}
+}
+
 func TestWindowBounded(t *testing.T) {
-	w := NewWindow()
+	w, a := NewWindow(), &testSpec().Tasks[0].Variants[0]
 	for i := range 10 * maxSamples {
-		w.Add("k", 1, time.Millisecond, t0.Add(time.Duration(i)))
+		w.Add("k", a, 1, time.Millisecond, t0.Add(time.Duration(i)))
 	}
 	if n := len(w.buckets["k"][1].ms); n > maxSamples {
 		t.Fatalf("%d samples kept: want at most %d", n, maxSamples)
@@ -154,7 +192,7 @@ func TestApplyAndMoved(t *testing.T) {
 // TestWindowSummaryMatchesASort: the samples a window keeps sorted as they come and go (past the span, past
 // maxSamples) give the quantiles a sort of the kept samples gives, and AppendSummary appends what Summary returns.
 func TestWindowSummaryMatchesASort(t *testing.T) {
-	w := NewWindow()
+	w, a := NewWindow(), &testSpec().Tasks[0].Variants[0]
 	rng := rand.New(rand.NewPCG(1, 2))
 	at := t0
 	for i := range 20000 {
@@ -164,12 +202,17 @@ func TestWindowSummaryMatchesASort(t *testing.T) {
 		}
 		at = at.Add(time.Duration(rng.IntN(int(gap))))
 		batch := 1 + rng.IntN(2)
-		w.Add("k", batch, time.Duration(rng.IntN(50))*time.Millisecond, at) // many equal values
+		w.Add("k", a, batch, time.Duration(rng.IntN(50))*time.Millisecond, at) // many equal values
 		if i%97 != 0 {
 			continue
 		}
 		got := w.Summary("k", at)
+		cut := at.Add(-WindowSpan).UnixNano()
 		for _, e := range got {
+			if n := w.buckets["k"][e.Batch].since(cut); n < MinBatches && slices.ContainsFunc(got,
+				func(o wire.BatchLatency) bool { return w.buckets["k"][o.Batch].since(cut) >= MinBatches }) {
+				continue // raised (TestWindowRaisesOlderBatchSizes)
+			}
 			sorted := slices.Clone(w.buckets["k"][e.Batch].ms)
 			slices.Sort(sorted)
 			want := wire.BatchLatency{Batch: e.Batch, Count: len(sorted), P50Ms: Quantile(sorted, 0.5),

@@ -17,7 +17,9 @@ import (
 
 // Window settings. A summary covers the batches of the last WindowSpan, but never fewer than the newest KeepNewest
 // of a bucket: a variant the planner moved away from keeps its last measurement while its worker lives, so that a
-// slow variant does not look fast again (its idle profile) as soon as nobody runs it, and get planned again.
+// slow variant does not look fast again (its idle profile) as soon as nobody runs it, and get planned again. While
+// one batch size of a variant has MinBatches batches within the span, that batch size reports those alone, and the
+// others are reported at least as slow as its scale over the profile says (AppendSummary).
 const (
 	WindowSpan = 10 * time.Second
 	KeepNewest = 32
@@ -28,7 +30,8 @@ const (
 // Window holds one worker's recent batch latencies, per variant key ("pipeline:task/variant") and profiled batch
 // size. Not safe for concurrent use.
 type Window struct {
-	buckets map[string]map[int]*samples
+	buckets  map[string]map[int]*samples
+	variants map[string]*pipeline.Variant // by key: the profile a summary scales older batch sizes by
 	// lastKey's buckets, the last Add's: a worker runs one variant for long, and its batches skip the hash of the
 	// key (buckets are never deleted)
 	lastKey   string
@@ -48,20 +51,25 @@ type samples struct {
 }
 
 // NewWindow returns an empty window.
-func NewWindow() *Window { return &Window{buckets: map[string]map[int]*samples{}} }
+func NewWindow() *Window {
+	return &Window{buckets: map[string]map[int]*samples{}, variants: map[string]*pipeline.Variant{}}
+}
 
 // BatchOf is the profiled batch size a model batch of n items counts at: the smallest of v's profile of at least n
 // (the point the planner budgets it at), the largest when n exceeds them all.
 func BatchOf(v *pipeline.Variant, n int) int { return v.LatencyFor(n).Batch }
 
-// Add records that key ran a model batch at profiled batch size batch that took d, ending at now.
-func (w *Window) Add(key string, batch int, d time.Duration, now time.Time) {
+// Add records that key, a served variant v, ran a model batch of n items that took d, ending at now: at the profiled
+// batch size it counts at (BatchOf).
+func (w *Window) Add(key string, v *pipeline.Variant, n int, d time.Duration, now time.Time) {
+	batch := BatchOf(v, n)
 	byBatch := w.lastByKey
 	if byBatch == nil || key != w.lastKey {
 		if byBatch = w.buckets[key]; byBatch == nil {
 			byBatch = map[int]*samples{}
 			w.buckets[key] = byBatch
 		}
+		w.variants[key] = v
 		w.lastKey, w.lastByKey = key, byBatch
 	}
 	s := byBatch[batch]
@@ -123,7 +131,8 @@ func (s *samples) drop(n int) {
 }
 
 // Summary is key's batches of the window as of now, per batch size in increasing order; nil when it ran none.
-// Samples beyond the window (and beyond the newest KeepNewest) are dropped.
+// Samples beyond the window are dropped, but for the newest KeepNewest of a batch size that is not current
+// (AppendSummary).
 func (w *Window) Summary(key string, now time.Time) []wire.BatchLatency {
 	if len(w.buckets[key]) == 0 {
 		return nil
@@ -132,14 +141,30 @@ func (w *Window) Summary(key string, now time.Time) []wire.BatchLatency {
 }
 
 // AppendSummary appends key's summary (Summary) to dst: the simulator's workers summarise into one buffer.
+//
+// A batch size with MinBatches batches within the window (current) reports only those: the variant runs at it now.
+// Then every other batch size, whose figure may be older, is reported at least as slow as the profile scaled by the
+// nearest current one (the larger on a tie). Otherwise the batch size a plan budgets at, which the shorter queues of
+// a slowdown no longer fill (admission control bounds them), kept its figure from before the slowdown while the
+// workers ran smaller batches twice as slow, and the planner planned with it: the simulator's frontends refused
+// requests for 35 s, against 12 s (docs/admission.md). Only slower: a variant that got faster still looks slow at a
+// batch size no longer run, as one no longer run at all does.
 func (w *Window) AppendSummary(dst []wire.BatchLatency, key string, now time.Time) []wire.BatchLatency {
 	byBatch := w.buckets[key]
 	cut := now.Add(-WindowSpan).UnixNano()
+	current := false
+	for _, s := range byBatch {
+		current = current || s.since(cut) >= MinBatches
+	}
 	out := slices.Grow(dst, len(byBatch))
 	first := len(out)
 	for b, s := range byBatch {
+		keep := KeepNewest
+		if current && s.since(cut) >= MinBatches {
+			keep = 0
+		}
 		old := 0
-		for old < len(s.at)-KeepNewest && s.at[old] < cut {
+		for old < len(s.at)-keep && s.at[old] < cut {
 			old++
 		}
 		if old > 0 {
@@ -150,7 +175,48 @@ func (w *Window) AppendSummary(dst []wire.BatchLatency, key string, now time.Tim
 			P95Ms: Quantile(s.sorted, 0.95)})
 	}
 	slices.SortFunc(out[first:], func(a, b wire.BatchLatency) int { return a.Batch - b.Batch })
+	if current {
+		raiseOlder(out[first:], byBatch, w.variants[key], cut)
+	}
 	return out
+}
+
+// raiseOlder raises the figures of sum's batch sizes that are not current (fewer than MinBatches batches since cut)
+// to at least v's profile scaled as the nearest current one: the p50 by its p50's scale, the p95 by its p95's.
+func raiseOlder(sum []wire.BatchLatency, byBatch map[int]*samples, v *pipeline.Variant, cut int64) {
+	if v == nil {
+		return
+	}
+	isCurrent := func(i int) bool { return byBatch[sum[i].Batch].since(cut) >= MinBatches }
+	for i := range sum {
+		if isCurrent(i) {
+			continue
+		}
+		j := -1
+		for d := 1; j < 0 && (i+d < len(sum) || i-d >= 0); d++ {
+			if i+d < len(sum) && isCurrent(i+d) {
+				j = i + d
+			} else if i-d >= 0 && isCurrent(i-d) {
+				j = i - d
+			}
+		}
+		p, ok1 := v.Point(sum[i].Batch)
+		q, ok2 := v.Point(sum[j].Batch)
+		if !ok1 || !ok2 || q.P50Ms <= 0 {
+			continue
+		}
+		sum[i].P50Ms = max(sum[i].P50Ms, p.P50Ms*sum[j].P50Ms/q.P50Ms)
+		if p.P95Ms > 0 && q.P95Ms > 0 {
+			sum[i].P95Ms = max(sum[i].P95Ms, p.P95Ms*sum[j].P95Ms/q.P95Ms)
+		}
+		sum[i].P95Ms = max(sum[i].P95Ms, sum[i].P50Ms)
+	}
+}
+
+// since is how many of s's batches ended at cut or later.
+func (s *samples) since(cut int64) int {
+	i, _ := slices.BinarySearch(s.at, cut)
+	return len(s.at) - i
 }
 
 // Quantile is the nearest-rank q-quantile of sorted (ascending, not empty): with 20 batches or more, the 95th

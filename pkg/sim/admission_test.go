@@ -62,12 +62,10 @@ func TestAdmissionAtServedLoads(t *testing.T) {
 }
 
 // TestAdmissionAtASlowedServer: every worker twice as slow from 30 s on (TestSlowdownAdapts), from 60 s on, seeds
-// 1-3. The refusal target of TestAdmissionAtServedLoads is not met here (seed 1: 7.1% refused, 0.14% of the
-// admitted violated, none without admission control): with the pipeline's queues bounded, the planner, on the same
-// demand estimates and epochs, grows the plan more slowly (8 to 18 servers by 64 s, against by 43 s without), and
-// the tuner lends nothing, so the congestion lasts past 60 s (docs/admission.md). What is bounded here is that
-// much, against a change that makes it worse: under 5% refused and under 1 point of violations added, over the
-// seeds.
+// 1-3: the target of TestAdmissionAtServedLoads. The congestion of the slowdown refuses requests until the planner
+// has re-planned on what the workers measure; it learns that from the batch sizes they still run once the bound has
+// shortened their queues (pkg/latency's Window reports the others at least as slow), so the plan grows nearly as
+// fast as without admission control, and the refusals end within seconds of the slowdown (docs/admission.md).
 func TestAdmissionAtASlowedServer(t *testing.T) {
 	slow, err := ParseSlowdowns("2@30s")
 	if err != nil {
@@ -82,8 +80,8 @@ func TestAdmissionAtASlowedServer(t *testing.T) {
 		refused += r / 3
 		added += (on.acceptedViolationRatio() - off.violationRatio()) / 3
 	}
-	if refused >= 0.05 || added >= 0.01 {
-		t.Errorf("seeds 1-3: %.2f%% refused (want under 5%%), %+.2f points of violations (want under 1)",
+	if refused >= 0.005 || added >= 0.002 {
+		t.Errorf("seeds 1-3: %.2f%% refused (want under 0.5%%), %+.2f points of violations (want under 0.2)",
 			100*refused, 100*added)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/sleipnir-serving/sleipnir/pkg/latency"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
@@ -50,7 +49,7 @@ func (w *Worker) measure(s *serving, n int, began, end time.Time) {
 	key := s.served
 	w.obsMu.Lock()
 	defer w.obsMu.Unlock()
-	w.latency.Add(key, latency.BatchOf(s.variant, n), end.Sub(began), end)
+	w.latency.Add(key, s.variant, n, end.Sub(began), end)
 }
 
 // Observations returns a copy of the worker's cumulative measurements, with the batch latencies of the recent
