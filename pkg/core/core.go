@@ -93,9 +93,13 @@ type Pipeline struct {
 	// scale is the budget scale of scaleOf, the plan its tuner last looked at (plans are replaced, not changed)
 	scale   float64
 	scaleOf *plan.Plan
-	// looked are the key strings of the variants its tuner looks at ("task/variant", "pipeline:task/variant"):
-	// built once, not at every look (they were a fifth of the objects the simulator allocated)
-	looked map[wire.VariantKey][2]string
+	byClass map[string]int // scaleOf's servers per class (plan.ServersByClass), read, never written
+	// variants is the buffer of its tuner's input (tuner.ObserveScaled), reused look after look: the tuner keeps
+	// none of it
+	variants []tuner.Variant
+	// keys are the key strings of scaleOf's variants, in its order, as its tuner looks at them: built once a
+	// plan, not at every look (they were a fifth of the objects the simulator allocated)
+	keys []lookKeys
 }
 
 // New makes the core of specs, each planned by its system (the same index). Each pipeline starts with Begin.

@@ -4,7 +4,6 @@ package core
 
 import (
 	"cmp"
-	"maps"
 	"math"
 	"slices"
 	"time"
@@ -39,8 +38,8 @@ func (c *Cluster) Look(now time.Time, able plan.Cluster, queues map[string]map[s
 		if p.tuner == nil {
 			continue
 		}
-		lent := p.tuner.Look(now, c.tuneInput(p, able))
-		if maps.Equal(lent, p.lent) {
+		lent, changed := p.tuner.LookSince(now, c.tuneInput(p, able), p.lent)
+		if !changed {
 			continue
 		}
 		p.lent, out.Loans = lent, true
@@ -63,22 +62,31 @@ func (c *Cluster) TuneEvery() time.Duration { return c.cfg.Control.TuneEvery }
 func (c *Cluster) tuneInput(p *Pipeline, able plan.Cluster) tuner.Input {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	name, cur := p.Spec.Name, p.Current()
-	if p.scaleOf != cur {
-		p.scale, p.scaleOf = cur.BudgetScale(p.Spec), cur
-	}
-	return tuner.ObserveScaled(p.Spec, cur, p.scale, func(k wire.VariantKey) float64 {
-		keys, ok := p.looked[k]
-		if !ok {
-			if p.looked == nil {
-				p.looked = map[wire.VariantKey][2]string{}
-			}
-			keys = [2]string{k.String(), k.In(name).String()}
-			p.looked[k] = keys
-		}
-		return p.queues[keys[0]] * c.messages.Of(keys[1])
-	}, c.usable(p, able), p.demand.Estimate(), c.cfg.Control.RouteUtilization)
+	cur := p.Current()
+	p.know(cur)
+	in := tuner.ObserveInto(p.variants, func(i int) string { return p.keys[i].variant }, p.Spec, cur, p.scale,
+		func(i int) float64 { return p.queues[p.keys[i].variant] * c.messages.Of(p.keys[i].served) },
+		c.usable(p, able), p.demand.Estimate(), c.cfg.Control.RouteUtilization)
+	p.variants = in.Variants
+	return in
 }
+
+// know works out what the looks read of plan cur, p's plan in force, once per plan: its budget scale and its
+// servers per class.
+func (p *Pipeline) know(cur *plan.Plan) {
+	if p.scaleOf != cur {
+		p.scale, p.byClass, p.scaleOf = cur.BudgetScale(p.Spec), cur.ServersByClass(), cur
+		p.keys = p.keys[:0]
+		for _, vp := range cur.Variants {
+			k := wire.VariantKey{Task: vp.Task, Variant: vp.Variant}
+			p.keys = append(p.keys, lookKeys{variant: k.String(), served: k.In(p.Spec.Name).String()})
+		}
+	}
+}
+
+// lookKeys are a hosted variant's keys as a look reads them: "task/variant" (the queues') and
+// "pipeline:task/variant" (the message sizes').
+type lookKeys struct{ variant, served string }
 
 // usable are the workers p's tuner sees, per class: those its plan hosts replicas on, and the ones it may lend,
 // those no pipeline's plan hosts a replica on and no other pipeline's tuner has lent. Pipelines look in priority
@@ -86,7 +94,8 @@ func (c *Cluster) tuneInput(p *Pipeline, able plan.Cluster) tuner.Input {
 func (c *Cluster) usable(p *Pipeline, able plan.Cluster) plan.Cluster {
 	free := able.Counts()
 	for _, q := range c.pipes {
-		for class, n := range q.Current().ServersByClass() {
+		q.know(q.Current())
+		for class, n := range q.byClass {
 			free[class] -= n
 		}
 		if q != p {
@@ -96,7 +105,7 @@ func (c *Cluster) usable(p *Pipeline, able plan.Cluster) plan.Cluster {
 		}
 	}
 	out := make(plan.Cluster, 0, len(able))
-	own := p.Current().ServersByClass()
+	own := p.byClass // known: p is one of c.pipes
 	for _, sc := range able {
 		sc.Servers = own[sc.Name] + max(free[sc.Name], 0)
 		out = append(out, sc)

@@ -49,12 +49,38 @@ func ParsePolicy(s string) (Policy, error) {
 	return "", fmt.Errorf("deadline policy %q: want none, last-task, per-task, reroute or degrade", s)
 }
 
-// Expired reports whether an item whose request is due at deadline can no longer be served at now.
-func Expired(now, deadline time.Time) bool { return !now.Before(deadline) }
+// Expired reports whether an item with left to its request's deadline can no longer be served: due now is too late.
+func Expired(left time.Duration) bool { return left <= 0 }
+
+// rule is a policy as the decisions branch on it (a string compared per item was a tenth of them in the simulator).
+type rule uint8
+
+const (
+	ruleNone rule = iota
+	ruleLastTask
+	rulePerTask
+	ruleReroute // reroute and degrade, which decides as reroute does
+	ruleOther   // a policy no decision knows: keeps everything but expired items
+)
+
+func ruleOf(p Policy) rule {
+	switch p {
+	case None:
+		return ruleNone
+	case LastTask:
+		return ruleLastTask
+	case PerTask:
+		return rulePerTask
+	case Reroute, Degrade:
+		return ruleReroute
+	}
+	return ruleOther
+}
 
 // Queued is where an item stands when a worker takes it from its variant's queue.
 type Queued struct {
-	Now, Deadline time.Time
+	// Left is the time left to its request's deadline.
+	Left time.Duration
 	// LastTask says the item is at a leaf task.
 	LastTask bool
 	// Expected is the task's profiled processing time (its budget); Allowance the time the task is allotted
@@ -83,27 +109,27 @@ type Queued struct {
 //     queue grow until items ran this task only to be dropped after it for want of a backup.
 //   - degrade decides as reroute does; the caller answers an item dropped for no-time-for-last or
 //     no-faster-variant with the result it already has, when it has one (Answers).
-func BeforeExecute(p Policy, q Queued) string {
-	left := q.Deadline.Sub(q.Now)
-	over := q.Waited + q.Expected - q.Allowance
+func BeforeExecute(p Policy, q Queued) string { return beforeExecute(ruleOf(p), &q) }
+
+func beforeExecute(r rule, q *Queued) string {
 	switch {
-	case p == None:
+	case r == ruleNone:
 		return ""
-	case Expired(q.Now, q.Deadline):
+	case Expired(q.Left):
 		return wire.DropDeadline
-	case p == LastTask:
-		if q.LastTask && left < q.Expected {
+	case r == ruleLastTask:
+		if q.LastTask && q.Left < q.Expected {
 			return wire.DropLastTask
 		}
-	case p == PerTask:
-		if over > 0 {
+	case r == rulePerTask:
+		if q.Waited+q.Expected-q.Allowance > 0 {
 			return wire.DropBudget
 		}
-	case p == Reroute || p == Degrade:
+	case r == ruleReroute:
 		switch {
-		case q.LastTask && left < q.Expected+q.LeastRest:
+		case q.LastTask && q.Left < q.Expected+q.LeastRest:
 			return wire.DropLastTask
-		case !q.LastTask && left < q.Expected+q.LeastRest:
+		case !q.LastTask && q.Left < q.Expected+q.LeastRest:
 			return wire.DropNoFaster
 		}
 	}
@@ -143,7 +169,7 @@ type Progress struct {
 }
 
 // allotted is the time a sub-request sent to child variant o is allotted from now to its reply.
-func (pr Progress) allotted(o Option) time.Duration {
+func (pr *Progress) allotted(o *Option) time.Duration {
 	return time.Duration(float64(o.Latency)*max(pr.Scale, 1)) + pr.Rest
 }
 
@@ -158,22 +184,27 @@ func (pr Progress) allotted(o Option) time.Duration {
 // the SLO: an item that overran this task's share but has time for the chosen variant below still makes its
 // deadline, and dropping it (as per-task does) loses it for nothing.
 func AfterTask(p Policy, pr Progress, chosen Option, backups []Option, u float64) Decision {
+	return afterTask(ruleOf(p), &pr, &chosen, backups, u)
+}
+
+func afterTask(r rule, pr *Progress, chosen *Option, backups []Option, u float64) Decision {
 	switch {
-	case p == PerTask && pr.AtTask > pr.Allowance:
+	case r == rulePerTask && pr.AtTask > pr.Allowance:
 		return Decision{Reason: wire.DropBudget}
-	case (p != Reroute && p != Degrade) || pr.allotted(chosen) <= pr.Left:
+	case r != ruleReroute || pr.allotted(chosen) <= pr.Left:
 		return Decision{Variant: chosen.Variant}
 	}
 	var best []Option
-	for _, b := range backups {
+	for i := range backups {
+		b := &backups[i]
 		if pr.allotted(b) > pr.Left {
 			continue
 		}
 		switch {
 		case len(best) == 0 || b.Accuracy > best[0].Accuracy:
-			best = append(best[:0], b)
+			best = append(best[:0], *b)
 		case b.Accuracy == best[0].Accuracy:
-			best = append(best, b)
+			best = append(best, *b)
 		}
 	}
 	if len(best) == 0 {

@@ -10,23 +10,21 @@ import (
 const ms = time.Millisecond
 
 func TestExpired(t *testing.T) {
-	now := time.Unix(100, 0)
 	for _, tc := range []struct {
-		deadline time.Time
-		want     bool
+		left time.Duration
+		want bool
 	}{
-		{now.Add(-time.Nanosecond), true},
-		{now, true}, // due now: too late to execute
-		{now.Add(time.Nanosecond), false},
+		{-time.Nanosecond, true},
+		{0, true}, // due now: too late to execute
+		{time.Nanosecond, false},
 	} {
-		if got := Expired(now, tc.deadline); got != tc.want {
-			t.Errorf("Expired(now, now%+v) = %v", tc.deadline.Sub(now), got)
+		if got := Expired(tc.left); got != tc.want {
+			t.Errorf("Expired(%v) = %v", tc.left, got)
 		}
 	}
 }
 
 func TestBeforeExecute(t *testing.T) {
-	now := time.Unix(100, 0)
 	// The task takes 20 ms and is allotted 40; the least rest the item is sure to get below is allotted 30 ms (at
 	// the last task: the reply's hop, 1 ms).
 	q := func(left time.Duration, lastTask bool, waited time.Duration) Queued {
@@ -34,7 +32,7 @@ func TestBeforeExecute(t *testing.T) {
 		if lastTask {
 			rest = ms
 		}
-		return Queued{Now: now, Deadline: now.Add(left), LastTask: lastTask, Expected: 20 * ms,
+		return Queued{Left: left, LastTask: lastTask, Expected: 20 * ms,
 			Allowance: 40 * ms, Waited: waited, LeastRest: rest}
 	}
 	tests := []struct {

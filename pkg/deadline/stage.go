@@ -11,9 +11,11 @@ import (
 // Stage is what the deadline policy knows of one hosted variant under one plan: the time an item may spend at the
 // variant's task, how much time the tasks below need, and, per child task, the hosted variants and the backups a
 // late item may be rerouted to. The live workers and the simulator build one per variant and plan, and decide
-// with its methods. A stage is not safe for concurrent use: it counts the reroutes it sends to each backup.
+// with its methods. A stage is not safe for concurrent use: it counts the reroutes it sends to each backup. Its
+// times are Unix nanoseconds: the simulator's clock is one, and a time.Time per item was a tenth of its decisions.
 type Stage struct {
 	Policy   Policy
+	rule     rule // Policy's
 	Task     string
 	LastTask bool
 	// Budget is the variant's profiled time at its max batch; Allowance the time an item may spend at the task
@@ -56,7 +58,8 @@ const backupBurst = 1.0
 // capacity those replicas have. A variant the plan does not host has no share: its late items are dropped.
 func NewStage(spec *pipeline.Spec, p *plan.Plan, policy Policy, task, variant string, budget time.Duration,
 	replicas int) *Stage {
-	s := &Stage{Policy: policy, Task: task, LastTask: spec.IsLeaf(task), Budget: budget, Allowance: budget, Scale: 1}
+	s := &Stage{Policy: policy, rule: ruleOf(policy), Task: task, LastTask: spec.IsLeaf(task), Budget: budget,
+		Allowance: budget, Scale: 1}
 	if p == nil {
 		return s
 	}
@@ -171,21 +174,22 @@ func allottedBelow(spec *pipeline.Spec, p *plan.Plan, task string, scale float64
 }
 
 // BeforeExecute decides whether to drop an item taken from the variant's queue at now, due at due, that reached the
-// queue at enqueued: "" keeps it, otherwise the drop reason (see the package function BeforeExecute).
-func (s *Stage) BeforeExecute(now, due, enqueued time.Time) string {
-	q := Queued{Now: now, Deadline: due, LastTask: s.LastTask, Expected: s.Budget, Allowance: s.Allowance,
-		Waited: now.Sub(enqueued)}
-	if s.Policy == Reroute || s.Policy == Degrade { // the only policies that look below the task
+// queue at enqueued (Unix nanoseconds): "" keeps it, otherwise the drop reason (see the package function
+// BeforeExecute).
+func (s *Stage) BeforeExecute(now, due, enqueued int64) string {
+	q := Queued{Left: time.Duration(due - now), LastTask: s.LastTask, Expected: s.Budget, Allowance: s.Allowance,
+		Waited: time.Duration(now - enqueued)}
+	if s.rule == ruleReroute { // the only policies that look below the task
 		q.LeastRest = s.LeastRest(now)
 	}
-	return BeforeExecute(s.Policy, q)
+	return beforeExecute(s.rule, &q)
 }
 
 // LeastRest is the least time allotted, at now, from the end of the task to the reply on a route an item is sure
 // to get (Queued.LeastRest): each child task at the allotment of its slowest hosted variant, or of a faster backup
 // while this stage's share of the backup's spare capacity is not used up; the tasks below the children at their
 // slowest hosted variants (their backups are other stages' to share); the hops.
-func (s *Stage) LeastRest(now time.Time) time.Duration {
+func (s *Stage) LeastRest(now int64) time.Duration {
 	rest := s.reply
 	for _, co := range s.children {
 		if len(co.hosted) == 0 {
@@ -203,9 +207,10 @@ func (s *Stage) LeastRest(now time.Time) time.Duration {
 }
 
 // Route decides where one sub-request for child goes after an item spent atTask at this task, with left to its
-// deadline at now: the routing table routes picks a variant with u1, and the deadline policy keeps it, reroutes it
-// to a backup with rate to spare (u2 breaks ties) or drops it. An item with no route is dropped as unrouted.
-func (s *Stage) Route(child string, routes []plan.Route, now time.Time, atTask, left time.Duration,
+// deadline at now (Unix nanoseconds): the routing table routes picks a variant with u1, and the deadline policy keeps
+// it, reroutes it to a backup with rate to spare (u2 breaks ties) or drops it. An item with no route is dropped as
+// unrouted.
+func (s *Stage) Route(child string, routes []plan.Route, now int64, atTask, left time.Duration,
 	u1, u2 float64) Decision {
 	v := plan.Pick(routes, u1)
 	if v == "" {
@@ -220,15 +225,15 @@ func (s *Stage) Route(child string, routes []plan.Route, now time.Time, atTask, 
 		chosen = Option{Variant: v}
 	}
 	co.open = co.open[:0]
-	if s.Policy == Reroute || s.Policy == Degrade {
+	if s.rule == ruleReroute {
 		for i := range co.backups {
 			if co.backups[i].bucket.available(now) {
 				co.open = append(co.open, co.backups[i].Option)
 			}
 		}
 	}
-	d := AfterTask(s.Policy, Progress{AtTask: atTask, Allowance: s.Allowance, Left: left, Scale: s.Scale,
-		Rest: co.rest}, chosen, co.open, u2)
+	pr := Progress{AtTask: atTask, Allowance: s.Allowance, Left: left, Scale: s.Scale, Rest: co.rest}
+	d := afterTask(s.rule, &pr, &chosen, co.open, u2)
 	if d.Rerouted {
 		for i := range co.backups {
 			if co.backups[i].Variant == d.Variant {
@@ -251,23 +256,24 @@ func option(spec *pipeline.Spec, task, variant string, latencyMs float64) Option
 // tokenBucket admits events at rate per second on average, burst at once.
 type tokenBucket struct {
 	rate, burst, tokens float64
-	last                time.Time
+	last                int64 // Unix ns of the last refill; started says there was one
+	started             bool
 }
 
 func newTokenBucket(rate, burst float64) tokenBucket {
 	return tokenBucket{rate: rate, burst: burst, tokens: burst}
 }
 
-// available refills the bucket up to now and reports whether it holds a whole token.
-func (b *tokenBucket) available(now time.Time) bool {
+// available refills the bucket up to now (Unix ns) and reports whether it holds a whole token.
+func (b *tokenBucket) available(now int64) bool {
 	if b.rate <= 0 {
 		return false
 	}
-	if !b.last.IsZero() && now.After(b.last) {
-		b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
+	if b.started && now > b.last {
+		b.tokens = min(b.burst, b.tokens+time.Duration(now-b.last).Seconds()*b.rate)
 	}
-	if b.last.IsZero() || now.After(b.last) {
-		b.last = now
+	if !b.started || now > b.last {
+		b.last, b.started = now, true
 	}
 	return b.tokens >= 1
 }

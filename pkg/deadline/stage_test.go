@@ -9,7 +9,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
-var t0 = time.Unix(1000, 0)
+var t0 = time.Unix(1000, 0).UnixNano()
 
 // TestStageRerouteAllotsTheRestOfThePath: after task a of the chain a -> b -> c, an item is in time for b's chosen
 // variant when its time left covers that variant's allotment, the hop to b, c's allotment at its slowest hosted
@@ -74,7 +74,7 @@ func TestStageLeastRest(t *testing.T) {
 			t.Errorf("%s: %d reroutes dropped, want %d", tc.name, drops, tc.wantDrops)
 		}
 		want := 3*ms + time.Duration((tc.bMs+50)*s.Scale*float64(ms))
-		if got := s.LeastRest(t0.Add(tc.at)); got != want {
+		if got := s.LeastRest(t0 + int64(tc.at)); got != want {
 			t.Errorf("%s: least rest %v, want %v", tc.name, got, want)
 		}
 	}

@@ -88,10 +88,10 @@ type Item struct {
 	Children []int
 }
 
-// When is the time an item's routing is decided at: now, the time the item spent at the task, and the time left
-// to its deadline.
+// When is the time an item's routing is decided at: now (Unix nanoseconds, as deadline.Stage takes it), the time
+// the item spent at the task, and the time left to its deadline.
 type When struct {
-	Now          time.Time
+	Now          int64
 	AtTask, Left time.Duration
 }
 

@@ -106,7 +106,7 @@ func children(cars, faces int) []int {
 	return c
 }
 
-var when = When{Now: time.Unix(100, 0), AtTask: 5 * time.Millisecond, Left: time.Second}
+var when = When{Now: time.Unix(100, 0).UnixNano(), AtTask: 5 * time.Millisecond, Left: time.Second}
 
 func TestSplit(t *testing.T) {
 	spec, err := pipeline.Parse([]byte(specYAML))

@@ -43,7 +43,7 @@ func queueTable(t *testing.T, q routing.Queues) *Table {
 // carsTo steps an item of cars cars with 30 ms left and counts where they went.
 func carsTo(t *testing.T, st *Stepper, tab *Table, cars int) map[string]int {
 	t.Helper()
-	w := When{Now: time.Unix(100, 0), AtTask: 5 * time.Millisecond, Left: 30 * time.Millisecond}
+	w := When{Now: time.Unix(100, 0).UnixNano(), AtTask: 5 * time.Millisecond, Left: 30 * time.Millisecond}
 	out, err := st.Step(tab, Item{Den: 1, Children: children(cars, 0)}, w, rand.New(rand.NewPCG(1, 2)))
 	if err != nil {
 		t.Fatal(err)

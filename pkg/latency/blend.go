@@ -29,7 +29,30 @@ const (
 // for concurrent use.
 type Board struct {
 	reports map[string]report // by worker id
+	// What Measured works out once, not per pipeline per tick: the workers in order (nil: to sort again), each key
+	// parsed (a few thousand at most: forgotten beyond), and its sums' scratch.
+	workers []string
+	parsed  map[string]parsedKey
+	sums    map[string][]batchSums
+	order   []string // sums' keys in the order first summed
 }
+
+// parsedKey is a "pipeline:task/variant" key as Measured reads it: its pipeline, its task and variant, and its
+// "task/variant"; ok false when it does not parse.
+type parsedKey struct {
+	served  wire.ServedKey
+	variant string
+	ok      bool
+}
+
+// batchSums are one variant's batches of one size as Measured adds them up: counts, and quantiles times counts.
+type batchSums struct {
+	batch       int
+	n, p50, p95 float64
+}
+
+// maxParsed bounds Board.parsed: workers report their variants' keys, a few per pipeline.
+const maxParsed = 4096
 
 type report struct {
 	at      time.Time
@@ -41,7 +64,10 @@ func NewBoard() *Board { return &Board{reports: map[string]report{}} }
 
 // Set keeps the latency summaries of a worker's heartbeat received at, in place of its previous ones.
 func (b *Board) Set(worker string, at time.Time, observed map[string]wire.Observed) {
-	r := b.reports[worker] // its map and slices are reused: a worker reports every few seconds, for good
+	r, known := b.reports[worker] // its map and slices are reused: a worker reports every few seconds, for good
+	if !known {
+		b.workers = nil
+	}
 	r.at = at
 	if r.latency == nil {
 		r.latency = map[string][]wire.BatchLatency{}
@@ -60,7 +86,12 @@ func (b *Board) Set(worker string, at time.Time, observed map[string]wire.Observ
 }
 
 // Forget drops a worker that left: its measurements no longer count.
-func (b *Board) Forget(worker string) { delete(b.reports, worker) }
+func (b *Board) Forget(worker string) {
+	if _, ok := b.reports[worker]; ok {
+		delete(b.reports, worker)
+		b.workers = nil
+	}
+}
 
 // Workers is how many workers' reports the board keeps.
 func (b *Board) Workers() int { return len(b.reports) }
@@ -69,56 +100,81 @@ func (b *Board) Workers() int { return len(b.reports) }
 // of now, per batch size: counts add up, quantiles are averaged weighted by count. Summaries of unknown variants or
 // batch sizes, of fewer than MinBatches batches, or with figures that are not positive and finite are left out.
 func (b *Board) Measured(spec *pipeline.Spec, now time.Time, maxAge time.Duration) map[string][]wire.BatchLatency {
-	type sums struct{ n, p50, p95 float64 }
-	acc := map[string]map[int]*sums{}
-	workers := make([]string, 0, len(b.reports))
-	for id := range b.reports {
-		workers = append(workers, id)
+	if b.workers == nil {
+		b.workers = make([]string, 0, len(b.reports))
+		for id := range b.reports {
+			b.workers = append(b.workers, id)
+		}
+		slices.Sort(b.workers) // a fixed order of additions: the simulator's runs must not depend on map order
 	}
-	slices.Sort(workers) // a fixed order of additions: the simulator's runs must not depend on map order
-	for _, id := range workers {
+	if b.sums == nil {
+		b.sums = map[string][]batchSums{}
+	}
+	clear(b.sums)
+	b.order = b.order[:0]
+	for _, id := range b.workers {
 		r := b.reports[id]
 		if now.Sub(r.at) > maxAge {
 			continue
 		}
 		for key, entries := range r.latency {
-			served, err := wire.ParseServedKey(key)
-			if err != nil || served.Pipeline != spec.Name {
+			pk := b.parse(key)
+			if !pk.ok || pk.served.Pipeline != spec.Name {
 				continue
 			}
-			v := spec.Variant(served.Task, served.Variant)
+			v := spec.Variant(pk.served.Task, pk.served.Variant)
 			if v == nil {
 				continue
 			}
-			variant := served.Key().String()
 			for _, e := range entries {
 				if _, ok := v.Point(e.Batch); !ok || !usable(e) {
 					continue
 				}
-				if acc[variant] == nil {
-					acc[variant] = map[int]*sums{}
+				sums, seen := b.sums[pk.variant]
+				if !seen {
+					b.order = append(b.order, pk.variant)
 				}
-				s := acc[variant][e.Batch]
-				if s == nil {
-					s = &sums{}
-					acc[variant][e.Batch] = s
+				i := slices.IndexFunc(sums, func(s batchSums) bool { return s.batch == e.Batch })
+				if i < 0 {
+					i = len(sums)
+					sums = append(sums, batchSums{batch: e.Batch})
 				}
 				n := float64(e.Count)
-				s.n += n
-				s.p50 += n * e.P50Ms
-				s.p95 += n * e.P95Ms
+				sums[i].n += n
+				sums[i].p50 += n * e.P50Ms
+				sums[i].p95 += n * e.P95Ms
+				b.sums[pk.variant] = sums
 			}
 		}
 	}
-	out := make(map[string][]wire.BatchLatency, len(acc))
-	for key, byBatch := range acc {
-		for batch, s := range byBatch {
-			out[key] = append(out[key], wire.BatchLatency{Batch: batch, Count: int(s.n), P50Ms: s.p50 / s.n,
-				P95Ms: s.p95 / s.n})
+	out := make(map[string][]wire.BatchLatency, len(b.order))
+	for _, key := range b.order {
+		sums := b.sums[key]
+		lat := make([]wire.BatchLatency, len(sums))
+		for i, s := range sums {
+			lat[i] = wire.BatchLatency{Batch: s.batch, Count: int(s.n), P50Ms: s.p50 / s.n, P95Ms: s.p95 / s.n}
 		}
-		slices.SortFunc(out[key], func(a, b wire.BatchLatency) int { return a.Batch - b.Batch })
+		slices.SortFunc(lat, func(a, b wire.BatchLatency) int { return a.Batch - b.Batch })
+		out[key] = lat
 	}
 	return out
+}
+
+// parse is key parsed, from the board's cache.
+func (b *Board) parse(key string) parsedKey {
+	if pk, ok := b.parsed[key]; ok {
+		return pk
+	}
+	if b.parsed == nil || len(b.parsed) >= maxParsed {
+		b.parsed = map[string]parsedKey{}
+	}
+	served, err := wire.ParseServedKey(key)
+	pk := parsedKey{served: served, ok: err == nil}
+	if pk.ok {
+		pk.variant = served.Key().String()
+	}
+	b.parsed[key] = pk
+	return pk
 }
 
 func usable(e wire.BatchLatency) bool {

@@ -192,13 +192,16 @@ func (v *Variant) Point(batch int) (ProfilePoint, bool) {
 
 // LatencyFor is the profile point a batch of n items runs at: the smallest profiled batch of at least n, or the
 // largest one when n exceeds them all.
-func (v *Variant) LatencyFor(n int) ProfilePoint {
-	for _, p := range v.Profile {
+func (v *Variant) LatencyFor(n int) ProfilePoint { return v.Profile[v.PointFor(n)] }
+
+// PointFor is the index in v.Profile of LatencyFor's point for n items.
+func (v *Variant) PointFor(n int) int {
+	for i, p := range v.Profile {
 		if p.Batch >= n {
-			return p
+			return i
 		}
 	}
-	return v.Profile[len(v.Profile)-1]
+	return len(v.Profile) - 1
 }
 
 // Throughput is the items per second one replica serves with full batches of the given size, from the p50 latency.

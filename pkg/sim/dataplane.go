@@ -93,6 +93,22 @@ func (s *sim) takeAll(ms []*message, take func(*message) bool) []*message {
 
 func (h *variantQueue) pending() int { return len(h.queue) - h.head }
 
+// namedQueue is a variant's queue, by the variant's name.
+type namedQueue struct {
+	variant string
+	queue   int32
+}
+
+// childQueue is the queue of variant of the c-th child task.
+func (h *variantQueue) childQueue(c int, variant string) int32 {
+	for _, q := range h.childQueues[c] {
+		if q.variant == variant {
+			return q.queue
+		}
+	}
+	panic("sim: no queue for variant " + variant + " of " + h.children[c]) // the plan names the spec's variants
+}
+
 // deliver is the queue's first message delivered to a replica.
 func (h *variantQueue) deliver() *message {
 	h.inService++
@@ -151,10 +167,9 @@ func (s *sim) idle(srv int) {
 func (s *sim) startBatch(srv int) {
 	sv := &s.servers[srv]
 	h := s.queues[sv.queue]
-	now := s.time()
 	taken := 0
 	take := func(m *message) bool {
-		if reason := sv.table.Stage.BeforeExecute(now, time.Unix(0, m.req.due), time.Unix(0, m.enqueued)); reason != "" {
+		if reason := sv.table.Stage.BeforeExecute(s.now, m.req.due, m.enqueued); reason != "" {
 			m.dropped = reason
 		} else if batching.Fits(sv.maxBatch, taken, m.items) {
 			taken += m.items
@@ -233,7 +248,7 @@ func (s *sim) batchDone(srv int) {
 		h.items += uint64(m.items)
 		h.messages++
 		node := p.trie.child(m.node, sv.queue)
-		when := hop.When{Now: s.time(), AtTask: time.Duration(s.now - m.enqueued),
+		when := hop.When{Now: s.now, AtTask: time.Duration(s.now - m.enqueued),
 			Left: time.Duration(r.due - s.now)}
 		for range m.items {
 			k := s.emit(h)
@@ -270,12 +285,14 @@ func (s *sim) batchDone(srv int) {
 				s.leaves(r, 1)
 			}
 			for _, msg := range out.Messages {
-				s.send(p, p.queueIdx[h.children[msg.Child]][msg.Variant], r, len(msg.Subs), out.Den, node)
+				s.send(p, h.childQueue(msg.Child, msg.Variant), r, len(msg.Subs), out.Den, node)
 			}
 		}
 	}
-	s.freeMsgs = append(s.freeMsgs, sv.batch...) // done with: their items went on or were answered
-	sv.batch = sv.batch[:0]                      // not cleared: every message stays referenced by s.msgs
+	for _, m := range sv.batch { // done with: their items went on or were answered
+		s.freeMsgs = append(s.freeMsgs, m.id)
+	}
+	sv.batch = sv.batch[:0] // not cleared: every message stays referenced by s.msgs
 	sv.busy = false
 	if sv.next != nil {
 		a := *sv.next
@@ -397,8 +414,8 @@ func (s *sim) newMessage() *message {
 	if n == 0 {
 		return new(message)
 	}
-	m := s.freeMsgs[n-1]
-	s.freeMsgs = s.freeMsgs[:n-1] // not cleared: every message stays referenced by s.msgs anyway
+	m := s.msgs[s.freeMsgs[n-1]]
+	s.freeMsgs = s.freeMsgs[:n-1]
 	return m
 }
 

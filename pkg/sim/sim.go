@@ -176,10 +176,13 @@ type variantQueue struct {
 	variant  *pipeline.Variant
 	exec     *emulated.Executor
 	children []string // the task's child tasks, in emulated.Executor's order
-	queue    []*message
-	head     int
-	free     []int32       // idle servers serving this variant
-	budget   time.Duration // under the current plan
+	// childQueues are, per child (children's order), the child's variant queues by variant name: a message's
+	// destination is found by a scan of a few, not two string-keyed maps
+	childQueues [][]namedQueue
+	queue       []*message
+	head        int
+	free        []int32       // idle servers serving this variant
+	budget      time.Duration // under the current plan
 	// What the variant's replicas executed, the messages those came in and the sub-requests they emitted per child
 	// task, cumulative as a worker's heartbeat reports them (wire.Observed); the core folds them.
 	items, messages uint64
@@ -290,7 +293,7 @@ type sim struct {
 	routeRand  *rand.Rand    // routeDraws, for the hop step
 	// freeMsgs and freeReqs are messages and requests done with, reused so that the per-item path allocates
 	// nothing (newMessage, newRequest).
-	freeMsgs []*message
+	freeMsgs []int32 // by id (sim.msgs): a slice of pointers copied per batch was a write barrier per message
 	freeReqs []*request
 	msgs     []*message // every message, by id (events name them by id); msgs[0] is none
 	// beat and looks are the counters' heartbeat and the tuner's view of the queues, reused (heartbeats, tuneLook)
@@ -429,6 +432,17 @@ func (s *sim) addPipe(sv Served, seed uint64) (*pipe, error) {
 		}
 	}
 	p.rootIdx = p.queueIdx[spec.Root().Name]
+	for _, h := range s.queues {
+		if h.pipe != p {
+			continue
+		}
+		h.childQueues = make([][]namedQueue, len(h.children))
+		for c, child := range h.children {
+			for _, v := range spec.Task(child).Variants {
+				h.childQueues[c] = append(h.childQueues[c], namedQueue{v.Name, p.queueIdx[child][v.Name]})
+			}
+		}
+	}
 	s.pipes = append(s.pipes, p)
 	s.named[spec.Name] = p
 	return p, nil

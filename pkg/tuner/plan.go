@@ -20,6 +20,18 @@ func Observe(spec *pipeline.Spec, p *plan.Plan, waiting func(wire.VariantKey) fl
 // times a second works it out once.
 func ObserveScaled(spec *pipeline.Spec, p *plan.Plan, scale float64, waiting func(wire.VariantKey) float64,
 	servers plan.Cluster, estimate, utilization float64) Input {
+	keys := func(i int) wire.VariantKey {
+		return wire.VariantKey{Task: p.Variants[i].Task, Variant: p.Variants[i].Variant}
+	}
+	return ObserveInto(nil, func(i int) string { return keys(i).String() }, spec, p, scale,
+		func(i int) float64 { return waiting(keys(i)) }, servers, estimate, utilization)
+}
+
+// ObserveInto is ObserveScaled with the input's variants appended to buf[:0], and each one's key ("task/variant")
+// and what waits at it given by the index of its VariantPlan in p.Variants: a caller that looks ten times a
+// second reuses one buffer and keeps the keys and its lookups per plan.
+func ObserveInto(buf []Variant, keyOf func(i int) string, spec *pipeline.Spec, p *plan.Plan, scale float64,
+	waiting func(i int) float64, servers plan.Cluster, estimate, utilization float64) Input {
 	in := Input{Epoch: p.Epoch, Idle: max(0, servers.Total()-p.Servers()), Covered: true, Utilization: utilization}
 	if !servers.Classless() { // a variant is lent only its own class's workers
 		used := p.ServersByClass()
@@ -31,15 +43,17 @@ func ObserveScaled(spec *pipeline.Spec, p *plan.Plan, scale float64, waiting fun
 	if a := p.Allocation; a != nil {
 		in.Covered = a.DemandQPS >= estimate
 	}
-	in.Variants = make([]Variant, 0, len(p.Variants)) // one allocation, not one per doubling: the tuner looks ten times a second
-	for _, vp := range p.Variants {
+	in.Variants = buf[:0]
+	if buf == nil {
+		in.Variants = make([]Variant, 0, len(p.Variants)) // one allocation, not one per doubling
+	}
+	for i, vp := range p.Variants {
 		if vp.Replicas <= 0 {
 			continue
 		}
-		key := wire.VariantKey{Task: vp.Task, Variant: vp.Variant}
-		v := Variant{Key: key.String(), Replicas: vp.Replicas, MaxBatch: vp.MaxBatch, Class: wire.ClassOf(vp.Variant),
+		v := Variant{Key: keyOf(i), Replicas: vp.Replicas, MaxBatch: vp.MaxBatch, Class: wire.ClassOf(vp.Variant),
 			ReplicaQPS: vp.CapacityQPS / float64(vp.Replicas),
-			Budget:     time.Duration(vp.BudgetMs * scale * float64(time.Millisecond)), Waiting: waiting(key)}
+			Budget:     time.Duration(vp.BudgetMs * scale * float64(time.Millisecond)), Waiting: waiting(i)}
 		if sv := spec.Variant(vp.Task, vp.Variant); sv != nil {
 			v.Accuracy = sv.Accuracy
 			v.Swap = time.Duration(sv.SwapMs * float64(time.Millisecond))

@@ -24,7 +24,9 @@
 package tuner
 
 import (
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"time"
 )
@@ -113,13 +115,32 @@ func (t *Tuner) Lent() map[string]int {
 // Look takes one look at the queues at now and returns the loans that should be in force: how many idle workers
 // each variant has on top of the plan's replicas.
 func (t *Tuner) Look(now time.Time, in Input) map[string]int {
+	t.look(now, in)
+	return t.Lent()
+}
+
+// LookSince is Look for a caller that holds the loans prev: it says whether they changed, and copies them only
+// then (the caller looks ten times a second, and the loans seldom change).
+func (t *Tuner) LookSince(now time.Time, in Input, prev map[string]int) (lent map[string]int, changed bool) {
+	t.look(now, in)
+	if maps.Equal(t.lent, prev) {
+		return prev, false
+	}
+	return t.Lent(), true
+}
+
+func (t *Tuner) look(now time.Time, in Input) {
 	for _, v := range in.Variants {
 		t.record(now, v)
 	}
 	t.followPlan(in)
 	wants := t.wants(now, in)
-	classOf := make(map[string]string, len(in.Variants)) // by key; "" for every variant without IdleByClass
+	if len(t.lent) == 0 && len(wants) == 0 {
+		return // nothing lent, nothing to lend
+	}
+	var classOf map[string]string // by key; "" for every variant without IdleByClass (nil then)
 	if in.IdleByClass != nil {
+		classOf = make(map[string]string, len(in.Variants))
 		for _, v := range in.Variants {
 			classOf[v.Key] = v.Class
 		}
@@ -145,7 +166,9 @@ func (t *Tuner) Look(now time.Time, in Input) map[string]int {
 		}
 		lentIn[class] = n
 	}
-	sort.SliceStable(wants, func(i, j int) bool { return wants[i].accuracy > wants[j].accuracy })
+	if len(wants) > 1 {
+		sort.SliceStable(wants, func(i, j int) bool { return wants[i].accuracy > wants[j].accuracy })
+	}
 	for _, w := range wants {
 		class := classOf[w.key]
 		n := min(w.more, idle(class)-lentIn[class])
@@ -156,17 +179,14 @@ func (t *Tuner) Look(now time.Time, in Input) map[string]int {
 		t.lentAt[w.key] = now
 		lentIn[class] += n
 	}
-	return t.Lent()
 }
 
 // followPlan takes in the plan in force: under a new plan, the workers lent stay where they are and the plan's new
 // replicas end loans; a variant the plan retired takes its lent workers back with its replicas.
 func (t *Tuner) followPlan(in Input) {
-	hosted := make(map[string]bool, len(in.Variants))
 	newPlan := in.Epoch != t.epoch
 	t.epoch = in.Epoch
 	for _, v := range in.Variants {
-		hosted[v.Key] = true
 		if newPlan && t.lent[v.Key] > 0 { // the workers stay where they are: the plan's new replicas end loans
 			if n := t.replicas[v.Key] + t.lent[v.Key] - v.Replicas; n > 0 {
 				t.lent[v.Key] = n
@@ -177,7 +197,8 @@ func (t *Tuner) followPlan(in Input) {
 		t.replicas[v.Key] = v.Replicas
 	}
 	for h := range t.history {
-		if !hosted[h] { // a new plan retired it: its lent workers go back with its replicas
+		if !slices.ContainsFunc(in.Variants, func(v Variant) bool { return v.Key == h }) {
+			// a new plan retired it: its lent workers go back with its replicas
 			delete(t.lent, h)
 			delete(t.replicas, h)
 			delete(t.history, h)
@@ -236,7 +257,10 @@ func (t *Tuner) record(now time.Time, v Variant) {
 	for keep < len(h)-1 && now.Sub(h[keep+1].at) >= windows[len(windows)-1] {
 		keep++
 	}
-	t.history[v.Key] = append(h[:0], h[keep:]...)
+	if keep > 0 { // (a copy of the history onto itself was a write barrier per sample under the collector)
+		h = append(h[:0], h[keep:]...)
+	}
+	t.history[v.Key] = h
 }
 
 // growth is the largest rise per second of what waits at key over the windows (0 when it fell over all of them).

@@ -33,17 +33,57 @@ func Gamma(rng *rand.Rand, k float64) float64 {
 }
 
 // Poisson draws from a Poisson distribution: Knuth's method for small means, a rounded normal for large ones.
-func Poisson(rng *rand.Rand, mean float64) int {
-	if mean <= 0 {
+func Poisson(rng *rand.Rand, mean float64) int { return PoissonCount(mean).Draw(rng) }
+
+// Count is a distribution of counts to draw from many times (a variant's fan-out): what a draw needs of its
+// parameters is worked out once.
+type Count struct {
+	kind           uint8 // countFixed, countPoisson or countNegativeBinomial
+	fixed          int
+	mean, r, limit float64 // limit: Knuth's e^-mean, for a Poisson mean up to 30
+}
+
+const (
+	countFixed = iota
+	countPoisson
+	countNegativeBinomial
+)
+
+// Fixed is the count n, always.
+func Fixed(n int) Count { return Count{kind: countFixed, fixed: n} }
+
+// PoissonCount is the Poisson distribution with this mean (Poisson).
+func PoissonCount(mean float64) Count {
+	c := Count{kind: countPoisson, mean: mean}
+	if mean > 0 && mean <= 30 {
+		c.limit = math.Exp(-mean)
+	}
+	return c
+}
+
+// NegativeBinomialCount is NegativeBinomial's distribution with this mean and dispersion r.
+func NegativeBinomialCount(mean, r float64) Count {
+	return Count{kind: countNegativeBinomial, mean: mean, r: r}
+}
+
+// Draw draws a count from c.
+func (c Count) Draw(rng *rand.Rand) int {
+	switch c.kind {
+	case countFixed:
+		return c.fixed
+	case countNegativeBinomial:
+		return NegativeBinomial(rng, c.mean, c.r)
+	}
+	if c.mean <= 0 {
 		return 0
 	}
-	if mean > 30 {
-		return max(0, int(math.Round(mean+math.Sqrt(mean)*rng.NormFloat64())))
+	if c.mean > 30 {
+		return max(0, int(math.Round(c.mean+math.Sqrt(c.mean)*rng.NormFloat64())))
 	}
-	limit, p, k := math.Exp(-mean), 1.0, 0
+	p, k := 1.0, 0
 	for {
 		p *= rng.Float64()
-		if p <= limit {
+		if p <= c.limit {
 			return k
 		}
 		k++

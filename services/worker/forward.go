@@ -65,7 +65,7 @@ func (w *Worker) publishOut(ctx context.Context, s *serving, in *inbound, ob *ou
 	path := &leafPath{path: wire.AppendPath(in.path, s.a.Key())}
 	var leaves []wire.ItemResult
 	now := time.Now()
-	when := hop.When{Now: now, AtTask: now.Sub(in.enqueued), Left: in.deadline.Sub(now)}
+	when := hop.When{Now: now.UnixNano(), AtTask: now.Sub(in.enqueued), Left: in.deadline.Sub(now)}
 	s.refreshStage()
 	if s.gear != nil { // the gear for these items, from the load this replica takes
 		s.gear.Observe(now, len(in.items))

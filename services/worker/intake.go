@@ -159,7 +159,7 @@ func (in *inbound) numPending() uint64 {
 
 // take adds a message to the round; false when the items it would execute do not fit (batching.Fits).
 func (w *Worker) take(ctx context.Context, s *serving, r *round, in *inbound) bool {
-	drop := s.stage.BeforeExecute(r.now, in.deadline, in.enqueued)
+	drop := s.stage.BeforeExecute(r.now.UnixNano(), in.deadline.UnixNano(), in.enqueued.UnixNano())
 	// The delivery bound is for messages that would be executed again: one dropped here costs nothing, and is
 	// answered as dropped, not set aside as poison (a busy machine's late messages reach the bound too).
 	if drop == "" {

@@ -46,6 +46,9 @@ type Executor struct {
 	now      func() time.Time
 	// late is the moving average of how much later than asked a sleep ended (lateAlpha: the newest's weight).
 	late time.Duration
+	// sigmas are the log-normal jitter's sigma per profile point (0: none), worked out once, not per batch
+	sigmas []float64
+	fanout variate.Count // the shared fan-out's distribution (SubRequests)
 }
 
 // lateAlpha is the weight of the newest sleep's lateness in the executor's average: about the last ten batches.
@@ -54,6 +57,15 @@ const lateAlpha = 0.1
 // New returns the emulated executor of variant v of task.
 func New(spec *pipeline.Spec, task string, v *pipeline.Variant, seed uint64) *Executor {
 	e := &Executor{variant: v, seed: seed, jitter: rand.New(rand.NewPCG(seed, 0x51e1)), sleep: sleepCtx, now: time.Now}
+	e.sigmas = make([]float64, len(v.Profile))
+	for i, p := range v.Profile {
+		if p.P95Ms > p.P50Ms {
+			e.sigmas[i] = math.Log(p.P95Ms/p.P50Ms) / 1.6448536269514722
+		}
+	}
+	if v.Fanout != nil {
+		e.fanout = countOf(v.Fanout)
+	}
 	t := spec.Task(task)
 	if t == nil || len(t.Children) == 0 {
 		return e
@@ -76,11 +88,10 @@ func New(spec *pipeline.Spec, task string, v *pipeline.Variant, seed uint64) *Ex
 
 // Latency draws the duration of one batch of n items.
 func (e *Executor) Latency(n int) time.Duration {
-	p := e.variant.LatencyFor(n)
-	ms := p.P50Ms
-	if p.P95Ms > p.P50Ms {
-		sigma := math.Log(p.P95Ms/p.P50Ms) / 1.6448536269514722
-		ms = p.P50Ms * math.Exp(sigma*e.jitter.NormFloat64())
+	prof, i := e.variant.Profile, e.variant.PointFor(n)
+	ms := prof[i].P50Ms
+	if prof[i].P95Ms > prof[i].P50Ms {
+		ms = prof[i].P50Ms * math.Exp(e.sigmas[i]*e.jitter.NormFloat64())
 	}
 	return time.Duration(ms * float64(time.Millisecond))
 }
@@ -172,18 +183,21 @@ func (e *Executor) SubRequests(rng *rand.Rand) int {
 	if len(e.shared) == 0 {
 		return 0
 	}
-	return draw(rng, e.variant.Fanout)
+	return e.fanout.Draw(rng)
 }
 
 // draw is a count from fan-out f's distribution.
-func draw(rng *rand.Rand, f *pipeline.Fanout) int {
+func draw(rng *rand.Rand, f *pipeline.Fanout) int { return countOf(f).Draw(rng) }
+
+// countOf is fan-out f's distribution.
+func countOf(f *pipeline.Fanout) variate.Count {
 	switch f.Distribution {
 	case pipeline.FanoutFixed:
-		return int(math.Round(f.Mean))
+		return variate.Fixed(int(math.Round(f.Mean)))
 	case pipeline.FanoutNegativeBinomial:
-		return variate.NegativeBinomial(rng, f.Mean, f.Dispersion)
+		return variate.NegativeBinomialCount(f.Mean, f.Dispersion)
 	}
-	return variate.Poisson(rng, f.Mean)
+	return variate.PoissonCount(f.Mean)
 }
 
 func itemHash(requestID, itemID string) uint64 {
