@@ -19,8 +19,8 @@ type Step struct {
 	// Replanned says Plan has a new allocation (a new epoch: workers are reassigned); otherwise only its routing
 	// changed.
 	Replanned bool
-	// Trigger says why a new allocation was solved for (one of the Trigger* names), for the planner's log and the
-	// simulator's events: an operator reading why workers moved needs the cause, not only the epoch.
+	// Trigger says why a new allocation was solved for (one of the Trigger* names), for the planner's log: an
+	// operator reading why workers moved needs the cause, not only the epoch.
 	Trigger string
 	// Err says a re-plan failed: the current allocation stays, and is not solved again until its inputs move or
 	// ReplanEvery passes. Plan may still carry new routing, or, when the servers cannot host the pipeline at all and
@@ -134,8 +134,8 @@ func (l *Loop) Next(now time.Time, o Observed) Step {
 }
 
 // What made a re-plan (Step.Trigger), the first that holds: its first solve, a change of the servers it has, a move
-// of the demand past ReplanThreshold, demand above what a plan with headroom covers, measured latencies that moved, or a due look
-// (ReplanEvery) that found a significant small move of the demand or of the multiplicative factors.
+// of the demand past ReplanThreshold, demand above what a plan with headroom covers, measured latencies that moved,
+// or a due look (ReplanEvery) that found a significant small move of the demand or of the multiplicative factors.
 const (
 	TriggerFirst    = "first"
 	TriggerServers  = "servers"
