@@ -18,6 +18,10 @@
 //     no remembered limit that has to grow back. Congestion ends when the bound has refused nothing for a
 //     RateWindow. A pipeline that misses no deadlines is never bounded: at the loads the cluster serves, nothing is
 //     refused but what its deadline rules out.
+//  3. Overrun. A pipeline whose requests in flight would take more than OverrunFactor of a request's time to its
+//     deadline at the rate the workers answered over the last RateWindow/5 is congested at once, before any of its
+//     answers is late: a load many times what the plan in force serves (a cold start far above the cluster's
+//     capacity) is seen at its first answers rather than an SLO later, when the requests admitted meanwhile are lost.
 //
 // Within the bound, higher classes are served first: a class may fill the bound but for the share of the
 // throughput the classes above it ask for (their recent arrival rate over it).
@@ -62,6 +66,12 @@ type Config struct {
 	LimitShare float64
 	// MinLimit is the fewest requests in flight the limit allows (default 4).
 	MinLimit float64
+	// OverrunFactor: a pipeline whose requests in flight, at the rate it answered over the last RateWindow/5 (at
+	// least MinLimit answers), would take more than OverrunFactor times a request's time to its deadline is congested
+	// before any answer is late (default 5). The rate of a cold start that the cluster serves lags its arrivals
+	// while the tuner lends servers and the planner re-plans: at 0.1 then 200 QPS on 20 workers the requests in
+	// flight came to 3.2 times the deadline at it; at 1,600 QPS, 6-10 times from the first answers.
+	OverrunFactor float64
 	// TargetViolations is the share of recent answers (over Window) that may be violations before the pipeline is
 	// taken for congested (default 0.03): the odd late request of a pipeline that is not, and the few a re-plan
 	// drops, limit nothing (docs/admission.md).
@@ -75,6 +85,7 @@ const (
 	DefaultLimitShare = 0.65
 	DefaultMinLimit   = 4
 	DefaultTarget     = 0.03
+	DefaultOverrun    = 5
 	// minViolations is the weight of recent violations below which none makes a pipeline congested: at a few
 	// requests a second one late answer is more than 3% of them.
 	minViolations = 3
@@ -140,6 +151,7 @@ type pipeState struct {
 	answers  decayed // every answer (Window)
 	violated decayed // answers that were violations (Window)
 	served   decayed // answers the workers served, late ones too: the pipeline's throughput (RateWindow)
+	recent   decayed // the same over RateWindow/5, for the overrun
 	inFlight int
 	// congested: recent answers had more violations than the target; the requests in flight are then bounded.
 	// limited is when the bound last refused a request: one RateWindow without is the end of congestion.
@@ -162,6 +174,9 @@ func New(cfg Config) *Gate {
 	}
 	if cfg.MinLimit <= 0 {
 		cfg.MinLimit = DefaultMinLimit
+	}
+	if cfg.OverrunFactor <= 0 {
+		cfg.OverrunFactor = DefaultOverrun
 	}
 	if cfg.TargetViolations <= 0 {
 		cfg.TargetViolations = DefaultTarget
@@ -210,6 +225,9 @@ func (g *Gate) Decide(r Request, p Plan) Decision {
 	if s.congested && r.Now.Sub(s.limited) > g.cfg.RateWindow {
 		s.congested = false // the bound has not refused for a RateWindow: what comes is answered as it comes
 	}
+	if !s.congested && g.overrun(s, r.Now, left) {
+		s.congested, s.limited = true, r.Now
+	}
 	if s.congested {
 		rate := s.served.rate(r.Now, rateTau)
 		limit := max(g.cfg.MinLimit, g.cfg.LimitShare*rate*left.Seconds())
@@ -240,6 +258,7 @@ func (g *Gate) Done(pipelineName string, now time.Time, o Outcome) {
 	s.answers.add(now, tau, 1)
 	if o != Dropped {
 		s.served.add(now, g.cfg.RateWindow.Seconds(), 1)
+		s.recent.add(now, g.cfg.RateWindow.Seconds()/5, 1)
 	}
 	if o == InTime {
 		return
@@ -250,6 +269,14 @@ func (g *Gate) Done(pipelineName string, now time.Time, o Outcome) {
 		// has refused none for a RateWindow.
 		s.congested, s.limited = true, now
 	}
+}
+
+// overrun says s's requests in flight would take more than OverrunFactor times left at the rate it answered over
+// the last RateWindow/5, measured on at least MinLimit answers (fewer say nothing of a rate).
+func (g *Gate) overrun(s *pipeState, now time.Time, left time.Duration) bool {
+	tau := g.cfg.RateWindow.Seconds() / 5
+	answered := s.recent.at(now, tau)
+	return answered >= g.cfg.MinLimit && float64(s.inFlight) > g.cfg.OverrunFactor*answered/tau*left.Seconds()
 }
 
 // Congested says whether pipeline's requests in flight are bounded now (its recent answers had more violations

@@ -153,6 +153,32 @@ func TestOverloadAdmitsWhatIsAnsweredInTime(t *testing.T) {
 	}
 }
 
+// TestOverrunSeenAtTheFirstAnswers: a cold start at sixteen times what the pipeline answers. The first answers
+// show the requests in flight to be many deadlines' worth, and the pipeline is congested then, before any answer is
+// late; without the overrun (a factor no load reaches) it is congested only at the first late answers, a deadline
+// on, and more than four times as many of the requests it admits are late.
+func TestOverrunSeenAtTheFirstAnswers(t *testing.T) {
+	late := map[float64]int{}
+	for _, factor := range []float64{0, 1e9} {
+		g := New(Config{OverrunFactor: factor})
+		q := &fifo{rate: 100, floor: 50 * time.Millisecond, deadline: 600 * time.Millisecond}
+		first := time.Duration(0)
+		run(g, q, 1600, []int{0}, t0, t0.Add(5*time.Second), t0, func(now time.Time) {
+			if first == 0 && g.Congested("p", now) {
+				first = now.Sub(t0)
+			}
+		})
+		t.Logf("factor %g: congested at %v; %d in time, %d late or dropped", factor, first, q.inTime, q.late)
+		late[factor] = q.late
+		if factor == 0 && (first == 0 || first > 200*time.Millisecond) {
+			t.Errorf("congested at %v, want within 200 ms of the load (the first answers, before any is late)", first)
+		}
+	}
+	if late[0]*4 > late[1e9] {
+		t.Errorf("%d late or dropped with the overrun, %d without: want under a quarter", late[0], late[1e9])
+	}
+}
+
 // TestBoundFollowsAGrownCluster: overloaded at 100 answers a second, the pipeline doubles (the tuner lent it
 // workers): within half a second it is admitted, and answers in time, about twice as many, with none late; and
 // when the demand falls under what it answers, nothing is refused within a RateWindow and a bit.
