@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -41,6 +42,7 @@ type Planner struct {
 	mode, replicas, maxBatch, fanout                                                       *prometheus.GaugeVec
 	cost, classServers, floorShortfall                                                     *prometheus.GaugeVec
 	plans                                                                                  *prometheus.CounterVec
+	heartbeatDelay                                                                         prometheus.Histogram
 
 	state                             func() PlannerState
 	demandD, sloD, pendingD, unackedD *prometheus.Desc
@@ -88,6 +90,10 @@ func NewPlanner(reg prometheus.Registerer, state func() PlannerState) *Planner {
 			variant),
 		plans: prometheus.NewCounterVec(prometheus.CounterOpts{Name: name("planner", "plans_total"),
 			Help: "Plans (new allocations) published."}, pipe),
+		heartbeatDelay: prometheus.NewHistogram(prometheus.HistogramOpts{Name: name("planner", "heartbeat_delay_seconds"),
+			Help: "Time from a worker's heartbeat reaching the KV bucket (the NATS server's clock) to the planner " +
+				"having handled it: a planner falling behind the heartbeats shows as a growing delay.",
+			Buckets: HeartbeatBuckets}),
 		state: state,
 		sloD:  prometheus.NewDesc(name("pipeline", "slo_seconds"), "The pipeline's end-to-end latency objective.", pipe, nil),
 		demandD: prometheus.NewDesc(name("planner", "demand_estimate_qps"),
@@ -106,8 +112,20 @@ func NewPlanner(reg prometheus.Registerer, state func() PlannerState) *Planner {
 		lastEpoch: map[string]uint64{},
 	}
 	reg.MustRegister(m.epoch, m.mode, m.accuracy, m.active, m.cluster, m.plannedDemand, m.estimate, m.served, m.solve,
-		m.gap, m.optimal, m.replicas, m.maxBatch, m.fanout, m.plans, m.checkPredicted, m.checkCandidates, m.cost, m.classServers, m.floorShortfall, m)
+		m.gap, m.optimal, m.replicas, m.maxBatch, m.fanout, m.plans, m.heartbeatDelay, m.checkPredicted, m.checkCandidates, m.cost, m.classServers, m.floorShortfall, m)
 	return m
+}
+
+// HeartbeatBuckets (seconds) of the heartbeat delay: a millisecond to a few heartbeat periods (workers beat every
+// second, and are taken for gone after 5 s without one).
+var HeartbeatBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}
+
+// Heartbeat records that the planner handled a worker's heartbeat delay after it reached the bucket.
+func (m *Planner) Heartbeat(delay time.Duration) {
+	if m == nil {
+		return
+	}
+	m.heartbeatDelay.Observe(delay.Seconds())
 }
 
 // Plan records a published plan (new allocation or new routing) of its pipeline.

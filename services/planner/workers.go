@@ -44,6 +44,9 @@ func (p *Planner) onWorker(e jetstream.KeyValueEntry) {
 		}
 		p.mu.Unlock()
 		p.core.Heartbeat(id, reg, time.Now())
+		if p.workersReady.Load() { // before, the watch replays the registrations in the bucket: old, not late
+			p.metrics.Heartbeat(time.Since(e.Created()))
+		}
 	} else {
 		p.mu.Lock()
 		changed = p.live.Forget(id)
