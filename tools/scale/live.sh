@@ -33,7 +33,7 @@ tail=${TAIL:-30}
 port=${NATS_PORT:-24722}
 mport=${METRICS_PORT:-24723}
 flags=${FLAGS:-}
-out=${OUT:-$(mktemp -d /tmp/sleipnir-live.XXXXXX)}
+out=${OUT:-$(mktemp -d -t sleipnir-live.XXXXXX)}
 examples=(traffic traffic-camera social ocr-chain)
 for tool in jq curl; do
 	command -v $tool >/dev/null || { echo "live.sh needs $tool (apt-get install $tool)" >&2; exit 1; }
