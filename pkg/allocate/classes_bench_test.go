@@ -47,7 +47,16 @@ func classedSweeps(tb testing.TB) []struct {
 // withFastClass is spec with every variant also on class, at speedup times its profile's speed (p50 and p95 divided
 // by it): written as class_profiles and parsed again, as a spec file would give them.
 func withFastClass(tb testing.TB, spec *pipeline.Spec, class string, speedup float64) *pipeline.Spec {
+	return withFastClassOn(tb, spec, class, speedup, func(string) bool { return true })
+}
+
+// withFastClassOn is withFastClass on the tasks onTask holds only: the other tasks' variants are not deployed on class.
+func withFastClassOn(tb testing.TB, spec *pipeline.Spec, class string, speedup float64,
+	onTask func(task string) bool) *pipeline.Spec {
 	for ti := range spec.Tasks {
+		if !onTask(spec.Tasks[ti].Name) {
+			continue
+		}
 		for vi := range spec.Tasks[ti].Variants {
 			v := &spec.Tasks[ti].Variants[vi]
 			var fast []pipeline.ProfilePoint

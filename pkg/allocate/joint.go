@@ -214,7 +214,13 @@ func (s *jointSolve) hardware(members []int, left plan.Cluster) (map[string]int,
 		if err != nil {
 			return nil, nil // as Solve: no hardware plan, accuracy scaling decides
 		}
-		sol, err := m.solve(s.opt)
+		parts = append(parts, &jointPart{p: p, m: m, mode: ModeHardware, served: s.in.Pipelines[p].Demand})
+	}
+	if len(left) >= 2 && len(parts) >= 2 && !relaxationFits(parts, left) {
+		return nil, nil // each pipeline's MILP on classes takes tens of milliseconds: skipped when none can fit
+	}
+	for _, pt := range parts {
+		sol, err := pt.m.solve(s.opt)
 		s.res.Nodes += sol.Nodes
 		if err != nil {
 			return nil, err
@@ -222,10 +228,9 @@ func (s *jointSolve) hardware(members []int, left plan.Cluster) (map[string]int,
 		if sol.X == nil {
 			return nil, nil
 		}
-		for class, n := range m.usedByClass(sol.X) {
+		for class, n := range pt.m.usedByClass(sol.X) {
 			used[class] += n
 		}
-		parts = append(parts, &jointPart{p: p, m: m, mode: ModeHardware, served: s.in.Pipelines[p].Demand})
 		sols = append(sols, sol)
 	}
 	if !fits(left, used) {
@@ -238,6 +243,21 @@ func (s *jointSolve) hardware(members []int, left plan.Cluster) (map[string]int,
 		s.read(pt, sols[i])
 	}
 	return used, nil
+}
+
+// relaxationFits says the LP relaxation of parts' models side by side on the servers left has a point (true when
+// Clp cannot tell): without one, no plan of theirs fits together.
+func relaxationFits(parts []*jointPart, left plan.Cluster) bool {
+	p, err := jointProblem(parts, left)
+	if err != nil {
+		return true
+	}
+	lp, err := milp.NewParametricLPOver(p)
+	if err != nil {
+		return true
+	}
+	ok, feasible, _, _ := lp.AtPoint(nil)
+	return !ok || feasible
 }
 
 // accuracy plans class's pipelines members on the servers left, with the classes kept: all their demand at the

@@ -40,7 +40,13 @@ func (s *jointSolve) solveAccuracy(parts []*jointPart, class int, left plan.Clus
 // its pipelines together), and when every pipeline's relaxation has a point on all the servers left; on several
 // classes the knapsack would be over a vector of counts per class, and the joint MILP solves it instead.
 func (s *jointSolve) splitAccuracy(parts []*jointPart, class int, left plan.Cluster) (milp.Result, bool, error) {
-	if len(parts) < 2 || len(left) != 1 || len(s.kept) > 0 {
+	if len(parts) < 2 || len(s.kept) > 0 {
+		return milp.Result{}, false, nil
+	}
+	if len(left) == 2 {
+		return s.splitClasses(parts, class, left)
+	}
+	if len(left) != 1 {
 		return milp.Result{}, false, nil
 	}
 	all := left.Total()
@@ -67,16 +73,7 @@ func (s *jointSolve) splitAccuracy(parts []*jointPart, class int, left plan.Clus
 	for i, pt := range parts {
 		sp.weight[i] = pt.weight
 	}
-	if lim := s.opt.TimeLimit; lim > 0 {
-		// The plan within the limit from SolveJoint's start, the steps before this one's included (a pipeline's
-		// hardware step is a fraction of a millisecond); a step after it (the overloaded one's) gets a limit of its
-		// own.
-		from := s.start
-		if time.Since(from) > lim/2 {
-			from = time.Now()
-		}
-		sp.deadline, sp.grace = from.Add(lim), from.Add(lim+firstPointGrace*lim)
-	}
+	sp.setDeadline(s)
 	if !sp.run() {
 		return milp.Result{}, false, nil
 	}
@@ -91,29 +88,50 @@ type split struct {
 	weight []float64
 	all    int
 	target float64
-	// deadline is when the searches stop improving the gap (zero: never); grace how long they may go on for the
-	// first point of every pipeline (firstPointGrace).
-	deadline, grace time.Time
 	// up and lo are the knapsacks over the bounds and over the points found, and nUp, nLo their choices.
 	up, lo   float64
 	nUp, nLo []int
-	nodes    int
+	searchClock
+}
+
+// searchClock is the searches of a decomposition against its deadline.
+type searchClock struct {
+	// deadline is when the searches stop improving the gap (zero: never); grace how long they may go on for the
+	// first point of every pipeline (firstPointGrace).
+	deadline, grace time.Time
+	nodes           int
 	// searches is the searches run and searchTime their time, whose mean says when one would end past the
 	// deadline.
 	searches   int
 	searchTime time.Duration
+	// reshare gives each search an equal share of the time left when it starts, rather than of the time left when
+	// the searches start.
+	reshare bool
+}
+
+// setDeadline sets the deadline of a step of s under its options' time limit: within the limit from SolveJoint's
+// start, the steps before this one's included (a pipeline's hardware step is a fraction of a millisecond); a step
+// after it (the overloaded one's) gets a limit of its own.
+func (c *searchClock) setDeadline(s *jointSolve) {
+	if lim := s.opt.TimeLimit; lim > 0 {
+		from := s.start
+		if time.Since(from) > lim/2 {
+			from = time.Now()
+		}
+		c.deadline, c.grace = from.Add(lim), from.Add(lim+firstPointGrace*lim)
+	}
 }
 
 // late says a search started at now would likely end past the deadline.
-func (sp *split) late(now time.Time) bool {
-	if sp.deadline.IsZero() {
+func (c *searchClock) late(now time.Time) bool {
+	if c.deadline.IsZero() {
 		return false
 	}
 	mean := time.Duration(0)
-	if sp.searches > 0 {
-		mean = sp.searchTime / time.Duration(sp.searches)
+	if c.searches > 0 {
+		mean = c.searchTime / time.Duration(c.searches)
 	}
-	return now.Add(mean / 2).After(sp.deadline)
+	return now.Add(mean / 2).After(c.deadline)
 }
 
 // knapsacks solves both knapsacks over what is known of each f.
@@ -224,30 +242,50 @@ func appendOnce(w []searchAt, a searchAt) []searchAt {
 // evaluate runs the searches work, those of one f one after the other (each starts from the points of the last),
 // different fs at once on the options' workers; each gets an equal share of the time to the deadline.
 func (sp *split) evaluate(work []searchAt) {
-	byF := map[int][]searchAt{}
+	jobs := make([]searchJob, len(work))
+	for i, w := range work {
+		jobs[i] = searchJob{f: w.f, run: func(limit, grace time.Duration, workers int, store int64) int {
+			return sp.fs[w.f].evaluate(w.n, w.gap, limit, grace, workers, store, sp.s.opt)
+		}}
+	}
+	sp.runSearches(sp.s.opt, sp.nLo != nil, jobs)
+}
+
+// searchJob is one search of function f: run runs it with a time limit, a first-point grace, workers and a bound on
+// its open nodes, and returns its nodes.
+type searchJob struct {
+	f   int
+	run func(limit, grace time.Duration, workers int, store int64) int
+}
+
+// runSearches runs jobs, those of one f one after the other (each starts from the points of the last), different fs
+// at once on opt's workers; each gets an equal share of the time to the deadline. planned says a plan is known
+// already: a search that would end past the deadline is then not started.
+func (c *searchClock) runSearches(opt Options, planned bool, jobs []searchJob) {
+	byF := map[int][]searchJob{}
 	var order []int
-	for _, w := range work {
+	for _, w := range jobs {
 		if byF[w.f] == nil {
 			order = append(order, w.f)
 		}
 		byF[w.f] = append(byF[w.f], w)
 	}
-	workers := sp.s.opt.workers()
+	workers := opt.workers()
 	at := min(workers, len(order)) // searches at once
 	each := max(1, workers/at)     // workers per search
 	// The searches at once share one search's bound on open nodes: a joint plan's memory stays one solve's.
 	store := milp.DefaultMaxStoreBytes / int64(at)
 	var limit, grace time.Duration
-	if !sp.deadline.IsZero() {
-		left := max(time.Until(sp.deadline), time.Millisecond)
-		limit = max(left*time.Duration(at)/time.Duration(len(work)), time.Millisecond)
-		if sp.nLo == nil {
-			grace = max(time.Until(sp.grace), 0)
+	if !c.deadline.IsZero() {
+		left := max(time.Until(c.deadline), time.Millisecond)
+		limit = max(left*time.Duration(at)/time.Duration(len(jobs)), time.Millisecond)
+		if !planned {
+			grace = max(time.Until(c.grace), 0)
 		}
 	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	next := 0
+	next, started := 0, 0
 	for range at {
 		wg.Add(1)
 		go func() {
@@ -263,17 +301,24 @@ func (sp *split) evaluate(work []searchAt) {
 				mu.Unlock()
 				for _, w := range byF[k] {
 					mu.Lock()
-					late := sp.nLo != nil && sp.late(time.Now())
+					late := planned && c.late(time.Now())
+					limit := limit
+					if c.reshare && !c.deadline.IsZero() {
+						// The time the searches before it left unused is shared by those after it.
+						left := max(time.Until(c.deadline), time.Millisecond)
+						limit = max(left*time.Duration(at)/time.Duration(len(jobs)-started), time.Millisecond)
+					}
+					started++
 					mu.Unlock()
 					if late {
 						break // it would stop at its root, past the deadline, its work lost
 					}
 					began := time.Now()
-					nodes := sp.fs[k].evaluate(w.n, w.gap, limit, grace, each, store, sp.s.opt)
+					nodes := w.run(limit, grace, each, store)
 					mu.Lock()
-					sp.nodes += nodes
-					sp.searches++
-					sp.searchTime += time.Since(began)
+					c.nodes += nodes
+					c.searches++
+					c.searchTime += time.Since(began)
 					mu.Unlock()
 				}
 			}
@@ -285,24 +330,34 @@ func (sp *split) evaluate(work []searchAt) {
 // result is the joint solution of the knapsack over the points found, in the joint MILP's columns, kept as
 // solveWith keeps its own (false when it breaks the joint MILP, not expected: the joint MILP then solves it).
 func (sp *split) result(parts []*jointPart, class int, left plan.Cluster) (milp.Result, bool, error) {
-	s := sp.s
+	return sp.s.keepSplit(parts, class, left, func(i int) []float64 {
+		f := sp.fs[sp.of[i]]
+		_, _, from := f.bounds(sp.all)
+		return f.evals[from[sp.nLo[i]]].x
+	}, sp.nodes, sp.up, sp.within)
+}
+
+// keepSplit keeps parts at the points of a decomposition, x(i) part i's (its model's columns first), with the nodes
+// its searches explored and its bound up on the joint objective, as solveWith keeps the joint MILP's solution: with
+// a gap when within says it is not within the target (false when the points break the joint MILP, not expected: the
+// joint MILP then solves the step).
+func (s *jointSolve) keepSplit(parts []*jointPart, class int, left plan.Cluster, x func(i int) []float64,
+	nodes int, up float64, within func(lo, up float64) bool) (milp.Result, bool, error) {
 	p, all, err := s.jointMILP(parts, class, left, false)
 	if err != nil {
 		return milp.Result{}, true, err
 	}
-	x := make([]float64, p.NumCols())
+	point := make([]float64, p.NumCols())
 	for i, pt := range parts {
-		f := sp.fs[sp.of[i]]
-		_, _, from := f.bounds(sp.all)
-		copy(x[pt.off:pt.off+pt.m.prob.NumCols()], f.evals[from[sp.nLo[i]]].x)
+		copy(point[pt.off:pt.off+pt.m.prob.NumCols()], x(i))
 	}
-	s.res.Nodes += sp.nodes
-	if p.Violation(x) > 1e-6 {
+	s.res.Nodes += nodes
+	if p.Violation(point) > 1e-6 {
 		return milp.Result{}, false, nil
 	}
-	sol := milp.Result{Status: milp.Optimal, X: x, Objective: p.Value(x), Nodes: sp.nodes}
-	sol.Bound = max(sp.up, sol.Objective)
-	if !sp.within(sol.Objective, sol.Bound) {
+	sol := milp.Result{Status: milp.Optimal, X: point, Objective: p.Value(point), Nodes: nodes}
+	sol.Bound = max(up, sol.Objective)
+	if !within(sol.Objective, sol.Bound) {
 		sol.Status = milp.Limit
 		sol.Gap = (sol.Bound - sol.Objective) / max(math.Abs(sol.Objective), 1e-9)
 	} else {

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
 // The joint plan at production scale (issue 48's table): k pipelines, copies of the examples traffic,
@@ -23,13 +25,21 @@ var scaleExamples = []string{"traffic.yaml", "traffic-camera.yaml", "social.yaml
 // scaleServersEach is each pipeline's share of the cluster.
 const scaleServersEach = 20
 
-// hardwareCapacity is the most demand (to 1 QPS) spec serves in hardware mode on servers, by bisection.
-func hardwareCapacity(tb testing.TB, spec *pipeline.Spec, servers int) float64 {
+// scaleClassShare is each pipeline's share of a two-class cluster (SLEIPNIR_SCALE_CLASSES=2): of its 20 servers, 4
+// of the fast class, priced as classedSweeps prices the camera's (1 and 2.5 an hour).
+var scaleClassShare = plan.NewCluster(map[string]int{wire.DefaultClass: 16, "fast": 4},
+	plan.Prices{wire.DefaultClass: 1, "fast": 2.5})
+
+// scaleFastSpeedup is the fast class's speed over the default's profile (withFastClass).
+const scaleFastSpeedup = 3
+
+// hardwareCapacity is the most demand (to 1 QPS) spec serves in hardware mode on the servers of share, by bisection.
+func hardwareCapacity(tb testing.TB, spec *pipeline.Spec, share plan.Cluster) float64 {
 	tb.Helper()
 	lo, hi := 1.0, 4096.0
 	for hi-lo > 1 {
 		mid := (lo + hi) / 2
-		res, err := Solve(Input{Spec: spec, Demand: mid, Servers: servers, Utilization: 0.85}, Options{Workers: 1})
+		res, err := Solve(Input{Spec: spec, Demand: mid, Cluster: share, Utilization: 0.85}, Options{Workers: 1})
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -42,16 +52,31 @@ func hardwareCapacity(tb testing.TB, spec *pipeline.Spec, servers int) float64 {
 	return lo
 }
 
-// scaleInput is the joint input of k copies.
-func scaleInput(tb testing.TB, k int) JointInput {
+// scaleInput is the joint input of k copies on one server class, or with classes 2 on two: the cluster k shares of
+// scaleClassShare, and each copy's variants also on the fast class (withFastClassOn) where their task has a choice
+// of variants (social's one-variant ingest and merge, light steps, stay on the default class: with them its flow
+// columns would be generated while solving, which a joint plan does not do).
+func scaleInput(tb testing.TB, k, classes int) JointInput {
 	tb.Helper()
 	capacity := map[string]float64{}
+	share := plan.Uniform(scaleServersEach)
 	in := JointInput{Servers: k * scaleServersEach}
+	if classes == 2 {
+		share = scaleClassShare
+		in.Cluster = plan.NewCluster(map[string]int{wire.DefaultClass: k * share.Servers(wire.DefaultClass),
+			"fast": k * share.Servers("fast")}, plan.Prices{wire.DefaultClass: share.Price(wire.DefaultClass),
+			"fast": share.Price("fast")})
+	}
 	for i := 0; i < k; i++ {
 		file := scaleExamples[i%len(scaleExamples)]
 		spec := loadSpec(tb, file, 0)
+		if classes == 2 {
+			spec = withFastClassOn(tb, spec, "fast", scaleFastSpeedup, func(task string) bool {
+				return len(spec.Task(task).Variants) > 1
+			})
+		}
 		if _, ok := capacity[file]; !ok {
-			capacity[file] = hardwareCapacity(tb, spec, scaleServersEach)
+			capacity[file] = hardwareCapacity(tb, spec, share)
 		}
 		spec.Name = fmt.Sprintf("%s-%d", spec.Name, i)
 		in.Pipelines = append(in.Pipelines, Input{Spec: spec, Demand: scaleFactor(i) * capacity[file], Utilization: 0.85})
@@ -83,7 +108,7 @@ func peakRSS() int64 {
 // the accuracy of the requests served (the 1 s plan's loss is its difference from the long limit's).
 // SLEIPNIR_SCALE_K lists the sizes (default 1,2,4,6,10,20); SLEIPNIR_SCALE_GAP sets Options.Gap (0.005: a solve
 // stops at a proven 0.5%, and its CPU time says whether one core reaches that within 1 s, whatever else runs). The accuracy step is decomposed over the servers
-// (jointsplit.go); SLEIPNIR_SCALE_WHOLE=1 solves it as one joint MILP instead, for comparison. cpu-ms is the
+// (jointsplit.go); SLEIPNIR_SCALE_CLASSES=2 puts the cluster on two classes (scaleInput); SLEIPNIR_SCALE_WHOLE=1 solves it as one joint MILP instead, for comparison. cpu-ms is the
 // process's CPU time over the solves (user and system), which a busy machine does not inflate as it does the wall
 // time.
 func BenchmarkJointAtScale(b *testing.B) {
@@ -113,15 +138,27 @@ func BenchmarkJointAtScale(b *testing.B) {
 			b.Fatalf("SLEIPNIR_SCALE_GAP: %v", err)
 		}
 	}
+	classes := 1
+	if s := os.Getenv("SLEIPNIR_SCALE_CLASSES"); s != "" {
+		var err error
+		if classes, err = strconv.Atoi(s); err != nil || classes < 1 || classes > 2 {
+			b.Fatalf("SLEIPNIR_SCALE_CLASSES: want 1 or 2, got %q", s)
+		}
+	}
 	for _, k := range sizes {
-		in := scaleInput(b, k)
+		in := scaleInput(b, k, classes)
 		in.wholeMILP = os.Getenv("SLEIPNIR_SCALE_WHOLE") == "1"
 		limits := []time.Duration{time.Second}
 		if long != time.Second {
 			limits = append(limits, long)
 		}
 		for _, limit := range limits {
-			b.Run(fmt.Sprintf("k=%d/servers=%d/limit=%v", k, in.Servers, limit), func(b *testing.B) {
+			name := fmt.Sprintf("k=%d/servers=%d/limit=%v", k, in.Servers, limit)
+			if classes == 2 {
+				name = fmt.Sprintf("k=%d/servers=%d+%dfast/limit=%v", k, in.Cluster.Servers(wire.DefaultClass),
+					in.Cluster.Servers("fast"), limit)
+			}
+			b.Run(name, func(b *testing.B) {
 				var res *JointResult
 				cpu := cpuTime()
 				for i := 0; i < b.N; i++ {

@@ -135,29 +135,47 @@ func (f *serversFunc) evaluate(n int, gap float64, limit, grace time.Duration, w
 	q := *f.prob
 	q.Lower, q.Upper = slices.Clone(q.Lower), slices.Clone(q.Upper)
 	q.Lower[f.given], q.Upper[f.given] = float64(n), float64(n)
-	o := milp.Options{TimeLimit: limit, FirstPointGrace: grace, MaxNodes: opt.MaxNodes, Workers: workers, RelGap: gap,
-		MaxStoreBytes: store}
 	_, lo, from := f.bounds(n)
+	var incumbent []float64
 	if from[n] >= 0 {
-		o.Incumbent = slices.Clone(f.evals[from[n]].x)
-		o.Incumbent[f.given] = float64(n)
+		incumbent = slices.Clone(f.evals[from[n]].x)
+		incumbent[f.given] = float64(n)
 	}
+	e, nodes := searchFixed(f.m, &q, incumbent, lo[n], nil, f.evals[n], gap, limit, grace, workers, store, opt)
+	f.evals[n] = e
+	return nodes
+}
+
+// searchFixed runs branch-and-bound on q, a function's problem with its servers given (fixed by q's bounds), to
+// relative gap gap, from incumbent (nil: none) of value lo, with opt's node limit, time limit limit and first-point
+// grace grace, on workers workers, its open nodes within store bytes. seed (nil: none) is a point found elsewhere
+// whose batch sizes are tried first (the restricted MILP at this point's servers). It returns what is known at that
+// point after it, prev (nil: nothing) and the search together, and the nodes it explored.
+func searchFixed(m *model, q *milp.Problem, incumbent []float64, lo float64, seed []float64, prev *evaluation,
+	gap float64, limit, grace time.Duration, workers int, store int64, opt Options) (*evaluation, int) {
 	sub := opt
 	sub.TimeLimit = limit
 	tried := &triedBatches{}
-	o.RootHeuristic = func(x []float64, best float64) []float64 {
-		fixed := f.m.fixedBatches(x)
+	restricted := func(x []float64, best float64) []float64 {
+		fixed := m.fixedBatches(x)
 		if !tried.first(fixed) {
 			return nil
 		}
-		r := q
+		r := *q
 		r.Lower, r.Upper = slices.Clone(q.Lower), slices.Clone(q.Upper)
-		f.m.restrictToBatches(fixed, r.Lower, r.Upper)
+		m.restrictToBatches(fixed, r.Lower, r.Upper)
 		return solveRestricted(&r, best, sub)
 	}
-	sol, err := milp.Solve(&q, o)
+	if seed != nil {
+		if x := restricted(seed, lo); x != nil && q.Violation(x) <= 1e-6 && q.Value(x) > lo {
+			incumbent = x // the search's point is kept at this point, where lo's is kept at its own
+		}
+	}
+	o := milp.Options{TimeLimit: limit, FirstPointGrace: grace, MaxNodes: opt.MaxNodes, Workers: workers, RelGap: gap,
+		MaxStoreBytes: store, Incumbent: incumbent, RootHeuristic: restricted}
+	sol, err := milp.Solve(q, o)
 	e := &evaluation{lo: math.Inf(-1), up: math.Inf(1), gap: gap}
-	if prev := f.evals[n]; prev != nil {
+	if prev != nil {
 		e.up = prev.up
 	}
 	switch {
@@ -170,13 +188,12 @@ func (f *serversFunc) evaluate(n int, gap float64, limit, grace time.Duration, w
 		// A search stopped at a limit leaves out of its bound the nodes within its gap of the incumbent.
 		e.up = min(e.up, max(sol.Bound, sol.Objective+max(1e-9, gap*math.Abs(sol.Objective))))
 	}
-	if sol.X != nil && sol.Objective > lo[n] {
+	if sol.X != nil && sol.Objective > lo {
 		e.x, e.lo = sol.X, sol.Objective
-	} else if prev := f.evals[n]; prev != nil {
+	} else if prev != nil {
 		e.x, e.lo = prev.x, prev.lo
 	}
-	f.evals[n] = e
-	return sol.Nodes
+	return e, sol.Nodes
 }
 
 // knapsack is the most of sum_p weight[p] * f[p][n_p] over n_p with sum_p n_p <= all, and the n_p: -inf and nil

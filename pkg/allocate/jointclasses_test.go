@@ -1,0 +1,112 @@
+package allocate
+
+import (
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/milp"
+	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
+
+// classSplitCases are joint accuracy steps on two server classes, priced, small enough for the joint MILP to prove:
+// seeded random pipelines (randomInstance) with every variant also on a fast class (withFastClass), two or three,
+// with a copy in some (one f for two pipelines); those whose flow columns would be generated are left out (a joint
+// plan does not do that).
+func classSplitCases(t *testing.T) []JointInput {
+	cluster := func(servers, fast int) plan.Cluster {
+		return plan.NewCluster(map[string]int{wire.DefaultClass: servers, "fast": fast},
+			plan.Prices{wire.DefaultClass: 1, "fast": 2.5})
+	}
+	var cases []JointInput
+	for k, seed := 0, uint64(4100); len(cases) < 8; k++ {
+		in := JointInput{}
+		servers := 0
+		for i := 0; i < 2+k%2; i++ {
+			for ; ; seed++ { // a pipeline some plan fits
+				p := randomInstance(seed)
+				if _, err := build(p, stepAccuracy); err == nil {
+					p.Spec = withFastClass(t, p.Spec, "fast", 1.5+0.5*float64(k%3))
+					p.Demand *= 0.4 + 0.1*float64(k%3)
+					servers += p.Servers
+					in.Pipelines = append(in.Pipelines, p)
+					seed++
+					break
+				}
+			}
+		}
+		if k%2 == 0 {
+			c := in.Pipelines[0]
+			s := *c.Spec
+			s.Name += "-copy"
+			c.Spec = &s
+			servers += c.Servers
+			in.Pipelines = append(in.Pipelines, c)
+		}
+		in.Cluster = cluster(max(2, servers*2/3), max(1, servers/5))
+		listed := true
+		for _, p := range in.Pipelines {
+			p.Cluster = in.Cluster
+			m, err := build(p, stepAccuracy)
+			listed = listed && (err != nil || !m.priced)
+		}
+		if listed {
+			cases = append(cases, in)
+		}
+	}
+	return cases
+}
+
+// TestJointSplitOnTwoClasses: on two server classes the decomposition applies and, on every case where the joint
+// MILP proves its optimum, proves the same optimum (where the joint MILP proves there is none, it does not apply:
+// the joint MILP decides); stopped early (a 5% gap), its point is no better than the optimum and its bound no
+// lower.
+func TestJointSplitOnTwoClasses(t *testing.T) {
+	compared := 0
+	for i, in := range classSplitCases(t) {
+		name := fmt.Sprintf("case %d (%d pipelines, %v)", i, len(in.Pipelines), in.Cluster)
+		began := time.Now()
+		split, ok, whole := accuracyStep(t, in, Options{Workers: 1})
+		t.Logf("%s: %v, decomposition %v %s %.9f, joint MILP %s %.9f", name, time.Since(began).Round(time.Millisecond),
+			ok, split.Status, split.Objective, whole.Status, whole.Objective)
+		switch {
+		case whole.Status == milp.Infeasible:
+			if ok {
+				t.Errorf("%s: the decomposition found %.9f where the joint MILP has no point", name, split.Objective)
+			}
+			continue
+		case whole.Status != milp.Optimal:
+			continue
+		case !ok || split.Status != milp.Optimal:
+			t.Errorf("%s: the decomposition applies %v, says %s (%v, gap %v); the joint MILP's optimum %.9f", name,
+				ok, split.Status, split.Objective, split.Gap, whole.Objective)
+			continue
+		}
+		compared++
+		if d := math.Abs(split.Objective - whole.Objective); d > 2e-6*math.Abs(whole.Objective) {
+			t.Errorf("%s: the decomposition's optimum %.9f, the joint MILP's %.9f", name, split.Objective,
+				whole.Objective)
+		}
+		if i%2 == 1 {
+			continue // the suite's time
+		}
+		early, ok, _ := accuracyStep(t, in, Options{Workers: 1, Gap: 0.05})
+		if !ok {
+			continue
+		}
+		tol := 2e-6 * math.Abs(whole.Objective)
+		bound := early.Bound
+		if early.Status == milp.Optimal {
+			bound = early.Objective * 1.05
+		}
+		if early.X == nil || early.Objective > whole.Objective+tol || bound < whole.Objective-tol {
+			t.Errorf("%s, stopped early: %s at %.9f, bound %.9f; the optimum %.9f", name, early.Status,
+				early.Objective, bound, whole.Objective)
+		}
+	}
+	if compared < 5 {
+		t.Errorf("only %d cases compared", compared)
+	}
+}
