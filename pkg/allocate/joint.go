@@ -30,6 +30,9 @@ type JointInput struct {
 	// wholeMILP solves every accuracy step as one joint MILP, without the decomposition over the servers
 	// (jointsplit.go): its cross-check.
 	wholeMILP bool
+	// pricedBound bounds a decomposed accuracy step on two server classes by pricing one class's servers even where
+	// the exact knapsack over both counts is cheap (jointclasses.go): its check on small cases.
+	pricedBound bool
 }
 
 // ErrNotHardware says a JointInput.HardwareOnly allocation does not fit in hardware mode.

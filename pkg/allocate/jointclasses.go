@@ -234,7 +234,7 @@ func (cs *classSplit) priced(mu float64) (float64, [][2]int, int) {
 // upper sets the bound up, the least over the prices tried, and the guides: the choices at the least price found
 // whose choices fit the priced class, and at the price below it that does not.
 func (cs *classSplit) upper() {
-	if cs.exactUpper() {
+	if !cs.s.in.pricedBound && cs.exactUpper() {
 		return
 	}
 	value, ns, used := cs.priced(0)

@@ -37,8 +37,8 @@ func (s *jointSolve) solveAccuracy(parts []*jointPart, class int, left plan.Clus
 
 // splitAccuracy solves the accuracy step by decomposition, and keeps parts as solveWith does. It applies (ok) to
 // several pipelines on one server class with no class kept above them (a floor on a kept class's accuracy would tie
-// its pipelines together), and when every pipeline's relaxation has a point on all the servers left; on several
-// classes the knapsack would be over a vector of counts per class, and the joint MILP solves it instead.
+// its pipelines together), and when every pipeline's relaxation has a point on all the servers left; on two classes
+// splitClasses decomposes it (jointclasses.go), on three or more the joint MILP solves it.
 func (s *jointSolve) splitAccuracy(parts []*jointPart, class int, left plan.Cluster) (milp.Result, bool, error) {
 	if len(parts) < 2 || len(s.kept) > 0 {
 		return milp.Result{}, false, nil
