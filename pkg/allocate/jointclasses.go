@@ -278,10 +278,59 @@ func (cs *classSplit) upper() {
 		}
 	}
 	cs.mu = hi
-	cs.guides = [][][2]int{nsLo}
+	cs.guides = [][][2]int{cs.balance(nsLo)}
 	if nsHi != nil {
-		cs.guides = [][][2]int{cs.fill(nsHi), nsHi, nsLo}
+		cs.guides = [][][2]int{cs.balance(cs.fill(nsHi)), cs.balance(nsHi), cs.guides[0]}
 	}
+}
+
+// balance gives the copies of one function (one f, one weight) in choices ns counts that differ by at most one of
+// each class, the same in all where they can, when that bounds the copies' sum at least as high: where the bounds are
+// planes (or concave) the knapsack is indifferent to how copies share their servers, and a search at one point
+// serves every copy at it.
+func (cs *classSplit) balance(ns [][2]int) [][2]int {
+	out := slices.Clone(ns)
+	done := make([]bool, len(ns))
+	for i := range ns {
+		if done[i] {
+			continue
+		}
+		var group []int
+		for j := i; j < len(ns); j++ {
+			if cs.of[j] == cs.of[i] && cs.weight[j] == cs.weight[i] {
+				group = append(group, j)
+				done[j] = true
+			}
+		}
+		if len(group) < 2 {
+			continue
+		}
+		f := cs.fs[cs.of[i]]
+		up := f.bounds()
+		var total [2]int
+		before := 0.0
+		for _, j := range group {
+			total[0], total[1] = total[0]+ns[j][0], total[1]+ns[j][1]
+			before += up[f.cell(ns[j])]
+		}
+		even := make([][2]int, len(group))
+		after := 0.0
+		for g := range group {
+			for c := range 2 {
+				even[g][c] = total[c] / len(group)
+				if g < total[c]%len(group) {
+					even[g][c]++
+				}
+			}
+			after += up[f.cell(even[g])]
+		}
+		if after >= before {
+			for g, j := range group {
+				out[j] = even[g]
+			}
+		}
+	}
+	return out
 }
 
 // fill gives the servers of the priced class that choices ns (which fit both classes) leave unused to the pipelines
