@@ -22,6 +22,12 @@
 //     deadline at the rate the workers answered over the last RateWindow/5 is congested at once, before any of its
 //     answers is late: a load many times what the plan in force serves (a cold start far above the cluster's
 //     capacity) is seen at its first answers rather than an SLO later, when the requests admitted meanwhile are lost.
+//  4. Ceiling. Requests in flight beyond what the plan's variants answer on the cluster's servers (the tuner lends
+//     any worker no plan uses to them at once) by the request's deadline are refused at once: no answer is needed to
+//     know it, so a load far above the cluster is bounded from its first request, before any answer shows it (a
+//     cold start at 1,600 QPS had 629 requests in flight when its first answers came). Never a load the cluster
+//     answers in time without a new plan: by Little's law, its requests in flight are at most that rate times the
+//     time they take.
 //
 // Within the bound, higher classes are served first: a class may fill the bound but for the share of the
 // throughput the classes above it ask for (their recent arrival rate over it).
@@ -101,6 +107,10 @@ type Plan struct {
 	// FastestMs is the latency of the plan's fastest path: each task's fastest hosted variant at batch 1 and the
 	// communication latency of each hop, along the slowest chain.
 	FastestMs float64
+	// CeilingQPS is the most requests a second the plan's variants answer in time on the cluster's servers, the
+	// tuner's loans included (ceilingQPS); 0: none known. Requests in flight beyond it times a request's time to its
+	// deadline are refused, answers or none (the ceiling, part 4 of the rule).
+	CeilingQPS float64
 	// FloorShortfall is the share of the demand the plan cannot serve at the pipeline's accuracy floor (1 less
 	// plan.FloorShare): 0 but for a plan that cannot serve the demand at it, whose requests beyond the rest are
 	// refused.
@@ -221,6 +231,14 @@ func (g *Gate) Decide(r Request, p Plan) Decision {
 	}
 	if d, refused := s.beyondFloor(r, p, tau); refused {
 		return d
+	}
+	if p.CeilingQPS > 0 {
+		ceiling := max(g.cfg.MinLimit, p.CeilingQPS*left.Seconds())
+		if float64(s.inFlight) >= ceiling*s.classRoom(r.Class, r.Now, tau, p.CeilingQPS) {
+			return Decision{Reason: ReasonRate, Detail: fmt.Sprintf("overloaded: pipeline %s has %d requests in "+
+				"flight, as many of class %d as its plan answers (%.0f a second on all its servers) by this "+
+				"request's deadline; retry later", r.Pipeline, s.inFlight, r.Class, p.CeilingQPS)}
+		}
 	}
 	if s.congested && r.Now.Sub(s.limited) > g.cfg.RateWindow {
 		s.congested = false // the bound has not refused for a RateWindow: what comes is answered as it comes

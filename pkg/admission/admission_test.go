@@ -32,6 +32,7 @@ type fifo struct {
 	deadline time.Duration
 	queue    []*queued
 	free     time.Time // when the model is free for the next request
+	ceiling  float64   // the plan's CeilingQPS (0: none)
 	inTime   int       // answered in time
 	late     int       // answered at their deadline, late or dropped
 }
@@ -92,6 +93,7 @@ func (q *fifo) expire(g *Gate, r *queued, o Outcome) {
 type drive struct {
 	sent, refused map[int]int
 	reasons       map[string]int
+	firstRefusal  time.Duration // from `from` (0: none)
 }
 
 func run(g *Gate, q *fifo, qps float64, classes []int, from, to, measure time.Time, each func(now time.Time)) drive {
@@ -106,12 +108,16 @@ func run(g *Gate, q *fifo, qps float64, classes []int, from, to, measure time.Ti
 		for !next.After(now) {
 			c := classes[i%len(classes)]
 			i++
-			d := g.Decide(Request{Pipeline: "p", Class: c, Now: next, Deadline: next.Add(q.deadline)}, Plan{Hosted: true, FastestMs: 10})
+			d := g.Decide(Request{Pipeline: "p", Class: c, Now: next, Deadline: next.Add(q.deadline)}, Plan{Hosted: true, FastestMs: 10,
+				CeilingQPS: q.ceiling})
 			if !next.Before(measure) {
 				out.sent[c]++
 				if !d.Admit {
 					out.refused[c]++
 					out.reasons[d.Reason]++
+					if out.firstRefusal == 0 {
+						out.firstRefusal = next.Sub(from)
+					}
 				}
 			}
 			if d.Admit {
@@ -268,7 +274,7 @@ func TestOfTraffic(t *testing.T) {
 		}
 		want = max(want, ms)
 	}
-	if got := Of(spec, p); !near(got.FastestMs, want, 1e-9) || !got.Hosted {
+	if got := Of(spec, p, 0); !near(got.FastestMs, want, 1e-9) || !got.Hosted {
 		t.Errorf("Of = %+v, want fastest %.1f ms, every task hosted", got, want)
 	}
 	// Without the face recogniser: a task unhosted, every request refused at once.
@@ -278,7 +284,7 @@ func TestOfTraffic(t *testing.T) {
 			partial.Variants = append(partial.Variants, vp)
 		}
 	}
-	got := Of(spec, &partial)
+	got := Of(spec, &partial, 0)
 	if got.Hosted {
 		t.Fatalf("Of without recognize_face: %+v, want not hosted", got)
 	}
@@ -340,11 +346,11 @@ func TestOfFloorShortfall(t *testing.T) {
 		Profile: []pipeline.ProfilePoint{{Batch: 1, P50Ms: 10, P95Ms: 12}}}}}}}
 	p := &plan.Plan{Pipeline: "p", Mode: plan.ModeOverloaded, Variants: []plan.VariantPlan{{Task: "a", Variant: "v",
 		Replicas: 1, MaxBatch: 1}}, Allocation: &plan.Allocation{DemandQPS: 100, ServedQPS: 75, MinAccuracy: 0.5}}
-	if got := Of(spec, p).FloorShortfall; !near(got, 0.25, 1e-12) {
+	if got := Of(spec, p, 0).FloorShortfall; !near(got, 0.25, 1e-12) {
 		t.Errorf("shortfall %v, want 0.25", got)
 	}
 	p.Mode = plan.ModeHardware
-	if got := Of(spec, p).FloorShortfall; got != 0 {
+	if got := Of(spec, p, 0).FloorShortfall; got != 0 {
 		t.Errorf("hardware mode: shortfall %v, want 0", got)
 	}
 }

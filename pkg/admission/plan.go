@@ -1,16 +1,19 @@
 package admission
 
 import (
+	"math"
+
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
 // Of is what a gate needs of plan p of spec: whether it hosts every task (which not), the latency of its fastest
-// path, and the share of the demand it cannot serve at the pipeline's accuracy floor. (Not the rate the plan serves: the planner sizes it with headroom, and the gate admits on what the workers
+// path, the share of the demand it cannot serve at the pipeline's accuracy floor, and the most its variants answer
+// on servers, the cluster's (plan.ServersOfAll of the plans in force; at least p's own ClusterServers). (Not the rate the plan serves: the planner sizes it with headroom, and the gate admits on what the workers
 // answer; docs/admission.md.)
-func Of(spec *pipeline.Spec, p *plan.Plan) Plan {
-	out := Plan{Hosted: true, FloorShortfall: 1 - p.FloorShare()}
+func Of(spec *pipeline.Spec, p *plan.Plan, servers int) Plan {
+	out := Plan{Hosted: true, FloorShortfall: 1 - p.FloorShare(), CeilingQPS: ceilingQPS(spec, p, servers)}
 	for _, chain := range spec.Chains() {
 		ms := 0.0
 		for _, task := range chain {
@@ -23,6 +26,64 @@ func Of(spec *pipeline.Spec, p *plan.Plan) Plan {
 		out.FastestMs = max(out.FastestMs, ms)
 	}
 	return out
+}
+
+// ceilingQPS is the most requests a second plan p's variants could answer in time on servers, the cluster's (at least
+// p's Allocation.ClusterServers), which is as far as the tuner reaches by lending idle ones without a new plan: the
+// servers shared among the tasks as if divisible (the LP bound), each task at its hosted variants' best rate a
+// replica (CapacityQPS, in time at MaxBatch), and the items a request brings each task at their fewest (the hosted
+// variants' smallest fan-out into it). An upper bound: a load above it is answered in time only after a new plan.
+// 0 (no ceiling) for a plan without an allocation.
+func ceilingQPS(spec *pipeline.Spec, p *plan.Plan, servers int) float64 {
+	a := p.Allocation
+	if a == nil {
+		return 0
+	}
+	if servers = max(servers, a.ClusterServers); servers <= 0 {
+		return 0
+	}
+	perReplica := map[string]float64{} // task -> items a second one replica of its best hosted variant serves
+	for _, vp := range p.Variants {
+		if vp.Replicas > 0 && vp.CapacityQPS > 0 {
+			perReplica[vp.Task] = max(perReplica[vp.Task], vp.CapacityQPS/float64(vp.Replicas))
+		}
+	}
+	items := map[string]float64{} // task -> the fewest items a request brings it
+	var itemsOf func(task string) float64
+	itemsOf = func(task string) float64 {
+		if n, ok := items[task]; ok {
+			return n
+		}
+		n := 1.0 // the root's
+		if parent := spec.Parent(task); parent != "" {
+			pt := spec.Task(parent)
+			n = math.Inf(1)
+			for _, vp := range p.Variants {
+				if v := spec.Variant(parent, vp.Variant); vp.Task == parent && vp.Replicas > 0 && v != nil {
+					n = min(n, pt.FanoutTo(v, task, p.Fanout))
+				}
+			}
+			if math.IsInf(n, 1) {
+				n = 0
+			}
+			n *= itemsOf(parent)
+		}
+		items[task] = n
+		return n
+	}
+	serversPerQPS := 0.0
+	for _, t := range spec.Tasks {
+		if n := itemsOf(t.Name); n > 0 {
+			if perReplica[t.Name] <= 0 {
+				return 0 // a task the plan does not host: refused as unhosted
+			}
+			serversPerQPS += n / perReplica[t.Name]
+		}
+	}
+	if serversPerQPS <= 0 {
+		return 0
+	}
+	return float64(servers) / serversPerQPS
 }
 
 // fastestHosted is the p50 latency at batch 1 of task's fastest variant p hosts, by the plan's profiles where it has

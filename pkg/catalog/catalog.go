@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sort"
 	"sync"
 
@@ -85,6 +86,13 @@ func (c *Catalog) Pipelines() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// ServersOfAll is how many servers the plans of every pipeline were made for together (plan.ServersOfAll).
+func (c *Catalog) ServersOfAll() int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return plan.ServersOfAll(maps.Values(c.plans))
 }
 
 // Complaints counts what the catalog refused, by kind.

@@ -90,6 +90,7 @@ type Pipeline struct {
 	lent        map[string]int
 	queues      map[string]float64 // messages waiting or in service per "task/variant" at the last look
 	replannedAt time.Time          // when the last new allocation was published
+	cut         map[string]bool    // the "task/variant"s whose replicas (loans included) it cut (Excess)
 	// scale is the budget scale of scaleOf, the plan its tuner last looked at (plans are replaced, not changed)
 	scale   float64
 	scaleOf *plan.Plan

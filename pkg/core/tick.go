@@ -75,11 +75,13 @@ const gapsForgetRatio = 2
 // them rather than going back and being lent again; the caller then reassigns the workers (Assign).
 func (c *Cluster) Published(d Decision, now time.Time, able plan.Cluster) {
 	p := d.Pipeline
+	old := p.Current()
 	p.loop.Published(d.Step, d.Observed, now)
 	if !d.Replanned {
 		return
 	}
 	p.replannedAt = now
+	p.cut = cutVariants(old, d.Plan, p.lent)
 	if p.tuner != nil {
 		p.lent = p.tuner.Look(now, c.tuneInput(p, able))
 		c.showLoans()

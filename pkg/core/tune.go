@@ -143,6 +143,37 @@ func withinCostCap(usable plan.Cluster, own map[string]int, maxCost float64) {
 // Lent are p's loans in force.
 func (p *Pipeline) Lent() map[string]int { return p.lent }
 
+// Excess is how many of the pending messages at task/variant, a variant of p's plan in force, the caller moves to
+// the task's other variants (plan.Sibling) at a look within RehomeAfterPlan of a new plan (Looked.Rehome): those
+// beyond what its replicas and loans take soon (plan.Excess), when that plan cut the variant's replicas; 0
+// otherwise. A variant the plan did not cut keeps its queue: its replicas take what its upstream sends it.
+func (p *Pipeline) Excess(task, variant string, pending int) int {
+	key := wire.VariantKey{Task: task, Variant: variant}.String()
+	if !p.cut[key] {
+		return 0
+	}
+	return p.Current().Excess(task, variant, pending, p.lent[key])
+}
+
+// cutVariants are the "task/variant"s that plan next hosts fewer replicas of than prev did with the loans lent.
+func cutVariants(prev, next *plan.Plan, lent map[string]int) map[string]bool {
+	if prev == nil || next == nil {
+		return nil
+	}
+	var cut map[string]bool
+	for _, vp := range prev.Variants {
+		key := wire.VariantKey{Task: vp.Task, Variant: vp.Variant}.String()
+		had := vp.Replicas + lent[key]
+		if nv := next.Find(vp.Task, vp.Variant); had > 0 && nv != nil && nv.Replicas > 0 && nv.Replicas < had {
+			if cut == nil {
+				cut = map[string]bool{}
+			}
+			cut[key] = true
+		}
+	}
+	return cut
+}
+
 // Assign gives the replicas of every pipeline's plan in force and the tuner's loans to the able workers (in name
 // order), each replica to a worker of its variant's class (classes: each worker's; nil or a worker left out, the
 // default class), moving as few from prev as it can (plan.Assign); unplaced is how many replicas got no worker.

@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"iter"
 	"math"
 	"sort"
 	"strconv"
@@ -215,4 +216,18 @@ func parseClassList(s, what string, set func(class, value string) error) error {
 		}
 	}
 	return nil
+}
+
+// ServersOfAll is how many servers the plans of every pipeline on one cluster were made for together: the sum of
+// their Allocation.ClusterServers (each pipeline's share of the workers when they are divided). A tuner lends any
+// worker no plan uses to any pipeline, so this, not a plan's own share, bounds what a pipeline reaches without a
+// new plan (admission's ceiling).
+func ServersOfAll(plans iter.Seq[*Plan]) int {
+	n := 0
+	for p := range plans {
+		if p != nil && p.Allocation != nil {
+			n += max(p.Allocation.ClusterServers, 0)
+		}
+	}
+	return n
 }

@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
@@ -38,5 +39,14 @@ func TestParseCluster(t *testing.T) {
 		if _, err := ParsePrices(bad); err == nil {
 			t.Errorf("ParsePrices(%q): no error", bad)
 		}
+	}
+}
+
+// TestServersOfAll: the servers the plans of a cluster's pipelines were made for add up (each its share); a plan
+// without an allocation (or none) counts none.
+func TestServersOfAll(t *testing.T) {
+	plans := []*Plan{{Allocation: &Allocation{ClusterServers: 12}}, nil, {}, {Allocation: &Allocation{ClusterServers: 8}}}
+	if got := ServersOfAll(slices.Values(plans)); got != 20 {
+		t.Errorf("ServersOfAll = %d, want 20", got)
 	}
 }

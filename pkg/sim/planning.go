@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/admission"
+	"github.com/sleipnir-serving/sleipnir/pkg/core"
 	"github.com/sleipnir-serving/sleipnir/pkg/deadline"
 	"github.com/sleipnir-serving/sleipnir/pkg/gears"
 	"github.com/sleipnir-serving/sleipnir/pkg/hop"
@@ -52,7 +53,7 @@ func (s *sim) tick() {
 	}
 	active := s.inUse()
 	for i, p := range s.pipes {
-		s.rehome(p)
+		s.rehome(p, nil)
 		if sec := s.now/int64(time.Second) - 1; sec >= 0 && int(sec) < len(p.seconds) {
 			x := &p.seconds[sec]
 			u := active[p.spec.Name]
@@ -97,7 +98,18 @@ func (s *sim) heartbeats(now time.Time) {
 // after a new allocation (assignWorkers).
 func (s *sim) applyPlan(p *pipe, pl *plan.Plan, replanned bool) {
 	p.plan = pl
-	p.admit = admission.Of(p.spec, pl)
+	servers := plan.ServersOfAll(func(yield func(*plan.Plan) bool) {
+		for _, q := range s.pipes {
+			if !yield(q.plan) {
+				return
+			}
+		}
+	})
+	for _, q := range s.pipes { // the ceiling of every pipeline's gate reads the servers of all plans
+		if q.plan != nil {
+			q.admit = admission.Of(q.spec, q.plan, servers)
+		}
+	}
 	if routing.ReadsQueues(p.spec.RoutingMode) {
 		p.rootQueue = routing.QueueOptions(p.spec, pl, p.spec.Root().Name)
 		p.rootRest = deadline.RestBelow(p.spec, pl, p.spec.Root().Name)
@@ -190,7 +202,7 @@ func (s *sim) tuneLook() {
 	}
 	looked := s.core.Look(s.time(), s.cluster, s.looks)
 	for _, cp := range looked.Rehome {
-		s.rehome(s.named[cp.Spec.Name])
+		s.rehome(s.named[cp.Spec.Name], cp)
 	}
 	if looked.Loans {
 		s.assignWorkers()
@@ -218,22 +230,34 @@ func (s *sim) assignWorkers() {
 
 // rehome moves the messages queued at variants of p its plan in force hosts no replica of to the variants its
 // routing sends their task's traffic to (plan.Rehome), a hop away, as the live planner does: a plan that retires
-// a variant would otherwise leave its queue to wait out the deadlines.
-func (s *sim) rehome(p *pipe) {
+// a variant would otherwise leave its queue to wait out the deadlines. With cp (a look in the seconds after a new
+// plan: core.Looked.Rehome), it also moves the oldest of the messages cp.Excess says to the task's other variants
+// (plan.Sibling).
+func (s *sim) rehome(p *pipe, cp *core.Pipeline) {
 	for _, h := range s.queues {
-		if h.pipe != p {
+		if h.pipe != p || h.pending() == 0 {
 			continue
 		}
 		task := p.tasks[h.task]
-		if h.pending() == 0 || p.plan.Hosts(task, h.variant.Name) {
+		dest, n := p.plan.Rehome, h.pending()
+		if p.plan.Hosts(task, h.variant.Name) {
+			if cp == nil {
+				continue
+			}
+			dest, n = p.plan.Sibling, cp.Excess(task, h.variant.Name, n)
+		}
+		if n == 0 {
 			continue
 		}
 		kept := h.queue[:0]
 		for _, m := range h.queue[h.head:] {
-			if to := p.plan.Rehome(task, h.variant.Name, plan.Upstream(p.trie.path[m.node]), s.rng.Float64()); to != "" {
-				h.load -= float64(m.items)
-				s.push(event{at: s.now + p.comm, kind: evDeliver, target: p.queueIdx[task][to], msg: s.ref(m)})
-				continue
+			if n > 0 {
+				if to := dest(task, h.variant.Name, plan.Upstream(p.trie.path[m.node]), s.rng.Float64()); to != "" {
+					n--
+					h.load -= float64(m.items)
+					s.push(event{at: s.now + p.comm, kind: evDeliver, target: p.queueIdx[task][to], msg: s.ref(m)})
+					continue
+				}
 			}
 			kept = append(kept, m)
 		}

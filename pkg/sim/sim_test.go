@@ -275,7 +275,7 @@ func TestRehome(t *testing.T) {
 	s.queues[hosted].queue = []*message{{req: r, items: 1, node: after}}
 	s.events = eventHeap{}
 	p0.plan = p
-	s.rehome(p0)
+	s.rehome(p0, nil)
 
 	if q := s.queues[retired].queue[s.queues[retired].head:]; len(q) != 1 || q[0] != stays {
 		t.Errorf("the retired variant's queue holds %d messages, want only the one routed nowhere", len(q))
@@ -283,14 +283,7 @@ func TestRehome(t *testing.T) {
 	if s.queues[hosted].pending() != 1 {
 		t.Errorf("a hosted variant's queue moved: %d messages left of 1", s.queues[hosted].pending())
 	}
-	var delivered []*message
-	for _, e := range s.events.ev {
-		if e.kind != evDeliver || e.target != to || e.at != s.now+p0.comm {
-			t.Errorf("unexpected event %+v: want deliveries to effnet_b0 one hop from now", e)
-			continue
-		}
-		delivered = append(delivered, s.msgs[e.msg])
-	}
+	delivered := deliveredTo(t, s, to, p0.comm)
 	if len(delivered) != 2 || !slices.Contains(delivered, moved[0]) || !slices.Contains(delivered, moved[1]) {
 		t.Errorf("delivered %d messages to effnet_b0, want the 2 routed there", len(delivered))
 	}

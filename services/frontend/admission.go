@@ -12,10 +12,12 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
-// gatePlan caches admission.Of of one plan: the fastest path is worth computing once per plan, not per request.
+// gatePlan caches admission.Of of one plan on the cluster's servers: the fastest path is worth computing once per
+// plan, not per request.
 type gatePlan struct {
-	plan *plan.Plan
-	of   admission.Plan
+	plan    *plan.Plan
+	servers int // plan.ServersOfAll of the plans in force
+	of      admission.Plan
 }
 
 // admitRequest decides, from its headers alone (before its payload is read), whether a request is sent into its
@@ -32,10 +34,11 @@ func (f *Frontend) admitRequest(pipelineName string, header func(string) string,
 	if err != nil {
 		return false, err
 	}
+	servers := f.catalog.ServersOfAll()
 	f.admMu.Lock()
 	gp := f.gatePlans[pipelineName]
-	if gp.plan != p {
-		gp = gatePlan{plan: p, of: admission.Of(spec, p)}
+	if gp.plan != p || gp.servers != servers {
+		gp = gatePlan{plan: p, servers: servers, of: admission.Of(spec, p, servers)}
 		f.gatePlans[pipelineName] = gp
 	}
 	f.admMu.Unlock()

@@ -395,22 +395,8 @@ tasks:
 // under an id of its own, moved by the planner's step; one the plan routes nowhere stays; moving again moves nothing
 // twice.
 func TestRehomeMovesRetiredQueue(t *testing.T) {
-	nc := testrig.Server(t).Connect(t, "planner")
-	sp, err := pipeline.Parse([]byte(treeSpec))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := New(nc, Config{Pipelines: []*pipeline.Spec{sp}, Storage: jetstream.MemoryStorage})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, sp, js, stream := movesPlanner(t)
 	ctx := context.Background()
-	js := testrig.JetStream(t, nc)
-	// The planner's declarations, which its Run would make: this test calls its steps itself.
-	stream, err := bus.EnsureTaskStream(ctx, js, sp.Name, jetstream.MemoryStorage, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if _, err := bus.EnsureVariantConsumer(ctx, js, sp.Name, "b", "y", time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -439,11 +425,12 @@ func TestRehomeMovesRetiredQueue(t *testing.T) {
 		}
 		return info.State.Subjects
 	}
-	p.rehome(ctx, sp, old) // hosts b/y: its queue stays
+	p.rehome(ctx, sp, old, nil) // hosts b/y: its queue stays
 	if got := counts(); got[wire.TaskSubject(sp.Name, "b", "y")] != 3 || len(got) != 1 {
 		t.Fatalf("messages per subject %v under the plan that hosts b/y: want the 3 at b/y", got)
 	}
 	// The planner's once-a-second step moves them, under the plan in force (next, with its routing computed again).
+	var err error
 	if p.kv, err = bus.OpenBucket(ctx, js, jetstream.MemoryStorage, 0); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,5 @@
-// Moving what waits in the queue of a variant a new plan retired to the variant the plan routes its task to.
+// Moving what waits in the queue of a variant a new plan retired to the variant the plan routes its task to, and,
+// in the seconds after a new plan, what waits beyond a hosted variant's next batches to the task's other variants.
 
 package planner
 
@@ -6,11 +7,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sleipnir-serving/sleipnir/pkg/core"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
@@ -24,28 +27,38 @@ const rehomeBatch = 256
 // deadlines) to the variants pl routes their task to from their upstream hop (plan.Rehome, which the simulator
 // calls too): each is published again with its headers, under a message id of its own (wire.RehomedMsgID), then
 // acknowledged. It runs every second, so messages that upstream workers sent on the old routing just before they
-// saw the new one follow within a second. A variant never hosted has no consumer and costs one lookup.
-func (p *Planner) rehome(ctx context.Context, spec *pipeline.Spec, pl *plan.Plan) {
+// saw the new one follow within a second. A variant never hosted has no consumer and costs one lookup. With cp (a
+// look of the tuner in the seconds after a new plan: core.Looked.Rehome), it also moves the oldest of the messages
+// cp.Excess says, of the variants the plan cut, to the task's other variants (plan.Sibling), as the simulator does.
+func (p *Planner) rehome(ctx context.Context, spec *pipeline.Spec, pl *plan.Plan, cp *core.Pipeline) {
 	for _, t := range spec.Tasks {
 		for _, v := range t.Variants {
+			key := wire.VariantKey{Task: t.Name, Variant: v.Name}.String()
+			what, dest, count := "the queue of a retired variant", pl.Rehome, func(pending int) int { return pending }
 			if pl.Hosts(t.Name, v.Name) {
-				continue
+				if cp == nil {
+					continue
+				}
+				what, dest = "what a hosted variant's replicas do not take soon", pl.Sibling
+				count = func(pending int) int { return cp.Excess(t.Name, v.Name, pending) }
 			}
-			moved, err := p.rehomeQueue(ctx, spec.Name, t.Name, v.Name, pl)
+			moved, err := p.rehomeQueue(ctx, spec.Name, t.Name, v.Name, count, dest)
 			if err != nil && ctx.Err() == nil {
-				p.log.Warn("moving the queue of a retired variant failed; will retry", "pipeline", spec.Name,
-					"variant", wire.VariantKey{Task: t.Name, Variant: v.Name}.String(), "moved", moved, "err", err)
+				p.log.Warn("moving "+what+" failed; will retry", "pipeline", spec.Name,
+					"variant", key, "moved", moved, "err", err)
 			} else if moved > 0 {
-				p.log.Info("moved the queue of a retired variant", "pipeline", spec.Name,
-					"variant", wire.VariantKey{Task: t.Name, Variant: v.Name}.String(), "moved", moved)
+				p.log.Info("moved "+what, "pipeline", spec.Name, "variant", key,
+					"moved", moved)
 			}
 		}
 	}
 }
 
-// rehomeQueue moves what waits in one retired variant's queue (see rehome) and returns how many messages it moved.
-// A message pl routes nowhere is negatively acknowledged, to wait for a later plan.
-func (p *Planner) rehomeQueue(ctx context.Context, pipelineName, task, variant string, pl *plan.Plan) (int, error) {
+// rehomeQueue moves up to count(pending) of the messages waiting in one variant's queue, the oldest first, each to
+// dest(task, variant, its upstream hop, a uniform draw) (see rehome), and returns how many it moved. A message dest
+// sends nowhere is negatively acknowledged, to wait for a later plan or a replica.
+func (p *Planner) rehomeQueue(ctx context.Context, pipelineName, task, variant string, count func(pending int) int,
+	dest func(task, variant, upstream string, u float64) string) (int, error) {
 	cons, err := p.js.Consumer(ctx, wire.TaskStream(pipelineName), wire.Consumer(task, variant))
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return 0, nil
@@ -53,7 +66,7 @@ func (p *Planner) rehomeQueue(ctx context.Context, pipelineName, task, variant s
 		return 0, err
 	}
 	moved := 0
-	for left := cons.CachedInfo().NumPending; left > 0; {
+	for left := uint64(max(0, count(int(min(cons.CachedInfo().NumPending, math.MaxInt32))))); left > 0; {
 		batch, err := cons.FetchNoWait(int(min(left, rehomeBatch)))
 		if err != nil {
 			return moved, err
@@ -62,7 +75,7 @@ func (p *Planner) rehomeQueue(ctx context.Context, pipelineName, task, variant s
 		for m := range batch.Messages() {
 			got++
 			upstream := plan.Upstream(wire.SplitPath(m.Headers().Get(wire.HeaderPath)))
-			to := pl.Rehome(task, variant, upstream, rand.Float64())
+			to := dest(task, variant, upstream, rand.Float64())
 			if to == "" {
 				_ = m.Nak()
 				continue

@@ -35,7 +35,7 @@ func (p *Planner) tuneLook(ctx context.Context, now time.Time) {
 	cluster, _ := p.onCluster(able)
 	looked := p.core.Look(now, cluster, queues)
 	for _, cp := range looked.Rehome {
-		p.rehome(ctx, cp.Spec, cp.Current())
+		p.rehome(ctx, cp.Spec, cp.Current(), cp)
 	}
 	if looked.Loans {
 		p.log.Info("tuner loans", "lent", p.core.Loans())

@@ -1,0 +1,118 @@
+package planner
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sleipnir-serving/sleipnir/internal/testrig"
+	"github.com/sleipnir-serving/sleipnir/pkg/bus"
+	"github.com/sleipnir-serving/sleipnir/pkg/control"
+	"github.com/sleipnir-serving/sleipnir/pkg/core"
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
+)
+
+// TestRehomeMovesTheExcessOfACutVariant: in the seconds after a plan that cut a variant's replicas, a look moves
+// what waits there beyond its replicas' next batches (plan.Excess) to the task's other hosted variant, the oldest
+// first; the messages a variant the plan did not cut holds stay, and so does all of it at the once-a-second move.
+func TestRehomeMovesTheExcessOfACutVariant(t *testing.T) {
+	p, sp, js, stream := movesPlanner(t)
+	ctx := context.Background()
+	for _, v := range []string{"y", "z"} {
+		if _, err := bus.EnsureVariantConsumer(ctx, js, sp.Name, "b", v, time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	routing := plan.Routing{Root: []plan.Route{{Variant: "x", Prob: 1}}, Downstream: map[string]map[string][]plan.Route{
+		"a/x": {"b": {{Variant: "y", Prob: 0.5}, {Variant: "z", Prob: 0.5}}}}}
+	old := &plan.Plan{Pipeline: sp.Name, Variants: []plan.VariantPlan{{Task: "a", Variant: "x", Replicas: 1, MaxBatch: 1},
+		{Task: "b", Variant: "y", Replicas: 3, MaxBatch: 1}, {Task: "b", Variant: "z", Replicas: 1, MaxBatch: 1}},
+		Routing: routing}
+	next := &plan.Plan{Pipeline: sp.Name, Epoch: 1, Variants: []plan.VariantPlan{
+		{Task: "a", Variant: "x", Replicas: 1, MaxBatch: 1}, {Task: "b", Variant: "y", Replicas: 1, MaxBatch: 1},
+		{Task: "b", Variant: "z", Replicas: 3, MaxBatch: 1}}, Routing: routing}
+	cp := p.core.Pipelines()[0]
+	if err := p.core.Begin(cp, old, false, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	deadline := wire.FormatDeadline(time.Now().Add(time.Minute))
+	publish := func(variant string, n int) {
+		for i := range n {
+			m := nats.NewMsg(wire.TaskSubject(sp.Name, "b", variant))
+			m.Header.Set(wire.HeaderPath, "a/x")
+			id := fmt.Sprintf("%s-%d", variant, i)
+			m.Header.Set(wire.HeaderRequestID, id)
+			m.Header.Set(wire.HeaderDeadline, deadline)
+			m.Header.Set(wire.HeaderMsgID, wire.TaskMsgID(id, "0", "b", variant))
+			m.Data = []byte{byte(i)}
+			if _, err := js.PublishMsg(ctx, m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	publish("y", 6)
+	publish("z", 5)
+	counts := func() (y, z uint64) {
+		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(wire.TaskSubjects(sp.Name)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Subjects[wire.TaskSubject(sp.Name, "b", "y")], info.State.Subjects[wire.TaskSubject(sp.Name, "b", "z")]
+	}
+	p.core.Published(core.Decision{Pipeline: cp, Step: control.Step{Plan: next, Replanned: true}}, time.Now(),
+		plan.Uniform(5))
+	p.rehome(ctx, sp, next, nil) // the once-a-second move: only retired variants
+	if y, z := counts(); y != 6 || z != 5 {
+		t.Fatalf("after the once-a-second move: %d at b/y and %d at b/z, want 6 and 5: hosted queues stay", y, z)
+	}
+	p.rehome(ctx, sp, next, cp) // a look after the plan that cut b/y from 3 replicas to 1
+	keep := plan.ExcessBatches * 1 * 1
+	if y, z := counts(); y != uint64(keep) || z != 5+uint64(6-keep) {
+		t.Fatalf("after a look: %d at b/y and %d at b/z, want %d kept at the cut b/y and the rest moved to b/z",
+			y, z, keep)
+	}
+	// The oldest were moved: what b/y keeps is its newest.
+	cons, err := js.Consumer(ctx, wire.TaskStream(sp.Name), wire.Consumer("b", "y"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := cons.Fetch(keep, jetstream.FetchMaxWait(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := 6 - keep
+	for m := range batch.Messages() {
+		if i := int(m.Data()[0]); i != first {
+			t.Errorf("b/y kept message %d, want %d (its newest %d)", i, first, keep)
+		}
+		first++
+		_ = m.Ack()
+	}
+}
+
+// movesPlanner is a planner of treeSpec on a real JetStream server, with its task stream declared (as its Run would:
+// the tests call its steps themselves).
+func movesPlanner(t *testing.T) (*Planner, *pipeline.Spec, jetstream.JetStream, jetstream.Stream) {
+	t.Helper()
+	nc := testrig.Server(t).Connect(t, "planner")
+	sp, err := pipeline.Parse([]byte(treeSpec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(nc, Config{Pipelines: []*pipeline.Spec{sp}, Storage: jetstream.MemoryStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	js := testrig.JetStream(t, nc)
+	stream, err := bus.EnsureTaskStream(context.Background(), js, sp.Name, jetstream.MemoryStorage, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, sp, js, stream
+}
