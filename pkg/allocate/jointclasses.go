@@ -451,12 +451,7 @@ func (cs *classSplit) gridKnapsack(choices [][]classPoint) (float64, [][2]int) {
 		}
 		best, next = next, best
 	}
-	t := 0
-	for u, v := range best {
-		if v > best[t] {
-			t = u
-		}
-	}
+	t := argmax(best)
 	if math.IsInf(best[t], -1) {
 		return best[t], nil
 	}

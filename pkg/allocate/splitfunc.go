@@ -231,12 +231,7 @@ func knapsack(weight []float64, f [][]float64, all int) (float64, []int) {
 		}
 		best, next = next, best
 	}
-	t := 0
-	for u, v := range best {
-		if v > best[t] {
-			t = u
-		}
-	}
+	t := argmax(best)
 	if math.IsInf(best[t], -1) {
 		return best[t], nil
 	}
@@ -247,4 +242,15 @@ func knapsack(weight []float64, f [][]float64, all int) (float64, []int) {
 		t -= ns[p]
 	}
 	return value, ns
+}
+
+// argmax is the index of the largest of xs (the first of equals; 0 for none).
+func argmax(xs []float64) int {
+	t := 0
+	for u, v := range xs {
+		if v > xs[t] {
+			t = u
+		}
+	}
+	return t
 }
