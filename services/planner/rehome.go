@@ -36,8 +36,8 @@ func (p *Planner) rehome(ctx context.Context, spec *pipeline.Spec, pl *plan.Plan
 			key := wire.VariantKey{Task: t.Name, Variant: v.Name}.String()
 			what, dest, count := "the queue of a retired variant", pl.Rehome, func(pending int) int { return pending }
 			if pl.Hosts(t.Name, v.Name) {
-				if cp == nil {
-					continue
+				if cp == nil || cp.Excess(t.Name, v.Name, math.MaxInt32) == 0 {
+					continue // not cut by the plan: no lookup of its queue
 				}
 				what, dest = "what a hosted variant's replicas do not take soon", pl.Sibling
 				count = func(pending int) int { return cp.Excess(t.Name, v.Name, pending) }
