@@ -77,18 +77,10 @@ func TestJointSplitOnTwoClasses(t *testing.T) {
 				t.Errorf("%s: the decomposition found %.9f where the joint MILP has no point", name, split.Objective)
 			}
 			continue
-		case whole.Status != milp.Optimal:
-			continue
-		case !ok || split.Status != milp.Optimal:
-			t.Errorf("%s: the decomposition applies %v, says %s (%v, gap %v); the joint MILP's optimum %.9f", name,
-				ok, split.Status, split.Objective, split.Gap, whole.Objective)
+		case whole.Status != milp.Optimal || !provesTheOptimum(t, name, split, ok, whole):
 			continue
 		}
 		compared++
-		if d := math.Abs(split.Objective - whole.Objective); d > 2e-6*math.Abs(whole.Objective) {
-			t.Errorf("%s: the decomposition's optimum %.9f, the joint MILP's %.9f", name, split.Objective,
-				whole.Objective)
-		}
 		if i%2 == 1 {
 			continue // the suite's time
 		}

@@ -47,6 +47,8 @@ type Catalog struct {
 	// pending holds, per pipeline, the newest plan read that has no valid spec to check it against yet (a plan can
 	// arrive before its spec: they are watched apart).
 	pending map[string]*plan.Plan
+	// servers is plan.ServersOfAll of plans, counted at each change: frontends read it per request.
+	servers int
 	ready   chan struct{}
 }
 
@@ -92,7 +94,7 @@ func (c *Catalog) Pipelines() []string {
 func (c *Catalog) ServersOfAll() int {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	return plan.ServersOfAll(maps.Values(c.plans))
+	return c.servers
 }
 
 // Complaints counts what the catalog refused, by kind.
@@ -186,7 +188,11 @@ func (c *Catalog) onPlan(e jetstream.KeyValueEntry) {
 	c.changed()
 }
 
+// changed follows every change of specs or plans: it counts the plans' servers again and tells onChange.
 func (c *Catalog) changed() {
+	c.mu.Lock()
+	c.servers = plan.ServersOfAll(maps.Values(c.plans))
+	c.mu.Unlock()
 	if c.onChange != nil {
 		c.onChange()
 	}

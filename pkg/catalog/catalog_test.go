@@ -54,6 +54,7 @@ func TestCatalogKeepsTheLastGoodValues(t *testing.T) {
 	}
 	good, _ := plan.Static(sp)
 	good.Epoch = 4
+	good.Allocation = &plan.Allocation{ClusterServers: 64, ActiveServers: good.Servers()}
 	good.Routing = routing.MostAccurateFirst(routing.Input{Spec: sp, Plan: good})
 	put := func(key string, value []byte) {
 		if _, err := kv.Put(ctx, key, value); err != nil {
@@ -68,8 +69,9 @@ func TestCatalogKeepsTheLastGoodValues(t *testing.T) {
 	changes := make(chan struct{}, 100)
 	c := Watch(ctx, nc, kv, slog.New(slog.NewTextHandler(io.Discard, nil)), func() { changes <- struct{}{} })
 	<-c.Ready()
-	if _, p := c.Lookup(sp.Name); p != nil {
-		t.Fatal("a plan is followed before there is a spec to check it against")
+	if _, p := c.Lookup(sp.Name); p != nil || c.ServersOfAll() != 0 {
+		t.Fatalf("a plan is followed (or its %d servers counted) before there is a spec to check it against",
+			c.ServersOfAll())
 	}
 	put(wire.SpecKey(sp.Name), specJSON)
 	waitFor(t, "the plan is followed once its spec arrives", func() bool {
@@ -102,6 +104,9 @@ func TestCatalogKeepsTheLastGoodValues(t *testing.T) {
 	}
 	if s2 != specBefore {
 		t.Error("a spec written again unchanged, or a bad one, replaced the spec in use")
+	}
+	if n := c.ServersOfAll(); n != 64 {
+		t.Errorf("the plans in force were made for %d servers, want the last good plan's 64", n)
 	}
 	if got := c.Pipelines(); len(got) != 1 || got[0] != sp.Name {
 		t.Errorf("pipelines %v", got)
