@@ -122,7 +122,7 @@ func (l *Loop) Next(now time.Time, o Observed) Step {
 	last := l.routed
 	if !demand.Significant(last.demand, o.Demand, l.cfg.RouteThreshold, l.cfg.RouteSigmas, o.DemandWindow) &&
 		now.Sub(last.at) < l.cfg.RouteEvery &&
-		!demand.FanoutSignificant(l.current.Fanout, o.Fanout, l.cfg.RouteThreshold, l.cfg.RouteSigmas, o.FanoutSamples) {
+		!demand.FanoutSignificant(l.spec, l.current.Fanout, o.Fanout, l.cfg.RouteThreshold, l.cfg.RouteSigmas, o.FanoutSamples) {
 		return st
 	}
 	p := *l.current
@@ -191,7 +191,7 @@ func (l *Loop) replan(now time.Time, o Observed) Step {
 		// A move of a measured multiplicative factor is planned for either way: holding a factor that fell, as the
 		// demand's falls are held, cost the simulator's diurnal hour a tenth of a point of accuracy and 0.04 points of
 		// violations (seeds 1-5).
-		if !moved(replanMinChange, sigmas) && !demand.FanoutSignificant(last.fanout, o.Fanout, l.cfg.RouteThreshold,
+		if !moved(replanMinChange, sigmas) && !demand.FanoutSignificant(l.spec, last.fanout, o.Fanout, l.cfg.RouteThreshold,
 			l.cfg.ReplanSigmas, o.FanoutSamples) {
 			l.planned.at = now // looked again: nothing worth a new plan
 			return Step{}

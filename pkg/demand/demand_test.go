@@ -155,19 +155,50 @@ func TestSignificant(t *testing.T) {
 	}
 }
 
-// TestFanoutSignificant: a factor's move counts when past the threshold and past the noise of the items it rests on.
+// TestFanoutSignificant: a factor's move counts when past the threshold and past the noise of the items it rests on;
+// a variant's first estimate is compared with its profile's factor, and a variant spec has not with nothing.
 func TestFanoutSignificant(t *testing.T) {
-	prev := map[string]pipeline.Fanout{"detect/x": {Mean: 2, Shares: map[string]float64{"car": 1}}}
-	cur := map[string]pipeline.Fanout{"detect/x": {Mean: 2.3, Shares: map[string]float64{"car": 1}}}
-	if !FanoutSignificant(prev, cur, 0.1, 3, nil) {
+	spec := &pipeline.Spec{Tasks: []pipeline.Task{
+		{Name: "detect", Children: []string{"car"}, Variants: []pipeline.Variant{
+			{Name: "x", Fanout: &pipeline.Fanout{Mean: 2}}, {Name: "y", Fanout: &pipeline.Fanout{Mean: 2}}}},
+		{Name: "car"},
+	}}
+	car := func(mean float64) pipeline.Fanout {
+		return pipeline.Fanout{Mean: mean, Shares: map[string]float64{"car": 1}}
+	}
+	prev := map[string]pipeline.Fanout{"detect/x": car(2)}
+	cur := map[string]pipeline.Fanout{"detect/x": car(2.3)}
+	if !FanoutSignificant(spec, prev, cur, 0.1, 3, nil) {
 		t.Error("15% without samples: want moved")
 	}
-	// 2 sub-requests per item over 100 items: the difference's noise is sqrt(2*2/100) = 0.2; 0.3 is 1.5 sigma.
-	if FanoutSignificant(prev, cur, 0.1, 3, map[string]float64{"detect/x": 100}) {
+	// 2 and 2.3 sub-requests per item over 100 items each: the difference's noise is sqrt((2+2.3)/100) = 0.21; 0.3
+	// is 1.4 sigma.
+	if FanoutSignificant(spec, prev, cur, 0.1, 3, map[string]float64{"detect/x": 100}) {
 		t.Error("15% on 100 items: want noise")
 	}
-	if !FanoutSignificant(prev, cur, 0.1, 3, map[string]float64{"detect/x": 1000}) {
-		t.Error("15% on 1000 items (4.7 sigma): want moved")
+	if !FanoutSignificant(spec, prev, cur, 0.1, 3, map[string]float64{"detect/x": 1000}) {
+		t.Error("15% on 1000 items (4.6 sigma): want moved")
+	}
+	// y measured for the first time: its profile's 2 was planned with.
+	cur["detect/y"] = car(2.05)
+	prev["detect/x"] = cur["detect/x"]
+	if FanoutSignificant(spec, prev, cur, 0.1, 3, map[string]float64{"detect/y": 200}) {
+		t.Error("a first estimate at its profile's factor: want no move")
+	}
+	cur["detect/y"] = car(3)
+	if !FanoutSignificant(spec, prev, cur, 0.1, 3, map[string]float64{"detect/y": 200}) {
+		t.Error("a first estimate 50% over its profile's factor on 200 items (8 sigma): want moved")
+	}
+	// Its noise is the estimate's alone (the profile has none): 2.4 over 2 on 200 items is 0.4 / sqrt(2.4/200), 3.7
+	// sigma, where two estimates would be 2.7.
+	cur["detect/y"] = car(2.4)
+	if !FanoutSignificant(spec, prev, cur, 0.1, 3, map[string]float64{"detect/y": 200}) {
+		t.Error("a first estimate 20% over its profile's factor on 200 items (3.7 sigma): want moved")
+	}
+	delete(cur, "detect/y")
+	cur["detect/gone"] = car(9)
+	if FanoutSignificant(spec, prev, cur, 0.1, 3, nil) {
+		t.Error("a variant spec has not: want no move")
 	}
 }
 

@@ -142,34 +142,47 @@ func (e *FanoutEstimator) Samples() map[string]float64 {
 	return out
 }
 
-// FanoutMoved reports whether any variant's factor differs between two estimates by more than the relative
-// threshold, or is in one and not the other.
-func FanoutMoved(previous, current map[string]pipeline.Fanout, threshold float64) bool {
-	return FanoutSignificant(previous, current, threshold, 0, nil)
-}
-
-// FanoutSignificant is FanoutMoved with a significance test: a child task's sub-requests per item must also have
-// moved by more than sigmas standard deviations of the difference of two estimates that rest on samples[key] items
-// each, with Poisson sub-requests per item (each: sqrt(rate/items)). A variant without samples is tested on the
-// threshold alone.
-func FanoutSignificant(previous, current map[string]pipeline.Fanout, threshold, sigmas float64,
+// FanoutSignificant reports whether a variant's multiplicative factor moved between two estimates (each "task/variant"
+// -> factor, as Estimate returns): a child task's sub-requests per item differ by more than the relative threshold
+// and by more than sigmas standard deviations of the difference (Poisson sub-requests per item over samples[key]
+// items: each estimate's variance is its rate over the items; a variant without samples is tested on the threshold
+// alone). A variant in one estimate and not the other is compared with its profile's factor, which is what a plan
+// uses for a variant not yet measured: the first estimate of a variant a new plan hosts is a move only where it
+// differs from that (a steady load otherwise re-planned at each variant's first estimate). Variants spec does not
+// have are left out: no plan reads them.
+func FanoutSignificant(spec *pipeline.Spec, previous, current map[string]pipeline.Fanout, threshold, sigmas float64,
 	samples map[string]float64) bool {
-	if len(previous) != len(current) {
-		return true
+	keys := make(map[string]struct{}, len(previous)+len(current))
+	for key := range previous {
+		keys[key] = struct{}{}
 	}
-	for key, c := range current {
-		p, ok := previous[key]
-		if !ok {
-			return true
+	for key := range current {
+		keys[key] = struct{}{}
+	}
+	for key := range keys {
+		t, v := spec.Lookup(key)
+		if v == nil {
+			continue
 		}
-		for child, share := range c.Shares {
-			a, b := c.Mean*share, p.Mean*p.Shares[child]
+		_, measuredBefore := previous[key]
+		_, measuredNow := current[key]
+		for _, child := range t.Children {
+			a, b := t.FanoutTo(v, child, current), t.FanoutTo(v, child, previous)
 			d := math.Abs(a - b)
 			if d <= threshold*b {
 				continue
 			}
-			if n := samples[key]; n > 0 && d <= sigmas*math.Sqrt(2*b/n) {
-				continue
+			if n := samples[key]; n > 0 {
+				variance := 0.0
+				if measuredNow {
+					variance += a / n
+				}
+				if measuredBefore {
+					variance += b / n
+				}
+				if d <= sigmas*math.Sqrt(variance) {
+					continue
+				}
 			}
 			return true
 		}
