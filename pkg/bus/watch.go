@@ -20,8 +20,14 @@ import (
 // revision it found may stay undelivered before the watch is taken for lost. A watch's consumer lives on one server
 // of a cluster; when that server stops (killed, or in lame-duck mode) while the client stays connected to another,
 // the watch is silent, and nats.go recreates it only after two missed idle heartbeats of 5 s: for 10 to 20 s a
-// planner heard no worker (and took them for gone), a worker no assignment, a frontend no plan.
-const watchProbe = time.Second
+// planner heard no worker (and took them for gone), a worker no assignment, a frontend no plan. While a watch is
+// silent and its probes find nothing it has not delivered, they space out to maxWatchProbe: a watch of keys that
+// rarely change (a worker's assignment, the plans) costs one direct get every 4 s, and finds a lost consumer within
+// 5 s of the next write.
+const (
+	watchProbe    = time.Second
+	maxWatchProbe = 4 * watchProbe
+)
 
 // WatchKV calls fn for every current value of the keys matching keys, then for every change, in revision order,
 // from one goroutine, until ctx is done. ready, if not nil, is called once, after the initial values. A watch does
@@ -50,8 +56,9 @@ func WatchKV(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, keys str
 			continue
 		}
 		backoff = 100 * time.Millisecond
-		heard := time.Now() // the watch's last delivery, or its start
-		var behind uint64   // a revision the last probe found that the watch had not delivered
+		heard := time.Now()      // the watch's last delivery or probe, or its start
+		probeEvery := watchProbe // the silence before the next probe
+		var behind uint64        // a revision the last probe found that the watch had not delivered
 	watch:
 		for {
 			select {
@@ -62,7 +69,7 @@ func WatchKV(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, keys str
 					slog.Debug("connection re-established; watching again", "keys", keys, "after_revision", last)
 					break watch
 				}
-				if time.Since(heard) < watchProbe {
+				if time.Since(heard) < probeEvery {
 					continue
 				}
 				if behind > last {
@@ -70,13 +77,17 @@ func WatchKV(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, keys str
 						"after_revision", last, "undelivered", behind)
 					break watch
 				}
-				heard = time.Now() // the next probe a watchProbe from now
+				heard = time.Now()
 				rev, err := LastRevision(ctx, nc, keys)
 				if err != nil {
 					slog.Debug("KV watch probe failed", "keys", keys, "err", err)
 					continue
 				}
-				behind = rev
+				if behind = rev; behind > last {
+					probeEvery = watchProbe // delivered within a watchProbe, or lost
+				} else {
+					probeEvery = min(2*probeEvery, maxWatchProbe)
+				}
 			case e, ok := <-w.Updates():
 				if !ok {
 					slog.Debug("KV watch closed; watching again", "keys", keys, "after_revision", last)
@@ -85,7 +96,7 @@ func WatchKV(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, keys str
 					}
 					break watch
 				}
-				heard = time.Now()
+				heard, probeEvery = time.Now(), watchProbe
 				if e == nil {
 					if ready != nil {
 						ready()
