@@ -10,8 +10,9 @@ import (
 
 // Of is what a gate needs of plan p of spec: whether it hosts every task (which not), the latency of its fastest
 // path, the share of the demand it cannot serve at the pipeline's accuracy floor, and the most its variants answer
-// on servers, the cluster's (plan.ServersOfAll of the plans in force; at least p's own ClusterServers). (Not the rate the plan serves: the planner sizes it with headroom, and the gate admits on what the workers
-// answer; docs/admission.md.)
+// on servers, those p reaches (plan.Plan.Reach: its replicas and the servers no plan in force uses; at least p's own
+// ClusterServers). (Not the rate the plan serves: the planner sizes it with headroom, and the gate admits on what
+// the workers answer; docs/admission.md.)
 func Of(spec *pipeline.Spec, p *plan.Plan, servers int) Plan {
 	out := Plan{Hosted: true, FloorShortfall: 1 - p.FloorShare(), CeilingQPS: ceilingQPS(spec, p, servers)}
 	for _, chain := range spec.Chains() {

@@ -344,69 +344,6 @@ func BindVariantConsumer(ctx context.Context, js jetstream.JetStream, pipeline, 
 	}
 }
 
-// WatchKV calls fn for every current value of the keys matching keys, then for every change, in revision order,
-// from one goroutine, until ctx is done. ready, if not nil, is called once, after the initial values. A watch does
-// not survive a lost connection by itself: after a server restart its channel may stay open and silent. So WatchKV
-// watches again, from the revision after the last one it delivered, whenever nc has reconnected or the channel
-// closed: nothing is missed and nothing is delivered twice.
-func WatchKV(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, keys string, fn func(jetstream.KeyValueEntry), ready func()) error {
-	var last uint64
-	backoff := 100 * time.Millisecond
-	check := time.NewTicker(250 * time.Millisecond)
-	defer check.Stop()
-	for ctx.Err() == nil {
-		var opts []jetstream.WatchOpt
-		if last > 0 {
-			opts = append(opts, jetstream.ResumeFromRevision(last+1))
-		}
-		reconnects := nc.Stats().Reconnects
-		w, err := kv.Watch(ctx, keys, opts...)
-		if err != nil {
-			slog.Debug("KV watch failed; retrying", "keys", keys, "err", err)
-			if !sleep(ctx, backoff) {
-				break
-			}
-			backoff = min(2*backoff, 2*time.Second)
-			continue
-		}
-		backoff = 100 * time.Millisecond
-	watch:
-		for {
-			select {
-			case <-ctx.Done():
-				break watch
-			case <-check.C:
-				if nc.Stats().Reconnects != reconnects {
-					slog.Debug("connection re-established; watching again", "keys", keys, "after_revision", last)
-					break watch
-				}
-			case e, ok := <-w.Updates():
-				if !ok {
-					slog.Debug("KV watch closed; watching again", "keys", keys, "after_revision", last)
-					if !sleep(ctx, backoff) {
-						break watch
-					}
-					break watch
-				}
-				if e == nil {
-					if ready != nil {
-						ready()
-						ready = nil
-					}
-					continue
-				}
-				if e.Revision() <= last {
-					continue
-				}
-				last = e.Revision()
-				fn(e)
-			}
-		}
-		_ = w.Stop()
-	}
-	return ctx.Err()
-}
-
 func sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()

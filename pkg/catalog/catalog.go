@@ -47,9 +47,9 @@ type Catalog struct {
 	// pending holds, per pipeline, the newest plan read that has no valid spec to check it against yet (a plan can
 	// arrive before its spec: they are watched apart).
 	pending map[string]*plan.Plan
-	// servers is plan.ServersOfAll of plans, counted at each change: frontends read it per request.
-	servers int
-	ready   chan struct{}
+	// spare is plan.SpareOfAll of plans, counted at each change: frontends read it per request.
+	spare int
+	ready chan struct{}
 }
 
 // Watch starts following the bucket's spec.* and plan.* keys until ctx is done. onChange, if not nil, is called
@@ -90,11 +90,12 @@ func (c *Catalog) Pipelines() []string {
 	return out
 }
 
-// ServersOfAll is how many servers the plans of every pipeline were made for together (plan.ServersOfAll).
-func (c *Catalog) ServersOfAll() int {
+// SpareServers is how many of the servers the plans of every pipeline were made for no plan uses
+// (plan.SpareOfAll): a pipeline's plan reaches its replicas and these (plan.Plan.Reach).
+func (c *Catalog) SpareServers() int {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	return c.servers
+	return c.spare
 }
 
 // Complaints counts what the catalog refused, by kind.
@@ -188,10 +189,10 @@ func (c *Catalog) onPlan(e jetstream.KeyValueEntry) {
 	c.changed()
 }
 
-// changed follows every change of specs or plans: it counts the plans' servers again and tells onChange.
+// changed follows every change of specs or plans: it counts the plans' spare servers again and tells onChange.
 func (c *Catalog) changed() {
 	c.mu.Lock()
-	c.servers = plan.ServersOfAll(maps.Values(c.plans))
+	c.spare = plan.SpareOfAll(maps.Values(c.plans))
 	c.mu.Unlock()
 	if c.onChange != nil {
 		c.onChange()

@@ -69,9 +69,9 @@ func TestCatalogKeepsTheLastGoodValues(t *testing.T) {
 	changes := make(chan struct{}, 100)
 	c := Watch(ctx, nc, kv, slog.New(slog.NewTextHandler(io.Discard, nil)), func() { changes <- struct{}{} })
 	<-c.Ready()
-	if _, p := c.Lookup(sp.Name); p != nil || c.ServersOfAll() != 0 {
-		t.Fatalf("a plan is followed (or its %d servers counted) before there is a spec to check it against",
-			c.ServersOfAll())
+	if _, p := c.Lookup(sp.Name); p != nil || c.SpareServers() != 0 {
+		t.Fatalf("a plan is followed (or its %d spare servers counted) before there is a spec to check it against",
+			c.SpareServers())
 	}
 	put(wire.SpecKey(sp.Name), specJSON)
 	waitFor(t, "the plan is followed once its spec arrives", func() bool {
@@ -105,8 +105,8 @@ func TestCatalogKeepsTheLastGoodValues(t *testing.T) {
 	if s2 != specBefore {
 		t.Error("a spec written again unchanged, or a bad one, replaced the spec in use")
 	}
-	if n := c.ServersOfAll(); n != 64 {
-		t.Errorf("the plans in force were made for %d servers, want the last good plan's 64", n)
+	if n, want := c.SpareServers(), 64-good.Servers(); n != want {
+		t.Errorf("the plans in force leave %d servers spare, want the last good plan's %d", n, want)
 	}
 	if got := c.Pipelines(); len(got) != 1 || got[0] != sp.Name {
 		t.Errorf("pipelines %v", got)

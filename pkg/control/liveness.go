@@ -11,9 +11,13 @@ import (
 // and expiring every worker then deletes every assignment and re-plans for none. So:
 //   - Grace, called when the planner's connection was lost or re-established, gives every worker live before it a
 //     fresh Timeout from then;
-//   - when every live worker goes silent at once, it is the bus: they stay live (there is no other worker to give
-//     their replicas to anyway), and the first heartbeat after the silence gives the others a fresh Timeout, since
-//     they reconnect one by one.
+//   - when no worker at all has been heard from for three quarters of the Timeout (each refreshes many times in it),
+//     it is the bus, or the watch that carries the heartbeats (a lost consumer): they stay live (there is no other
+//     worker to give their replicas to anyway), and the first heartbeat after the silence gives the others a fresh
+//     Timeout, since they reconnect one by one. Not "every worker's Timeout passed at once": heartbeats that stop
+//     together were sent up to a period apart, so the earliest would expire while the latest still looked fresh; a
+//     silence of three quarters comes first for any period under a quarter of the Timeout (1 s of 5 by default),
+//     and a busy machine may delay every heartbeat by as much before it is taken for the bus's.
 //
 // A worker Live finds gone is forgotten (Gone returns it, so that the planner drops what it kept of it and deletes
 // its registration): memory follows the workers alive, not every worker id ever seen.
@@ -59,18 +63,22 @@ func (l *Liveness) Grace(now time.Time) {
 	}
 }
 
-// Live returns the live workers at now, in name order. The others are gone: unless held live (every live worker
-// silent at once), they are forgotten, and Gone returns them.
+// Live returns the live workers at now, in name order. The others are gone: unless held live (no worker heard
+// from for three quarters of the Timeout), they are forgotten, and Gone returns them.
 func (l *Liveness) Live(now time.Time) []string {
 	fresh := map[string]bool{}
+	var newest time.Time
 	for id, t := range l.last {
 		if now.Sub(t) <= l.Timeout {
 			fresh[id] = true
 		}
+		if t.After(newest) {
+			newest = t
+		}
 	}
 	switch {
-	case len(fresh) == 0 && len(l.live) > 0:
-		l.holding = true // all silent at once: the bus
+	case len(l.live) > 0 && now.Sub(newest) > l.Timeout*3/4:
+		l.holding = true // no one heard from: the bus
 		return sortedKeys(l.live)
 	case l.holding:
 		// The bus is back: the first to reconnect need not be the only ones alive.

@@ -9,7 +9,8 @@ import (
 
 // TestLiveness: a worker that stops refreshing while others go on is gone after the timeout; when every worker
 // goes silent at once (the bus), they all stay, and when they come back one by one none is dropped; Grace (the
-// planner's own connection came back) gives every live worker a fresh timeout.
+// planner's own connection came back) gives every live worker a fresh timeout, after which one that does not refresh
+// while another does is gone.
 func TestLiveness(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
@@ -53,13 +54,17 @@ func TestLiveness(t *testing.T) {
 	}
 	// The planner's connection comes back after 6 s away: Grace from then.
 	l.Grace(at(25))
+	for s := 26.0; s <= 29; s++ { // w1 refreshes, w2 no more
+		l.Seen("w1", at(s))
+	}
 	if got := l.Live(at(29)); !slices.Equal(got, []string{"w1", "w2"}) {
 		t.Fatalf("4 s after Grace: live %v, want w1 w2", got)
 	}
 	if g := l.Gone(); len(g) != 0 {
 		t.Fatalf("gone %v while the bus was away or just back, want none", g)
 	}
-	l.Seen("w1", at(29))
+	l.Seen("w1", at(30))
+	l.Seen("w1", at(31))
 	if got := l.Live(at(31)); !slices.Equal(got, []string{"w1"}) {
 		t.Fatalf("6 s after Grace, only w1 refreshed: live %v, want w1", got)
 	}
@@ -71,6 +76,34 @@ func TestLiveness(t *testing.T) {
 	}
 	if g := l.Gone(); len(g) != 0 {
 		t.Fatalf("a deregistered worker is also gone: %v", g)
+	}
+}
+
+// TestLivenessStaggeredSilence: heartbeats sent a period apart stop together (the watch that carries them lost its
+// consumer): the earliest's Timeout passes while the latest's has not, and still none is gone, looked at every
+// 250 ms through 12 s of silence; when they come back, none is dropped.
+func TestLivenessStaggeredSilence(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	l := NewLiveness(5 * time.Second)
+	ids := []string{"w0", "w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8", "w9"}
+	for s := 0.0; s < 10; s++ { // each worker every second, a tenth of a second after the one before
+		for i, id := range ids {
+			l.Seen(id, at(s+float64(i)/10))
+		}
+		l.Live(at(s + 1))
+	}
+	for s := 10.0; s <= 22; s += 0.25 {
+		if got := l.Live(at(s)); len(got) != len(ids) {
+			t.Fatalf("%.2f s into the silence: live %v, want all ten held", s-9.9, got)
+		}
+	}
+	l.Seen("w9", at(22.1))
+	if got := l.Live(at(22.2)); len(got) != len(ids) {
+		t.Fatalf("the first heartbeat back: live %v, want all ten", got)
+	}
+	if g := l.Gone(); len(g) != 0 {
+		t.Fatalf("gone %v, want none", g)
 	}
 }
 

@@ -113,8 +113,10 @@ func (c *Cluster) jointShares(ds []Decision, able plan.Cluster) ([]plan.Cluster,
 		}
 	}
 	for i, pl := range c.hostShed(ds, plans, able, left) {
+		plans[i] = pl
 		take(i, pl)
 	}
+	c.fairFloor(ds, plans, shares, able)
 	hosted := 0
 	for _, sh := range shares {
 		if sh != nil {
@@ -142,6 +144,59 @@ func (c *Cluster) jointShares(ds []Decision, able plan.Cluster) ([]plan.Cluster,
 		}
 	}
 	return out, nil
+}
+
+// fairFloor is the guarantee of a shared cluster: a pipeline the joint plans (plans, nil: shed) do not serve all its
+// demand gets at least the servers its own plan for that demand takes on its even share of the cluster (all of the
+// share when it needs more), moved to it from the pipelines of its class or lower (a higher class is served first:
+// docs/several-pipelines.md) that the division gave more than their even share, the one with the most first; or
+// nothing, when they cannot make up its floor (a share too small to host it would leave its loop unable to plan).
+// The joint allocation maximizes the cluster's accuracy-weighted throughput, which in a heavy overload of one
+// pipeline gives that one every server and sheds the others whatever their demand: the traffic example at 1,600 QPS
+// took all 20 servers and ocr-chain at 20 QPS had none of its requests served. A pipeline its joint plan serves in
+// full needs no floor (no solve is made for it).
+func (c *Cluster) fairFloor(ds []Decision, plans []*plan.Plan, shares []map[string]int, able plan.Cluster) {
+	even := evenSplit(len(ds), able)
+	for i, d := range ds {
+		pl := plans[i]
+		if d.Observed.Demand <= 0 || pl != nil && pl.Allocation != nil &&
+			pl.Allocation.ServedQPS >= pl.Allocation.DemandQPS {
+			continue
+		}
+		floor := even[i].Counts()
+		if own, err := c.solveJoint(ds[i:i+1], even[i], false); err == nil && own[0] != nil {
+			floor = own[0].ServersByClass()
+		}
+		moved := make([]map[string]int, len(shares)) // the shares after the moves, applied only if they make the floor
+		for j := range shares {
+			moved[j] = maps.Clone(shares[j])
+		}
+		if moved[i] == nil { // a shed pipeline's share stays nil (no crumbs) unless it makes its floor
+			moved[i] = map[string]int{}
+		}
+		short, total := false, 0
+		for class, want := range floor {
+			total += want
+			for moved[i][class] < want && !short {
+				donor, most := -1, 0
+				for j := range moved {
+					if surplus := moved[j][class] - even[j].Counts()[class]; j != i && surplus > most &&
+						ds[j].Pipeline.Spec.Priority <= d.Pipeline.Spec.Priority {
+						donor, most = j, surplus
+					}
+				}
+				if donor < 0 {
+					short = true
+					break
+				}
+				moved[donor][class]--
+				moved[i][class]++
+			}
+		}
+		if !short && total > 0 {
+			copy(shares, moved)
+		}
+	}
 }
 
 // hostShed is the minimal hosting rule: the pipelines the joint plans shed (nil) are planned again, alone, on the

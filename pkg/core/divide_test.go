@@ -143,3 +143,29 @@ func TestHostShed(t *testing.T) {
 		t.Fatalf("hostShed on 2 servers left hosts %v", got)
 	}
 }
+
+// TestFairFloor: a pipeline at its normal demand keeps the servers it needs while another is far over the cluster
+// (traffic at 1,600 QPS on 20 workers, twice what they serve, beside ocr-chain at 20 QPS): the joint allocation
+// alone gives traffic every server and ocr-chain none. The floor comes from traffic's share, and ocr-chain's plan
+// serves its demand.
+func TestFairFloor(t *testing.T) {
+	chain := load(t, "ocr-chain.yaml")
+	now := time.Unix(1000, 0)
+	cl := started(t, now, traffic(t), chain)
+	var ds []Decision
+	for range 4 {
+		now = now.Add(TickEvery)
+		ds = reportAll(t, cl, now, 20, map[string]int{"traffic": 1600, chain.Name: 20})
+	}
+	ocr := cl.Pipeline(chain.Name).Current()
+	if ocr.HostsNothing() || ocr.Allocation == nil || ocr.Allocation.ServedQPS < 20 {
+		t.Fatalf("ocr-chain at 20 QPS beside traffic at 1,600: a share of %d servers, a plan of %d serving %v; want "+
+			"its demand served", ds[1].Observed.Servers, ocr.Servers(), ocr.Allocation)
+	}
+	if got := ds[0].Observed.Servers + ds[1].Observed.Servers; got != 20 || ds[1].Observed.Servers > 10 {
+		t.Errorf("shares traffic %d, ocr-chain %d; want all 20 given, ocr-chain at most its even share",
+			ds[0].Observed.Servers, ds[1].Observed.Servers)
+	}
+	t.Logf("traffic %d servers, ocr-chain %d (its plan %d, serving %.1f QPS)", ds[0].Observed.Servers,
+		ds[1].Observed.Servers, ocr.Servers(), ocr.Allocation.ServedQPS)
+}

@@ -218,16 +218,20 @@ func parseClassList(s, what string, set func(class, value string) error) error {
 	return nil
 }
 
-// ServersOfAll is how many servers the plans of every pipeline on one cluster were made for together: the sum of
-// their Allocation.ClusterServers (each pipeline's share of the workers when they are divided). A tuner lends any
-// worker no plan uses to any pipeline, so this, not a plan's own share, bounds what a pipeline reaches without a
-// new plan (admission's ceiling).
-func ServersOfAll(plans iter.Seq[*Plan]) int {
+// SpareOfAll is how many of the servers the plans of every pipeline on one cluster were made for no plan uses: the
+// sum of each plan's Allocation.ClusterServers (its share of the workers when they are divided) less its replicas.
+// A tuner lends any of them to any pipeline, so a pipeline reaches its own replicas and these without a new plan
+// (Reach; admission's ceiling), not the servers the other pipelines' plans use.
+func SpareOfAll(plans iter.Seq[*Plan]) int {
 	n := 0
 	for p := range plans {
 		if p != nil && p.Allocation != nil {
-			n += max(p.Allocation.ClusterServers, 0)
+			n += max(p.Allocation.ClusterServers-p.Servers(), 0)
 		}
 	}
 	return n
 }
+
+// Reach is how many servers p's variants may run on without a new plan, spare being SpareOfAll of the plans in
+// force (p's among them): its replicas and the servers no plan uses, which the tuner lends.
+func (p *Plan) Reach(spare int) int { return p.Servers() + spare }

@@ -42,11 +42,17 @@ func TestParseCluster(t *testing.T) {
 	}
 }
 
-// TestServersOfAll: the servers the plans of a cluster's pipelines were made for add up (each its share); a plan
-// without an allocation (or none) counts none.
-func TestServersOfAll(t *testing.T) {
-	plans := []*Plan{{Allocation: &Allocation{ClusterServers: 12}}, nil, {}, {Allocation: &Allocation{ClusterServers: 8}}}
-	if got := ServersOfAll(slices.Values(plans)); got != 20 {
-		t.Errorf("ServersOfAll = %d, want 20", got)
+// TestSpareOfAll: the servers the plans of a cluster's pipelines were made for (each its share) and do not use add
+// up; a plan without an allocation (or none) counts none. A pipeline reaches its own replicas and those.
+func TestSpareOfAll(t *testing.T) {
+	busy := &Plan{Allocation: &Allocation{ClusterServers: 12}, Variants: []VariantPlan{{Replicas: 9}, {Replicas: 1}}}
+	light := &Plan{Allocation: &Allocation{ClusterServers: 8}, Variants: []VariantPlan{{Replicas: 2}}}
+	spare := SpareOfAll(slices.Values([]*Plan{busy, nil, {}, light}))
+	if spare != 8 {
+		t.Errorf("SpareOfAll = %d, want 2 + 6", spare)
+	}
+	if busy.Reach(spare) != 18 || light.Reach(spare) != 10 {
+		t.Errorf("reach %d and %d, want 18 and 10 (not the 20 the plans were made for together)", busy.Reach(spare),
+			light.Reach(spare))
 	}
 }

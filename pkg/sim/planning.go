@@ -98,16 +98,16 @@ func (s *sim) heartbeats(now time.Time) {
 // after a new allocation (assignWorkers).
 func (s *sim) applyPlan(p *pipe, pl *plan.Plan, replanned bool) {
 	p.plan = pl
-	servers := plan.ServersOfAll(func(yield func(*plan.Plan) bool) {
+	spare := plan.SpareOfAll(func(yield func(*plan.Plan) bool) {
 		for _, q := range s.pipes {
 			if !yield(q.plan) {
 				return
 			}
 		}
 	})
-	for _, q := range s.pipes { // the ceiling of every pipeline's gate reads the servers of all plans
+	for _, q := range s.pipes { // the ceiling of every pipeline's gate reads the spare servers of all plans
 		if q.plan != nil {
-			q.admit = admission.Of(q.spec, q.plan, servers)
+			q.admit = admission.Of(q.spec, q.plan, q.plan.Reach(spare))
 		}
 	}
 	if routing.ReadsQueues(p.spec.RoutingMode) {

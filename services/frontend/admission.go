@@ -16,7 +16,7 @@ import (
 // plan, not per request.
 type gatePlan struct {
 	plan    *plan.Plan
-	servers int // plan.ServersOfAll of the plans in force
+	servers int // the servers the plan reaches (plan.Plan.Reach)
 	of      admission.Plan
 }
 
@@ -34,7 +34,7 @@ func (f *Frontend) admitRequest(pipelineName string, header func(string) string,
 	if err != nil {
 		return false, err
 	}
-	servers := f.catalog.ServersOfAll()
+	servers := p.Reach(f.catalog.SpareServers())
 	f.admMu.Lock()
 	gp := f.gatePlans[pipelineName]
 	if gp.plan != p || gp.servers != servers {

@@ -23,6 +23,7 @@ type loadSummary struct {
 	Dropped           int      `json:"dropped"`
 	Late              int      `json:"late"`
 	Errors            int      `json:"errors"`
+	Refused           int      `json:"refused"`
 	Duplicates        int      `json:"duplicates"`
 	LateReplies       int      `json:"late_replies"`
 	SLOViolationRatio float64  `json:"slo_violation_ratio"`

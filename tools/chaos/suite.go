@@ -132,11 +132,13 @@ type Row struct {
 	Lost        int    `json:"lost"`
 	Duplicates  int    `json:"duplicates"`
 	LateReplies int    `json:"late_replies"`
-	// The violations by kind: replies partial, dropped, late or error (refusals and "no responders" included).
+	// The violations by kind: replies partial, dropped, late, error ("no responders" included) or overloaded
+	// (refused: admission control).
 	Partial       int     `json:"partial"`
 	Dropped       int     `json:"dropped"`
 	Late          int     `json:"late"`
 	Errors        int     `json:"errors"`
+	Refused       int     `json:"refused"`
 	ViolationsPct float64 `json:"violations_pct"`
 	BaselinePct   float64 `json:"baseline_violations_pct"` // in the measured seconds before the fault
 	RecoveryS     float64 `json:"recovery_s"`              // -1: violations had not settled by the end
@@ -279,7 +281,8 @@ func faultDir(cfg *Config, name string) (dir string, cleanup func(), err error) 
 func measure(row *Row, sum loadSummary, faultAt time.Time, settleCrashes []string) (notes []string) {
 	row.Sent, row.OK, row.Lost = sum.Sent, sum.OK, sum.Lost
 	row.Duplicates, row.LateReplies = sum.Duplicates, sum.LateReplies
-	row.Partial, row.Dropped, row.Late, row.Errors = sum.Partial, sum.Dropped, sum.Late, sum.Errors
+	row.Partial, row.Dropped, row.Late, row.Errors, row.Refused = sum.Partial, sum.Dropped, sum.Late, sum.Errors,
+		sum.Refused
 	row.ViolationsPct = 100 * sum.SLOViolationRatio
 	row.Series = sum.Series
 	row.FaultAtS = float64(faultAt.UnixMilli()-sum.SeriesStartUnixMs) / 1000
@@ -294,8 +297,8 @@ func measure(row *Row, sum loadSummary, faultAt time.Time, settleCrashes []strin
 	for _, c := range settleCrashes {
 		notes = append(notes, "before the fault: "+c)
 	}
-	notes = append(notes, fmt.Sprintf("violations: %d partial, %d dropped, %d late, %d errors, %d lost", row.Partial,
-		row.Dropped, row.Late, row.Errors, row.Lost))
+	notes = append(notes, fmt.Sprintf("violations: %d partial, %d dropped, %d late, %d errors, %d refused, %d lost",
+		row.Partial, row.Dropped, row.Late, row.Errors, row.Refused, row.Lost))
 	for i := int(row.FaultAtS); i >= 0 && i < len(sum.Series); i++ {
 		if sum.Series[i].OK > 0 {
 			row.ResumeS = max(0, float64(i)-row.FaultAtS)
