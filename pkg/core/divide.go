@@ -157,13 +157,17 @@ func (c *Cluster) jointShares(ds []Decision, able plan.Cluster) ([]plan.Cluster,
 // full needs no floor (no solve is made for it).
 func (c *Cluster) fairFloor(ds []Decision, plans []*plan.Plan, shares []map[string]int, able plan.Cluster) {
 	even := evenSplit(len(ds), able)
+	evenCounts := make([]map[string]int, len(even))
+	for j := range even {
+		evenCounts[j] = even[j].Counts()
+	}
 	for i, d := range ds {
 		pl := plans[i]
 		if d.Observed.Demand <= 0 || pl != nil && pl.Allocation != nil &&
 			pl.Allocation.ServedQPS >= pl.Allocation.DemandQPS {
 			continue
 		}
-		floor := even[i].Counts()
+		floor := evenCounts[i]
 		if own, err := c.solveJoint(ds[i:i+1], even[i], false); err == nil && own[0] != nil {
 			floor = own[0].ServersByClass()
 		}
@@ -180,7 +184,7 @@ func (c *Cluster) fairFloor(ds []Decision, plans []*plan.Plan, shares []map[stri
 			for moved[i][class] < want && !short {
 				donor, most := -1, 0
 				for j := range moved {
-					if surplus := moved[j][class] - even[j].Counts()[class]; j != i && surplus > most &&
+					if surplus := moved[j][class] - evenCounts[j][class]; j != i && surplus > most &&
 						ds[j].Pipeline.Spec.Priority <= d.Pipeline.Spec.Priority {
 						donor, most = j, surplus
 					}

@@ -148,11 +148,16 @@ func (p *Pipeline) Lent() map[string]int { return p.lent }
 // beyond what its replicas and loans take soon (plan.Excess), when that plan cut the variant's replicas; 0
 // otherwise. A variant the plan did not cut keeps its queue: its replicas take what its upstream sends it.
 func (p *Pipeline) Excess(task, variant string, pending int) int {
-	key := wire.VariantKey{Task: task, Variant: variant}.String()
-	if !p.cut[key] {
+	if !p.Cut(task, variant) {
 		return 0
 	}
-	return p.Current().Excess(task, variant, pending, p.lent[key])
+	return p.Current().Excess(task, variant, pending, p.lent[wire.VariantKey{Task: task, Variant: variant}.String()])
+}
+
+// Cut says the last new plan of p hosts fewer replicas of task/variant than the plan before it did with its loans:
+// the variants whose queues Excess moves.
+func (p *Pipeline) Cut(task, variant string) bool {
+	return p.cut[wire.VariantKey{Task: task, Variant: variant}.String()]
 }
 
 // cutVariants are the "task/variant"s that plan next hosts fewer replicas of than prev did with the loans lent.

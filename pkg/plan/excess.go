@@ -20,6 +20,16 @@ func (p *Plan) Excess(task, variant string, pending, lent int) int {
 	return max(0, pending-keep)
 }
 
+// HostsOther says p hosts a variant of task other than variant: somewhere its excess may go (Sibling).
+func (p *Plan) HostsOther(task, variant string) bool {
+	for _, vp := range p.Variants {
+		if vp.Task == task && vp.Variant != variant && vp.Replicas > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // Sibling is where a message Excess moves from task/variant goes: a variant p routes the task's traffic to from
 // upstream (the message's previous hop, as for Rehome) other than variant itself, drawn with u in [0, 1) in
 // proportion to the routing's probabilities; "" when p routes the task nowhere else from upstream.

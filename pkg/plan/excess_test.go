@@ -45,4 +45,8 @@ func TestSibling(t *testing.T) {
 	if to := p.Sibling("b", "y", "a/solo", 0.5); to != "" {
 		t.Errorf("the excess of b/y from a/solo went to %q, want nowhere: the other route is not hosted", to)
 	}
+	alone := &Plan{Variants: []VariantPlan{{Task: "b", Variant: "y", Replicas: 3}, {Task: "b", Variant: "off"}}}
+	if !p.HostsOther("b", "y") || alone.HostsOther("b", "y") {
+		t.Error("HostsOther: want true beside z and w, false beside an unhosted variant only")
+	}
 }

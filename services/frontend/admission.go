@@ -15,9 +15,9 @@ import (
 // gatePlan caches admission.Of of one plan on the cluster's servers: the fastest path is worth computing once per
 // plan, not per request.
 type gatePlan struct {
-	plan    *plan.Plan
-	servers int // the servers the plan reaches (plan.Plan.Reach)
-	of      admission.Plan
+	plan  *plan.Plan
+	spare int // the catalog's spare servers it was computed with: it reaches the plan's replicas and these
+	of    admission.Plan
 }
 
 // admitRequest decides, from its headers alone (before its payload is read), whether a request is sent into its
@@ -34,11 +34,11 @@ func (f *Frontend) admitRequest(pipelineName string, header func(string) string,
 	if err != nil {
 		return false, err
 	}
-	servers := p.Reach(f.catalog.SpareServers())
+	spare := f.catalog.SpareServers()
 	f.admMu.Lock()
 	gp := f.gatePlans[pipelineName]
-	if gp.plan != p || gp.servers != servers {
-		gp = gatePlan{plan: p, servers: servers, of: admission.Of(spec, p, servers)}
+	if gp.plan != p || gp.spare != spare {
+		gp = gatePlan{plan: p, spare: spare, of: admission.Of(spec, p, p.Reach(spare))}
 		f.gatePlans[pipelineName] = gp
 	}
 	f.admMu.Unlock()

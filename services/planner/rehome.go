@@ -36,7 +36,7 @@ func (p *Planner) rehome(ctx context.Context, spec *pipeline.Spec, pl *plan.Plan
 			key := wire.VariantKey{Task: t.Name, Variant: v.Name}.String()
 			what, dest, count := "the queue of a retired variant", pl.Rehome, func(pending int) int { return pending }
 			if pl.Hosts(t.Name, v.Name) {
-				if cp == nil || cp.Excess(t.Name, v.Name, math.MaxInt32) == 0 || !hostsOther(pl, t.Name, v.Name) {
+				if cp == nil || !cp.Cut(t.Name, v.Name) || !pl.HostsOther(t.Name, v.Name) {
 					continue // not cut by the plan, or the task's only variant: no lookup of its queue
 				}
 				what, dest = "what a hosted variant's replicas do not take soon", pl.Sibling
@@ -107,14 +107,4 @@ func (p *Planner) rehomeQueue(ctx context.Context, pipelineName, task, variant s
 		left -= uint64(got)
 	}
 	return moved, nil
-}
-
-// hostsOther says pl hosts a variant of task other than variant: somewhere its excess may go (plan.Sibling).
-func hostsOther(pl *plan.Plan, task, variant string) bool {
-	for _, vp := range pl.Variants {
-		if vp.Task == task && vp.Variant != variant && vp.Replicas > 0 {
-			return true
-		}
-	}
-	return false
 }
