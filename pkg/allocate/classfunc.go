@@ -27,6 +27,9 @@ type classesFunc struct {
 	// relaxation has no point (none at fewer servers of both classes either).
 	lps  map[[2]int]bool
 	lpUp []float64
+	// bases is the relaxation's optimal basis at each point where it has one: a search there starts its root from
+	// it (a few pivots, where a cold start takes as long as a dozen nodes).
+	bases map[[2]int][]byte
 	// evals is what branch-and-bound found at the points where it ran; up is the bound on the grid from both,
 	// computed again when stale.
 	evals map[[2]int]*evaluation
@@ -35,8 +38,9 @@ type classesFunc struct {
 }
 
 // newClassesFunc is m's classesFunc over the classes (their servers left size), with its relaxation solved on all of
-// them; nil when m has not exactly their two servers rows, the relaxation has no point there or Clp fails.
-func newClassesFunc(m *model, classes [2]string, size [2]int) *classesFunc {
+// them and then at share; nil when m has not exactly their two servers rows, the relaxation has no point on all of
+// them or Clp fails.
+func newClassesFunc(m *model, classes [2]string, size, share [2]int) *classesFunc {
 	q := *m.prob
 	q.Obj = slices.Clone(q.Obj)
 	q.Lower, q.Upper = slices.Clone(q.Lower), slices.Clone(q.Upper)
@@ -69,11 +73,12 @@ func newClassesFunc(m *model, classes [2]string, size [2]int) *classesFunc {
 	}
 	cells := (size[0] + 1) * (size[1] + 1)
 	f := &classesFunc{m: m, prob: &q, given: given, size: size, lp: lp, lps: map[[2]int]bool{},
-		lpUp: make([]float64, cells), evals: map[[2]int]*evaluation{}, up: make([]float64, cells), stale: true}
+		bases: map[[2]int][]byte{}, lpUp: make([]float64, cells), evals: map[[2]int]*evaluation{},
+		up: make([]float64, cells), stale: true}
 	for i := range f.lpUp {
 		f.lpUp[i] = math.Inf(1)
 	}
-	if !f.relax(size) || math.IsInf(f.lpUp[f.cell(size)], -1) {
+	if !f.relax(size) || math.IsInf(f.lpUp[f.cell(size)], -1) || !f.relax(share) {
 		return nil
 	}
 	return f
@@ -98,6 +103,7 @@ func (f *classesFunc) relax(n [2]int) bool {
 		}
 		return true
 	}
+	f.bases[n] = f.lp.Basis()
 	s0, s1 := max(slopes[0], 0), max(slopes[1], 0) // the value is non-decreasing in both
 	for a := 0; a <= f.size[0]; a++ {
 		row := value + s0*float64(a-n[0]) + lpSlack
@@ -230,7 +236,8 @@ func (f *classesFunc) evaluate(n [2]int, gap float64, limit, grace time.Duration
 	if e, _ := f.nearest(n); e != nil && e.lo > lo {
 		seed = e.x
 	}
-	e, nodes := searchFixed(f.m, &q, incumbent, lo, seed, f.evals[n], gap, limit, grace, workers, store, opt)
+	e, nodes := searchFixed(f.m, &q, incumbent, lo, seed, f.bases[n], f.evals[n], gap, limit, grace, workers, store,
+		opt)
 	f.evals[n], f.stale = e, true
 	return nodes
 }

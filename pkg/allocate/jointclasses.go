@@ -41,23 +41,27 @@ func (s *jointSolve) splitClasses(parts []*jointPart, class int, left plan.Clust
 	if cs.target == 0 {
 		cs.target = 1e-6 // pkg/milp's default
 	}
+	var models []*model // of each function
 	for i, pt := range parts {
 		if pt.m.priced {
 			return milp.Result{}, false, nil
 		}
 		cs.weight[i] = pt.weight
-		cs.of[i] = slices.IndexFunc(cs.fs, func(f *classesFunc) bool { return sameProblem(f.m.prob, pt.m.prob) })
+		cs.of[i] = slices.IndexFunc(models, func(m *model) bool { return sameProblem(m.prob, pt.m.prob) })
 		if cs.of[i] < 0 {
-			f := newClassesFunc(pt.m, classes, cs.size)
-			if f == nil {
-				return milp.Result{}, false, nil
-			}
-			cs.of[i] = len(cs.fs)
-			cs.fs = append(cs.fs, f)
-			if !f.relax([2]int{cs.size[0] / len(parts), cs.size[1] / len(parts)}) {
-				return milp.Result{}, false, nil
-			}
+			cs.of[i] = len(models)
+			models = append(models, pt.m)
 		}
+	}
+	// Each function's relaxations are its own Clp model's: different functions' are solved at once.
+	cs.fs = make([]*classesFunc, len(models))
+	ok := make([]bool, len(models))
+	inParallel(s.opt.workers(), len(models), func(k int) {
+		cs.fs[k] = newClassesFunc(models[k], classes, cs.size, [2]int{cs.size[0] / len(parts), cs.size[1] / len(parts)})
+		ok[k] = cs.fs[k] != nil
+	})
+	if slices.Contains(ok, false) {
+		return milp.Result{}, false, nil
 	}
 	cs.setDeadline(s)
 	cs.reshare = true
@@ -105,18 +109,9 @@ func (cs *classSplit) run() bool {
 		if cs.guides == nil || cs.closed() {
 			break
 		}
-		relaxed := false
-		for _, g := range cs.guides {
-			for i, n := range g {
-				if f := cs.fs[cs.of[i]]; !f.exact(n) {
-					if !f.relax(n) {
-						return false
-					}
-					relaxed = true
-				}
-			}
-		}
-		if relaxed {
+		if relaxed, ok := cs.relaxGuides(); !ok {
+			return false
+		} else if relaxed {
 			continue
 		}
 		if cs.late(time.Now()) && (cs.nLo != nil || time.Now().After(cs.grace)) {
@@ -136,6 +131,32 @@ func (cs *classSplit) run() bool {
 		cs.plan()
 	}
 	return cs.nLo != nil
+}
+
+// relaxGuides solves the relaxation at the guides' points where a function's bound is a tangent's, different
+// functions at once on the options' workers, each function's in the guides' order; relaxed says it solved some, ok
+// false that Clp failed.
+func (cs *classSplit) relaxGuides() (relaxed, ok bool) {
+	at := make([][][2]int, len(cs.fs))
+	for _, g := range cs.guides {
+		for i, n := range g {
+			if k := cs.of[i]; !cs.fs[k].exact(n) && !slices.Contains(at[k], n) {
+				at[k] = append(at[k], n)
+				relaxed = true
+			}
+		}
+	}
+	failed := make([]bool, len(cs.fs))
+	inParallel(cs.s.opt.workers(), len(cs.fs), func(k int) {
+		f := cs.fs[k]
+		for _, n := range at[k] {
+			if !f.exact(n) && !f.relax(n) { // an earlier point may have made it exact (no point there)
+				failed[k] = true
+				return
+			}
+		}
+	})
+	return relaxed, !slices.Contains(failed, true)
 }
 
 // classSearch is one branch-and-bound to run: f at n to gap.

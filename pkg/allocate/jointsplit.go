@@ -13,6 +13,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/milp"
@@ -382,4 +383,26 @@ func sameProblem(a, b *milp.Problem) bool {
 		}
 	}
 	return true
+}
+
+// inParallel runs do(0), ..., do(n-1) on up to workers goroutines.
+func inParallel(workers, n int, do func(i int)) {
+	if workers <= 1 || n <= 1 {
+		for i := range n {
+			do(i)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(workers, n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				do(i)
+			}
+		}()
+	}
+	wg.Wait()
 }

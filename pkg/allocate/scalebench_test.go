@@ -1,9 +1,11 @@
 package allocate
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -145,6 +147,13 @@ func BenchmarkJointAtScale(b *testing.B) {
 			b.Fatalf("SLEIPNIR_SCALE_CLASSES: want 1 or 2, got %q", s)
 		}
 	}
+	workers := 1
+	if s := os.Getenv("SLEIPNIR_SCALE_WORKERS"); s != "" {
+		var err error
+		if workers, err = strconv.Atoi(s); err != nil || workers < 1 {
+			b.Fatalf("SLEIPNIR_SCALE_WORKERS: want a count of workers, got %q", s)
+		}
+	}
 	for _, k := range sizes {
 		in := scaleInput(b, k, classes)
 		in.wholeMILP = os.Getenv("SLEIPNIR_SCALE_WHOLE") == "1"
@@ -163,7 +172,10 @@ func BenchmarkJointAtScale(b *testing.B) {
 				cpu := cpuTime()
 				for i := 0; i < b.N; i++ {
 					var err error
-					res, err = SolveJoint(in, Options{Workers: 1, TimeLimit: limit, Gap: gap})
+					// Labelled for -cpuprofile: pprof -tagfocus=solve=joint leaves out the set-up's solves.
+					pprof.Do(context.Background(), pprof.Labels("solve", "joint"), func(context.Context) {
+						res, err = SolveJoint(in, Options{Workers: workers, TimeLimit: limit, Gap: gap})
+					})
 					if err != nil {
 						b.Fatal(err)
 					}

@@ -141,7 +141,7 @@ func (f *serversFunc) evaluate(n int, gap float64, limit, grace time.Duration, w
 		incumbent = slices.Clone(f.evals[from[n]].x)
 		incumbent[f.given] = float64(n)
 	}
-	e, nodes := searchFixed(f.m, &q, incumbent, lo[n], nil, f.evals[n], gap, limit, grace, workers, store, opt)
+	e, nodes := searchFixed(f.m, &q, incumbent, lo[n], nil, nil, f.evals[n], gap, limit, grace, workers, store, opt)
 	f.evals[n] = e
 	return nodes
 }
@@ -149,10 +149,12 @@ func (f *serversFunc) evaluate(n int, gap float64, limit, grace time.Duration, w
 // searchFixed runs branch-and-bound on q, a function's problem with its servers given (fixed by q's bounds), to
 // relative gap gap, from incumbent (nil: none) of value lo, with opt's node limit, time limit limit and first-point
 // grace grace, on workers workers, its open nodes within store bytes. seed (nil: none) is a point found elsewhere
-// whose batch sizes are tried first (the restricted MILP at this point's servers). It returns what is known at that
-// point after it, prev (nil: nothing) and the search together, and the nodes it explored.
-func searchFixed(m *model, q *milp.Problem, incumbent []float64, lo float64, seed []float64, prev *evaluation,
-	gap float64, limit, grace time.Duration, workers int, store int64, opt Options) (*evaluation, int) {
+// whose batch sizes are tried first (the restricted MILP at this point's servers); basis (nil: none) is the
+// relaxation's optimal basis at q's bounds, where the root's LP starts. It returns what is known at that point after
+// it, prev (nil: nothing) and the search together, and the nodes it explored.
+func searchFixed(m *model, q *milp.Problem, incumbent []float64, lo float64, seed []float64, basis []byte,
+	prev *evaluation, gap float64, limit, grace time.Duration, workers int, store int64, opt Options) (*evaluation,
+	int) {
 	sub := opt
 	sub.TimeLimit = limit
 	tried := &triedBatches{}
@@ -172,7 +174,7 @@ func searchFixed(m *model, q *milp.Problem, incumbent []float64, lo float64, see
 		}
 	}
 	o := milp.Options{TimeLimit: limit, FirstPointGrace: grace, MaxNodes: opt.MaxNodes, Workers: workers, RelGap: gap,
-		MaxStoreBytes: store, Incumbent: incumbent, RootHeuristic: restricted}
+		MaxStoreBytes: store, Incumbent: incumbent, RootBasis: basis, RootHeuristic: restricted}
 	sol, err := milp.Solve(q, o)
 	e := &evaluation{lo: math.Inf(-1), up: math.Inf(1), gap: gap}
 	if prev != nil {

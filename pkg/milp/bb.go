@@ -50,6 +50,10 @@ type Options struct {
 	MaxStoreBytes int64
 	// Incumbent is a known feasible point, a first solution to prune against; ignored if it is not feasible.
 	Incumbent []float64
+	// RootBasis is a basis to start the root's LP from (nil: Clp's own start), e.g. a ParametricLP's (Basis) at the
+	// root's bounds, where the root's LP is then solved in a few pivots; ignored unless it has a status for each
+	// column and row.
+	RootBasis []byte
 	// Cutoff, when UseCutoff is set, is an objective value that only better points are wanted past (by the gap
 	// tolerances, as an incumbent of that value would be): the search prunes every node that cannot beat it, and
 	// reports Infeasible when no point does. For a sub-problem solved to improve another search's incumbent (a
@@ -356,10 +360,14 @@ func (s *search) process(lp *relaxation, n *node) []*node {
 	}
 	// Columns are added only with one worker (a pricer) or at the root (its heuristic), while no other worker has
 	// a node: p may be read without the lock.
+	from := start
+	if n.at == nil && len(s.opt.RootBasis) == s.p.NumCols()+s.rows {
+		from = s.opt.RootBasis // the root's delta keeps its basis whole all the same (start is nil)
+	}
 	st, obj, x := lp.solvePriced(func() ([]float64, []float64) {
 		n.extend(s.p)
 		return n.lo, n.up
-	}, start, s.opt.Pricer)
+	}, from, s.opt.Pricer)
 	var rc []float64
 	var b []byte
 	if st == lpOptimal {

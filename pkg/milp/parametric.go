@@ -72,3 +72,7 @@ func (l *ParametricLP) AtPoint(vs []float64) (ok, feasible bool, value float64, 
 	}
 	return true, true, l.sign * obj, slopes
 }
+
+// Basis is the optimal basis of the last solve (nil: none), for a branch-and-bound's root at the same column bounds
+// (Options.RootBasis).
+func (l *ParametricLP) Basis() []byte { return l.r.basis() }
