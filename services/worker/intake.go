@@ -119,13 +119,29 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 		return
 	}
 	w.observeRound(s, r)
-	waits := make([]func() error, len(r.msgs))
+	st := &settlement{batch: r.msgs, out: make([]*outbox, len(r.msgs)), done: done}
 	for i, in := range r.msgs {
-		waits[i] = w.forward(ctx, s, in)
+		st.out[i] = w.forward(ctx, s, in)
 	}
 	settling = true
-	go w.settle(r.msgs, waits, done)
+	// With nothing known to wait behind the batch, it is settled before the next pull, for up to settleInline: a
+	// pull and acknowledgements sent beside the server's delivery of what the batch published slowed that delivery
+	// (BenchmarkHop), and the next pull has nothing to take sooner. Otherwise, or past that, beside the next batch.
+	if len(s.carried) == 0 && (len(r.msgs) == 0 || r.msgs[len(r.msgs)-1].numPending() == 0) {
+		t := time.NewTimer(settleInline)
+		settled := w.settle(ctx, st, t.C)
+		t.Stop()
+		if settled {
+			return
+		}
+	}
+	go w.settle(ctx, st, nil)
 }
+
+// settleInline bounds how long a worker with nothing waiting settles a batch before it pulls again: several
+// acknowledgement round trips, and short beside a batch, so that a worker whose server is away (its publishes
+// unacknowledged) goes on pulling.
+const settleInline = time.Millisecond
 
 // nextQueued gives the messages a batch begins with: those the last batch carried (they did not fit it), else the
 // queue's first if it is a task message; and the NumPending of the newest message delivered, how many more wait
@@ -266,22 +282,37 @@ func (w *Worker) observeRound(s *serving, r *round) {
 	})
 }
 
+// settlement is a batch being settled: its messages and their outboxes, in order, the first next not yet settled;
+// done is called once all are.
+type settlement struct {
+	batch []*inbound
+	out   []*outbox
+	done  func()
+	next  int
+}
+
 // settle acknowledges each message of a batch once its sub-requests are stored and its results confirmed, or hands
-// it back, and then closes done. It runs beside the next batch: a worker does not wait for the frontends'
-// confirmations (a round trip through the server and a frontend's scheduling) before it fetches again.
-func (w *Worker) settle(batch []*inbound, waits []func() error, done func()) {
-	defer done()
-	for i, in := range batch {
-		if err := waits[i](); err != nil {
+// it back, and then calls done; false when by fires first, and settle is called again to go on. Beside the next batch
+// (by nil), a worker does not wait for the frontends' confirmations (a round trip through the server and a
+// frontend's scheduling) before it fetches again.
+func (w *Worker) settle(ctx context.Context, st *settlement, by <-chan time.Time) bool {
+	for ; st.next < len(st.batch); st.next++ {
+		in, ob := st.batch[st.next], st.out[st.next]
+		if !ob.wait(ctx, by) {
+			return false
+		}
+		if ob.err != nil {
 			// Not acknowledged: JetStream delivers the message again; sub-requests already published are
 			// de-duplicated by their message ids.
-			w.log.Warn("forwarding failed; message will be redelivered", "request", in.requestID, "err", err)
-			_ = in.msg.NakWithDelay(redeliveryDelay(in.msg, err))
+			w.log.Warn("forwarding failed; message will be redelivered", "request", in.requestID, "err", ob.err)
+			_ = in.msg.NakWithDelay(redeliveryDelay(in.msg, ob.err))
 		} else {
 			_ = in.msg.Ack()
 		}
 		in.span.End()
 	}
+	st.done()
+	return true
 }
 
 // redeliveryDelay is how long a message whose forwarding failed (err) waits before it is delivered again: 100 ms,
@@ -455,8 +486,8 @@ func (w *Worker) decode(ctx context.Context, s *serving, m jetstream.Msg) (*inbo
 	if meta, err := m.Metadata(); err == nil {
 		in.meta, in.enqueued = meta, meta.Timestamp
 	}
-	var tm wire.TaskMessage
-	if err := wire.UnmarshalMsgpack(m.Data(), &tm); err != nil {
+	tm, err := wire.DecodeTaskMessage(m.Data())
+	if err != nil {
 		return nil, fmt.Errorf("payload is not a msgpack task message: %w", err)
 	}
 	if len(tm.Items) == 0 {
