@@ -118,11 +118,11 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 	if !w.executeRound(ctx, s, r) {
 		return
 	}
-	w.observeRound(s, r)
 	st := &settlement{batch: r.msgs, out: make([]*outbox, len(r.msgs)), done: done}
 	for i, in := range r.msgs {
 		st.out[i] = w.forward(ctx, s, in)
 	}
+	w.observeRound(s, r) // after the publishes: the next hop does not wait for the bookkeeping
 	settling = true
 	// With nothing known to wait behind the batch, it is settled before the next pull, for up to settleInline: a
 	// pull and acknowledgements sent beside the server's delivery of what the batch published slowed that delivery
