@@ -124,10 +124,12 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 	}
 	w.observeRound(s, r) // after the publishes: the next hop does not wait for the bookkeeping
 	settling = true
-	// With nothing known to wait behind the batch, it is settled before the next pull, for up to settleInline: a
-	// pull and acknowledgements sent beside the server's delivery of what the batch published slowed that delivery
-	// (BenchmarkHop), and the next pull has nothing to take sooner. Otherwise, or past that, beside the next batch.
-	if len(s.carried) == 0 && (len(r.msgs) == 0 || r.msgs[len(r.msgs)-1].numPending() == 0) {
+	// A batch with nothing known to wait behind it and no results to confirm is settled before the next pull, for
+	// up to settleInline: a pull and acknowledgements sent beside the server's delivery of what the batch published
+	// slowed that delivery (BenchmarkHop), and the next pull has nothing to take sooner. A frontend's confirmation
+	// can take much longer than a publish's acknowledgement on a busy machine, and messages that come meanwhile
+	// would wait for it: a batch with results is settled beside the next batch, as is one past settleInline.
+	if len(s.carried) == 0 && (len(r.msgs) == 0 || r.msgs[len(r.msgs)-1].numPending() == 0) && !st.reports() {
 		t := time.NewTimer(settleInline)
 		settled := w.settle(ctx, st, t.C)
 		t.Stop()
@@ -141,7 +143,7 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 // settleInline bounds how long a worker with nothing waiting settles a batch before it pulls again: a few
 // acknowledgement round trips on a quiet server, so that what arrives meanwhile waits little, and a worker whose
 // server is busy or away (its publishes unacknowledged) goes on pulling with its batch settled beside it.
-const settleInline = 250 * time.Microsecond
+const settleInline = 100 * time.Microsecond
 
 // nextQueued gives the messages a batch begins with: those the last batch carried (they did not fit it), else the
 // queue's first if it is a task message; and the NumPending of the newest message delivered, how many more wait
@@ -289,6 +291,16 @@ type settlement struct {
 	out   []*outbox
 	done  func()
 	next  int
+}
+
+// reports says whether a message of the batch reported results to its frontend, which confirms them.
+func (st *settlement) reports() bool {
+	for _, ob := range st.out {
+		if ob.confirmed != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // settle acknowledges each message of a batch once its sub-requests are stored and its results confirmed, or hands
