@@ -22,11 +22,13 @@ const gearRangeSolves = 4
 // cascades): at the estimate it serves as accurately as base, the gears giving up accuracy only as the load rises
 // past what base carries, and a rise up to the larger demand needs no new placement (absorbs). It runs base's
 // thresholds and expects base's accuracy; its Allocation.DemandQPS is the larger demand. base when no larger
-// placement does, or base runs no cascade. The candidates are checked where the loop checks (the plans in accuracy
-// mode, by default): the larger demand is what the placement must carry when the gears take a rise without a new
-// placement.
+// placement does, base runs no cascade or fills the cluster. The candidates are checked where the loop checks (the
+// plans in accuracy mode, by default): the larger demand is what the placement must carry when the gears take a
+// rise without a new placement.
 func (l *Loop) gearRange(spec *pipeline.Spec, in Observed, base *plan.Plan) *plan.Plan {
-	if !l.cfg.Gears || len(base.Cascades) == 0 || base.Allocation == nil || base.Mode == plan.ModeOverloaded {
+	// Only a plan in hardware mode leaves servers for a larger placement: one that fills the cluster (accuracy mode)
+	// has none to host more of every variant with.
+	if !l.cfg.Gears || len(base.Cascades) == 0 || base.Allocation == nil || base.Mode != plan.ModeHardware {
 		return base
 	}
 	best := base
