@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
@@ -283,13 +282,8 @@ func (f *Frontend) recordLocked(r *request, record []wire.ItemResult) {
 // leaves its request to its deadline, as a lost task message would.
 func (f *Frontend) publishJoined(sends []joined) {
 	for _, s := range sends {
-		data, err := msgpack.Marshal(&wire.TaskMessage{Items: []wire.Item{s.item}})
-		if err != nil {
-			f.joinFailures.Add(1)
-			continue
-		}
 		msg := nats.NewMsg(wire.TaskSubject(s.r.pipeline, s.task, s.variant))
-		msg.Data = data
+		msg.Data = wire.AppendTaskMessage(nil, &wire.TaskMessage{Items: []wire.Item{s.item}})
 		wire.TaskHeaders{RequestID: s.r.id, Deadline: s.r.deadline, Path: s.path, ReplyTo: f.result,
 			MsgID: s.msgID}.Write(msg.Header.Set)
 		go func() {

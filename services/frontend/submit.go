@@ -13,7 +13,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/vmihailenco/msgpack/v5"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
@@ -229,12 +228,9 @@ func (f *Frontend) rootVariant(sub *submission) (root, variant string, err error
 // spanCtx's), whose context the message carries.
 func (f *Frontend) rootMessage(spanCtx context.Context, sub *submission, r *request, root, variant string) (*nats.Msg,
 	trace.Span, error) {
-	data, err := msgpack.Marshal(&wire.TaskMessage{Items: []wire.Item{{ID: wire.RootItemID, Den: 1, Inputs: sub.req.Inputs}}})
-	if err != nil {
-		return nil, nil, refuse(ErrBadRequest, "encode request: %v", err)
-	}
 	msg := nats.NewMsg(wire.TaskSubject(sub.pipeline, root, variant))
-	msg.Data = data
+	msg.Data = wire.AppendTaskMessage(nil, &wire.TaskMessage{Items: []wire.Item{{ID: wire.RootItemID, Den: 1,
+		Inputs: sub.req.Inputs}}})
 	msgID := wire.TaskMsgID(r.id, "", root, variant)
 	wire.TaskHeaders{RequestID: r.id, Deadline: r.deadline, ReplyTo: f.result, MsgID: msgID}.Write(msg.Header.Set)
 	send := telemetry.StartSend(spanCtx, f.tracer, msg.Subject, bus.HeaderCarrier(msg.Header),

@@ -20,44 +20,54 @@ import (
 
 // forward publishes the sub-requests of one message's items as the hop step (pkg/hop) routes, groups and splits
 // them, and reports its leaves (finished, dropped or failed items) to the request's frontend. It returns at once;
-// the returned wait says when the publishes are acknowledged and the report confirmed, or why not, so that a batch's
-// messages wait for theirs together: one round trip a batch, and one confirmation timeout, not one a message, while
-// the server is away.
-func (w *Worker) forward(ctx context.Context, s *serving, in *inbound) (wait func() error) {
-	var ob outbox
-	err := w.publishOut(ctx, s, in, &ob)
-	return func() error {
-		defer func() {
-			for _, sp := range ob.sends {
-				sp.End()
-			}
-		}()
-		if err != nil {
-			return err
-		}
-		for i, f := range ob.acks {
-			select {
-			case <-f.Ok():
-			case err := <-f.Err():
-				ob.sends[i].SetStatus(codes.Error, err.Error())
-				return fmt.Errorf("publish to %s: %w", f.Msg().Subject, err)
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		if ob.confirmed != nil {
-			return <-ob.confirmed
-		}
-		return nil
-	}
+// its outbox says when the publishes are acknowledged and the report confirmed, or why not (outbox.wait), so that a
+// batch's messages wait for theirs together: one round trip a batch, and one confirmation timeout, not one a
+// message, while the server is away.
+func (w *Worker) forward(ctx context.Context, s *serving, in *inbound) *outbox {
+	ob := &outbox{}
+	ob.err = w.publishOut(ctx, s, in, ob)
+	return ob
 }
 
 // outbox is what forwarding one message waits for: its publishes' acknowledgements, each with its "send" span
-// (ended when the publish is acknowledged), and the frontend's confirmation of its leaves (nil: it has none).
+// (ended when the outbox is settled), and the frontend's confirmation of its leaves (nil: it has none).
 type outbox struct {
 	acks      []jetstream.PubAckFuture
 	sends     []trace.Span
 	confirmed <-chan error
+	err       error // the first failure: publishing, an acknowledgement or the confirmation
+	acked     int   // acknowledgements received so far
+}
+
+// wait waits for the outbox's acknowledgements and then its confirmation; false when by fires first, and wait is
+// called again to go on (each future and the confirmation is read once).
+func (ob *outbox) wait(ctx context.Context, by <-chan time.Time) bool {
+	for ob.err == nil && ob.acked < len(ob.acks) {
+		f := ob.acks[ob.acked]
+		select {
+		case <-f.Ok():
+			ob.acked++
+		case err := <-f.Err():
+			ob.sends[ob.acked].SetStatus(codes.Error, err.Error())
+			ob.err = fmt.Errorf("publish to %s: %w", f.Msg().Subject, err)
+		case <-ctx.Done():
+			ob.err = ctx.Err()
+		case <-by:
+			return false
+		}
+	}
+	if ob.err == nil && ob.confirmed != nil {
+		select {
+		case ob.err = <-ob.confirmed: // the report's own timeout ends it
+			ob.confirmed = nil
+		case <-by:
+			return false
+		}
+	}
+	for _, sp := range ob.sends {
+		sp.End()
+	}
+	return true
 }
 
 // publishOut publishes in's sub-requests and sends its leaves to the frontend, what to wait for into ob.
@@ -213,10 +223,7 @@ func (w *Worker) publishStep(s *serving, in *inbound, itemID, path string, step 
 // "send" span go into ob.
 func (w *Worker) publishTask(s *serving, in *inbound, task, variant, path, id string, tm *wire.TaskMessage,
 	ob *outbox) error {
-	msg, send, err := w.taskMsg(s, in, task, variant, path, id, tm)
-	if err != nil {
-		return err
-	}
+	msg, send := w.taskMsg(s, in, task, variant, path, id, tm)
 	ob.sends = append(ob.sends, send)
 	f, err := w.js.PublishMsgAsync(msg)
 	if err != nil {
@@ -245,13 +252,9 @@ func (w *Worker) escalate(s *serving, in *inbound, it wire.Item, path, next stri
 // taskMsg is the task message carrying tm to task/variant, de-duplicated by id, and its "send" span (a child of
 // in's), whose context the message carries.
 func (w *Worker) taskMsg(s *serving, in *inbound, task, variant, path, id string,
-	tm *wire.TaskMessage) (*nats.Msg, trace.Span, error) {
-	data, err := msgpack.Marshal(tm)
-	if err != nil {
-		return nil, nil, err
-	}
+	tm *wire.TaskMessage) (*nats.Msg, trace.Span) {
 	msg := nats.NewMsg(wire.TaskSubject(s.a.Pipeline, task, variant))
-	msg.Data = data
+	msg.Data = wire.AppendTaskMessage(nil, tm)
 	wire.TaskHeaders{RequestID: in.requestID, Deadline: in.deadline, Path: path, ReplyTo: in.replyTo,
 		MsgID: id}.Write(msg.Header.Set)
 	send := s.sendSpans(msg.Subject).Start(in.ctx, w.tracer, bus.HeaderCarrier(msg.Header))
@@ -259,7 +262,7 @@ func (w *Worker) taskMsg(s *serving, in *inbound, task, variant, path, id string
 		send.SetAttributes(semconv.MessagingMessageID(id), telemetry.AttrItems.Int(len(tm.Items)),
 			telemetry.AttrTask.String(task), telemetry.AttrVariant.String(variant))
 	}
-	return msg, send, nil
+	return msg, send
 }
 
 // Confirmed results (docs/faults.md, "Results at least once").

@@ -118,14 +118,32 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 	if !w.executeRound(ctx, s, r) {
 		return
 	}
-	w.observeRound(s, r)
-	waits := make([]func() error, len(r.msgs))
+	st := &settlement{batch: r.msgs, out: make([]*outbox, len(r.msgs)), done: done}
 	for i, in := range r.msgs {
-		waits[i] = w.forward(ctx, s, in)
+		st.out[i] = w.forward(ctx, s, in)
 	}
+	w.observeRound(s, r) // after the publishes: the next hop does not wait for the bookkeeping
 	settling = true
-	go w.settle(r.msgs, waits, done)
+	// A batch with nothing known to wait behind it and no results to confirm is settled before the next pull, for
+	// up to settleInline: a pull and acknowledgements sent beside the server's delivery of what the batch published
+	// slowed that delivery (BenchmarkHop), and the next pull has nothing to take sooner. A frontend's confirmation
+	// can take much longer than a publish's acknowledgement on a busy machine, and messages that come meanwhile
+	// would wait for it: a batch with results is settled beside the next batch, as is one past settleInline.
+	if len(s.carried) == 0 && (len(r.msgs) == 0 || r.msgs[len(r.msgs)-1].numPending() == 0) && !st.reports() {
+		t := time.NewTimer(settleInline)
+		settled := w.settle(ctx, st, t.C)
+		t.Stop()
+		if settled {
+			return
+		}
+	}
+	go w.settle(ctx, st, nil)
 }
+
+// settleInline bounds how long a worker with nothing waiting settles a batch before it pulls again: a few
+// acknowledgement round trips on a quiet server, so that what arrives meanwhile waits little, and a worker whose
+// server is busy or away (its publishes unacknowledged) goes on pulling with its batch settled beside it.
+const settleInline = 100 * time.Microsecond
 
 // nextQueued gives the messages a batch begins with: those the last batch carried (they did not fit it), else the
 // queue's first if it is a task message; and the NumPending of the newest message delivered, how many more wait
@@ -266,22 +284,47 @@ func (w *Worker) observeRound(s *serving, r *round) {
 	})
 }
 
+// settlement is a batch being settled: its messages and their outboxes, in order, the first next not yet settled;
+// done is called once all are.
+type settlement struct {
+	batch []*inbound
+	out   []*outbox
+	done  func()
+	next  int
+}
+
+// reports says whether a message of the batch reported results to its frontend, which confirms them.
+func (st *settlement) reports() bool {
+	for _, ob := range st.out {
+		if ob.confirmed != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // settle acknowledges each message of a batch once its sub-requests are stored and its results confirmed, or hands
-// it back, and then closes done. It runs beside the next batch: a worker does not wait for the frontends'
-// confirmations (a round trip through the server and a frontend's scheduling) before it fetches again.
-func (w *Worker) settle(batch []*inbound, waits []func() error, done func()) {
-	defer done()
-	for i, in := range batch {
-		if err := waits[i](); err != nil {
+// it back, and then calls done; false when by fires first, and settle is called again to go on. Beside the next batch
+// (by nil), a worker does not wait for the frontends' confirmations (a round trip through the server and a
+// frontend's scheduling) before it fetches again.
+func (w *Worker) settle(ctx context.Context, st *settlement, by <-chan time.Time) bool {
+	for ; st.next < len(st.batch); st.next++ {
+		in, ob := st.batch[st.next], st.out[st.next]
+		if !ob.wait(ctx, by) {
+			return false
+		}
+		if ob.err != nil {
 			// Not acknowledged: JetStream delivers the message again; sub-requests already published are
 			// de-duplicated by their message ids.
-			w.log.Warn("forwarding failed; message will be redelivered", "request", in.requestID, "err", err)
-			_ = in.msg.NakWithDelay(redeliveryDelay(in.msg, err))
+			w.log.Warn("forwarding failed; message will be redelivered", "request", in.requestID, "err", ob.err)
+			_ = in.msg.NakWithDelay(redeliveryDelay(in.msg, ob.err))
 		} else {
 			_ = in.msg.Ack()
 		}
 		in.span.End()
 	}
+	st.done()
+	return true
 }
 
 // redeliveryDelay is how long a message whose forwarding failed (err) waits before it is delivered again: 100 ms,
@@ -455,8 +498,8 @@ func (w *Worker) decode(ctx context.Context, s *serving, m jetstream.Msg) (*inbo
 	if meta, err := m.Metadata(); err == nil {
 		in.meta, in.enqueued = meta, meta.Timestamp
 	}
-	var tm wire.TaskMessage
-	if err := wire.UnmarshalMsgpack(m.Data(), &tm); err != nil {
+	tm, err := wire.DecodeTaskMessage(m.Data())
+	if err != nil {
 		return nil, fmt.Errorf("payload is not a msgpack task message: %w", err)
 	}
 	if len(tm.Items) == 0 {

@@ -131,11 +131,14 @@ func (r *rig) startWorker(id string) *Worker {
 	return r.startWorkerWith(Config{ID: id, FetchWait: 100 * time.Millisecond})
 }
 
-func (r *rig) startWorkerWith(cfg Config) *Worker {
+func (r *rig) startWorkerWith(cfg Config) *Worker { return r.startWorkerOn(r.nc, cfg) }
+
+// startWorkerOn starts a worker on its own connection nc.
+func (r *rig) startWorkerOn(nc *nats.Conn, cfg Config) *Worker {
 	r.t.Helper()
 	cfg.Logger = slog.New(slog.DiscardHandler)
 
-	w, err := New(r.nc, cfg)
+	w, err := New(nc, cfg)
 	if err != nil {
 		r.t.Fatal(err)
 	}
