@@ -158,10 +158,10 @@ func planOne(in allocate.Input, opt allocate.Options, lpFile string, asJSON bool
 	return nil
 }
 
-// printGears prints the gear table of each cascade r runs (pkg/gears), at the plan's utilization: what the planner
-// publishes with it.
+// printGears prints the gear table of each cascade r runs (pkg/gears), at the gears' share of the plan's
+// utilization (gears.Utilization): what the planner publishes with it.
 func printGears(in allocate.Input, r *allocate.Result) {
-	tables := gears.Tables(in.Spec, r.Plan(in.Spec.Name, 0), nil, in.Utilization)
+	tables := gears.Tables(in.Spec, r.Plan(in.Spec.Name, 0), nil, gears.Utilization(in.Utilization))
 	for _, task := range slices.Sorted(maps.Keys(tables)) {
 		var rows []string
 		for _, g := range tables[task] {

@@ -92,9 +92,11 @@ type Config struct {
 	// it is within the cap, else the most accurate plan within it. It needs priced classes and one pipeline (the
 	// joint division has no cost row): CheckCostCap says so before a run.
 	MaxCostPerHour float64
-	// Gears gives each cascade plan the gear table of its placement (pkg/gears), and then a new allocation that
-	// changes the thresholds alone, not the placement, is not published: the gears follow the load. Off by default
-	// (docs/cascades.md#gears: no gain measured): a cascade runs at its plan's threshold until the next plan.
+	// Gears gives each cascade plan a placement for a range of load (GearRange: up to GearRange times the demand,
+	// as accurate at the demand as the plan for it) and the gear table of that placement (pkg/gears); a rise within
+	// the range, or a new allocation that changes the thresholds alone, not the placement, is not re-planned: the
+	// gears follow the load. Off by default: a cascade runs at its plan's threshold until the next plan
+	// (docs/cascades.md#gears).
 	Gears bool
 	// Traces are the pipelines' planning traces, for the systems that plan once on one (cg-mean, cg-peak); nil:
 	// none, and those plan on the demand first observed.

@@ -71,9 +71,10 @@ func RegisterFlags(fs *flag.FlagSet) *Flags {
 			"predicted to miss"),
 		maxCost: fs.Float64("max-cost", 0, "cap on each plan's cost, `PER_HOUR` (needs --price; one pipeline): "+
 			"the most accurate plan within it when the cheapest full-accuracy plan costs more (0: none)"),
-		gears: fs.Bool("gears", false, "give each cascade plan the gear table of its placement, which the cascade's "+
-			"workers switch between as their load moves (pkg/gears; off: the plan's threshold holds until the next "+
-			"plan; docs/cascades.md#gears says why it is off by default)"),
+		gears: fs.Bool("gears", false, "give each cascade plan a placement for a range of load (up to 3 times the "+
+			"demand, as accurate at it) and its gear table, which the cascade's workers switch between as their load "+
+			"moves, re-planning only past the range (pkg/gears; off: the plan's threshold holds until the next plan; "+
+			"docs/cascades.md#gears)"),
 	}
 }
 

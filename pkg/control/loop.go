@@ -168,7 +168,7 @@ func (l *Loop) replan(now time.Time, o Observed) Step {
 		trigger = TriggerFirst
 	case !maps.Equal(o.OnCluster().Counts(), last.servers):
 		trigger = TriggerServers
-	case moved(l.cfg.ReplanThreshold, -1):
+	case moved(l.cfg.ReplanThreshold, -1) && !l.absorbs(o):
 		trigger = TriggerDemand
 	case outgrown:
 		trigger = TriggerOutgrown
@@ -210,12 +210,13 @@ func (l *Loop) replan(now time.Time, o Observed) Step {
 		l.notePlanned(o, nil, now)
 		return Step{Err: err}
 	}
+	p = l.gearRange(spec, in, p)
 	if p.Allocation != nil {
 		p.Allocation.EstimateQPS = o.Demand
 		priceOn(p, o.OnCluster())
 	}
 	if l.cfg.Gears {
-		p.Gears = gears.Tables(spec, p, in.EscalationScale, l.cfg.RouteUtilization)
+		p.Gears = gears.Tables(spec, p, in.EscalationScale, gears.Utilization(l.cfg.RouteUtilization))
 	}
 	if same := sameAllocation(l.current, p); same || !forced && !l.worthSwapping(p, o) {
 		// The same allocation, or a better one not worth its model loads: no new epoch, which would move no worker

@@ -58,6 +58,11 @@ func Tables(spec *pipeline.Spec, p *plan.Plan, scale map[string]float64, utiliza
 	return out
 }
 
+// Utilization is the share of each replica's capacity a gear table fills, for a plan routed at route (its
+// routing's utilization): half the headroom the routing keeps. The routing's share must hold for the seconds until
+// the next routing or plan, a gear's only until its switch moves, within a window or two of a rise.
+func Utilization(route float64) float64 { return route + (1-route)/2 }
+
 // Defaults of a Switch.
 const (
 	// Every is how often a Switch measures the load and decides: CascadeServe's 100 ms.

@@ -1,0 +1,60 @@
+package control
+
+import (
+	"maps"
+	"testing"
+	"time"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/gears"
+	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/plan"
+)
+
+// TestGearRangeAbsorbsAStep: with gears, the cascade example's plan at 100 QPS on 10 servers is a placement for at
+// least twice the demand, as accurate at 100 QPS as the plan for it (every variant of that plan hosted with at least
+// its capacity, the same threshold), whose gears carry twice the load; a step to 200 QPS then needs no new
+// placement. Without gears the same step re-plans.
+func TestGearRangeAbsorbsAStep(t *testing.T) {
+	spec, err := pipeline.Load("../../examples/cascade.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	static, err := plan.Static(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	milp := MILP{Utilization: 0.85, TimeLimit: 5 * time.Second, Workers: 1}
+	bare, err := milp.Allocate(spec, Observed{Demand: 115, Servers: 10}) // 100 QPS and the default headroom
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Unix(1000, 0)
+	for _, geared := range []bool{true, false} {
+		l := New(spec, Config{Gears: geared}, milp, static)
+		o := Observed{Demand: 100, Servers: 10}
+		st := l.Next(t0, o)
+		if st.Err != nil || st.Plan == nil {
+			t.Fatalf("gears %v: no plan: %v", geared, st.Err)
+		}
+		l.Published(st, o, t0)
+		p := st.Plan
+		if geared {
+			if !dominates(p, bare) || !maps.Equal(p.Cascades, bare.Cascades) ||
+				p.Allocation.SystemAccuracy != bare.Allocation.SystemAccuracy || p.Allocation.DemandQPS < 2*115-1e-6 {
+				t.Fatalf("with gears: sized for %.1f QPS at thresholds %v, accuracy %.4f, variants %+v; want at least "+
+					"230 QPS holding the plan for 115 (%v, %.4f, %+v)", p.Allocation.DemandQPS, p.Cascades,
+					p.Allocation.SystemAccuracy, p.Variants, bare.Cascades, bare.Allocation.SystemAccuracy, bare.Variants)
+			}
+			first := p.Find("classify", spec.Task("classify").Cascade.Variants[0])
+			table := gears.For(spec, p, "classify", first.Variant)
+			if top := table[len(table)-1].MaxLoad; top*float64(first.Replicas) < 200*2.5 {
+				t.Fatalf("the fastest gear carries %.1f items/s a replica on %d, under 200 QPS's", top, first.Replicas)
+			}
+		}
+		o.Demand = 200
+		st = l.Next(t0.Add(time.Second), o)
+		if st.Replanned == geared {
+			t.Errorf("gears %v: a step to 200 QPS re-planned %v (trigger %q)", geared, st.Replanned, st.Trigger)
+		}
+	}
+}
