@@ -378,3 +378,16 @@ func (h HeaderCarrier) Keys() []string {
 	}
 	return out
 }
+
+// NotReady says err is JetStream not being ready yet, which a declaration tried again later may get past: a
+// server or cluster whose JetStream is starting or electing its meta leader (503, or no responder to the API), or
+// an API request that timed out.
+func NotReady(err error) bool {
+	var api *jetstream.APIError
+	if errors.As(err, &api) && api.Code == 503 {
+		return true
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrJetStreamNotEnabled) ||
+		errors.Is(err, nats.ErrJetStreamNotEnabled)
+}

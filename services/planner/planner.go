@@ -228,7 +228,7 @@ type writtenValue struct {
 
 // Run publishes the plans and assigns workers until ctx is done.
 func (p *Planner) Run(ctx context.Context) error {
-	if err := p.openState(ctx); err != nil {
+	if err := p.untilReady(ctx, "the KV bucket and the dead-letter stream", p.openState); err != nil {
 		return err
 	}
 	svc, err := p.addService()
@@ -258,6 +258,27 @@ func (p *Planner) Run(ctx context.Context) error {
 	p.quietUntil = time.Now().Add(p.cfg.WorkerTimeout)
 	p.loop(ctx)
 	return nil
+}
+
+// untilReady runs declare (which must be safe to run again) until it succeeds, again after each error that says JetStream is not ready yet (a cluster
+// still electing its meta leader, a server whose JetStream is starting, an API request that timed out on a busy
+// machine), 100 ms apart doubling to 2 s, until ctx is done; other errors end it. A planner started beside the NATS
+// servers, as compose starts them, exited on its first timeout (deploy TestImageRunsAsComposeStartsIt under load).
+func (p *Planner) untilReady(ctx context.Context, what string, declare func(context.Context) error) error {
+	wait := 100 * time.Millisecond
+	for {
+		err := declare(ctx)
+		if err == nil || ctx.Err() != nil || !bus.NotReady(err) {
+			return err
+		}
+		p.log.Warn("JetStream not ready; declaring again", "what", what, "in", wait, "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
 }
 
 // openState declares the state the planner alone declares, replicated on the cluster it found: the KV bucket and
