@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -124,10 +123,7 @@ func DecodeTaskMessage(data []byte) (TaskMessage, error) {
 	}
 	r := taskReader{data: data}
 	var m TaskMessage
-	err := r.fields(func(key []byte) error {
-		if string(key) != "items" {
-			return r.skip()
-		}
+	err := r.fields(taskMessageKeys, func(int) error {
 		n, err := r.arrayLen()
 		if err != nil || n < 0 {
 			return err
@@ -155,15 +151,15 @@ type taskReader struct {
 var errTaskShape = errors.New("a value of the wrong type")
 
 func (r *taskReader) item(it *Item) error {
-	return r.fields(func(key []byte) (err error) {
-		switch string(key) {
-		case "id":
+	return r.fields(itemKeys, func(key int) (err error) {
+		switch key {
+		case 0:
 			it.ID, err = r.string()
-		case "den":
+		case 1:
 			var n int64
 			n, err = r.int()
 			it.Den = uint64(n)
-		case "inputs":
+		case 2:
 			var n int
 			if n, err = r.arrayLen(); err != nil || n < 0 {
 				it.Inputs = nil
@@ -175,23 +171,21 @@ func (r *taskReader) item(it *Item) error {
 					return err
 				}
 			}
-		case "gear":
+		case 3:
 			it.Gear, err = r.float()
-		default:
-			err = r.skip()
 		}
 		return err
 	})
 }
 
 func (r *taskReader) tensor(t *Tensor) error {
-	return r.fields(func(key []byte) (err error) {
-		switch string(key) {
-		case "name":
+	return r.fields(tensorKeys, func(key int) (err error) {
+		switch key {
+		case 0:
 			t.Name, err = r.string()
-		case "datatype":
+		case 1:
 			t.Datatype, err = r.string()
-		case "shape":
+		case 2:
 			var n int
 			if n, err = r.arrayLen(); err != nil || n < 0 {
 				t.Shape = nil
@@ -203,7 +197,7 @@ func (r *taskReader) tensor(t *Tensor) error {
 					return err
 				}
 			}
-		case "data":
+		case 3:
 			var b []byte
 			if b, err = r.bytes(); err == nil {
 				t.Data = nil
@@ -211,16 +205,22 @@ func (r *taskReader) tensor(t *Tensor) error {
 					t.Data = append(make([]byte, 0, len(b)), b...)
 				}
 			}
-		default:
-			err = r.skip()
 		}
 		return err
 	})
 }
 
-// fields reads a map of string keys into a struct, calling field for each key to read its value; nil leaves the
-// struct as it was (zero). A key given twice is refused: msgpack/v5 decodes the second into what the first left.
-func (r *taskReader) fields(field func(key []byte) error) error {
+// The keys of each struct's fields, in their order: a field is passed to fields' callback by its index here.
+var (
+	taskMessageKeys = []string{"items"}
+	itemKeys        = []string{"id", "den", "inputs", "gear"}
+	tensorKeys      = []string{"name", "datatype", "shape", "data"}
+)
+
+// fields reads a map of string keys into a struct, calling field with the index in keys of each key it knows to read
+// its value, and skipping the values of the others; nil leaves the struct as it was (zero). A known key given twice
+// is refused: msgpack/v5 decodes the second into what the first left.
+func (r *taskReader) fields(keys []string, field func(key int) error) error {
 	if r.peek() == 0xc0 {
 		r.pos++
 		return nil
@@ -233,21 +233,24 @@ func (r *taskReader) fields(field func(key []byte) error) error {
 		return errTaskShape
 	}
 	r.pos = pos
-	var seen [8][]byte
-	for i := range h.count / 2 {
+	var seen uint
+	for range h.count / 2 {
 		key, err := r.bytes()
 		if err != nil {
 			return err
 		}
-		for _, k := range seen[:min(i, uint64(len(seen)))] {
-			if bytes.Equal(k, key) {
-				return fmt.Errorf("the key %q twice", key)
+		i := slices.IndexFunc(keys, func(k string) bool { return k == string(key) })
+		if i < 0 {
+			if err := r.skip(); err != nil {
+				return err
 			}
+			continue
 		}
-		if i < uint64(len(seen)) {
-			seen[i] = key
+		if seen&(1<<i) != 0 {
+			return fmt.Errorf("the key %q twice", key)
 		}
-		if err := field(key); err != nil {
+		seen |= 1 << i
+		if err := field(i); err != nil {
 			return err
 		}
 	}
