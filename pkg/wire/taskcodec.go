@@ -123,18 +123,9 @@ func DecodeTaskMessage(data []byte) (TaskMessage, error) {
 	}
 	r := taskReader{data: data}
 	var m TaskMessage
-	err := r.fields(taskMessageKeys, func(int) error {
-		n, err := r.arrayLen()
-		if err != nil || n < 0 {
-			return err
-		}
-		m.Items = make([]Item, n)
-		for i := range m.Items {
-			if err := r.item(&m.Items[i]); err != nil {
-				return err
-			}
-		}
-		return nil
+	err := r.fields(taskMessageKeys, func(int) (err error) {
+		m.Items, err = readArray(&r, r.item)
+		return err
 	})
 	if err != nil {
 		return TaskMessage{}, fmt.Errorf("msgpack: task message: %w", err)
@@ -160,17 +151,7 @@ func (r *taskReader) item(it *Item) error {
 			n, err = r.int()
 			it.Den = uint64(n)
 		case 2:
-			var n int
-			if n, err = r.arrayLen(); err != nil || n < 0 {
-				it.Inputs = nil
-				return err
-			}
-			it.Inputs = make([]Tensor, n)
-			for i := range it.Inputs {
-				if err := r.tensor(&it.Inputs[i]); err != nil {
-					return err
-				}
-			}
+			it.Inputs, err = readArray(r, r.tensor)
 		case 3:
 			it.Gear, err = r.float()
 		}
@@ -186,17 +167,10 @@ func (r *taskReader) tensor(t *Tensor) error {
 		case 1:
 			t.Datatype, err = r.string()
 		case 2:
-			var n int
-			if n, err = r.arrayLen(); err != nil || n < 0 {
-				t.Shape = nil
+			t.Shape, err = readArray(r, func(d *int64) (err error) {
+				*d, err = r.int()
 				return err
-			}
-			t.Shape = make([]int64, n)
-			for i := range t.Shape {
-				if t.Shape[i], err = r.int(); err != nil {
-					return err
-				}
-			}
+			})
 		case 3:
 			var b []byte
 			if b, err = r.bytes(); err == nil {
@@ -225,14 +199,13 @@ func (r *taskReader) fields(keys []string, field func(key int) error) error {
 		r.pos++
 		return nil
 	}
-	h, pos, err := readMsgpackHead(r.data, r.pos)
+	h, _, err := r.next()
 	if err != nil {
 		return err
 	}
 	if h.kind != "map" {
 		return errTaskShape
 	}
-	r.pos = pos
 	var seen uint
 	for range h.count / 2 {
 		key, err := r.bytes()
@@ -264,21 +237,40 @@ func (r *taskReader) peek() byte {
 	return r.data[r.pos]
 }
 
-// arrayLen reads an array's header: -1 for nil.
-func (r *taskReader) arrayLen() (int, error) {
+// readArray reads an array of values with read: nil for nil, as msgpack/v5 decodes a slice.
+func readArray[T any](r *taskReader, read func(*T) error) ([]T, error) {
 	if r.peek() == 0xc0 {
 		r.pos++
-		return -1, nil
+		return nil, nil
 	}
-	h, pos, err := readMsgpackHead(r.data, r.pos)
+	h, _, err := r.next()
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	if h.kind != "array" {
-		return 0, errTaskShape
+		return nil, errTaskShape
 	}
-	r.pos = pos
-	return int(h.count), nil
+	out := make([]T, h.count)
+	for i := range out {
+		if err := read(&out[i]); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// next reads the header of the value at the reader's position and moves past its payload (not its elements, if it
+// is an array or a map), which it gives.
+func (r *taskReader) next() (msgpackHead, []byte, error) {
+	h, pos, err := readMsgpackHead(r.data, r.pos)
+	if err != nil {
+		return h, nil, err
+	}
+	if uint64(len(r.data)-pos) < h.size {
+		return h, nil, errTaskShape // CheckMsgpack passed only the first value of data
+	}
+	r.pos = pos + int(h.size)
+	return h, r.data[pos:r.pos], nil
 }
 
 // bytes reads a string or binary value (msgpack/v5 takes either for either), aliasing data; nil for nil.
@@ -287,18 +279,14 @@ func (r *taskReader) bytes() ([]byte, error) {
 		r.pos++
 		return nil, nil
 	}
-	h, pos, err := readMsgpackHead(r.data, r.pos)
+	h, b, err := r.next()
 	if err != nil {
 		return nil, err
 	}
 	if h.kind != "string" && h.kind != "binary" {
 		return nil, errTaskShape
 	}
-	if uint64(len(r.data)-pos) < h.size {
-		return nil, errTaskShape // CheckMsgpack passed only the first value of data
-	}
-	r.pos = pos + int(h.size)
-	return r.data[pos:r.pos], nil
+	return b, nil
 }
 
 func (r *taskReader) string() (string, error) {
@@ -317,12 +305,10 @@ func (r *taskReader) int() (int64, error) {
 		r.pos++
 		return 0, nil
 	case c >= 0xcc && c <= 0xd3:
-		h, pos, err := readMsgpackHead(r.data, r.pos)
-		if err != nil || uint64(len(r.data)-pos) < h.size {
-			return 0, errTaskShape
+		_, b, err := r.next()
+		if err != nil {
+			return 0, err
 		}
-		b := r.data[pos : pos+int(h.size)]
-		r.pos = pos + int(h.size)
 		switch c {
 		case 0xcc:
 			return int64(b[0]), nil
@@ -348,12 +334,10 @@ func (r *taskReader) int() (int64, error) {
 func (r *taskReader) float() (float64, error) {
 	switch c := r.peek(); c {
 	case 0xca, 0xcb:
-		h, pos, err := readMsgpackHead(r.data, r.pos)
-		if err != nil || uint64(len(r.data)-pos) < h.size {
-			return 0, errTaskShape
+		_, b, err := r.next()
+		if err != nil {
+			return 0, err
 		}
-		b := r.data[pos : pos+int(h.size)]
-		r.pos = pos + int(h.size)
 		if c == 0xca {
 			return float64(math.Float32frombits(binary.BigEndian.Uint32(b))), nil
 		}
@@ -366,14 +350,10 @@ func (r *taskReader) float() (float64, error) {
 // skip passes over one value of any shape.
 func (r *taskReader) skip() error {
 	for left := 1; left > 0; left-- {
-		h, pos, err := readMsgpackHead(r.data, r.pos)
+		h, _, err := r.next()
 		if err != nil {
 			return err
 		}
-		if uint64(len(r.data)-pos) < h.size {
-			return errTaskShape
-		}
-		r.pos = pos + int(h.size)
 		left += int(h.count)
 	}
 	return nil

@@ -129,9 +129,13 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 	// can take much longer than a publish's acknowledgement on a busy machine, and messages that come meanwhile
 	// would wait for it: a batch with results is settled beside the next batch, as is one past settleInline.
 	if len(s.carried) == 0 && (len(r.msgs) == 0 || r.msgs[len(r.msgs)-1].numPending() == 0) && !st.reports() {
-		t := time.NewTimer(settleInline)
-		settled := w.settle(ctx, st, t.C)
-		t.Stop()
+		if s.settleBy == nil {
+			s.settleBy = time.NewTimer(settleInline)
+		} else {
+			s.settleBy.Reset(settleInline)
+		}
+		settled := w.settle(ctx, st, s.settleBy.C)
+		s.settleBy.Stop()
 		if settled {
 			return
 		}

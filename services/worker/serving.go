@@ -49,6 +49,9 @@ type serving struct {
 	step        hop.Stepper
 	children    []int
 	childInputs [][]wire.Tensor
+	// settleBy bounds a batch settled before the next pull (serveOnce), reused from batch to batch: one batch is settled
+	// so at a time, and a stopped timer of Go 1.23 on delivers nothing stale when reset.
+	settleBy *time.Timer
 	// carried are the messages taken for the last batch that did not fit it and had been handed back too often,
 	// in order: the next batch begins with them (batching.HandBack).
 	carried []*inbound
