@@ -31,6 +31,25 @@ func TestTaskHeadersRoundTrip(t *testing.T) {
 		if got != want {
 			t.Errorf("read %+v, want %+v", got, want)
 		}
+		// Header writes the same, one value a key; a value added to one key leaves the others as they were
+		// (their values share an array).
+		m := want.Header(1)
+		if len(m) != len(h) {
+			t.Errorf("Header: %d keys, Write %d", len(m), len(h))
+		}
+		for k, v := range h {
+			if len(m[k]) != 1 || m[k][0] != v {
+				t.Errorf("Header %s: %q, want [%q]", k, m[k], v)
+			}
+		}
+		for k := range h {
+			m[k] = append(m[k], "more")
+		}
+		for k, v := range h {
+			if m[k][0] != v {
+				t.Errorf("Header %s: %q after appending to each, want %q first", k, m[k], v)
+			}
+		}
 	}
 }
 

@@ -71,7 +71,7 @@ func AppendPath(path string, k VariantKey) string {
 	if path == "" {
 		return k.String()
 	}
-	return path + "," + k.String()
+	return path + "," + k.Task + "/" + k.Variant // one string made, not two
 }
 
 // SplitPath decodes a HeaderPath value.

@@ -278,6 +278,19 @@ type TaskHeaders struct {
 	MsgID     string // JetStream de-duplication id (TaskMsgID, TaskPartMsgID)
 }
 
+// Header gives the headers as a NATS message's header map (nats.Header's type), an empty Path left out, with room
+// for extra more keys (a trace context): one map and one array of values, where Write with nats.Header.Set makes a
+// slice a header (a worker writes them on every message it forwards).
+func (h TaskHeaders) Header(extra int) map[string][]string {
+	m := make(map[string][]string, 5+extra)
+	values := make([]string, 0, 5)
+	h.Write(func(key, value string) {
+		values = append(values, value)
+		m[key] = values[len(values)-1 : len(values) : len(values)]
+	})
+	return m
+}
+
 // Write sets the headers with set (such as nats.Header.Set); an empty Path is left out.
 func (h TaskHeaders) Write(set func(key, value string)) {
 	set(HeaderRequestID, h.RequestID)
@@ -329,7 +342,12 @@ func RequestID(frontendID, boot string, n uint64) string {
 // a parent executed twice (after a redelivery) does not enqueue its sub-requests twice. The frontend's root message
 // uses parent "".
 func TaskMsgID(requestID, parent, task, variant string) string {
-	return requestID + "/" + parent + ">" + VariantKey{Task: task, Variant: variant}.String()
+	return string(appendTaskMsgID(make([]byte, 0, 64), requestID, parent, task, variant))
+}
+
+func appendTaskMsgID(b []byte, requestID, parent, task, variant string) []byte {
+	b = append(append(append(append(b, requestID...), '/'), parent...), '>')
+	return append(append(append(b, task...), '/'), variant...)
 }
 
 // TaskPartMsgID is the de-duplication id of one of the messages a parent's sub-requests to one variant are split
@@ -338,7 +356,9 @@ func TaskMsgID(requestID, parent, task, variant string) string {
 // carries, so a parent executed again (after a redelivery) republishes the same ids, and one grouped differently
 // the second time (another routing draw, another plan) enqueues a sub-request twice rather than not at all.
 func TaskPartMsgID(requestID, parent, task, variant string, subs []int) string {
-	b := make([]byte, 0, 64)
+	// Written into one buffer, made into a string once: a worker names every message it forwards so.
+	b := append(appendTaskMsgID(make([]byte, 0, 128), requestID, parent, task, variant), '#')
+	runs := len(b)
 	for i := 0; i < len(subs); {
 		j := i
 		for j+1 < len(subs) && subs[j+1] == subs[j]+1 {
@@ -353,12 +373,12 @@ func TaskPartMsgID(requestID, parent, task, variant string, subs []int) string {
 		}
 		i = j + 1
 	}
-	if len(b) > maxPartName {
+	if len(b)-runs > maxPartName {
 		h := fnv.New64a()
-		h.Write(b)
-		b = strconv.AppendUint([]byte("h"), h.Sum64(), 16)
+		h.Write(b[runs:])
+		b = strconv.AppendUint(append(b[:runs], 'h'), h.Sum64(), 16)
 	}
-	return TaskMsgID(requestID, parent, task, variant) + "#" + string(b)
+	return string(b)
 }
 
 // maxPartName bounds the sub-request list in a part's id; longer lists are hashed.

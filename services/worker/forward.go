@@ -20,13 +20,13 @@ import (
 
 // forward publishes the sub-requests of one message's items as the hop step (pkg/hop) routes, groups and splits
 // them, and reports its leaves (finished, dropped or failed items) to the request's frontend. It returns at once;
-// its outbox says when the publishes are acknowledged and the report confirmed, or why not (outbox.wait), so that a
+// the message's outbox says when the publishes are acknowledged and the report confirmed, or why not (outbox.wait), so that a
 // batch's messages wait for theirs together: one round trip a batch, and one confirmation timeout, not one a
 // message, while the server is away.
-func (w *Worker) forward(ctx context.Context, s *serving, in *inbound) *outbox {
-	ob := &outbox{}
+func (w *Worker) forward(ctx context.Context, s *serving, in *inbound) {
+	ob := &in.out
+	ob.acks, ob.sends = ob.ack1[:0], ob.send1[:0]
 	ob.err = w.publishOut(ctx, s, in, ob)
-	return ob
 }
 
 // outbox is what forwarding one message waits for: its publishes' acknowledgements, each with its "send" span
@@ -37,6 +37,9 @@ type outbox struct {
 	confirmed <-chan error
 	err       error // the first failure: publishing, an acknowledgement or the confirmation
 	acked     int   // acknowledgements received so far
+	// Room for acks and sends when the message is forwarded to one variant, as most are.
+	ack1  [1]jetstream.PubAckFuture
+	send1 [1]trace.Span
 }
 
 // wait waits for the outbox's acknowledgements and then its confirmation; false when by fires first, and wait is
@@ -200,10 +203,13 @@ func (p *leafPath) hops() []string {
 // publishStep publishes the messages of an item's hop step (its sub-requests, grouped by child variant) without
 // waiting: their acknowledgements and "send" spans go into ob.
 func (w *Worker) publishStep(s *serving, in *inbound, itemID, path string, step *hop.Out, ob *outbox) error {
+	tm := &s.tm // encoded before the next is made: one for all
+	defer func() { clear(tm.Items[:cap(tm.Items)]) }()
 	for _, m := range step.Messages {
-		tm := &wire.TaskMessage{Items: make([]wire.Item, len(m.Subs))}
-		for j, n := range m.Subs {
-			tm.Items[j] = wire.Item{ID: wire.ChildItemID(itemID, n), Den: step.Den, Inputs: s.childInputs[n]}
+		tm.Items = tm.Items[:0]
+		for _, n := range m.Subs {
+			tm.Items = append(tm.Items, wire.Item{ID: wire.ChildItemID(itemID, n), Den: step.Den,
+				Inputs: s.childInputs[n]})
 		}
 		task := s.table.Children[m.Child]
 		// Named by what it carries, split or not: a parent executed again after a redelivery may route its
@@ -250,20 +256,27 @@ func (w *Worker) escalate(s *serving, in *inbound, it wire.Item, path, next stri
 }
 
 // taskMsg is the task message carrying tm to task/variant, de-duplicated by id, and its "send" span (a child of
-// in's), whose context the message carries.
+// in's), whose context the message carries. A message whose own span has no trace context and records nothing (no
+// tracer) sends without one: its span would be the same nothing, and made per message.
 func (w *Worker) taskMsg(s *serving, in *inbound, task, variant, path, id string,
 	tm *wire.TaskMessage) (*nats.Msg, trace.Span) {
-	msg := nats.NewMsg(wire.TaskSubject(s.a.Pipeline, task, variant))
-	msg.Data = wire.AppendTaskMessage(nil, tm)
-	wire.TaskHeaders{RequestID: in.requestID, Deadline: in.deadline, Path: path, ReplyTo: in.replyTo,
-		MsgID: id}.Write(msg.Header.Set)
-	send := s.sendSpans(msg.Subject).Start(in.ctx, w.tracer, bus.HeaderCarrier(msg.Header))
+	d := s.dest(task, variant)
+	msg := &nats.Msg{Subject: d.subject, Data: wire.AppendTaskMessage(nil, tm),
+		Header: wire.TaskHeaders{RequestID: in.requestID, Deadline: in.deadline, Path: path, ReplyTo: in.replyTo,
+			MsgID: id}.Header(1)} // room for a traceparent
+	if !in.traced {
+		return msg, untracedSpan
+	}
+	send := d.sends.Start(in.ctx, w.tracer, bus.HeaderCarrier(msg.Header))
 	if send.IsRecording() {
 		send.SetAttributes(semconv.MessagingMessageID(id), telemetry.AttrItems.Int(len(tm.Items)),
 			telemetry.AttrTask.String(task), telemetry.AttrVariant.String(variant))
 	}
 	return msg, send
 }
+
+// untracedSpan is the span of a message sent without a trace context: it does nothing.
+var untracedSpan = trace.SpanFromContext(context.Background())
 
 // Confirmed results (docs/faults.md, "Results at least once").
 const (

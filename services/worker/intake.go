@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -64,19 +63,27 @@ type inbound struct {
 	enqueued  time.Time // when it reached this variant's queue: the start of its time at this task
 	ctx       context.Context
 	span      trace.Span
+	traced    bool // span has a trace context or records: the messages it sends carry theirs
 	items     []wire.Item
 	outputs   []executor.Output // aligned with items; nil entries for items not executed
 	status    []string          // per item: "" executed, or the item status it ends with here
 	reason    []string
+	out       outbox // what forwarding it waits for
+	// Room for the three slices above when it carries one item, as most do: none made per message.
+	output1          [1]executor.Output
+	status1, reason1 [1]string
 }
 
-// round is what one serveOnce executes: the messages it took, and their items' inputs in model order.
+// round is what one serveOnce executes: the messages it took, and their items' inputs in model order (the
+// serving's scratch, reused by its next round), and then its settlement.
 type round struct {
 	msgs   []*inbound
 	inputs []executor.Input
 	slots  []slot // where each input's output goes
 	// now is when the round was assembled: drops and queue waits are reckoned from it.
-	now time.Time
+	now     time.Time
+	settled settlement
+	msg1    [1]*inbound // room for msgs when it takes one message
 }
 
 // serveOnce assembles a batch of the variant's messages, executes it, and forwards its results; the batch is
@@ -87,7 +94,13 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 		return
 	}
 	s.refreshStage()
-	r := &round{now: time.Now()}
+	r := &round{now: time.Now(), inputs: s.inputs[:0], slots: s.slots[:0]}
+	r.msgs = r.msg1[:0]
+	defer func() { // the scratch kept for the next round, holding nothing of this one
+		clear(r.inputs)
+		clear(r.slots)
+		s.inputs, s.slots = r.inputs[:0], r.slots[:0]
+	}()
 	take := func(in *inbound) bool { return w.take(ctx, s, r, in) }
 	// Batch slots count items, and one message may carry several (a parent's items for one variant, or a share of
 	// them: pkg/hop).
@@ -107,19 +120,23 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 	}
 	// A batch that runs longer than a third of the ack wait is marked in progress, so that JetStream does not hand
 	// it to another replica while this one is alive; until its results are confirmed too (settle).
-	done := w.keepInProgress(s, append(r.msgs[:len(r.msgs):len(r.msgs)], s.carried...))
+	marked := r.msgs
+	if len(s.carried) > 0 {
+		marked = append(r.msgs[:len(r.msgs):len(r.msgs)], s.carried...)
+	}
+	st := &r.settled
+	st.batch, st.marks, st.marked = r.msgs, &s.inProgress, s.inProgress.add(marked, w.ackWait(s))
 	settling := false
 	defer func() {
 		if !settling {
-			done()
+			st.finish()
 		}
 	}()
 	if !w.executeRound(ctx, s, r) {
 		return
 	}
-	st := &settlement{batch: r.msgs, out: make([]*outbox, len(r.msgs)), done: done}
-	for i, in := range r.msgs {
-		st.out[i] = w.forward(ctx, s, in)
+	for _, in := range r.msgs {
+		w.forward(ctx, s, in)
 	}
 	w.observeRound(s, r) // after the publishes: the next hop does not wait for the bookkeeping
 	settling = true
@@ -189,9 +206,13 @@ func (w *Worker) take(ctx context.Context, s *serving, r *round, in *inbound) bo
 		return false
 	}
 	w.messages.Add(1)
-	in.outputs = make([]executor.Output, len(in.items))
-	in.status = make([]string, len(in.items))
-	in.reason = make([]string, len(in.items))
+	if len(in.items) == 1 {
+		in.outputs, in.status, in.reason = in.output1[:], in.status1[:], in.reason1[:]
+	} else {
+		in.outputs = make([]executor.Output, len(in.items))
+		in.status = make([]string, len(in.items))
+		in.reason = make([]string, len(in.items))
+	}
 	// Policy degrade answers a sub-request too late for this task with its parent's result: its inputs.
 	degrade := drop != "" && in.path != "" && deadline.Answers(s.stage.Policy, drop)
 	for i, it := range in.items {
@@ -304,36 +325,12 @@ func (w *Worker) startBatchSpan(ctx context.Context, s *serving, batch []*inboun
 	return span
 }
 
-// keepInProgress tells JetStream the batch's messages are being worked on, every third of the ack wait, until the
-// function it returns is called. A timer, not a goroutine with a ticker: nearly every batch ends long before the
-// first mark, and a goroutine started per batch (and the thread woken to run it) was on every hop's path.
-func (w *Worker) keepInProgress(s *serving, batch []*inbound) (done func()) {
-	wait := w.cfg.AckWait
+// ackWait is the ack wait of the variant's consumer (as last read), or the configured one.
+func (w *Worker) ackWait(s *serving) time.Duration {
 	if info := s.consumer.CachedInfo(); info != nil && info.Config.AckWait > 0 {
-		wait = info.Config.AckWait
+		return info.Config.AckWait
 	}
-	var mu sync.Mutex
-	stopped := false
-	var t *time.Timer
-	mu.Lock() // the first mark waits for t
-	defer mu.Unlock()
-	t = time.AfterFunc(wait/3, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if stopped {
-			return
-		}
-		for _, in := range batch {
-			_ = in.msg.InProgress()
-		}
-		t.Reset(wait / 3)
-	})
-	return func() {
-		mu.Lock()
-		defer mu.Unlock()
-		stopped = true
-		t.Stop()
-	}
+	return w.cfg.AckWait
 }
 
 type slot struct {
@@ -440,6 +437,7 @@ func (w *Worker) decode(ctx context.Context, s *serving, m jetstream.Msg) (*inbo
 	}
 	in.items = tm.Items
 	in.ctx, in.span = s.process.Start(ctx, w.tracer, bus.HeaderCarrier(h))
+	in.traced = in.span.SpanContext().IsValid() || in.span.IsRecording()
 	if in.span.IsRecording() { // a message's own attributes cost nothing when its trace is not sampled
 		in.span.SetAttributes(semconv.MessagingMessageID(th.MsgID),
 			telemetry.AttrRequestID.String(in.requestID), telemetry.AttrItems.Int(len(tm.Items)),

@@ -49,6 +49,12 @@ type serving struct {
 	step        hop.Stepper
 	children    []int
 	childInputs [][]wire.Tensor
+	// inputs and slots are a round's scratch (serveOnce), and tm a forwarded message's (publishStep).
+	inputs []executor.Input
+	slots  []slot
+	tm     wire.TaskMessage
+	// inProgress marks its unsettled batches' messages in progress.
+	inProgress inProgress
 	// settleBy bounds a batch settled before the next pull (serveOnce), reused from batch to batch: one batch is settled
 	// so at a time, and a stopped timer of Go 1.23 on delivers nothing stale when reset.
 	settleBy *time.Timer
@@ -60,19 +66,29 @@ type serving struct {
 	// policies computes routing_mode ramsis's policies for the plan off the batch path (policies.go).
 	policies policyWarmer
 	log      *slog.Logger
-	// The spans of its messages, made once: "process" spans, and "send" spans by subject.
+	// The spans of its messages, made once: "process" spans; "send" spans with dests.
 	process *telemetry.ProcessSpans
-	sends   map[string]*telemetry.SendSpans
+	// dests are the variants it has forwarded to.
+	dests []dest
 }
 
-// sendSpans are the "send" spans of subject.
-func (s *serving) sendSpans(subject string) *telemetry.SendSpans {
-	sp := s.sends[subject]
-	if sp == nil {
-		sp = telemetry.NewSendSpans(subject)
-		s.sends[subject] = sp
+// dest is a variant a serving forwards to: its subject and "send" spans, made once.
+type dest struct {
+	task, variant, subject string
+	sends                  *telemetry.SendSpans
+}
+
+// dest is task/variant's dest.
+func (s *serving) dest(task, variant string) *dest {
+	for i := range s.dests {
+		if d := &s.dests[i]; d.task == task && d.variant == variant {
+			return d
+		}
 	}
-	return sp
+	subject := wire.TaskSubject(s.a.Pipeline, task, variant)
+	s.dests = append(s.dests, dest{task: task, variant: variant, subject: subject,
+		sends: telemetry.NewSendSpans(subject)})
+	return &s.dests[len(s.dests)-1]
 }
 
 // refreshStage rebuilds the deadline stage and the forwarding table when the plan has changed.
@@ -159,7 +175,7 @@ func (w *Worker) start(ctx context.Context, n wanted, t0 time.Time) (*serving, e
 	budget := time.Duration(n.a.BudgetMs * float64(time.Millisecond))
 	return &serving{a: n.a, spec: n.spec, plan: n.plan, task: n.spec.Task(n.a.Task), variant: v, exec: exec,
 		consumer: cons, puller: puller, metrics: w.cfg.Metrics.Variant(n.a.Pipeline, n.a.Task, n.a.Variant), served: n.a.Served().String(), policy: policy, budget: budget,
-		root: n.spec.Root().Name == n.a.Task, queues: w.queues, sends: map[string]*telemetry.SendSpans{}, log: w.log,
+		root: n.spec.Root().Name == n.a.Task, queues: w.queues, log: w.log,
 		process: telemetry.NewProcessSpans(wire.TaskSubject(n.a.Pipeline, n.a.Task, n.a.Variant),
 			wire.Consumer(n.a.Task, n.a.Variant), semconv.MessagingClientID(w.cfg.ID),
 			telemetry.AttrPipeline.String(n.a.Pipeline), telemetry.AttrTask.String(n.a.Task),

@@ -14,19 +14,22 @@ import (
 // server is busy or away (its publishes unacknowledged) goes on pulling with its batch settled beside it.
 const settleInline = 100 * time.Microsecond
 
-// settlement is a batch being settled: its messages and their outboxes, in order, the first next not yet settled;
-// done is called once all are.
+// settlement is a batch being settled: its messages, with their outboxes, in order, the first next not yet
+// settled; marked is its id in marks (inProgress), removed once all are.
 type settlement struct {
-	batch []*inbound
-	out   []*outbox
-	done  func()
-	next  int
+	batch  []*inbound
+	next   int
+	marks  *inProgress
+	marked uint64
 }
+
+// finish ends the batch's marks in progress: it is settled, or handed back.
+func (st *settlement) finish() { st.marks.remove(st.marked) }
 
 // reports says whether a message of the batch reported results to its frontend, which confirms them.
 func (st *settlement) reports() bool {
-	for _, ob := range st.out {
-		if ob.confirmed != nil {
+	for _, in := range st.batch {
+		if in.out.confirmed != nil {
 			return true
 		}
 	}
@@ -39,7 +42,8 @@ func (st *settlement) reports() bool {
 // frontend's scheduling) before it fetches again.
 func (w *Worker) settle(ctx context.Context, st *settlement, by <-chan time.Time) bool {
 	for ; st.next < len(st.batch); st.next++ {
-		in, ob := st.batch[st.next], st.out[st.next]
+		in := st.batch[st.next]
+		ob := &in.out
 		if !ob.wait(ctx, by) {
 			return false
 		}
@@ -53,7 +57,7 @@ func (w *Worker) settle(ctx context.Context, st *settlement, by <-chan time.Time
 		}
 		in.span.End()
 	}
-	st.done()
+	st.finish()
 	return true
 }
 
