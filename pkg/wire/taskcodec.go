@@ -116,7 +116,9 @@ func appendLen(b []byte, n int, fix byte, fixMax int, code8, code16, code32 byte
 }
 
 // DecodeTaskMessage decodes a task message read from outside: CheckMsgpack first, as UnmarshalMsgpack, then the
-// fields msgpack/v5 would set, unknown ones skipped.
+// fields msgpack/v5 would set, unknown ones skipped. Its tensors' data are data's own bytes, not copies (a delivered
+// message's buffer, which nothing else writes; an image is copied once less a hop): data must not be written while
+// the message is in use.
 func DecodeTaskMessage(data []byte) (TaskMessage, error) {
 	if err := CheckMsgpack(data); err != nil {
 		return TaskMessage{}, err
@@ -124,7 +126,7 @@ func DecodeTaskMessage(data []byte) (TaskMessage, error) {
 	r := taskReader{data: data}
 	var m TaskMessage
 	err := r.fields(taskMessageKeys, func(int) (err error) {
-		m.Items, err = readArray(&r, r.item)
+		m.Items, err = readArray(&r, (*taskReader).item)
 		return err
 	})
 	if err != nil {
@@ -151,7 +153,7 @@ func (r *taskReader) item(it *Item) error {
 			n, err = r.int()
 			it.Den = uint64(n)
 		case 2:
-			it.Inputs, err = readArray(r, r.tensor)
+			it.Inputs, err = readArray(r, (*taskReader).tensor)
 		case 3:
 			it.Gear, err = r.float()
 		}
@@ -165,19 +167,19 @@ func (r *taskReader) tensor(t *Tensor) error {
 		case 0:
 			t.Name, err = r.string()
 		case 1:
-			t.Datatype, err = r.string()
+			var b []byte
+			if b, err = r.bytes(); err == nil {
+				t.Datatype = datatypeOf(b)
+			}
 		case 2:
-			t.Shape, err = readArray(r, func(d *int64) (err error) {
+			t.Shape, err = readArray(r, func(r *taskReader, d *int64) (err error) {
 				*d, err = r.int()
 				return err
 			})
 		case 3:
 			var b []byte
 			if b, err = r.bytes(); err == nil {
-				t.Data = nil
-				if b != nil {
-					t.Data = append(make([]byte, 0, len(b)), b...)
-				}
+				t.Data = b[:len(b):len(b)] // nil stays nil; an append to it copies
 			}
 		}
 		return err
@@ -237,8 +239,23 @@ func (r *taskReader) peek() byte {
 	return r.data[r.pos]
 }
 
+// datatypeOf is b as a string, the datatypes' own (no string made for one of them).
+func datatypeOf(b []byte) string {
+	switch string(b) {
+	case "FP32":
+		return "FP32"
+	case "UINT8":
+		return "UINT8"
+	case "INT64":
+		return "INT64"
+	case DatatypeBytes:
+		return DatatypeBytes
+	}
+	return string(b)
+}
+
 // readArray reads an array of values with read: nil for nil, as msgpack/v5 decodes a slice.
-func readArray[T any](r *taskReader, read func(*T) error) ([]T, error) {
+func readArray[T any](r *taskReader, read func(*taskReader, *T) error) ([]T, error) {
 	if r.peek() == 0xc0 {
 		r.pos++
 		return nil, nil
@@ -252,7 +269,7 @@ func readArray[T any](r *taskReader, read func(*T) error) ([]T, error) {
 	}
 	out := make([]T, h.count)
 	for i := range out {
-		if err := read(&out[i]); err != nil {
+		if err := read(r, &out[i]); err != nil {
 			return nil, err
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -89,6 +90,27 @@ func TestTaskCodecAgreesWithMsgpack(t *testing.T) {
 	}
 	if want.Items[0].Gear != 0.5 || want.Items[0].Inputs[0].Shape[0] != -1 {
 		t.Fatalf("msgpack read %+v", want)
+	}
+}
+
+// TestDecodeTaskMessageAliasesData: a tensor's data is the message's bytes, not a copy, and appending to it leaves
+// the message as it was.
+func TestDecodeTaskMessageAliasesData(t *testing.T) {
+	data := AppendTaskMessage(nil, &TaskMessage{Items: []Item{{ID: "0", Den: 1, Inputs: []Tensor{
+		{Name: "a", Datatype: "UINT8", Shape: []int64{2}, Data: []byte{1, 2}},
+		{Name: "b", Datatype: "UINT8", Shape: []int64{1}, Data: []byte{3}}}}}})
+	before := slices.Clone(data)
+	m, err := DecodeTaskMessage(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := m.Items[0].Inputs[0].Data
+	if &a[0] != &data[bytes.Index(data, []byte{1, 2})] {
+		t.Error("the tensor's data is a copy")
+	}
+	_ = append(a, 9)
+	if !bytes.Equal(data, before) || m.Items[0].Inputs[1].Data[0] != 3 {
+		t.Errorf("appending to a tensor's data wrote into the message: % x, was % x", data, before)
 	}
 }
 
