@@ -217,10 +217,10 @@ func (w *Worker) publishStep(s *serving, in *inbound, itemID, path string, step 
 		// its variant would then be taken for the first execution's and dropped, with the sub-requests it
 		// carries that the first one did not.
 		id := wire.TaskPartMsgID(in.requestID, itemID, task, m.Variant, m.Subs)
+		s.queues.note(task, m.Variant, len(m.Subs)) // before: nothing is done between the publishes and the wait
 		if err := w.publishTask(s, in, task, m.Variant, path, id, tm, ob); err != nil {
 			return err
 		}
-		s.queues.note(task, m.Variant, len(m.Subs))
 	}
 	return nil
 }

@@ -138,8 +138,10 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 	for _, in := range r.msgs {
 		w.forward(ctx, s, in)
 	}
-	w.observeRound(s, r) // after the publishes: the next hop does not wait for the bookkeeping
 	settling = true
+	// The bookkeeping once the batch is settled or settling beside: the client's flusher, woken by the publishes,
+	// runs on this thread once it waits, and work done before then holds the publishes back (BenchmarkHop).
+	defer w.observeRound(s, r)
 	// A batch with nothing known to wait behind it and no results to confirm is settled before the next pull, for
 	// up to settleInline: a pull and acknowledgements sent beside the server's delivery of what the batch published
 	// slowed that delivery (BenchmarkHop), and the next pull has nothing to take sooner. A frontend's confirmation
