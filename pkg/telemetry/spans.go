@@ -118,6 +118,26 @@ func (p *ProcessSpans) Start(ctx context.Context, tracer trace.Tracer, carrier p
 	return tracer.Start(otel.GetTextMapPropagator().Extract(ctx, carrier), p.name, opts...)
 }
 
+// StartGlobal is Start for otel's global tracer (otel.Tracer's) and no options of the message's own. With no tracer
+// provider installed (NoTracer), a message without a trace context gets the span that tracer would make, one that
+// records nothing and has no context, without the tracer's two allocations: a worker starts a span a message, and
+// an untraced hop is measured (BenchmarkHop).
+func (p *ProcessSpans) StartGlobal(ctx context.Context, tracer trace.Tracer, carrier propagation.TextMapCarrier) (
+	context.Context, trace.Span) {
+	ctx = otel.GetTextMapPropagator().Extract(ctx, carrier)
+	if NoTracer() && !trace.SpanContextFromContext(ctx).IsValid() {
+		return ctx, trace.SpanFromContext(ctx)
+	}
+	return tracer.Start(ctx, p.name, p.opts...)
+}
+
+// initialProvider is otel's global tracer provider before any is installed; it delegates to the first installed.
+var initialProvider = otel.GetTracerProvider()
+
+// NoTracer says that no tracer provider is installed (otel.SetTracerProvider, Setup): otel's global tracer then
+// makes spans that record nothing and carry their parent's context, if any.
+func NoTracer() bool { return otel.GetTracerProvider() == initialProvider }
+
 // TraceID is span's trace id in hex, or "" when it has none.
 func TraceID(span trace.Span) string {
 	if sc := span.SpanContext(); sc.HasTraceID() {

@@ -79,3 +79,44 @@ func TestSendThenProcess(t *testing.T) {
 		t.Error("TraceID")
 	}
 }
+
+// TestStartGlobal: with no tracer provider installed, a message without a trace context gets a span that records
+// nothing and has no context, without an allocation, and one with a trace context keeps it; once one is installed,
+// the global tracer's spans are its own.
+func TestStartGlobal(t *testing.T) {
+	prevTP, prevProp := otel.GetTracerProvider(), otel.GetTextMapPropagator()
+	defer func() { otel.SetTracerProvider(prevTP); otel.SetTextMapPropagator(prevProp) }()
+	if !NoTracer() {
+		otel.SetTracerProvider(initialProvider) // as before any was installed
+	}
+	otel.SetTextMapPropagator(propagation.TraceContext{})
+	if !NoTracer() {
+		t.Fatal("NoTracer false before a provider is installed")
+	}
+	spans := NewProcessSpans("subject", "group")
+	tracer := otel.Tracer("t")
+	none := propagation.MapCarrier{}
+	if _, span := spans.StartGlobal(context.Background(), tracer, none); span.IsRecording() ||
+		span.SpanContext().IsValid() {
+		t.Errorf("no trace context, no tracer: span %v, recording %v", span.SpanContext(), span.IsRecording())
+	}
+	if n := testing.AllocsPerRun(100, func() { spans.StartGlobal(context.Background(), tracer, none) }); n != 0 {
+		t.Errorf("no trace context, no tracer: %v allocations", n)
+	}
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	traced := propagation.MapCarrier{"traceparent": "00-" + traceID + "-00f067aa0ba902b7-01"}
+	if _, span := spans.StartGlobal(context.Background(), tracer, traced); span.SpanContext().TraceID().String() !=
+		traceID {
+		t.Errorf("a trace context, no tracer: span %v, want the message's trace", span.SpanContext())
+	}
+
+	otel.SetTracerProvider(sdktrace.NewTracerProvider())
+	if NoTracer() {
+		t.Fatal("NoTracer true with a provider installed")
+	}
+	if _, span := spans.StartGlobal(context.Background(), tracer, none); !span.IsRecording() ||
+		!span.SpanContext().IsValid() {
+		t.Errorf("a provider installed: span %v, recording %v; want the provider's", span.SpanContext(),
+			span.IsRecording())
+	}
+}

@@ -176,7 +176,8 @@ func (w *Worker) nextQueued(ctx context.Context, s *serving) (queued []*inbound,
 		return nil, 0, false
 	}
 	if in := w.admit(ctx, s, first); in != nil {
-		return append(queued, in), in.numPending(), true
+		s.first[0] = in // the slice is read, not kept (what is carried is copied)
+		return s.first[:], in.numPending(), true
 	}
 	if meta, err := first.Metadata(); err == nil {
 		pending = meta.NumPending
@@ -311,7 +312,9 @@ func (w *Worker) observeRound(s *serving, r *round) {
 // fewer per hop is a measurable share of a hop's time (BenchmarkHop).
 func (w *Worker) startBatchSpan(ctx context.Context, s *serving, batch []*inbound, items int) trace.Span {
 	for _, in := range batch {
-		in.span.SetAttributes(telemetry.AttrBatchSize.Int(items))
+		if in.span.IsRecording() {
+			in.span.SetAttributes(telemetry.AttrBatchSize.Int(items))
+		}
 	}
 	if len(batch) < 2 {
 		return nil
@@ -438,7 +441,7 @@ func (w *Worker) decode(ctx context.Context, s *serving, m jetstream.Msg) (*inbo
 		}
 	}
 	in.items = tm.Items
-	in.ctx, in.span = s.process.Start(ctx, w.tracer, bus.HeaderCarrier(h))
+	in.ctx, in.span = s.process.StartGlobal(ctx, w.tracer, bus.HeaderCarrier(h))
 	in.traced = in.span.SpanContext().IsValid() || in.span.IsRecording()
 	if in.span.IsRecording() { // a message's own attributes cost nothing when its trace is not sampled
 		in.span.SetAttributes(semconv.MessagingMessageID(th.MsgID),

@@ -49,7 +49,9 @@ type serving struct {
 	step        hop.Stepper
 	children    []int
 	childInputs [][]wire.Tensor
-	// inputs and slots are a round's scratch (serveOnce), and tm a forwarded message's (publishStep).
+	// inputs and slots are a round's scratch (serveOnce), first its first message's (nextQueued), and tm a
+	// forwarded message's (publishStep).
+	first  [1]*inbound
 	inputs []executor.Input
 	slots  []slot
 	tm     wire.TaskMessage
