@@ -18,6 +18,10 @@ import (
 // message waits in a busy worker that an idle replica could take (a Consume with its prefetch would).
 type Puller struct {
 	sub *nats.Subscription
+	// The last wait's option and the messages' slice, kept from one Fetch to the next (a worker's hop path).
+	wait    time.Duration
+	waitOpt nats.PullOpt
+	out     []jetstream.Msg
 }
 
 // BindPuller binds a Puller to a variant's durable consumer, which the planner creates (BindVariantConsumer); it
@@ -35,17 +39,22 @@ func BindPuller(nc *nats.Conn, pipeline, task, variant string) (*Puller, error) 
 	return &Puller{sub: sub}, nil
 }
 
-// Fetch waits up to wait for at most n messages; none (nil, nil) when none came in time.
+// Fetch waits up to wait for at most n messages; none when none came in time. The slice is the Puller's until the
+// next Fetch (one goroutine fetches).
 func (p *Puller) Fetch(n int, wait time.Duration) ([]jetstream.Msg, error) {
-	ms, err := p.sub.Fetch(n, nats.MaxWait(wait))
+	if p.waitOpt == nil || wait != p.wait {
+		p.wait, p.waitOpt = wait, nats.MaxWait(wait)
+	}
+	ms, err := p.sub.Fetch(n, p.waitOpt)
 	if err != nil && !errors.Is(err, nats.ErrTimeout) {
 		return nil, err
 	}
-	out := make([]jetstream.Msg, len(ms))
-	for i, m := range ms {
-		out[i] = pulled{m}
+	clear(p.out)
+	p.out = p.out[:0]
+	for _, m := range ms {
+		p.out = append(p.out, pulled{m})
 	}
-	return out, nil
+	return p.out, nil
 }
 
 // Close ends the subscription (the consumer stays: it is the planner's).

@@ -62,7 +62,7 @@ func CheckMsgpack(data []byte) error {
 		}
 		// Every element takes at least one byte.
 		if count > left {
-			if kind == "map" {
+			if kind == kindMap {
 				count /= 2 // report the key-value pairs it claimed
 			}
 			return fmt.Errorf("msgpack: the %s at byte %d claims %d elements, %d bytes left", kind, at, count, left)
@@ -74,9 +74,28 @@ func CheckMsgpack(data []byte) error {
 	}
 }
 
+// msgpackKind is the kind of a msgpack value, as its header says.
+type msgpackKind uint8
+
+// The kinds a header tells apart; kindNone is a value without payload (fixint, nil, bool).
+const (
+	kindNone msgpackKind = iota
+	kindMap
+	kindArray
+	kindString
+	kindBinary
+	kindExtension
+	kindNumber
+)
+
+// String names the kind, for errors.
+func (k msgpackKind) String() string {
+	return [...]string{"", "map", "array", "string", "binary", "extension", "number"}[k]
+}
+
 // msgpackHead is what the header of one msgpack value claims follows it.
 type msgpackHead struct {
-	kind string // for errors; "" for a value without payload (fixint, nil, bool)
+	kind msgpackKind // a number, not a string: read for every value of every task message
 	// size is the bytes of payload after the header; count the values a container holds (uint64: a claim is
 	// compared with what is left before it becomes an int).
 	size, count uint64
@@ -91,32 +110,32 @@ func readMsgpackHead(data []byte, at int) (h msgpackHead, pos int, err error) {
 	case c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3: // fixint, nil, bool
 		return h, pos, nil
 	case c <= 0x8f:
-		return msgpackHead{kind: "map", count: 2 * uint64(c&0x0f)}, pos, nil
+		return msgpackHead{kind: kindMap, count: 2 * uint64(c&0x0f)}, pos, nil
 	case c <= 0x9f:
-		return msgpackHead{kind: "array", count: uint64(c & 0x0f)}, pos, nil
+		return msgpackHead{kind: kindArray, count: uint64(c & 0x0f)}, pos, nil
 	case c <= 0xbf:
-		return msgpackHead{kind: "string", size: uint64(c & 0x1f)}, pos, nil
+		return msgpackHead{kind: kindString, size: uint64(c & 0x1f)}, pos, nil
 	}
 	var lenBytes int
 	switch c {
 	case 0xc4, 0xc5, 0xc6:
-		h.kind, lenBytes = "binary", 1<<(c-0xc4)
+		h.kind, lenBytes = kindBinary, 1<<(c-0xc4)
 	case 0xc7, 0xc8, 0xc9:
-		h.kind, lenBytes = "extension", 1<<(c-0xc7)
+		h.kind, lenBytes = kindExtension, 1<<(c-0xc7)
 	case 0xd9, 0xda, 0xdb:
-		h.kind, lenBytes = "string", 1<<(c-0xd9)
+		h.kind, lenBytes = kindString, 1<<(c-0xd9)
 	case 0xdc, 0xdd:
-		h.kind, lenBytes = "array", 2<<(c-0xdc)
+		h.kind, lenBytes = kindArray, 2<<(c-0xdc)
 	case 0xde, 0xdf:
-		h.kind, lenBytes = "map", 2<<(c-0xde)
+		h.kind, lenBytes = kindMap, 2<<(c-0xde)
 	case 0xca, 0xcb: // float32, float64
-		h.kind, h.size = "number", 4<<(c-0xca)
+		h.kind, h.size = kindNumber, 4<<(c-0xca)
 	case 0xcc, 0xcd, 0xce, 0xcf: // uint8..uint64
-		h.kind, h.size = "number", 1<<(c-0xcc)
+		h.kind, h.size = kindNumber, 1<<(c-0xcc)
 	case 0xd0, 0xd1, 0xd2, 0xd3: // int8..int64
-		h.kind, h.size = "number", 1<<(c-0xd0)
+		h.kind, h.size = kindNumber, 1<<(c-0xd0)
 	case 0xd4, 0xd5, 0xd6, 0xd7, 0xd8: // fixext: a type byte and 1..16 bytes
-		h.kind, h.size = "extension", 1+1<<(c-0xd4)
+		h.kind, h.size = kindExtension, 1+1<<(c-0xd4)
 	default: // 0xc1 is never used
 		return h, pos, fmt.Errorf("msgpack: invalid code 0x%02x at byte %d", c, at)
 	}
@@ -137,11 +156,11 @@ func readMsgpackHead(data []byte, at int) (h msgpackHead, pos int, err error) {
 	}
 	pos += lenBytes
 	switch h.kind {
-	case "array":
+	case kindArray:
 		h.count = n
-	case "map":
+	case kindMap:
 		h.count = 2 * n
-	case "extension":
+	case kindExtension:
 		h.size = n + 1 // the type byte
 	default:
 		h.size = n

@@ -205,7 +205,7 @@ func (r *taskReader) fields(keys []string, field func(key int) error) error {
 	if err != nil {
 		return err
 	}
-	if h.kind != "map" {
+	if h.kind != kindMap {
 		return errTaskShape
 	}
 	var seen uint
@@ -264,7 +264,7 @@ func readArray[T any](r *taskReader, read func(*taskReader, *T) error) ([]T, err
 	if err != nil {
 		return nil, err
 	}
-	if h.kind != "array" {
+	if h.kind != kindArray {
 		return nil, errTaskShape
 	}
 	out := make([]T, h.count)
@@ -300,7 +300,7 @@ func (r *taskReader) bytes() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if h.kind != "string" && h.kind != "binary" {
+	if h.kind != kindString && h.kind != kindBinary {
 		return nil, errTaskShape
 	}
 	return b, nil

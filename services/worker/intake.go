@@ -424,9 +424,10 @@ func (w *Worker) decode(ctx context.Context, s *serving, m jetstream.Msg) (*inbo
 		return nil, err
 	}
 	in := &inbound{msg: m, requestID: th.RequestID, path: th.Path, replyTo: th.ReplyTo, deadline: th.Deadline}
-	in.enqueued = time.Now()
 	if meta, err := m.Metadata(); err == nil {
 		in.meta, in.enqueued = meta, meta.Timestamp
+	} else {
+		in.enqueued = time.Now()
 	}
 	tm, err := wire.DecodeTaskMessage(m.Data())
 	if err != nil {
