@@ -38,8 +38,8 @@ type fifo struct {
 	// says the plan tells the gate (CeilingFillMs).
 	fill      time.Duration
 	fillKnown bool
-	inTime   int       // answered in time
-	late     int       // answered at their deadline, late or dropped
+	inTime    int // answered in time
+	late      int // answered at their deadline, late or dropped
 }
 
 type queued struct {
