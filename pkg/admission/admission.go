@@ -27,7 +27,8 @@
 //     know it, so a load far above the cluster is bounded from its first request, before any answer shows it (a
 //     cold start at 1,600 QPS had 629 requests in flight when its first answers came). Never a load the cluster
 //     answers in time without a new plan: by Little's law, its requests in flight are at most that rate times the
-//     time they take.
+//     time they take. Less, by the pipeline's fill at that rate, for requests not yet in the pipeline's batches:
+//     in a cold start every request admitted waits for the first batches (Gate.ceiling).
 //
 // Within the bound, higher classes are served first: a class may fill the bound but for the share of the
 // throughput the classes above it ask for (their recent arrival rate over it).
@@ -111,6 +112,10 @@ type Plan struct {
 	// tuner's loans included (ceilingQPS); 0: none known. Requests in flight beyond it times a request's time to its
 	// deadline are refused, answers or none (the ceiling, part 4 of the rule).
 	CeilingQPS float64
+	// CeilingFillMs is a request's time through the pipeline at CeilingQPS: the slowest chain of the variants
+	// counted there, each at its MaxBatch. A request waits behind the requests in flight that have not reached the
+	// pipeline's last batch yet: all of them in a cold start, where none is answered yet.
+	CeilingFillMs float64
 	// FloorShortfall is the share of the demand the plan cannot serve at the pipeline's accuracy floor (1 less
 	// plan.FloorShare): 0 but for a plan that cannot serve the demand at it, whose requests beyond the rest are
 	// refused.
@@ -233,7 +238,7 @@ func (g *Gate) Decide(r Request, p Plan) Decision {
 		return d
 	}
 	if p.CeilingQPS > 0 {
-		ceiling := max(g.cfg.MinLimit, p.CeilingQPS*left.Seconds())
+		ceiling := max(g.cfg.MinLimit, s.ceiling(r.Now, left, p, rateTau))
 		if float64(s.inFlight) >= ceiling*s.classRoom(r.Class, r.Now, tau, p.CeilingQPS) {
 			return Decision{Reason: ReasonRate, Detail: fmt.Sprintf("overloaded: pipeline %s has %d requests in "+
 				"flight, as many of class %d as its plan answers (%.0f a second on all its servers) by this "+
@@ -287,6 +292,18 @@ func (g *Gate) Done(pipelineName string, now time.Time, o Outcome) {
 		// has refused none for a RateWindow.
 		s.congested, s.limited = true, now
 	}
+}
+
+// ceiling is how many requests may be in flight for one admitted now, left before its deadline, to be answered in
+// time under p's ceiling: at CeilingQPS C with a fill of F (CeilingFillMs), a request behind n others that have not
+// entered their last batch yet is answered after n/C + F. Those in their batches are about X*F at the rate X the
+// pipeline answers now (none in a cold start, C*F once it answers at C), so n is at most C*(left-F) + min(X,C)*F:
+// C*left when the pipeline answers at its ceiling (Little's law), less by C*F in a cold start, when everything
+// admitted waits for the first batches.
+func (s *pipeState) ceiling(now time.Time, left time.Duration, p Plan, rateTau float64) float64 {
+	c, fill := p.CeilingQPS, p.CeilingFillMs/1000
+	x := min(s.served.rate(now, rateTau), c)
+	return c*(left.Seconds()-fill) + x*fill
 }
 
 // overrun says s's requests in flight would take more than OverrunFactor times left at the rate it answered over

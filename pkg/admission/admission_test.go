@@ -33,8 +33,13 @@ type fifo struct {
 	queue    []*queued
 	free     time.Time // when the model is free for the next request
 	ceiling  float64   // the plan's CeilingQPS (0: none)
-	inTime   int       // answered in time
-	late     int       // answered at their deadline, late or dropped
+	// fill is a stage after the server that every request spends fill in, however many: the rest of a pipeline
+	// after its bottleneck, which a request behind others reaches only once they have left the server. fillKnown
+	// says the plan tells the gate (CeilingFillMs).
+	fill      time.Duration
+	fillKnown bool
+	inTime    int // answered in time
+	late      int // answered at their deadline, late or dropped
 }
 
 type queued struct {
@@ -60,7 +65,7 @@ func (q *fifo) answer(g *Gate, now time.Time) {
 			q.queue = q.queue[1:]
 			continue
 		}
-		done := later(start.Add(each), head.admitted.Add(q.floor))
+		done := later(start.Add(each), head.admitted.Add(q.floor)).Add(q.fill)
 		if done.After(now) || done.After(due) && !head.answered && due.After(now) {
 			break
 		}
@@ -80,6 +85,14 @@ func (q *fifo) answer(g *Gate, now time.Time) {
 			q.expire(g, r, Late)
 		}
 	}
+}
+
+// fillMs is the fill the plan tells the gate, in milliseconds.
+func (q *fifo) fillMs() float64 {
+	if !q.fillKnown {
+		return 0
+	}
+	return float64(q.fill) / float64(time.Millisecond)
 }
 
 func (q *fifo) expire(g *Gate, r *queued, o Outcome) {
@@ -109,7 +122,7 @@ func run(g *Gate, q *fifo, qps float64, classes []int, from, to, measure time.Ti
 			c := classes[i%len(classes)]
 			i++
 			d := g.Decide(Request{Pipeline: "p", Class: c, Now: next, Deadline: next.Add(q.deadline)}, Plan{Hosted: true, FastestMs: 10,
-				CeilingQPS: q.ceiling})
+				CeilingQPS: q.ceiling, CeilingFillMs: q.fillMs()})
 			if !next.Before(measure) {
 				out.sent[c]++
 				if !d.Admit {

@@ -36,6 +36,33 @@ func TestCeilingBoundsAColdStart(t *testing.T) {
 	}
 }
 
+// TestCeilingCountsTheFill: a cold start at sixteen times what the pipeline answers, where every request spends
+// 300 ms after the bottleneck (the batches of the tasks after it) and only the first requests are in it. Told the
+// fill, the ceiling admits what the bottleneck clears by each deadline less the fill, and under half as many of the
+// admitted are late as with the ceiling alone; once the pipeline answers, it admits the rest of what is in time (a
+// load it serves is refused nothing).
+func TestCeilingCountsTheFill(t *testing.T) {
+	late := map[bool]int{}
+	for _, known := range []bool{true, false} {
+		g := New(Config{})
+		q := &fifo{rate: 100, fill: 300 * time.Millisecond, fillKnown: known, deadline: 600 * time.Millisecond,
+			ceiling: 100}
+		d := run(g, q, 1600, []int{0}, t0, t0.Add(5*time.Second), t0, nil)
+		t.Logf("fill known %v: %d refused, %d in time, %d late or dropped", known, d.refused[0], q.inTime, q.late)
+		late[known] = q.late
+	}
+	if late[true]*2 > late[false] {
+		t.Errorf("%d late or dropped told the fill, %d not: want under half", late[true], late[false])
+	}
+	g := New(Config{})
+	q := &fifo{rate: 100, fill: 300 * time.Millisecond, fillKnown: true, deadline: 600 * time.Millisecond,
+		ceiling: 100}
+	if d := run(g, q, 90, []int{0}, t0, t0.Add(10*time.Second), t0, nil); d.refused[0] > 0 || q.late > 0 {
+		t.Errorf("90 QPS under a ceiling of 100 with a fill of 300 ms: %d refused, %d late, want none", d.refused[0],
+			q.late)
+	}
+}
+
 // TestOfCeiling: the traffic example's plan at its lowest demand (a replica of its most accurate variant per task)
 // on 20 servers answers at most the 20 servers shared among the tasks as the items a request brings each (a car
 // classification 2.1 times, a face 0.9 times a frame) at each replica's rate: about 249 a second.
@@ -46,12 +73,17 @@ func TestOfCeiling(t *testing.T) {
 	}
 	p := &plan.Plan{Allocation: &plan.Allocation{ClusterServers: 20, ActiveServers: 3, DemandQPS: 2},
 		Variants: []plan.VariantPlan{
-			{Task: "detect", Variant: "yolov5x", Replicas: 1, MaxBatch: 8, CapacityQPS: 36.086},
-			{Task: "classify_car", Variant: "effnet_b7", Replicas: 1, MaxBatch: 8, CapacityQPS: 58.616},
-			{Task: "recognize_face", Variant: "arcface_r100", Replicas: 1, MaxBatch: 4, CapacityQPS: 53.739}}}
+			{Task: "detect", Variant: "yolov5x", Replicas: 1, MaxBatch: 8, CapacityQPS: 36.086, BudgetMs: 190},
+			{Task: "classify_car", Variant: "effnet_b7", Replicas: 1, MaxBatch: 8, CapacityQPS: 58.616, BudgetMs: 120},
+			{Task: "recognize_face", Variant: "arcface_r100", Replicas: 1, MaxBatch: 4, CapacityQPS: 53.739,
+				BudgetMs: 70}}}
 	want := 20 / (1/36.086 + 2.1/58.616 + 0.9/53.739)
 	if got := Of(spec, p, 0).CeilingQPS; !near(got, want, 0.01) {
 		t.Errorf("ceiling %.2f QPS, want %.2f", got, want)
+	}
+	// A request's time through it at that rate: the slowest chain at the batch sizes of the rate, a hop each.
+	if got := Of(spec, p, 0).CeilingFillMs; got != 190+1+120+1 {
+		t.Errorf("fill %.1f ms, want %d (detect, then classify_car)", got, 190+1+120+1)
 	}
 	// Its share of a cluster of 40 (the plans of every pipeline were made for 40 servers): a tuner lends it the
 	// workers no plan uses, so the ceiling counts all 40; never fewer than its own 20.

@@ -14,7 +14,8 @@ import (
 // ClusterServers). (Not the rate the plan serves: the planner sizes it with headroom, and the gate admits on what
 // the workers answer; docs/admission.md.)
 func Of(spec *pipeline.Spec, p *plan.Plan, servers int) Plan {
-	out := Plan{Hosted: true, FloorShortfall: 1 - p.FloorShare(), CeilingQPS: ceilingQPS(spec, p, servers)}
+	out := Plan{Hosted: true, FloorShortfall: 1 - p.FloorShare()}
+	out.CeilingQPS, out.CeilingFillMs = ceilingQPS(spec, p, servers)
 	for _, chain := range spec.Chains() {
 		ms := 0.0
 		for _, task := range chain {
@@ -34,20 +35,32 @@ func Of(spec *pipeline.Spec, p *plan.Plan, servers int) Plan {
 // servers shared among the tasks as if divisible (the LP bound), each task at its hosted variants' best rate a
 // replica (CapacityQPS, in time at MaxBatch), and the items a request brings each task at their fewest (the hosted
 // variants' smallest fan-out into it). An upper bound: a load above it is answered in time only after a new plan.
-// 0 (no ceiling) for a plan without an allocation.
-func ceilingQPS(spec *pipeline.Spec, p *plan.Plan, servers int) float64 {
+// 0 (no ceiling) for a plan without an allocation. fillMs is a request's time through the pipeline at that rate:
+// along the slowest chain, each task's variant of that rate at its MaxBatch (BudgetMs) and each hop's communication.
+func ceilingQPS(spec *pipeline.Spec, p *plan.Plan, servers int) (qps, fillMs float64) {
 	a := p.Allocation
 	if a == nil {
-		return 0
+		return 0, 0
 	}
 	if servers = max(servers, a.ClusterServers); servers <= 0 {
-		return 0
+		return 0, 0
 	}
 	perReplica := map[string]float64{} // task -> items a second one replica of its best hosted variant serves
+	budget := map[string]float64{}     // task -> that variant's latency at its MaxBatch
 	for _, vp := range p.Variants {
-		if vp.Replicas > 0 && vp.CapacityQPS > 0 {
-			perReplica[vp.Task] = max(perReplica[vp.Task], vp.CapacityQPS/float64(vp.Replicas))
+		if vp.Replicas <= 0 || vp.CapacityQPS <= 0 {
+			continue
 		}
+		if r := vp.CapacityQPS / float64(vp.Replicas); r > perReplica[vp.Task] {
+			perReplica[vp.Task], budget[vp.Task] = r, vp.BudgetMs
+		}
+	}
+	for _, chain := range spec.Chains() {
+		ms := 0.0
+		for _, task := range chain {
+			ms += budget[task] + spec.CommLatencyMs
+		}
+		fillMs = max(fillMs, ms)
 	}
 	items := map[string]float64{} // task -> the fewest items a request brings it
 	var itemsOf func(task string) float64
@@ -76,15 +89,15 @@ func ceilingQPS(spec *pipeline.Spec, p *plan.Plan, servers int) float64 {
 	for _, t := range spec.Tasks {
 		if n := itemsOf(t.Name); n > 0 {
 			if perReplica[t.Name] <= 0 {
-				return 0 // a task the plan does not host: refused as unhosted
+				return 0, 0 // a task the plan does not host: refused as unhosted
 			}
 			serversPerQPS += n / perReplica[t.Name]
 		}
 	}
 	if serversPerQPS <= 0 {
-		return 0
+		return 0, 0
 	}
-	return float64(servers) / serversPerQPS
+	return float64(servers) / serversPerQPS, fillMs
 }
 
 // fastestHosted is the p50 latency at batch 1 of task's fastest variant p hosts, by the plan's profiles where it has

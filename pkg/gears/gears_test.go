@@ -119,3 +119,43 @@ func TestSwitch(t *testing.T) {
 		t.Errorf("after idling: %v", s.Threshold())
 	}
 }
+
+// TestPlansGearHoldsNearCapacity: on the table the planner publishes (Utilization of the routing's 85%) for the
+// cascade example's plan at 170 QPS (threshold 0.7, its second stage the bound, a faster gear after it), a steady
+// load at 95% of what the placement carries at the plan's threshold keeps that threshold, as the plan alone would
+// until its next plan: the gear is left only near the capacity.
+func TestPlansGearHoldsNearCapacity(t *testing.T) {
+	spec, err := pipeline.Load("../../examples/cascade.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := allocate.SolveCascade(allocate.Input{Spec: spec, Demand: 170, Servers: 10, Utilization: 0.85},
+		allocate.Options{Workers: 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := r.Plan(spec.Name, 1)
+	th := p.Cascades["classify"]
+	c := spec.Task("classify").Cascade
+	first, next := p.Find("classify", c.Variants[0]), p.Find("classify", c.Variants[1])
+	if first == nil || next == nil {
+		t.Fatalf("no cascade placement in %+v", p.Variants)
+	}
+	capacity := min(first.CapacityQPS, next.CapacityQPS/c.Level(th).Escalation) / float64(first.Replicas)
+	table := Tables(spec, p, nil, Utilization(0.85))["classify"]
+	if len(table) < 2 || table[len(table)-1].Threshold == th {
+		t.Fatalf("gears %v, plan's threshold %v: want a faster gear after the plan's", table, th)
+	}
+	s := NewSwitch(table, th)
+	at, owed := time.Unix(0, 0), 0.0
+	for end := at.Add(5 * time.Second); at.Before(end); at = at.Add(10 * time.Millisecond) {
+		owed += 0.95 * capacity * 0.01
+		n := math.Floor(owed)
+		owed -= n
+		s.Observe(at, int(n))
+		if s.Threshold() != th {
+			t.Fatalf("at %.1f items/s a replica (95%% of %.1f): threshold %v after %v, want the plan's %v",
+				0.95*capacity, capacity, s.Threshold(), at.Sub(time.Unix(0, 0)), th)
+		}
+	}
+}
