@@ -44,7 +44,7 @@ type outbox struct {
 
 // wait waits for the outbox's acknowledgements and then its confirmation; false when by fires first, and wait is
 // called again to go on (each future and the confirmation is read once).
-func (ob *outbox) wait(ctx context.Context, by <-chan struct{}) bool {
+func (ob *outbox) wait(ctx context.Context, by <-chan time.Time) bool {
 	for ob.err == nil && ob.acked < len(ob.acks) {
 		f := ob.acks[ob.acked]
 		select {

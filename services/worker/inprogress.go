@@ -18,9 +18,6 @@ type inProgress struct {
 	timer   *time.Timer
 	armed   bool          // the timer will fire
 	wait    time.Duration // the ack wait the timer was armed with
-	// marked has a token after a mark: a batch settled before the next pull waits for its acknowledgements no
-	// longer (stuck).
-	marked chan struct{}
 }
 
 // flight is one unsettled batch: its messages, and those carried to the next batch (they wait too).
@@ -75,25 +72,5 @@ func (p *inProgress) mark() {
 			_ = in.msg.InProgress()
 		}
 	}
-	select {
-	case p.marked <- struct{}{}:
-	default:
-	}
 	p.timer.Reset(p.wait / 3)
-}
-
-// stuck gives a channel that receives at the next mark, from now (a token left by an earlier mark is taken):
-// a wait for acknowledgements that has lasted through a mark has lasted up to a third of the ack wait, and one
-// that never ends (a publish that is never answered, the connection up) would hold the worker's next pull.
-func (p *inProgress) stuck() <-chan struct{} {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.marked == nil {
-		p.marked = make(chan struct{}, 1)
-	}
-	select {
-	case <-p.marked:
-	default:
-	}
-	return p.marked
 }

@@ -80,7 +80,6 @@ type round struct {
 	msgs   []*inbound
 	inputs []executor.Input
 	slots  []slot // where each input's output goes
-	ran    []ran  // its model batches' timings, recorded after its publishes (observeRound)
 	// now is when the round was assembled: drops and queue waits are reckoned from it.
 	now     time.Time
 	settled settlement
@@ -95,12 +94,12 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 		return
 	}
 	s.refreshStage()
-	r := &round{now: time.Now(), inputs: s.inputs[:0], slots: s.slots[:0], ran: s.ran[:0]}
+	r := &round{now: time.Now(), inputs: s.inputs[:0], slots: s.slots[:0]}
 	r.msgs = r.msg1[:0]
 	defer func() { // the scratch kept for the next round, holding nothing of this one
 		clear(r.inputs)
 		clear(r.slots)
-		s.inputs, s.slots, s.ran = r.inputs[:0], r.slots[:0], r.ran[:0]
+		s.inputs, s.slots = r.inputs[:0], r.slots[:0]
 	}()
 	take := func(in *inbound) bool { return w.take(ctx, s, r, in) }
 	// Batch slots count items, and one message may carry several (a parent's items for one variant, or a share of
@@ -143,31 +142,24 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 	// The bookkeeping once the batch is settled or settling beside: the client's flusher, woken by the publishes,
 	// runs on this thread once it waits, and work done before then holds the publishes back (BenchmarkHop).
 	defer w.observeRound(s, r)
-	// A batch with nothing known to wait behind it and no results to confirm is settled before the next pull, while
-	// the server acknowledges within settleInline: a pull and acknowledgements sent beside the server's delivery of
-	// what the batch published slowed that delivery (BenchmarkHop), and the next pull has nothing to take sooner. A
-	// frontend's confirmation can take much longer than a publish's acknowledgement on a busy machine, and messages
-	// that come meanwhile would wait for it: a batch with results is settled beside the next batch, as are the
-	// batches after one whose acknowledgements took longer than settleInline (slowAcks), until one's come sooner
-	// again. No timer bounds the wait: blocking on one cost a hop more than a microsecond (the runtime wakes its
-	// network poller for the earliest timer); the in-progress marks end a wait stuck on an acknowledgement that never
-	// comes (inProgress.stuck), and the batch is then settled beside.
-	if len(s.carried) == 0 && (len(r.msgs) == 0 || r.msgs[len(r.msgs)-1].numPending() == 0) && !st.reports() &&
-		!s.slowAcks.Load() {
-		began := time.Now()
-		if w.settle(ctx, st, s.inProgress.stuck()) {
-			s.slowAcks.Store(time.Since(began) > settleInline)
+	// A batch with nothing known to wait behind it and no results to confirm is settled before the next pull, for
+	// up to settleInline: a pull and acknowledgements sent beside the server's delivery of what the batch published
+	// slowed that delivery (BenchmarkHop), and the next pull has nothing to take sooner. A frontend's confirmation
+	// can take much longer than a publish's acknowledgement on a busy machine, and messages that come meanwhile
+	// would wait for it: a batch with results is settled beside the next batch, as is one past settleInline.
+	if len(s.carried) == 0 && (len(r.msgs) == 0 || r.msgs[len(r.msgs)-1].numPending() == 0) && !st.reports() {
+		if s.settleBy == nil {
+			s.settleBy = time.NewTimer(settleInline)
+		} else {
+			s.settleBy.Reset(settleInline)
+		}
+		settled := w.settle(ctx, st, s.settleBy.C)
+		s.settleBy.Stop()
+		if settled {
 			return
 		}
-		s.slowAcks.Store(true)
 	}
-	go func() {
-		began := time.Now()
-		w.settle(ctx, st, nil)
-		if time.Since(began) <= settleInline {
-			s.slowAcks.Store(false)
-		}
-	}()
+	go w.settle(ctx, st, nil)
 }
 
 // nextQueued gives the messages a batch begins with: those the last batch carried (they did not fit it), else the
@@ -256,7 +248,11 @@ func (w *Worker) executeRound(ctx context.Context, s *serving, r *round) bool {
 		hi := min(lo+s.a.MaxBatch, len(r.inputs))
 		began := time.Now()
 		outs, err := w.execute(ctx, s, r.inputs[lo:hi])
-		r.ran = append(r.ran, ran{items: hi - lo, began: began, ended: time.Now(), ok: err == nil})
+		ended := time.Now()
+		s.metrics.Batch(hi-lo, ended.Sub(began))
+		if err == nil {
+			w.measure(s, hi-lo, began, ended)
+		}
 		w.batches.Add(1)
 		if err == nil && len(outs) != hi-lo {
 			err = fmt.Errorf("executor returned %d outputs for %d inputs", len(outs), hi-lo)
@@ -285,15 +281,9 @@ func (w *Worker) executeRound(ctx context.Context, s *serving, r *round) bool {
 	return true
 }
 
-// observeRound adds the round to what the worker observed: batches and their timings, messages, the items executed
-// with their queue waits, and the sub-requests they made.
+// observeRound adds the round to what the worker observed: batches, messages, the items executed with their queue
+// waits, and the sub-requests they made.
 func (w *Worker) observeRound(s *serving, r *round) {
-	for _, b := range r.ran {
-		s.metrics.Batch(b.items, b.ended.Sub(b.began))
-		if b.ok {
-			w.measure(s, b.items, b.began, b.ended)
-		}
-	}
 	w.observe(s, func(o *Observed) {
 		o.Batches += uint64(batching.Chunks(len(r.inputs), s.a.MaxBatch))
 		o.Messages += uint64(len(r.msgs))
@@ -351,13 +341,6 @@ func (w *Worker) ackWait(s *serving) time.Duration {
 type slot struct {
 	in *inbound
 	i  int
-}
-
-// ran is a model batch a round ran: its items, when, and whether it succeeded.
-type ran struct {
-	items        int
-	began, ended time.Time
-	ok           bool
 }
 
 // checkItem checks an item's tensors before anything reads them: a task message may come from anyone allowed to

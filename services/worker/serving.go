@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -55,13 +54,12 @@ type serving struct {
 	first  [1]*inbound
 	inputs []executor.Input
 	slots  []slot
-	ran    []ran
 	tm     wire.TaskMessage
 	// inProgress marks its unsettled batches' messages in progress.
 	inProgress inProgress
-	// slowAcks says that a batch's publishes were acknowledged in more than settleInline, and none since in less:
-	// batches are settled beside the next (serveOnce).
-	slowAcks atomic.Bool
+	// settleBy bounds a batch settled before the next pull (serveOnce), reused from batch to batch: one batch is settled
+	// so at a time, and a stopped timer of Go 1.23 on delivers nothing stale when reset.
+	settleBy *time.Timer
 	// carried are the messages taken for the last batch that did not fit it and had been handed back too often,
 	// in order: the next batch begins with them (batching.HandBack).
 	carried []*inbound

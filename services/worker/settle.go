@@ -9,10 +9,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// settleInline is how long a batch's acknowledgements may take for the next batches with nothing waiting to be
-// settled before the worker pulls again (serveOnce): a few acknowledgement round trips on a quiet server, so that
-// what arrives meanwhile waits little, and a worker whose server is busy or away (its publishes unacknowledged) goes
-// on pulling with its batches settled beside.
+// settleInline bounds how long a worker with nothing waiting settles a batch before it pulls again: a few
+// acknowledgement round trips on a quiet server, so that what arrives meanwhile waits little, and a worker whose
+// server is busy or away (its publishes unacknowledged) goes on pulling with its batch settled beside it.
 const settleInline = 100 * time.Microsecond
 
 // settlement is a batch being settled: its messages, with their outboxes, in order, the first next not yet
@@ -41,7 +40,7 @@ func (st *settlement) reports() bool {
 // it back, and then calls done; false when by fires first, and settle is called again to go on. Beside the next batch
 // (by nil), a worker does not wait for the frontends' confirmations (a round trip through the server and a
 // frontend's scheduling) before it fetches again.
-func (w *Worker) settle(ctx context.Context, st *settlement, by <-chan struct{}) bool {
+func (w *Worker) settle(ctx context.Context, st *settlement, by <-chan time.Time) bool {
 	for ; st.next < len(st.batch); st.next++ {
 		in := st.batch[st.next]
 		ob := &in.out
