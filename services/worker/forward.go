@@ -20,9 +20,9 @@ import (
 
 // forward publishes the sub-requests of one message's items as the hop step (pkg/hop) routes, groups and splits
 // them, and reports its leaves (finished, dropped or failed items) to the request's frontend. It returns at once;
-// the message's outbox says when the publishes are acknowledged and the report confirmed, or why not (outbox.wait), so that a
-// batch's messages wait for theirs together: one round trip a batch, and one confirmation timeout, not one a
-// message, while the server is away.
+// the message's outbox says when the publishes are acknowledged and the report confirmed, or why not (outbox.wait),
+// so that a batch's messages wait for theirs together: one round trip a batch, and one confirmation timeout, not one
+// a message, while the server is away.
 func (w *Worker) forward(ctx context.Context, s *serving, in *inbound) {
 	ob := &in.out
 	ob.acks, ob.sends = ob.ack1[:0], ob.send1[:0]

@@ -1,11 +1,15 @@
 package worker
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/sleipnir-serving/sleipnir/internal/testrig"
+	"github.com/sleipnir-serving/sleipnir/pkg/bus"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
@@ -14,7 +18,7 @@ import (
 var slowTask = strings.ReplaceAll(oneTask, "p50_ms: 30, p95_ms: 31", "p50_ms: 600, p95_ms: 600")
 
 // TestLongBatchIsKeptInProgress: a batch that runs longer than its consumer's ack wait is marked in progress
-// (keepInProgress), so JetStream does not deliver its message again to the other replica, idle and fetching: it is
+// (inProgress), so JetStream does not deliver its message again to the other replica, idle and fetching: it is
 // executed and answered once.
 func TestLongBatchIsKeptInProgress(t *testing.T) {
 	const ackWait = 200 * time.Millisecond
@@ -32,5 +36,56 @@ func TestLongBatchIsKeptInProgress(t *testing.T) {
 	})
 	if rm := got.of("long"); len(rm) != 1 || rm[0].Items[0].Status != wire.ItemOK {
 		t.Fatalf("answers %+v: want one, ok", rm)
+	}
+}
+
+// TestInProgressMarksEachBatchUntilRemoved: one timer marks every unsettled batch of a variant. Of two batches added,
+// the one removed is marked no more and is delivered again after the ack wait, while the other, still marked, is
+// not; once it is removed too, it comes again.
+func TestInProgressMarksEachBatchUntilRemoved(t *testing.T) {
+	const ackWait = time.Second // marks every third of it: slack for a busy machine's timers
+	srv := testrig.Server(t)
+	js := testrig.JetStream(t, srv.Connect(t, "test"))
+	ctx := context.Background()
+	if _, err := bus.EnsureTaskStream(ctx, js, "p", jetstream.MemoryStorage, 0); err != nil {
+		t.Fatal(err)
+	}
+	c, err := bus.EnsureVariantConsumer(ctx, js, "p", "a", "x", ackWait)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, data := range []string{"first", "second"} {
+		if _, err := js.Publish(ctx, wire.TaskSubject("p", "a", "x"), []byte(data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fetch := func(n int, wait time.Duration) []jetstream.Msg {
+		t.Helper()
+		batch, err := c.Fetch(n, jetstream.FetchMaxWait(wait))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ms []jetstream.Msg
+		for m := range batch.Messages() {
+			ms = append(ms, m)
+		}
+		return ms
+	}
+	ms := fetch(2, time.Second)
+	if len(ms) != 2 {
+		t.Fatalf("fetched %d messages, want 2", len(ms))
+	}
+	var p inProgress
+	first := p.add([]*inbound{{msg: ms[0]}}, ackWait)
+	second := p.add([]*inbound{{msg: ms[1]}}, ackWait)
+	p.remove(first)
+	again := fetch(2, 2*ackWait)
+	if len(again) != 1 || string(again[0].Data()) != "first" {
+		t.Fatalf("within two ack waits %d messages came again, want only the first (no longer marked)", len(again))
+	}
+	_ = again[0].Ack()
+	p.remove(second)
+	if again := fetch(1, 3*ackWait); len(again) != 1 || string(again[0].Data()) != "second" {
+		t.Fatal("the second, no longer marked, was not delivered again after its ack wait")
 	}
 }
