@@ -161,11 +161,15 @@ func planOne(in allocate.Input, opt allocate.Options, lpFile string, asJSON bool
 // printGears prints the gear table of each cascade r runs (pkg/gears), at the gears' share of the plan's
 // utilization (gears.Utilization): what the planner publishes with it.
 func printGears(in allocate.Input, r *allocate.Result) {
-	tables := gears.Tables(in.Spec, r.Plan(in.Spec.Name, 0), nil, gears.Utilization(in.Utilization))
+	tables := gears.Tables(in.Spec, r.Plan(in.Spec.Name, 0), nil, gears.Utilization(in.Utilization), &in)
 	for _, task := range slices.Sorted(maps.Keys(tables)) {
 		var rows []string
 		for _, g := range tables[task] {
-			rows = append(rows, fmt.Sprintf("threshold %g up to %.1f items/s a replica", g.Threshold, g.MaxLoad))
+			row := fmt.Sprintf("threshold %g up to %.1f items/s a replica", g.Threshold, g.MaxLoad)
+			for _, v := range slices.Sorted(maps.Keys(g.Batches)) {
+				row += fmt.Sprintf(", %s at batch %d", v, g.Batches[v].MaxBatch)
+			}
+			rows = append(rows, row)
 		}
 		fmt.Printf("gears of %s: %s\n", task, strings.Join(rows, "; "))
 	}

@@ -3,6 +3,8 @@ package control
 import (
 	"maps"
 
+	"github.com/sleipnir-serving/sleipnir/pkg/allocate"
+
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 )
@@ -88,4 +90,17 @@ func dominates(q, p *plan.Plan) bool {
 // with their hysteresis (a fall within the range loses no accuracy: the gears go back to the more accurate levels).
 func (l *Loop) absorbs(o Observed) bool {
 	return l.cfg.Gears && len(l.current.Gears) > 0 && l.planned.padded && o.Demand <= l.planned.covers
+}
+
+// gearInput is the allocation's input p was solved with, for its gears' batch sizes (gears.Tables): its demand
+// and latency model (the plan check may take the paper's), the loop's routing utilization. nil for a plan of no
+// allocation (static, or an allocator's without one).
+func (l *Loop) gearInput(spec *pipeline.Spec, in Observed, p *plan.Plan) *allocate.Input {
+	if p.Allocation == nil {
+		return nil
+	}
+	in.Demand = p.Allocation.DemandQPS
+	a := MILP{Utilization: l.cfg.RouteUtilization, LatencyModel: allocate.LatencyModel(p.Allocation.LatencyModel)}
+	i := a.input(spec, in)
+	return &i
 }

@@ -28,7 +28,7 @@ func TestTables(t *testing.T) {
 	if !ok {
 		t.Fatalf("no cascade in %v", p.Cascades)
 	}
-	tables := Tables(spec, p, nil, 0.85)
+	tables := Tables(spec, p, nil, 0.85, nil)
 	table := tables["classify"]
 	if len(table) < 2 {
 		t.Fatalf("gears %v: want at least two", table)
@@ -49,7 +49,7 @@ func TestTables(t *testing.T) {
 	if !found || table[0].Threshold <= th {
 		t.Errorf("gears %v, plan's threshold %v: want it among them, a more accurate one first", table, th)
 	}
-	if Tables(spec, &plan.Plan{}, nil, 0.85) != nil {
+	if Tables(spec, &plan.Plan{}, nil, 0.85, nil) != nil {
 		t.Error("a plan without cascades has gear tables")
 	}
 }
@@ -142,7 +142,7 @@ func TestPlansGearHoldsNearCapacity(t *testing.T) {
 		t.Fatalf("no cascade placement in %+v", p.Variants)
 	}
 	capacity := min(first.CapacityQPS, next.CapacityQPS/c.Level(th).Escalation) / float64(first.Replicas)
-	table := Tables(spec, p, nil, Utilization(0.85))["classify"]
+	table := Tables(spec, p, nil, Utilization(0.85), nil)["classify"]
 	if len(table) < 2 || table[len(table)-1].Threshold == th {
 		t.Fatalf("gears %v, plan's threshold %v: want a faster gear after the plan's", table, th)
 	}

@@ -29,15 +29,15 @@ func TestGearedLeafAccuracy(t *testing.T) {
 		}
 	}
 	p.Gears = map[string][]Gear{"classify": {{MaxLoad: 100, Threshold: 0.7}, {MaxLoad: 150, Threshold: 0.5}}}
-	if err := p.checkGears(); err != nil {
+	if err := p.checkGears(spec); err != nil {
 		t.Errorf("a good table: %v", err)
 	}
 	p.Gears["classify"][1].MaxLoad = 90
-	if p.checkGears() == nil {
+	if p.checkGears(spec) == nil {
 		t.Error("loads out of order: no error")
 	}
 	p.Gears = map[string][]Gear{"detect": {{MaxLoad: 1, Threshold: 0.5}}}
-	if p.checkGears() == nil {
+	if p.checkGears(spec) == nil {
 		t.Error("a table of a task without a cascade: no error")
 	}
 }

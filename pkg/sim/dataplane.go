@@ -9,6 +9,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/batching"
 	"github.com/sleipnir-serving/sleipnir/pkg/completion"
 	"github.com/sleipnir-serving/sleipnir/pkg/deadline"
+	"github.com/sleipnir-serving/sleipnir/pkg/gears"
 	"github.com/sleipnir-serving/sleipnir/pkg/hop"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
@@ -168,11 +169,19 @@ func (s *sim) startBatch(srv int) {
 	sv := &s.servers[srv]
 	h := s.queues[sv.queue]
 	taken := 0
+	limit := sv.maxBatch // under gears, the smallest max batch of the taken items' gears (gears.MaxBatch)
 	take := func(m *message) bool {
-		if reason := sv.table.Stage.BeforeExecute(s.now, m.req.due, m.enqueued); reason != "" {
+		stage, batch := sv.table.Stage, sv.maxBatch
+		if sv.geared != nil {
+			th := gears.ItemGear(m.gear, sv.gear)
+			stage = sv.geared.For(th).Stage
+			batch = gears.MaxBatch(h.pipe.plan, h.pipe.tasks[h.task], h.variant.Name, sv.maxBatch, th)
+		}
+		if reason := stage.BeforeExecute(s.now, m.req.due, m.enqueued); reason != "" {
 			m.dropped = reason
-		} else if batching.Fits(sv.maxBatch, taken, m.items) {
+		} else if l := min(limit, batch); batching.Fits(l, taken, m.items) {
 			taken += m.items
+			limit = l
 		} else {
 			return false
 		}
@@ -186,7 +195,7 @@ func (s *sim) startBatch(srv int) {
 	}
 	rest := s.takeAll(queued, take)
 	if rest == nil {
-		more := batching.More(sv.maxBatch, taken, h.pending())
+		more := batching.More(limit, taken, h.pending())
 		queued = s.taken[:0]
 		for range more {
 			queued = append(queued, h.deliver())
@@ -206,8 +215,8 @@ func (s *sim) startBatch(srv int) {
 	s.taken = queued[:0] // not cleared: every message stays referenced by s.msgs anyway
 	var d time.Duration
 	scale := slowdownAt(s.cfg.Slowdown, srv, time.Duration(s.now))
-	for c := range batching.Chunks(taken, sv.maxBatch) {
-		n := min(sv.maxBatch, taken-c*sv.maxBatch)
+	for c := range batching.Chunks(taken, limit) {
+		n := min(limit, taken-c*limit)
 		b := time.Duration(float64(h.exec.Latency(n)) * scale)
 		d += b
 		s.measure(srv, h, n, b, d)
@@ -229,7 +238,7 @@ func (s *sim) batchDone(srv int) {
 			n += m.items
 		}
 		sv.gear.Observe(s.time(), n)
-		sv.table.UseGear(sv.gear.Threshold())
+		sv.table = sv.geared.For(sv.gear.Threshold())
 	}
 	for _, m := range sv.batch {
 		r := m.req

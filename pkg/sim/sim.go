@@ -224,6 +224,9 @@ type server struct {
 	table *hop.Table
 	// gear is its gear switch when it serves a cascade's first variant under a plan with gears (pkg/gears).
 	gear *gears.Switch
+	// geared is its forwarding per gear when it serves a cascade's variant under a plan with gears (nil
+	// otherwise): table is the one of its own gear (gear), or the plan's.
+	geared *hop.Geared
 }
 
 // pipe is one pipeline of the simulation: its frontend, its variant queues, its plan in force and its time series.
