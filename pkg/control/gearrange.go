@@ -23,10 +23,10 @@ const gearRangeSolves = 4
 // demand up to GearRange times in.Demand that hosts every variant of base with at least base's capacity (the same
 // cascades): at the estimate it serves as accurately as base, the gears giving up accuracy only as the load rises
 // past what base carries, and a rise up to the larger demand needs no new placement (absorbs). It runs base's
-// thresholds and expects base's accuracy; its Allocation.DemandQPS is the larger demand. base when no larger
-// placement does, base runs no cascade or fills the cluster. The candidates are checked where the loop checks (the
-// plans in accuracy mode, by default): the larger demand is what the placement must carry when the gears take a
-// rise without a new placement.
+// thresholds, in base's mode, and expects base's accuracy; its Allocation.DemandQPS is the larger demand. base when
+// no larger placement does, base runs no cascade or fills the cluster. The candidates are checked where the loop
+// checks (the plans in accuracy mode, by default): the larger demand is what the placement must carry when the
+// gears take a rise without a new placement.
 func (l *Loop) gearRange(spec *pipeline.Spec, in Observed, base *plan.Plan) *plan.Plan {
 	// Only a plan in hardware mode leaves servers for a larger placement: one that fills the cluster (accuracy mode)
 	// has none to host more of every variant with.
@@ -58,6 +58,9 @@ func (l *Loop) gearRange(spec *pipeline.Spec, in Observed, base *plan.Plan) *pla
 		return base
 	}
 	r := *best
+	// The mode of the plan for the estimate, which the range plan serves as it does: the larger demand's may be
+	// accuracy mode (a full cluster at that demand), which the estimate is not served in.
+	r.Mode = base.Mode
 	r.Cascades = maps.Clone(base.Cascades)
 	a := *best.Allocation
 	a.SystemAccuracy = base.Allocation.SystemAccuracy
