@@ -96,10 +96,10 @@ func (l *Loop) absorbs(o Observed) bool {
 }
 
 // gearInput is the allocation's input p was solved with, for its gears' batch sizes (gears.Tables): its demand
-// and latency model (the plan check may take the paper's), the loop's routing utilization. nil for a plan of no
-// allocation (static, or an allocator's without one).
+// and latency model (the plan check may take the paper's), the loop's routing utilization. nil without
+// GearBatches, and for a plan of no allocation (static, or an allocator's without one).
 func (l *Loop) gearInput(spec *pipeline.Spec, in Observed, p *plan.Plan) *allocate.Input {
-	if p.Allocation == nil {
+	if !l.cfg.GearBatches || p.Allocation == nil {
 		return nil
 	}
 	in.Demand = p.Allocation.DemandQPS

@@ -3,6 +3,7 @@
 package sim
 
 import (
+	"cmp"
 	"time"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/admission"
@@ -169,7 +170,7 @@ func (s *sim) startBatch(srv int) {
 	sv := &s.servers[srv]
 	h := s.queues[sv.queue]
 	taken := 0
-	limit := sv.maxBatch // under gears, the smallest max batch of the taken items' gears (gears.MaxBatch)
+	limit := 0 // the batch's max batch once it takes an item (gears.MaxBatch: under gears, the smallest of theirs)
 	take := func(m *message) bool {
 		stage, batch := sv.table.Stage, sv.maxBatch
 		if sv.geared != nil {
@@ -179,7 +180,7 @@ func (s *sim) startBatch(srv int) {
 		}
 		if reason := stage.BeforeExecute(s.now, m.req.due, m.enqueued); reason != "" {
 			m.dropped = reason
-		} else if l := min(limit, batch); batching.Fits(l, taken, m.items) {
+		} else if l := minSet(limit, batch); batching.Fits(l, taken, m.items) {
 			taken += m.items
 			limit = l
 		} else {
@@ -195,7 +196,7 @@ func (s *sim) startBatch(srv int) {
 	}
 	rest := s.takeAll(queued, take)
 	if rest == nil {
-		more := batching.More(limit, taken, h.pending())
+		more := batching.More(cmp.Or(limit, sv.maxBatch), taken, h.pending())
 		queued = s.taken[:0]
 		for range more {
 			queued = append(queued, h.deliver())
@@ -217,6 +218,9 @@ func (s *sim) startBatch(srv int) {
 	scale := slowdownAt(s.cfg.Slowdown, srv, time.Duration(s.now))
 	for c := range batching.Chunks(taken, limit) {
 		n := min(limit, taken-c*limit)
+		if n > sv.maxBatch {
+			h.overPlan++
+		}
 		b := time.Duration(float64(h.exec.Latency(n)) * scale)
 		d += b
 		s.measure(srv, h, n, b, d)
@@ -505,4 +509,12 @@ func (s *sim) levelConfidence(p *pipe, h *variantQueue, node int32, th float64) 
 		return 0
 	}
 	return 1
+}
+
+// minSet is the smaller of limit and batch, batch when limit is not set (0).
+func minSet(limit, batch int) int {
+	if limit == 0 {
+		return batch
+	}
+	return min(limit, batch)
 }

@@ -181,8 +181,11 @@ type variantQueue struct {
 	childQueues [][]namedQueue
 	queue       []*message
 	head        int
-	free        []int32       // idle servers serving this variant
-	budget      time.Duration // under the current plan
+	free        []int32 // idle servers serving this variant
+	// overPlan counts the model batches its servers ran larger than their assignment's max batch: at a gear's
+	// (plan.Gear.Batches).
+	overPlan int
+	budget   time.Duration // under the current plan
 	// What the variant's replicas executed, the messages those came in and the sub-requests they emitted per child
 	// task, cumulative as a worker's heartbeat reports them (wire.Observed); the core folds them.
 	items, messages uint64

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -83,11 +84,11 @@ type round struct {
 	slots  []slot // where each input's output goes
 	// now is when the round was assembled: drops and queue waits are reckoned from it.
 	now time.Time
-	// maxBatch is its max batch: the assignment's, or under gears the smallest of its items' gears'
-	// (gears.MaxBatch).
+	// maxBatch is its max batch once it takes an item (0 before): the assignment's, or under gears the smallest of
+	// its items' gears' (gears.MaxBatch).
 	maxBatch int
-	settled settlement
-	msg1    [1]*inbound // room for msgs when it takes one message
+	settled  settlement
+	msg1     [1]*inbound // room for msgs when it takes one message
 }
 
 // serveOnce assembles a batch of the variant's messages, executes it, and forwards its results; the batch is
@@ -98,7 +99,7 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 		return
 	}
 	s.refreshStage()
-	r := &round{now: time.Now(), inputs: s.inputs[:0], slots: s.slots[:0], maxBatch: s.a.MaxBatch}
+	r := &round{now: time.Now(), inputs: s.inputs[:0], slots: s.slots[:0]}
 	r.msgs = r.msg1[:0]
 	defer func() { // the scratch kept for the next round, holding nothing of this one
 		clear(r.inputs)
@@ -111,7 +112,7 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 	rest := takeAll(queued, take)
 	if rest == nil {
 		var more []*inbound
-		for _, m := range w.fetchMore(s, pending, len(r.inputs), r.maxBatch) {
+		for _, m := range w.fetchMore(s, pending, len(r.inputs), cmp.Or(r.maxBatch, s.a.MaxBatch)) {
 			if in := w.admit(ctx, s, m); in != nil {
 				more = append(more, in)
 			}
@@ -203,8 +204,9 @@ func (w *Worker) take(ctx context.Context, s *serving, r *round, in *inbound) bo
 	if s.geared != nil { // its items' gear's stage and max batch
 		th := gears.ItemGear(in.gear(), s.gear)
 		stage = s.geared.For(th).Stage
-		maxBatch = min(r.maxBatch, gears.MaxBatch(s.plan, s.a.Task, s.a.Variant, s.a.MaxBatch, th))
+		maxBatch = gears.MaxBatch(s.plan, s.a.Task, s.a.Variant, s.a.MaxBatch, th)
 	}
+	maxBatch = r.limit(maxBatch)
 	drop := stage.BeforeExecute(r.now.UnixNano(), in.deadline.UnixNano(), in.enqueued.UnixNano())
 	// The delivery bound is for messages that would be executed again: one dropped here costs nothing, and is
 	// answered as dropped, not set aside as poison (a busy machine's late messages reach the bound too).
@@ -471,4 +473,13 @@ func (in *inbound) gear() float64 {
 		return 0
 	}
 	return in.items[0].Gear
+}
+
+// limit is the round's max batch with a message of max batch maxBatch: the smaller of the two, maxBatch before the
+// round takes an item.
+func (r *round) limit(maxBatch int) int {
+	if r.maxBatch == 0 {
+		return maxBatch
+	}
+	return min(r.maxBatch, maxBatch)
 }
