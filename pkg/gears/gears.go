@@ -83,10 +83,8 @@ func carried(first, next, e float64) float64 {
 //
 // A sizing that gives either variant less capacity than the plan's batches is left out. Replicas switch gears on
 // their own, so items of several gears meet at the next variant (which runs the smallest of their batches), and a
-// first variant slowed by its gear takes fewer items, measures less load and stays in that gear: the simulated step
-// of docs/cascades.md#gears, whose more accurate gears ran effnet_b0 at 8 in place of 32 to give effnet_b7 16, had
-// 6% violations on two seeds of twelve. With every gear at least the plan's capacity on both variants, a mix of
-// gears carries at least what the plan does.
+// first variant slowed by its gear takes fewer items, measures less load and stays in that gear. With every gear at
+// least the plan's capacity on both variants, a mix of gears carries at least what the plan does.
 func faster(g plan.Gear, sizings []allocate.GearSizing, first, next *plan.VariantPlan, e float64) plan.Gear {
 	if len(sizings) < 2 || sizings[0].Capacity[0] <= 0 || sizings[0].Capacity[1] <= 0 {
 		return g
