@@ -30,7 +30,8 @@ type fifo struct {
 	rate     float64
 	floor    time.Duration
 	deadline time.Duration
-	queue    []*queued
+	queue    []*queued // not yet on the server
+	past     []*queued // past the server, not yet answered
 	free     time.Time // when the model is free for the next request
 	ceiling  float64   // the plan's CeilingQPS (0: none)
 	// fill is a stage after the server that every request spends fill in, however many: the rest of a pipeline
@@ -38,12 +39,16 @@ type fifo struct {
 	// says the plan tells the gate (CeilingFillMs).
 	fill      time.Duration
 	fillKnown bool
-	inTime    int // answered in time
-	late      int // answered at their deadline, late or dropped
+	// spread is the most a request's answer comes after its turn on the server and the fill, spread evenly over
+	// the requests (a batch's members wait for the batch, and the pipeline's later batches for theirs).
+	spread time.Duration
+	inTime int // answered in time
+	late   int // answered at their deadline, late or dropped
 }
 
 type queued struct {
 	admitted time.Time
+	done     time.Time // when it is done, once past the server
 	class    int
 	answered bool
 }
@@ -65,26 +70,48 @@ func (q *fifo) answer(g *Gate, now time.Time) {
 			q.queue = q.queue[1:]
 			continue
 		}
-		done := later(start.Add(each), head.admitted.Add(q.floor)).Add(q.fill)
-		if done.After(now) || done.After(due) && !head.answered && due.After(now) {
+		if start.After(now) {
 			break
 		}
 		q.free = start.Add(each)
 		q.queue = q.queue[1:]
-		if done.After(due) {
-			if !head.answered {
-				q.expire(g, head, Late)
-			}
-			continue
-		}
-		q.inTime++
-		g.Done("p", done, InTime)
+		head.done = later(q.free, head.admitted.Add(q.floor)).Add(q.fill + q.spreadOf(head))
+		q.past = append(q.past, head)
 	}
+	kept := q.past[:0]
+	for _, r := range q.past {
+		switch due := r.admitted.Add(q.deadline); {
+		case r.answered:
+		case r.done.After(due):
+			if due.After(now) {
+				kept = append(kept, r)
+				continue
+			}
+			q.expire(g, r, Late)
+		case r.done.After(now):
+			kept = append(kept, r)
+			continue
+		default:
+			r.answered = true
+			q.inTime++
+			g.Done("p", r.admitted, r.done, InTime)
+		}
+	}
+	q.past = kept
 	for _, r := range q.queue {
 		if !r.answered && !r.admitted.Add(q.deadline).After(now) {
 			q.expire(g, r, Late)
 		}
 	}
+}
+
+// spreadOf is r's part of the spread: evenly over [0, spread) by its admission time's hash.
+func (q *fifo) spreadOf(r *queued) time.Duration {
+	if q.spread <= 0 {
+		return 0
+	}
+	h := uint64(r.admitted.UnixNano()) * 0x9E3779B97F4A7C15
+	return time.Duration(float64(h>>11) / (1 << 53) * float64(q.spread))
 }
 
 // fillMs is the fill the plan tells the gate, in milliseconds.
@@ -98,7 +125,7 @@ func (q *fifo) fillMs() float64 {
 func (q *fifo) expire(g *Gate, r *queued, o Outcome) {
 	r.answered = true
 	q.late++
-	g.Done("p", r.admitted.Add(q.deadline), o)
+	g.Done("p", r.admitted, r.admitted.Add(q.deadline), o)
 }
 
 // drive sends qps requests a second (classes in turn) into q through g from `from` for d, every 5 ms a tick, and
@@ -328,7 +355,7 @@ func TestFloorShortfall(t *testing.T) {
 		d := g.Decide(Request{Pipeline: "p", Class: class, Now: now, Deadline: now.Add(time.Second)}, p)
 		if d.Admit {
 			admitted[class]++
-			g.Done("p", now, InTime)
+			g.Done("p", now, now, InTime)
 		} else if d.Reason != ReasonAccuracy {
 			t.Fatalf("refused for %q: %s", d.Reason, d.Detail)
 		}
@@ -349,7 +376,7 @@ func TestFloorShortfall(t *testing.T) {
 		if d := g.Decide(Request{Pipeline: "p", Now: at, Deadline: at.Add(time.Second)}, p); !d.Admit {
 			t.Fatalf("no shortfall: refused (%s)", d.Detail)
 		}
-		g.Done("p", at, InTime)
+		g.Done("p", at, at, InTime)
 	}
 }
 
@@ -378,12 +405,106 @@ func TestCongested(t *testing.T) {
 	}
 	for range 10 {
 		g.Decide(Request{Pipeline: "p", Now: now, Deadline: now.Add(time.Second)}, Plan{Hosted: true})
-		g.Done("p", now, Late)
+		g.Done("p", now, now, Late)
 	}
 	if !g.Congested("p", now) {
 		t.Fatal("10 late answers of 10: not congested")
 	}
 	if later := now.Add(DefaultRateWindow + time.Millisecond); g.Congested("p", later) {
 		t.Fatal("congested a RateWindow after the bound last refused")
+	}
+}
+
+// TestBoundSteersItsTail: a pipeline at twice what it answers whose answers spread over two thirds of the deadline
+// (a request's batch, and the later batches it waits for). At the fixed share nearly 3% of the requests admitted are
+// late; steered, under 1%, and no fewer answered in time.
+func TestBoundSteersItsTail(t *testing.T) {
+	inTime, late := map[bool]int{}, map[bool]int{}
+	for _, steered := range []bool{false, true} {
+		cfg := Config{}
+		if !steered {
+			cfg.MinLimitShare = DefaultLimitShare
+		}
+		g := New(cfg)
+		q := &fifo{rate: 100, floor: 100 * time.Millisecond, deadline: 600 * time.Millisecond,
+			spread: 390 * time.Millisecond}
+		run(g, q, 200, []int{0}, t0, t0.Add(5*time.Second), t0, nil)
+		q.inTime, q.late = 0, 0
+		run(g, q, 200, []int{0}, t0.Add(5*time.Second), t0.Add(65*time.Second), t0, nil)
+		inTime[steered], late[steered] = q.inTime, q.late
+		t.Logf("steered %v: %d in time, %d late or dropped; share %.3f", steered, q.inTime, q.late,
+			g.pipes["p"].share)
+	}
+	share := func(steered bool) float64 {
+		return float64(late[steered]) / float64(inTime[steered]+late[steered])
+	}
+	if share(false) < 0.02 {
+		t.Fatalf("the fixed share: %.2f%% late, want at least 2%% (the case shows nothing)", 100*share(false))
+	}
+	if share(true) > 0.01 || inTime[true] < inTime[false] {
+		t.Errorf("steered: %.2f%% late (want under 1%%), %d in time (want at least the fixed share's %d)",
+			100*share(true), inTime[true], inTime[false])
+	}
+}
+
+// TestBoundSteersOnItsOwnAnswers: the late answers to requests admitted before the pipeline was congested (a cold
+// start's) leave the bound's share alone; those admitted under the bound take from it.
+func TestBoundSteersOnItsOwnAnswers(t *testing.T) {
+	g := New(Config{})
+	for i := range 200 {
+		at := t0.Add(time.Duration(i) * 5 * time.Millisecond)
+		g.Decide(Request{Pipeline: "p", Now: at, Deadline: at.Add(time.Second)}, Plan{Hosted: true})
+	}
+	answered := t0.Add(time.Second)
+	for range 10 {
+		g.Done("p", t0, answered, Late)
+	}
+	s := g.pipes["p"]
+	if !s.congested || s.share != DefaultLimitShare {
+		t.Fatalf("after 10 late answers to requests admitted before: congested %v, share %v; want congested at %v",
+			s.congested, s.share, DefaultLimitShare)
+	}
+	g.Done("p", answered, answered.Add(500*time.Millisecond), Late)
+	if want := DefaultLimitShare - shareStep; !near(s.share, want, 1e-12) {
+		t.Errorf("a late answer to a request admitted under the bound: share %v, want %v", s.share, want)
+	}
+}
+
+// TestBoundSteersOnlyWhenOverloaded: a violation takes from the share while the arrivals are beyond what the
+// pipeline answers, not at a load it answers (its latency's violations, which a smaller share only starves).
+func TestBoundSteersOnlyWhenOverloaded(t *testing.T) {
+	g := New(Config{})
+	now := t0.Add(time.Minute)
+	s := &pipeState{share: DefaultLimitShare}
+	s.served.start = t0
+	s.served.add(now, DefaultRateWindow.Seconds(), 50)   // 100 a second answered
+	s.arrivals[0].add(now, DefaultWindow.Seconds(), 200) // 100 a second arriving
+	g.steer(s, now, false)
+	if s.share != DefaultLimitShare {
+		t.Errorf("at the load it answers: share %v after a violation, want %v", s.share, DefaultLimitShare)
+	}
+	s.arrivals[0].add(now, DefaultWindow.Seconds(), 200) // 200 a second
+	g.steer(s, now, false)
+	if want := DefaultLimitShare - shareStep; !near(s.share, want, 1e-12) {
+		t.Errorf("at twice the load it answers: share %v after a violation, want %v", s.share, want)
+	}
+	for range 1000 {
+		g.steer(s, now, false)
+	}
+	if s.share != DefaultMinShare {
+		t.Errorf("after 1,000 violations: share %v, want the least, %v", s.share, DefaultMinShare)
+	}
+}
+
+// TestBoundNotUnderTheFill: a share steered down bounds the time in the system no lower than the pipeline's fill
+// (under it the bound starves the pipeline), nor the fill above the share it starts at.
+func TestBoundNotUnderTheFill(t *testing.T) {
+	g := New(Config{})
+	s := &pipeState{share: 0.6}
+	left := 600 * time.Millisecond
+	for _, c := range []struct{ fillMs, want float64 }{{100, 0.36}, {375, 0.375}, {500, 0.39}} {
+		if got := g.bound(s, left, Plan{CeilingFillMs: c.fillMs}); !near(got, c.want, 1e-9) {
+			t.Errorf("fill %v ms: bound %v s, want %v", c.fillMs, got, c.want)
+		}
 	}
 }

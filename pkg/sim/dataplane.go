@@ -382,7 +382,7 @@ func (s *sim) finish(r *request, at int64) {
 	r.replied = at
 	status := completion.StatusDegraded(at > r.due, r.ok, r.degraded, r.dropped, 0)
 	if s.gate != nil {
-		s.gate.Done(r.pipe.spec.Name, time.Unix(0, at), admission.OutcomeOf(status))
+		s.gate.Done(r.pipe.spec.Name, time.Unix(0, r.arrival), time.Unix(0, at), admission.OutcomeOf(status))
 	}
 	s.freeReqs = append(s.freeReqs, r) // no message of it is left: it is not read again
 	if int(r.second) >= len(r.pipe.seconds) {

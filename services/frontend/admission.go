@@ -72,7 +72,7 @@ func (f *Frontend) admitRequest(pipelineName string, header func(string) string,
 // admission): the gate learns the pipeline's rate and its violations from the answers.
 func (f *Frontend) gateDone(pipelineName string, gated bool, arrival time.Time, status string) {
 	if gated {
-		f.gate.Done(pipelineName, time.Now(), admission.OutcomeOf(status))
+		f.gate.Done(pipelineName, arrival, time.Now(), admission.OutcomeOf(status))
 	}
 }
 

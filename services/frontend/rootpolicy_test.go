@@ -56,7 +56,7 @@ func TestRootByPolicy(t *testing.T) {
 	for range 10 {
 		f.gate.Decide(admission.Request{Pipeline: spec.Name, Now: now, Deadline: now.Add(time.Second)},
 			admission.Plan{Hosted: true})
-		f.gate.Done(spec.Name, now, admission.Late)
+		f.gate.Done(spec.Name, now, now, admission.Late)
 	}
 	if v, ok := choose(); ok {
 		t.Errorf("congested: the root by policy (%s), want its tables", v)

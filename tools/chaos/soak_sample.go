@@ -28,8 +28,8 @@ type Sample struct {
 	Node       bool      `json:"node,omitempty"` // a nats-server
 }
 
-// ClusterProcess names the samples of the nodes' goroutines summed (PID 0, no memory), taken when every node
-// answered: a node's own follow the connections that move to it as another restarts.
+// ClusterProcess names the samples of the nodes' resident memory and goroutines summed (PID 0), taken when every
+// node answered: a node's own follow the connections (and the stream leaders) that move to it as another restarts.
 const ClusterProcess = "nats-cluster"
 
 // LoadSample is the machine's load average over the last minute (/proc/loadavg), read with the processes: the soak
@@ -107,10 +107,11 @@ func (s *System) sampleAll(ctx context.Context) []Sample {
 		sm := sample(n.Name(), pid, func() (int, error) { return countGoroutines(ctx, cl, n.MonitorURL()+"/stacksz") })
 		sm.Node = true
 		out = append(out, sm)
-		if sm.Goroutines < 0 || cluster.Goroutines < 0 {
+		if sm.Goroutines < 0 || cluster.Goroutines < 0 || sm.RSSKiB <= 0 {
 			cluster.Goroutines = -1
 		} else {
 			cluster.Goroutines += sm.Goroutines
+			cluster.RSSKiB += sm.RSSKiB
 		}
 	}
 	if cluster.Goroutines > 0 {

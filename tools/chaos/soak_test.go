@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -96,6 +97,53 @@ func TestSoakJudge(t *testing.T) {
 		warm := func(d time.Duration) int64 { return int64(40<<10) + int64(min(d, 2*time.Minute)/time.Second)*100 }
 		if v := soakOf(start, warm).Judge(); !v.Pass {
 			t.Errorf("growth within the warm-up failed: %+v", v.Memory)
+		}
+	})
+	t.Run("nodes", func(t *testing.T) {
+		// Three nodes of 100 MiB; sleipnir-1 restarted at 4 minutes comes back at 88 MiB, and its clients' 12 MiB
+		// stay on sleipnir-2 (+12%): the nodes' sum is flat. With grow, every node gains 2% a minute as well.
+		nodes := func(grow bool) *SoakResult {
+			r := soakOf(start, flat)
+			for at := -20 * time.Second; at <= 10*time.Minute; at += 5 * time.Second {
+				down := at >= 4*time.Minute && at < 4*time.Minute+15*time.Second
+				cluster := Sample{At: start.Add(at), Process: ClusterProcess}
+				for i, name := range []string{"sleipnir-1", "sleipnir-2", "sleipnir-3"} {
+					rss, pid := int64(100<<10), 100+i
+					switch {
+					case i == 0 && down:
+						continue
+					case i == 0 && at >= 4*time.Minute:
+						rss, pid = 88<<10, 200
+					case i == 1 && at >= 4*time.Minute:
+						rss = 112 << 10
+					}
+					if grow {
+						rss = rss * (100 + int64(2*at/time.Minute)) / 100
+					}
+					r.Samples = append(r.Samples, Sample{At: start.Add(at), Process: name, PID: pid, RSSKiB: rss,
+						Goroutines: 170, Node: true})
+					cluster.RSSKiB += rss
+					cluster.Goroutines += 170
+				}
+				if !down {
+					r.Samples = append(r.Samples, cluster)
+				}
+			}
+			return r
+		}
+		if v := nodes(false).Judge(); !v.Pass {
+			t.Errorf("a node that took a restarted one's clients (+12%%), the sum flat: failed %+v", v.Memory)
+		}
+		v := nodes(true).Judge()
+		var failed []string
+		for _, m := range v.Memory {
+			if len(m.Failures) > 0 {
+				failed = append(failed, m.Process)
+			}
+		}
+		if v.Pass || !slices.Equal(failed, []string{ClusterProcess}) {
+			t.Errorf("every node growing 2%% a minute: pass %v, failed %v; want the cluster's sum failed", v.Pass,
+				failed)
 		}
 	})
 }
