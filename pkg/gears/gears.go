@@ -76,10 +76,9 @@ func carried(first, next, e float64) float64 {
 
 // faster is gear g (its MaxLoad the items a second the plan's batches carry) at the sizing that carries the most of
 // sizings (the plan's batches first: the others' capacities are taken relative to theirs, so that a gear at the
-// plan's batches carries what the plan says), listing the batches that are not the plan's. Of sizings that carry as
-// much, the one with the most capacity to spare on the variant that does not bound the load: the next variant runs
-// a batch of items of several gears at the smallest of their batches (MaxBatch), and a gear that gives it the
-// largest batch that fits keeps that smallest one large.
+// plan's batches carries what the plan says), listing the batches that are not the plan's: a gear runs other batches
+// only where they carry more, the plan's (which the planner chose and measures) otherwise. Of sizings that carry as
+// much more, the one with the most capacity to spare.
 //
 // A sizing that gives either variant less capacity than the plan's batches is left out. Replicas switch gears on
 // their own, so items of several gears meet at the next variant (which runs the smallest of their batches), and a
@@ -103,8 +102,8 @@ func faster(g plan.Gear, sizings []allocate.GearSizing, first, next *plan.Varian
 		const eps = 1e-9
 		switch {
 		case l > load*(1+eps):
-		case l < load*(1-eps), spare(z) <= spare(best)*(1+eps):
-			continue
+		case l < load*(1-eps), best == base || spare(z) <= spare(best)*(1+eps):
+			continue // carries less, or as much as the plan's batches, or as much and spares no more
 		}
 		best, load = z, l
 	}
