@@ -163,9 +163,9 @@ func TestPlansGearHoldsNearCapacity(t *testing.T) {
 // TestTablesWithBatches: the cascade example's plan for 100 QPS on 10 servers runs effnet_b0 at 8 and effnet_b7 at 4
 // (latency to spare: the path takes 219 of its 297 ms); with the allocation's input its gear table runs some gears
 // at larger batches (its most accurate gear, effnet_b0 at 16 and effnet_b7 at 8, carries 215 items/s a replica
-// against 165, more than any faster gear), each listed batch not the plan's and no slower (items a second a replica), every path within
-// its budget at the gear's batches (p50s: the model budgets at least those), and each gear carries at least what it
-// carries at the plan's batches, one of them more.
+// against 165, more than any faster gear), each listed batch not the plan's and no slower (items a second a
+// replica), every path within its budget at the gear's batches (p50s: the model budgets at least those), and each
+// gear carries at least what it carries at the plan's batches, one of them more.
 func TestTablesWithBatches(t *testing.T) {
 	spec, err := pipeline.Load("../../examples/cascade.yaml")
 	if err != nil {

@@ -37,7 +37,8 @@ func (w *Worker) fetchFirst(s *serving) jetstream.Msg {
 }
 
 // fetchMore takes, without waiting, the messages the batching rule adds to a batch of at most maxBatch items that
-// executes taken items so far (pending, the NumPending of the newest message delivered, says how many wait, without a round trip).
+// executes taken items so far (pending, the NumPending of the newest message delivered, says how many wait,
+// without a round trip).
 func (w *Worker) fetchMore(s *serving, pending uint64, taken, maxBatch int) []jetstream.Msg {
 	n := batching.More(maxBatch, taken, int(pending))
 	if n == 0 {
