@@ -111,7 +111,9 @@ func GearSizings(in Input, p *plan.Plan, task string, threshold float64, scale m
 	out := []GearSizing{sizing(planned[0], planned[1])}
 	for _, a := range stages[0] {
 		for _, b := range stages[1] {
-			if (a.batch != planned[0].batch || b.batch != planned[1].batch) && fits(a, b) {
+			// A batch whose queueing headroom takes all its replicas' throughput carries nothing.
+			if (a.batch != planned[0].batch || b.batch != planned[1].batch) && a.capacity > 0 && b.capacity > 0 &&
+				fits(a, b) {
 				out = append(out, sizing(a, b))
 			}
 		}
