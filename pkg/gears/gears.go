@@ -98,7 +98,8 @@ func faster(g plan.Gear, sizings []allocate.GearSizing, first, next *plan.Varian
 		if z.Capacity[0] < base.Capacity[0] || z.Capacity[1] < base.Capacity[1] {
 			continue
 		}
-		l := carried(first.CapacityQPS*z.Capacity[0]/base.Capacity[0], next.CapacityQPS*z.Capacity[1]/base.Capacity[1], e)
+		l := carried(first.CapacityQPS*z.Capacity[0]/base.Capacity[0],
+			next.CapacityQPS*z.Capacity[1]/base.Capacity[1], e)
 		const eps = 1e-9
 		switch {
 		case l > load*(1+eps):
@@ -272,8 +273,8 @@ func ItemGear(message float64, sw *Switch) float64 {
 //
 // A batch of items of several gears runs at the smallest of their gears' max batches (a caller lowers its limit
 // with each message it takes): each item's path fits its latency budget at its own gear's batches, and a gear that
-// gives a stage a larger batch gives the stage after it a smaller one, so the oldest item's gear alone would let a
-// batch hold back items whose first stage already spent the time a larger batch here would take.
+// runs the first stage at a larger batch leaves the next less time, so the oldest item's gear alone could put an
+// item behind a larger batch than its path has room for.
 func MaxBatch(p *plan.Plan, task, variant string, planBatch int, th float64) int {
 	if th <= 0 || p == nil || len(p.Gears) == 0 {
 		return planBatch
