@@ -100,7 +100,7 @@ type Config struct {
 	Gears bool
 	// GearBatches lets, with Gears, each gear run the cascade's two variants at other max batches where the
 	// allocation's model has the time and that carries more load at the gear (gears.Tables with the allocation's
-	// input). Off by default: simulated, the gears were more accurate with it, and had more violations
+	// input). Off by default: simulated, the gears were as accurate with it, with more violations on a step
 	// (docs/cascades.md#gears, "Gear batch sizes").
 	GearBatches bool
 	// Traces are the pipelines' planning traces, for the systems that plan once on one (cg-mean, cg-peak); nil:

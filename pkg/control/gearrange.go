@@ -4,7 +4,6 @@ import (
 	"maps"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/allocate"
-
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 )

@@ -60,8 +60,8 @@ func TestGearRangeAbsorbsAStep(t *testing.T) {
 }
 
 // TestGearRangeKeepsTheBaseMode: the cascade example at 93 QPS on 12 servers is planned in hardware mode; its gear
-// range reaches a placement solved in accuracy mode for about 3.5 times the demand, and the range plan, which serves
-// the estimate as the plan for it does, is published in that plan's mode (hardware), not the larger demand's.
+// range reaches a placement solved in accuracy mode for three times the demand planned, and the range plan, which
+// serves the estimate as the plan for it does, is published in that plan's mode (hardware), not the larger demand's.
 func TestGearRangeKeepsTheBaseMode(t *testing.T) {
 	spec, err := pipeline.Load("../../examples/cascade.yaml")
 	if err != nil {
