@@ -207,6 +207,22 @@ func (r *rig) publishTo(task, variant, requestID string, deadline time.Time, hdr
 	}
 }
 
+// waitPending waits until task/variant's consumer counts n messages pending. The first delivery's NumPending, which
+// the batching rule reads, can lag the messages stored just before it (seen as 0 with six stored: a batch of one).
+func (r *rig) waitPending(task, variant string, n int) {
+	r.t.Helper()
+	c, err := r.js.Consumer(context.Background(), wire.TaskStream(r.spec.Name), wire.Consumer(task, variant))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if err := testrig.WaitFor(5*time.Second, fmt.Sprintf("%d messages pending for %s/%s", n, task, variant), func() bool {
+		info, err := c.Info(context.Background())
+		return err == nil && info.NumPending == uint64(n)
+	}); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
 func (r *rig) next(timeout time.Duration) wire.ResultMessage {
 	r.t.Helper()
 	select {
@@ -315,6 +331,7 @@ func TestWorkerBatchesWhatIsQueued(t *testing.T) {
 				r.publish("slow", fmt.Sprint("r", i), soon, nil, data)
 				total += n
 			}
+			r.waitPending("a", "slow", len(tc.items))
 			var sizes []int
 			var mu sync.Mutex
 			w := r.startWorkerWith(Config{ID: "w1", FetchWait: 100 * time.Millisecond,
