@@ -216,20 +216,22 @@ floor-grid: build
 
 # Gear switching (CascadeServe; pkg/gears) against the plan's threshold alone (--gears=false), simulated: the cascade
 # example on 10 servers, a step (GEARS_STEP), a steeper one (GEARS_STEEP) and the Azure conversation trace scaled to
-# 50-280 QPS over 10 minutes (GEARS_TRACE), seeds GEARS_SEEDS; per run, after a 30 s warmup: violations, mean served
-# accuracy, the share of items sent on, re-plans, mean active servers. Deterministic; about two minutes.
+# 50-280 QPS over 10 minutes (GEARS_TRACE), seeds GEARS_SEEDS, with GEARS_FLAGS (e.g. --gear-batches) on every run;
+# per run, after a 30 s warmup: violations, mean served accuracy, the share of items sent on, re-plans, mean active
+# servers. Deterministic; about two minutes.
 # docs/cascades.md#gears has the table.
 GEARS_STEP ?= steps:100:60s,260:60s,100:60s
 GEARS_STEEP ?= steps:50:60s,200:60s,50:60s
 GEARS_TRACE ?= trace:examples/traces/azure-llm-2023-conv/AzureLLMInferenceTrace_conv.csv:50:280:10m
 GEARS_SEEDS ?= 1 2 3
+GEARS_FLAGS ?=
 gears: build
 	@printf '%-6s %-6s %-5s %11s %9s %8s %8s %8s\n' load gears seed violations accuracy sent_on replans servers; \
 	for wl in step steep trace; do \
 	  case $$wl in step) w=$(GEARS_STEP);; steep) w=$(GEARS_STEEP);; *) w=$(GEARS_TRACE);; esac; \
 	  for g in true false; do for s in $(GEARS_SEEDS); do \
 	    bin/sleipnir sim --pipeline examples/cascade.yaml --servers 10 --workload $$w --warmup 30s --gears=$$g \
-	      --seed $$s --json --progress=false | \
+	      --seed $$s --json --progress=false $(GEARS_FLAGS) | \
 	    sed -E 's/.*"slo_violation_ratio":([0-9.e+-]+).*"mean_accuracy":([0-9.e+-]+).*"mean_active_servers":([0-9.e+-]+).*"escalation_ratio":([0-9.e+-]+).*"replans":([0-9]+).*/\1 \2 \4 \5 \3/' | \
 	    awk -v w=$$wl -v g=$$g -v s=$$s '{printf "%-6s %-6s %-5s %10.3f%% %9.4f %8.3f %8d %8.1f\n", w, g, s, 100*$$1, $$2, $$3, $$4, $$5}'; \
 	  done; done; \

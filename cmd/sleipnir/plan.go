@@ -159,16 +159,31 @@ func planOne(in allocate.Input, opt allocate.Options, lpFile string, asJSON bool
 }
 
 // printGears prints the gear table of each cascade r runs (pkg/gears), at the gears' share of the plan's
-// utilization (gears.Utilization): what the planner publishes with it.
+// utilization (gears.Utilization): what the planner publishes with it; and the table with --gear-batches, where
+// it runs other batches.
 func printGears(in allocate.Input, r *allocate.Result) {
-	tables := gears.Tables(in.Spec, r.Plan(in.Spec.Name, 0), nil, gears.Utilization(in.Utilization))
+	p := r.Plan(in.Spec.Name, 0)
+	tables := gears.Tables(in.Spec, p, nil, gears.Utilization(in.Utilization), nil)
+	batched := gears.Tables(in.Spec, p, nil, gears.Utilization(in.Utilization), &in)
 	for _, task := range slices.Sorted(maps.Keys(tables)) {
-		var rows []string
-		for _, g := range tables[task] {
-			rows = append(rows, fmt.Sprintf("threshold %g up to %.1f items/s a replica", g.Threshold, g.MaxLoad))
+		fmt.Printf("gears of %s: %s\n", task, gearRows(tables[task]))
+		if !slices.EqualFunc(tables[task], batched[task], plan.Gear.Equal) {
+			fmt.Printf("gears of %s with --gear-batches: %s\n", task, gearRows(batched[task]))
 		}
-		fmt.Printf("gears of %s: %s\n", task, strings.Join(rows, "; "))
 	}
+}
+
+// gearRows is a gear table, in words.
+func gearRows(table []plan.Gear) string {
+	var rows []string
+	for _, g := range table {
+		row := fmt.Sprintf("threshold %g up to %.1f items/s a replica", g.Threshold, g.MaxLoad)
+		for _, v := range slices.Sorted(maps.Keys(g.Batches)) {
+			row += fmt.Sprintf(", %s at batch %d", v, g.Batches[v].MaxBatch)
+		}
+		rows = append(rows, row)
+	}
+	return strings.Join(rows, "; ")
 }
 
 // planChecked solves in and prints its plan with the plan check's prediction (on the gaps in checkGaps, else on

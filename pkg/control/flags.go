@@ -32,6 +32,7 @@ type Flags struct {
 	checkTarget    *float64
 	maxCost        *float64
 	gears          *bool
+	gearBatches    *bool
 }
 
 // RegisterFlags registers the control flags on fs.
@@ -75,6 +76,9 @@ func RegisterFlags(fs *flag.FlagSet) *Flags {
 			"demand, as accurate at it) and its gear table, which the cascade's workers switch between as their load "+
 			"moves, re-planning only past the range (pkg/gears; off: the plan's threshold holds until the next plan; "+
 			"docs/cascades.md#gears)"),
+		gearBatches: fs.Bool("gear-batches", false, "with --gears, let each gear run the cascade's variants at "+
+			"larger max batches where the latency budget has the time, counted in what the gear carries "+
+			"(docs/cascades.md#gears)"),
 	}
 }
 
@@ -85,7 +89,7 @@ func (f *Flags) Config() (Config, error) {
 		Headroom: *f.headroom, RouteUtilization: *f.utilization, SolveTimeLimit: *f.solveTimeLimit,
 		SolveWorkers: *f.solveWorkers, TuneEvery: *f.tuneEvery,
 		ProfilesOnly: !*f.measured, Sharing: *f.sharing, CheckTarget: *f.checkTarget,
-		MaxCostPerHour: *f.maxCost, Gears: *f.gears}
+		MaxCostPerHour: *f.maxCost, Gears: *f.gears, GearBatches: *f.gearBatches}
 	switch {
 	case *f.check:
 		c.Check = CheckAll

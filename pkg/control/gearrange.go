@@ -3,6 +3,7 @@ package control
 import (
 	"maps"
 
+	"github.com/sleipnir-serving/sleipnir/pkg/allocate"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 )
@@ -21,10 +22,10 @@ const gearRangeSolves = 4
 // demand up to GearRange times in.Demand that hosts every variant of base with at least base's capacity (the same
 // cascades): at the estimate it serves as accurately as base, the gears giving up accuracy only as the load rises
 // past what base carries, and a rise up to the larger demand needs no new placement (absorbs). It runs base's
-// thresholds and expects base's accuracy; its Allocation.DemandQPS is the larger demand. base when no larger
-// placement does, base runs no cascade or fills the cluster. The candidates are checked where the loop checks (the
-// plans in accuracy mode, by default): the larger demand is what the placement must carry when the gears take a
-// rise without a new placement.
+// thresholds, in base's mode, and expects base's accuracy; its Allocation.DemandQPS is the larger demand. base when
+// no larger placement does, base runs no cascade or fills the cluster. The candidates are checked where the loop
+// checks (the plans in accuracy mode, by default): the larger demand is what the placement must carry when the
+// gears take a rise without a new placement.
 func (l *Loop) gearRange(spec *pipeline.Spec, in Observed, base *plan.Plan) *plan.Plan {
 	// Only a plan in hardware mode leaves servers for a larger placement: one that fills the cluster (accuracy mode)
 	// has none to host more of every variant with.
@@ -56,6 +57,9 @@ func (l *Loop) gearRange(spec *pipeline.Spec, in Observed, base *plan.Plan) *pla
 		return base
 	}
 	r := *best
+	// The mode of the plan for the estimate, which the range plan serves as it does: the larger demand's may be
+	// accuracy mode (a full cluster at that demand), which the estimate is not served in.
+	r.Mode = base.Mode
 	r.Cascades = maps.Clone(base.Cascades)
 	a := *best.Allocation
 	a.SystemAccuracy = base.Allocation.SystemAccuracy
@@ -88,4 +92,17 @@ func dominates(q, p *plan.Plan) bool {
 // with their hysteresis (a fall within the range loses no accuracy: the gears go back to the more accurate levels).
 func (l *Loop) absorbs(o Observed) bool {
 	return l.cfg.Gears && len(l.current.Gears) > 0 && l.planned.padded && o.Demand <= l.planned.covers
+}
+
+// gearInput is the allocation's input p was solved with, for its gears' batch sizes (gears.Tables): its demand
+// and latency model (the plan check may take the paper's), the loop's routing utilization. nil without
+// GearBatches, and for a plan of no allocation (static, or an allocator's without one).
+func (l *Loop) gearInput(spec *pipeline.Spec, in Observed, p *plan.Plan) *allocate.Input {
+	if !l.cfg.GearBatches || p.Allocation == nil {
+		return nil
+	}
+	in.Demand = p.Allocation.DemandQPS
+	a := MILP{Utilization: l.cfg.RouteUtilization, LatencyModel: allocate.LatencyModel(p.Allocation.LatencyModel)}
+	i := a.input(spec, in)
+	return &i
 }

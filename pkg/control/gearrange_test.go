@@ -58,3 +58,37 @@ func TestGearRangeAbsorbsAStep(t *testing.T) {
 		}
 	}
 }
+
+// TestGearRangeKeepsTheBaseMode: the cascade example at 93 QPS on 12 servers is planned in hardware mode; its gear
+// range reaches a placement solved in accuracy mode for three times the demand planned, and the range plan, which
+// serves the estimate as the plan for it does, is published in that plan's mode (hardware), not the larger demand's.
+func TestGearRangeKeepsTheBaseMode(t *testing.T) {
+	spec, err := pipeline.Load("../../examples/cascade.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	static, err := plan.Static(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	milp := MILP{Utilization: 0.85, TimeLimit: 5 * time.Second, Workers: 1}
+	o := Observed{Demand: 93, Servers: 12}
+	l := New(spec, Config{Gears: true}, milp, static)
+	st := l.Next(time.Unix(1000, 0), o)
+	if st.Err != nil || st.Plan == nil {
+		t.Fatalf("no plan: %v", st.Err)
+	}
+	bare, err := milp.Allocate(spec, Observed{Demand: l.cfg.Planned(o.Demand, false), Servers: 12})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := st.Plan
+	if p.Allocation.DemandQPS <= bare.Allocation.DemandQPS*1.5 {
+		t.Fatalf("range sized for %.1f QPS, the plan for the estimate %.1f: want a range", p.Allocation.DemandQPS,
+			bare.Allocation.DemandQPS)
+	}
+	if bare.Mode != plan.ModeHardware || p.Mode != bare.Mode {
+		t.Errorf("the range plan (for %.1f QPS) is in mode %s, the plan for the estimate in %s: want both hardware",
+			p.Allocation.DemandQPS, p.Mode, bare.Mode)
+	}
+}

@@ -216,7 +216,8 @@ func (l *Loop) replan(now time.Time, o Observed) Step {
 		priceOn(p, o.OnCluster())
 	}
 	if l.cfg.Gears {
-		p.Gears = gears.Tables(spec, p, in.EscalationScale, gears.Utilization(l.cfg.RouteUtilization))
+		p.Gears = gears.Tables(spec, p, in.EscalationScale, gears.Utilization(l.cfg.RouteUtilization),
+			l.gearInput(spec, in, p))
 	}
 	if same := sameAllocation(l.current, p); same || !forced && !l.worthSwapping(p, o) {
 		// The same allocation, or a better one not worth its model loads: no new epoch, which would move no worker

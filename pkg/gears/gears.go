@@ -12,6 +12,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/sleipnir-serving/sleipnir/pkg/allocate"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 )
@@ -19,9 +20,14 @@ import (
 // Tables is the gear table of each cascade plan p runs (p.Cascades): per level of the cascade, the most load (items a
 // second per replica of the first variant) its placement carries at that level at utilization (the routing's share
 // of each replica's capacity): every item on the first variant, the level's share of them (times scale, the
-// measured escalation over the profiled one, per task; absent: 1) on the next. A level is a gear when it carries
-// more than every more accurate one; the gears are most accurate first. nil when p runs no cascade.
-func Tables(spec *pipeline.Spec, p *plan.Plan, scale map[string]float64, utilization float64) map[string][]plan.Gear {
+// measured escalation over the profiled one, per task; absent: 1) on the next. With in (the allocation's input p was
+// solved with; nil: the plan's batches alone), each level runs the cascade's two variants at the max batches that
+// carry the most at it of those the allocation's model allows on the placement (allocate.GearSizings: every path
+// through the cascade within its latency budget), listed in the gear where they are not the plan's. A level is a
+// gear when it carries more than every more accurate one; the gears are most accurate first. nil when p runs no
+// cascade.
+func Tables(spec *pipeline.Spec, p *plan.Plan, scale map[string]float64, utilization float64,
+	in *allocate.Input) map[string][]plan.Gear {
 	var out map[string][]plan.Gear
 	for task := range p.Cascades {
 		t := spec.Task(task)
@@ -40,15 +46,16 @@ func Tables(spec *pipeline.Spec, p *plan.Plan, scale map[string]float64, utiliza
 		sort.SliceStable(levels, func(i, j int) bool { return levels[i].Value() > levels[j].Value() })
 		var table []plan.Gear
 		for _, l := range levels {
-			load := first.CapacityQPS
-			if e := min(1, l.Escalation*s); e > 0 {
-				load = min(load, next.CapacityQPS/e)
+			e := min(1, l.Escalation*s)
+			g := plan.Gear{MaxLoad: carried(first.CapacityQPS, next.CapacityQPS, e), Threshold: l.Threshold}
+			if in != nil {
+				g = faster(g, allocate.GearSizings(*in, p, task, l.Threshold, scale), first, next, e)
 			}
-			load *= utilization / float64(first.Replicas)
-			if n := len(table); n > 0 && load <= table[n-1].MaxLoad {
+			g.MaxLoad *= utilization / float64(first.Replicas)
+			if n := len(table); n > 0 && g.MaxLoad <= table[n-1].MaxLoad {
 				continue // less accurate, and carries no more
 			}
-			table = append(table, plan.Gear{MaxLoad: load, Threshold: l.Threshold})
+			table = append(table, g)
 		}
 		if out == nil {
 			out = map[string][]plan.Gear{}
@@ -56,6 +63,61 @@ func Tables(spec *pipeline.Spec, p *plan.Plan, scale map[string]float64, utiliza
 		out[task] = table
 	}
 	return out
+}
+
+// carried is the items a second a cascade's first variant takes when its replicas carry first (items a second) and
+// the next variant's next, a share e of them sent on.
+func carried(first, next, e float64) float64 {
+	if e > 0 {
+		return min(first, next/e)
+	}
+	return first
+}
+
+// faster is gear g (its MaxLoad the items a second the plan's batches carry) at the sizing that carries the most of
+// sizings (the plan's batches first: the others' capacities are taken relative to theirs, so that a gear at the
+// plan's batches carries what the plan says), listing the batches that are not the plan's: a gear runs other batches
+// only where they carry more, the plan's (which the planner chose and measures) otherwise. Of sizings that carry as
+// much more, the one with the most capacity to spare.
+//
+// A sizing that gives either variant less capacity than the plan's batches is left out. Replicas switch gears on
+// their own, so items of several gears meet at the next variant (which runs the smallest of their batches), and a
+// first variant slowed by its gear takes fewer items, measures less load and stays in that gear. With every gear at
+// least the plan's capacity on both variants, a mix of gears carries at least what the plan does.
+func faster(g plan.Gear, sizings []allocate.GearSizing, first, next *plan.VariantPlan, e float64) plan.Gear {
+	if len(sizings) < 2 || sizings[0].Capacity[0] <= 0 || sizings[0].Capacity[1] <= 0 {
+		return g
+	}
+	base := sizings[0]
+	// spare is a sizing's capacity on both variants, relative to the plan's batches'.
+	spare := func(z allocate.GearSizing) float64 {
+		return z.Capacity[0]/base.Capacity[0] + z.Capacity[1]/base.Capacity[1]
+	}
+	best, load := base, g.MaxLoad
+	for _, z := range sizings[1:] {
+		if z.Capacity[0] < base.Capacity[0] || z.Capacity[1] < base.Capacity[1] {
+			continue
+		}
+		l := carried(first.CapacityQPS*z.Capacity[0]/base.Capacity[0],
+			next.CapacityQPS*z.Capacity[1]/base.Capacity[1], e)
+		const eps = 1e-9
+		switch {
+		case l > load*(1+eps):
+		case l < load*(1-eps), best == base || spare(z) <= spare(best)*(1+eps):
+			continue // carries less, or as much as the plan's batches, or as much and spares no more
+		}
+		best, load = z, l
+	}
+	g.MaxLoad = load
+	for i, vp := range []*plan.VariantPlan{first, next} {
+		if best.Batch[i] != base.Batch[i] {
+			if g.Batches == nil {
+				g.Batches = map[string]plan.GearBatch{}
+			}
+			g.Batches[vp.Variant] = plan.GearBatch{MaxBatch: best.Batch[i], BudgetMs: best.P50Ms[i]}
+		}
+	}
+	return g
 }
 
 // Utilization is the share of each replica's capacity a gear table fills, for a plan routed at route (its
@@ -188,8 +250,39 @@ func Follow(sw *Switch, spec *pipeline.Spec, p *plan.Plan, task, variant string)
 	switch {
 	case len(table) == 0:
 		return nil
-	case sw != nil && slices.Equal(sw.table, table):
+	case sw != nil && slices.EqualFunc(sw.table, table, plan.Gear.Equal):
 		return sw
 	}
 	return NewSwitch(table, p.Cascades[task])
+}
+
+// ItemGear is the gear an item is run at by a replica: the threshold its message carries (sent on by a cascade's
+// first variant under a gear), else the replica's own gear (sw, at a cascade's first variant), else 0 (the plan's).
+func ItemGear(message float64, sw *Switch) float64 {
+	switch {
+	case message > 0:
+		return message
+	case sw != nil:
+		return sw.Threshold()
+	}
+	return 0
+}
+
+// MaxBatch is the max batch of a replica of task/variant under p for items of gear th (ItemGear): the gear's where
+// its table lists one for the variant, else planBatch, the plan's.
+//
+// A batch of items of several gears runs at the smallest of their gears' max batches (a caller lowers its limit
+// with each message it takes): each item's path fits its latency budget at its own gear's batches, and a gear that
+// runs the first stage at a larger batch leaves the next less time, so the oldest item's gear alone could put an
+// item behind a larger batch than its path has room for.
+func MaxBatch(p *plan.Plan, task, variant string, planBatch int, th float64) int {
+	if th <= 0 || p == nil || len(p.Gears) == 0 {
+		return planBatch
+	}
+	if g, ok := p.GearAt(task, th); ok {
+		if b, ok := g.Batches[variant]; ok {
+			return b.MaxBatch
+		}
+	}
+	return planBatch
 }

@@ -28,7 +28,7 @@ func TestTables(t *testing.T) {
 	if !ok {
 		t.Fatalf("no cascade in %v", p.Cascades)
 	}
-	tables := Tables(spec, p, nil, 0.85)
+	tables := Tables(spec, p, nil, 0.85, nil)
 	table := tables["classify"]
 	if len(table) < 2 {
 		t.Fatalf("gears %v: want at least two", table)
@@ -49,7 +49,7 @@ func TestTables(t *testing.T) {
 	if !found || table[0].Threshold <= th {
 		t.Errorf("gears %v, plan's threshold %v: want it among them, a more accurate one first", table, th)
 	}
-	if Tables(spec, &plan.Plan{}, nil, 0.85) != nil {
+	if Tables(spec, &plan.Plan{}, nil, 0.85, nil) != nil {
 		t.Error("a plan without cascades has gear tables")
 	}
 }
@@ -142,7 +142,7 @@ func TestPlansGearHoldsNearCapacity(t *testing.T) {
 		t.Fatalf("no cascade placement in %+v", p.Variants)
 	}
 	capacity := min(first.CapacityQPS, next.CapacityQPS/c.Level(th).Escalation) / float64(first.Replicas)
-	table := Tables(spec, p, nil, Utilization(0.85))["classify"]
+	table := Tables(spec, p, nil, Utilization(0.85), nil)["classify"]
 	if len(table) < 2 || table[len(table)-1].Threshold == th {
 		t.Fatalf("gears %v, plan's threshold %v: want a faster gear after the plan's", table, th)
 	}
@@ -157,5 +157,93 @@ func TestPlansGearHoldsNearCapacity(t *testing.T) {
 			t.Fatalf("at %.1f items/s a replica (95%% of %.1f): threshold %v after %v, want the plan's %v",
 				0.95*capacity, capacity, s.Threshold(), at.Sub(time.Unix(0, 0)), th)
 		}
+	}
+}
+
+// TestTablesWithBatches: the cascade example's plan for 100 QPS on 10 servers runs effnet_b0 at 8 and effnet_b7 at 4
+// (latency to spare: the path takes 219 of its 297 ms); with the allocation's input its gear table runs some gears
+// at larger batches (its most accurate gear, effnet_b0 at 16 and effnet_b7 at 8, carries 215 items/s a replica
+// against 165, more than any faster gear), each listed batch not the plan's and no slower (items a second a
+// replica), every path within its budget at the gear's batches (p50s: the model budgets at least those), and each
+// gear carries at least what it carries at the plan's batches, one of them more.
+func TestTablesWithBatches(t *testing.T) {
+	spec, err := pipeline.Load("../../examples/cascade.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := allocate.Input{Spec: spec, Demand: 100, Servers: 10, Utilization: 0.85}
+	r, err := allocate.SolveCascade(in, allocate.Options{Workers: 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := r.Plan(spec.Name, 1)
+	c := spec.Task("classify").Cascade
+	plain := map[float64]float64{}
+	for _, g := range Tables(spec, p, nil, Utilization(0.85), nil)["classify"] {
+		plain[g.Threshold] = g.MaxLoad
+	}
+	detect := 0.0
+	for _, vp := range p.Hosted(spec, "detect") {
+		detect = max(detect, vp.BudgetMs)
+	}
+	budget := pipeline.ProcessingBudgetMs(spec.SLOMs) - 3*spec.CommLatencyMs
+	more := false
+	for _, g := range Tables(spec, p, nil, Utilization(0.85), &in)["classify"] {
+		path := detect
+		for _, v := range c.Variants {
+			vp, b := p.Find("classify", v), p.Find("classify", v).MaxBatch
+			if gb, ok := g.Batches[v]; ok {
+				if gb.MaxBatch == vp.MaxBatch || gb.BudgetMs != spec.Variant("classify", v).LatencyFor(gb.MaxBatch).P50Ms {
+					t.Errorf("gear %v: %s at %+v, the plan's batch %d", g.Threshold, v, gb, vp.MaxBatch)
+				}
+				b = gb.MaxBatch
+			}
+			sv := spec.Variant("classify", v)
+			if sv.Throughput(b) < sv.Throughput(vp.MaxBatch) {
+				t.Errorf("gear %v: %s at %d serves less than at the plan's %d", g.Threshold, v, b, vp.MaxBatch)
+			}
+			path += sv.LatencyFor(b).P50Ms
+		}
+		if path > budget+1e-9 {
+			t.Errorf("gear %+v: the path takes %.1f ms, over its %.1f", g, path, budget)
+		}
+		if was, ok := plain[g.Threshold]; ok {
+			if g.MaxLoad < was*(1-1e-9) {
+				t.Errorf("gear %+v carries less than at the plan's batches (%.1f)", g, was)
+			}
+			more = more || len(g.Batches) > 0 && g.MaxLoad > was*1.01
+		}
+	}
+	if !more {
+		t.Errorf("no gear carries more at other batches: %+v", Tables(spec, p, nil, Utilization(0.85), &in)["classify"])
+	}
+}
+
+// TestMaxBatch: an item sent on under a gear runs at that gear's max batch for the variant where the gear lists one,
+// else the plan's; an item with no gear at the replica's own gear's (a first variant's switch), else the plan's.
+func TestMaxBatch(t *testing.T) {
+	p := &plan.Plan{Cascades: map[string]float64{"classify": 0.7}, Gears: map[string][]plan.Gear{"classify": {
+		{MaxLoad: 100, Threshold: 0.7},
+		{MaxLoad: 200, Threshold: 0.5, Batches: map[string]plan.GearBatch{"effnet_b0": {MaxBatch: 32, BudgetMs: 117}}},
+	}}}
+	for _, c := range []struct {
+		variant string
+		gear    float64
+		want    int
+	}{{"effnet_b0", 0.5, 32}, {"effnet_b0", 0.7, 16}, {"effnet_b0", 0, 16}, {"effnet_b7", 0.5, 16},
+		{"effnet_b0", 0.6, 16}} {
+		if got := MaxBatch(p, "classify", c.variant, 16, c.gear); got != c.want {
+			t.Errorf("%s at gear %v: max batch %d, want %d", c.variant, c.gear, got, c.want)
+		}
+	}
+	sw := NewSwitch(p.Gears["classify"], 0.5)
+	if got := ItemGear(0, sw); got != 0.5 {
+		t.Errorf("an item with no gear at a replica in gear 0.5: %v", got)
+	}
+	if got := ItemGear(0.7, sw); got != 0.7 {
+		t.Errorf("an item sent on at 0.7: %v", got)
+	}
+	if got := ItemGear(0, nil); got != 0 {
+		t.Errorf("no gear anywhere: %v", got)
 	}
 }

@@ -3,6 +3,7 @@ package plan
 import (
 	"fmt"
 	"maps"
+	"slices"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 )
@@ -69,9 +70,9 @@ func (p *Plan) GearedLeafAccuracy(spec *pipeline.Spec, path []string, gear float
 	return spec.CascadePathAccuracy(path, th)
 }
 
-// checkGears checks that each gear table is of a cascade the plan runs, its thresholds in [0, 1] and its loads
-// increasing.
-func (p *Plan) checkGears() error {
+// checkGears checks that each gear table is of a cascade the plan runs, its thresholds in [0, 1], its loads
+// increasing, and its batches of the cascade's variants, at one of the spec's batch sizes with a sane budget.
+func (p *Plan) checkGears(spec *pipeline.Spec) error {
 	for task, table := range p.Gears {
 		if _, on := p.Cascades[task]; !on {
 			return fmt.Errorf("gears of %q: the plan runs no cascade there", task)
@@ -81,7 +82,50 @@ func (p *Plan) checkGears() error {
 				return fmt.Errorf("gears of %q: gear %d %+v: want a threshold in [0, 1] and more load than the "+
 					"gear before", task, i, g)
 			}
+			t := spec.Task(task)
+			for v, b := range g.Batches {
+				if t == nil || t.Cascade == nil || !slices.Contains(t.Cascade.Variants, v) {
+					return fmt.Errorf("gears of %q: gear %d batches %q, not a variant of the cascade", task, i, v)
+				}
+				if !slices.Contains(spec.BatchSizes, b.MaxBatch) || !finiteNonNegative(b.BudgetMs) {
+					return fmt.Errorf("gears of %q: gear %d: %s at max batch %d, budget %v ms: want one of the "+
+						"batch sizes %v and a budget", task, i, v, b.MaxBatch, b.BudgetMs, spec.BatchSizes)
+				}
+			}
 		}
 	}
 	return nil
+}
+
+// Equal says g and o are the same gear.
+func (g Gear) Equal(o Gear) bool {
+	return g.MaxLoad == o.MaxLoad && g.Threshold == o.Threshold && maps.Equal(g.Batches, o.Batches)
+}
+
+// GearAt is the gear of task's table whose threshold is threshold (ok false when none is).
+func (p *Plan) GearAt(task string, threshold float64) (Gear, bool) {
+	for _, g := range p.Gears[task] {
+		if g.Threshold == threshold {
+			return g, true
+		}
+	}
+	return Gear{}, false
+}
+
+// InGear is p as its replicas run in gear g of task's cascade: the variants g lists at g's max batch and budget
+// (the rest of p shared, not copied); p itself when g lists none. The deadline stages and the hop step built on it
+// budget the cascade's stages as the gear runs them.
+func (p *Plan) InGear(task string, g Gear) *Plan {
+	if len(g.Batches) == 0 {
+		return p
+	}
+	q := *p
+	q.Variants = append([]VariantPlan(nil), p.Variants...)
+	for i := range q.Variants {
+		v := &q.Variants[i]
+		if b, ok := g.Batches[v.Variant]; ok && v.Task == task {
+			v.MaxBatch, v.BudgetMs = b.MaxBatch, b.BudgetMs
+		}
+	}
+	return &q
 }

@@ -47,10 +47,19 @@ type Plan struct {
 }
 
 // Gear is one row of a cascade's gear table: up to MaxLoad items a second per replica of the cascade's first
-// variant, its items run at Threshold.
+// variant, its items run at Threshold, and the cascade's variants listed in Batches at the max batch (and budget)
+// given there in place of the plan's (absent: every variant at the plan's).
 type Gear struct {
-	MaxLoad   float64 `json:"max_load"`
-	Threshold float64 `json:"threshold"`
+	MaxLoad   float64              `json:"max_load"`
+	Threshold float64              `json:"threshold"`
+	Batches   map[string]GearBatch `json:"batches,omitempty"`
+}
+
+// GearBatch is a cascade variant's max batch in a gear, and its budget there: its p50 latency at MaxBatch (as
+// VariantPlan's).
+type GearBatch struct {
+	MaxBatch int     `json:"max_batch"`
+	BudgetMs float64 `json:"budget_ms"`
 }
 
 // Allocation describes how a plan's variants were chosen by the allocation MILP (pkg/allocate).

@@ -55,7 +55,7 @@ func (p *Plan) Validate(spec *pipeline.Spec) error {
 	if err := p.checkCascades(spec); err != nil {
 		return err
 	}
-	if err := p.checkGears(); err != nil {
+	if err := p.checkGears(spec); err != nil {
 		return err
 	}
 	return p.checkAllocation()

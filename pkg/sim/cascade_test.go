@@ -7,6 +7,7 @@ import (
 
 	"github.com/sleipnir-serving/sleipnir/pkg/control"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
+	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/workload"
 )
 
@@ -106,5 +107,75 @@ func TestGearsAbsorbAStep(t *testing.T) {
 		t.Errorf("with gears %.3f%% violations, accuracy %.4f, %d re-plans; without %.3f%%, %.4f, %d",
 			100*on.SLOViolationRatio, on.MeanAccuracy, on.Replans, 100*off.SLOViolationRatio, off.MeanAccuracy,
 			off.Replans)
+	}
+}
+
+// TestGearsRunTheirBatches: under a plan whose gear table runs the cascade's variants at other max batches, a
+// simulated server of the first variant batches at its own gear's (twice the plan's), and one of the next variant
+// at the smallest of the gears of the items it takes (gears.MaxBatch): a message of a gear that runs it at 1 ends a
+// batch of the plan's gear's, and one that begins the batch holds it to 1.
+func TestGearsRunTheirBatches(t *testing.T) {
+	spec, err := pipeline.Load("../../examples/cascade.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := newSim(Config{Spec: spec, Workload: workload.Constant(100, 3*time.Second), Servers: 10, Seed: 1,
+		CommLatency: -1, Control: control.Config{Gears: true, GearBatches: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.run() // to the planner's plan, served to the end
+	p := s.pipes[0]
+	th, on := p.plan.Cascades["classify"]
+	if !on {
+		t.Fatalf("the plan runs no cascade: %+v", p.plan)
+	}
+	c := spec.Task("classify").Cascade
+	first, next := p.plan.Find("classify", c.Variants[0]), p.plan.Find("classify", c.Variants[1])
+	if first == nil || next == nil || first.MaxBatch > 16 || next.MaxBatch < 2 {
+		t.Fatalf("the first plan's cascade %+v, %+v: want room for larger and smaller batches", first, next)
+	}
+	geared := *p.plan
+	geared.Gears = map[string][]plan.Gear{"classify": {
+		{MaxLoad: 100, Threshold: th, Batches: map[string]plan.GearBatch{
+			first.Variant: {MaxBatch: 2 * first.MaxBatch, BudgetMs: 100}}},
+		{MaxLoad: 200, Threshold: th - 0.1, Batches: map[string]plan.GearBatch{next.Variant: {MaxBatch: 1, BudgetMs: 20}}},
+	}}
+	s.applyPlan(p, &geared, false)
+	server := func(variant string) int {
+		for i := range s.servers {
+			if q := s.servers[i].queue; q >= 0 && s.queues[q].variant.Name == variant && !s.servers[i].busy {
+				return i
+			}
+		}
+		t.Fatalf("no idle server of %s", variant)
+		return -1
+	}
+	batch := func(srv int, gears ...float64) int {
+		sv := &s.servers[srv]
+		h := s.queues[sv.queue]
+		h.queue, h.head = nil, 0
+		r := &request{pipe: p, due: int64(time.Minute)}
+		for _, g := range gears {
+			h.queue = append(h.queue, &message{req: r, items: 1, den: 1, gear: g})
+		}
+		s.startBatch(srv)
+		n := len(sv.batch)
+		sv.batch, sv.busy = sv.batch[:0], false
+		return n
+	}
+	if got := batch(server(first.Variant), make([]float64, 40)...); got != 2*first.MaxBatch {
+		t.Errorf("%s in the plan's gear: a batch of %d, want its gear's %d (the plan's %d)", first.Variant, got,
+			2*first.MaxBatch, first.MaxBatch)
+	}
+	srv := server(next.Variant)
+	if got := batch(srv, th, th, th-0.1, th, th); got != 2 {
+		t.Errorf("%s: a batch of %d items before one of the gear at 1, want 2", next.Variant, got)
+	}
+	if got := batch(srv, th-0.1, th, th); got != 1 {
+		t.Errorf("%s: a batch of %d items begun by one of the gear at 1, want 1", next.Variant, got)
+	}
+	if got := batch(srv, th, th, th, th, th, th, th, th, th, th); got != next.MaxBatch {
+		t.Errorf("%s in the plan's gear: a batch of %d, want the plan's %d", next.Variant, got, next.MaxBatch)
 	}
 }

@@ -3,12 +3,14 @@
 package sim
 
 import (
+	"cmp"
 	"time"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/admission"
 	"github.com/sleipnir-serving/sleipnir/pkg/batching"
 	"github.com/sleipnir-serving/sleipnir/pkg/completion"
 	"github.com/sleipnir-serving/sleipnir/pkg/deadline"
+	"github.com/sleipnir-serving/sleipnir/pkg/gears"
 	"github.com/sleipnir-serving/sleipnir/pkg/hop"
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
@@ -168,11 +170,19 @@ func (s *sim) startBatch(srv int) {
 	sv := &s.servers[srv]
 	h := s.queues[sv.queue]
 	taken := 0
+	limit := 0 // the batch's max batch once it takes an item (gears.MaxBatch: under gears, the smallest of theirs)
 	take := func(m *message) bool {
-		if reason := sv.table.Stage.BeforeExecute(s.now, m.req.due, m.enqueued); reason != "" {
+		stage, batch := sv.table.Stage, sv.maxBatch
+		if sv.geared != nil {
+			th := gears.ItemGear(m.gear, sv.gear)
+			stage = sv.geared.For(th).Stage
+			batch = gears.MaxBatch(h.pipe.plan, h.pipe.tasks[h.task], h.variant.Name, sv.maxBatch, th)
+		}
+		if reason := stage.BeforeExecute(s.now, m.req.due, m.enqueued); reason != "" {
 			m.dropped = reason
-		} else if batching.Fits(sv.maxBatch, taken, m.items) {
+		} else if l := minSet(limit, batch); batching.Fits(l, taken, m.items) {
 			taken += m.items
+			limit = l
 		} else {
 			return false
 		}
@@ -186,7 +196,7 @@ func (s *sim) startBatch(srv int) {
 	}
 	rest := s.takeAll(queued, take)
 	if rest == nil {
-		more := batching.More(sv.maxBatch, taken, h.pending())
+		more := batching.More(cmp.Or(limit, sv.maxBatch), taken, h.pending())
 		queued = s.taken[:0]
 		for range more {
 			queued = append(queued, h.deliver())
@@ -206,8 +216,11 @@ func (s *sim) startBatch(srv int) {
 	s.taken = queued[:0] // not cleared: every message stays referenced by s.msgs anyway
 	var d time.Duration
 	scale := slowdownAt(s.cfg.Slowdown, srv, time.Duration(s.now))
-	for c := range batching.Chunks(taken, sv.maxBatch) {
-		n := min(sv.maxBatch, taken-c*sv.maxBatch)
+	for c := range batching.Chunks(taken, limit) {
+		n := min(limit, taken-c*limit)
+		if n > sv.maxBatch {
+			h.overPlan++
+		}
 		b := time.Duration(float64(h.exec.Latency(n)) * scale)
 		d += b
 		s.measure(srv, h, n, b, d)
@@ -229,7 +242,7 @@ func (s *sim) batchDone(srv int) {
 			n += m.items
 		}
 		sv.gear.Observe(s.time(), n)
-		sv.table.UseGear(sv.gear.Threshold())
+		sv.table = sv.geared.For(sv.gear.Threshold())
 	}
 	for _, m := range sv.batch {
 		r := m.req
@@ -438,62 +451,4 @@ func (s *sim) newRequest() *request {
 	s.freeReqs[n-1] = nil
 	s.freeReqs = s.freeReqs[:n-1]
 	return r
-}
-
-// escalate sends on an item a cascade's first variant answered, as a worker does (hop.Table.Escalate): its
-// confidence drawn as the emulated executor draws it (levelConfidence for a real model's), the item delivered to
-// the cascade's next variant one hop later and counted for the heartbeat. It says whether the item went on.
-func (s *sim) escalate(p *pipe, h *variantQueue, t *hop.Table, r *request, den uint64, node int32,
-	left time.Duration) bool {
-	if !t.Escalates() {
-		return false
-	}
-	conf := 0.0
-	if h.exec.DrawsConfidence() {
-		conf = h.exec.Confidence(s.rng)
-	} else {
-		conf = s.levelConfidence(p, h, node, t.Threshold())
-	}
-	next, _ := t.Escalate(conf, left)
-	if next == "" {
-		return false
-	}
-	h.subs.Escalated++
-	m := s.send(p, p.queueIdx[p.spec.Tasks[h.task].Name][next], r, 1, den, node)
-	if t.Geared() {
-		m.gear = t.Threshold()
-	}
-	return true
-}
-
-// leafGear is the threshold a leaf's item ran its cascade at when a gear chose it (0: the plan's): its message's,
-// sent on under one, or its server's, a geared first variant that kept it.
-func leafGear(sv *server, m *message) float64 {
-	if m.gear > 0 {
-		return m.gear
-	}
-	if sv.gear != nil {
-		return sv.table.Threshold()
-	}
-	return 0
-}
-
-// levelConfidence is a confidence for an item of a real model's cascade, whose confidences the simulator cannot draw
-// (the emulated executor answers 1, so nothing would go on while the leaves count the kept items' accuracy): below
-// the threshold in force (the plan's, or its gear's) with the profile's measured escalation at it (the item's path's level, cascade.paths, where
-// measured; else the task's), above it otherwise.
-func (s *sim) levelConfidence(p *pipe, h *variantQueue, node int32, th float64) float64 {
-	task := p.spec.Tasks[h.task]
-	if _, ok := p.plan.Cascades[task.Name]; !ok || task.Cascade == nil {
-		return 1
-	}
-	path := p.trie.path[node]
-	l, ok := task.Cascade.PathLevel(path[:len(path)-1], th)
-	if !ok {
-		l = task.Cascade.Level(th)
-	}
-	if s.rng.Float64() < l.Escalation {
-		return 0
-	}
-	return 1
 }

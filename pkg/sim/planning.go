@@ -152,14 +152,22 @@ func (s *sim) follow(srv int) {
 	p := h.pipe
 	sv.table = hop.ForReplica(p.spec, p.plan, p.system.Policy, p.tasks[h.task], h.variant.Name, h.budget,
 		h.children)
-	if routing.ReadsQueues(p.spec.RoutingMode) {
-		sv.table.Queues = queueView{s, p}
+	prepare := func(t *hop.Table) {
+		if routing.ReadsQueues(p.spec.RoutingMode) {
+			t.Queues = queueView{s, p}
+		}
+		if _, err := t.UsePolicies(p.spec, p.plan, time.Now); err != nil {
+			s.policyErr = errors.Join(s.policyErr, err)
+		}
 	}
-	if _, err := sv.table.UsePolicies(p.spec, p.plan, time.Now); err != nil {
-		s.policyErr = errors.Join(s.policyErr, err)
+	prepare(sv.table)
+	sv.geared = nil
+	if len(p.plan.Gears[p.tasks[h.task]]) > 0 {
+		sv.geared = hop.NewGeared(sv.table, p.spec, p.plan, p.system.Policy, p.tasks[h.task], h.variant.Name,
+			h.budget, h.children, prepare)
 	}
 	if sv.gear = gears.Follow(sv.gear, p.spec, p.plan, p.tasks[h.task], h.variant.Name); sv.gear != nil {
-		sv.table.UseGear(sv.gear.Threshold())
+		sv.table = sv.geared.For(sv.gear.Threshold())
 	}
 }
 

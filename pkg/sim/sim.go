@@ -181,8 +181,11 @@ type variantQueue struct {
 	childQueues [][]namedQueue
 	queue       []*message
 	head        int
-	free        []int32       // idle servers serving this variant
-	budget      time.Duration // under the current plan
+	free        []int32 // idle servers serving this variant
+	// overPlan counts the model batches its servers ran larger than their assignment's max batch: at a gear's
+	// (plan.Gear.Batches).
+	overPlan int
+	budget   time.Duration // under the current plan
 	// What the variant's replicas executed, the messages those came in and the sub-requests they emitted per child
 	// task, cumulative as a worker's heartbeat reports them (wire.Observed); the core folds them.
 	items, messages uint64
@@ -224,6 +227,9 @@ type server struct {
 	table *hop.Table
 	// gear is its gear switch when it serves a cascade's first variant under a plan with gears (pkg/gears).
 	gear *gears.Switch
+	// geared is its forwarding per gear when it serves a cascade's variant under a plan with gears (nil
+	// otherwise): table is the one of its own gear (gear), or the plan's.
+	geared *hop.Geared
 }
 
 // pipe is one pipeline of the simulation: its frontend, its variant queues, its plan in force and its time series.

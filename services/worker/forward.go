@@ -86,7 +86,7 @@ func (w *Worker) publishOut(ctx context.Context, s *serving, in *inbound, ob *ou
 			w.log.Debug("gear switched", "task", s.a.Task, "variant", s.a.Variant, "threshold", th,
 				"items_per_s", s.gear.Rate())
 		}
-		s.table.UseGear(s.gear.Threshold())
+		s.table = s.geared.For(s.gear.Threshold())
 	}
 	for i := range in.items {
 		var err error

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/bus"
 	"github.com/sleipnir-serving/sleipnir/pkg/deadline"
 	"github.com/sleipnir-serving/sleipnir/pkg/executor"
+	"github.com/sleipnir-serving/sleipnir/pkg/gears"
 	"github.com/sleipnir-serving/sleipnir/pkg/telemetry"
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
@@ -34,10 +36,11 @@ func (w *Worker) fetchFirst(s *serving) jetstream.Msg {
 	return msgs[0]
 }
 
-// fetchMore takes, without waiting, the messages the batching rule adds to a batch that executes taken items so
-// far (pending, the NumPending of the newest message delivered, says how many wait, without a round trip).
-func (w *Worker) fetchMore(s *serving, pending uint64, taken int) []jetstream.Msg {
-	n := batching.More(s.a.MaxBatch, taken, int(pending))
+// fetchMore takes, without waiting, the messages the batching rule adds to a batch of at most maxBatch items that
+// executes taken items so far (pending, the NumPending of the newest message delivered, says how many wait,
+// without a round trip).
+func (w *Worker) fetchMore(s *serving, pending uint64, taken, maxBatch int) []jetstream.Msg {
+	n := batching.More(maxBatch, taken, int(pending))
 	if n == 0 {
 		return nil
 	}
@@ -81,9 +84,12 @@ type round struct {
 	inputs []executor.Input
 	slots  []slot // where each input's output goes
 	// now is when the round was assembled: drops and queue waits are reckoned from it.
-	now     time.Time
-	settled settlement
-	msg1    [1]*inbound // room for msgs when it takes one message
+	now time.Time
+	// maxBatch is its max batch once it takes an item (0 before): the assignment's, or under gears the smallest of
+	// its items' gears' (gears.MaxBatch).
+	maxBatch int
+	settled  settlement
+	msg1     [1]*inbound // room for msgs when it takes one message
 }
 
 // serveOnce assembles a batch of the variant's messages, executes it, and forwards its results; the batch is
@@ -107,7 +113,7 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 	rest := takeAll(queued, take)
 	if rest == nil {
 		var more []*inbound
-		for _, m := range w.fetchMore(s, pending, len(r.inputs)) {
+		for _, m := range w.fetchMore(s, pending, len(r.inputs), cmp.Or(r.maxBatch, s.a.MaxBatch)) {
 			if in := w.admit(ctx, s, m); in != nil {
 				more = append(more, in)
 			}
@@ -195,7 +201,14 @@ func (in *inbound) numPending() uint64 {
 
 // take adds a message to the round; false when the items it would execute do not fit (batching.Fits).
 func (w *Worker) take(ctx context.Context, s *serving, r *round, in *inbound) bool {
-	drop := s.stage.BeforeExecute(r.now.UnixNano(), in.deadline.UnixNano(), in.enqueued.UnixNano())
+	stage, maxBatch := s.stage, s.a.MaxBatch
+	if s.geared != nil { // its items' gear's stage and max batch
+		th := gears.ItemGear(in.gear(), s.gear)
+		stage = s.geared.For(th).Stage
+		maxBatch = gears.MaxBatch(s.plan, s.a.Task, s.a.Variant, s.a.MaxBatch, th)
+	}
+	maxBatch = r.limit(maxBatch)
+	drop := stage.BeforeExecute(r.now.UnixNano(), in.deadline.UnixNano(), in.enqueued.UnixNano())
 	// The delivery bound is for messages that would be executed again: one dropped here costs nothing, and is
 	// answered as dropped, not set aside as poison (a busy machine's late messages reach the bound too).
 	if drop == "" {
@@ -205,8 +218,11 @@ func (w *Worker) take(ctx context.Context, s *serving, r *round, in *inbound) bo
 			return true
 		}
 	}
-	if drop == "" && !batching.Fits(s.a.MaxBatch, len(r.inputs), len(in.items)) {
-		return false
+	if drop == "" {
+		if !batching.Fits(maxBatch, len(r.inputs), len(in.items)) {
+			return false
+		}
+		r.maxBatch = maxBatch
 	}
 	w.messages.Add(1)
 	if len(in.items) == 1 {
@@ -217,7 +233,7 @@ func (w *Worker) take(ctx context.Context, s *serving, r *round, in *inbound) bo
 		in.reason = make([]string, len(in.items))
 	}
 	// Policy degrade answers a sub-request too late for this task with its parent's result: its inputs.
-	degrade := drop != "" && in.path != "" && deadline.Answers(s.stage.Policy, drop)
+	degrade := drop != "" && in.path != "" && deadline.Answers(stage.Policy, drop)
 	for i, it := range in.items {
 		if degrade {
 			in.status[i], in.reason[i], in.outputs[i].Tensors = wire.ItemDegraded, drop, it.Inputs
@@ -239,13 +255,13 @@ func (w *Worker) take(ctx context.Context, s *serving, r *round, in *inbound) bo
 	return true
 }
 
-// executeRound executes the round in model batches of at most MaxBatch items (one message may carry several
+// executeRound executes the round in model batches of at most its max batch (one message may carry several
 // items), and gives each item its output or its error. False: the worker is shutting down, and the round's
 // messages, and those carried, are handed back for another replica.
 func (w *Worker) executeRound(ctx context.Context, s *serving, r *round) bool {
-	for c := range batching.Chunks(len(r.inputs), s.a.MaxBatch) {
-		lo := c * s.a.MaxBatch
-		hi := min(lo+s.a.MaxBatch, len(r.inputs))
+	for c := range batching.Chunks(len(r.inputs), r.maxBatch) {
+		lo := c * r.maxBatch
+		hi := min(lo+r.maxBatch, len(r.inputs))
 		began := time.Now()
 		outs, err := w.execute(ctx, s, r.inputs[lo:hi])
 		ended := time.Now()
@@ -285,7 +301,7 @@ func (w *Worker) executeRound(ctx context.Context, s *serving, r *round) bool {
 // waits, and the sub-requests they made.
 func (w *Worker) observeRound(s *serving, r *round) {
 	w.observe(s, func(o *Observed) {
-		o.Batches += uint64(batching.Chunks(len(r.inputs), s.a.MaxBatch))
+		o.Batches += uint64(batching.Chunks(len(r.inputs), r.maxBatch))
 		o.Messages += uint64(len(r.msgs))
 		for _, sl := range r.slots {
 			if sl.in.status[sl.i] != "" {
@@ -450,4 +466,21 @@ func (w *Worker) decode(ctx context.Context, s *serving, m jetstream.Msg) (*inbo
 			telemetry.AttrDeadlineSlackMs.Float64(float64(time.Until(in.deadline).Microseconds())/1000))
 	}
 	return in, nil
+}
+
+// gear is the gear its items were sent on at (wire.Item.Gear; 0: none): an item sent on goes alone in its message.
+func (in *inbound) gear() float64 {
+	if len(in.items) == 0 {
+		return 0
+	}
+	return in.items[0].Gear
+}
+
+// limit is the round's max batch with a message of max batch maxBatch: the smaller of the two, maxBatch before the
+// round takes an item.
+func (r *round) limit(maxBatch int) int {
+	if r.maxBatch == 0 {
+		return maxBatch
+	}
+	return min(r.maxBatch, maxBatch)
 }

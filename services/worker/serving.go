@@ -45,6 +45,9 @@ type serving struct {
 	stagePlan *plan.Plan
 	// gear is its gear switch when it runs a cascade's first variant under a plan with gears (pkg/gears).
 	gear *gears.Switch
+	// geared is its forwarding per gear when it runs a cascade's variant under a plan with gears (nil otherwise):
+	// table is the one of its own gear (gear), or the plan's.
+	geared *hop.Geared
 	// The hop step's scratch: one item's sub-requests (child task index, inputs), and the stepper's.
 	step        hop.Stepper
 	children    []int
@@ -102,17 +105,27 @@ func (s *serving) refreshStage() {
 	s.stagePlan = s.plan
 	s.table = hop.ForReplica(s.spec, s.plan, s.policy, s.a.Task, s.a.Variant, s.budget, s.task.Children)
 	s.stage = s.table.Stage
-	if s.gear = gears.Follow(s.gear, s.spec, s.plan, s.a.Task, s.a.Variant); s.gear != nil {
-		s.table.UseGear(s.gear.Threshold())
-	}
 	if s.queues != nil {
 		s.queues.watch(s.spec, s.plan, s.task)
-		if routing.ReadsQueues(s.spec.RoutingMode) {
-			s.table.Queues = s.queues
-		}
 	}
 	s.policies.follow(s.spec, s.plan, s.task, s.log)
-	s.policies.use(s.table, s.spec, s.plan)
+	s.prepare(s.table)
+	s.geared = nil
+	if len(s.plan.Gears[s.a.Task]) > 0 {
+		s.geared = hop.NewGeared(s.table, s.spec, s.plan, s.policy, s.a.Task, s.a.Variant, s.budget,
+			s.task.Children, s.prepare)
+	}
+	if s.gear = gears.Follow(s.gear, s.spec, s.plan, s.a.Task, s.a.Variant); s.gear != nil {
+		s.table = s.geared.For(s.gear.Threshold())
+	}
+}
+
+// prepare gives a table of its plan the queues it reads and the routing policies.
+func (s *serving) prepare(t *hop.Table) {
+	if s.queues != nil && routing.ReadsQueues(s.spec.RoutingMode) {
+		t.Queues = s.queues
+	}
+	s.policies.use(t, s.spec, s.plan)
 }
 
 // same says n is the variant s serves: the executor and the consumer stay. A new max batch, budget or epoch is
