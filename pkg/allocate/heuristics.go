@@ -200,8 +200,12 @@ func solveRestricted(sub *milp.Problem, best float64, opt Options) []float64 {
 		o.Cutoff, o.UseCutoff = best, true
 	}
 	if opt.TimeLimit > 0 {
-		// With no point yet, the search's grace is for this one's first (firstPointGrace).
-		o.TimeLimit, o.FirstPointGrace = opt.TimeLimit/4, firstPointGrace*opt.TimeLimit
+		o.TimeLimit = opt.TimeLimit / 4
+		if !o.UseCutoff {
+			// With no point yet, the search's grace is for this one's first (firstPointGrace); with one, this
+			// search only improves on it, and stops at its limit.
+			o.FirstPointGrace = firstPointGrace * opt.TimeLimit
+		}
 	}
 	// Most columns are now fixed at zero: solved without them, the restricted problem is a fraction of the size.
 	small, expand := sub.WithoutZeroColumns()

@@ -13,6 +13,7 @@ import (
 	"cmp"
 	"math"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/milp"
@@ -62,6 +63,15 @@ func (s *jointSolve) splitClasses(parts []*jointPart, class int, left plan.Clust
 	})
 	if slices.Contains(ok, false) {
 		return milp.Result{}, false, nil
+	}
+	shared := &sync.RWMutex{}
+	for _, f := range cs.fs {
+		f.shared = shared
+		for _, g := range cs.fs {
+			if g != f && sameColumns(f.prob, g.prob) {
+				f.peers = append(f.peers, g)
+			}
+		}
 	}
 	cs.setDeadline(s)
 	cs.reshare = true

@@ -3,6 +3,7 @@ package allocate
 import (
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -133,5 +134,45 @@ func TestJointSplitPricedBound(t *testing.T) {
 		if compared < 5 || proven < compared/2 {
 			t.Errorf("%d workers: %d cases compared, %d proven optimal", workers, compared, proven)
 		}
+	}
+}
+
+// TestJointSplitPeerSeeds: copies of one pipeline at different demands on two classes have models of the same
+// columns (peers: a copy's first search starts from another's point, peerSeed), and with them the decomposition
+// proves the joint MILP's optimum, with one worker and with two.
+func TestJointSplitPeerSeeds(t *testing.T) {
+	compared := 0
+	for i, base := range classSplitCases(t) {
+		if compared >= 4 {
+			break // the suite's time: a larger case's joint MILP takes a minute
+		}
+		in := JointInput{Cluster: base.Cluster}
+		var names [][]string
+		for c, f := range []float64{0.5, 0.4, 0.6} {
+			p := base.Pipelines[0]
+			s := *p.Spec
+			s.Name = fmt.Sprintf("%s-%d", s.Name, c)
+			p.Spec, p.Demand = &s, p.Demand*f
+			in.Pipelines = append(in.Pipelines, p)
+			p.Cluster = in.Cluster
+			if m, err := build(p, stepAccuracy); err == nil {
+				names = append(names, m.prob.Names)
+			}
+		}
+		if len(names) < 3 || !slices.Equal(names[0], names[1]) || !slices.Equal(names[0], names[2]) {
+			continue
+		}
+		for _, workers := range []int{1, 2} {
+			name := fmt.Sprintf("case %d, %d workers", i, workers)
+			split, ok, whole := accuracyStep(t, in, Options{Workers: workers})
+			t.Logf("%s: decomposition %v %s %.9f, joint MILP %s %.9f", name, ok, split.Status, split.Objective,
+				whole.Status, whole.Objective)
+			if whole.Status == milp.Optimal && provesTheOptimum(t, name, split, ok, whole) {
+				compared++
+			}
+		}
+	}
+	if compared < 4 {
+		t.Errorf("only %d cases compared", compared)
 	}
 }

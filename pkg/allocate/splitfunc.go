@@ -149,12 +149,14 @@ func (f *serversFunc) evaluate(n int, gap float64, limit, grace time.Duration, w
 // searchFixed runs branch-and-bound on q, a function's problem with its servers given (fixed by q's bounds), to
 // relative gap gap, from incumbent (nil: none) of value lo, with opt's node limit, time limit limit and first-point
 // grace grace, on workers workers, its open nodes within store bytes. seed (nil: none) is a point found elsewhere
-// whose batch sizes are tried first (the restricted MILP at this point's servers); basis (nil: none) is the
+// whose batch sizes are tried first (the restricted MILP at this point's servers, from its replica counts where
+// they fit), within the limit; basis (nil: none) is the
 // relaxation's optimal basis at q's bounds, where the root's LP starts. It returns what is known at that point after
 // it, prev (nil: nothing) and the search together, and the nodes it explored.
 func searchFixed(m *model, q *milp.Problem, incumbent []float64, lo float64, seed []float64, basis []byte,
 	prev *evaluation, gap float64, limit, grace time.Duration, workers int, store int64, opt Options) (*evaluation,
 	int) {
+	began := time.Now()
 	sub := opt
 	sub.TimeLimit = limit
 	tried := &triedBatches{}
@@ -169,9 +171,25 @@ func searchFixed(m *model, q *milp.Problem, incumbent []float64, lo float64, see
 		return solveRestricted(&r, best, sub)
 	}
 	if seed != nil {
-		if x := restricted(seed, lo); x != nil && q.Violation(x) <= 1e-6 && q.Value(x) > lo {
+		// The seed's own replica counts, its flows solved again here, are a first point of its restricted MILP
+		// when they fit (a copy's at a lower demand, on no more servers): that search then prunes from its first
+		// node.
+		best, start := lo, seedStart(m, q, seed)
+		if start != nil && q.Value(start) > lo {
+			best = q.Value(start)
+		} else {
+			start = nil
+		}
+		x := restricted(seed, best)
+		if x == nil {
+			x = start
+		}
+		if x != nil && q.Violation(x) <= 1e-6 && q.Value(x) > lo {
 			incumbent = x // the search's point is kept at this point, where lo's is kept at its own
 		}
+	}
+	if limit > 0 { // the seed's restricted MILP counts against the search's limit
+		limit = max(limit-time.Since(began), time.Millisecond)
 	}
 	o := milp.Options{TimeLimit: limit, FirstPointGrace: grace, MaxNodes: opt.MaxNodes, Workers: workers, RelGap: gap,
 		MaxStoreBytes: store, Incumbent: incumbent, RootBasis: basis, RootHeuristic: restricted}
@@ -196,6 +214,30 @@ func searchFixed(m *model, q *milp.Problem, incumbent []float64, lo float64, see
 		e.x, e.lo = prev.x, prev.lo
 	}
 	return e, sol.Nodes
+}
+
+// seedStart is seed's replica counts (its integer columns) at q's servers, with the batch sizes it uses and its
+// flows solved again for q's demand: a point of q (nil: they do not fit).
+func seedStart(m *model, q *milp.Problem, seed []float64) []float64 {
+	r := *q
+	r.Lower, r.Upper = slices.Clone(q.Lower), slices.Clone(q.Upper)
+	m.restrictToBatches(m.fixedBatches(seed), r.Lower, r.Upper)
+	for j, integer := range r.Integer {
+		if !integer || r.Lower[j] == r.Upper[j] {
+			continue
+		}
+		v := math.Round(seed[j])
+		if v < r.Lower[j] || v > r.Upper[j] {
+			return nil
+		}
+		r.Lower[j], r.Upper[j] = v, v
+	}
+	small, expand := r.WithoutZeroColumns()
+	res, err := milp.Solve(small, milp.Options{MaxNodes: 1, NoStrongBranching: true})
+	if err != nil || res.Status != milp.Optimal {
+		return nil
+	}
+	return expand(res.X)
 }
 
 // knapsack is the most of sum_p weight[p] * f[p][n_p] over n_p with sum_p n_p <= all, and the n_p: -inf and nil
