@@ -15,15 +15,7 @@ import (
 // its capacity, the same threshold), whose gears carry twice the load; a step to 200 QPS then needs no new
 // placement. Without gears the same step re-plans.
 func TestGearRangeAbsorbsAStep(t *testing.T) {
-	spec, err := pipeline.Load("../../examples/cascade.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	static, err := plan.Static(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	milp := MILP{Utilization: 0.85, TimeLimit: 5 * time.Second, Workers: 1}
+	spec, static, milp := cascadeExample(t)
 	bare, err := milp.Allocate(spec, Observed{Demand: 115, Servers: 10}) // 100 QPS and the default headroom
 	if err != nil {
 		t.Fatal(err)
@@ -63,15 +55,7 @@ func TestGearRangeAbsorbsAStep(t *testing.T) {
 // range reaches a placement solved in accuracy mode for three times the demand planned, and the range plan, which
 // serves the estimate as the plan for it does, is published in that plan's mode (hardware), not the larger demand's.
 func TestGearRangeKeepsTheBaseMode(t *testing.T) {
-	spec, err := pipeline.Load("../../examples/cascade.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	static, err := plan.Static(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	milp := MILP{Utilization: 0.85, TimeLimit: 5 * time.Second, Workers: 1}
+	spec, static, milp := cascadeExample(t)
 	o := Observed{Demand: 93, Servers: 12}
 	l := New(spec, Config{Gears: true}, milp, static)
 	st := l.Next(time.Unix(1000, 0), o)
@@ -91,4 +75,18 @@ func TestGearRangeKeepsTheBaseMode(t *testing.T) {
 		t.Errorf("the range plan (for %.1f QPS) is in mode %s, the plan for the estimate in %s: want both hardware",
 			p.Allocation.DemandQPS, p.Mode, bare.Mode)
 	}
+}
+
+// cascadeExample is the cascade example, its static plan, and the MILP allocator the gear tests plan with.
+func cascadeExample(t *testing.T) (*pipeline.Spec, *plan.Plan, MILP) {
+	t.Helper()
+	spec, err := pipeline.Load("../../examples/cascade.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	static, err := plan.Static(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spec, static, MILP{Utilization: 0.85, TimeLimit: 5 * time.Second, Workers: 1}
 }
