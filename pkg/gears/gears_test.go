@@ -14,16 +14,7 @@ import (
 // cascade at 0.6; its table has a more accurate gear (0.7) for less load, the gears in order of accuracy, each
 // carrying more than the one before, and the plan's gear carries the planned load (the plan was sized for it).
 func TestTables(t *testing.T) {
-	spec, err := pipeline.Load("../../examples/cascade.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := allocate.SolveCascade(allocate.Input{Spec: spec, Demand: 230, Servers: 10, Utilization: 0.85},
-		allocate.Options{Workers: 1}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := r.Plan(spec.Name, 1)
+	spec, _, p := cascadePlan(t, 230)
 	th, ok := p.Cascades["classify"]
 	if !ok {
 		t.Fatalf("no cascade in %v", p.Cascades)
@@ -125,16 +116,7 @@ func TestSwitch(t *testing.T) {
 // load at 95% of what the placement carries at the plan's threshold keeps that threshold, as the plan alone would
 // until its next plan: the gear is left only near the capacity.
 func TestPlansGearHoldsNearCapacity(t *testing.T) {
-	spec, err := pipeline.Load("../../examples/cascade.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := allocate.SolveCascade(allocate.Input{Spec: spec, Demand: 170, Servers: 10, Utilization: 0.85},
-		allocate.Options{Workers: 1}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := r.Plan(spec.Name, 1)
+	spec, _, p := cascadePlan(t, 170)
 	th := p.Cascades["classify"]
 	c := spec.Task("classify").Cascade
 	first, next := p.Find("classify", c.Variants[0]), p.Find("classify", c.Variants[1])
@@ -167,16 +149,7 @@ func TestPlansGearHoldsNearCapacity(t *testing.T) {
 // replica), every path within its budget at the gear's batches (p50s: the model budgets at least those), and each
 // gear carries at least what it carries at the plan's batches, one of them more.
 func TestTablesWithBatches(t *testing.T) {
-	spec, err := pipeline.Load("../../examples/cascade.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	in := allocate.Input{Spec: spec, Demand: 100, Servers: 10, Utilization: 0.85}
-	r, err := allocate.SolveCascade(in, allocate.Options{Workers: 1}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := r.Plan(spec.Name, 1)
+	spec, in, p := cascadePlan(t, 100)
 	c := spec.Task("classify").Cascade
 	plain := map[float64]float64{}
 	for _, g := range Tables(spec, p, nil, Utilization(0.85), nil)["classify"] {
@@ -246,4 +219,20 @@ func TestMaxBatch(t *testing.T) {
 	if got := ItemGear(0, nil); got != 0 {
 		t.Errorf("no gear anywhere: %v", got)
 	}
+}
+
+// cascadePlan is the cascade example's gear plan for demand on 10 servers, and the allocation's input it was solved
+// with.
+func cascadePlan(t *testing.T, demand float64) (*pipeline.Spec, allocate.Input, *plan.Plan) {
+	t.Helper()
+	spec, err := pipeline.Load("../../examples/cascade.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := allocate.Input{Spec: spec, Demand: demand, Servers: 10, Utilization: 0.85}
+	r, err := allocate.SolveCascade(in, allocate.Options{Workers: 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spec, in, r.Plan(spec.Name, 1)
 }
