@@ -90,10 +90,11 @@ type Config struct {
 	// requests' mean time in the system at the share; this holds their tail, which batches, re-plans and a machine
 	// the processes share spread (live, the ok answers' p50 at 0.65 of the deadline had a p99 at 0.97).
 	BoundViolations float64
-	// MinLimitShare is the least share the steering takes the bound to (default 0.6). Lower, the steering starves
-	// the pipeline where its own latency nears the deadline (what it answers follows what it is sent), and cuts
-	// the queues the planner learns a slowdown from: with 0.5 and 0.55 the simulated slowed server
-	// (TestAdmissionAtASlowedServer) refused 2.2% and 0.22% where 0.58-0.65 refuse none.
+	// MinLimitShare is the least share the steering takes the bound to (default 0.5). The steering moves it down
+	// only while the plan in force is overloaded (Plan.Overloaded): under a plan that serves the demand, violations
+	// are of a slowdown the planner has not planned for yet, and a smaller share would cut the queues it learns the
+	// slowdown from (steering there, with this floor, the simulated slowed server of TestAdmissionAtASlowedServer
+	// refused 1.6% where it refuses none). The bound never goes under the pipeline's fill either (bound).
 	MinLimitShare float64
 }
 
@@ -106,7 +107,7 @@ const (
 	DefaultTarget     = 0.03
 	DefaultOverrun    = 5
 	DefaultBoundViol  = 0.005
-	DefaultMinShare   = 0.6
+	DefaultMinShare   = 0.5
 	// shareStep is what a violation under the bound takes from its share: 0.65 to 0.5 in 8.
 	shareStep = 0.02
 	// overloadedBy is how far the arrivals must be beyond the rate answered for a violation to steer the share.
@@ -138,6 +139,9 @@ type Plan struct {
 	// plan.FloorShare): 0 but for a plan that cannot serve the demand at it, whose requests beyond the rest are
 	// refused.
 	FloorShortfall float64
+	// Overloaded says the planner found the servers cannot serve the demand (plan.ModeOverloaded): the bound's
+	// share is steered down only then (steer).
+	Overloaded bool
 }
 
 // Request is one arrival to decide on.
@@ -191,9 +195,11 @@ type pipeState struct {
 	congested bool
 	limited   time.Time
 	// since is when the congestion began; share is the bound's share of the time to the deadline, steered between
-	// MinLimitShare and LimitShare by the answers to the requests admitted since (steer).
-	since time.Time
-	share float64
+	// MinLimitShare and LimitShare by the answers to the requests admitted since (steer); overloaded is the last
+	// decision's Plan.Overloaded.
+	since      time.Time
+	share      float64
+	overloaded bool
 	// floorCredit is, per class, the admissions owed under a plan's accuracy floor (beyondFloor).
 	floorCredit [pipeline.MaxPriority + 1]float64
 }
@@ -252,6 +258,7 @@ func (g *Gate) Decide(r Request, p Plan) Decision {
 	}
 	tau, rateTau := g.cfg.Window.Seconds(), g.cfg.RateWindow.Seconds()
 	s.arrivals[r.Class].add(r.Now, tau, 1)
+	s.overloaded = p.Overloaded
 	if d, refused := RefuseUnhosted(r.Pipeline, p); refused {
 		return d
 	}
@@ -342,10 +349,10 @@ func (g *Gate) bound(s *pipeState, left time.Duration, p Plan) float64 {
 // steer moves s's bound share by an answer while the bound is in force: down by shareStep for a violation, up by
 // shareStep·BoundViolations/(1−BoundViolations) for an answer in time, so that the share rests where that share of
 // the answers are violations (or at LimitShare, where fewer are). Steps this small against the answers a deadline
-// brings keep it from swinging: what a share admits is answered a deadline later. Down only while the arrivals
-// are beyond what the pipeline answers (by overloadedBy): then the violations are of the queues the share sets;
-// at a load it answers they are of its latency (a slowed server), which a smaller share does not shorten but
-// starves.
+// brings keep it from swinging: what a share admits is answered a deadline later. Down only while the plan in force
+// is overloaded and the arrivals are beyond what the pipeline answers (by overloadedBy): then the violations are of
+// the queues the share sets; at a load it answers, or one the planner found the servers serve, they are of its
+// latency (a slowed server), which a smaller share does not shorten but starves.
 func (g *Gate) steer(s *pipeState, now time.Time, inTime bool) {
 	if inTime {
 		p := g.cfg.BoundViolations
@@ -357,7 +364,7 @@ func (g *Gate) steer(s *pipeState, now time.Time, inTime bool) {
 	for c := range s.arrivals {
 		arrivals += s.arrivals[c].at(now, tau) / tau
 	}
-	if arrivals > overloadedBy*s.served.rate(now, g.cfg.RateWindow.Seconds()) {
+	if s.overloaded && arrivals > overloadedBy*s.served.rate(now, g.cfg.RateWindow.Seconds()) {
 		s.share = max(g.cfg.MinLimitShare, s.share-shareStep)
 	}
 }

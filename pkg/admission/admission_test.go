@@ -149,7 +149,7 @@ func run(g *Gate, q *fifo, qps float64, classes []int, from, to, measure time.Ti
 			c := classes[i%len(classes)]
 			i++
 			d := g.Decide(Request{Pipeline: "p", Class: c, Now: next, Deadline: next.Add(q.deadline)}, Plan{Hosted: true, FastestMs: 10,
-				CeilingQPS: q.ceiling, CeilingFillMs: q.fillMs()})
+				CeilingQPS: q.ceiling, CeilingFillMs: q.fillMs(), Overloaded: qps > q.rate})
 			if !next.Before(measure) {
 				out.sent[c]++
 				if !d.Admit {

@@ -14,7 +14,7 @@ import (
 // ClusterServers). (Not the rate the plan serves: the planner sizes it with headroom, and the gate admits on what
 // the workers answer; docs/admission.md.)
 func Of(spec *pipeline.Spec, p *plan.Plan, servers int) Plan {
-	out := Plan{Hosted: true, FloorShortfall: 1 - p.FloorShare()}
+	out := Plan{Hosted: true, FloorShortfall: 1 - p.FloorShare(), Overloaded: p.Mode == plan.ModeOverloaded}
 	out.CeilingQPS, out.CeilingFillMs = ceilingQPS(spec, p, servers)
 	for _, chain := range spec.Chains() {
 		ms := 0.0

@@ -43,7 +43,7 @@ func TestBoundSteersOnItsOwnAnswers(t *testing.T) {
 	g := New(Config{})
 	for i := range 200 {
 		at := t0.Add(time.Duration(i) * 5 * time.Millisecond)
-		g.Decide(Request{Pipeline: "p", Now: at, Deadline: at.Add(time.Second)}, Plan{Hosted: true})
+		g.Decide(Request{Pipeline: "p", Now: at, Deadline: at.Add(time.Second)}, Plan{Hosted: true, Overloaded: true})
 	}
 	answered := t0.Add(time.Second)
 	for range 10 {
@@ -60,12 +60,13 @@ func TestBoundSteersOnItsOwnAnswers(t *testing.T) {
 	}
 }
 
-// TestBoundSteersOnlyWhenOverloaded: a violation takes from the share while the arrivals are beyond what the
-// pipeline answers, not at a load it answers (its latency's violations, which a smaller share only starves).
+// TestBoundSteersOnlyWhenOverloaded: a violation takes from the share while the plan in force is overloaded and the
+// arrivals are beyond what the pipeline answers; not at a load it answers, nor beyond it under a plan that serves
+// the demand (a slowdown the planner plans for next: its latency's violations, which a smaller share only starves).
 func TestBoundSteersOnlyWhenOverloaded(t *testing.T) {
 	g := New(Config{})
 	now := t0.Add(time.Minute)
-	s := &pipeState{share: DefaultLimitShare}
+	s := &pipeState{share: DefaultLimitShare, overloaded: true}
 	s.served.start = t0
 	s.served.add(now, DefaultRateWindow.Seconds(), 50)   // 100 a second answered
 	s.arrivals[0].add(now, DefaultWindow.Seconds(), 200) // 100 a second arriving
@@ -74,6 +75,13 @@ func TestBoundSteersOnlyWhenOverloaded(t *testing.T) {
 		t.Errorf("at the load it answers: share %v after a violation, want %v", s.share, DefaultLimitShare)
 	}
 	s.arrivals[0].add(now, DefaultWindow.Seconds(), 200) // 200 a second
+	s.overloaded = false
+	g.steer(s, now, false)
+	if s.share != DefaultLimitShare {
+		t.Errorf("at twice the load it answers, under a plan that serves it: share %v after a violation, want %v",
+			s.share, DefaultLimitShare)
+	}
+	s.overloaded = true
 	g.steer(s, now, false)
 	if want := DefaultLimitShare - shareStep; !near(s.share, want, 1e-12) {
 		t.Errorf("at twice the load it answers: share %v after a violation, want %v", s.share, want)
