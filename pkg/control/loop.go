@@ -276,25 +276,18 @@ func fitsOn(p *plan.Plan, cluster plan.Cluster) bool {
 }
 
 // worthSwapping says whether a re-plan that nothing forced (a due one, on a small move of the demand or of the
-// multiplicative factors) is worth the workers it moves. Its cost is the items those moves keep from being served:
-//   - each replica the new plan adds to a variant is a worker that loads the variant's model (its swap time) before
-//     it serves, and the items it would have served wait for it;
-//   - when the plan in force is overloaded, each replica it takes off a variant leaves that variant's queue, held
-//     full by the admission bound, to the replicas that stay: about a batch budget of the replica's service waits
-//     past its deadlines (a due re-plan that moved 2-6 workers at 1,600 QPS made 25-70 answers late, docs/admission.md).
-//
-// The gain is the correct answers the new plan adds until the next due re-plan: the demand times the accuracy it adds
-// or, when the plan in force is overloaded, what each plan carries under the factors measured now (routing.Served)
-// times its accuracy.
-// A plan that frees servers (hardware scaling down), or that costs nothing, is always taken; one that moves workers
-// for less than they cost is not, so that the estimate's small moves do not flip a plan between two variants at each
-// move's price.
+// multiplicative factors) is worth the model loads it costs. Each replica the new plan adds to a variant is a worker
+// that loads the variant's model (its swap time) before it serves: for that long, the items it would have served
+// wait, and are counted as lost, at the current plan's accuracy. The gain is the accuracy the new plan adds to every
+// request until the next due re-plan. A plan that frees servers (hardware scaling down) or whose variants load
+// instantly is always taken; one that moves models for less accuracy than its loads cost is not, so that the
+// estimate's small moves do not flip a plan between two variants at each swap's price.
 func (l *Loop) worthSwapping(p *plan.Plan, o Observed) bool {
 	cur := l.current
 	if cur.Allocation == nil || p.Allocation == nil || p.Allocation.ActiveServers < cur.Allocation.ActiveServers {
 		return true
 	}
-	lost := 0.0 // items not served because of the moves
+	lost := 0.0 // items not served during the model loads
 	for _, vp := range p.Variants {
 		added := vp.Replicas
 		if old := cur.Find(vp.Task, vp.Variant); old != nil {
@@ -306,30 +299,13 @@ func (l *Loop) worthSwapping(p *plan.Plan, o Observed) bool {
 		}
 		lost += float64(added) * v.SwapMs / 1000 * vp.CapacityQPS / float64(vp.Replicas)
 	}
-	if cur.Mode == plan.ModeOverloaded {
-		for _, old := range cur.Variants {
-			removed := old.Replicas
-			if vp := p.Find(old.Task, old.Variant); vp != nil {
-				removed -= vp.Replicas
-			}
-			if removed > 0 {
-				lost += float64(removed) * old.BudgetMs / 1000 * old.CapacityQPS / float64(old.Replicas)
-			}
-		}
-	}
 	if lost == 0 {
 		return true
 	}
-	demand := max(o.Demand, l.cfg.MinDemandQPS)
-	answered := func(x *plan.Plan) float64 {
-		if cur.Mode != plan.ModeOverloaded { // both serve the demand
-			return demand * x.Allocation.SystemAccuracy
-		}
-		served := routing.Served(routing.Input{Spec: l.specFor(o), Plan: x, Fanout: o.Fanout})
-		return min(demand, served) * x.Allocation.SystemAccuracy
-	}
-	gain := (answered(p) - answered(cur)) * l.cfg.ReplanEvery.Seconds()
-	return gain > lost*cur.Allocation.SystemAccuracy
+	cost := lost * cur.Allocation.SystemAccuracy
+	gain := (p.Allocation.SystemAccuracy - cur.Allocation.SystemAccuracy) * max(o.Demand, l.cfg.MinDemandQPS) *
+		l.cfg.ReplanEvery.Seconds()
+	return gain > cost
 }
 
 // sameAllocation says whether two plans host the same replicas of the same variants at the same batch sizes (and run

@@ -35,12 +35,6 @@ type Input struct {
 //
 // Backup lists, per task, the variants with capacity left over, most accurate first, for opportunistic rerouting.
 func MostAccurateFirst(in Input) plan.Routing {
-	r, _ := mostAccurateFirst(in)
-	return r
-}
-
-// mostAccurateFirst is MostAccurateFirst with the traffic it routes to each hosted variant (by key).
-func mostAccurateFirst(in Input) (plan.Routing, map[string]float64) {
 	util := in.Utilization
 	if util <= 0 || util > 1 {
 		util = 1
@@ -85,7 +79,7 @@ func mostAccurateFirst(in Input) (plan.Routing, map[string]float64) {
 	addUnhostedTables(spec, r.Downstream, entry, left, incoming)
 	reserveEscalations(spec, in.Plan, hosted, left, incoming)
 	r.Backup = backupLists(hosted, left)
-	return r, incoming
+	return r
 }
 
 // hostedByAccuracy are the plan's hosted variants of each task, most accurate first, and the capacity of each (by
