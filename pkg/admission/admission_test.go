@@ -380,18 +380,19 @@ func TestFloorShortfall(t *testing.T) {
 	}
 }
 
-// TestOfFloorShortfall: a plan overloaded at its floor gives the gate its shortfall; one in hardware mode none.
+// TestOfFloorShortfall: a plan overloaded at its floor gives the gate its shortfall and says it is overloaded; one in
+// hardware mode neither.
 func TestOfFloorShortfall(t *testing.T) {
 	spec := &pipeline.Spec{Name: "p", Tasks: []pipeline.Task{{Name: "a", Variants: []pipeline.Variant{{Name: "v",
 		Profile: []pipeline.ProfilePoint{{Batch: 1, P50Ms: 10, P95Ms: 12}}}}}}}
 	p := &plan.Plan{Pipeline: "p", Mode: plan.ModeOverloaded, Variants: []plan.VariantPlan{{Task: "a", Variant: "v",
 		Replicas: 1, MaxBatch: 1}}, Allocation: &plan.Allocation{DemandQPS: 100, ServedQPS: 75, MinAccuracy: 0.5}}
-	if got := Of(spec, p, 0).FloorShortfall; !near(got, 0.25, 1e-12) {
-		t.Errorf("shortfall %v, want 0.25", got)
+	if got := Of(spec, p, 0); !near(got.FloorShortfall, 0.25, 1e-12) || !got.Overloaded {
+		t.Errorf("shortfall %v, overloaded %v; want 0.25, true", got.FloorShortfall, got.Overloaded)
 	}
 	p.Mode = plan.ModeHardware
-	if got := Of(spec, p, 0).FloorShortfall; got != 0 {
-		t.Errorf("hardware mode: shortfall %v, want 0", got)
+	if got := Of(spec, p, 0); got.FloorShortfall != 0 || got.Overloaded {
+		t.Errorf("hardware mode: shortfall %v, overloaded %v; want 0, false", got.FloorShortfall, got.Overloaded)
 	}
 }
 
