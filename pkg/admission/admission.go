@@ -95,8 +95,8 @@ type Config struct {
 	// are of a slowdown the planner has not planned for yet, and a smaller share would cut the queues it learns the
 	// slowdown from (steering there down to 0.5, the simulated slowed server of TestAdmissionAtASlowedServer
 	// refused 1.6% where it refuses none). The bound never goes under the pipeline's fill either (bound). Live,
-	// 0.6 held the tail of a plan whose batches spread its answers (1.5-1.9% of the admitted late at 1,600 QPS),
-	// and 0.5 answered 94% of six workers' capacity at twice it in two runs of nine (docs/admission.md).
+	// 0.6 held the tail of a plan whose batches spread its answers (1.5-1.9% of the admitted late at 1,600 QPS);
+	// six workers at twice their capacity missed 95% of it in some runs at 0.5 and 0.55 alike (docs/admission.md).
 	MinLimitShare float64
 }
 
