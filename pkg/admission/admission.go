@@ -110,7 +110,7 @@ const (
 	DefaultOverrun    = 5
 	DefaultBoundViol  = 0.005
 	DefaultMinShare   = 0.55
-	// shareStep is what a violation under the bound takes from its share: 0.65 to 0.5 in 8.
+	// shareStep is what a violation under the bound takes from its share: 0.65 to the floor, 0.55, in 5.
 	shareStep = 0.02
 	// overloadedBy is how far the arrivals must be beyond the rate answered for a violation to steer the share.
 	overloadedBy = 1.25
