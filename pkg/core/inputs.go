@@ -12,8 +12,9 @@ import (
 )
 
 // Report takes a frontend's demand report for a pipeline: its count of requests over its interval, and the gaps
-// between its recent arrivals. Stepped says the report made a step of the estimate (demand.Estimator.Stepped): the
-// caller ticks at once rather than at the next second.
+// between its recent arrivals (the plan check's arrivals, and the newest ones' rate at a step:
+// demand.Estimator.Newest). Stepped says the report made a step of the estimate, or replaces a provisional one
+// (demand.Estimator.Stepped): the caller ticks at once rather than at the next second.
 func (c *Cluster) Report(pipeline string, r wire.DemandReport, now time.Time) (stepped bool, err error) {
 	p := c.named[pipeline]
 	if p == nil {
@@ -28,9 +29,11 @@ func (c *Cluster) Report(pipeline string, r wire.DemandReport, now time.Time) (s
 	if err := p.demand.Observe(r.Frontend, r.Count, interval, now); err != nil {
 		return false, err
 	}
+	dispersion := p.traffic.DispersionOf(r.Frontend) // of the gaps before the report's, which are weighed by it
 	if err := p.traffic.Observe(r, now); err != nil {
 		return false, err
 	}
+	p.demand.Newest(r.Frontend, r.GapsMs, dispersion)
 	return p.demand.Stepped(now), nil
 }
 

@@ -1,6 +1,7 @@
 package demand
 
 import (
+	"math"
 	"slices"
 	"time"
 
@@ -206,21 +207,10 @@ func (s *TrafficSample) Dispersion() float64 {
 	}
 	var weighted, rate float64
 	for _, g := range s.Gaps {
-		if len(g) < minDispersionGaps {
+		cv2, mean, ok := squaredCV(g)
+		if !ok {
 			continue
 		}
-		var sum, sq float64
-		for _, d := range g {
-			ms := float64(d) / float64(time.Millisecond)
-			sum += ms
-			sq += ms * ms
-		}
-		n := float64(len(g))
-		mean := sum / n
-		if mean <= 0 {
-			continue
-		}
-		cv2 := (sq/n - mean*mean) / (mean * mean)
 		r := 1 / mean // requests per ms
 		weighted += r * cv2
 		rate += r
@@ -231,4 +221,38 @@ func (s *TrafficSample) Dispersion() float64 {
 	// Smoother arrivals than Poisson's plan as Poisson's: an estimate just under 1 is mostly noise (about 0.1 on
 	// 4096 gaps), and a plan that counted on it would keep too little headroom.
 	return max(1, weighted/rate)
+}
+
+// squaredCV is the squared coefficient of variation of gaps and their mean in milliseconds; not ok for fewer than
+// minDispersionGaps or a mean of 0.
+func squaredCV(gaps []time.Duration) (cv2, mean float64, ok bool) {
+	if len(gaps) < minDispersionGaps {
+		return 0, 0, false
+	}
+	var sum, sq float64
+	for _, d := range gaps {
+		ms := float64(d) / float64(time.Millisecond)
+		sum += ms
+		sq += ms * ms
+	}
+	n := float64(len(gaps))
+	mean = sum / n
+	if mean <= 0 {
+		return 0, 0, false
+	}
+	return (sq/n - mean*mean) / (mean * mean), mean, true
+}
+
+// DispersionOf is one frontend's arrivals' dispersion as TrafficSample.Dispersion reads it, at least 1, from the
+// gaps kept of it; NaN while fewer than minDispersionGaps are.
+func (t *Traffic) DispersionOf(frontend string) float64 {
+	f := t.gaps[frontend]
+	if f == nil {
+		return math.NaN()
+	}
+	cv2, _, ok := squaredCV(f.gaps[max(0, len(f.gaps)-t.MaxGaps):])
+	if !ok {
+		return math.NaN()
+	}
+	return max(1, cv2)
 }

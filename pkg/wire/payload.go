@@ -76,13 +76,15 @@ type ItemResult struct {
 	Gear float64 `msgpack:"gear,omitempty" json:"-"`
 }
 
-// DemandReport is what a frontend sends to DemandSubject every interval: requests it accepted in that interval.
+// DemandReport is what a frontend sends to DemandSubject every interval: the requests it counted as demand in that
+// interval, accepted or refused by admission control.
 type DemandReport struct {
 	Frontend   string  `msgpack:"frontend"`
 	Count      int     `msgpack:"count"`
 	IntervalMs float64 `msgpack:"interval_ms"`
-	// GapsMs are the times between the consecutive requests it accepted, newest last, at most MaxDemandGaps (the
-	// newest): the planner's plan check replays them (pkg/demand.Traffic). Read them with Gaps.
+	// GapsMs are the times between the consecutive requests it counted (accepted, or refused by admission control),
+	// newest last, at most MaxDemandGaps (the newest): the planner's plan check replays them (pkg/demand.Traffic),
+	// and a step of the demand estimate is taken at their rate (pkg/demand.Estimator.Newest). Read them with Gaps.
 	GapsMs []float32 `msgpack:"gaps_ms,omitempty"`
 }
 

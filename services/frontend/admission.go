@@ -64,6 +64,7 @@ func (f *Frontend) admitRequest(pipelineName string, header func(string) string,
 	f.admMu.Lock()
 	f.refusedDemand[pipelineName]++
 	f.admMu.Unlock()
+	f.noteGap(pipelineName) // as the simulator's frontend does: the arrivals the plan check replays are the demand's
 	f.cfg.Metrics.AdmissionRefused(pipelineName, class, d.Reason)
 	return false, refuse(ErrOverloaded, "%s", d.Detail)
 }

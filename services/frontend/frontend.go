@@ -196,8 +196,13 @@ type Frontend struct {
 	rng     *rand.Rand                     // routing, under mu
 	roots   rootPolicies                   // routing_mode ramsis at the root, under mu (rootpolicy.go)
 	demand  map[string]int                 // requests accepted per pipeline since the last report, under mu
-	gaps    map[string]*demand.Gaps        // the gaps between them (the plan check's arrivals), under mu
 	watched map[string]*completion.Tracker // requests answered late, for lateWatch (late.go), under mu
+
+	// gaps are the times between the requests counted as demand, accepted or refused by admission control (the
+	// plan check's arrivals, and the newest ones' rate at a step: demand.Estimator.Newest), under gapsMu: a leaf
+	// lock, taken with mu held or alone, so that a refusal does not wait behind mu.
+	gapsMu sync.Mutex
+	gaps   map[string]*demand.Gaps
 
 	// Admission control's state (admission.go), under admMu: its own lock, so that the request callback, which
 	// decides, does not wait behind the result callback's use of mu.

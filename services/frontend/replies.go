@@ -34,8 +34,8 @@ func (f *Frontend) reportDemand(ctx context.Context) {
 			f.mu.Lock()
 			counts := f.demand
 			f.demand = make(map[string]int, len(counts))
-			gaps := f.takeGaps()
 			f.mu.Unlock()
+			gaps := f.takeGaps()
 			f.admMu.Lock()
 			for name, n := range f.refusedDemand {
 				counts[name] += n
@@ -237,8 +237,11 @@ func servedAccuracy(spec *pipeline.Spec, p *plan.Plan, results []wire.ItemResult
 	return acc.Value()
 }
 
-// noteGap records the arrival of a request of pipeline now, for the gaps its demand report carries. Under f.mu.
+// noteGap records the arrival of a request of pipeline now, accepted or refused as demand, for the gaps its demand
+// report carries.
 func (f *Frontend) noteGap(pipeline string) {
+	f.gapsMu.Lock()
+	defer f.gapsMu.Unlock()
 	g := f.gaps[pipeline]
 	if g == nil {
 		g = &demand.Gaps{}
@@ -247,8 +250,10 @@ func (f *Frontend) noteGap(pipeline string) {
 	g.Note(time.Now())
 }
 
-// takeGaps returns each pipeline's gaps since the last report. Under f.mu.
+// takeGaps returns each pipeline's gaps since the last report.
 func (f *Frontend) takeGaps() map[string][]float32 {
+	f.gapsMu.Lock()
+	defer f.gapsMu.Unlock()
 	out := make(map[string][]float32, len(f.gaps))
 	for name, g := range f.gaps {
 		out[name] = g.Take()

@@ -61,7 +61,7 @@ func TestPlanThatHostsNothing(t *testing.T) {
 		getJSON(t, kv, wire.AssignKey(w.ID()), &a)
 		assigned[w.ID()] = a
 	}
-	demand := watchDemand(t, nc, spec.Name)
+	demand, gaps := watchDemand(t, nc, spec.Name)
 	rootTasks := watchRootTasks(t, s)
 
 	// The plan that hosts nothing, and every worker idle under it.
@@ -112,6 +112,13 @@ func TestPlanThatHostsNothing(t *testing.T) {
 	testrig.Eventually(t, 5*time.Second, "the refused requests reported as demand", func() bool {
 		return demand("gated") >= each && demand("ungated") >= each && demand("gated")+demand("ungated") >= 2*each+1
 	})
+	// and as arrivals: a gap before each but the first (the plan check's arrivals, and the newest ones' rate at a
+	// step, are the demand's, as in the simulator)
+	for _, id := range []string{"gated", "ungated"} {
+		if n := gaps(id); n < each-1 {
+			t.Errorf("%s reported %d gaps between its %d refused requests, want at least %d", id, n, demand(id), each-1)
+		}
+	}
 
 	// The next plan hosts the pipeline again: followed, and served.
 	hosting.Epoch = empty.Epoch + 1
@@ -156,15 +163,17 @@ func putJSON(t *testing.T, kv jetstream.KeyValue, key string, v any) {
 	}
 }
 
-// watchDemand sums the requests each frontend reports for pipeline from now on, by frontend.
-func watchDemand(t *testing.T, nc *nats.Conn, pipeline string) func(frontend string) int {
+// watchDemand sums the requests, and the gaps between them, each frontend reports for pipeline from now on, by
+// frontend.
+func watchDemand(t *testing.T, nc *nats.Conn, pipeline string) (requests, gaps func(frontend string) int) {
 	var mu sync.Mutex
-	sums := map[string]int{}
+	sums, gapSums := map[string]int{}, map[string]int{}
 	sub, err := nc.Subscribe(wire.DemandSubject(pipeline), func(m *nats.Msg) {
 		var r wire.DemandReport
 		if msgpack.Unmarshal(m.Data, &r) == nil {
 			mu.Lock()
 			sums[r.Frontend] += r.Count
+			gapSums[r.Frontend] += len(r.GapsMs)
 			mu.Unlock()
 		}
 	})
@@ -172,11 +181,14 @@ func watchDemand(t *testing.T, nc *nats.Conn, pipeline string) func(frontend str
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	return func(frontend string) int {
-		mu.Lock()
-		defer mu.Unlock()
-		return sums[frontend]
+	read := func(m map[string]int) func(string) int {
+		return func(frontend string) int {
+			mu.Lock()
+			defer mu.Unlock()
+			return m[frontend]
+		}
 	}
+	return read(sums), read(gapSums)
 }
 
 // postInfer posts one infer request, and returns its status code and body.
