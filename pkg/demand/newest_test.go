@@ -6,6 +6,14 @@ import (
 	"time"
 )
 
+// following is an estimator that takes steps, its estimate at qps.
+func following(qps float64) *Estimator {
+	e := New(0.3, 0)
+	e.FollowSteps()
+	e.Seed(qps)
+	return e
+}
+
 // gapsAt is n gaps of arrivals at qps, in milliseconds.
 func gapsAt(n int, qps float64) []float32 {
 	g := make([]float32, n)
@@ -36,10 +44,8 @@ func TestStepTakenAtTheNewestRate(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			e := New(0.3, 0)
-			e.FollowSteps()
+			e := following(100)
 			e.MaxRate = c.maxRate
-			e.Seed(100)
 			if err := e.Observe("f", 310, time.Second, t0); err != nil {
 				t.Fatal(err)
 			}
@@ -58,9 +64,7 @@ func TestStepTakenAtTheNewestRate(t *testing.T) {
 // step (a steady load's noise in 128 gaps is not a rise), and a later report without them forgets them.
 func TestNewestOnlyInAStep(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	e := New(0.3, 0)
-	e.FollowSteps()
-	e.Seed(600)
+	e := following(600)
 	e.Observe("f", 600, time.Second, t0)
 	e.Newest("f", gapsAt(128, 1200), 1)
 	if got := e.Tick(t0); got != 600 {
@@ -77,9 +81,7 @@ func TestNewestOnlyInAStep(t *testing.T) {
 // leave an estimate too low where the newest arrivals told the rate low).
 func TestNewestRateProvisional(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	e := New(0.3, 0)
-	e.FollowSteps()
-	e.Seed(100)
+	e := following(100)
 	e.Observe("a", 10, time.Second, t0.Add(-300*time.Millisecond)) // a second frontend, at 10 QPS
 	e.Observe("f", 300, time.Second, t0)
 	e.Newest("f", gapsAt(128, 450), 1)
@@ -109,9 +111,7 @@ func TestNewestRateProvisional(t *testing.T) {
 // arrived; that report is not the next one, which replaces the provisional estimate.
 func TestProvisionalFromTheReportNotTheTick(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	e := New(0.3, 0)
-	e.FollowSteps()
-	e.Seed(100)
+	e := following(100)
 	e.Observe("f", 100, time.Second, t0.Add(-time.Second))
 	e.Observe("f", 310, time.Second, t0)
 	e.Newest("f", gapsAt(128, 600), 1)
