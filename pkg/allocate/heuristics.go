@@ -27,7 +27,7 @@ func (m *model) fixedBatchIncumbent(x []float64, best float64, opt Options) []fl
 	sub.Lower = append([]float64(nil), m.prob.Lower...)
 	sub.Upper = append([]float64(nil), m.prob.Upper...)
 	m.restrictToBatches(fixed, sub.Lower, sub.Upper)
-	return solveRestricted(&sub, best, opt, 0)
+	return solveRestricted(&sub, best, opt)
 }
 
 // fixedBatches is fixedBatchIncumbent's batch index per variant from the LP's x (-1: none fits), its flow
@@ -191,11 +191,11 @@ func (m *model) restrictToBatches(fixed []int, lower, upper []float64) {
 // point better than best (the search's incumbent's value) is of use, so best cuts the restricted search off: it
 // prunes what cannot beat it instead of finding and proving the worse points on its way (BenchmarkClassesSweep's
 // demands of 1000-1500 and 150-200 QPS, one worker: 5,892 nodes in all, the restricted searches' and the main
-// ones', where they took 7,719 without it). gap is its relative gap (0: pkg/milp's default).
-func solveRestricted(sub *milp.Problem, best float64, opt Options, gap float64) []float64 {
+// ones', where they took 7,719 without it).
+func solveRestricted(sub *milp.Problem, best float64, opt Options) []float64 {
 	// Pseudo-costs alone choose its branchings: with strong branching, most of its LPs, whole solves took 1.1-1.3x
 	// as long (384 accuracy-scaling solves of the examples).
-	o := milp.Options{MaxNodes: 2000, NoStrongBranching: true, RelGap: gap}
+	o := milp.Options{MaxNodes: 2000, NoStrongBranching: true}
 	if !math.IsInf(best, 0) {
 		o.Cutoff, o.UseCutoff = best, true
 	}

@@ -158,7 +158,7 @@ func jointHeuristic(p *milp.Problem, parts []*jointPart, opt Options) func(x []f
 			end := pt.off + pt.m.prob.NumCols()
 			pt.m.restrictToBatches(pt.m.fixedBatches(x[pt.off:end]), sub.Lower[pt.off:end], sub.Upper[pt.off:end])
 		}
-		return solveRestricted(&sub, best, opt, 0)
+		return solveRestricted(&sub, best, opt)
 	}
 }
 

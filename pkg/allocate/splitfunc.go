@@ -6,7 +6,6 @@ package allocate
 import (
 	"math"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/milp"
@@ -161,7 +160,6 @@ func searchFixed(m *model, q *milp.Problem, incumbent []float64, lo float64, see
 	sub := opt
 	sub.TimeLimit = limit
 	tried := &triedBatches{}
-	var calls atomic.Int32
 	restricted := func(x []float64, best float64) []float64 {
 		fixed := m.fixedBatches(x)
 		if !tried.first(fixed) {
@@ -170,16 +168,7 @@ func searchFixed(m *model, q *milp.Problem, incumbent []float64, lo float64, see
 		r := *q
 		r.Lower, r.Upper = slices.Clone(q.Lower), slices.Clone(q.Upper)
 		m.restrictToBatches(fixed, r.Lower, r.Upper)
-		// After the seed's batch sizes, the others' restricted MILPs (the root's, cut off at the seed's point)
-		// only to the search's own gap: on BenchmarkJointAtScale's spread demands on two classes, to 0.5%, the
-		// root's took 91-101 nodes to find none better, 1-3 so. The seed's own stays exact: its point is the
-		// search's incumbent, and one within the gap of the restricted optimum instead cost the search more than
-		// it saved (20 pipelines: 625 nodes where 225).
-		restrictedGap := 0.0
-		if calls.Add(1) > 1 && seed != nil {
-			restrictedGap = gap
-		}
-		return solveRestricted(&r, best, sub, restrictedGap)
+		return solveRestricted(&r, best, sub)
 	}
 	if seed != nil {
 		// The seed's own replica counts, its flows solved again here, are a first point of its restricted MILP
