@@ -85,8 +85,7 @@ func (w *Window) Add(key string, v *pipeline.Variant, n int, d time.Duration, no
 	ms := float64(d) / float64(time.Millisecond)
 	s.at = append(s.at, now.UnixNano())
 	s.ms = append(s.ms, ms)
-	i, _ := slices.BinarySearch(s.sorted, ms)
-	s.sorted = slices.Insert(s.sorted, i, ms)
+	s.sorted = slices.Insert(s.sorted, search(s.sorted, ms), ms)
 }
 
 // bucket is the samples of batch, added in order when new.
@@ -103,6 +102,21 @@ func (vs *variantSamples) bucket(batch int) *samples {
 	return s
 }
 
+// search is the first index of sorted whose value is not below v (slices.BinarySearch orders NaNs, at a cost: a
+// window has none).
+func search(sorted []float64, v float64) int {
+	lo, hi := 0, len(sorted)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if sorted[m] < v {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
+}
+
 // smallDrop is the most samples drop removes one by one (a search and a move each); more are removed in one pass.
 const smallDrop = 16
 
@@ -110,7 +124,7 @@ const smallDrop = 16
 func (s *samples) drop(n int) {
 	if n <= smallDrop {
 		for _, v := range s.ms[:n] {
-			i, _ := slices.BinarySearch(s.sorted, v)
+			i := search(s.sorted, v)
 			s.sorted = slices.Delete(s.sorted, i, i+1)
 		}
 	} else { // the values dropped, sorted, skipped in order in one pass

@@ -89,7 +89,7 @@ func (s *sim) heartbeats(now time.Time) {
 	s.core.Heartbeat("workers", wire.Registration{Observed: s.beat}, now)
 	for i := range s.servers {
 		if s.servers[i].measured != nil {
-			s.core.Heartbeat(s.names[i], wire.Registration{Observed: s.latencies(i, now), Class: s.classOf[i]}, now)
+			s.core.Latencies(s.names[i], s.latencies(i, now), now)
 		}
 	}
 }
