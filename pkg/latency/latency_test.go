@@ -226,3 +226,20 @@ func TestWindowSummaryMatchesASort(t *testing.T) {
 		}
 	}
 }
+
+// TestSearch: search is the first index not below v, on runs of equal values and beyond either end.
+func TestSearch(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 2000 {
+		s := make([]float64, rng.IntN(40))
+		for i := range s {
+			s[i] = float64(rng.IntN(10))
+		}
+		slices.Sort(s)
+		v := float64(rng.IntN(12) - 1)
+		want, _ := slices.BinarySearch(s, v)
+		if got := search(s, v); got != want {
+			t.Fatalf("search(%v, %v) = %d, want %d", s, v, got, want)
+		}
+	}
+}

@@ -102,19 +102,27 @@ func (vs *variantSamples) bucket(batch int) *samples {
 	return s
 }
 
-// search is the first index of sorted whose value is not below v (slices.BinarySearch orders NaNs, at a cost: a
-// window has none).
+// search is the first index of sorted whose value is not below v: without branches on the values (a window's
+// latencies are noise, and a mispredicted branch per halving made the binary search most of a drop's time), and
+// without slices.BinarySearch's ordering of NaNs (a window has none).
 func search(sorted []float64, v float64) int {
-	lo, hi := 0, len(sorted)
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if sorted[m] < v {
-			lo = m + 1
-		} else {
-			hi = m
-		}
+	if len(sorted) == 0 {
+		return 0
 	}
-	return lo
+	base, n := 0, len(sorted)
+	for n > 1 {
+		half := n / 2
+		below := 0
+		if sorted[base+half] < v {
+			below = 1
+		}
+		base += half * below // a conditional move, where an if adding half branches
+		n -= half
+	}
+	if sorted[base] < v {
+		base++
+	}
+	return base
 }
 
 // smallDrop is the most samples drop removes one by one (a search and a move each); more are removed in one pass.
