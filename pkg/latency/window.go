@@ -68,6 +68,11 @@ func BatchOf(v *pipeline.Variant, n int) int { return v.LatencyFor(n).Batch }
 // Add records that key, a served variant v, ran a model batch of n items that took d, ending at now: at the profiled
 // batch size it counts at (BatchOf).
 func (w *Window) Add(key string, v *pipeline.Variant, n int, d time.Duration, now time.Time) {
+	w.AddAt(key, v, n, d, now.UnixNano())
+}
+
+// AddAt is Add at now in Unix nanoseconds (the simulator's clock).
+func (w *Window) AddAt(key string, v *pipeline.Variant, n int, d time.Duration, now int64) {
 	batch := BatchOf(v, n)
 	vs := w.lastVars
 	if vs == nil || key != w.lastKey {
@@ -83,7 +88,7 @@ func (w *Window) Add(key string, v *pipeline.Variant, n int, d time.Duration, no
 		s.drop(len(s.at) - maxSamples/2)
 	}
 	ms := float64(d) / float64(time.Millisecond)
-	s.at = append(s.at, now.UnixNano())
+	s.at = append(s.at, now)
 	s.ms = append(s.ms, ms)
 	s.sorted = slices.Insert(s.sorted, search(s.sorted, ms), ms)
 }
