@@ -203,8 +203,14 @@ func (s *sim) tuneLook() {
 			s.looks[p.spec.Name] = q
 		}
 		clear(q)
-		for _, vp := range p.plan.Variants {
-			h := s.queues[p.queueIdx[vp.Task][vp.Variant]]
+		if p.hostedFor != p.plan { // the plan's variants' queues, worked out once per plan
+			p.hosted, p.hostedFor = p.hosted[:0], p.plan
+			for _, vp := range p.plan.Variants {
+				p.hosted = append(p.hosted, p.queueIdx[vp.Task][vp.Variant])
+			}
+		}
+		for _, hi := range p.hosted {
+			h := s.queues[hi]
 			q[h.name] = float64(h.pending() + h.inService)
 		}
 	}
