@@ -77,6 +77,15 @@ func (c *Cluster) Heartbeat(id string, reg wire.Registration, now time.Time) {
 	c.latency.Set(id, now, reg.Observed)
 }
 
+// Latencies takes a heartbeat of worker id that carries measured latencies and no counts, as Heartbeat takes it:
+// with nothing to fold, the counts are left alone (the simulator's servers, whose counts one heartbeat of all
+// carries).
+func (c *Cluster) Latencies(id string, observed map[string]wire.Observed, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.latency.Set(id, now, observed)
+}
+
 // Forget drops what the core kept of a worker that is gone: if it comes back, it counts from zero.
 func (c *Cluster) Forget(id string) {
 	c.mu.Lock()

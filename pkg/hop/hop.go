@@ -34,11 +34,28 @@ type Table struct {
 	// nil: the tables alone).
 	Queues routing.Queues
 	routes [][]plan.Route          // aligned with Children
-	dests  []map[string]Dest       // per child: hosted variant -> size
+	dests  [][]namedDest           // per child: its hosted variants' sizes, found by a scan (a child has a few)
+	stage  []int                   // per child: its index in Stage (deadline.Stage.ChildIndex)
 	queue  [][]routing.QueueOption // per child, with routing_mode queue: its hosted variants, most accurate first
 	policy []*ramsis.Choice        // per child, with routing_mode ramsis (UsePolicies): its policy, nil no choice
 	ramsis bool                    // routing_mode ramsis
 	esc    *escalation             // nil: no cascade from this variant (cascade.go)
+}
+
+// namedDest is a hosted variant's Dest, by the variant's name.
+type namedDest struct {
+	variant string
+	Dest
+}
+
+// dest is the Dest of child c's variant (zero when it is not hosted: one message).
+func (t *Table) dest(c int, variant string) Dest {
+	for _, d := range t.dests[c] {
+		if d.variant == variant {
+			return d.Dest
+		}
+	}
+	return Dest{}
 }
 
 // ForReplica is the forwarding table of one replica of task/variant under plan p, with the replica's own deadline
@@ -55,7 +72,13 @@ func ForReplica(spec *pipeline.Spec, p *plan.Plan, policy deadline.Policy, task,
 func NewTable(spec *pipeline.Spec, p *plan.Plan, stage *deadline.Stage, task, variant string,
 	children []string) *Table {
 	t := &Table{Children: children, Stage: stage, routes: make([][]plan.Route, len(children)),
-		dests: make([]map[string]Dest, len(children))}
+		dests: make([][]namedDest, len(children)), stage: make([]int, len(children))}
+	for c, child := range children {
+		t.stage[c] = -1
+		if stage != nil {
+			t.stage[c] = stage.ChildIndex(child)
+		}
+	}
 	if p == nil {
 		return t
 	}
@@ -70,15 +93,25 @@ func NewTable(spec *pipeline.Spec, p *plan.Plan, stage *deadline.Stage, task, va
 		if t.queue != nil {
 			t.queue[c] = routing.QueueOptions(spec, p, child)
 		}
-		t.dests[c] = map[string]Dest{}
 		for _, vp := range p.Variants {
 			if vp.Task == child {
-				t.dests[c][vp.Variant] = Dest{Replicas: vp.Replicas, MaxBatch: vp.MaxBatch,
-					Variant: spec.Variant(child, vp.Variant)}
+				t.dests[c] = setDest(t.dests[c], namedDest{vp.Variant, Dest{Replicas: vp.Replicas,
+					MaxBatch: vp.MaxBatch, Variant: spec.Variant(child, vp.Variant)}})
 			}
 		}
 	}
 	return t
+}
+
+// setDest adds d to ds, in place of one of the same variant (as a map's assignment did).
+func setDest(ds []namedDest, d namedDest) []namedDest {
+	for i := range ds {
+		if ds[i].variant == d.variant {
+			ds[i] = d
+			return ds
+		}
+	}
+	return append(ds, d)
 }
 
 // Item is one executed item that emits sub-requests: its weight's denominator (wire.Item.Den) and the child task of
@@ -242,7 +275,7 @@ func (st *Stepper) Step(t *Table, item Item, w When, rng *rand.Rand) (*Out, erro
 	st.sync(t)
 	for n, c := range item.Children {
 		u1, u2 := rng.Float64(), rng.Float64()
-		d := t.Stage.Route(t.Children[c], st.routes(t, c, w.Left), w.Now, w.AtTask, w.Left, u1, u2)
+		d := t.Stage.RouteAt(t.stage[c], st.routes(t, c, w.Left), w.Now, w.AtTask, w.Left, u1, u2)
 		if d.Rerouted {
 			out.Rerouted++
 		}
@@ -282,7 +315,7 @@ func (st *Stepper) Step(t *Table, item Item, w When, rng *rand.Rand) (*Out, erro
 	}
 	for _, g := range st.groups {
 		subs := st.subs[g.at : g.at+g.n]
-		st.sizes = Split(st.sizes[:0], g.n, t.dests[g.child][g.variant])
+		st.sizes = Split(st.sizes[:0], g.n, t.dest(g.child, g.variant))
 		for _, m := range st.sizes {
 			out.Messages = append(out.Messages, Message{Child: g.child, Variant: g.variant, Subs: subs[:m],
 				Parts: len(st.sizes)})

@@ -93,7 +93,7 @@ func TestWindowBounded(t *testing.T) {
 	for i := range 10 * maxSamples {
 		w.Add("k", a, 1, time.Millisecond, t0.Add(time.Duration(i)))
 	}
-	if n := len(w.buckets["k"][1].ms); n > maxSamples {
+	if n := len(w.buckets["k"].bucket(1).ms); n > maxSamples {
 		t.Fatalf("%d samples kept: want at most %d", n, maxSamples)
 	}
 }
@@ -209,11 +209,11 @@ func TestWindowSummaryMatchesASort(t *testing.T) {
 		got := w.Summary("k", at)
 		cut := at.Add(-WindowSpan).UnixNano()
 		for _, e := range got {
-			if n := w.buckets["k"][e.Batch].since(cut); n < MinBatches && slices.ContainsFunc(got,
-				func(o wire.BatchLatency) bool { return w.buckets["k"][o.Batch].since(cut) >= MinBatches }) {
+			if n := w.buckets["k"].bucket(e.Batch).since(cut); n < MinBatches && slices.ContainsFunc(got,
+				func(o wire.BatchLatency) bool { return w.buckets["k"].bucket(o.Batch).since(cut) >= MinBatches }) {
 				continue // raised (TestWindowRaisesOlderBatchSizes)
 			}
-			sorted := slices.Clone(w.buckets["k"][e.Batch].ms)
+			sorted := slices.Clone(w.buckets["k"].bucket(e.Batch).ms)
 			slices.Sort(sorted)
 			want := wire.BatchLatency{Batch: e.Batch, Count: len(sorted), P50Ms: Quantile(sorted, 0.5),
 				P95Ms: Quantile(sorted, 0.95)}
@@ -223,6 +223,23 @@ func TestWindowSummaryMatchesASort(t *testing.T) {
 		}
 		if app := w.AppendSummary([]wire.BatchLatency{{Batch: 99}}, "k", at); !slices.Equal(app[1:], got) {
 			t.Fatalf("appended %+v, want %+v after the first", app, got)
+		}
+	}
+}
+
+// TestSearch: search is the first index not below v, on runs of equal values and beyond either end.
+func TestSearch(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 2000 {
+		s := make([]float64, rng.IntN(40))
+		for i := range s {
+			s[i] = float64(rng.IntN(10))
+		}
+		slices.Sort(s)
+		v := float64(rng.IntN(12) - 1)
+		want, _ := slices.BinarySearch(s, v)
+		if got := search(s, v); got != want {
+			t.Fatalf("search(%v, %v) = %d, want %d", s, v, got, want)
 		}
 	}
 }

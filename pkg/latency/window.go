@@ -30,29 +30,35 @@ const (
 // Window holds one worker's recent batch latencies, per variant key ("pipeline:task/variant") and profiled batch
 // size. Not safe for concurrent use.
 type Window struct {
-	buckets  map[string]map[int]*samples
-	variants map[string]*pipeline.Variant // by key: the profile a summary scales older batch sizes by
+	buckets map[string]*variantSamples
 	// lastKey's buckets, the last Add's: a worker runs one variant for long, and its batches skip the hash of the
 	// key (buckets are never deleted)
-	lastKey   string
-	lastByKey map[int]*samples
+	lastKey  string
+	lastVars *variantSamples
+}
+
+// variantSamples are one variant's buckets, in increasing batch size (a variant has a few: a scan finds one, and a
+// summary needs no sort), and its profile, which a summary scales older batch sizes by.
+type variantSamples struct {
+	variant *pipeline.Variant
+	byBatch []*samples
+	current []bool // AppendSummary's scratch: per bucket, whether it is current
 }
 
 type samples struct {
-	at []int64 // Unix ns, in order
-	ms []float64
-	// sorted is ms but its newest fresh samples, in ascending order: a summary sorts only the samples added since
-	// the last one and merges them in (a sort of them all per bucket per heartbeat was a seventh of the
-	// simulator's time, and an insertion per sample a twentieth).
+	batch int
+	at    []int64 // Unix ns, in order
+	ms    []float64
+	// sorted is ms in ascending order, kept so as samples come (inserted where they go) and go (removed): a
+	// summary reads its quantiles off it (a sort per bucket per heartbeat was a seventh of the simulator's time,
+	// and merging the samples of the last second in a tenth).
 	sorted []float64
-	fresh  int
-	gone   []float64 // scratch: the values dropped, or those merged in
-	merged []float64 // scratch: the merge, swapped with sorted
+	gone   []float64 // scratch: the values dropped in one pass
 }
 
 // NewWindow returns an empty window.
 func NewWindow() *Window {
-	return &Window{buckets: map[string]map[int]*samples{}, variants: map[string]*pipeline.Variant{}}
+	return &Window{buckets: map[string]*variantSamples{}}
 }
 
 // BatchOf is the profiled batch size a model batch of n items counts at: the smallest of v's profile of at least n
@@ -62,69 +68,92 @@ func BatchOf(v *pipeline.Variant, n int) int { return v.LatencyFor(n).Batch }
 // Add records that key, a served variant v, ran a model batch of n items that took d, ending at now: at the profiled
 // batch size it counts at (BatchOf).
 func (w *Window) Add(key string, v *pipeline.Variant, n int, d time.Duration, now time.Time) {
+	w.AddAt(key, v, n, d, now.UnixNano())
+}
+
+// AddAt is Add at now in Unix nanoseconds (the simulator's clock).
+func (w *Window) AddAt(key string, v *pipeline.Variant, n int, d time.Duration, now int64) {
 	batch := BatchOf(v, n)
-	byBatch := w.lastByKey
-	if byBatch == nil || key != w.lastKey {
-		if byBatch = w.buckets[key]; byBatch == nil {
-			byBatch = map[int]*samples{}
-			w.buckets[key] = byBatch
+	vs := w.lastVars
+	if vs == nil || key != w.lastKey {
+		if vs = w.buckets[key]; vs == nil {
+			vs = &variantSamples{}
+			w.buckets[key] = vs
 		}
-		w.variants[key] = v
-		w.lastKey, w.lastByKey = key, byBatch
+		vs.variant = v
+		w.lastKey, w.lastVars = key, vs
 	}
-	s := byBatch[batch]
-	if s == nil {
-		s = &samples{}
-		byBatch[batch] = s
-	}
+	s := vs.bucket(batch)
 	if len(s.at) >= maxSamples {
 		s.drop(len(s.at) - maxSamples/2)
 	}
 	ms := float64(d) / float64(time.Millisecond)
-	s.at = append(s.at, now.UnixNano())
+	s.at = append(s.at, now)
 	s.ms = append(s.ms, ms)
-	s.fresh++
+	s.sorted = slices.Insert(s.sorted, search(s.sorted, ms), ms)
 }
 
-// sort merges the fresh samples into sorted.
-func (s *samples) sort() {
-	if s.fresh == 0 {
-		return
+// bucket is the samples of batch, added in order when new.
+func (vs *variantSamples) bucket(batch int) *samples {
+	i := 0
+	for i < len(vs.byBatch) && vs.byBatch[i].batch < batch {
+		i++
 	}
-	s.gone = append(s.gone[:0], s.ms[len(s.ms)-s.fresh:]...)
-	slices.Sort(s.gone)
-	s.merged = s.merged[:0]
-	i, j := 0, 0
-	for i < len(s.sorted) && j < len(s.gone) {
-		if s.gone[j] < s.sorted[i] {
-			s.merged = append(s.merged, s.gone[j])
-			j++
-		} else {
-			s.merged = append(s.merged, s.sorted[i])
-			i++
+	if i < len(vs.byBatch) && vs.byBatch[i].batch == batch {
+		return vs.byBatch[i]
+	}
+	s := &samples{batch: batch}
+	vs.byBatch = slices.Insert(vs.byBatch, i, s)
+	return s
+}
+
+// search is the first index of sorted whose value is not below v: without branches on the values (a window's
+// latencies are noise, and a mispredicted branch per halving made the binary search most of a drop's time), and
+// without slices.BinarySearch's ordering of NaNs (a window has none).
+func search(sorted []float64, v float64) int {
+	if len(sorted) == 0 {
+		return 0
+	}
+	base, n := 0, len(sorted)
+	for n > 1 {
+		half := n / 2
+		below := 0
+		if sorted[base+half] < v {
+			below = 1
 		}
+		base += half * below // a conditional move, where an if adding half branches
+		n -= half
 	}
-	s.merged = append(append(s.merged, s.sorted[i:]...), s.gone[j:]...)
-	s.sorted, s.merged = s.merged, s.sorted
-	s.fresh = 0
+	if sorted[base] < v {
+		base++
+	}
+	return base
 }
 
-// drop forgets the oldest n samples, in ms and in sorted (one pass: the values dropped, sorted, are skipped in
-// order; equal values are interchangeable).
+// smallDrop is the most samples drop removes one by one (a search and a move each); more are removed in one pass.
+const smallDrop = 16
+
+// drop forgets the oldest n samples, in ms and in sorted (equal values are interchangeable).
 func (s *samples) drop(n int) {
-	s.sort()
-	s.gone = append(s.gone[:0], s.ms[:n]...)
-	slices.Sort(s.gone)
-	kept, j := 0, 0
-	for _, v := range s.sorted {
-		if j < len(s.gone) && v == s.gone[j] {
-			j++
-			continue
+	if n <= smallDrop {
+		for _, v := range s.ms[:n] {
+			i := search(s.sorted, v)
+			s.sorted = slices.Delete(s.sorted, i, i+1)
 		}
-		s.sorted[kept] = v
-		kept++
+	} else { // the values dropped, sorted, skipped in order in one pass
+		s.gone = append(s.gone[:0], s.ms[:n]...)
+		slices.Sort(s.gone)
+		kept, j := 0, 0
+		for _, v := range s.sorted {
+			if j < len(s.gone) && v == s.gone[j] {
+				j++
+				continue
+			}
+			s.sorted[kept] = v
+			kept++
+		}
+		s.sorted = s.sorted[:kept]
 	}
-	s.sorted = s.sorted[:kept]
 	m := copy(s.at, s.at[n:])
 	copy(s.ms, s.ms[n:])
 	s.at, s.ms = s.at[:m], s.ms[:m]
@@ -134,7 +163,7 @@ func (s *samples) drop(n int) {
 // Samples beyond the window are dropped, but for the newest KeepNewest of a batch size that is not current
 // (AppendSummary).
 func (w *Window) Summary(key string, now time.Time) []wire.BatchLatency {
-	if len(w.buckets[key]) == 0 {
+	if vs := w.buckets[key]; vs == nil || len(vs.byBatch) == 0 {
 		return nil
 	}
 	return w.AppendSummary(nil, key, now)
@@ -150,17 +179,23 @@ func (w *Window) Summary(key string, now time.Time) []wire.BatchLatency {
 // requests for 35 s, against 12 s (docs/admission.md). Only slower: a variant that got faster still looks slow at a
 // batch size no longer run, as one no longer run at all does.
 func (w *Window) AppendSummary(dst []wire.BatchLatency, key string, now time.Time) []wire.BatchLatency {
-	byBatch := w.buckets[key]
-	cut := now.Add(-WindowSpan).UnixNano()
-	current := false
-	for _, s := range byBatch {
-		current = current || s.since(cut) >= MinBatches
+	vs := w.buckets[key]
+	if vs == nil {
+		return dst
 	}
-	out := slices.Grow(dst, len(byBatch))
+	cut := now.Add(-WindowSpan).UnixNano()
+	vs.current = vs.current[:0]
+	anyCurrent := false
+	for _, s := range vs.byBatch {
+		c := s.since(cut) >= MinBatches
+		vs.current = append(vs.current, c)
+		anyCurrent = anyCurrent || c
+	}
+	out := slices.Grow(dst, len(vs.byBatch))
 	first := len(out)
-	for b, s := range byBatch {
+	for i, s := range vs.byBatch {
 		keep := KeepNewest
-		if current && s.since(cut) >= MinBatches {
+		if vs.current[i] {
 			keep = 0
 		}
 		old := 0
@@ -170,33 +205,31 @@ func (w *Window) AppendSummary(dst []wire.BatchLatency, key string, now time.Tim
 		if old > 0 {
 			s.drop(old)
 		}
-		s.sort()
-		out = append(out, wire.BatchLatency{Batch: b, Count: len(s.sorted), P50Ms: Quantile(s.sorted, 0.5),
+		out = append(out, wire.BatchLatency{Batch: s.batch, Count: len(s.sorted), P50Ms: Quantile(s.sorted, 0.5),
 			P95Ms: Quantile(s.sorted, 0.95)})
 	}
-	slices.SortFunc(out[first:], func(a, b wire.BatchLatency) int { return a.Batch - b.Batch })
-	if current {
-		raiseOlder(out[first:], byBatch, w.variants[key], cut)
+	if anyCurrent {
+		raiseOlder(out[first:], vs.current, vs.variant)
 	}
 	return out
 }
 
-// raiseOlder raises the figures of sum's batch sizes that are not current (fewer than MinBatches batches since cut)
-// to at least v's profile scaled as the nearest current one: the p50 by its p50's scale, the p95 by its p95's.
-func raiseOlder(sum []wire.BatchLatency, byBatch map[int]*samples, v *pipeline.Variant, cut int64) {
+// raiseOlder raises the figures of sum's batch sizes that are not current (current, aligned with sum: fewer than
+// MinBatches batches in the span) to at least v's profile scaled as the nearest current one: the p50 by its p50's
+// scale, the p95 by its p95's.
+func raiseOlder(sum []wire.BatchLatency, current []bool, v *pipeline.Variant) {
 	if v == nil {
 		return
 	}
-	isCurrent := func(i int) bool { return byBatch[sum[i].Batch].since(cut) >= MinBatches }
 	for i := range sum {
-		if isCurrent(i) {
+		if current[i] {
 			continue
 		}
 		j := -1
 		for d := 1; j < 0 && (i+d < len(sum) || i-d >= 0); d++ {
-			if i+d < len(sum) && isCurrent(i+d) {
+			if i+d < len(sum) && current[i+d] {
 				j = i + d
-			} else if i-d >= 0 && isCurrent(i-d) {
+			} else if i-d >= 0 && current[i-d] {
 				j = i - d
 			}
 		}

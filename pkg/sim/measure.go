@@ -21,7 +21,7 @@ func (s *sim) measure(srv int, h *variantQueue, n int, d, end time.Duration) {
 	if !slices.Contains(sv.ran, h) {
 		sv.ran = append(sv.ran, h)
 	}
-	sv.measured.Add(h.key, h.variant, n, d, time.Unix(0, s.now).Add(end))
+	sv.measured.AddAt(h.key, h.variant, n, d, s.now+int64(end))
 }
 
 // reportMaxAge is how long a simulated worker's latency report counts without a newer one (the planner's worker

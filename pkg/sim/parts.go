@@ -20,24 +20,27 @@ func less(a, b *event) bool { return a.at < b.at || a.at == b.at && a.seq < b.se
 
 func (h *eventHeap) push(e event) {
 	h.ev = append(h.ev, e)
-	i := len(h.ev) - 1
+	i := len(h.ev) - 1 // a hole the parents later than e move down into, e put in last (not swapped up)
 	for i > 0 {
 		p := (i - 1) / 4
-		if !less(&h.ev[i], &h.ev[p]) {
+		if !less(&e, &h.ev[p]) {
 			break
 		}
-		h.ev[i], h.ev[p] = h.ev[p], h.ev[i]
+		h.ev[i] = h.ev[p]
 		i = p
 	}
+	h.ev[i] = e
 }
 
 func (h *eventHeap) pop() event {
 	top := h.ev[0]
 	n := len(h.ev) - 1
-	h.ev[0] = h.ev[n]
-	h.ev[n] = event{}
+	last := h.ev[n]
 	h.ev = h.ev[:n]
-	i := 0
+	if n == 0 {
+		return top
+	}
+	i := 0 // a hole at the root the earliest child moves up into, down to where the last event goes
 	for {
 		first := 4*i + 1
 		if first >= n {
@@ -49,12 +52,13 @@ func (h *eventHeap) pop() event {
 				c = k
 			}
 		}
-		if !less(&h.ev[c], &h.ev[i]) {
+		if !less(&h.ev[c], &last) {
 			break
 		}
-		h.ev[i], h.ev[c] = h.ev[c], h.ev[i]
+		h.ev[i] = h.ev[c]
 		i = c
 	}
+	h.ev[i] = last
 	return top
 }
 

@@ -89,7 +89,7 @@ func (s *sim) heartbeats(now time.Time) {
 	s.core.Heartbeat("workers", wire.Registration{Observed: s.beat}, now)
 	for i := range s.servers {
 		if s.servers[i].measured != nil {
-			s.core.Heartbeat(s.names[i], wire.Registration{Observed: s.latencies(i, now), Class: s.classOf[i]}, now)
+			s.core.Latencies(s.names[i], s.latencies(i, now), now)
 		}
 	}
 }
@@ -203,8 +203,14 @@ func (s *sim) tuneLook() {
 			s.looks[p.spec.Name] = q
 		}
 		clear(q)
-		for _, vp := range p.plan.Variants {
-			h := s.queues[p.queueIdx[vp.Task][vp.Variant]]
+		if p.hostedFor != p.plan { // the plan's variants' queues, worked out once per plan
+			p.hosted, p.hostedFor = p.hosted[:0], p.plan
+			for _, vp := range p.plan.Variants {
+				p.hosted = append(p.hosted, p.queueIdx[vp.Task][vp.Variant])
+			}
+		}
+		for _, hi := range p.hosted {
+			h := s.queues[hi]
 			q[h.name] = float64(h.pending() + h.inService)
 		}
 	}

@@ -267,6 +267,9 @@ type pipe struct {
 	rootPolicy     *ramsis.Choice // routing_mode ramsis: the root's policy (nil: no choice, the tables decide)
 	rootByPolicy   int64          // the requests whose root variant it chose
 	sent           deliveries     // its messages on their way to a queue (send)
+	// hosted are the queues of the variants of hostedFor, a plan (the tuner's looks read them)
+	hosted    []int32
+	hostedFor *plan.Plan
 }
 
 type sim struct {
