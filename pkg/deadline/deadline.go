@@ -187,12 +187,21 @@ func AfterTask(p Policy, pr Progress, chosen Option, backups []Option, u float64
 	return afterTask(ruleOf(p), &pr, &chosen, backups, u)
 }
 
-func afterTask(r rule, pr *Progress, chosen *Option, backups []Option, u float64) Decision {
+// withoutBackups is afterTask's decision where the backups do not matter (ok): a drop of the per-task rule, or the
+// chosen variant kept (every rule but reroute keeps it; reroute, when it has the time).
+func withoutBackups(r rule, pr *Progress, chosen *Option) (Decision, bool) {
 	switch {
 	case r == rulePerTask && pr.AtTask > pr.Allowance:
-		return Decision{Reason: wire.DropBudget}
+		return Decision{Reason: wire.DropBudget}, true
 	case r != ruleReroute || pr.allotted(chosen) <= pr.Left:
-		return Decision{Variant: chosen.Variant}
+		return Decision{Variant: chosen.Variant}, true
+	}
+	return Decision{}, false
+}
+
+func afterTask(r rule, pr *Progress, chosen *Option, backups []Option, u float64) Decision {
+	if d, ok := withoutBackups(r, pr, chosen); ok {
+		return d
 	}
 	var best []Option
 	for i := range backups {

@@ -245,30 +245,26 @@ func (s *Stage) RouteAt(c int, routes []plan.Route, now int64, atTask, left time
 	if chosen == nil {
 		chosen = &Option{Variant: v}
 	}
-	reroute := s.rule == ruleReroute
-	if reroute { // every backup's bucket refilled to now at every decision, as the late ones read them
+	if s.rule == ruleReroute { // every backup's bucket refilled to now at every decision, as the late ones read them
 		for i := range co.backups {
-			co.backups[i].bucket.available(now)
+			co.backups[i].bucket.refill(now)
 		}
 	}
 	pr := Progress{AtTask: atTask, Allowance: s.Allowance, Left: left, Scale: s.Scale, Rest: co.rest}
-	switch {
-	case s.rule == rulePerTask && pr.AtTask > pr.Allowance:
-		return Decision{Reason: wire.DropBudget, Degraded: Answers(s.Policy, wire.DropBudget)}
-	case !reroute || pr.allotted(chosen) <= pr.Left:
-		return Decision{Variant: v}
-	}
-	var open []Option
-	if len(co.backups) > 0 { // (noOptions has none: it is not written)
-		co.open = co.open[:0]
-		for i := range co.backups {
-			if b := &co.backups[i].bucket; b.rate > 0 && b.tokens >= 1 { // available, as refilled above
-				co.open = append(co.open, co.backups[i].Option)
+	d, ok := withoutBackups(s.rule, &pr, chosen)
+	if !ok {
+		var open []Option
+		if len(co.backups) > 0 { // (noOptions has none: it is not written)
+			co.open = co.open[:0]
+			for i := range co.backups {
+				if co.backups[i].bucket.has() {
+					co.open = append(co.open, co.backups[i].Option)
+				}
 			}
+			open = co.open
 		}
-		open = co.open
+		d = afterTask(s.rule, &pr, chosen, open, u2)
 	}
-	d := afterTask(s.rule, &pr, chosen, open, u2)
 	if d.Rerouted {
 		for i := range co.backups {
 			if co.backups[i].Variant == d.Variant {
@@ -301,8 +297,14 @@ func newTokenBucket(rate, burst float64) tokenBucket {
 
 // available refills the bucket up to now (Unix ns) and reports whether it holds a whole token.
 func (b *tokenBucket) available(now int64) bool {
+	b.refill(now)
+	return b.has()
+}
+
+// refill adds the tokens earned up to now (Unix nanoseconds).
+func (b *tokenBucket) refill(now int64) {
 	if b.rate <= 0 {
-		return false
+		return
 	}
 	if b.started && now > b.last {
 		b.tokens = min(b.burst, b.tokens+time.Duration(now-b.last).Seconds()*b.rate)
@@ -310,7 +312,9 @@ func (b *tokenBucket) available(now int64) bool {
 	if !b.started || now > b.last {
 		b.last, b.started = now, true
 	}
-	return b.tokens >= 1
 }
+
+// has says a token is there, as of the last refill.
+func (b *tokenBucket) has() bool { return b.rate > 0 && b.tokens >= 1 }
 
 func (b *tokenBucket) take() { b.tokens-- }
