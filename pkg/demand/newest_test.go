@@ -36,7 +36,8 @@ func TestStepTakenAtTheNewestRate(t *testing.T) {
 		want       float64
 	}{
 		{"Poisson arrivals", gapsAt(128, 600), 1, 0, 127 / (128 / 600.0) * (1 + math.Sqrt(1.0/128))},
-		{"bursty arrivals (CV 4): 500 is within their noise", gapsAt(128, 500), 16, 0, 310},
+		{"bursty arrivals (CV 4): their newest gaps are a burst's", gapsAt(128, 600), 16, 0, 310},
+		{"dispersion 1.5: 360 is within their noise", gapsAt(128, 360), 1.5, 0, 310},
 		{"dispersion not known yet", gapsAt(128, 600), math.NaN(), 0, 310},
 		{"too few gaps", gapsAt(MinNewestGaps-1, 600), 1, 0, 310},
 		{"newest no faster than 2 sigma above the interval", gapsAt(128, 350), 1, 0, 310},
