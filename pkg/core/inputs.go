@@ -29,11 +29,10 @@ func (c *Cluster) Report(pipeline string, r wire.DemandReport, now time.Time) (s
 	if err := p.demand.Observe(r.Frontend, r.Count, interval, now); err != nil {
 		return false, err
 	}
-	dispersion := p.traffic.DispersionOf(r.Frontend) // of the gaps before the report's, which are weighed by it
 	if err := p.traffic.Observe(r, now); err != nil {
 		return false, err
 	}
-	p.demand.Newest(r.Frontend, r.GapsMs, dispersion)
+	p.demand.Newest(r.Frontend, r.GapsMs, func() float64 { return p.traffic.DispersionOf(r.Frontend) })
 	return p.demand.Stepped(now), nil
 }
 

@@ -203,6 +203,12 @@ func afterTask(r rule, pr *Progress, chosen *Option, backups []Option, u float64
 	if d, ok := withoutBackups(r, pr, chosen); ok {
 		return d
 	}
+	return toBackup(pr, backups, u)
+}
+
+// toBackup is reroute's decision for a late item (withoutBackups not ok): the most accurate of backups whose
+// allotment fits the time left (u breaks ties), or a drop when none does.
+func toBackup(pr *Progress, backups []Option, u float64) Decision {
 	var best []Option
 	for i := range backups {
 		b := &backups[i]

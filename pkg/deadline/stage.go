@@ -263,7 +263,7 @@ func (s *Stage) RouteAt(c int, routes []plan.Route, now int64, atTask, left time
 			}
 			open = co.open
 		}
-		d = afterTask(s.rule, &pr, chosen, open, u2)
+		d = toBackup(&pr, open, u2)
 	}
 	if d.Rerouted {
 		for i := range co.backups {

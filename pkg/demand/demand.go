@@ -164,19 +164,16 @@ func (e *Estimator) Observe(frontend string, count int, interval time.Duration, 
 }
 
 // Newest records the times between the newest arrivals of frontend's latest report (its gaps, oldest first, in
-// milliseconds, as wire.DemandReport.GapsMs) and their dispersion (the squared coefficient of variation of the
-// frontend's gaps, 1 for Poisson arrivals): a step then taken is taken at their rate where it is NewestSigmas
-// standard deviations of their noise above the report's whole interval (stepTo). Call it after Observe, with the same
-// report. Fewer than MinNewestGaps gaps, or a dispersion unknown (NaN) or above MaxNewestDispersion, record nothing.
-func (e *Estimator) Newest(frontend string, gaps []float32, dispersion float64) {
-	r, ok := e.frontends[frontend]
-	if !ok {
-		return
-	}
-	r.newest = 0
-	defer func() { e.frontends[frontend] = r }()
+// milliseconds, as wire.DemandReport.GapsMs), with dispersion, which says how bursty the frontend's arrivals are (the
+// squared coefficient of variation of its gaps, 1 for Poisson arrivals; called only when the gaps are fast enough
+// for it to matter, since it reads thousands of them): a step then taken is taken at their rate where it is
+// NewestSigmas standard deviations of their noise above the report's whole interval (stepTo). Call it after Observe,
+// with the same report (Observe clears the newest rate of the one before). Fewer than MinNewestGaps gaps, or a
+// dispersion unknown (NaN) or above MaxNewestDispersion, record nothing.
+func (e *Estimator) Newest(frontend string, gaps []float32, dispersion func() float64) {
+	r, ok := e.frontends[frontend] // Observe's new report: no newest rate yet
 	n := len(gaps)
-	if n < MinNewestGaps || !(dispersion >= 1) || dispersion > MaxNewestDispersion {
+	if !ok || n < MinNewestGaps {
 		return
 	}
 	span := 0.0
@@ -187,9 +184,14 @@ func (e *Estimator) Newest(frontend string, gaps []float32, dispersion float64) 
 		return
 	}
 	// n gaps of a renewal process at rate λ add up to about n/λ, with a relative standard deviation of
-	// sqrt(dispersion/n); (n-1)/span is the unbiased rate of Poisson arrivals.
-	rate, noise := float64(n-1)/(span/1000), math.Sqrt(dispersion/float64(n))
-	if rate <= r.rate*(1+NewestSigmas*noise) {
+	// sqrt(dispersion/n); (n-1)/span is the unbiased rate of Poisson arrivals. The least dispersion is 1.
+	rate := float64(n-1) / (span / 1000)
+	if rate <= r.rate*(1+NewestSigmas*math.Sqrt(1/float64(n))) {
+		return
+	}
+	d := dispersion()
+	noise := math.Sqrt(d / float64(n))
+	if !(d >= 1) || d > MaxNewestDispersion || rate <= r.rate*(1+NewestSigmas*noise) {
 		return
 	}
 	// Counted one standard deviation high: 128 gaps of the load generator's arrivals (dispersion 1.4) told a step
@@ -199,6 +201,7 @@ func (e *Estimator) Newest(frontend string, gaps []float32, dispersion float64) 
 	if e.MaxRate > 0 {
 		r.newest = min(r.newest, e.MaxRate)
 	}
+	e.frontends[frontend] = r
 }
 
 // MinNewestGaps and NewestSigmas say when a report's newest arrivals count at their own rate in a step (Newest):
@@ -238,8 +241,8 @@ func (e *Estimator) Seed(qps float64) {
 func (e *Estimator) Known() bool { return e.primed }
 
 // Stepped says the reports live at now add up to a step from the estimate (StepSigmas, StepRatio), or replace a
-// provisional one (Provisional): the next Tick will take it. The planner ticks at once when a report makes one, rather than at its next tick, up to a second
-// later.
+// provisional one (Provisional): the next Tick will take it. The planner ticks at once when a report makes one,
+// rather than at its next tick, up to a second later.
 func (e *Estimator) Stepped(now time.Time) bool {
 	if !e.primed || now.Sub(e.since) < e.Warmup {
 		return false

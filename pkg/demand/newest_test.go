@@ -14,6 +14,9 @@ func following(qps float64) *Estimator {
 	return e
 }
 
+// poisson is the dispersion of Poisson arrivals.
+func poisson() float64 { return 1 }
+
 // gapsAt is n gaps of arrivals at qps, in milliseconds.
 func gapsAt(n int, qps float64) []float32 {
 	g := make([]float32, n)
@@ -50,7 +53,7 @@ func TestStepTakenAtTheNewestRate(t *testing.T) {
 			if err := e.Observe("f", 310, time.Second, t0); err != nil {
 				t.Fatal(err)
 			}
-			e.Newest("f", c.gaps, c.dispersion)
+			e.Newest("f", c.gaps, func() float64 { return c.dispersion })
 			if !e.Stepped(t0) {
 				t.Fatal("310 at 100 QPS not said to be a step")
 			}
@@ -67,10 +70,16 @@ func TestNewestOnlyInAStep(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	e := following(600)
 	e.Observe("f", 600, time.Second, t0)
-	e.Newest("f", gapsAt(128, 1200), 1)
+	e.Newest("f", gapsAt(128, 1200), poisson)
 	if got := e.Tick(t0); got != 600 {
 		t.Fatalf("a steady second at 600 with fast newest gaps: %v, want 600", got)
 	}
+	// The dispersion reads thousands of gaps: not for newest gaps no faster than their interval.
+	e.Observe("f", 600, time.Second, t0)
+	e.Newest("f", gapsAt(128, 600), func() float64 {
+		t.Fatal("dispersion read for gaps at the interval's rate")
+		return 1
+	})
 	e.Observe("f", 1000, time.Second, t0.Add(time.Second)) // a step, its report without gaps
 	if got := e.Tick(t0.Add(time.Second)); got != 1000 {
 		t.Fatalf("a step without gaps: %v, want the interval's 1000", got)
@@ -85,7 +94,7 @@ func TestNewestRateProvisional(t *testing.T) {
 	e := following(100)
 	e.Observe("a", 10, time.Second, t0.Add(-300*time.Millisecond)) // a second frontend, at 10 QPS
 	e.Observe("f", 300, time.Second, t0)
-	e.Newest("f", gapsAt(128, 450), 1)
+	e.Newest("f", gapsAt(128, 450), poisson)
 	got := e.Tick(t0.Add(-time.Millisecond)) // a tick stamped before the report that made its step arrived
 	if !e.Provisional() || got < 450 {
 		t.Fatalf("after the step: %v, provisional %v; want at least 450, provisional", got, e.Provisional())
@@ -115,7 +124,7 @@ func TestProvisionalFromTheReportNotTheTick(t *testing.T) {
 	e := following(100)
 	e.Observe("f", 100, time.Second, t0.Add(-time.Second))
 	e.Observe("f", 310, time.Second, t0)
-	e.Newest("f", gapsAt(128, 600), 1)
+	e.Newest("f", gapsAt(128, 600), poisson)
 	got := e.Tick(t0.Add(-time.Millisecond))
 	if !e.Provisional() {
 		t.Fatalf("step not taken at the newest arrivals' rate: %v", got)
