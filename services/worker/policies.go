@@ -3,6 +3,7 @@ package worker
 import (
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sleipnir-serving/sleipnir/pkg/hop"
@@ -20,6 +21,9 @@ type policyWarmer struct {
 	wanted    *plan.Plan // the plan whose policies are being computed or are ready
 	ready     bool
 	installed *hop.Table // the table that has them
+	// readyFor is the worker's record of the last plan whose policies are ready (Worker.policiesFor): a test
+	// waits on it rather than on time.
+	readyFor *atomic.Pointer[plan.Plan]
 }
 
 // follow starts computing plan p's policies for task's children when p is new.
@@ -46,6 +50,9 @@ func (w *policyWarmer) follow(spec *pipeline.Spec, p *plan.Plan, task *pipeline.
 		}
 		w.mu.Lock()
 		w.ready = w.wanted == p
+		if w.ready && w.readyFor != nil {
+			w.readyFor.Store(p)
+		}
 		w.mu.Unlock()
 	}()
 }

@@ -191,6 +191,7 @@ func (w *Worker) start(ctx context.Context, n wanted, t0 time.Time) (*serving, e
 	return &serving{a: n.a, spec: n.spec, plan: n.plan, task: n.spec.Task(n.a.Task), variant: v, exec: exec,
 		consumer: cons, puller: puller, metrics: w.cfg.Metrics.Variant(n.a.Pipeline, n.a.Task, n.a.Variant), served: n.a.Served().String(), policy: policy, budget: budget,
 		root: n.spec.Root().Name == n.a.Task, queues: w.queues, log: w.log,
+		policies: policyWarmer{readyFor: &w.policiesFor},
 		process: telemetry.NewProcessSpans(wire.TaskSubject(n.a.Pipeline, n.a.Task, n.a.Variant),
 			wire.Consumer(n.a.Task, n.a.Variant), semconv.MessagingClientID(w.cfg.ID),
 			telemetry.AttrPipeline.String(n.a.Pipeline), telemetry.AttrTask.String(n.a.Task),

@@ -139,6 +139,9 @@ type Worker struct {
 
 	degraded atomic.Uint64 // items answered degraded (policy degrade, countDegraded)
 	queues   *queueWatch   // the queues' state, for queue-aware routing (queues.go)
+	// policiesFor is the last plan whose routing_mode ramsis policies are computed: the serving routes by them
+	// from its next message on (policies.go).
+	policiesFor atomic.Pointer[plan.Plan]
 }
 
 // Serving is what the worker serves now, "pipeline:task/variant", or "" when idle.
