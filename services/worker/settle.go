@@ -66,8 +66,9 @@ func (w *Worker) settle(ctx context.Context, st *settlement, by <-chan time.Time
 // is gone, or subscribing again after a server restart). By then the message's deadline has mostly passed, and it
 // comes back to be dropped and reported, not executed again: a killed frontend's messages took the capacity its
 // successor needed (make chaos frontend-kill). At least leaderlessWait when a child's stream had no leader (an
-// election): each delivery counts toward the consumers' bound on deliveries (pkg/bus.SetAsideAt), and a message
-// with a far deadline must not reach it, and be set aside as poison, within one election.
+// election) or left a publish unanswered (a leader killed before it replied: Config.PublishAckTimeout): each
+// delivery counts toward the consumers' bound on deliveries (pkg/bus.SetAsideAt), and a message with a far deadline
+// must not reach it, and be set aside as poison, within one election.
 func redeliveryDelay(m jetstream.Msg, err error) time.Duration {
 	n := uint64(1)
 	if meta, err := m.Metadata(); err == nil {
@@ -75,7 +76,7 @@ func redeliveryDelay(m jetstream.Msg, err error) time.Duration {
 	}
 	d := 100 * time.Millisecond << min(n-1, 3)
 	switch {
-	case errors.Is(err, jetstream.ErrNoStreamResponse):
+	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, jetstream.ErrAsyncPublishTimeout):
 		d = max(d, leaderlessWait)
 	case errors.Is(err, nats.ErrNoResponders):
 		d = max(d, time.Second)

@@ -45,6 +45,11 @@ type Config struct {
 	// AckWait is how often (a third of it) a batch running long is marked in progress when the consumer's own ack
 	// wait, which the planner sets, is unknown.
 	AckWait time.Duration
+	// PublishAckTimeout bounds the wait for the stream's acknowledgement of a sub-request's publish (default
+	// DefaultPublishAckTimeout). A leader killed after it took a publish and before it answered (on another node
+	// than the worker's, whose connection stays up) never answers: without a bound, the message that published it
+	// stayed in progress, its batch unsettled, for ever.
+	PublishAckTimeout time.Duration
 	// FetchWait bounds one wait for work: how long an assignment change waits for an idle worker (several-pipelines.md).
 	FetchWait time.Duration
 	// RegisterEvery is the period of the worker's registration refresh, by which the planner knows it is alive.
@@ -58,6 +63,11 @@ type Config struct {
 	Metrics *metrics.Worker
 	Logger  *slog.Logger
 }
+
+// DefaultPublishAckTimeout is Config.PublishAckTimeout's default: far longer than an acknowledgement takes on a
+// loaded server, and past every deadline of a request of a second's SLO, so that giving up re-sends only what a
+// lost leader left unanswered (the re-sent sub-requests are de-duplicated by their message ids).
+const DefaultPublishAckTimeout = 5 * time.Second
 
 // DefaultID is a worker's id when none is given: <hostname>-<pid>.
 func DefaultID() string {
@@ -77,6 +87,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.AckWait == 0 {
 		c.AckWait = bus.DefaultAckWait
+	}
+	if c.PublishAckTimeout == 0 {
+		c.PublishAckTimeout = DefaultPublishAckTimeout
 	}
 	if c.FetchWait == 0 {
 		c.FetchWait = 100 * time.Millisecond
@@ -161,7 +174,7 @@ func New(nc *nats.Conn, cfg Config) (*Worker, error) {
 	if !wire.ValidName(cfg.Class) {
 		return nil, fmt.Errorf("worker class %q: use letters, digits, '_' and '-' only", cfg.Class)
 	}
-	js, err := jetstream.New(nc)
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(cfg.PublishAckTimeout))
 	if err != nil {
 		return nil, err
 	}
