@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
 // PlanCost is what the plans in force during a run cost per hour (plan.Allocation.CostPerHour, at the planner's
@@ -19,7 +21,8 @@ type PlanCost struct {
 }
 
 // watchCost samples the cost per hour of pipeline's plan in force every second until the returned function is
-// called, which returns what it saw.
+// called, which returns what it saw. A user whose permissions do not reach the bucket (a deployment's `client`
+// user) samples nothing: the server would log each refused read.
 func watchCost(ctx context.Context, js jetstream.JetStream, pipeline string) func() PlanCost {
 	ctx, cancel := context.WithCancel(ctx)
 	var (
@@ -28,8 +31,9 @@ func watchCost(ctx context.Context, js jetstream.JetStream, pipeline string) fun
 		sum  float64
 		done = make(chan struct{})
 	)
+	kv, err := js.KeyValue(ctx, wire.Bucket)
 	sample := func() {
-		pl, err := currentPlan(ctx, js, pipeline)
+		pl, err := planIn(ctx, kv, pipeline)
 		if err != nil || pl.Allocation == nil {
 			return
 		}
@@ -43,6 +47,9 @@ func watchCost(ctx context.Context, js jetstream.JetStream, pipeline string) fun
 	}
 	go func() {
 		defer close(done)
+		if err != nil {
+			return
+		}
 		t := time.NewTicker(time.Second)
 		defer t.Stop()
 		for {

@@ -71,6 +71,11 @@ func currentPlan(ctx context.Context, js jetstream.JetStream, pipeline string) (
 	if err != nil {
 		return nil, err
 	}
+	return planIn(ctx, kv, pipeline)
+}
+
+// planIn is pipeline's plan in force, from the bucket kv.
+func planIn(ctx context.Context, kv jetstream.KeyValue, pipeline string) (*plan.Plan, error) {
 	e, err := kv.Get(ctx, wire.PlanKey(pipeline))
 	if err != nil {
 		return nil, err
