@@ -83,8 +83,9 @@ type Queued struct {
 	Left time.Duration
 	// LastTask says the item is at a leaf task.
 	LastTask bool
-	// Expected is the task's profiled processing time (its budget); Allowance the time the task is allotted
-	// (queueing and processing); Waited how long the item has been queued.
+	// Expected is the task's profiled processing time of the item's batch (at most its budget, the time at the max
+	// batch: Stage.BeforeExecute); Allowance the time the task is allotted (queueing and processing); Waited how long
+	// the item has been queued.
 	Expected, Allowance, Waited time.Duration
 	// LeastRest is the least time allotted from the end of the task to the reply on a route the item is sure to
 	// get: each task below at its slowest hosted variant (the routing table may choose any) or at a faster backup

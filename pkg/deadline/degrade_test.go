@@ -47,7 +47,7 @@ func TestDegradeAnswersWhatRerouteDrops(t *testing.T) {
 	}
 	// Before executing, degrade drops what reroute drops (the caller answers it).
 	c := NewStage(spec, chainPlan(false), Degrade, "c", "y", 50*ms, 1)
-	if got := c.BeforeExecute(t0, t0+int64(40*ms), t0); got != wire.DropLastTask {
+	if got := c.BeforeExecute(t0, t0+int64(40*ms), t0, 1, 0); got != wire.DropLastTask {
 		t.Errorf("40 ms left at the last task: %q, want %q", got, wire.DropLastTask)
 	}
 	if p, err := ParsePolicy("degrade"); err != nil || p != Degrade {

@@ -154,3 +154,62 @@ func chainPlan(backup bool) *plan.Plan {
 	}
 	return p
 }
+
+// TestStageExpectsTheBatchAtHand: before a task, an item is judged on the profiled time of the batch it runs in when
+// nothing waits behind it (a batch of the items taken, its own included), and on the max batch's otherwise; in a
+// plan at the edge of its capacity (accuracy mode), on the max batch's always. The times are the budget's ratio to
+// the profile (a budget measured slower stretches them alike).
+func TestStageExpectsTheBatchAtHand(t *testing.T) {
+	spec, err := pipeline.Parse([]byte(`
+name: batched
+slo_ms: 500
+comm_latency_ms: 1
+batch_sizes: [1, 4, 8]
+tasks:
+  - name: a
+    children: [c]
+    variants:
+      - {name: x, accuracy: 0.9, executor: {kind: emulated}, fanout: {mean: 1},
+         profile: [{batch: 1, p50_ms: 20, p95_ms: 20}, {batch: 4, p50_ms: 50, p95_ms: 50},
+                   {batch: 8, p50_ms: 100, p95_ms: 100}]}
+  - name: c
+    variants:
+      - {name: y, accuracy: 0.9, executor: {kind: emulated},
+         profile: [{batch: 1, p50_ms: 50, p95_ms: 50}, {batch: 4, p50_ms: 60, p95_ms: 60},
+                   {batch: 8, p50_ms: 70, p95_ms: 70}]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	planIn := func(mode string, budgetMs float64) *plan.Plan {
+		return &plan.Plan{Mode: mode, Variants: []plan.VariantPlan{
+			{Task: "a", Variant: "x", Replicas: 1, MaxBatch: 8, BudgetMs: budgetMs, CapacityQPS: 80},
+			{Task: "c", Variant: "y", Replicas: 1, MaxBatch: 1, BudgetMs: 50, CapacityQPS: 20}}}
+	}
+	for _, tc := range []struct {
+		name           string
+		mode           string
+		budgetMs       float64
+		left           time.Duration
+		taken, waiting int
+		want           string
+	}{
+		{"alone in its batch, nothing behind", plan.ModeHardware, 100, 250 * ms, 1, 0, ""},
+		{"a batch of 4, nothing behind", plan.ModeHardware, 100, 250 * ms, 4, 0, ""},
+		{"a batch of 5 runs as one of 8", plan.ModeHardware, 100, 250 * ms, 5, 0, wire.DropNoFaster},
+		{"messages wait behind it", plan.ModeHardware, 100, 250 * ms, 1, 3, wire.DropNoFaster},
+		{"at the edge", plan.ModeAccuracy, 100, 250 * ms, 1, 0, wire.DropNoFaster},
+		{"too little time even alone", plan.ModeHardware, 100, 180 * ms, 1, 0, wire.DropNoFaster},
+		{"measured 30% slower, alone", plan.ModeHardware, 130, 200 * ms, 1, 0, ""},
+	} {
+		p := planIn(tc.mode, tc.budgetMs)
+		s := NewStage(spec, p, Reroute, "a", "x", time.Duration(tc.budgetMs*float64(ms)), 1)
+		// The rest below a: the hop to c, c's allotment, the reply's hop.
+		if rest, want := s.LeastRest(t0), 2*ms+time.Duration(50*s.Scale*float64(ms)); rest != want {
+			t.Fatalf("%s: least rest %v, want %v", tc.name, rest, want)
+		}
+		if got := s.BeforeExecute(t0, t0+int64(tc.left), t0, tc.taken, tc.waiting); got != tc.want {
+			t.Errorf("%s: %v left, least rest %v: %q, want %q", tc.name, tc.left, s.LeastRest(t0), got, tc.want)
+		}
+	}
+}

@@ -178,7 +178,7 @@ func (s *sim) startBatch(srv int) {
 			stage = sv.geared.For(th).Stage
 			batch = gears.MaxBatch(h.pipe.plan, h.pipe.tasks[h.task], h.variant.Name, sv.maxBatch, th)
 		}
-		if reason := stage.BeforeExecute(s.now, m.req.due, m.enqueued); reason != "" {
+		if reason := stage.BeforeExecute(s.now, m.req.due, m.enqueued, taken+m.items, h.pending()); reason != "" {
 			m.dropped = reason
 		} else if l := minSet(limit, batch); batching.Fits(l, taken, m.items) {
 			taken += m.items

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime/debug"
 	"time"
 
@@ -208,7 +209,8 @@ func (w *Worker) take(ctx context.Context, s *serving, r *round, in *inbound) bo
 		maxBatch = gears.MaxBatch(s.plan, s.a.Task, s.a.Variant, s.a.MaxBatch, th)
 	}
 	maxBatch = r.limit(maxBatch)
-	drop := stage.BeforeExecute(r.now.UnixNano(), in.deadline.UnixNano(), in.enqueued.UnixNano())
+	drop := stage.BeforeExecute(r.now.UnixNano(), in.deadline.UnixNano(), in.enqueued.UnixNano(),
+		len(r.inputs)+len(in.items), int(min(in.numPending(), math.MaxInt32)))
 	// The delivery bound is for messages that would be executed again: one dropped here costs nothing, and is
 	// answered as dropped, not set aside as poison (a busy machine's late messages reach the bound too).
 	if drop == "" {
