@@ -414,6 +414,7 @@ func TestRehomeMovesRetiredQueue(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	waitCounted(t, js, sp, "b", "y", 3)
 	next := &plan.Plan{Pipeline: sp.Name, Variants: []plan.VariantPlan{{Task: "a", Variant: "x", Replicas: 1},
 		{Task: "b", Variant: "z", Replicas: 1}},
 		Routing: plan.Routing{Root: []plan.Route{{Variant: "x", Prob: 1}},

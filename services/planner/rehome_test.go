@@ -58,6 +58,7 @@ func TestRehomeMovesTheExcessOfACutVariant(t *testing.T) {
 	}
 	publish("y", 6)
 	publish("z", 5)
+	waitCounted(t, js, sp, "b", "y", 6)
 	counts := func() (y, z uint64) {
 		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(wire.TaskSubjects(sp.Name)))
 		if err != nil {
@@ -93,6 +94,20 @@ func TestRehomeMovesTheExcessOfACutVariant(t *testing.T) {
 		}
 		first++
 		_ = m.Ack()
+	}
+}
+
+// waitCounted waits until the consumer of task/variant counts n messages pending. A stream counts a message when it
+// acknowledges its publish, its consumers a moment later (the server signals them from a goroutine of its own), and
+// rehome moves what the consumer counts: a look just after the publishes found 0 pending in 1 run of 30.
+func waitCounted(t *testing.T, js jetstream.JetStream, sp *pipeline.Spec, task, variant string, n uint64) {
+	t.Helper()
+	ctx := context.Background()
+	if err := testrig.WaitFor(5*time.Second, fmt.Sprintf("%d messages pending at %s/%s", n, task, variant), func() bool {
+		c, err := js.Consumer(ctx, wire.TaskStream(sp.Name), wire.Consumer(task, variant))
+		return err == nil && c.CachedInfo().NumPending == n
+	}); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/sleipnir-serving/sleipnir/internal/testrig"
@@ -42,8 +43,8 @@ func TestPolicyWorkerAvoidsALongQueue(t *testing.T) {
 	if err := testrig.WaitFor(30*time.Second, "the classifier's policy and the detector's reading of the queues",
 		func() bool {
 			p := det.policiesFor.Load()
-			_, read := det.queues.Depth("cls", "big")
-			return p != nil && p.Find("cls", "small") != nil && read
+			depth, read := det.queues.Depth("cls", "big")
+			return p != nil && p.Find("cls", "small") != nil && read && depth >= 40
 		}); err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +57,21 @@ func TestPolicyWorkerAvoidsALongQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	for leaves := 0; leaves < 24; {
-		rm := r.next(10 * time.Second)
+		var rm wire.ResultMessage
+		select {
+		case rm = <-r.results:
+		case <-time.After(10 * time.Second):
+			// Where the objects went says which part failed: queued at cls/big, the tables routed them.
+			st, err := r.js.Stream(ctx, wire.TaskStream(r.spec.Name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			info, err := st.Info(ctx, jetstream.WithSubjectFilter(wire.TaskSubjects(r.spec.Name)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Fatalf("no result message after %d leaves; messages per subject: %v", leaves, info.State.Subjects)
+		}
 		for _, it := range rm.Items {
 			if rm.RequestID != "frame" || it.Status != wire.ItemOK || strings.Join(it.Path, ",") != "det/d,cls/small" {
 				t.Fatalf("leaf of %s %+v: want the frame's objects served by cls/small", rm.RequestID, it)

@@ -13,9 +13,12 @@ import (
 
 // queuePoll is how often a worker routing by queue (the spec's routing_mode queue or ramsis) reads the state of the queues
 // it sends to, and queueStale how old a reading may be before the tables decide again.
+// A reading waits up to queueReadWait for each consumer's state, not a poll: on a busy server the API's answer can
+// take longer than 50 ms, and readings that all time out leave the tables to decide once the last is a second old.
 const (
-	queuePoll  = 50 * time.Millisecond
-	queueStale = time.Second
+	queuePoll     = 50 * time.Millisecond
+	queueStale    = time.Second
+	queueReadWait = queueStale / 2
 )
 
 // queueWatch is the queues' state a worker's queue-aware routing reads (routing.Queues): for each hosted variant
@@ -114,7 +117,7 @@ func (w *Worker) watchQueues(ctx context.Context) {
 		}
 		read := make(map[wire.VariantKey]float64, len(keys))
 		for _, k := range keys {
-			rctx, cancel := context.WithTimeout(ctx, queuePoll)
+			rctx, cancel := context.WithTimeout(ctx, queueReadWait)
 			c, err := w.js.Consumer(rctx, wire.TaskStream(pl), wire.Consumer(k.Task, k.Variant))
 			cancel()
 			if err != nil {
