@@ -157,6 +157,7 @@ type Planner struct {
 	unplaced   int              // replicas without a worker at the last assignment
 	metrics    *metrics.Planner // nil without Config.Metrics
 	published  sync.Map         // pipeline -> the JSON of the last plan put, for the status endpoint
+	streams    sync.Map         // pipeline -> its task stream's handle (taskQueues)
 }
 
 // New prepares a planner on a connection; Run serves.

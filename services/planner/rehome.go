@@ -27,12 +27,20 @@ const rehomeBatch = 256
 // deadlines) to the variants pl routes their task to from their upstream hop (plan.Rehome, which the simulator
 // calls too): each is published again with its headers, under a message id of its own (wire.RehomedMsgID), then
 // acknowledged. It runs every second, so messages that upstream workers sent on the old routing just before they
-// saw the new one follow within a second. A variant never hosted has no consumer and costs one lookup. With cp (a
+// saw the new one follow within a second. Only the queues that hold messages are looked at (taskQueues: one request
+// for the pipeline); when their count cannot be read, every variant's is, as its consumer says. With cp (a
 // look of the tuner in the seconds after a new plan: core.Looked.Rehome), it also moves the oldest of the messages
 // cp.Excess says, of the variants the plan cut, to the task's other variants (plan.Sibling), as the simulator does.
 func (p *Planner) rehome(ctx context.Context, spec *pipeline.Spec, pl *plan.Plan, cp *core.Pipeline) {
+	counts, err := p.taskQueues(ctx, spec.Name)
+	if err != nil && ctx.Err() == nil {
+		p.log.Debug("reading the queues' counts failed; looking at every variant's", "pipeline", spec.Name, "err", err)
+	}
 	for _, t := range spec.Tasks {
 		for _, v := range t.Variants {
+			if err == nil && counts[wire.TaskSubject(spec.Name, t.Name, v.Name)] == 0 {
+				continue // nothing waits there: no consumer to look up
+			}
 			key := wire.VariantKey{Task: t.Name, Variant: v.Name}.String()
 			what, dest, count := "the queue of a retired variant", pl.Rehome, func(pending int) int { return pending }
 			if pl.Hosts(t.Name, v.Name) {

@@ -131,3 +131,66 @@ func movesPlanner(t *testing.T) (*Planner, *pipeline.Spec, jetstream.JetStream, 
 	}
 	return p, sp, js, stream
 }
+
+// TestQueuesReadOncePerPipeline: the once-a-second move and the tuner's look read a pipeline's queues with one
+// request for its task stream, and look up a variant's consumer only where messages wait that the move may take:
+// with every queue empty, no consumer is looked up; with messages at a retired variant, that variant's alone.
+func TestQueuesReadOncePerPipeline(t *testing.T) {
+	p, sp, js, _ := movesPlanner(t)
+	ctx := context.Background()
+	for _, v := range []string{"y", "z"} {
+		if _, err := bus.EnsureVariantConsumer(ctx, js, sp.Name, "b", v, time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	requests := func(subject string) func() int {
+		sub, err := p.nc.SubscribeSync(subject)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		return func() int {
+			n := 0
+			for {
+				if _, err := sub.NextMsg(100 * time.Millisecond); err != nil {
+					return n
+				}
+				n++
+			}
+		}
+	}
+	consumerInfos, streamInfos := requests("$JS.API.CONSUMER.INFO.>"), requests("$JS.API.STREAM.INFO.>")
+	pl := &plan.Plan{Pipeline: sp.Name, Variants: []plan.VariantPlan{{Task: "a", Variant: "x", Replicas: 1},
+		{Task: "b", Variant: "z", Replicas: 1}}, Routing: plan.Routing{Root: []plan.Route{{Variant: "x", Prob: 1}},
+		Downstream: map[string]map[string][]plan.Route{"a/x": {"b": {{Variant: "z", Prob: 1}}}}}}
+	p.rehome(ctx, sp, pl, nil)
+	if _, err := p.queueDepths(ctx, pl); err != nil {
+		t.Fatal(err)
+	}
+	if c, s := consumerInfos(), streamInfos(); c != 0 || s > 3 {
+		t.Errorf("empty queues: %d consumer lookups and %d stream requests, want none and at most 3", c, s)
+	}
+	m := nats.NewMsg(wire.TaskSubject(sp.Name, "b", "y"))
+	m.Header.Set(wire.HeaderPath, "a/x")
+	m.Header.Set(wire.HeaderRequestID, "r")
+	m.Header.Set(wire.HeaderDeadline, wire.FormatDeadline(time.Now().Add(time.Minute)))
+	m.Header.Set(wire.HeaderMsgID, wire.TaskMsgID("r", "0", "b", "y"))
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	waitCounted(t, js, sp, "b", "y", 1)
+	consumerInfos()
+	p.rehome(ctx, sp, pl, nil) // b/y is retired: its message moves to b/z
+	if c := consumerInfos(); c != 1 {
+		t.Errorf("a message at the retired b/y: %d consumer lookups, want 1 (b/y's)", c)
+	}
+	depths, err := p.queueDepths(ctx, pl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if depths["b/z"] != 1 || depths["a/x"] != 0 {
+		t.Errorf("depths after the move %v, want b/z 1 and a/x 0", depths)
+	}
+}

@@ -5,7 +5,6 @@ package planner
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -14,7 +13,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
-// tuneTimeout bounds one look's consumer lookups: a look that cannot see the queues in time is skipped.
+// tuneTimeout bounds one look's reading of the queues: a look that cannot see them in time is skipped.
 const tuneTimeout = 200 * time.Millisecond
 
 // tuneLook gives the core the queues of every pipeline, moves the queues it says to move, and reassigns the workers
@@ -49,17 +48,37 @@ func (p *Planner) tuneLook(ctx context.Context, now time.Time) {
 func (p *Planner) queueDepths(ctx context.Context, pl *plan.Plan) (map[string]float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, tuneTimeout)
 	defer cancel()
+	counts, err := p.taskQueues(ctx, pl.Pipeline)
+	if err != nil {
+		return nil, err
+	}
 	out := make(map[string]float64, len(pl.Variants))
 	for _, vp := range pl.Variants {
-		c, err := p.js.Consumer(ctx, wire.TaskStream(pl.Pipeline), wire.Consumer(vp.Task, vp.Variant))
-		if errors.Is(err, jetstream.ErrConsumerNotFound) {
-			continue // not made yet: nothing waits
-		} else if err != nil {
-			return nil, err
-		}
-		info := c.CachedInfo()
-		key := wire.VariantKey{Task: vp.Task, Variant: vp.Variant}.String()
-		out[key] = float64(info.NumPending) + float64(info.NumAckPending)
+		out[wire.VariantKey{Task: vp.Task, Variant: vp.Variant}.String()] =
+			float64(counts[wire.TaskSubject(pl.Pipeline, vp.Task, vp.Variant)])
 	}
 	return out, nil
+}
+
+// taskQueues is how many messages each variant subject of a pipeline's task stream holds: waiting, or delivered and
+// not yet acknowledged, since the stream keeps a message until its variant's consumer acknowledges it (work-queue
+// retention): each consumer's NumPending plus NumAckPending. One request for the pipeline, where a look asked each
+// hosted variant's consumer, and the once-a-second move every variant's (a soak's planner, idle: 70 requests a
+// second, 17 of them for consumers that did not exist).
+func (p *Planner) taskQueues(ctx context.Context, pipeline string) (map[string]uint64, error) {
+	var st jetstream.Stream
+	if v, ok := p.streams.Load(pipeline); ok {
+		st = v.(jetstream.Stream)
+	} else {
+		var err error
+		if st, err = p.js.Stream(ctx, wire.TaskStream(pipeline)); err != nil {
+			return nil, err
+		}
+		p.streams.Store(pipeline, st)
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(wire.TaskSubjects(pipeline)))
+	if err != nil {
+		return nil, err
+	}
+	return info.State.Subjects, nil
 }
