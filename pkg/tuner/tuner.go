@@ -36,7 +36,7 @@ const (
 	// Every is how often the planner looks: a burst is met within a look and a worker's model load. Looks every
 	// 250 ms left the first 0.6 s of a cold start to one replica (the first look came before the queue showed, the
 	// second waited for a plan being published): 0.7-1.1% of 20 s at 200 QPS missed their deadlines, against
-	// 0-0.1% with looks every 100 ms (docs/adaptation.md). A look costs one JetStream request per hosted variant.
+	// 0-0.1% with looks every 100 ms (docs/adaptation.md). A look costs the planner one JetStream request per pipeline.
 	Every = 100 * time.Millisecond
 	// Drain is how fast lent replicas are sized to clear a backlog.
 	Drain = time.Second
