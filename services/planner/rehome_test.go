@@ -24,11 +24,7 @@ import (
 func TestRehomeMovesTheExcessOfACutVariant(t *testing.T) {
 	p, sp, js, stream := movesPlanner(t)
 	ctx := context.Background()
-	for _, v := range []string{"y", "z"} {
-		if _, err := bus.EnsureVariantConsumer(ctx, js, sp.Name, "b", v, time.Second); err != nil {
-			t.Fatal(err)
-		}
-	}
+	ensureConsumersOfB(t, js, sp)
 	routing := plan.Routing{Root: []plan.Route{{Variant: "x", Prob: 1}}, Downstream: map[string]map[string][]plan.Route{
 		"a/x": {"b": {{Variant: "y", Prob: 0.5}, {Variant: "z", Prob: 0.5}}}}}
 	old := &plan.Plan{Pipeline: sp.Name, Variants: []plan.VariantPlan{{Task: "a", Variant: "x", Replicas: 1, MaxBatch: 1},
@@ -97,6 +93,17 @@ func TestRehomeMovesTheExcessOfACutVariant(t *testing.T) {
 	}
 }
 
+// ensureConsumersOfB declares the consumers of treeSpec's task b, both its variants, as the planner does for a plan
+// that hosts them.
+func ensureConsumersOfB(t *testing.T, js jetstream.JetStream, sp *pipeline.Spec) {
+	t.Helper()
+	for _, v := range []string{"y", "z"} {
+		if _, err := bus.EnsureVariantConsumer(context.Background(), js, sp.Name, "b", v, time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // waitCounted waits until the consumer of task/variant counts n messages pending. A stream counts a message when it
 // acknowledges its publish, its consumers a moment later (the server signals them from a goroutine of its own), and
 // rehome moves what the consumer counts: a look just after the publishes found 0 pending in 1 run of 30.
@@ -138,11 +145,7 @@ func movesPlanner(t *testing.T) (*Planner, *pipeline.Spec, jetstream.JetStream, 
 func TestQueuesReadOncePerPipeline(t *testing.T) {
 	p, sp, js, _ := movesPlanner(t)
 	ctx := context.Background()
-	for _, v := range []string{"y", "z"} {
-		if _, err := bus.EnsureVariantConsumer(ctx, js, sp.Name, "b", v, time.Second); err != nil {
-			t.Fatal(err)
-		}
-	}
+	ensureConsumersOfB(t, js, sp)
 	requests := func(subject string) func() int {
 		sub, err := p.nc.SubscribeSync(subject)
 		if err != nil {
