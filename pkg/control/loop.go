@@ -279,13 +279,17 @@ func fitsOn(p *plan.Plan, cluster plan.Cluster) bool {
 // multiplicative factors) is worth the model loads it costs. Each replica the new plan adds to a variant is a worker
 // that loads the variant's model (its swap time) before it serves: for that long, the items it would have served
 // wait, and are counted as lost, at the current plan's accuracy. The gain is the accuracy the new plan adds to every
-// request until the next due re-plan. A plan that frees servers (hardware scaling down) or whose variants load
-// instantly is always taken; one that moves models for less accuracy than its loads cost is not, so that the
-// estimate's small moves do not flip a plan between two variants at each swap's price.
+// request until the next due re-plan. A plan that frees servers (hardware scaling down) is always taken, and one
+// whose variants load instantly unless it is in hardware mode and no better than the plan in force, which covers
+// the estimate with its headroom (noBetterInHardware); one that moves models for less accuracy than its loads cost
+// is not, so that the estimate's small moves do not flip a plan between two variants at each swap's price.
 func (l *Loop) worthSwapping(p *plan.Plan, o Observed) bool {
 	cur := l.current
 	if cur.Allocation == nil || p.Allocation == nil || p.Allocation.ActiveServers < cur.Allocation.ActiveServers {
 		return true
+	}
+	if l.planned.padded && o.Demand <= l.planned.covers && noBetterInHardware(cur, p) {
+		return false // the plan in force covers the estimate with its headroom, as well as this one would
 	}
 	lost := 0.0 // items not served during the model loads
 	for _, vp := range p.Variants {
@@ -306,6 +310,18 @@ func (l *Loop) worthSwapping(p *plan.Plan, o Observed) bool {
 	gain := (p.Allocation.SystemAccuracy - cur.Allocation.SystemAccuracy) * max(o.Demand, l.cfg.MinDemandQPS) *
 		l.cfg.ReplanEvery.Seconds()
 	return gain > cost
+}
+
+// noBetterInHardware says plan b, like a, is in hardware mode, on the same servers at the same cost, for no more
+// accuracy: it differs in batch sizes or in the share of a less accurate variant. A due look's small move of the
+// estimate, within what the plan in force covers with its headroom, found such a plan at look after look: a steady
+// 40 QPS of traffic took a new epoch every 10 s in the soak (accuracy 0.442, 0.444, 0.443), each an assignment
+// written for every worker; in the simulator, 14 re-plans in 10 minutes, and 4 without them.
+func noBetterInHardware(a, b *plan.Plan) bool {
+	return a.Mode == plan.ModeHardware && b.Mode == plan.ModeHardware &&
+		a.Allocation.ActiveServers == b.Allocation.ActiveServers &&
+		a.Allocation.CostPerHour == b.Allocation.CostPerHour &&
+		b.Allocation.SystemAccuracy <= a.Allocation.SystemAccuracy+1e-9
 }
 
 // sameAllocation says whether two plans host the same replicas of the same variants at the same batch sizes (and run
