@@ -396,7 +396,7 @@ func (p *Planner) step(ctx context.Context, now time.Time) {
 	cluster, _ := p.onCluster(able)
 	for _, d := range p.core.Tick(now, cluster) {
 		p.publishStep(ctx, now, d, cluster)
-		p.rehome(ctx, d.Pipeline.Spec, d.Pipeline.Current(), nil)
+		p.rehome(ctx, d.Pipeline.Spec, d.Pipeline.Current(), nil, nil)
 	}
 	if err := p.core.DivisionErr(); err != nil {
 		p.complaints.Warn(complainDivision, "err", err)

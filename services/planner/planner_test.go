@@ -426,7 +426,7 @@ func TestRehomeMovesRetiredQueue(t *testing.T) {
 		}
 		return info.State.Subjects
 	}
-	p.rehome(ctx, sp, old, nil) // hosts b/y: its queue stays
+	p.rehome(ctx, sp, old, nil, nil) // hosts b/y: its queue stays
 	if got := counts(); got[wire.TaskSubject(sp.Name, "b", "y")] != 3 || len(got) != 1 {
 		t.Fatalf("messages per subject %v under the plan that hosts b/y: want the 3 at b/y", got)
 	}

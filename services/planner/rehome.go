@@ -27,12 +27,17 @@ const rehomeBatch = 256
 // deadlines) to the variants pl routes their task to from their upstream hop (plan.Rehome, which the simulator
 // calls too): each is published again with its headers, under a message id of its own (wire.RehomedMsgID), then
 // acknowledged. It runs every second, so messages that upstream workers sent on the old routing just before they
-// saw the new one follow within a second. Only the queues that hold messages are looked at (taskQueues: one request
-// for the pipeline); when their count cannot be read, every variant's is, as its consumer says. With cp (a
+// saw the new one follow within a second. Only the queues that hold messages are looked at: counts, the subjects'
+// counts a look has just read, or nil to read them (taskQueues: one request for the pipeline); when they cannot be
+// read, every variant's queue is, as its consumer says. With cp (a
 // look of the tuner in the seconds after a new plan: core.Looked.Rehome), it also moves the oldest of the messages
 // cp.Excess says, of the variants the plan cut, to the task's other variants (plan.Sibling), as the simulator does.
-func (p *Planner) rehome(ctx context.Context, spec *pipeline.Spec, pl *plan.Plan, cp *core.Pipeline) {
-	counts, err := p.taskQueues(ctx, spec.Name)
+func (p *Planner) rehome(ctx context.Context, spec *pipeline.Spec, pl *plan.Plan, cp *core.Pipeline,
+	counts map[string]uint64) {
+	var err error
+	if counts == nil {
+		counts, err = p.taskQueues(ctx, spec.Name)
+	}
 	if err != nil && ctx.Err() == nil {
 		p.log.Debug("reading the queues' counts failed; looking at every variant's", "pipeline", spec.Name, "err", err)
 	}

@@ -64,11 +64,11 @@ func TestRehomeMovesTheExcessOfACutVariant(t *testing.T) {
 	}
 	p.core.Published(core.Decision{Pipeline: cp, Step: control.Step{Plan: next, Replanned: true}}, time.Now(),
 		plan.Uniform(5))
-	p.rehome(ctx, sp, next, nil) // the once-a-second move: only retired variants
+	p.rehome(ctx, sp, next, nil, nil) // the once-a-second move: only retired variants
 	if y, z := counts(); y != 6 || z != 5 {
 		t.Fatalf("after the once-a-second move: %d at b/y and %d at b/z, want 6 and 5: hosted queues stay", y, z)
 	}
-	p.rehome(ctx, sp, next, cp) // a look after the plan that cut b/y from 3 replicas to 1
+	p.rehome(ctx, sp, next, cp, nil) // a look after the plan that cut b/y from 3 replicas to 1
 	keep := plan.ExcessBatches * 1 * 1
 	if y, z := counts(); y != uint64(keep) || z != 5+uint64(6-keep) {
 		t.Fatalf("after a look: %d at b/y and %d at b/z, want %d kept at the cut b/y and the rest moved to b/z",
@@ -168,8 +168,8 @@ func TestQueuesReadOncePerPipeline(t *testing.T) {
 	pl := &plan.Plan{Pipeline: sp.Name, Variants: []plan.VariantPlan{{Task: "a", Variant: "x", Replicas: 1},
 		{Task: "b", Variant: "z", Replicas: 1}}, Routing: plan.Routing{Root: []plan.Route{{Variant: "x", Prob: 1}},
 		Downstream: map[string]map[string][]plan.Route{"a/x": {"b": {{Variant: "z", Prob: 1}}}}}}
-	p.rehome(ctx, sp, pl, nil)
-	if _, err := p.queueDepths(ctx, pl); err != nil {
+	p.rehome(ctx, sp, pl, nil, nil)
+	if _, _, err := p.queueDepths(ctx, pl); err != nil {
 		t.Fatal(err)
 	}
 	if c, s := consumerInfos(), streamInfos(); c != 0 || s > 3 {
@@ -185,15 +185,21 @@ func TestQueuesReadOncePerPipeline(t *testing.T) {
 	}
 	waitCounted(t, js, sp, "b", "y", 1)
 	consumerInfos()
-	p.rehome(ctx, sp, pl, nil) // b/y is retired: its message moves to b/z
+	p.rehome(ctx, sp, pl, nil, nil) // b/y is retired: its message moves to b/z
 	if c := consumerInfos(); c != 1 {
 		t.Errorf("a message at the retired b/y: %d consumer lookups, want 1 (b/y's)", c)
 	}
-	depths, err := p.queueDepths(ctx, pl)
+	depths, counts, err := p.queueDepths(ctx, pl)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if depths["b/z"] != 1 || depths["a/x"] != 0 {
 		t.Errorf("depths after the move %v, want b/z 1 and a/x 0", depths)
+	}
+	// A look's move reads nothing again: it is given the counts the look read (b/y empty now, b/z hosted).
+	streamInfos()
+	p.rehome(ctx, sp, pl, nil, counts)
+	if c, s := consumerInfos(), streamInfos(); c != 0 || s != 0 {
+		t.Errorf("a move given the look's counts: %d consumer lookups and %d stream requests, want none", c, s)
 	}
 }

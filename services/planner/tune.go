@@ -21,20 +21,21 @@ const tuneTimeout = 200 * time.Millisecond
 func (p *Planner) tuneLook(ctx context.Context, now time.Time) {
 	able, _ := p.workers(now)
 	queues := make(map[string]map[string]float64, len(p.cfg.Pipelines))
+	counts := make(map[string]map[string]uint64, len(p.cfg.Pipelines)) // what the queues read, for the moves
 	for _, cp := range p.core.Pipelines() {
-		waiting, err := p.queueDepths(ctx, cp.Current())
+		waiting, read, err := p.queueDepths(ctx, cp.Current())
 		if err != nil {
 			if ctx.Err() == nil {
 				p.log.Debug("looking at the queues failed; skipping a look", "pipeline", cp.Spec.Name, "err", err)
 			}
 			continue // the other pipelines' queues may still be seen
 		}
-		queues[cp.Spec.Name] = waiting
+		queues[cp.Spec.Name], counts[cp.Spec.Name] = waiting, read
 	}
 	cluster, _ := p.onCluster(able)
 	looked := p.core.Look(now, cluster, queues)
 	for _, cp := range looked.Rehome {
-		p.rehome(ctx, cp.Spec, cp.Current(), cp)
+		p.rehome(ctx, cp.Spec, cp.Current(), cp, counts[cp.Spec.Name])
 	}
 	if looked.Loans {
 		p.log.Info("tuner loans", "lent", p.core.Loans())
@@ -44,20 +45,21 @@ func (p *Planner) tuneLook(ctx context.Context, now time.Time) {
 	}
 }
 
-// queueDepths are the messages waiting or in service at each variant pl hosts, from its consumer's state.
-func (p *Planner) queueDepths(ctx context.Context, pl *plan.Plan) (map[string]float64, error) {
+// queueDepths are the messages waiting or in service at each variant pl hosts ("task/variant"), and the counts of
+// every variant subject they were read from (taskQueues).
+func (p *Planner) queueDepths(ctx context.Context, pl *plan.Plan) (map[string]float64, map[string]uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, tuneTimeout)
 	defer cancel()
 	counts, err := p.taskQueues(ctx, pl.Pipeline)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out := make(map[string]float64, len(pl.Variants))
 	for _, vp := range pl.Variants {
 		out[wire.VariantKey{Task: vp.Task, Variant: vp.Variant}.String()] =
 			float64(counts[wire.TaskSubject(pl.Pipeline, vp.Task, vp.Variant)])
 	}
-	return out, nil
+	return out, counts, nil
 }
 
 // taskQueues is how many messages each variant subject of a pipeline's task stream holds: waiting, or delivered and
