@@ -17,7 +17,8 @@ import (
 func taskMsg(id string) *nats.Msg {
 	m := nats.NewMsg(wire.TaskSubject("p", "a", "x"))
 	m.Data = []byte("task")
-	wire.TaskHeaders{Deadline: time.Now().Add(time.Minute), MsgID: wire.TaskMsgID(id, "", "a", "x")}.Write(m.Header.Set)
+	wire.TaskHeaders{RequestID: id, Deadline: time.Now().Add(time.Minute), ReplyTo: wire.ResultSubject("fe"),
+		MsgID: wire.TaskMsgID(id, "", "a", "x")}.Write(m.Header.Set)
 	return m
 }
 

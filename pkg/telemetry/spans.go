@@ -21,8 +21,6 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
 	"go.opentelemetry.io/otel/trace"
-
-	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
 // MessagingSystem is messaging.system for NATS (the conventions' list is open; "nats" is what other NATS
@@ -123,14 +121,9 @@ func (p *ProcessSpans) Start(ctx context.Context, tracer trace.Tracer, carrier p
 // StartGlobal is Start for otel's global tracer (otel.Tracer's) and no options of the message's own. With no tracer
 // provider installed (NoTracer), a message without a trace context gets the span that tracer would make, one that
 // records nothing and has no context, without the tracer's two allocations: a worker starts a span a message, and
-// an untraced hop is measured (BenchmarkHop). A carrier without a W3C field (traceparent, tracestate, baggage: the
-// formats Setup's propagators read) is not read at all.
+// an untraced hop is measured (BenchmarkHop).
 func (p *ProcessSpans) StartGlobal(ctx context.Context, tracer trace.Tracer, carrier propagation.TextMapCarrier) (
 	context.Context, trace.Span) {
-	if NoTracer() && carrier.Get(wire.HeaderTraceParent) == "" && carrier.Get(wire.HeaderTraceState) == "" &&
-		carrier.Get(wire.HeaderBaggage) == "" {
-		return ctx, trace.SpanFromContext(ctx)
-	}
 	ctx = otel.GetTextMapPropagator().Extract(ctx, carrier)
 	if NoTracer() && !trace.SpanContextFromContext(ctx).IsValid() {
 		return ctx, trace.SpanFromContext(ctx)

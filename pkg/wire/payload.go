@@ -39,37 +39,8 @@ type InferReply struct {
 }
 
 // TaskMessage is the payload on a variant subject: items of one parent item going to one variant.
-//
-// Version 2 (TaskVersion) carries the request's address in the payload, ahead of the items: the headers of a task
-// message are then the deadline, the de-duplication id and the trace context alone, which cost every hop less to
-// write, route and read (BenchmarkHop, docs/measurements.md). A message without a version is version 1, whose
-// address is in its headers (HeaderRequestID, HeaderReplyTo, HeaderPath): readers take both (ReadTask).
 type TaskMessage struct {
-	Version   int    `msgpack:"v,omitempty"`          // TaskVersion; 0 or 1: the address is in the headers
-	RequestID string `msgpack:"request_id,omitempty"` // the frontend's id of the request
-	ReplyTo   string `msgpack:"reply_to,omitempty"`   // the result subject of the frontend that owns the request
-	Path      string `msgpack:"path,omitempty"`       // the variants before this one (AppendPath); "" on the root message
-	Items     []Item `msgpack:"items"`
-}
-
-// TaskVersion is the version of the task messages this code writes; it reads this one and version 1.
-const TaskVersion = 2
-
-// TaskAddress is where a task message's request stands: its id, its frontend's result subject, and the variants
-// before this one.
-type TaskAddress struct {
-	RequestID, ReplyTo, Path string
-}
-
-// Address is the message's address as read (ReadTask fills it from a version 1 message's headers).
-func (m *TaskMessage) Address() TaskAddress {
-	return TaskAddress{RequestID: m.RequestID, ReplyTo: m.ReplyTo, Path: m.Path}
-}
-
-// Addressed gives m the request's address and the version that carries it.
-func (m *TaskMessage) Addressed(a TaskAddress) *TaskMessage {
-	m.Version, m.RequestID, m.ReplyTo, m.Path = TaskVersion, a.RequestID, a.ReplyTo, a.Path
-	return m
+	Items []Item `msgpack:"items"`
 }
 
 // Item is one unit of work. Weight is 1/Den of its request: the root has Den 1 and a parent of Den d that emits k

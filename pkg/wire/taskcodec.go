@@ -17,24 +17,7 @@ import (
 // AppendTaskMessage appends m's msgpack encoding (msgpack.Marshal's) to b.
 func AppendTaskMessage(b []byte, m *TaskMessage) []byte {
 	b = slices.Grow(b, taskMessageSize(m))
-	n := 1
-	for _, set := range [...]bool{m.Version != 0, m.RequestID != "", m.ReplyTo != "", m.Path != ""} {
-		if set {
-			n++
-		}
-	}
-	b = appendMapLen(b, n)
-	if m.Version != 0 {
-		b = appendString(b, "v")
-		b = appendInt(b, int64(m.Version))
-	}
-	for _, f := range [...]struct{ key, value string }{{"request_id", m.RequestID}, {"reply_to", m.ReplyTo},
-		{"path", m.Path}} {
-		if f.value != "" {
-			b = appendString(b, f.key)
-			b = appendString(b, f.value)
-		}
-	}
+	b = appendMapLen(b, 1)
 	b = appendString(b, "items")
 	if m.Items == nil {
 		return append(b, 0xc0)
@@ -48,7 +31,7 @@ func AppendTaskMessage(b []byte, m *TaskMessage) []byte {
 
 // taskMessageSize bounds the length of m's encoding, so that it is written into one allocation.
 func taskMessageSize(m *TaskMessage) int {
-	n := 48 + len(m.RequestID) + len(m.ReplyTo) + len(m.Path)
+	n := 16
 	for i := range m.Items {
 		it := &m.Items[i]
 		n += 48 + len(it.ID)
@@ -112,29 +95,6 @@ func appendTensor(b []byte, t *Tensor) []byte {
 	return append(b, t.Data...)
 }
 
-// appendInt appends n as msgpack/v5's EncodeInt does: in the smallest form, unsigned when it is not negative.
-func appendInt(b []byte, n int64) []byte {
-	switch {
-	case n >= -32 && n <= 0x7f:
-		return append(b, byte(n))
-	case n > 0 && n <= math.MaxUint8:
-		return append(b, 0xcc, byte(n))
-	case n > 0 && n <= math.MaxUint16:
-		return binary.BigEndian.AppendUint16(append(b, 0xcd), uint16(n))
-	case n > 0 && n <= math.MaxUint32:
-		return binary.BigEndian.AppendUint32(append(b, 0xce), uint32(n))
-	case n > 0:
-		return binary.BigEndian.AppendUint64(append(b, 0xcf), uint64(n))
-	case n >= math.MinInt8:
-		return append(b, 0xd0, byte(n))
-	case n >= math.MinInt16:
-		return binary.BigEndian.AppendUint16(append(b, 0xd1), uint16(n))
-	case n >= math.MinInt32:
-		return binary.BigEndian.AppendUint32(append(b, 0xd2), uint32(n))
-	}
-	return binary.BigEndian.AppendUint64(append(b, 0xd3), uint64(n))
-}
-
 func appendMapLen(b []byte, n int) []byte   { return appendLen(b, n, 0x80, 16, 0, 0xde, 0xdf) }
 func appendArrayLen(b []byte, n int) []byte { return appendLen(b, n, 0x90, 16, 0, 0xdc, 0xdd) }
 func appendString(b []byte, s string) []byte {
@@ -155,60 +115,27 @@ func appendLen(b []byte, n int, fix byte, fixMax int, code8, code16, code32 byte
 	return binary.BigEndian.AppendUint32(append(b, code32), uint32(n))
 }
 
-// DecodeTaskMessage decodes a task message read from outside: the fields msgpack/v5 would set, unknown ones skipped.
-// It needs no CheckMsgpack pass first (as UnmarshalMsgpack does): the reader checks each length as it reads it and
-// makes nothing a claim sizes before the bytes behind it are there (taskReader), and it does not recurse, so an
-// unknown field's nesting costs it no stack. Its tensors' data are data's own bytes, not copies (a delivered
+// DecodeTaskMessage decodes a task message read from outside: CheckMsgpack first, as UnmarshalMsgpack, then the
+// fields msgpack/v5 would set, unknown ones skipped. Its tensors' data are data's own bytes, not copies (a delivered
 // message's buffer, which nothing else writes; an image is copied once less a hop): data must not be written while
 // the message is in use.
 func DecodeTaskMessage(data []byte) (TaskMessage, error) {
+	if err := CheckMsgpack(data); err != nil {
+		return TaskMessage{}, err
+	}
 	r := taskReader{data: data}
 	var m TaskMessage
-	if err := r.fields(taskMessageKeys, func(key int) error { return r.taskField(&m, key, true) }); err != nil {
+	err := r.fields(taskMessageKeys, func(int) (err error) {
+		m.Items, err = readArray(&r, (*taskReader).item)
+		return err
+	})
+	if err != nil {
 		return TaskMessage{}, fmt.Errorf("msgpack: task message: %w", err)
 	}
 	return m, nil
 }
 
-// taskField reads the task message's field of index key in taskMessageKeys into m; its items only with items (else
-// skipped).
-func (r *taskReader) taskField(m *TaskMessage, key int, items bool) (err error) {
-	switch key {
-	case 0:
-		if !items {
-			return r.skip()
-		}
-		m.Items, err = readArray(r, (*taskReader).item)
-	case 1:
-		var v int64
-		v, err = r.int()
-		m.Version = int(v)
-	case 2:
-		m.RequestID, err = r.string()
-	case 3:
-		m.ReplyTo, err = r.string()
-	case 4:
-		m.Path, err = r.string()
-	}
-	return err
-}
-
-// decodeTaskAddress reads a task message's version and address from data, which may not decode whole: writers put
-// the address ahead of the items, so a payload whose items are broken still gives it. ok is false when the reading
-// stopped before the items (the address may be cut). It allocates nothing a claimed length sizes.
-func decodeTaskAddress(data []byte) (m TaskMessage, ok bool) {
-	r := taskReader{data: data}
-	err := r.fields(taskMessageKeys, func(key int) error {
-		if key == 0 {
-			ok = true // the rest is items, or what the writer put after them
-		}
-		return r.taskField(&m, key, false)
-	})
-	return m, ok || err == nil
-}
-
-// taskReader reads msgpack values from data that nothing has checked: a value's length is checked against the bytes
-// left when its header is read (next), and an array is made only for as many elements as bytes are left (readArray).
+// taskReader reads msgpack values from data, which CheckMsgpack has passed: every length it claims is backed.
 type taskReader struct {
 	data []byte
 	pos  int
@@ -261,7 +188,7 @@ func (r *taskReader) tensor(t *Tensor) error {
 
 // The keys of each struct's fields, in their order: a field is passed to fields' callback by its index here.
 var (
-	taskMessageKeys = []string{"items", "v", "request_id", "reply_to", "path"}
+	taskMessageKeys = []string{"items"}
 	itemKeys        = []string{"id", "den", "inputs", "gear"}
 	tensorKeys      = []string{"name", "datatype", "shape", "data"}
 )
@@ -340,9 +267,6 @@ func readArray[T any](r *taskReader, read func(*taskReader, *T) error) ([]T, err
 	if h.kind != kindArray {
 		return nil, errTaskShape
 	}
-	if h.count > uint64(len(r.data)-r.pos) { // every element takes a byte at least: nothing claimed is made
-		return nil, errTaskShape
-	}
 	out := make([]T, h.count)
 	for i := range out {
 		if err := read(r, &out[i]); err != nil {
@@ -355,15 +279,12 @@ func readArray[T any](r *taskReader, read func(*taskReader, *T) error) ([]T, err
 // next reads the header of the value at the reader's position and moves past its payload (not its elements, if it
 // is an array or a map), which it gives.
 func (r *taskReader) next() (msgpackHead, []byte, error) {
-	if r.pos >= len(r.data) {
-		return msgpackHead{}, nil, errTaskShape
-	}
 	h, pos, err := readMsgpackHead(r.data, r.pos)
 	if err != nil {
 		return h, nil, err
 	}
 	if uint64(len(r.data)-pos) < h.size {
-		return h, nil, errTaskShape
+		return h, nil, errTaskShape // CheckMsgpack passed only the first value of data
 	}
 	r.pos = pos + int(h.size)
 	return h, r.data[pos:r.pos], nil

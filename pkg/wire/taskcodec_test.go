@@ -19,10 +19,6 @@ func randomTaskMessage(rng *rand.Rand) TaskMessage {
 		return string(bytes.Repeat([]byte{'x'}, []int{0, 3, 31, 32, 255, 256, 70000}[rng.IntN(7)]))
 	}
 	var m TaskMessage
-	if rng.IntN(2) == 0 { // an address, in a version of any width
-		m.Version = []int{TaskVersion, 1, -1, -33, 200, 70000, -40000, 1 << 40}[rng.IntN(8)]
-		m.RequestID, m.ReplyTo, m.Path = str(), str(), str()
-	}
 	if rng.IntN(8) == 0 {
 		return m // items nil
 	}
@@ -196,30 +192,6 @@ func FuzzDecodeTaskMessage(f *testing.F) {
 		again, err := DecodeTaskMessage(enc)
 		if err != nil || !bytes.Equal(AppendTaskMessage(nil, &again), enc) {
 			t.Fatalf("what decoded does not round-trip: %+v, %v", again, err)
-		}
-	})
-}
-
-// FuzzReadTaskAddress: any payload gives an address or an error with bounded memory, and never panics; an address it
-// gives from a payload that decodes whole is the one DecodeTaskMessage reads.
-func FuzzReadTaskAddress(f *testing.F) {
-	a := TaskAddress{RequestID: "fe1-b-1", ReplyTo: ResultSubject("fe1"), Path: "t/v"}
-	for _, m := range []*TaskMessage{{Items: []Item{{ID: "0.1", Den: 2, Inputs: seedTensors}}},
-		(&TaskMessage{Items: []Item{{ID: "0", Den: 1}}}).Addressed(a), (&TaskMessage{}).Addressed(a)} {
-		f.Add(AppendTaskMessage(nil, m))
-	}
-	none := func(string) string { return "" }
-	f.Fuzz(func(t *testing.T, data []byte) {
-		var got TaskAddress
-		var err error
-		if n := alloctest.Bytes(func() { got, err = ReadTaskAddress(none, data) }); n > allocBound(len(data)) {
-			t.Fatalf("reading the address of %d bytes allocated %d, bound %d", len(data), n, allocBound(len(data)))
-		}
-		if err != nil {
-			return
-		}
-		if m, err := DecodeTaskMessage(data); err == nil && m.Version >= 2 && m.Address() != got {
-			t.Fatalf("ReadTaskAddress read %+v, DecodeTaskMessage %+v", got, m.Address())
 		}
 	})
 }

@@ -128,9 +128,7 @@ const (
 	HeaderContentType = "Content-Type"
 	HeaderError       = "Sleipnir-Error" // set on error replies, with the reply's error text
 	HeaderMsgID       = "Nats-Msg-Id"    // JetStream de-duplication
-	HeaderTraceParent = "traceparent"    // W3C trace context (with HeaderTraceState), and W3C baggage
-	HeaderTraceState  = "tracestate"
-	HeaderBaggage     = "baggage"
+	HeaderTraceParent = "traceparent"
 	// HeaderTraceID is on every reply to an accepted request (NATS and HTTP): the request's trace id, to look it up
 	// in a tracing backend.
 	HeaderTraceID = "Sleipnir-Trace-Id"
@@ -270,86 +268,67 @@ func ParseTimeout(s string) (time.Duration, error) {
 	return d, nil
 }
 
-// TaskHeaders are the headers of a task message that a version 2 message carries (TaskMessage: its address is in
-// its payload): the frontend writes them on a request's root message, workers on the sub-requests they forward.
+// TaskHeaders are the headers of a task message: the frontend writes them on a request's root message, workers on
+// the sub-requests they forward, and workers read them from every message they take.
 type TaskHeaders struct {
-	Deadline time.Time
-	MsgID    string // JetStream de-duplication id (TaskMsgID, TaskPartMsgID)
+	RequestID string
+	Deadline  time.Time
+	Path      string // the variants before this one (AppendPath); "" on the root message
+	ReplyTo   string // the result subject of the frontend that owns the request
+	MsgID     string // JetStream de-duplication id (TaskMsgID, TaskPartMsgID)
 }
 
-// Header gives the headers as a NATS message's header map (nats.Header's type), with room for extra more keys (a
-// trace context): one map and one array of values, where Write with nats.Header.Set makes a slice a header (a worker
-// writes them on every message it forwards).
+// Header gives the headers as a NATS message's header map (nats.Header's type), an empty Path left out, with room
+// for extra more keys (a trace context): one map and one array of values, where Write with nats.Header.Set makes a
+// slice a header (a worker writes them on every message it forwards).
 func (h TaskHeaders) Header(extra int) map[string][]string {
-	m := make(map[string][]string, 2+extra)
-	values := [2]string{FormatDeadline(h.Deadline), h.MsgID}
-	m[HeaderDeadline], m[HeaderMsgID] = values[0:1:1], values[1:2:2]
+	m := make(map[string][]string, 5+extra)
+	values := make([]string, 0, 5)
+	h.Write(func(key, value string) {
+		values = append(values, value)
+		m[key] = values[len(values)-1 : len(values) : len(values)]
+	})
 	return m
 }
 
-// Write sets the headers with set (such as nats.Header.Set).
+// Write sets the headers with set (such as nats.Header.Set); an empty Path is left out.
 func (h TaskHeaders) Write(set func(key, value string)) {
+	set(HeaderRequestID, h.RequestID)
 	set(HeaderDeadline, FormatDeadline(h.Deadline))
+	if h.Path != "" {
+		set(HeaderPath, h.Path)
+	}
+	set(HeaderReplyTo, h.ReplyTo)
 	set(HeaderMsgID, h.MsgID)
 }
 
-// ReadTask reads a task message from its headers (get, such as nats.Header.Get) and its payload (DecodeTaskMessage):
-// the message's address is its payload's, or a version 1 message's headers'. A message without a request id, with a
-// reply-to that is not a result subject, without a valid deadline, of a version above TaskVersion, or whose payload
-// does not decode is refused.
-func ReadTask(get func(key string) string, data []byte) (TaskHeaders, TaskMessage, error) {
+// ReadTaskHeaders reads a task message's headers with get (such as nats.Header.Get). A message without a request
+// id, with a reply-to that is not a result subject, or without a valid deadline is refused.
+func ReadTaskHeaders(get func(key string) string) (TaskHeaders, error) {
+	id, replyTo, err := ReadReplyAddress(get)
+	if err != nil {
+		return TaskHeaders{}, err
+	}
+	h := TaskHeaders{RequestID: id, Path: get(HeaderPath), ReplyTo: replyTo, MsgID: get(HeaderMsgID)}
 	d, err := ParseDeadline(get(HeaderDeadline))
 	if err != nil {
-		return TaskHeaders{}, TaskMessage{}, err
+		return TaskHeaders{}, err
 	}
-	h := TaskHeaders{Deadline: d, MsgID: get(HeaderMsgID)}
-	tm, err := DecodeTaskMessage(data)
-	if err != nil {
-		return TaskHeaders{}, TaskMessage{}, fmt.Errorf("payload is not a msgpack task message: %w", err)
-	}
-	a, err := addressOf(get, &tm)
-	if err != nil {
-		return TaskHeaders{}, TaskMessage{}, err
-	}
-	tm.RequestID, tm.ReplyTo, tm.Path = a.RequestID, a.ReplyTo, a.Path
-	return h, tm, nil
+	h.Deadline = d
+	return h, nil
 }
 
-// ReadTaskAddress reads where a task message's request stands from as much of its payload as decodes, or a version
-// 1 message's headers: a worker that cannot read the rest of a message answers its request when its address is
-// readable, and the planner moves a message whose items it does not read.
-func ReadTaskAddress(get func(key string) string, data []byte) (TaskAddress, error) {
-	tm, ok := decodeTaskAddress(data)
-	if !ok && tm.Version >= 2 {
-		return TaskAddress{}, errors.New("the payload ends inside its address")
+// ReadReplyAddress reads where a task message's request is answered: its request id and its frontend's result
+// subject. A worker that cannot read the rest of a message answers its request when these are readable.
+func ReadReplyAddress(get func(key string) string) (requestID, replyTo string, err error) {
+	requestID, replyTo = get(HeaderRequestID), get(HeaderReplyTo)
+	if requestID == "" {
+		return "", "", errors.New("no " + HeaderRequestID + " header")
 	}
-	return addressOf(get, &tm)
-}
-
-// addressOf is the address of a task message whose payload's envelope decoded into tm: tm's own from version 2 on,
-// else its headers'.
-func addressOf(get func(key string) string, tm *TaskMessage) (TaskAddress, error) {
-	switch {
-	case tm.Version > TaskVersion:
-		return TaskAddress{}, fmt.Errorf("task message version %d: this reads versions up to %d", tm.Version, TaskVersion)
-	case tm.Version < 2:
-		a := TaskAddress{RequestID: get(HeaderRequestID), ReplyTo: get(HeaderReplyTo), Path: get(HeaderPath)}
-		return a, checkAddress(a, HeaderRequestID+" header", HeaderReplyTo+" header")
+	if !strings.HasPrefix(replyTo, ResultPrefix) {
+		return "", "", fmt.Errorf("%s header %q is not a result subject", HeaderReplyTo, replyTo)
 	}
-	a := tm.Address()
-	return a, checkAddress(a, "request_id in the payload", "payload's reply_to")
-}
-
-// checkAddress refuses an address without a request id or with a reply-to that is not a result subject, naming each
-// as where it was read.
-func checkAddress(a TaskAddress, requestID, replyTo string) error {
-	if a.RequestID == "" {
-		return errors.New("no " + requestID)
-	}
-	if !strings.HasPrefix(a.ReplyTo, ResultPrefix) {
-		return fmt.Errorf("%s %q is not a result subject", replyTo, a.ReplyTo)
-	}
-	return nil
+	return requestID, replyTo, nil
 }
 
 // RequestID is the frontend's id of the n-th request it accepted since it started: boot, random per start, keeps the

@@ -283,9 +283,9 @@ func (f *Frontend) recordLocked(r *request, record []wire.ItemResult) {
 func (f *Frontend) publishJoined(sends []joined) {
 	for _, s := range sends {
 		msg := nats.NewMsg(wire.TaskSubject(s.r.pipeline, s.task, s.variant))
-		msg.Data = wire.AppendTaskMessage(nil, (&wire.TaskMessage{Items: []wire.Item{s.item}}).Addressed(
-			wire.TaskAddress{RequestID: s.r.id, ReplyTo: f.result, Path: s.path}))
-		wire.TaskHeaders{Deadline: s.r.deadline, MsgID: s.msgID}.Write(msg.Header.Set)
+		msg.Data = wire.AppendTaskMessage(nil, &wire.TaskMessage{Items: []wire.Item{s.item}})
+		wire.TaskHeaders{RequestID: s.r.id, Deadline: s.r.deadline, Path: s.path, ReplyTo: f.result,
+			MsgID: s.msgID}.Write(msg.Header.Set)
 		go func() {
 			ctx, cancel := context.WithDeadline(context.Background(), s.r.deadline)
 			defer cancel()

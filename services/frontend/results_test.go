@@ -39,7 +39,7 @@ func TestEveryResultTwice(t *testing.T) {
 		}
 		for m := range batch.Messages() {
 			i++
-			_, th, err := wire.ReadTask(m.Headers().Get, m.Data())
+			th, err := wire.ReadTaskHeaders(m.Headers().Get)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -123,7 +123,7 @@ func TestLateRequestsWatched(t *testing.T) {
 			t.Fatalf("reply %s, want late", st)
 		}
 	}
-	_, th, err := wire.ReadTask(msgs[0].Headers().Get, msgs[0].Data())
+	th, err := wire.ReadTaskHeaders(msgs[0].Headers().Get)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -229,10 +229,10 @@ func (f *Frontend) rootVariant(sub *submission) (root, variant string, err error
 func (f *Frontend) rootMessage(spanCtx context.Context, sub *submission, r *request, root, variant string) (*nats.Msg,
 	trace.Span, error) {
 	msg := nats.NewMsg(wire.TaskSubject(sub.pipeline, root, variant))
-	msg.Data = wire.AppendTaskMessage(nil, (&wire.TaskMessage{Items: []wire.Item{{ID: wire.RootItemID, Den: 1,
-		Inputs: sub.req.Inputs}}}).Addressed(wire.TaskAddress{RequestID: r.id, ReplyTo: f.result}))
+	msg.Data = wire.AppendTaskMessage(nil, &wire.TaskMessage{Items: []wire.Item{{ID: wire.RootItemID, Den: 1,
+		Inputs: sub.req.Inputs}}})
 	msgID := wire.TaskMsgID(r.id, "", root, variant)
-	wire.TaskHeaders{Deadline: r.deadline, MsgID: msgID}.Write(msg.Header.Set)
+	wire.TaskHeaders{RequestID: r.id, Deadline: r.deadline, ReplyTo: f.result, MsgID: msgID}.Write(msg.Header.Set)
 	send := telemetry.StartSend(spanCtx, f.tracer, msg.Subject, bus.HeaderCarrier(msg.Header),
 		semconv.MessagingMessageID(msgID), telemetry.AttrTask.String(root), telemetry.AttrVariant.String(variant))
 	return msg, send, nil

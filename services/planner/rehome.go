@@ -87,9 +87,7 @@ func (p *Planner) rehomeQueue(ctx context.Context, pipelineName, task, variant s
 		got := 0
 		for m := range batch.Messages() {
 			got++
-			// A message whose address does not read goes on as a root's: its next worker sets it aside.
-			a, _ := wire.ReadTaskAddress(m.Headers().Get, m.Data())
-			upstream := plan.Upstream(wire.SplitPath(a.Path))
+			upstream := plan.Upstream(wire.SplitPath(m.Headers().Get(wire.HeaderPath)))
 			to := dest(task, variant, upstream, rand.Float64())
 			if to == "" {
 				_ = m.Nak()

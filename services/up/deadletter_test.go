@@ -28,10 +28,8 @@ func TestDeployConfigDeadLetter(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := nats.NewMsg(wire.TaskSubject(d.spec.Name, "a", "x"))
-	// A payload that carries no address: a version 1 message, addressed by its headers.
-	wire.TaskHeaders{Deadline: time.Now().Add(time.Minute), MsgID: "poison"}.Write(m.Header.Set)
-	m.Header.Set(wire.HeaderRequestID, "poison")
-	m.Header.Set(wire.HeaderReplyTo, replyTo)
+	wire.TaskHeaders{RequestID: "poison", Deadline: time.Now().Add(time.Minute), ReplyTo: replyTo,
+		MsgID: "poison"}.Write(m.Header.Set)
 	m.Data = []byte("not msgpack")
 	if err := fe.PublishMsg(m); err != nil {
 		t.Fatal(err)

@@ -83,7 +83,7 @@ func (w *Worker) setAside(ctx context.Context, s *serving, m jetstream.Msg, why 
 		w.log.Error("could not set a task message aside at its last delivery; dropping it", "subject", m.Subject(),
 			"reason", reason, "deliveries", delivered, "headers", m.Headers(), "bytes", len(m.Data()), "err", err)
 	}
-	w.answerSetAside(m.Headers(), m.Data(), reason, why)
+	w.answerSetAside(m.Headers(), reason, why)
 	if c := w.setAsideCounts[reason]; c != nil {
 		c.Add(1)
 	}
@@ -92,20 +92,19 @@ func (w *Worker) setAside(ctx context.Context, s *serving, m jetstream.Msg, why 
 	_ = m.TermWithReason("set aside: " + reason)
 }
 
-// answerSetAside fails the request of a message set aside, at once, when its address is readable (its payload's
-// envelope, or a version 1 message's headers: wire.ReadTaskAddress).
-func (w *Worker) answerSetAside(h nats.Header, payload []byte, reason string, why error) {
-	a, err := wire.ReadTaskAddress(h.Get, payload)
+// answerSetAside fails the request of a message set aside, at once, when its headers say where to answer.
+func (w *Worker) answerSetAside(h nats.Header, reason string, why error) {
+	id, replyTo, err := wire.ReadReplyAddress(h.Get)
 	if err != nil {
 		return
 	}
-	data, err := msgpack.Marshal(&wire.ResultMessage{RequestID: a.RequestID,
+	data, err := msgpack.Marshal(&wire.ResultMessage{RequestID: id,
 		Error: "a task message of the request was set aside (" + reason + "): " + why.Error()})
 	if err == nil {
-		err = w.nc.Publish(a.ReplyTo, data)
+		err = w.nc.Publish(replyTo, data)
 	}
 	if err != nil {
-		w.log.Warn("could not answer the request of a message set aside", "request", a.RequestID, "err", err)
+		w.log.Warn("could not answer the request of a message set aside", "request", id, "err", err)
 	}
 }
 

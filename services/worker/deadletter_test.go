@@ -75,8 +75,7 @@ func (r *rig) deadLetters(t *testing.T) []*jetstream.RawStreamMsg {
 
 // TestWorkerSetsAsideGarbage puts messages that are not task messages on a variant subject: each is set aside at
 // once in the dead-letter stream, with its headers, payload and the reason; its request is answered error when its
-// address is readable (a version 1 message's headers, or a version 2 payload's envelope ahead of its items, even
-// when these do not decode); it is counted; and the worker goes on serving.
+// headers say where; it is counted; and the worker goes on serving.
 func TestWorkerSetsAsideGarbage(t *testing.T) {
 	r := newRig(t)
 	got := r.collect(t)
@@ -96,18 +95,6 @@ func TestWorkerSetsAsideGarbage(t *testing.T) {
 	emptyItems, _ := msgpack.Marshal(&wire.TaskMessage{})
 	noWeight, _ := msgpack.Marshal(&wire.TaskMessage{Items: []wire.Item{{ID: "0"}}})
 	one, _ := msgpack.Marshal(&wire.TaskMessage{Items: []wire.Item{{ID: "0", Den: 1}}})
-	// Version 2: the address in the payload, ahead of items that do not decode (cut short), or of none.
-	deadlineOnly := func() nats.Header { h := without("", wire.HeaderRequestID); h.Del(wire.HeaderReplyTo); return h }
-	v2 := func(id, replyTo string, items []wire.Item) []byte {
-		return wire.AppendTaskMessage(nil, (&wire.TaskMessage{Items: items}).Addressed(
-			wire.TaskAddress{RequestID: id, ReplyTo: replyTo}))
-	}
-	cut := v2("v2-cut", r.reply, []wire.Item{{ID: "0", Den: 1,
-		Inputs: []wire.Tensor{wire.NewFP32("x", []int64{4}, []float32{1, 2, 3, 4})}}})
-	cut = cut[:len(cut)-3]
-	v3 := (&wire.TaskMessage{Items: []wire.Item{{ID: "0", Den: 1}}}).Addressed(
-		wire.TaskAddress{RequestID: "v3", ReplyTo: r.reply})
-	v3.Version = wire.TaskVersion + 1
 	garbage := []struct {
 		id       string
 		hdr      nats.Header
@@ -123,10 +110,6 @@ func TestWorkerSetsAsideGarbage(t *testing.T) {
 		{"bad-reply", with("bad-reply", wire.HeaderReplyTo, "sleipnir.infer.one"), one, false},
 		// A header JetStream checks on every store: it held for the task stream, and is renamed on the copy.
 		{"expected-stream", with("expected-stream", "Nats-Expected-Stream", wire.TaskStream(r.spec.Name)), []byte("x"), true},
-		{"v2-cut", deadlineOnly(), cut, true},
-		{"v2-no-items", deadlineOnly(), v2("v2-no-items", r.reply, nil), true},
-		{"v2-bad-reply", deadlineOnly(), v2("v2-bad-reply", "sleipnir.infer.one", []wire.Item{{ID: "0", Den: 1}}), false},
-		{"v3", deadlineOnly(), wire.AppendTaskMessage(nil, v3), false},
 	}
 	for _, g := range garbage {
 		r.publish("fast", "", time.Time{}, g.hdr, g.data)

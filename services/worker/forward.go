@@ -261,9 +261,9 @@ func (w *Worker) escalate(s *serving, in *inbound, it wire.Item, path, next stri
 func (w *Worker) taskMsg(s *serving, in *inbound, task, variant, path, id string,
 	tm *wire.TaskMessage) (*nats.Msg, trace.Span) {
 	d := s.dest(task, variant)
-	tm.Addressed(wire.TaskAddress{RequestID: in.requestID, ReplyTo: in.replyTo, Path: path})
 	msg := &nats.Msg{Subject: d.subject, Data: wire.AppendTaskMessage(nil, tm),
-		Header: wire.TaskHeaders{Deadline: in.deadline, MsgID: id}.Header(1)} // room for a traceparent
+		Header: wire.TaskHeaders{RequestID: in.requestID, Deadline: in.deadline, Path: path, ReplyTo: in.replyTo,
+			MsgID: id}.Header(1)} // room for a traceparent
 	if !in.traced {
 		return msg, untracedSpan
 	}

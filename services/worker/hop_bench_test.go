@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/vmihailenco/msgpack/v5"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace/noop"
 
@@ -62,12 +63,6 @@ func (p passThrough) Execute(_ context.Context, batch []executor.Input) ([]execu
 	return out, nil
 }
 func (passThrough) Close() error { return nil }
-
-// rootPayload is a request's root task message as its frontend writes it (version 2: the address in the payload).
-func rootPayload(requestID, replyTo string, input wire.Tensor) []byte {
-	return wire.AppendTaskMessage(nil, (&wire.TaskMessage{Items: []wire.Item{{ID: wire.RootItemID, Den: 1,
-		Inputs: []wire.Tensor{input}}}}).Addressed(wire.TaskAddress{RequestID: requestID, ReplyTo: replyTo}))
-}
 
 // BenchmarkHop compares one Sleipnir hop with the same JetStream operations done bare, interleaved so that both see
 // the same machine load. Both paths: publish to a variant subject, fetch it with a durable pull consumer, publish to
@@ -125,13 +120,16 @@ func benchmarkLeaf(b *testing.B) {
 	r.assignTask("leaf", "b", "y", 1)
 	r.waitServingTask(w, "b", "y")
 	input := wire.NewFP32("x", []int64{1, 64}, make([]float32, 64))
+	payload, _ := msgpack.Marshal(&wire.TaskMessage{Items: []wire.Item{{ID: "0", Den: 1, Inputs: []wire.Tensor{input}}}})
 	deadline := wire.FormatDeadline(time.Now().Add(time.Hour))
 	var leaf []time.Duration
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
 		m := nats.NewMsg(wire.TaskSubject("hop", "b", "y"))
-		m.Data = rootPayload(fmt.Sprint("r", i), r.reply, input)
+		m.Data = payload
+		m.Header.Set(wire.HeaderRequestID, fmt.Sprint("r", i))
 		m.Header.Set(wire.HeaderDeadline, deadline)
+		m.Header.Set(wire.HeaderReplyTo, r.reply)
 		t0 := time.Now()
 		if _, err := r.js.PublishMsgAsync(m); err != nil {
 			b.Fatal(err)
@@ -237,11 +235,8 @@ func benchmarkHop(b *testing.B, traced bool) {
 	}
 
 	input := wire.NewFP32("x", []int64{1, 64}, make([]float32, 64)) // 256 B, as the stack notes measured
+	payload, _ := msgpack.Marshal(&wire.TaskMessage{Items: []wire.Item{{ID: "0", Den: 1, Inputs: []wire.Tensor{input}}}})
 	deadline := wire.FormatDeadline(time.Now().Add(time.Hour))
-	// The bare path carries the request's data alone: the request's address in a task message's payload is
-	// Sleipnir's plumbing, as its headers are.
-	payload := wire.AppendTaskMessage(nil, &wire.TaskMessage{Items: []wire.Item{{ID: wire.RootItemID, Den: 1,
-		Inputs: []wire.Tensor{input}}}})
 	var raw, hop []time.Duration
 	b.ResetTimer()
 	// A valid, sampled trace context: the bare path carries it as a header and nothing more.
@@ -262,8 +257,10 @@ func benchmarkHop(b *testing.B, traced bool) {
 		raw = append(raw, time.Since(t0))
 
 		m := nats.NewMsg(wire.TaskSubject("hop", "a", "x"))
-		m.Data = rootPayload(fmt.Sprint("r", i), r.reply, input)
+		m.Data = payload
+		m.Header.Set(wire.HeaderRequestID, fmt.Sprint("r", i))
 		m.Header.Set(wire.HeaderDeadline, deadline)
+		m.Header.Set(wire.HeaderReplyTo, r.reply)
 		m.Header.Set(wire.HeaderMsgID, wire.TaskMsgID(fmt.Sprint("r", i), "", "a", "x"))
 		t0 = time.Now()
 		if _, err := r.js.PublishMsgAsync(m); err != nil {

@@ -91,16 +91,6 @@ type round struct {
 	maxBatch int
 	settled  settlement
 	msg1     [1]*inbound // room for msgs when it takes one message
-	// timed are its model batches that ran without error, measured once the round's results are sent
-	// (observeRound): the latency window's bookkeeping is not on the hop's path (BenchmarkHop).
-	timed  []timedBatch
-	timed1 [1]timedBatch
-}
-
-// timedBatch is one model batch of n items that ran from began to ended.
-type timedBatch struct {
-	n            int
-	began, ended time.Time
 }
 
 // serveOnce assembles a batch of the variant's messages, executes it, and forwards its results; the batch is
@@ -112,7 +102,7 @@ func (w *Worker) serveOnce(ctx context.Context, s *serving) {
 	}
 	s.refreshStage()
 	r := &round{now: time.Now(), inputs: s.inputs[:0], slots: s.slots[:0]}
-	r.msgs, r.timed = r.msg1[:0], r.timed1[:0]
+	r.msgs = r.msg1[:0]
 	defer func() { // the scratch kept for the next round, holding nothing of this one
 		clear(r.inputs)
 		clear(r.slots)
@@ -279,7 +269,7 @@ func (w *Worker) executeRound(ctx context.Context, s *serving, r *round) bool {
 		ended := time.Now()
 		s.metrics.Batch(hi-lo, ended.Sub(began))
 		if err == nil {
-			r.timed = append(r.timed, timedBatch{n: hi - lo, began: began, ended: ended})
+			w.measure(s, hi-lo, began, ended)
 		}
 		w.batches.Add(1)
 		if err == nil && len(outs) != hi-lo {
@@ -312,9 +302,6 @@ func (w *Worker) executeRound(ctx context.Context, s *serving, r *round) bool {
 // observeRound adds the round to what the worker observed: batches, messages, the items executed with their queue
 // waits, and the sub-requests they made.
 func (w *Worker) observeRound(s *serving, r *round) {
-	for _, b := range r.timed {
-		w.measure(s, b.n, b.began, b.ended)
-	}
 	w.observe(s, func(o *Observed) {
 		o.Batches += uint64(batching.Chunks(len(r.inputs), r.maxBatch))
 		o.Messages += uint64(len(r.msgs))
@@ -450,9 +437,19 @@ func (s *serving) handBack() {
 // decode validates one message of the variant's subject and starts its "process" span.
 func (w *Worker) decode(ctx context.Context, s *serving, m jetstream.Msg) (*inbound, error) {
 	h := m.Headers()
-	th, tm, err := wire.ReadTask(h.Get, m.Data())
+	th, err := wire.ReadTaskHeaders(h.Get)
 	if err != nil {
 		return nil, err
+	}
+	in := &inbound{msg: m, requestID: th.RequestID, path: th.Path, replyTo: th.ReplyTo, deadline: th.Deadline}
+	if meta, err := m.Metadata(); err == nil {
+		in.meta, in.enqueued = meta, meta.Timestamp
+	} else {
+		in.enqueued = time.Now()
+	}
+	tm, err := wire.DecodeTaskMessage(m.Data())
+	if err != nil {
+		return nil, fmt.Errorf("payload is not a msgpack task message: %w", err)
 	}
 	if len(tm.Items) == 0 {
 		return nil, errors.New("task message has no items")
@@ -462,16 +459,8 @@ func (w *Worker) decode(ctx context.Context, s *serving, m jetstream.Msg) (*inbo
 			return nil, fmt.Errorf("item %q has no id or weight", it.ID)
 		}
 	}
-	in := &inbound{msg: m, requestID: tm.RequestID, path: tm.Path, replyTo: tm.ReplyTo, deadline: th.Deadline,
-		items: tm.Items}
-	if meta, err := m.Metadata(); err == nil {
-		in.meta, in.enqueued = meta, meta.Timestamp
-	} else {
-		in.enqueued = time.Now()
-	}
-	// The span's parent is the message's context alone: the worker's carries no span, and holds values a span's
-	// start would search through for one.
-	in.ctx, in.span = s.process.StartGlobal(context.Background(), w.tracer, bus.HeaderCarrier(h))
+	in.items = tm.Items
+	in.ctx, in.span = s.process.StartGlobal(ctx, w.tracer, bus.HeaderCarrier(h))
 	in.traced = in.span.SpanContext().IsValid() || in.span.IsRecording()
 	if in.span.IsRecording() { // a message's own attributes cost nothing when its trace is not sampled
 		in.span.SetAttributes(semconv.MessagingMessageID(th.MsgID),

@@ -50,29 +50,21 @@ func (s *System) injectPoison(ctx context.Context) ([]string, []string, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	shapeID := "poison-shape-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	crafted, _ := msgpack.Marshal((&wire.TaskMessage{Items: []wire.Item{{ID: wire.RootItemID, Den: 1,
+	crafted, _ := msgpack.Marshal(&wire.TaskMessage{Items: []wire.Item{{ID: wire.RootItemID, Den: 1,
 		Inputs: []wire.Tensor{{Name: "image", Datatype: "UINT8", Shape: []int64{274177, 67280421310721, 3},
-			Data: []byte{1, 2, 3}}}}}}).Addressed(wire.TaskAddress{RequestID: shapeID, ReplyTo: replyTo}))
+			Data: []byte{1, 2, 3}}}}}})
 	poisons := []struct {
 		id, what string
 		data     []byte
-		// undecodable: its payload carries no address, so it is a version 1 message, addressed by its headers
-		undecodable bool
 	}{
-		{"poison-undecodable-" + strconv.FormatInt(time.Now().UnixNano(), 36), "undecodable", []byte("\xc1 not msgpack"),
-			true},
-		{shapeID, "crafted shape", crafted, false},
+		{"poison-undecodable-" + strconv.FormatInt(time.Now().UnixNano(), 36), "undecodable", []byte("\xc1 not msgpack")},
+		{"poison-shape-" + strconv.FormatInt(time.Now().UnixNano(), 36), "crafted shape", crafted},
 	}
 	subject := wire.TaskSubject(s.cfg.spec.Name, a.Task, a.Variant)
 	for _, p := range poisons {
 		m := nats.NewMsg(subject)
-		wire.TaskHeaders{Deadline: time.Now().Add(poisonWait), MsgID: wire.TaskMsgID(p.id, "", a.Task, a.Variant)}.
-			Write(m.Header.Set)
-		if p.undecodable {
-			m.Header.Set(wire.HeaderRequestID, p.id)
-			m.Header.Set(wire.HeaderReplyTo, replyTo)
-		}
+		wire.TaskHeaders{RequestID: p.id, Deadline: time.Now().Add(poisonWait), ReplyTo: replyTo,
+			MsgID: wire.TaskMsgID(p.id, "", a.Task, a.Variant)}.Write(m.Header.Set)
 		m.Data = p.data
 		if err := nc.PublishMsg(m); err != nil {
 			return nil, nil, err
@@ -91,12 +83,12 @@ func (s *System) injectPoison(ctx context.Context) ([]string, []string, error) {
 	}
 	notes := []string{"poison sent to " + subject}
 	var failures []string
-	for _, p := range poisons {
+	for i, p := range poisons {
 		rms := got[p.id]
 		switch {
 		case len(rms) == 0:
 			failures = append(failures, fmt.Sprintf("the %s poison message was not answered within %v", p.what, poisonWait))
-		case p.undecodable && rms[0].Error == "":
+		case i == 0 && rms[0].Error == "":
 			failures = append(failures, fmt.Sprintf("the %s poison message was answered %+v, not with an error", p.what, rms[0]))
 		default:
 			notes = append(notes, fmt.Sprintf("%s answered: %s", p.what, describeAnswer(rms[0])))
