@@ -11,14 +11,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 )
 
-func classesSpec(t *testing.T) *pipeline.Spec {
-	t.Helper()
-	spec, err := pipeline.Load("../../examples/traffic-classes.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return spec
-}
+func classesSpec(t *testing.T) *pipeline.Spec { return exampleSpec(t, "traffic-classes") }
 
 // TestPlanningTraceRates: the mean is arrivals over the length; the peak the most arrivals in a window, per second.
 func TestPlanningTraceRates(t *testing.T) {

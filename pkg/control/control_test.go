@@ -13,14 +13,17 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
-func trafficSpec(t *testing.T) *pipeline.Spec {
+// exampleSpec is the spec of examples/NAME.yaml.
+func exampleSpec(t *testing.T, name string) *pipeline.Spec {
 	t.Helper()
-	spec, err := pipeline.Load("../../examples/traffic.yaml")
+	spec, err := pipeline.Load("../../examples/" + name + ".yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	return spec
 }
+
+func trafficSpec(t *testing.T) *pipeline.Spec { return exampleSpec(t, "traffic") }
 
 // failing is an allocator that always fails, counting its calls.
 type failing struct{ calls *int }
@@ -54,7 +57,7 @@ func TestLoop(t *testing.T) {
 		{"demand down 12%: routing only", 2 * time.Second, Observed{Demand: 88, Servers: 20}, want{true, false, ""}},
 		{"demand above the plan's headroom: re-plan", 3 * time.Second, Observed{Demand: 106, Servers: 20}, want{true, true, TriggerOutgrown}},
 		{"demand +30%: re-plan", 4 * time.Second, Observed{Demand: 130, Servers: 20}, want{true, true, TriggerDemand}},
-		{"a worker left, the same allocation fits: routing only", 5 * time.Second, Observed{Demand: 130, Servers: 19}, want{true, false, ""}},
+		{"a worker left, the plan in force fits, in hardware mode: kept on 19, no solve (keepsOnShare)", 5 * time.Second, Observed{Demand: 130, Servers: 19}, want{true, false, ""}},
 		{"re-plan due but within 5%: routing only (due too)", 15 * time.Second, Observed{Demand: 132, Servers: 19}, want{true, false, ""}},
 		{"just routed: nothing", 16 * time.Second, Observed{Demand: 132, Servers: 19}, want{false, false, ""}},
 		{"due and 8% less, the same allocation: routing only", 26 * time.Second, Observed{Demand: 121, Servers: 19}, want{true, false, ""}},
@@ -179,7 +182,8 @@ func TestLoopFailure(t *testing.T) {
 }
 
 // TestLoopResume: a loop resumed from a plan read back from the bucket keeps it while the demand and the servers
-// are those it was sized for (a restarted planner moves no worker), and re-plans once they move.
+// are those it was sized for (a restarted planner moves no worker), or servers it keeps on (keepsOnShare), and
+// re-plans once the demand moves.
 func TestLoopResume(t *testing.T) {
 	spec := trafficSpec(t)
 	static, _ := plan.Static(spec)
@@ -204,9 +208,12 @@ func TestLoopResume(t *testing.T) {
 	if l.Current() != kept {
 		t.Fatal("the resumed loop's plan is not the one it resumed from")
 	}
-	st = l.Next(t0.Add(time.Minute+6*time.Second), Observed{Demand: 205, Servers: 19})
+	if st := l.Next(t0.Add(time.Minute+6*time.Second), Observed{Demand: 205, Servers: 19}); st.Replanned {
+		t.Fatalf("a worker fewer, under a plan in hardware mode that fits: re-planned (trigger %q)", st.Trigger)
+	}
+	st = l.Next(t0.Add(time.Minute+7*time.Second), Observed{Demand: 270, Servers: 19})
 	if !st.Replanned || st.Plan.Epoch != kept.Epoch+1 {
-		t.Fatalf("a worker fewer: replanned %v, want a re-plan under epoch %d", st.Replanned, kept.Epoch+1)
+		t.Fatalf("the demand 30%% up: replanned %v, want a re-plan under epoch %d", st.Replanned, kept.Epoch+1)
 	}
 }
 

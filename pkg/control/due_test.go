@@ -13,17 +13,9 @@ import (
 // accuracy is; and without headroom, where the plan in force was sized for the estimate alone, the new one is
 // taken.
 func TestDueReplanKeepsAHardwarePlanNoBetter(t *testing.T) {
-	ocr, err := pipeline.Load("../../examples/ocr.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	det, rec := ocr.Tasks[0], ocr.Tasks[1]
+	ocr := ocrSpec(t)
 	mk := func(batch int, acc, demand float64) *plan.Plan {
-		return &plan.Plan{Pipeline: ocr.Name, Mode: plan.ModeHardware,
-			Allocation: &plan.Allocation{DemandQPS: demand, SystemAccuracy: acc, ActiveServers: 2},
-			Variants: []plan.VariantPlan{
-				{Task: det.Name, Variant: det.Variants[0].Name, Replicas: 1, MaxBatch: batch, BudgetMs: 100, CapacityQPS: 20},
-				{Task: rec.Name, Variant: rec.Variants[0].Name, Replicas: 1, MaxBatch: 1, BudgetMs: 100, CapacityQPS: 20}}}
+		return ocrPlan(ocr, plan.ModeHardware, batch, acc, demand, "")
 	}
 	t0 := time.Unix(1000, 0)
 	for _, c := range []struct {
@@ -59,4 +51,18 @@ func cfgPlanned(h, d float64) float64 {
 	c := Config{Headroom: h}
 	c.SetDefaults()
 	return c.Planned(d, true)
+}
+
+func ocrSpec(t *testing.T) *pipeline.Spec { return exampleSpec(t, "ocr") }
+
+// ocrPlan is a plan of the OCR example on 2 servers in mode, one replica of each task's first variant, the
+// detector's at max batch batch on class (its suffix: "@fast"; "": the default class), sized for demand.
+func ocrPlan(ocr *pipeline.Spec, mode string, batch int, acc, demand float64, class string) *plan.Plan {
+	det, rec := ocr.Tasks[0], ocr.Tasks[1]
+	return &plan.Plan{Pipeline: ocr.Name, Mode: mode,
+		Allocation: &plan.Allocation{DemandQPS: demand, SystemAccuracy: acc, ActiveServers: 2},
+		Variants: []plan.VariantPlan{
+			{Task: det.Name, Variant: det.Variants[0].Name + class, Replicas: 1, MaxBatch: batch, BudgetMs: 100,
+				CapacityQPS: 20},
+			{Task: rec.Name, Variant: rec.Variants[0].Name, Replicas: 1, MaxBatch: 1, BudgetMs: 100, CapacityQPS: 20}}}
 }

@@ -133,9 +133,10 @@ func (l *Loop) Next(now time.Time, o Observed) Step {
 	return st
 }
 
-// What made a re-plan (Step.Trigger), the first that holds: its first solve, a change of the servers it has, a move
-// of the demand past ReplanThreshold, demand above what a plan with headroom covers, measured latencies that moved,
-// or a due look (ReplanEvery) that found a significant small move of the demand or of the multiplicative factors.
+// What made a re-plan (Step.Trigger), the first that holds: its first solve, a change of the servers it has (unless
+// the plan in force keeps on the new ones: keepsOnShare), a move of the demand past ReplanThreshold, demand above
+// what a plan with headroom covers, measured latencies that moved, or a due look (ReplanEvery) that found a
+// significant small move of the demand or of the multiplicative factors.
 const (
 	TriggerFirst    = "first"
 	TriggerServers  = "servers"
@@ -162,6 +163,11 @@ func (l *Loop) replan(now time.Time, o Observed) Step {
 	moved := func(threshold, sigmas float64) bool {
 		return demand.Significant(last.estimate, max(o.Demand, l.cfg.MinDemandQPS), threshold, sigmas, o.DemandWindow)
 	}
+	var kept *plan.Plan // the plan in force, published again on the new servers it keeps on
+	if servers := o.OnCluster().Counts(); !maps.Equal(servers, last.servers) && l.keepsOnShare(o) {
+		l.planned.servers, last.servers = servers, servers // no reason to solve
+		kept = l.onShare(o)
+	}
 	trigger := TriggerDue
 	switch {
 	case !last.ok:
@@ -178,7 +184,7 @@ func (l *Loop) replan(now time.Time, o Observed) Step {
 	forced := trigger != TriggerDue
 	if !forced {
 		if !due {
-			return Step{}
+			return Step{Plan: kept}
 		}
 		// Hysteresis: a small fall must be significant (FallSigmas) before it is planned for. Each re-plan to
 		// the estimate of the moment would otherwise follow the noise up and down, a server more, a server less
@@ -194,7 +200,7 @@ func (l *Loop) replan(now time.Time, o Observed) Step {
 		if !moved(replanMinChange, sigmas) && !demand.FanoutSignificant(l.spec, last.fanout, o.Fanout, l.cfg.RouteThreshold,
 			l.cfg.ReplanSigmas, o.FanoutSamples) {
 			l.planned.at = now // looked again: nothing worth a new plan
-			return Step{}
+			return Step{Plan: kept}
 		}
 	}
 	in := o
