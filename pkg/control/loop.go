@@ -233,6 +233,9 @@ func (l *Loop) replan(now time.Time, o Observed) Step {
 		// made it the plan for what it observed: the triggers start from there; a due one leaves them where they
 		// were, so that the noise does not move them.
 		r := *l.current
+		if kept != nil { // on the servers it keeps on
+			r = *kept
+		}
 		r.Fanout, r.Profiles = o.Fanout, o.Profiles
 		if same && forced {
 			r.Allocation = p.Allocation
