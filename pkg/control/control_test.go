@@ -473,32 +473,3 @@ func (c counting) Allocate(spec *pipeline.Spec, o Observed) (*plan.Plan, error) 
 	*c.n++
 	return c.Allocator.Allocate(spec, o)
 }
-
-// TestLoopShedsWithoutServers: a pipeline the division left no worker gets a plan that hosts nothing and serves none
-// of its demand, and plans again as soon as it has workers.
-func TestLoopShedsWithoutServers(t *testing.T) {
-	spec, err := pipeline.Load("../../examples/traffic.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	first, err := FirstPlan(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := New(spec, Config{SolveWorkers: 1}, MILP{Utilization: 0.85, Workers: 1}, first)
-	now := time.Unix(1000, 0)
-	o := Observed{Demand: 200, Servers: 0}
-	st := l.Next(now, o)
-	if st.Plan == nil || !st.Replanned || len(st.Plan.Variants) != 0 || st.Plan.Mode != plan.ModeOverloaded ||
-		st.Plan.Allocation.ServedQPS != 0 || st.Plan.Epoch != first.Epoch+1 {
-		t.Fatalf("no servers: step %+v, want a new plan hosting nothing, overloaded", st)
-	}
-	l.Published(st, o, now)
-	if st := l.Next(now.Add(time.Second), o); st.Plan != nil {
-		t.Fatal("shed again with nothing hosted")
-	}
-	o.Servers = 20
-	if st := l.Next(now.Add(2*time.Second), o); !st.Replanned || st.Plan.Servers() == 0 {
-		t.Fatal("no new allocation once the pipeline has workers again")
-	}
-}
