@@ -164,7 +164,8 @@ func (l *Loop) replan(now time.Time, o Observed) Step {
 		return demand.Significant(last.estimate, max(o.Demand, l.cfg.MinDemandQPS), threshold, sigmas, o.DemandWindow)
 	}
 	var kept *plan.Plan // the plan in force, published again on the new servers it keeps on
-	if servers := o.OnCluster().Counts(); !maps.Equal(servers, last.servers) && l.keepsOnShare(o) {
+	servers := o.OnCluster().Counts()
+	if !maps.Equal(servers, last.servers) && l.keepsOnShare(o) {
 		l.planned.servers, last.servers = servers, servers // no reason to solve
 		kept = l.onShare(o)
 	}
@@ -172,7 +173,7 @@ func (l *Loop) replan(now time.Time, o Observed) Step {
 	switch {
 	case !last.ok:
 		trigger = TriggerFirst
-	case !maps.Equal(o.OnCluster().Counts(), last.servers):
+	case !maps.Equal(servers, last.servers):
 		trigger = TriggerServers
 	case moved(l.cfg.ReplanThreshold, -1) && !l.absorbs(o):
 		trigger = TriggerDemand

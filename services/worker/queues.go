@@ -13,7 +13,7 @@ import (
 
 // queuePoll is how often a worker routing by queue (the spec's routing_mode queue or ramsis) reads the state of the queues
 // it sends to, and queueStale how old a reading may be before the tables decide again.
-// A reading waits up to queueReadWait for each consumer's state, not a poll: on a busy server the API's answer can
+// A reading waits up to queueReadWait for the consumers' states, not a poll: on a busy server the API's answer can
 // take longer than 50 ms, and readings that all time out leave the tables to decide once the last is a second old.
 const (
 	queuePoll     = 50 * time.Millisecond
@@ -116,16 +116,18 @@ func (w *Worker) watchQueues(ctx context.Context) {
 			continue
 		}
 		read := make(map[wire.VariantKey]float64, len(keys))
+		// One wait for the whole reading, not one a variant: slow answers for several variants would otherwise
+		// add up past queueStale.
+		rctx, cancel := context.WithTimeout(ctx, queueReadWait)
 		for _, k := range keys {
-			rctx, cancel := context.WithTimeout(ctx, queueReadWait)
 			c, err := w.js.Consumer(rctx, wire.TaskStream(pl), wire.Consumer(k.Task, k.Variant))
-			cancel()
 			if err != nil {
 				break // not read: the tables decide until a reading succeeds
 			}
 			info := c.CachedInfo()
 			read[k] = float64(info.NumPending) + float64(info.NumAckPending)
 		}
+		cancel()
 		q.mu.Lock()
 		if q.pipeline == pl && len(read) == len(keys) {
 			q.depth, q.at = read, time.Now()
