@@ -38,8 +38,12 @@ const (
 func WatchKV(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, keys string, fn func(jetstream.KeyValueEntry), ready func()) error {
 	var last uint64
 	backoff := 100 * time.Millisecond
-	check := time.NewTicker(250 * time.Millisecond)
-	defer check.Stop()
+	// Woken by a reconnection and by the next probe's time, not by a poll: a process watches several keys, and a
+	// 250 ms poll of each kept every worker at rest waking (docs/measurements.md "A worker at rest").
+	connected := nc.StatusChanged(nats.CONNECTED)
+	defer nc.RemoveStatusListener(connected)
+	probe := time.NewTimer(watchProbe)
+	defer probe.Stop()
 	for ctx.Err() == nil {
 		var opts []jetstream.WatchOpt
 		if last > 0 {
@@ -59,18 +63,28 @@ func WatchKV(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, keys str
 		heard := time.Now()      // the watch's last delivery or probe, or its start
 		probeEvery := watchProbe // the silence before the next probe
 		var behind uint64        // a revision the last probe found that the watch had not delivered
+		probe.Reset(probeEvery)
 	watch:
 		for {
 			select {
 			case <-ctx.Done():
 				break watch
-			case <-check.C:
+			case <-connected:
 				if nc.Stats().Reconnects != reconnects {
 					slog.Debug("connection re-established; watching again", "keys", keys, "after_revision", last)
 					break watch
 				}
-				if time.Since(heard) < probeEvery {
+			case <-probe.C:
+				// A delivery moves heard without touching the timer: the timer, when it fires early, waits out
+				// the rest of the silence.
+				if silent := time.Since(heard); silent < probeEvery {
+					probe.Reset(probeEvery - silent)
 					continue
+				}
+				probe.Reset(probeEvery) // from here on, whatever the probe finds, until changed below
+				if nc.Stats().Reconnects != reconnects {
+					slog.Debug("connection re-established; watching again", "keys", keys, "after_revision", last)
+					break watch
 				}
 				if behind > last {
 					slog.Debug("KV watch lost (its consumer gone with a server); watching again", "keys", keys,
@@ -95,6 +109,9 @@ func WatchKV(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, keys str
 						break watch
 					}
 					break watch
+				}
+				if probeEvery > watchProbe { // the timer is set for a longer silence than the next one
+					probe.Reset(watchProbe)
 				}
 				heard, probeEvery = time.Now(), watchProbe
 				if e == nil {

@@ -33,10 +33,12 @@ type queueWatch struct {
 	at       time.Time                   // of the last reading
 	reading  uint64                      // counts the readings (routing.Queues.Reading)
 	sent     map[wire.VariantKey][2]float64
+	changed  chan struct{} // told of a watch, so that a worker with nothing to read waits without a poll
 }
 
 func newQueueWatch() *queueWatch {
-	return &queueWatch{depth: map[wire.VariantKey]float64{}, sent: map[wire.VariantKey][2]float64{}}
+	return &queueWatch{depth: map[wire.VariantKey]float64{}, sent: map[wire.VariantKey][2]float64{},
+		changed: make(chan struct{}, 1)}
 }
 
 // watch sets the queues to read: the hosted variants of task's child tasks under plan p (none: stop reading).
@@ -60,6 +62,10 @@ func (q *queueWatch) watch(spec *pipeline.Spec, p *plan.Plan, task *pipeline.Tas
 	clear(q.depth)
 	q.at = time.Time{}
 	q.reading++
+	select {
+	case q.changed <- struct{}{}:
+	default:
+	}
 }
 
 // Reading names the last reading: the hop step counts what this worker sent since on top of it.
@@ -98,22 +104,40 @@ func (q *queueWatch) Depth(task, variant string) (float64, bool) {
 }
 
 // watchQueues reads the watched queues every queuePoll until ctx ends: each consumer's state (a JetStream API
-// request per variant; a worker may look up any consumer).
+// request per variant; a worker may look up any consumer). With none to read (the routing modes that do not read
+// queues, or no assignment) it waits to be told of a watch: a 50 ms poll of nothing was most of what a worker at
+// rest cost (docs/measurements.md "A worker at rest").
 func (w *Worker) watchQueues(ctx context.Context) {
+	q := w.queues
 	t := time.NewTicker(queuePoll)
 	defer t.Stop()
+	polling := true
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		q := w.queues
 		q.mu.Lock()
 		pl, keys := q.pipeline, q.watched
 		q.mu.Unlock()
 		if len(keys) == 0 {
+			if polling {
+				t.Stop()
+				polling = false
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-q.changed:
+			}
 			continue
+		}
+		if !polling {
+			t.Reset(queuePoll)
+			polling = true
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-q.changed:
+			continue // read the new set at the next tick
 		}
 		read := make(map[wire.VariantKey]float64, len(keys))
 		// One wait for the whole reading, not one a variant: slow answers for several variants would otherwise
