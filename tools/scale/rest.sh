@@ -9,7 +9,7 @@
 # CPU and context switches a second. Logs and state in OUT.
 #
 #   make build && tools/scale/rest.sh
-#   SLEIPNIR=/tmp/other-sleipnir tools/scale/rest.sh     # another build's services (nats-server: bin/nats-server)
+#   SLEIPNIR=../other/bin/sleipnir tools/scale/rest.sh   # another build's services (nats-server: bin/nats-server)
 set -euo pipefail
 bin=${SLEIPNIR:-bin/sleipnir}
 loadgen=${LOADGEN:-bin/loadgen}
