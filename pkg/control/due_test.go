@@ -66,3 +66,56 @@ func ocrPlan(ocr *pipeline.Spec, mode string, batch int, acc, demand float64, cl
 				CapacityQPS: 20},
 			{Task: rec.Name, Variant: rec.Variants[0].Name, Replicas: 1, MaxBatch: 1, BudgetMs: 100, CapacityQPS: 20}}}
 }
+
+// TestDueReplanAtOverloadKeepsTheSlack: under overload, a due look's plan that hosts each task on the same servers
+// with a more accurate variant mix (one of two car classifiers a notch better) and serves no more is not a new epoch;
+// one that serves more, one that moves a server to another task, and the same upgrade out of overload are.
+func TestDueReplanAtOverloadKeepsTheSlack(t *testing.T) {
+	traffic := exampleSpec(t, "traffic")
+	// mk is a plan on 6 servers: three detectors, the car classifiers given (replicas by variant), faces face
+	// recognisers.
+	mk := func(mode string, acc, served float64, cars map[string]int, faces int) *plan.Plan {
+		p := &plan.Plan{Pipeline: traffic.Name, Mode: mode,
+			Allocation: &plan.Allocation{DemandQPS: 660, ServedQPS: served, SystemAccuracy: acc, ActiveServers: 6},
+			Variants: []plan.VariantPlan{{Task: "detect", Variant: "yolov5n", Replicas: 3, MaxBatch: 16},
+				{Task: "recognize_face", Variant: "arcface_r18", Replicas: faces, MaxBatch: 32}}}
+		for _, car := range []string{"effnet_b0", "effnet_b1"} {
+			if n := cars[car]; n > 0 {
+				p.Variants = append(p.Variants, plan.VariantPlan{Task: "classify_car", Variant: car, Replicas: n,
+					MaxBatch: 32})
+			}
+		}
+		return p
+	}
+	over, acc := plan.ModeOverloaded, plan.ModeAccuracy
+	b0 := map[string]int{"effnet_b0": 2}
+	upgraded := map[string]int{"effnet_b0": 1, "effnet_b1": 1}
+	b1 := map[string]int{"effnet_b1": 1}
+	t0 := time.Unix(1000, 0)
+	for _, c := range []struct {
+		name      string
+		cur, next *plan.Plan
+		replans   bool
+	}{
+		{"a car classifier upgraded on the same servers", mk(over, 0.227, 330, b0, 1), mk(over, 0.229, 330, upgraded, 1),
+			false},
+		{"the same, serving 1% more", mk(over, 0.227, 330, b0, 1), mk(over, 0.229, 333, upgraded, 1), false},
+		{"serving 5% more", mk(over, 0.227, 330, b0, 1), mk(over, 0.229, 346, upgraded, 1), true},
+		{"a server moved between tasks", mk(over, 0.227, 330, b0, 1), mk(over, 0.229, 330, b1, 2), true},
+		{"out of overload", mk(acc, 0.227, 660, b0, 1), mk(acc, 0.229, 660, upgraded, 1), true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			next := c.cur
+			l := New(traffic, Config{Headroom: -1}, fixed{&next}, c.cur)
+			o := Observed{Demand: 660, Servers: 6}
+			st := l.Next(t0, o)
+			l.Published(st, o, t0)
+			next = c.next
+			o.Demand = 726 // 10% more: due after ReplanEvery, not forced
+			st = l.Next(t0.Add(11*time.Second), o)
+			if st.Replanned != c.replans {
+				t.Fatalf("re-planned %v, want %v", st.Replanned, c.replans)
+			}
+		})
+	}
+}
