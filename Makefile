@@ -85,14 +85,22 @@ test: deps models $(NATS_SERVER) prometheus
 	$(GO) vet -tags jaeger ./services/up # make observe-traces's test, likewise
 	$(GO) vet -tags compose ./deploy # make compose-test's, likewise
 	SLEIPNIR_MODELS=$(MODELS) SLEIPNIR_NATS_SERVER=$(NATS_SERVER) $(GO) test -count=1 -timeout 10m $(NO_RACE)
-	SLEIPNIR_MODELS=$(MODELS) SLEIPNIR_NATS_SERVER=$(NATS_SERVER) $(GO) test -race -count=1 -timeout 15m \
-	  $$($(GO) list ./... | grep -v -x -F $(foreach p,$(NO_RACE),-e github.com/sleipnir-serving/sleipnir/$(p:./%=%)))
+	SLEIPNIR_MODELS=$(MODELS) SLEIPNIR_NATS_SERVER=$(NATS_SERVER) $(GO) test -race -count=1 -timeout 15m $(SLOW_FIRST) \
+	  $$($(GO) list ./... | grep -v -x -F $(foreach p,$(NO_RACE) $(SLOW_FIRST),-e github.com/sleipnir-serving/sleipnir/$(p:./%=%)))
 	@$(MAKE) --no-print-directory fuzz-short
 
 # Packages that start no goroutine, in their code or their tests, run without the race detector: it can find nothing
 # there and takes 3x their time (pkg/sim, the discrete-event simulator, single-threaded by design: 57 s against
 # 170-200 s under -race). A package that starts one leaves this list.
 NO_RACE = ./pkg/sim
+
+# go test runs two test binaries at a time on two cores, in the order the packages are named. The packages whose tests
+# take longest (over 10 s each, longest first: `go test -json`'s start and pass times) are named first, so that the
+# short ones fill the other core at the end instead of one long package running alone there (the race run took 465 s
+# against 528 s in go list's order, one run each; docs/measurements.md "Test suite"). A package not listed runs after
+# them.
+SLOW_FIRST = ./tools/chaos ./services/up ./pkg/allocate ./services/planner ./cmd/loadgen ./tools/profiler \
+  ./services/frontend ./services/worker ./deploy ./cmd/sleipnir ./pkg/executor/onnxexec ./pkg/bus ./pkg/control
 
 # The solver's whole cross-check corpus with CBC (pkg/allocate: 200 random instances under both latency models, the
 # examples around their switch points; `make test` solves every eighth random instance). About a minute and a half.
