@@ -129,7 +129,6 @@ func TestDueReplanCountsModelLoads(t *testing.T) {
 	if ocr.Variant(det.Name, b).SwapMs <= 0 {
 		t.Fatalf("%s/%s has no swap time: the case tests nothing", det.Name, b)
 	}
-	t0 := time.Unix(1000, 0)
 	for _, c := range []struct {
 		name    string
 		next    *plan.Plan
@@ -141,16 +140,8 @@ func TestDueReplanCountsModelLoads(t *testing.T) {
 		{"fewer servers: always", mk(b, 0.55, 1), true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			next := mk(a, 0.60, 2)
-			l := New(ocr, Config{Headroom: -1}, fixed{&next}, mk(a, 0.60, 2))
-			o := Observed{Demand: 10, Servers: 2}
-			st := l.Next(t0, o)
-			l.Published(st, o, t0)
-			next = c.next
-			o.Demand = 11 // 10% more: due after ReplanEvery, not forced
-			st = l.Next(t0.Add(11*time.Second), o)
-			if st.Replanned != c.replans {
-				t.Fatalf("re-planned %v, want %v", st.Replanned, c.replans)
+			if got := dueLookReplans(ocr, Config{Headroom: -1}, mk(a, 0.60, 2), c.next, 10, 2); got != c.replans {
+				t.Fatalf("re-planned %v, want %v", got, c.replans)
 			}
 		})
 	}

@@ -17,7 +17,6 @@ func TestDueReplanKeepsAHardwarePlanNoBetter(t *testing.T) {
 	mk := func(batch int, acc, demand float64) *plan.Plan {
 		return ocrPlan(ocr, plan.ModeHardware, batch, acc, demand, "")
 	}
-	t0 := time.Unix(1000, 0)
 	for _, c := range []struct {
 		name     string
 		headroom float64
@@ -30,20 +29,26 @@ func TestDueReplanKeepsAHardwarePlanNoBetter(t *testing.T) {
 		{"no headroom: sized for the estimate alone", -1, mk(2, 0.60, 11), true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			first := cfgPlanned(c.headroom, 10)
-			next := mk(1, 0.60, first)
-			l := New(ocr, Config{Headroom: c.headroom}, fixed{&next}, mk(1, 0.60, first))
-			o := Observed{Demand: 10, Servers: 2}
-			st := l.Next(t0, o)
-			l.Published(st, o, t0)
-			next = c.next
-			o.Demand = 11 // 10% more: within the headroom's 11.5, due after ReplanEvery
-			st = l.Next(t0.Add(11*time.Second), o)
-			if st.Replanned != c.replans {
-				t.Fatalf("re-planned %v, want %v", st.Replanned, c.replans)
+			// 10% more: within the headroom's 11.5
+			cur := mk(1, 0.60, cfgPlanned(c.headroom, 10))
+			if got := dueLookReplans(ocr, Config{Headroom: c.headroom}, cur, c.next, 10, 2); got != c.replans {
+				t.Fatalf("re-planned %v, want %v", got, c.replans)
 			}
 		})
 	}
+}
+
+// dueLookReplans says whether a loop whose plan in force is cur, published at demand on servers, re-plans at a due
+// look 11 s later, the demand 10% higher (due after ReplanEvery, not forced), when the solve returns next.
+func dueLookReplans(spec *pipeline.Spec, cfg Config, cur, next *plan.Plan, demand float64, servers int) bool {
+	solved := cur
+	l := New(spec, cfg, fixed{&solved}, cur)
+	t0 := time.Unix(1000, 0)
+	o := Observed{Demand: demand, Servers: servers}
+	l.Published(l.Next(t0, o), o, t0)
+	solved = next
+	o.Demand = demand * 1.1
+	return l.Next(t0.Add(11*time.Second), o).Replanned
 }
 
 // cfgPlanned is the demand a plan for estimate d is sized for under headroom h (Config.Planned, padded).
@@ -91,7 +96,6 @@ func TestDueReplanAtOverloadKeepsTheSlack(t *testing.T) {
 	b0 := map[string]int{"effnet_b0": 2}
 	upgraded := map[string]int{"effnet_b0": 1, "effnet_b1": 1}
 	b1 := map[string]int{"effnet_b1": 1}
-	t0 := time.Unix(1000, 0)
 	for _, c := range []struct {
 		name      string
 		cur, next *plan.Plan
@@ -105,16 +109,8 @@ func TestDueReplanAtOverloadKeepsTheSlack(t *testing.T) {
 		{"out of overload", mk(acc, 0.227, 660, b0, 1), mk(acc, 0.229, 660, upgraded, 1), true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			next := c.cur
-			l := New(traffic, Config{Headroom: -1}, fixed{&next}, c.cur)
-			o := Observed{Demand: 660, Servers: 6}
-			st := l.Next(t0, o)
-			l.Published(st, o, t0)
-			next = c.next
-			o.Demand = 726 // 10% more: due after ReplanEvery, not forced
-			st = l.Next(t0.Add(11*time.Second), o)
-			if st.Replanned != c.replans {
-				t.Fatalf("re-planned %v, want %v", st.Replanned, c.replans)
+			if got := dueLookReplans(traffic, Config{Headroom: -1}, c.cur, c.next, 660, 6); got != c.replans {
+				t.Fatalf("re-planned %v, want %v", got, c.replans)
 			}
 		})
 	}
