@@ -10,6 +10,7 @@ import (
 	"github.com/sleipnir-serving/sleipnir/pkg/pipeline"
 	"github.com/sleipnir-serving/sleipnir/pkg/plan"
 	"github.com/sleipnir-serving/sleipnir/pkg/routing"
+	"github.com/sleipnir-serving/sleipnir/pkg/wire"
 )
 
 // Step is what the loop decided at one tick.
@@ -352,11 +353,11 @@ func upgradesAtOverload(a, b *plan.Plan) bool {
 	}
 	type taskClass struct{ task, class string }
 	servers := map[taskClass]int{}
-	for _, v := range a.Variants {
-		servers[taskClass{v.Task, v.Class}] += v.Replicas
+	for _, v := range a.Variants { // the class from the variant's name, which every plan carries
+		servers[taskClass{v.Task, wire.ClassOf(v.Variant)}] += v.Replicas
 	}
 	for _, v := range b.Variants {
-		servers[taskClass{v.Task, v.Class}] -= v.Replicas
+		servers[taskClass{v.Task, wire.ClassOf(v.Variant)}] -= v.Replicas
 	}
 	for _, n := range servers {
 		if n != 0 {
