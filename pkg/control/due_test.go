@@ -41,14 +41,58 @@ func TestDueReplanKeepsAHardwarePlanNoBetter(t *testing.T) {
 // dueLookReplans says whether a loop whose plan in force is cur, published at demand on servers, re-plans at a due
 // look 11 s later, the demand 10% higher (due after ReplanEvery, not forced), when the solve returns next.
 func dueLookReplans(spec *pipeline.Spec, cfg Config, cur, next *plan.Plan, demand float64, servers int) bool {
+	return dueLook(spec, cfg, cur, next, demand, servers, 1.1).Replanned
+}
+
+// dueLook is the step of dueLookReplans's due look, the demand moved by the factor rise.
+func dueLook(spec *pipeline.Spec, cfg Config, cur, next *plan.Plan, demand float64, servers int, rise float64) Step {
 	solved := cur
 	l := New(spec, cfg, fixed{&solved}, cur)
 	t0 := time.Unix(1000, 0)
 	o := Observed{Demand: demand, Servers: servers}
 	l.Published(l.Next(t0, o), o, t0)
 	solved = next
-	o.Demand = demand * 1.1
-	return l.Next(t0.Add(11*time.Second), o).Replanned
+	o.Demand = demand * rise
+	return l.Next(t0.Add(11*time.Second), o)
+}
+
+// TestEverySolveIsReported: a step that solved says so, with the solve's time and what became of its plan, whether
+// or not it made a new epoch; a due look that found no move worth a solve reports none.
+func TestEverySolveIsReported(t *testing.T) {
+	ocr := ocrSpec(t)
+	mk := func(batch int, acc float64) *plan.Plan {
+		p := ocrPlan(ocr, plan.ModeHardware, batch, acc, 12.65, "")
+		p.Allocation.SolveMs = 250
+		return p
+	}
+	cur := mk(1, 0.60)
+	for _, c := range []struct {
+		name    string
+		next    *plan.Plan
+		rise    float64
+		outcome string // "": no solve
+	}{
+		{"a new plan", mk(2, 0.61), 1.1, SolveNewPlan},
+		{"the allocation in force", mk(1, 0.60), 1.1, SolveSame},
+		{"another allocation not worth its swaps", mk(2, 0.60), 1.1, SolveNotTaken},
+		{"no move worth a solve", mk(2, 0.61), 1, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			st := dueLook(ocr, Config{}, cur, c.next, 10, 2, c.rise)
+			switch {
+			case c.outcome == "" && st.Solved != nil:
+				t.Fatalf("reported a solve %+v where none ran", *st.Solved)
+			case c.outcome == "":
+			case st.Solved == nil:
+				t.Fatalf("no solve reported, want %s", c.outcome)
+			case st.Solved.Outcome != c.outcome || st.Solved.Trigger != TriggerDue || st.Solved.Ms != 250:
+				t.Fatalf("solve %+v, want %s by %s in 250 ms", *st.Solved, c.outcome, TriggerDue)
+			}
+			if st.Replanned != (c.outcome == SolveNewPlan) {
+				t.Fatalf("re-planned %v with a solve %s", st.Replanned, c.outcome)
+			}
+		})
+	}
 }
 
 // cfgPlanned is the demand a plan for estimate d is sized for under headroom h (Config.Planned, padded).

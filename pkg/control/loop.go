@@ -27,7 +27,25 @@ type Step struct {
 	// ReplanEvery passes. Plan may still carry new routing, or, when the servers cannot host the pipeline at all and
 	// the current plan does not fit them, be a plan that hosts nothing.
 	Err error
+	// Solved is the allocation solve this step ran and what became of its plan; nil when it ran none (or it failed:
+	// Err). A solve whose plan is not taken still took its CPU, which in a process shared with the data plane is
+	// time the requests wait: the planner logs and counts every solve, not only those that publish.
+	Solved *Solve
 }
+
+// Solve is one allocation solve of a step.
+type Solve struct {
+	Trigger string  // why it ran (Trigger*)
+	Ms      float64 // the allocator's time, both solves' when the plan was sized with headroom
+	Outcome string  // Solve*: what became of its plan
+}
+
+// What became of a solve's plan (Solve.Outcome).
+const (
+	SolveNewPlan  = "new_plan"  // a new allocation: Step.Replanned
+	SolveSame     = "same"      // the allocation in force again
+	SolveNotTaken = "not_taken" // a different allocation not worth its swaps (worthSwapping)
+)
 
 // Loop is one pipeline's control loop. Not safe for concurrent use.
 type Loop struct {
@@ -210,9 +228,11 @@ func (l *Loop) replan(now time.Time, o Observed) Step {
 	in.EscalationScale = escalationScale(l.spec, l.current, o.Escalation)
 	spec := l.specFor(o)
 	p, err := l.sizer().Allocate(spec, in)
+	solveMs := solveMsOf(p)
 	if err == nil && l.cfg.headroom() > 0 && p.Mode != plan.ModeHardware {
 		in.Demand = l.cfg.Planned(o.Demand, false)
 		p, err = l.alloc.Allocate(spec, in)
+		solveMs += solveMsOf(p)
 	}
 	if err != nil {
 		l.notePlanned(o, nil, now)
@@ -246,14 +266,27 @@ func (l *Loop) replan(now time.Time, o Observed) Step {
 			l.planned.at = now
 		}
 		r.Routing = l.route(&r, o)
-		return Step{Plan: &r}
+		outcome := SolveNotTaken
+		if same {
+			outcome = SolveSame
+		}
+		return Step{Plan: &r, Solved: &Solve{Trigger: trigger, Ms: solveMs, Outcome: outcome}}
 	}
 	p.Pipeline = l.spec.Name
 	p.Epoch = l.current.Epoch + 1
 	p.Fanout = o.Fanout
 	p.Profiles = o.Profiles
 	p.Routing = l.route(p, o)
-	return Step{Plan: p, Replanned: true, Trigger: trigger}
+	return Step{Plan: p, Replanned: true, Trigger: trigger,
+		Solved: &Solve{Trigger: trigger, Ms: solveMs, Outcome: SolveNewPlan}}
+}
+
+// solveMsOf is the solve time an allocator's plan reports (0 for none, or a plan without an allocation).
+func solveMsOf(p *plan.Plan) float64 {
+	if p == nil || p.Allocation == nil {
+		return 0
+	}
+	return p.Allocation.SolveMs
 }
 
 // sizer is the allocator of a re-plan's first solve. With headroom, that solve's plan is kept only in hardware

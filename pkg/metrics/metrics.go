@@ -72,6 +72,7 @@ const (
 	LabelClass    = "class" // a priority class, 0-9
 	LabelChild    = "child"
 	LabelMode     = "mode"
+	LabelOutcome  = "outcome" // what became of a solve's plan (control.Solve*)
 	// LabelServerClass is a server class (wire.DefaultClass, or a class workers declare; docs/classes.md).
 	LabelServerClass = "server_class"
 )

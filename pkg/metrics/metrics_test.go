@@ -47,6 +47,40 @@ sleipnir_plan_solve_duration_seconds{pipeline="p"} 0.25
 	}
 }
 
+// TestEverySolveIsCounted: each solve is observed under what became of its plan, a new plan or not.
+func TestEverySolveIsCounted(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewPlanner(reg, nil)
+	m.Solve("p", "new_plan", 250)
+	m.Solve("p", "same", 3)
+	m.Solve("p", "same", 700)
+	h := func(outcome string) (count uint64, sum float64) {
+		mf, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range mf {
+			if f.GetName() != "sleipnir_planner_solve_seconds" {
+				continue
+			}
+			for _, s := range f.GetMetric() {
+				for _, l := range s.GetLabel() {
+					if l.GetName() == LabelOutcome && l.GetValue() == outcome {
+						return s.GetHistogram().GetSampleCount(), s.GetHistogram().GetSampleSum()
+					}
+				}
+			}
+		}
+		return 0, 0
+	}
+	if n, sum := h("new_plan"); n != 1 || sum != 0.25 {
+		t.Fatalf("new_plan: %d solves, %v s; want 1, 0.25", n, sum)
+	}
+	if n, sum := h("same"); n != 2 || sum != 0.703 {
+		t.Fatalf("same: %d solves, %v s; want 2, 0.703", n, sum)
+	}
+}
+
 // TestPlanCostAndClasses: the plan's cost per hour and the workers it uses per server class are gauges; a class the
 // next plan no longer uses loses its series.
 func TestPlanCostAndClasses(t *testing.T) {

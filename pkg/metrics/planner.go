@@ -43,6 +43,7 @@ type Planner struct {
 	cost, classServers, floorShortfall                                                     *prometheus.GaugeVec
 	plans                                                                                  *prometheus.CounterVec
 	heartbeatDelay                                                                         prometheus.Histogram
+	solves                                                                                 *prometheus.HistogramVec
 
 	state                             func() PlannerState
 	demandD, sloD, pendingD, unackedD *prometheus.Desc
@@ -94,6 +95,10 @@ func NewPlanner(reg prometheus.Registerer, state func() PlannerState) *Planner {
 			Help: "Time from a worker's heartbeat reaching the KV bucket (the NATS server's clock) to the planner " +
 				"having handled it: a planner falling behind the heartbeats shows as a growing delay.",
 			Buckets: HeartbeatBuckets}),
+		solves: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name("planner", "solve_seconds"),
+			Help: "Allocation solves of the control loops, by what became of their plan (new_plan, same: the " +
+				"allocation in force again, not_taken: not worth its swaps): a solve that publishes nothing still " +
+				"takes its CPU.", Buckets: SolveBuckets}, []string{LabelPipeline, LabelOutcome}),
 		state: state,
 		sloD:  prometheus.NewDesc(name("pipeline", "slo_seconds"), "The pipeline's end-to-end latency objective.", pipe, nil),
 		demandD: prometheus.NewDesc(name("planner", "demand_estimate_qps"),
@@ -112,13 +117,25 @@ func NewPlanner(reg prometheus.Registerer, state func() PlannerState) *Planner {
 		lastEpoch: map[string]uint64{},
 	}
 	reg.MustRegister(m.epoch, m.mode, m.accuracy, m.active, m.cluster, m.plannedDemand, m.estimate, m.served, m.solve,
-		m.gap, m.optimal, m.replicas, m.maxBatch, m.fanout, m.plans, m.heartbeatDelay, m.checkPredicted, m.checkCandidates, m.cost, m.classServers, m.floorShortfall, m)
+		m.gap, m.optimal, m.replicas, m.maxBatch, m.fanout, m.plans, m.heartbeatDelay, m.solves, m.checkPredicted, m.checkCandidates, m.cost, m.classServers, m.floorShortfall, m)
 	return m
 }
 
 // HeartbeatBuckets (seconds) of the heartbeat delay: a millisecond to a few heartbeat periods (workers beat every
 // second, and are taken for gone after 5 s without one).
 var HeartbeatBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}
+
+// SolveBuckets (seconds) of the solves' durations: a small pipeline's solve takes milliseconds, and the live limit
+// (--solve-time-limit) is 1 s by default.
+var SolveBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}
+
+// Solve records one allocation solve of pipeline's control loop, which took ms, and what became of its plan.
+func (m *Planner) Solve(pipeline, outcome string, ms float64) {
+	if m == nil {
+		return
+	}
+	m.solves.WithLabelValues(pipeline, outcome).Observe(ms / 1000)
+}
 
 // Heartbeat records that the planner handled a worker's heartbeat delay after it reached the bucket.
 func (m *Planner) Heartbeat(delay time.Duration) {

@@ -419,6 +419,17 @@ func (p *Planner) publishStep(ctx context.Context, now time.Time, d core.Decisio
 		}
 		p.log.Warn(msg, "pipeline", spec.Name, "demand_qps", round(o.Demand), "servers", o.Servers, "err", d.Err)
 	}
+	if s := d.Solved; s != nil {
+		p.metrics.Solve(spec.Name, s.Outcome, s.Ms)
+		if !d.Replanned { // a new plan's solve is logged with the plan, once published
+			level := slog.LevelDebug
+			if s.Ms >= slowSolveMs {
+				level = slog.LevelInfo
+			}
+			p.log.Log(ctx, level, "solved; the allocation in force stays", "pipeline", spec.Name, "trigger", s.Trigger,
+				"outcome", s.Outcome, "solve_ms", s.Ms, "demand_qps", round(o.Demand))
+		}
+	}
 	pl := d.Plan
 	if pl == nil {
 		return
@@ -454,5 +465,9 @@ func (p *Planner) publishStep(ctx context.Context, now time.Time, d core.Decisio
 		p.log.Warn("assigning workers failed; will retry", "err", err)
 	}
 }
+
+// slowSolveMs is the solve time from which a solve that publishes nothing is logged at info: in a process shared
+// with the data plane (sleipnir up) such a solve's CPU shows as a burst of late requests, and its line dates it.
+const slowSolveMs = 100
 
 func round(v float64) float64 { return math.Round(v*1000) / 1000 }
