@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"strconv"
@@ -101,6 +102,36 @@ func peakRSS() int64 {
 	return 0
 }
 
+// writeScaleModels writes each pipeline's accuracy-step MILP on its own share of the cluster (20 servers, or 16+4 on
+// two classes) to DIR/PIPELINE.lp, for another solver to be measured on the models a decomposed step searches
+// (docs/measurements.md: HiGHS).
+func writeScaleModels(tb testing.TB, in JointInput, classes int, dir string) {
+	tb.Helper()
+	for _, p := range in.Pipelines {
+		p.Servers = scaleServersEach
+		if classes == 2 {
+			p.Cluster, p.Servers = scaleClassShare, scaleClassShare.Total()
+		}
+		f, err := os.Create(filepath.Join(dir, p.Spec.Name+".lp"))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if err := WriteLP(f, p); err != nil {
+			tb.Fatalf("%s: %v", p.Spec.Name, err)
+		}
+		if err := f.Close(); err != nil {
+			tb.Fatal(err)
+		}
+		start, cpu := time.Now(), cpuTime()
+		r, err := Solve(p, Options{Gap: coarseGap, Workers: 1})
+		if err != nil {
+			tb.Fatalf("%s: %v", p.Spec.Name, err)
+		}
+		tb.Logf("%s: pkg/milp to a proven %v: accuracy %.6f, %d nodes, %v (%v of CPU)", p.Spec.Name, coarseGap,
+			r.SystemAccuracy, r.Nodes, time.Since(start).Round(time.Millisecond), (cpuTime() - cpu).Round(time.Millisecond))
+	}
+}
+
 // BenchmarkJointAtScale solves the joint plan of k pipelines on 20k servers (scaleInput), with one worker, under the
 // live planner's limit of 1 s and under a long one (SLEIPNIR_SCALE_LIMIT, default 30 s; 1s runs the live limit
 // alone). Metrics: the solve's
@@ -108,7 +139,8 @@ func peakRSS() int64 {
 // what the benchmarks before it used, so run one size at a time to read it: -bench 'JointAtScale/k=10/'), the
 // share of the demand served, the pipelines planned overloaded (none should be: every copy fits on its share), and
 // the accuracy of the requests served (the 1 s plan's loss is its difference from the long limit's).
-// SLEIPNIR_SCALE_K lists the sizes (default 1,2,4,6,10,20); SLEIPNIR_SCALE_GAP sets Options.Gap (0.005: a solve
+// SLEIPNIR_SCALE_K lists the sizes (default 1,2,4,6,10,20); SLEIPNIR_SCALE_WRITELP=DIR writes each pipeline's model
+// (writeScaleModels); SLEIPNIR_SCALE_GAP sets Options.Gap (0.005: a solve
 // stops at a proven 0.5%, and its CPU time says whether one core reaches that within 1 s, whatever else runs). The accuracy step is decomposed over the servers
 // (jointsplit.go); SLEIPNIR_SCALE_CLASSES=2 puts the cluster on two classes (scaleInput); SLEIPNIR_SCALE_WHOLE=1 solves it as one joint MILP instead, for comparison. cpu-ms is the
 // process's CPU time over the solves (user and system), which a busy machine does not inflate as it does the wall
@@ -157,6 +189,9 @@ func BenchmarkJointAtScale(b *testing.B) {
 	for _, k := range sizes {
 		in := scaleInput(b, k, classes)
 		in.wholeMILP = os.Getenv("SLEIPNIR_SCALE_WHOLE") == "1"
+		if dir := os.Getenv("SLEIPNIR_SCALE_WRITELP"); dir != "" {
+			writeScaleModels(b, in, classes, dir)
+		}
 		limits := []time.Duration{time.Second}
 		if long != time.Second {
 			limits = append(limits, long)
