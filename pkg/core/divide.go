@@ -22,12 +22,16 @@ type division struct {
 	demands []float64
 	joint   bool // made by the joint allocation
 	err     error
+	// solveMs is the time of the joint solves (solveJoint's) that made it at the last tick; -1 when that tick kept
+	// the division in force.
+	solveMs float64
 }
 
 // divide is the share of the able workers each pipeline plans with, per server class. A pipeline's control loop then
 // plans alone within its share: given the shares, the joint allocation's plan of each pipeline is the pipeline's own
 // best plan on them, so the loops' triggers, hysteresis and headroom stay each pipeline's.
 func (c *Cluster) divide(ds []Decision, able plan.Cluster) []plan.Cluster {
+	c.division.solveMs = -1
 	if len(c.pipes) == 1 {
 		return []plan.Cluster{able}
 	}
@@ -46,6 +50,7 @@ func (c *Cluster) divide(ds []Decision, able plan.Cluster) []plan.Cluster {
 	if !c.divisionDue(ds, counts) {
 		return c.division.shares
 	}
+	c.division.solveMs = 0 // solveJoint adds each solve's time
 	shares, err := c.jointShares(ds, able)
 	if err != nil {
 		// The shares in force stay (or an even split): the loops plan within them as before.
@@ -55,7 +60,7 @@ func (c *Cluster) divide(ds []Decision, able plan.Cluster) []plan.Cluster {
 			shares = c.division.shares
 		}
 	}
-	c.division = division{shares: shares, able: counts, joint: true, err: err}
+	c.division = division{shares: shares, able: counts, joint: true, err: err, solveMs: c.division.solveMs}
 	for _, d := range ds {
 		c.division.demands = append(c.division.demands, d.Observed.Demand)
 	}
@@ -64,6 +69,12 @@ func (c *Cluster) divide(ds []Decision, able plan.Cluster) []plan.Cluster {
 
 // DivisionErr is why the last joint allocation failed (nil: it did not): the shares in force stayed.
 func (c *Cluster) DivisionErr() error { return c.division.err }
+
+// DivisionSolved is the time of the joint solves that divided the workers at the last tick; ok false when that tick
+// kept the division in force (or there is none to make: one pipeline, or an even split).
+func (c *Cluster) DivisionSolved() (ms float64, ok bool) {
+	return c.division.solveMs, c.division.solveMs >= 0
+}
 
 // divisionDue says whether the joint division is to be made again.
 func (c *Cluster) divisionDue(ds []Decision, able map[string]int) bool {
@@ -239,7 +250,7 @@ func (c *Cluster) hostShed(ds []Decision, plans []*plan.Plan, able plan.Cluster,
 }
 
 // solveJoint solves the joint allocation of ds on the able servers, with the headroom or without: each pipeline's
-// plan (nil when shed).
+// plan (nil when shed). Its time counts to the division being made (DivisionSolved).
 func (c *Cluster) solveJoint(ds []Decision, able plan.Cluster, padded bool) ([]*plan.Plan, error) {
 	pipes := make([]control.JointPipeline, len(ds))
 	for i, d := range ds {
@@ -252,7 +263,10 @@ func (c *Cluster) solveJoint(ds []Decision, able plan.Cluster, padded bool) ([]*
 	}
 	joint := c.joint
 	joint.HardwareOnly = padded // with the headroom, a plan that stays in hardware mode
-	plans, _, err := joint.AllocateOn(pipes, able)
+	plans, res, err := joint.AllocateOn(pipes, able)
+	if res != nil && c.division.solveMs >= 0 {
+		c.division.solveMs += res.SolveMs
+	}
 	return plans, err
 }
 

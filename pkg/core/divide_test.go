@@ -1,6 +1,7 @@
 package core
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -168,4 +169,25 @@ func TestFairFloor(t *testing.T) {
 	}
 	t.Logf("traffic %d servers, ocr-chain %d (its plan %d, serving %.1f QPS)", ds[0].Observed.Servers,
 		ds[1].Observed.Servers, ocr.Servers(), ocr.Allocation.ServedQPS)
+}
+
+// TestDivisionSolvedIsReported: the tick that divides the workers by the joint allocation says how long its solves
+// took; the ticks that keep the division in force (the demand steady) report none.
+func TestDivisionSolvedIsReported(t *testing.T) {
+	now := time.Unix(1000, 0)
+	cl := started(t, now, load(t, "ocr.yaml"), traffic(t))
+	qps := map[string]int{"traffic": 300, "ocr": 20}
+	var divided []bool
+	for range 4 {
+		now = now.Add(TickEvery)
+		reportAll(t, cl, now, 20, qps)
+		ms, ok := cl.DivisionSolved()
+		if ok && ms <= 0 {
+			t.Fatalf("a division solved in %v ms", ms)
+		}
+		divided = append(divided, ok)
+	}
+	if !slices.Contains(divided, true) || divided[len(divided)-1] {
+		t.Fatalf("divided at the ticks %v: want a division, then the steady demand's ticks keeping it", divided)
+	}
 }

@@ -47,7 +47,8 @@ sleipnir_plan_solve_duration_seconds{pipeline="p"} 0.25
 	}
 }
 
-// TestEverySolveIsCounted: each solve is observed under what became of its plan, a new plan or not.
+// TestEverySolveIsCounted: each solve is observed under what became of its plan, a new plan or not, and each
+// division's joint solves once.
 func TestEverySolveIsCounted(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := NewPlanner(reg, nil)
@@ -79,6 +80,20 @@ func TestEverySolveIsCounted(t *testing.T) {
 	if n, sum := h("same"); n != 2 || sum != 0.703 {
 		t.Fatalf("same: %d solves, %v s; want 2, 0.703", n, sum)
 	}
+	m.DivisionSolve(40)
+	mf, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range mf {
+		if f.GetName() == "sleipnir_planner_division_solve_seconds" {
+			if h := f.GetMetric()[0].GetHistogram(); h.GetSampleCount() != 1 || h.GetSampleSum() != 0.04 {
+				t.Fatalf("divisions: %d, %v s; want 1, 0.04", h.GetSampleCount(), h.GetSampleSum())
+			}
+			return
+		}
+	}
+	t.Fatal("no sleipnir_planner_division_solve_seconds")
 }
 
 // TestPlanCostAndClasses: the plan's cost per hour and the workers it uses per server class are gauges; a class the

@@ -44,6 +44,7 @@ type Planner struct {
 	plans                                                                                  *prometheus.CounterVec
 	heartbeatDelay                                                                         prometheus.Histogram
 	solves                                                                                 *prometheus.HistogramVec
+	divisions                                                                              prometheus.Histogram
 
 	state                             func() PlannerState
 	demandD, sloD, pendingD, unackedD *prometheus.Desc
@@ -99,6 +100,9 @@ func NewPlanner(reg prometheus.Registerer, state func() PlannerState) *Planner {
 			Help: "Allocation solves of the control loops, by what became of their plan (new_plan, same: the " +
 				"allocation in force again, not_taken: not worth its swaps): a solve that publishes nothing still " +
 				"takes its CPU.", Buckets: SolveBuckets}, []string{LabelPipeline, LabelOutcome}),
+		divisions: prometheus.NewHistogram(prometheus.HistogramOpts{Name: name("planner", "division_solve_seconds"),
+			Help: "Joint solves that divided the workers between the pipelines (sharing joint), each division's " +
+				"solves together.", Buckets: SolveBuckets}),
 		state: state,
 		sloD:  prometheus.NewDesc(name("pipeline", "slo_seconds"), "The pipeline's end-to-end latency objective.", pipe, nil),
 		demandD: prometheus.NewDesc(name("planner", "demand_estimate_qps"),
@@ -117,7 +121,7 @@ func NewPlanner(reg prometheus.Registerer, state func() PlannerState) *Planner {
 		lastEpoch: map[string]uint64{},
 	}
 	reg.MustRegister(m.epoch, m.mode, m.accuracy, m.active, m.cluster, m.plannedDemand, m.estimate, m.served, m.solve,
-		m.gap, m.optimal, m.replicas, m.maxBatch, m.fanout, m.plans, m.heartbeatDelay, m.solves, m.checkPredicted, m.checkCandidates, m.cost, m.classServers, m.floorShortfall, m)
+		m.gap, m.optimal, m.replicas, m.maxBatch, m.fanout, m.plans, m.heartbeatDelay, m.solves, m.divisions, m.checkPredicted, m.checkCandidates, m.cost, m.classServers, m.floorShortfall, m)
 	return m
 }
 
@@ -135,6 +139,14 @@ func (m *Planner) Solve(pipeline, outcome string, ms float64) {
 		return
 	}
 	m.solves.WithLabelValues(pipeline, outcome).Observe(ms / 1000)
+}
+
+// DivisionSolve records the joint solves, ms in all, of one division of the workers between the pipelines.
+func (m *Planner) DivisionSolve(ms float64) {
+	if m == nil {
+		return
+	}
+	m.divisions.Observe(ms / 1000)
 }
 
 // Heartbeat records that the planner handled a worker's heartbeat delay after it reached the bucket.

@@ -398,6 +398,14 @@ func (p *Planner) step(ctx context.Context, now time.Time) {
 		p.publishStep(ctx, now, d, cluster)
 		p.rehome(ctx, d.Pipeline.Spec, d.Pipeline.Current(), nil, nil)
 	}
+	if ms, ok := p.core.DivisionSolved(); ok {
+		p.metrics.DivisionSolve(ms)
+		level := slog.LevelDebug
+		if ms >= slowSolveMs {
+			level = slog.LevelInfo
+		}
+		p.log.Log(ctx, level, "workers divided between the pipelines", "solve_ms", ms)
+	}
 	if err := p.core.DivisionErr(); err != nil {
 		p.complaints.Warn(complainDivision, "err", err)
 	}
