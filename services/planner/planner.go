@@ -400,11 +400,7 @@ func (p *Planner) step(ctx context.Context, now time.Time) {
 	}
 	if ms, ok := p.core.DivisionSolved(); ok {
 		p.metrics.DivisionSolve(ms)
-		level := slog.LevelDebug
-		if ms >= slowSolveMs {
-			level = slog.LevelInfo
-		}
-		p.log.Log(ctx, level, "workers divided between the pipelines", "solve_ms", ms)
+		p.log.Log(ctx, solveLogLevel(ms), "workers divided between the pipelines", "solve_ms", ms)
 	}
 	if err := p.core.DivisionErr(); err != nil {
 		p.complaints.Warn(complainDivision, "err", err)
@@ -430,12 +426,8 @@ func (p *Planner) publishStep(ctx context.Context, now time.Time, d core.Decisio
 	if s := d.Solved; s != nil {
 		p.metrics.Solve(spec.Name, s.Outcome, s.Ms)
 		if !d.Replanned { // a new plan's solve is logged with the plan, once published
-			level := slog.LevelDebug
-			if s.Ms >= slowSolveMs {
-				level = slog.LevelInfo
-			}
-			p.log.Log(ctx, level, "solved; the allocation in force stays", "pipeline", spec.Name, "trigger", s.Trigger,
-				"outcome", s.Outcome, "solve_ms", s.Ms, "demand_qps", round(o.Demand))
+			p.log.Log(ctx, solveLogLevel(s.Ms), "solved; the allocation in force stays", "pipeline", spec.Name,
+				"trigger", s.Trigger, "outcome", s.Outcome, "solve_ms", s.Ms, "demand_qps", round(o.Demand))
 		}
 	}
 	pl := d.Plan
@@ -474,8 +466,14 @@ func (p *Planner) publishStep(ctx context.Context, now time.Time, d core.Decisio
 	}
 }
 
-// slowSolveMs is the solve time from which a solve that publishes nothing is logged at info: in a process shared
-// with the data plane (sleipnir up) such a solve's CPU shows as a burst of late requests, and its line dates it.
-const slowSolveMs = 100
+// solveLogLevel is the level a solve that publishes no plan (a control loop's, or the division's) is logged at: info
+// from 100 ms, debug below. In a process shared with the data plane (sleipnir up) a long solve's CPU can show as a
+// burst of late requests, and its line dates it.
+func solveLogLevel(ms float64) slog.Level {
+	if ms >= 100 {
+		return slog.LevelInfo
+	}
+	return slog.LevelDebug
+}
 
 func round(v float64) float64 { return math.Round(v*1000) / 1000 }
