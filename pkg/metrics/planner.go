@@ -125,13 +125,16 @@ func NewPlanner(reg prometheus.Registerer, state func() PlannerState) *Planner {
 	return m
 }
 
+// millisToSeconds spans a millisecond to 5 s (seconds).
+var millisToSeconds = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}
+
 // HeartbeatBuckets (seconds) of the heartbeat delay: a millisecond to a few heartbeat periods (workers beat every
 // second, and are taken for gone after 5 s without one).
-var HeartbeatBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}
+var HeartbeatBuckets = millisToSeconds
 
 // SolveBuckets (seconds) of the solves' durations: a small pipeline's solve takes milliseconds, and the live limit
 // (--solve-time-limit) is 1 s by default.
-var SolveBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}
+var SolveBuckets = millisToSeconds
 
 // Solve records one allocation solve of pipeline's control loop, which took ms, and what became of its plan.
 func (m *Planner) Solve(pipeline, outcome string, ms float64) {
